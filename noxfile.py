@@ -1,0 +1,34 @@
+"""Developer sessions: ``nox -s tests``, ``lint``, ``typecheck``, ``bench``, ``stress``."""
+
+import nox
+
+nox.options.default_venv_backend = "venv"
+nox.options.reuse_existing_virtualenvs = True
+nox.options.sessions = ["tests", "lint", "typecheck"]
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """The whole test suite, warnings are errors (see pyproject)."""
+    session.install("-e", ".[test]")
+    session.run("pytest", *session.posargs)
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    session.install("ruff")
+    session.run("ruff", "check", "ahp", "tests", "benchmarks", "noxfile.py")
+    session.run("ruff", "format", "--check", "ahp", "tests", "benchmarks", "noxfile.py")
+
+
+@nox.session
+def typecheck(session: nox.Session) -> None:
+    session.install("-e", ".[test]", "mypy")
+    session.run("mypy", "ahp")
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """Throughput, latency and memory figures (see benchmarks/README.md)."""
+    session.install("-e", ".")
+    session.run("python", "-m", "ahp", "bench", *session.posargs)
