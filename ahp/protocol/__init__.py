@@ -1,0 +1,77 @@
+"""The AHP wire model: frozen state, action and JSON-RPC types plus the one codec.
+
+Pure: nothing here performs I/O or reads a clock.
+"""
+
+from ahp.protocol.actions import *  # noqa: F403
+from ahp.protocol.codec import (
+    ProtocolError,
+    decode_message,
+    dumps,
+    encode_message,
+    structure,
+    unstructure,
+)
+from ahp.protocol.jsonrpc import (
+    ErrorCode,
+    JsonRpcError,
+    JsonRpcErrorObject,
+    JsonRpcMessage,
+    JsonRpcNotification,
+    JsonRpcRequest,
+    JsonRpcSuccess,
+)
+from ahp.protocol.rope import Rope
+from ahp.protocol.state import (
+    ROOT_URI,
+    TERMINAL_SCHEME,
+    ChannelState,
+    ClientClaim,
+    CommandPart,
+    ContentPart,
+    RootConfig,
+    RootState,
+    SessionClaim,
+    Snapshot,
+    TerminalClaim,
+    TerminalInfo,
+    TerminalState,
+    UnclassifiedPart,
+    part_text,
+)
+
+__all__ = [
+    "ROOT_URI",
+    "TERMINAL_SCHEME",
+    "ChannelState",
+    "ClientClaim",
+    "CommandPart",
+    "ContentPart",
+    "ErrorCode",
+    "JsonRpcError",
+    "JsonRpcErrorObject",
+    "JsonRpcMessage",
+    "JsonRpcNotification",
+    "JsonRpcRequest",
+    "JsonRpcSuccess",
+    "ProtocolError",
+    "RootConfig",
+    "RootState",
+    "Rope",
+    "SessionClaim",
+    "Snapshot",
+    "TerminalClaim",
+    "TerminalInfo",
+    "TerminalState",
+    "UnclassifiedPart",
+    "decode_message",
+    "dumps",
+    "encode_message",
+    "part_text",
+    "structure",
+    "unstructure",
+]
+
+from ahp.protocol import actions as _actions
+
+__all__ += _actions.__all__

@@ -1,0 +1,284 @@
+"""The one converter: wire JSON <-> protocol classes.
+
+Why one module: every rule about the wire shape lives here and nowhere else —
+optional fields are omitted rather than written as ``null``; discriminators
+(``type`` for actions and content parts, ``kind`` for claims) are always
+written; unknown action types survive as :class:`UnknownAction` and re-encode
+verbatim; unknown extra keys are ignored; scalars are checked strictly (a
+``"5"`` is not a number, ``true`` is not an integer). Anything malformed raises
+:class:`ProtocolError`, which carries a JSON path such as ``$.action.cols`` for
+the ``-32602`` error data.
+
+The converter is cattrs' orjson preconf, built once at import. Encoding returns
+``str`` (not ``bytes``): AHP requires WebSocket *text* frames.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, Final, TypeVar
+
+import orjson
+from cattrs import ClassValidationError, IterableValidationError, transform_error
+from cattrs.preconf.orjson import make_converter
+from cattrs.strategies import configure_tagged_union
+
+from ahp.protocol.actions import StateAction, UnknownAction
+from ahp.protocol.jsonrpc import (
+    JsonRpcError,
+    JsonRpcErrorObject,
+    JsonRpcMessage,
+    JsonRpcNotification,
+    JsonRpcRequest,
+    JsonRpcSuccess,
+)
+from ahp.protocol.rope import Rope
+from ahp.protocol.state import ChannelState, ContentPart, RootState, TerminalClaim, TerminalState
+
+__all__ = [
+    "ProtocolError",
+    "converter",
+    "decode_json",
+    "decode_message",
+    "dumps",
+    "encode_message",
+    "structure",
+    "unstructure",
+]
+
+T = TypeVar("T")
+
+
+class ProtocolError(ValueError):
+    """A message or value that does not match the protocol.
+
+    Attributes:
+        path: JSON path of the first problem (``$`` is the value itself).
+        code: the JSON-RPC error code the server should answer with.
+    """
+
+    def __init__(self, message: str, *, path: str = "$", code: int = -32602) -> None:
+        super().__init__(message)
+        self.message = message
+        self.path = path
+        self.code = code
+
+
+converter: Final = make_converter(omit_if_default=True)
+
+
+def _strict(kind: type[Any], name: str) -> Callable[[Any, Any], Any]:
+    def hook(value: Any, _: Any) -> Any:
+        if type(value) is bool and kind is not bool:
+            raise TypeError(f"expected {name}, got a boolean")
+        if kind is int and type(value) is float and value.is_integer():
+            return int(value)
+        if not isinstance(value, kind):
+            raise TypeError(f"expected {name}, got {type(value).__name__}")
+        return value
+
+    return hook
+
+
+converter.register_structure_hook(int, _strict(int, "an integer"))
+converter.register_structure_hook(str, _strict(str, "a string"))
+converter.register_structure_hook(bool, _strict(bool, "a boolean"))
+
+
+def _structure_json_object(value: Any, _: Any) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise TypeError(f"expected an object, got {type(value).__name__}")
+    return value
+
+
+converter.register_structure_hook_func(lambda t: t == dict[str, Any], _structure_json_object)
+converter.register_structure_hook(Rope, lambda v, _: Rope(_strict(str, "a string")(v, None)))
+converter.register_unstructure_hook(Rope, str)
+
+
+def _structure_list(value: Any, _: Any) -> tuple[Any, ...]:
+    if not isinstance(value, list):
+        raise TypeError(f"expected an array, got {type(value).__name__}")
+    return tuple(value)
+
+
+converter.register_structure_hook_func(lambda t: t == tuple[Any, ...], _structure_list)
+converter.register_unstructure_hook_func(lambda t: t == tuple[Any, ...], list)
+
+
+def _class_tag(name: str) -> Callable[[type[Any]], str]:
+    def tag(cl: type[Any]) -> str:
+        value: str = getattr(cl, name)
+        return value
+
+    return tag
+
+
+configure_tagged_union(TerminalClaim, converter, tag_name="kind", tag_generator=_class_tag("KIND"))
+configure_tagged_union(ContentPart, converter, tag_name="type", tag_generator=_class_tag("TYPE"))
+
+
+def _action_tag(cl: type[Any]) -> str:
+    tag = getattr(cl, "TYPE", None)
+    return tag if isinstance(tag, str) else "\x00unknown"
+
+
+converter.register_structure_hook(
+    UnknownAction, lambda value, _: UnknownAction(_structure_json_object(value, None))
+)
+configure_tagged_union(
+    StateAction, converter, tag_name="type", tag_generator=_action_tag, default=UnknownAction
+)
+_tagged_action_unstructure = converter.get_unstructure_hook(StateAction)
+
+
+def _unstructure_action(action: Any) -> Any:
+    if action.__class__ is UnknownAction:
+        return dict(action.raw)
+    return _tagged_action_unstructure(action)
+
+
+converter.register_unstructure_hook(StateAction, _unstructure_action)
+_structure_action_tagged = converter.get_structure_hook(StateAction)
+
+
+def _structure_action(value: Any, cl: Any) -> Any:
+    if not isinstance(value, dict):
+        raise TypeError(f"expected an action object, got {type(value).__name__}")
+    if not isinstance(value.get("type"), str):
+        raise TypeError("action needs a string 'type'")
+    return _structure_action_tagged(value, cl)
+
+
+converter.register_structure_hook(StateAction, _structure_action)
+
+
+def _structure_channel_state(value: Any, _: Any) -> ChannelState:
+    # Terminal states have a required 'content'; root states a required 'agents'.
+    if isinstance(value, dict) and "content" in value:
+        return converter.structure(value, TerminalState)
+    return converter.structure(value, RootState)
+
+
+converter.register_structure_hook(ChannelState, _structure_channel_state)
+
+
+def _first_error(exc: Exception) -> tuple[str, str]:
+    messages = (
+        transform_error(exc)
+        if isinstance(exc, ClassValidationError | IterableValidationError)
+        else [str(exc)]
+    )
+    first = messages[0] if messages else str(exc)
+    text, sep, path = first.rpartition(" @ ")
+    return (text, path) if sep else (first, "$")
+
+
+def structure(value: Any, cl: type[T]) -> T:
+    """Build a protocol value from JSON data; raise :class:`ProtocolError` if malformed."""
+    try:
+        return converter.structure(value, cl)
+    except (ClassValidationError, IterableValidationError) as exc:
+        message, path = _first_error(exc)
+        raise ProtocolError(f"{message} at {path}", path=path) from None
+    except (TypeError, ValueError, KeyError, AttributeError) as exc:
+        raise ProtocolError(f"{exc} at $", path="$") from None
+
+
+def unstructure(value: Any, cl: Any = None) -> Any:
+    """JSON-ready data for a protocol value (optional fields omitted)."""
+    return converter.unstructure(value, cl) if cl is not None else converter.unstructure(value)
+
+
+def dumps(data: Any) -> str:
+    """Serialise JSON-ready data to a compact ``str`` (text frame payload)."""
+    return orjson.dumps(data).decode()
+
+
+def decode_json(frame: str | bytes) -> Any:
+    """Parse a frame; invalid JSON (or invalid UTF-8) raises ``ProtocolError(code=-32700)``."""
+    try:
+        return orjson.loads(frame)
+    except orjson.JSONDecodeError as exc:
+        raise ProtocolError(f"parse error: {exc}", code=-32700) from None
+
+
+_VALID_ID_TYPES: Final = (int, float, str, type(None))
+
+
+def _check_id(message: Mapping[str, Any]) -> Any:
+    msg_id = message["id"]
+    if type(msg_id) is bool or not isinstance(msg_id, _VALID_ID_TYPES):
+        raise ProtocolError("'id' must be a number, a string or null", path="$.id", code=-32600)
+    return msg_id
+
+
+def decode_message(frame: str | bytes | Any) -> JsonRpcMessage:
+    """Decode one JSON-RPC 2.0 message from a frame (or already-parsed JSON).
+
+    Raises ``ProtocolError`` with ``code`` -32700 (not JSON) or -32600 (not a
+    JSON-RPC message; this includes batches, which AHP does not define).
+    """
+    data = decode_json(frame) if isinstance(frame, str | bytes) else frame
+    if not isinstance(data, dict):
+        kind = "a batch (array)" if isinstance(data, list) else type(data).__name__
+        raise ProtocolError(f"expected a JSON-RPC object, got {kind}", code=-32600)
+    if data.get("jsonrpc") != "2.0":
+        raise ProtocolError("'jsonrpc' must be \"2.0\"", path="$.jsonrpc", code=-32600)
+    if "method" in data:
+        method = data["method"]
+        if not isinstance(method, str):
+            raise ProtocolError("'method' must be a string", path="$.method", code=-32600)
+        params = data.get("params")
+        if params is not None and not isinstance(params, dict | list):
+            raise ProtocolError("'params' must be an object", path="$.params", code=-32600)
+        if "id" in data:
+            return JsonRpcRequest(id=_check_id(data), method=method, params=params)
+        return JsonRpcNotification(method=method, params=params)
+    if "id" in data and "result" in data:
+        return JsonRpcSuccess(id=_check_id(data), result=data["result"])
+    if "id" in data and "error" in data:
+        error = data["error"]
+        if not (
+            isinstance(error, dict)
+            and type(error.get("code")) is int
+            and isinstance(error.get("message"), str)
+        ):
+            raise ProtocolError("malformed 'error' object", path="$.error", code=-32600)
+        return JsonRpcError(
+            id=_check_id(data),
+            error=JsonRpcErrorObject(
+                code=error["code"], message=error["message"], data=error.get("data")
+            ),
+        )
+    raise ProtocolError("not a JSON-RPC request, notification or response", code=-32600)
+
+
+def message_to_json(message: JsonRpcMessage) -> dict[str, Any]:
+    """JSON-ready data for a JSON-RPC message (``jsonrpc`` always written)."""
+    out: dict[str, Any] = {"jsonrpc": "2.0"}
+    match message:
+        case JsonRpcRequest(id=msg_id, method=method, params=params):
+            out["id"] = msg_id
+            out["method"] = method
+            if params is not None:
+                out["params"] = params
+        case JsonRpcNotification(method=method, params=params):
+            out["method"] = method
+            if params is not None:
+                out["params"] = params
+        case JsonRpcSuccess(id=msg_id, result=result):
+            out["id"] = msg_id
+            out["result"] = result
+        case JsonRpcError(id=msg_id, error=error):
+            out["id"] = msg_id
+            err: dict[str, Any] = {"code": error.code, "message": error.message}
+            if error.data is not None:
+                err["data"] = error.data
+            out["error"] = err
+    return out
+
+
+def encode_message(message: JsonRpcMessage) -> str:
+    """Serialise a JSON-RPC message to one text frame."""
+    return dumps(message_to_json(message))

@@ -1,0 +1,135 @@
+"""Channel state types: the terminal channel and the root catalogue.
+
+Why frozen attrs classes: reducers return new values and never mutate old ones,
+so a snapshot handed to a subscriber (or kept in the replay log) stays valid
+forever without copying. Optional fields default to ``None`` and are *omitted*
+on the wire (never written as ``null``); the codec in :mod:`ahp.protocol.codec`
+owns that rule. Part texts are :class:`~ahp.protocol.rope.Rope` values so that
+appending output stays O(chunk) while old states are alive; ``str(part.value)``
+gives the text.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Final
+
+from attrs import field, frozen
+
+from ahp.protocol.rope import Rope
+
+ROOT_URI: Final = "ahp-root://"
+TERMINAL_SCHEME: Final = "ahp-terminal:"
+
+
+def _rope(value: Rope | str) -> Rope:
+    return value if isinstance(value, Rope) else Rope(value)
+
+
+@frozen
+class ClientClaim:
+    """The terminal is held by a connected client."""
+
+    KIND: ClassVar[str] = "client"
+    clientId: str
+
+
+@frozen
+class SessionClaim:
+    """The terminal is held by a session, optionally narrowed to a turn / tool call."""
+
+    KIND: ClassVar[str] = "session"
+    session: str
+    turnId: str | None = None
+    toolCallId: str | None = None
+
+
+TerminalClaim = ClientClaim | SessionClaim
+
+
+@frozen
+class UnclassifiedPart:
+    """Output before, between or after commands, or from a terminal without detection."""
+
+    TYPE: ClassVar[str] = "unclassified"
+    value: Rope = field(converter=_rope)
+
+
+@frozen
+class CommandPart:
+    """One detected command: its command line and its own output."""
+
+    TYPE: ClassVar[str] = "command"
+    commandId: str
+    commandLine: str
+    output: Rope = field(converter=_rope)
+    timestamp: int
+    isComplete: bool
+    exitCode: int | None = None
+    durationMs: int | None = None
+
+
+ContentPart = UnclassifiedPart | CommandPart
+
+
+def part_text(part: ContentPart) -> Rope:
+    """The text of a part, whatever its type."""
+    return part.output if isinstance(part, CommandPart) else part.value
+
+
+@frozen
+class TerminalState:
+    """Full state of one terminal channel (``ahp-terminal:/<id>``)."""
+
+    title: str
+    claim: TerminalClaim
+    content: tuple[ContentPart, ...]
+    cwd: str | None = None
+    cols: int | None = None
+    rows: int | None = None
+    exitCode: int | None = None
+    supportsCommandDetection: bool | None = None
+    isPty: bool | None = None
+
+    def text(self) -> str:
+        """The naive VT stream: every part's text, concatenated."""
+        return "".join(str(part_text(p)) for p in self.content)
+
+
+@frozen
+class TerminalInfo:
+    """Catalogue entry for one terminal on the root channel."""
+
+    resource: str
+    title: str
+    claim: TerminalClaim
+    exitCode: int | None = None
+
+
+@frozen
+class RootConfig:
+    """Host configuration carried through on the root channel (opaque here)."""
+
+    schema: dict[str, Any]
+    values: dict[str, Any]
+
+
+@frozen
+class RootState:
+    """State of ``ahp-root://``: a terminal host has no agents, only terminals."""
+
+    agents: tuple[Any, ...]
+    terminals: tuple[TerminalInfo, ...] | None = None
+    activeSessions: int | None = None
+    config: RootConfig | None = None
+
+
+ChannelState = TerminalState | RootState
+
+
+@frozen
+class Snapshot:
+    """A channel's state at ``fromSeq`` (later envelopes have a larger serverSeq)."""
+
+    resource: str
+    state: ChannelState
+    fromSeq: int
