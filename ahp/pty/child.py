@@ -1,0 +1,324 @@
+"""One running child process and the fds that talk to it: :class:`Child`.
+
+Why this module exists: the engine needs a small, honest handle on a child that it
+can read from, write to, resize, signal and, above all, always clean up. Everything
+that can leak (the pty master or the two pipe ends, the pidfd, the zombie) is owned
+by exactly one ``Child`` and released by :meth:`Child.terminate`, which is
+idempotent and safe under cancellation.
+
+Buffering: there is none in this module. :meth:`Child.read_nowait` is a single
+``read(2)``; :meth:`Child.write` hands bytes to the kernel in slices of at most
+:data:`WRITE_CHUNK` and returns once every byte has been accepted by the pty or the
+pipe. The only buffers are the kernel's (a pty holds a few KiB each way, a pipe 64 KiB).
+
+Reaping: trio's :class:`trio.Process` reaps through a pidfd; no ``SIGCHLD`` handler
+is installed anywhere. Signals are only ever sent while the child has not been
+reaped, so a recycled pid can never be hit.
+
+Linux pty facts this module relies on (see ``tests/test_pty.py``):
+
+* once every slave fd is closed, ``read`` on the master fails with ``EIO`` after the
+  buffered output is drained; this is reported as EOF (``b""``);
+* ``write`` on such a master still *succeeds* into a dead buffer until it fills and
+  then fails with ``EAGAIN`` while epoll reports ``EPOLLHUP`` (a busy loop for a
+  naive writer), so :meth:`Child.write` checks for hang-up and raises :class:`ChildGone`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+import select
+import signal
+import struct
+import termios
+from typing import Final
+
+import trio
+
+from ahp.pty.spec import check_window_size
+
+__all__ = ["DEFAULT_GRACE", "SIGTERM_GRACE", "WRITE_CHUNK", "Child", "ChildGone"]
+
+#: Largest slice handed to one ``write(2)``; a checkpoint follows every slice.
+WRITE_CHUNK: Final = 64 * 1024
+#: Seconds :meth:`Child.terminate` waits after ``SIGHUP`` before ``SIGTERM``.
+DEFAULT_GRACE: Final = 2.0
+#: Upper bound (seconds) on the wait between ``SIGTERM`` and ``SIGKILL``.
+SIGTERM_GRACE: Final = 1.0
+
+_HANGUP_EVENTS: Final = select.POLLHUP | select.POLLERR | select.POLLNVAL
+_WINSIZE: Final = struct.Struct("HHHH")  # rows, cols, xpixel, ypixel
+
+
+class ChildGone(trio.BrokenResourceError):
+    """The input side is gone: the child closed it, exited, or the pty hung up.
+
+    Raised by :meth:`Child.write`; the underlying ``OSError`` (``EIO``/``EPIPE``), if
+    any, is the ``__cause__``. The child may still be running; :meth:`Child.wait`
+    is the authority on exit.
+    """
+
+
+def set_window_size(fd: int, cols: int, rows: int) -> None:
+    """``TIOCSWINSZ`` on a pty fd; the kernel sends ``SIGWINCH`` to the foreground job."""
+    fcntl.ioctl(fd, termios.TIOCSWINSZ, _WINSIZE.pack(rows, cols, 0, 0))
+
+
+def _hung_up(fd: int) -> bool:
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT)
+    return any(events & _HANGUP_EVENTS for _, events in poller.poll(0))
+
+
+class Child:
+    """Owns one child process and its fds. Created by ``await spawn(spec)``.
+
+    Ownership: the ``Child`` owns the pty master (pty mode) or the parent ends of the
+    stdin and output pipes (pipe mode), plus the ``trio.Process`` and its pidfd. Each
+    fd is closed exactly once, by :meth:`close_fds` (called by :meth:`terminate`),
+    and the attribute is set to ``-1`` first. Never key anything by fd number.
+
+    Concurrency: at most one task may read (:meth:`wait_readable`) and one task may
+    write (:meth:`write`) at a time; they may be different tasks. A second
+    concurrent reader or writer gets ``trio.BusyResourceError``.
+
+    Attributes:
+        pid: Process id of the child; after setup it is also its session id and
+            process group id (pty mode: after ``setsid`` ran in the child, a few
+            milliseconds after :func:`spawn` returns; pipe mode: immediately).
+        is_pty: Whether the child runs on a pty (``False``: plain pipes).
+    """
+
+    def __init__(
+        self, process: trio.Process, *, is_pty: bool, input_fd: int, output_fd: int
+    ) -> None:
+        """Take ownership of ``process`` and the fds; use :func:`spawn` instead."""
+        self._process: Final = process
+        self.pid: Final = process.pid
+        self.is_pty: Final = is_pty
+        self._input_fd = input_fd  # pty mode: the same number as _output_fd (one master)
+        self._output_fd = output_fd
+        self._writing = False
+        self._terminated = False
+
+    def __repr__(self) -> str:
+        mode = "pty" if self.is_pty else "pipes"
+        return f"<Child pid={self.pid} {mode} returncode={self.returncode}>"
+
+    @property
+    def output_fd(self) -> int:
+        """Non-blocking fd output is read from (pty master or pipe read end); -1 once closed."""
+        return self._output_fd
+
+    @property
+    def input_fd(self) -> int:
+        """Non-blocking fd that input is written to (pty master or stdin pipe); -1 once closed."""
+        return self._input_fd
+
+    @property
+    def returncode(self) -> int | None:
+        """``None`` while running, else the raw status: ``>= 0`` exit code, ``-N`` signal N.
+
+        Reading it reaps the child if it has exited (a non-blocking ``waitpid``).
+        """
+        return self._process.returncode
+
+    # -- output ---------------------------------------------------------------------
+
+    def read_nowait(self, max_bytes: int) -> bytes | None:
+        """One ``read(2)`` of at most ``max_bytes`` from the output fd.
+
+        Returns:
+            The bytes read; ``b""`` at EOF (pipe EOF, or ``EIO`` on a pty master once
+            every slave fd is closed; repeated reads keep returning ``b""``); ``None``
+            when nothing is available right now (then ``await wait_readable()``).
+
+        EOF means every holder of the slave/pipe closed it, which is *not* the same
+        as the child exiting: a background grandchild can keep it open.
+
+        Raises:
+            trio.ClosedResourceError: After :meth:`close_fds`.
+            ValueError: If ``max_bytes < 1`` (a zero-byte read would look like EOF).
+        """
+        if max_bytes < 1:
+            raise ValueError("max_bytes must be at least 1")
+        fd = self._output_fd
+        if fd < 0:
+            raise trio.ClosedResourceError("the child's output fd is closed")
+        try:
+            return os.read(fd, max_bytes)
+        except BlockingIOError:
+            return None
+        except OSError as exc:
+            if self.is_pty and exc.errno == errno.EIO:
+                return b""  # Linux reports pty EOF as EIO
+            raise
+
+    async def wait_readable(self) -> None:
+        """Block until the output fd is readable (data, EOF or hang-up).
+
+        Cancellation: safe; nothing is consumed.
+
+        Raises:
+            trio.ClosedResourceError: If the fds are closed before or while waiting.
+            trio.BusyResourceError: If another task is already waiting.
+        """
+        fd = self._output_fd
+        if fd < 0:
+            raise trio.ClosedResourceError("the child's output fd is closed")
+        await trio.lowlevel.wait_readable(fd)
+
+    # -- input ----------------------------------------------------------------------
+
+    async def write(self, data: bytes) -> None:
+        """Write all of ``data`` to the child's input without ever blocking the loop.
+
+        Data goes out in slices of at most :data:`WRITE_CHUNK` bytes with a checkpoint
+        after each slice, and the task sleeps on writability whenever the kernel
+        buffer is full, so a 10 MB paste neither blocks nor starves the event loop.
+
+        Cancellation: allowed at every checkpoint; when cancelled, an unknown prefix
+        of ``data`` has been written and the rest has not.
+
+        Raises:
+            ChildGone: The pty hung up (no slave fd open any more) or the pipe's
+                reader is gone (``EPIPE``/``EIO``).
+            trio.ClosedResourceError: If the fds are closed before or during the write.
+            trio.BusyResourceError: If another task is writing.
+        """
+        if self._writing:
+            raise trio.BusyResourceError("another task is already writing to this child")
+        self._writing = True
+        try:
+            await trio.lowlevel.checkpoint_if_cancelled()
+            view = memoryview(data).cast("B")
+            while view:
+                fd = self._input_fd
+                if fd < 0:
+                    raise trio.ClosedResourceError("the child's input fd is closed")
+                # A hung-up pty master swallows writes, then reports EAGAIN while epoll
+                # reports EPOLLHUP forever: check instead of spinning (pipes raise EPIPE).
+                if self.is_pty and _hung_up(fd):
+                    raise ChildGone("the pty hung up: no process holds the terminal")
+                try:
+                    written = os.write(fd, view[:WRITE_CHUNK])
+                except BlockingIOError:
+                    await trio.lowlevel.wait_writable(fd)
+                    continue
+                except OSError as exc:
+                    if exc.errno in (errno.EIO, errno.EPIPE):
+                        raise ChildGone(f"the child's input is gone: {exc.strerror}") from exc
+                    raise
+                view = view[written:]
+                await trio.lowlevel.checkpoint()
+        finally:
+            self._writing = False
+
+    def resize(self, cols: int, rows: int) -> None:
+        """Set the pty window size; the kernel sends ``SIGWINCH`` to the foreground job.
+
+        A no-op in pipe mode and after :meth:`close_fds` (resizing a dead terminal is
+        harmless, and a late resize request must not crash the caller).
+
+        Raises:
+            ValueError: If a dimension is outside ``1..65535``.
+        """
+        check_window_size(cols, rows)
+        if self.is_pty and self._output_fd >= 0:
+            set_window_size(self._output_fd, cols, rows)
+
+    # -- lifecycle ------------------------------------------------------------------
+
+    def signal_group(self, sig: int) -> None:
+        """Send ``sig`` to the child's process group (``killpg(pid, sig)``).
+
+        Does nothing once the child has been reaped (its pid may be reused). In the
+        few milliseconds after a pty spawn before ``setsid`` ran in the child, the group
+        does not exist yet and the signal goes to the child's pid alone.
+        ``ProcessLookupError`` is ignored.
+        """
+        if self._process.returncode is not None:  # invariant: never signal a reaped pid
+            return
+        try:
+            os.killpg(self.pid, sig)
+        except ProcessLookupError:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, sig)
+
+    async def wait(self) -> int | None:
+        """Wait for the child to exit and reap it.
+
+        Returns:
+            The exit code for a normal exit, ``None`` if a signal killed the child
+            (the signal number is ``-returncode``).
+
+        Cancellation: safe; the child is left running and unreaped, so a later
+        :meth:`wait` or :meth:`terminate` must still be called.
+        """
+        status = await self._process.wait()
+        return status if status >= 0 else None
+
+    async def terminate(self, grace: float = DEFAULT_GRACE) -> None:
+        """Stop the child if it runs, reap it and close every fd. Idempotent.
+
+        Escalation, each step only while the child is still alive: ``SIGHUP`` (what a
+        closing terminal sends) plus ``SIGCONT`` to the process group, then up to
+        ``grace`` seconds; ``SIGTERM`` plus ``SIGCONT``, then up to
+        ``min(grace, SIGTERM_GRACE)`` seconds; ``SIGKILL``. ``SIGCONT`` lets a stopped
+        child act on the signal. Processes that left the group (``setsid``, job-control
+        shells' background jobs) are not chased.
+
+        Cancellation: if cancelled during a grace period, escalation jumps straight to
+        ``SIGKILL``; the reap itself is shielded, so the child is always reaped and
+        the fds are always closed before this returns or raises. Unread output is lost.
+        """
+        if grace < 0:
+            raise ValueError("grace must not be negative")
+        try:
+            if not self._terminated:
+                for sig, wait_for in (
+                    (signal.SIGHUP, grace),
+                    (signal.SIGTERM, min(grace, SIGTERM_GRACE)),
+                ):
+                    if self._process.returncode is not None:
+                        break
+                    self._signal_quietly(sig)
+                    self._signal_quietly(signal.SIGCONT)
+                    with trio.move_on_after(wait_for):
+                        await self._process.wait()
+            else:
+                await trio.lowlevel.checkpoint()
+        finally:
+            if self._process.returncode is None:
+                self._signal_quietly(signal.SIGKILL)
+            with trio.CancelScope(shield=True):
+                await self._process.wait()
+            self._terminated = True
+            self.close_fds()
+
+    def _signal_quietly(self, sig: int) -> None:
+        # terminate() must reach the shielded reap whatever happens here
+        with contextlib.suppress(PermissionError):
+            self.signal_group(sig)
+
+    def close_fds(self) -> None:
+        """Close every fd this child owns. Idempotent; does not touch the process.
+
+        Tasks blocked in :meth:`wait_readable` or :meth:`write` on these fds are woken
+        with ``trio.ClosedResourceError``. Closing the pty master hangs up the
+        terminal (the kernel sends ``SIGHUP`` to the foreground job).
+        """
+        fds = {self._input_fd, self._output_fd} - {-1}  # pty mode: one master, closed once
+        self._input_fd = self._output_fd = -1  # invariant: -1 *before* close, never twice
+        for fd in fds:
+            with contextlib.suppress(RuntimeError):  # not inside trio.run: nobody waits
+                trio.lowlevel.notify_closing(fd)
+            os.close(fd)
+
+    def __del__(self) -> None:
+        # Last resort against fd leaks, like trio's _FdHolder; the process is trio's.
+        with contextlib.suppress(Exception):
+            self.close_fds()

@@ -1,0 +1,193 @@
+"""Starting a child on a pty (or on pipes): :func:`spawn`.
+
+Why this module exists: a terminal child needs three things that ``subprocess`` does
+not give in one call: its own session, the pty slave as its *controlling* terminal
+(without it, ``^C`` written to the master interrupts nothing) and a parent that kept
+no copy of the slave (without that, EOF never arrives). Doing it with ``fork`` from
+Python, ``pty.fork`` or ``preexec_fn`` is unsafe in a threaded Trio process (trio runs
+``Popen`` in a worker thread). So the child execs a tiny launcher first:
+
+* ``setsid -c argv...`` (util-linux): the ``Popen`` child is not a process-group
+  leader, so ``setsid()`` succeeds without forking (the pid we hold is the real
+  child), and ``-c`` makes stdin, the slave, the controlling terminal;
+* if ``setsid`` is missing, ``python -I -S -c HELPER argv...`` does the same with
+  ``os.setsid()``, ``ioctl(0, TIOCSCTTY)`` and ``os.execvp`` (after restoring the
+  ``SIGPIPE``/``SIGXFSZ`` dispositions that the interpreter changed).
+
+Pipe mode needs no terminal: ``start_new_session=True`` gives the child its own
+process group so that :meth:`Child.signal_group` works the same way.
+
+Ownership and failure: every fd opened here is close-on-exec from creation (``openpty``
+and ``pipe2(O_CLOEXEC)``, so a concurrent spawn in another thread cannot inherit a
+slave or pipe end and delay our EOF), and is
+either handed to the returned :class:`Child` or closed before :func:`spawn` returns
+or raises. Validation runs before anything is opened; an ``OSError`` from ``Popen``
+becomes :class:`SpawnError` (``subprocess`` reaps a child that failed before exec).
+
+Cancellation: :func:`spawn` may be cancelled before the process starts (nothing is
+left behind). Once ``Popen`` runs in its worker thread it is not abandoned; the
+``Child`` is then returned without another checkpoint, so the caller always receives
+ownership of a started process and must ``terminate()`` it (a pending cancellation
+fires at the caller's next checkpoint).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+import sys
+import termios
+from collections.abc import Sequence
+from contextlib import ExitStack
+from typing import Final
+
+import trio
+
+from ahp.pty.child import Child, set_window_size
+from ahp.pty.spec import SpawnError, SpawnSpec, validate
+
+__all__ = ["CTTY_HELPER", "default_launcher", "python_launcher", "spawn", "spawn_with"]
+
+#: ``termios.IUTF8`` (Linux); typeshed lacks it, the value is fixed by the kernel ABI.
+IUTF8: Final[int] = getattr(termios, "IUTF8", 0o040000)
+
+#: Source run by ``python -c`` when ``setsid`` is not installed. ``sys.argv[1:]`` is
+#: the child's argv; exit status 127 with a message if the exec fails.
+CTTY_HELPER: Final = """\
+import fcntl, os, signal, sys, termios
+os.setsid()
+fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+for sig in (signal.SIGPIPE, signal.SIGXFSZ):
+    signal.signal(sig, signal.SIG_DFL)
+try:
+    os.execvp(sys.argv[1], sys.argv[1:])
+except OSError as exc:
+    os.write(2, f"ahp: cannot execute {sys.argv[1]!r}: {exc.strerror}\\r\\n".encode())
+    os._exit(127)
+"""
+
+
+def python_launcher() -> tuple[str, ...]:
+    """Argv prefix that runs :data:`CTTY_HELPER` with this interpreter."""
+    if not sys.executable:
+        raise SpawnError("cannot set a controlling terminal: no 'setsid' and no Python binary")
+    return (sys.executable, "-I", "-S", "-c", CTTY_HELPER)
+
+
+@functools.cache
+def default_launcher() -> tuple[str, ...]:
+    """Argv prefix that gives the child a session and the pty as controlling terminal.
+
+    ``setsid -c`` found on *this* process's ``PATH`` (resolved once), else
+    :func:`python_launcher`.
+    """
+    setsid = shutil.which("setsid")
+    if setsid is not None:
+        return (os.path.abspath(setsid), "-c")
+    return python_launcher()
+
+
+async def spawn(spec: SpawnSpec) -> Child:
+    """Validate ``spec``, start the child and hand over ownership as a :class:`Child`.
+
+    Pty mode: a fresh pty with the spec's window size (and ``IUTF8`` set, so that
+    line editing erases whole UTF-8 characters); the slave is the child's stdin,
+    stdout, stderr and controlling terminal, in a new session. Pipe mode: a stdin
+    pipe and one pipe shared by stdout and stderr, in a new session.
+
+    Raises:
+        SpawnError: If the spec is invalid or the process could not be started; no fd
+            and no process is left behind.
+    """
+    return await spawn_with(spec, launcher=default_launcher() if spec.use_pty else ())
+
+
+async def spawn_with(spec: SpawnSpec, *, launcher: Sequence[str]) -> Child:
+    """:func:`spawn` with an explicit launcher prefix for pty mode (used by tests).
+
+    ``launcher`` must exec ``argv`` in place (same pid) after making the pty on
+    stdin the controlling terminal of a new session; it is ignored in pipe mode.
+    """
+    validate(spec)
+    if spec.use_pty:
+        return await _spawn_pty(spec, tuple(launcher))
+    return await _spawn_pipes(spec)
+
+
+async def _spawn_pty(spec: SpawnSpec, launcher: tuple[str, ...]) -> Child:
+    master, slave = os.openpty()
+    with ExitStack() as on_error:
+        on_error.callback(os.close, master)
+        with ExitStack() as always:
+            always.callback(os.close, slave)  # invariant: no parent copy of the slave survives
+            for fd in (master, slave):
+                os.set_inheritable(fd, False)  # CLOEXEC: concurrent spawns must not inherit it
+            os.set_blocking(master, False)
+            set_window_size(master, spec.cols, spec.rows)
+            _enable_iutf8(slave)
+            process = await _open_process(
+                spec,
+                [*launcher, *spec.argv],
+                stdin=slave,
+                stdout=slave,
+                stderr=slave,
+                start_new_session=False,  # the launcher calls setsid(); a leader could not
+            )
+        # From here on: no checkpoint until the Child owns everything.
+        on_error.pop_all()
+    return Child(process, is_pty=True, input_fd=master, output_fd=master)
+
+
+async def _spawn_pipes(spec: SpawnSpec) -> Child:
+    with ExitStack() as on_error, ExitStack() as always:
+        stdin_read, stdin_write = os.pipe2(os.O_CLOEXEC)
+        always.callback(os.close, stdin_read)
+        on_error.callback(os.close, stdin_write)
+        output_read, output_write = os.pipe2(os.O_CLOEXEC)
+        always.callback(os.close, output_write)  # else EOF never arrives
+        on_error.callback(os.close, output_read)
+        os.set_blocking(stdin_write, False)
+        os.set_blocking(output_read, False)
+        process = await _open_process(
+            spec,
+            list(spec.argv),
+            stdin=stdin_read,
+            stdout=output_write,
+            stderr=output_write,
+            start_new_session=True,
+        )
+        # From here on: no checkpoint until the Child owns everything.
+        on_error.pop_all()
+    return Child(process, is_pty=False, input_fd=stdin_write, output_fd=output_read)
+
+
+async def _open_process(
+    spec: SpawnSpec,
+    command: list[str],
+    *,
+    stdin: int,
+    stdout: int,
+    stderr: int,
+    start_new_session: bool,
+) -> trio.Process:
+    try:
+        return await trio.lowlevel.open_process(
+            command,
+            stdin=stdin,
+            stdout=stdout,
+            stderr=stderr,
+            close_fds=True,
+            cwd=spec.cwd,
+            env=dict(spec.env),
+            start_new_session=start_new_session,
+        )
+    except (OSError, ValueError, subprocess.SubprocessError) as exc:
+        raise SpawnError(f"could not start {spec.argv[0]!r}: {exc}") from exc
+
+
+def _enable_iutf8(fd: int) -> None:
+    attrs = termios.tcgetattr(fd)
+    attrs[0] |= IUTF8  # iflag
+    termios.tcsetattr(fd, termios.TCSANOW, attrs)
