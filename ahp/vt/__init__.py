@@ -1,0 +1,45 @@
+"""Pure terminal-stream processing: escape scanning and shell-integration tracking.
+
+Nothing in this package performs I/O, reads a clock or imports trio, ``os``,
+``socket`` or ``fcntl`` (``tests/test_vt_boundary.py`` enforces it): the engine
+feeds bytes and timestamps in and publishes what comes out.
+"""
+
+from ahp.vt.events import (
+    CommandFinished,
+    CommandLine,
+    CommandStart,
+    CwdReported,
+    Event,
+    PromptEnd,
+    PromptStart,
+    Property,
+    ShellIntegrationEvent,
+    Text,
+    TitleChanged,
+)
+from ahp.vt.integration import CommandTracker, events_to_actions
+from ahp.vt.scanner import MAX_PENDING_ESCAPE, MIN_PENDING_ESCAPE, Scanner, unescape_value
+from ahp.vt.uri import file_uri_to_path, path_to_file_uri
+
+__all__ = [
+    "MAX_PENDING_ESCAPE",
+    "MIN_PENDING_ESCAPE",
+    "CommandFinished",
+    "CommandLine",
+    "CommandStart",
+    "CommandTracker",
+    "CwdReported",
+    "Event",
+    "PromptEnd",
+    "PromptStart",
+    "Property",
+    "Scanner",
+    "ShellIntegrationEvent",
+    "Text",
+    "TitleChanged",
+    "events_to_actions",
+    "file_uri_to_path",
+    "path_to_file_uri",
+    "unescape_value",
+]

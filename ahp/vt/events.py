@@ -1,0 +1,107 @@
+"""Events produced by :class:`ahp.vt.scanner.Scanner`.
+
+Why separate classes rather than tuples: the engine and the command tracker
+dispatch with ``match event:``, and frozen attrs classes give exhaustive,
+typed patterns, cheap equality for tests and immutability (an event list can be
+handed around without copying). Every event is pure data: nothing here knows
+about clocks, actions or the wire.
+"""
+
+from __future__ import annotations
+
+from attrs import frozen
+
+__all__ = [
+    "CommandFinished",
+    "CommandLine",
+    "CommandStart",
+    "CwdReported",
+    "Event",
+    "PromptEnd",
+    "PromptStart",
+    "Property",
+    "ShellIntegrationEvent",
+    "Text",
+    "TitleChanged",
+]
+
+
+@frozen
+class Text:
+    """Decoded terminal output to publish (never empty).
+
+    It keeps every escape sequence the scanner passes through (colours, cursor
+    movement, OSC 8 links, titles); shell-integration sequences are removed.
+    """
+
+    data: str
+
+
+@frozen
+class TitleChanged:
+    """OSC 0 or OSC 2 set the window title (the sequence itself stays in the text)."""
+
+    title: str
+
+
+@frozen
+class CwdReported:
+    """The shell reported its working directory, as a normalised ``file:///`` URI.
+
+    Sources: OSC 7 (passed through in the text, ``shell_integration=False``),
+    ``OSC 633 ; P ; Cwd=<path>`` (removed from the text, ``shell_integration=True``)
+    and OSC 1337 ``CurrentDir=<path>`` (passed through).
+    """
+
+    uri: str
+    shell_integration: bool = False
+
+
+@frozen
+class PromptStart:
+    """``633;A`` / ``133;A``: the prompt is about to be printed."""
+
+
+@frozen
+class PromptEnd:
+    """``633;B`` / ``133;B``: the prompt ended; the user types the command next."""
+
+
+@frozen
+class CommandStart:
+    """``633;C`` / ``133;C``: the command line was accepted; its output follows."""
+
+
+@frozen
+class CommandFinished:
+    """``633;D[;code]`` / ``133;D[;code]``: the command ended (``None``: no or bad code)."""
+
+    exit_code: int | None
+
+
+@frozen
+class CommandLine:
+    """``633;E;<command line>;<nonce>``: the (unescaped) command line about to run.
+
+    Untrusted as such: program output can forge it, so only a line whose
+    ``nonce`` equals the terminal's secret nonce may be believed.
+    """
+
+    command_line: str
+    nonce: str | None
+
+
+@frozen
+class Property:
+    """``633;P;<key>=<value>`` other than ``Cwd`` (unescaped), e.g. ``IsWindows=True``."""
+
+    key: str
+    value: str
+
+
+#: Events that only shell integration produces (all of them removed from the text).
+ShellIntegrationEvent = (
+    PromptStart | PromptEnd | CommandStart | CommandFinished | CommandLine | Property
+)
+
+Event = Text | TitleChanged | CwdReported | ShellIntegrationEvent

@@ -1,0 +1,176 @@
+"""Command tracking: scanner events plus clock readings in, AHP terminal actions out.
+
+Why a separate, clock-free object: the rules that turn shell-integration marks
+into ``terminal/command*`` actions (which command line to trust, ids, durations)
+are protocol policy, not I/O. Keeping them here, with the wall clock and the
+monotonic clock passed in by the caller, makes every rule testable with plain
+numbers. The behaviour follows the reference agent host (``ahp-wire.md`` §8.4):
+
+* the first shell-integration event of any kind (``A B C D E P``, from OSC 633
+  or OSC 133) yields ``terminal/commandDetectionAvailable``, once;
+* ``E`` remembers its command line only when its nonce equals the terminal's
+  nonce (never when the tracker has no nonce): program output can print a forged
+  ``633;E``, but it cannot know the nonce;
+* ``C`` starts ``cmd-<n>`` (a per-tracker counter from 1) with the remembered
+  line (or ``""``) and consumes that line; a second ``C`` while one runs leaves
+  the first one incomplete forever, like the reference;
+* ``D`` finishes the running command (if any) with ``durationMs`` measured on
+  the monotonic clock; a ``D`` with nothing running yields nothing;
+* cwd and title reports become ``terminal/cwdChanged`` / ``terminal/titleChanged``
+  unless they repeat the previous report.
+
+:class:`~ahp.vt.events.Text` is not an action of the tracker's: the engine turns
+it into ``terminal/data`` (see :func:`events_to_actions` for the whole fold).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from ahp.protocol.actions import (
+    TerminalAction,
+    TerminalCommandDetectionAvailable,
+    TerminalCommandExecuted,
+    TerminalCommandFinished,
+    TerminalCwdChanged,
+    TerminalData,
+    TerminalTitleChanged,
+)
+from ahp.vt.events import (
+    CommandFinished,
+    CommandLine,
+    CommandStart,
+    CwdReported,
+    Event,
+    Text,
+    TitleChanged,
+)
+
+__all__ = ["CommandTracker", "events_to_actions"]
+
+
+class CommandTracker:
+    """Per-terminal state of shell-integration command detection.
+
+    Args:
+        nonce: The secret passed to the shell (``VSCODE_NONCE``); ``None`` means
+            no command line is ever trusted.
+    """
+
+    def __init__(self, *, nonce: str | None) -> None:
+        self.nonce = nonce
+        self._detection_announced = False
+        self._command_line: str | None = None
+        self._counter = 0
+        self._running_id: str | None = None
+        self._running_since = 0.0
+        self._last_cwd: str | None = None
+        self._last_title: str | None = None
+
+    @property
+    def detection_available(self) -> bool:
+        """Whether shell integration has been seen on this terminal."""
+        return self._detection_announced
+
+    @property
+    def running_command(self) -> str | None:
+        """The id of the command started and not yet finished, if any."""
+        return self._running_id
+
+    def handle(self, event: Event, *, wall_ms: int, mono_ms: float) -> list[TerminalAction]:
+        """Apply one scanner event.
+
+        Args:
+            event: The event, in stream order.
+            wall_ms: Wall-clock time in ms since the epoch (``commandExecuted.timestamp``).
+            mono_ms: Monotonic time in ms (durations only; any origin).
+
+        Returns:
+            The actions to dispatch, in order (often none). ``Text`` yields none.
+        """
+        match event:
+            case Text():
+                return []
+            case TitleChanged(title=title):
+                if title == self._last_title:
+                    return []
+                self._last_title = title
+                return [TerminalTitleChanged(title=title)]
+            case CwdReported(uri=uri, shell_integration=via_633):
+                actions = self._announce() if via_633 else []
+                if uri != self._last_cwd:
+                    self._last_cwd = uri
+                    actions.append(TerminalCwdChanged(cwd=uri))
+                return actions
+        actions = self._announce()
+        match event:
+            case CommandLine(command_line=line, nonce=nonce):
+                if self.nonce and nonce == self.nonce:
+                    self._command_line = line
+            case CommandStart():
+                self._counter += 1
+                self._running_id = f"cmd-{self._counter}"
+                self._running_since = mono_ms
+                actions.append(
+                    TerminalCommandExecuted(
+                        commandId=self._running_id,
+                        commandLine=self._command_line or "",
+                        timestamp=wall_ms,
+                    )
+                )
+                self._command_line = None
+            case CommandFinished(exit_code=code):
+                if self._running_id is not None:
+                    duration = max(0, round(mono_ms - self._running_since))
+                    actions.append(
+                        TerminalCommandFinished(
+                            commandId=self._running_id, exitCode=code, durationMs=duration
+                        )
+                    )
+                    self._running_id = None
+            case _:
+                pass  # PromptStart, PromptEnd, Property: detection only
+        return actions
+
+    def _announce(self) -> list[TerminalAction]:
+        if self._detection_announced:
+            return []
+        self._detection_announced = True
+        return [TerminalCommandDetectionAvailable()]
+
+
+def events_to_actions(
+    tracker: CommandTracker, events: Iterable[Event], *, wall_ms: int, mono_ms: float
+) -> list[TerminalAction]:
+    """Fold a batch of scanner events into actions, text included.
+
+    Text becomes ``terminal/data``; consecutive text (also across events that
+    yield no action) is merged into one ``terminal/data``, and text is always
+    placed before the actions of the events that follow it, so output printed
+    before ``D`` lands in the command that ``D`` finishes.
+
+    Args:
+        tracker: The terminal's tracker (mutated).
+        events: Events from :meth:`ahp.vt.scanner.Scanner.feed` / ``close``.
+        wall_ms: Wall-clock ms for every event of the batch.
+        mono_ms: Monotonic ms for every event of the batch.
+
+    Returns:
+        The actions, in order.
+    """
+    actions: list[TerminalAction] = []
+    text: list[str] = []
+    for event in events:
+        if isinstance(event, Text):
+            if event.data:
+                text.append(event.data)
+            continue
+        produced = tracker.handle(event, wall_ms=wall_ms, mono_ms=mono_ms)
+        if produced:
+            if text:
+                actions.append(TerminalData(data="".join(text)))
+                text.clear()
+            actions.extend(produced)
+    if text:
+        actions.append(TerminalData(data="".join(text)))
+    return actions
