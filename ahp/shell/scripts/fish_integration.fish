@@ -1,0 +1,102 @@
+# ahp command detection for interactive fish >= 3.3 (written for ahp; see ahp/shell/__init__.py).
+#
+# Loaded with `fish [-l] --init-command 'source <this file>'`, i.e. after config.fish and conf.d,
+# right before the first prompt. Prints OSC 633:
+#   fish_preexec   E;<command line>;<nonce>  C
+#   fish_postexec  D;<status>
+#   fish_prompt    (event) bare D if no command ran since the last prompt, then P;Cwd=<dir>
+#   fish_prompt    (function) wrapped: A <the user's prompt> B
+# fish runs no preexec/postexec for an empty line, so an empty line yields only the bare D.
+
+if not status is-interactive
+    exit 0
+end
+if set -q __ahp_loaded
+    exit 0
+end
+set -g __ahp_loaded 1
+
+# Take the nonce out of the environment: commands started from here must not see it.
+set -g __ahp_nonce ''
+if set -q AHP_NONCE
+    set __ahp_nonce $AHP_NONCE
+    set -e AHP_NONCE
+end
+set -g __ahp_st 0 # 1 while a command runs (C sent, D not yet)
+set -g __ahp_dsent 0 # D printed since the last prompt
+
+# Control characters 0x01..0x1f and their escapes.
+set -g __ahp_cc
+set -g __ahp_ce
+for __ahp_i in (seq 1 31)
+    set -l h (printf '%02x' $__ahp_i)
+    set -a __ahp_cc (printf "\\x$h" | string collect --no-trim-newlines)
+    set -a __ahp_ce "\\x$h"
+end
+set -e __ahp_i
+
+# Print $argv[1] escaped for an OSC 633 payload: \ -> \\, ; -> \x3b, control chars -> \xNN.
+function __ahp_escape
+    set -l s (string replace --all -- '\\' '\\\\' "$argv[1]" | string collect)
+    set s (string replace --all -- ';' '\\x3b' "$s" | string collect)
+    for i in (seq 31)
+        set s (string replace --all -- $__ahp_cc[$i] $__ahp_ce[$i] "$s" | string collect)
+    end
+    printf '%s' "$s"
+end
+
+function __ahp_preexec --on-event fish_preexec
+    set -l line (__ahp_escape "$argv[1]")
+    printf '\e]633;E;%s;%s\a\e]633;C\a' "$line" "$__ahp_nonce"
+    set -g __ahp_st 1
+end
+
+function __ahp_postexec --on-event fish_postexec
+    set -l s $status
+    if test $__ahp_st = 1
+        printf '\e]633;D;%s\a' $s
+    else
+        printf '\e]633;D\a'
+    end
+    set -g __ahp_st 0
+    set -g __ahp_dsent 1
+end
+
+function __ahp_ret
+    return $argv[1]
+end
+
+# Wrap the current fish_prompt (also after the user replaced it, e.g. with fish_config).
+function __ahp_wrap_prompt
+    if functions -q __ahp_user_prompt
+        and functions fish_prompt | string match -q '*__ahp_user_prompt*'
+        return
+    end
+    functions -q __ahp_user_prompt; and functions -e __ahp_user_prompt
+    if functions -q fish_prompt
+        functions -c fish_prompt __ahp_user_prompt
+    else
+        function __ahp_user_prompt
+            printf '> '
+        end
+    end
+    function fish_prompt --description 'ahp: the user prompt between OSC 633 A and B'
+        # The user's prompt runs first, so it still sees the last $status and $pipestatus.
+        set -l p (__ahp_user_prompt | string collect)
+        printf '\e]633;A\a%s\e]633;B\a' "$p"
+    end
+end
+
+function __ahp_on_prompt --on-event fish_prompt
+    set -l s $status
+    if test $__ahp_dsent = 0
+        printf '\e]633;D\a'
+    end
+    set -g __ahp_dsent 0
+    set -l cwd (__ahp_escape "$PWD")
+    printf '\e]633;P;Cwd=%s\a' "$cwd"
+    __ahp_wrap_prompt
+    __ahp_ret $s
+end
+
+__ahp_wrap_prompt

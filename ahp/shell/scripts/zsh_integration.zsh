@@ -1,0 +1,173 @@
+# ahp command detection for interactive zsh (written for ahp; see ahp/shell/__init__.py).
+#
+# zsh is started with ZDOTDIR pointing at a private temporary directory whose .zshenv, .zprofile,
+# .zshrc and .zlogin each set __ahp_phase and source this file. Every phase first sources the
+# user's own file of the same name from the user's ZDOTDIR (USER_ZDOTDIR: their $ZDOTDIR, else
+# $HOME), with ZDOTDIR as it would be without us (their value, or unset) while it runs. A user
+# file may move ZDOTDIR (a .zshenv doing ZDOTDIR=~/.config/zsh is common); later phases then read
+# from the new place. After .zshrc (non-login) or .zlogin (login) ZDOTDIR is restored the same
+# way, so user commands and child shells never see the temporary directory.
+#
+# The .zshrc phase then installs hooks that print OSC 633:
+#   precmd  (first) D[;status]          precmd (last) P;Cwd=<dir>, PS1 wrapped as A <prompt> B
+#   preexec (last)  E;<command line>;<nonce>  C
+# zsh passes every precmd function the same $?, and gives preexec the full command line as
+# typed (multi-line included) in $1, so no tricks are needed.
+#
+# User file sourcing happens at the top level of this file (never inside a function) so that
+# `typeset` and friends in the user's files stay global. Everything else runs in functions under
+# `emulate -L zsh`, so the user's options cannot change how our code behaves.
+
+case ${__ahp_phase-} in
+zshenv)
+	# First file zsh reads from ZDOTDIR: take our variables out of the environment.
+	typeset -g __ahp_tmpdir=$ZDOTDIR
+	typeset -g __ahp_nonce=${AHP_NONCE-}
+	# Where the user's startup files live, and whether ZDOTDIR is set at all for them.
+	typeset -g __ahp_zd=${USER_ZDOTDIR:-$HOME}
+	typeset -gi __ahp_zd_set=0
+	[[ -n ${AHP_ZDOTDIR_WAS_SET-} ]] && __ahp_zd_set=1
+	unset AHP_NONCE USER_ZDOTDIR AHP_ZDOTDIR_WAS_SET
+
+	# Give the user's files the ZDOTDIR they would have had without us (possibly unset).
+	__ahp_to_user() {
+		# A global rc file (macOS /etc/zshrc does this) may have put HISTFILE under $ZDOTDIR,
+		# i.e. into our temporary directory: move it to where it would have been.
+		if [[ -n ${HISTFILE-} && $HISTFILE == "$__ahp_tmpdir"/* ]]; then
+			HISTFILE=$__ahp_zd/${HISTFILE#"$__ahp_tmpdir"/}
+		fi
+		if (( __ahp_zd_set )); then
+			ZDOTDIR=$__ahp_zd
+		else
+			unset ZDOTDIR
+		fi
+	}
+	# Remember where the user's file left ZDOTDIR, then point zsh back at our directory.
+	__ahp_from_user() {
+		if (( ${+ZDOTDIR} )); then
+			__ahp_zd_set=1
+			__ahp_zd=$ZDOTDIR
+		else
+			__ahp_zd_set=0
+			__ahp_zd=$HOME
+		fi
+		ZDOTDIR=$__ahp_tmpdir
+	}
+
+	__ahp_to_user
+	if [[ -r "${ZDOTDIR:-$HOME}/.zshenv" ]]; then
+		builtin source "${ZDOTDIR:-$HOME}/.zshenv"
+	fi
+	__ahp_from_user
+	;;
+zprofile)
+	__ahp_to_user
+	if [[ -r "${ZDOTDIR:-$HOME}/.zprofile" ]]; then
+		builtin source "${ZDOTDIR:-$HOME}/.zprofile"
+	fi
+	__ahp_from_user
+	;;
+zshrc)
+	# Define our functions before the user's .zshrc runs, so its aliases cannot alter them.
+
+	# Escape $1 for an OSC 633 payload into REPLY: \ -> \\, ; -> \x3b, control chars -> \xNN.
+	__ahp_escape() {
+		emulate -L zsh
+		local s=$1 i
+		s=${s//\\/\\\\}
+		s=${s//;/\\x3b}
+		for i in {1..31}; do
+			if [[ $s == *${(#)i}* ]]; then
+				s=${s//${(#)i}/$__ahp_ce[i]}
+			fi
+		done
+		REPLY=$s
+	}
+
+	__ahp_precmd_first() {
+		local s=$?
+		emulate -L zsh
+		if (( __ahp_st == 1 )); then
+			builtin printf '\e]633;D;%s\a' $s
+		else
+			builtin printf '\e]633;D\a'
+		fi
+		__ahp_st=0
+		return s
+	}
+
+	__ahp_precmd_last() {
+		local s=$?
+		emulate -L zsh
+		__ahp_install_hooks
+		if [[ ${PS1-} != "$__ahp_ps1" ]] && [[ -o promptpercent ]]; then
+			local p=${PS1-}
+			p=${p//$__ahp_pa/}
+			p=${p//$__ahp_pb/}
+			__ahp_ps1=$__ahp_pa$p$__ahp_pb
+			PS1=$__ahp_ps1
+		fi
+		__ahp_escape "$PWD"
+		builtin printf '\e]633;P;Cwd=%s\a' "$REPLY"
+		return s
+	}
+
+	__ahp_preexec() {
+		emulate -L zsh
+		# $1 is the line as typed (empty if history is off); $3 is the full, alias-expanded text.
+		local cmd=$1
+		[[ -n $cmd ]] || cmd=$3
+		__ahp_escape "$cmd"
+		builtin printf '\e]633;E;%s;%s\a\e]633;C\a' "$REPLY" "$__ahp_nonce"
+		__ahp_st=1
+	}
+
+	# Keep __ahp_precmd_first first (it prints D before anything else runs) and
+	# __ahp_precmd_last last (a prompt theme's precmd may set PS1; we wrap the result), and our
+	# preexec last (C right before the command). Re-checked at every prompt because plugins
+	# reorder hooks; a change made now takes effect at the next prompt.
+	__ahp_install_hooks() {
+		emulate -L zsh
+		typeset -ga precmd_functions preexec_functions
+		if [[ ${precmd_functions[1]-} != __ahp_precmd_first || ${precmd_functions[-1]-} != __ahp_precmd_last ]]; then
+			precmd_functions=(__ahp_precmd_first ${precmd_functions:#__ahp_precmd_(first|last)} __ahp_precmd_last)
+		fi
+		if [[ ${preexec_functions[-1]-} != __ahp_preexec ]]; then
+			preexec_functions=(${preexec_functions:#__ahp_preexec} __ahp_preexec)
+		fi
+	}
+
+	__ahp_init() {
+		emulate -L zsh
+		typeset -g __ahp_st=0 __ahp_ps1='' REPLY=''
+		typeset -g __ahp_pa=$'%{\e]633;A\a%}' __ahp_pb=$'%{\e]633;B\a%}'
+		typeset -ga __ahp_ce=()
+		local i h
+		for i in {1..31}; do
+			builtin printf -v h '\\x%02x' $i
+			__ahp_ce[i]=$h
+		done
+		__ahp_install_hooks
+	}
+
+	__ahp_to_user
+	if [[ -r "${ZDOTDIR:-$HOME}/.zshrc" ]]; then
+		builtin source "${ZDOTDIR:-$HOME}/.zshrc"
+	fi
+	__ahp_from_user
+	if [[ -o interactive ]]; then
+		__ahp_init
+	fi
+	# A login shell still has to read our .zlogin; otherwise hand ZDOTDIR back now.
+	[[ -o login ]] || __ahp_to_user
+	;;
+zlogin)
+	__ahp_to_user
+	if [[ -r "${ZDOTDIR:-$HOME}/.zlogin" ]]; then
+		builtin source "${ZDOTDIR:-$HOME}/.zlogin"
+	fi
+	__ahp_from_user
+	__ahp_to_user
+	;;
+esac
+unset __ahp_phase
