@@ -9,6 +9,7 @@ Test rules (every test module follows them):
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,3 +20,18 @@ FIXTURES = Path(__file__).resolve().parents[1].parent / "shared" / "ahp-fixtures
 @pytest.fixture(scope="session")
 def fixtures_dir() -> Path:
     return FIXTURES
+
+
+@pytest.fixture(autouse=True, scope="session")
+def hermetic_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Shells in tests read our rc files, never the machine's (which may be slow or odd)."""
+    home = tmp_path_factory.mktemp("home")
+    (home / ".bashrc").write_text("PS1='$ '\n")
+    (home / ".zshrc").write_text("PS1='%% '\n")
+    patch = pytest.MonkeyPatch()
+    patch.setenv("HOME", str(home))
+    patch.setenv("SHELL", "/bin/bash")
+    patch.delenv("ZDOTDIR", raising=False)
+    patch.delenv("PROMPT_COMMAND", raising=False)
+    yield
+    patch.undo()

@@ -185,6 +185,12 @@ def structure(value: Any, cl: type[T]) -> T:
         raise ProtocolError(f"{exc} at $", path="$") from None
 
 
+def structure_action(value: Any) -> StateAction:
+    """Build any action (unknown types become :class:`UnknownAction`)."""
+    action: StateAction = structure(value, StateAction)  # type: ignore[arg-type]
+    return action
+
+
 def unstructure(value: Any, cl: Any = None) -> Any:
     """JSON-ready data for a protocol value (optional fields omitted)."""
     return converter.unstructure(value, cl) if cl is not None else converter.unstructure(value)

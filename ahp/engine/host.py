@@ -1,0 +1,239 @@
+"""The host: every terminal of one process, the root catalogue, one sequencer.
+
+Why: AHP numbers every envelope of a server with one global ``serverSeq`` and
+keeps a catalogue of terminals on ``ahp-root://``. The :class:`Host` owns both,
+plus the nursery in which each terminal's own nursery runs. Library users get
+it from :func:`open_host`; the WebSocket server wraps the same object, so an
+agent can run commands in-process while an editor watches over the wire.
+
+Ownership and cancellation: leaving ``async with open_host()`` disposes every
+terminal (hang-up, grace period, kill, reap, fds closed) before returning, also
+when the body raised or was cancelled.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from typing import Any
+
+import trio
+
+from ahp.engine.envelopes import ReplayLog
+from ahp.engine.hub import Hub
+from ahp.engine.outbox import Outbox
+from ahp.engine.subscription import Subscription
+from ahp.engine.terminal import Terminal, TerminalSpec
+from ahp.protocol.actions import RootTerminalsChanged
+from ahp.protocol.state import (
+    ROOT_URI,
+    TERMINAL_SCHEME,
+    ClientClaim,
+    RootState,
+    Snapshot,
+    TerminalClaim,
+    TerminalInfo,
+)
+from ahp.reducers import DEFAULT_SCROLLBACK, reduce_root
+
+__all__ = ["Host", "TerminalExists", "TerminalNotFound", "open_host"]
+
+log = logging.getLogger("ahp.engine")
+
+
+class TerminalExists(Exception):
+    """A terminal with that URI already exists."""
+
+
+class TerminalNotFound(LookupError):
+    """No terminal with that URI."""
+
+
+class Host:
+    """Terminals, the root channel and the global sequence; see :func:`open_host`."""
+
+    def __init__(
+        self,
+        nursery: trio.Nursery,
+        *,
+        shell: str | None = None,
+        scrollback: int = DEFAULT_SCROLLBACK,
+        log_envelopes: int | None = None,
+        log_bytes: int | None = None,
+    ) -> None:
+        self._nursery = nursery
+        kwargs: dict[str, int] = {}
+        if log_envelopes is not None:
+            kwargs["max_envelopes"] = log_envelopes
+        if log_bytes is not None:
+            kwargs["max_bytes"] = log_bytes
+        self.hub = Hub(ReplayLog(**kwargs))
+        self.shell = shell
+        self.scrollback = scrollback
+        self._terminals: dict[str, Terminal] = {}
+        self._root = RootState(agents=(), terminals=())
+        self._counter = 0
+
+    # -- root channel ------------------------------------------------------------------------
+
+    @property
+    def root_state(self) -> RootState:
+        return self._root
+
+    def root_snapshot(self) -> Snapshot:
+        return Snapshot(resource=ROOT_URI, state=self._root, fromSeq=self.hub.seq)
+
+    def list_terminals(self) -> tuple[TerminalInfo, ...]:
+        return self._root.terminals or ()
+
+    def _publish_catalogue(self) -> None:
+        action = RootTerminalsChanged(terminals=tuple(t.info() for t in self._terminals.values()))
+        self._root = reduce_root(self._root, action)
+        self.hub.publish(ROOT_URI, action)
+
+    def _on_info_changed(self, _: Terminal) -> None:
+        self._publish_catalogue()
+
+    def subscribe_root(self) -> Subscription:
+        def attach(outbox: Outbox) -> Snapshot:
+            self.hub.subscribe(ROOT_URI, outbox, exclusive=True)
+            return self.root_snapshot()
+
+        return Subscription(attach, lambda outbox: self.hub.unsubscribe(ROOT_URI, outbox))
+
+    # -- terminals ---------------------------------------------------------------------------
+
+    def get(self, uri: str) -> Terminal:
+        try:
+            return self._terminals[uri]
+        except KeyError:
+            raise TerminalNotFound(f"no terminal {uri!r}") from None
+
+    def __contains__(self, uri: object) -> bool:
+        return uri in self._terminals
+
+    @property
+    def terminals(self) -> Mapping[str, Terminal]:
+        return self._terminals
+
+    def new_uri(self) -> str:
+        """A fresh terminal URI (``ahp-terminal:/t<n>``) not in use."""
+        while True:
+            self._counter += 1
+            uri = f"{TERMINAL_SCHEME}/t{self._counter}"
+            if uri not in self._terminals:
+                return uri
+
+    async def create_terminal(
+        self,
+        uri: str | None = None,
+        *,
+        claim: TerminalClaim | None = None,
+        name: str | None = None,
+        argv: tuple[str, ...] | list[str] | None = None,
+        shell: str | None = None,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        cols: int = 80,
+        rows: int = 24,
+        use_pty: bool = True,
+        login: bool = False,
+        shell_integration: bool = True,
+        **options: Any,
+    ) -> Terminal:
+        """Spawn a terminal and return it once its process runs.
+
+        Raises:
+            TerminalExists: ``uri`` is in use.
+            ahp.pty.SpawnError: the process could not be started (bad cwd, missing
+                executable); nothing is registered then.
+        """
+        uri = uri or self.new_uri()
+        if uri in self._terminals:
+            raise TerminalExists(f"terminal {uri!r} already exists")
+        spec = TerminalSpec(
+            uri=uri,
+            claim=claim or ClientClaim(clientId=""),
+            name=name,
+            argv=tuple(argv) if argv is not None else None,
+            shell=shell or self.shell,
+            cwd=cwd,
+            env=dict(env or {}),
+            cols=cols,
+            rows=rows,
+            use_pty=use_pty,
+            login=login,
+            shell_integration=shell_integration,
+            scrollback=options.pop("scrollback", self.scrollback),
+            **options,
+        )
+        terminal = Terminal(spec, self.hub, on_info_changed=self._on_info_changed)
+        # Reserve the URI while spawning so a concurrent create cannot take it.
+        self._terminals[uri] = terminal
+        try:
+            await self._nursery.start(self._run_terminal, terminal)
+        except BaseException:
+            self._terminals.pop(uri, None)
+            raise
+        self._publish_catalogue()
+        return terminal
+
+    async def _run_terminal(
+        self, terminal: Terminal, *, task_status: trio.TaskStatus[Terminal]
+    ) -> None:
+        try:
+            await terminal.run(task_status=task_status)
+        finally:
+            if self._terminals.get(terminal.uri) is terminal and terminal.failure is not None:
+                log.warning("terminal %s ended after a failure", terminal.uri)
+
+    async def dispose(self, uri: str) -> None:
+        """Kill the terminal's process (hang-up, grace, kill), reap it, drop the terminal.
+
+        After this returns no envelope for ``uri`` is published any more and the
+        catalogue no longer lists it. Raises :class:`TerminalNotFound`.
+        """
+        terminal = self.get(uri)
+        del self._terminals[uri]
+        terminal.close()
+        with trio.CancelScope(shield=True):
+            await terminal.closed.wait()
+        self.hub.drop_channel(uri)
+        self._publish_catalogue()
+
+    async def aclose(self) -> None:
+        """Dispose every terminal (concurrently)."""
+        async with trio.open_nursery() as nursery:
+            for uri in list(self._terminals):
+                nursery.start_soon(self.dispose, uri)
+
+
+@asynccontextmanager
+async def open_host(
+    *,
+    shell: str | None = None,
+    scrollback: int = DEFAULT_SCROLLBACK,
+    log_envelopes: int | None = None,
+    log_bytes: int | None = None,
+) -> AsyncIterator[Host]:
+    """Run a :class:`Host` for the duration of the ``async with`` block.
+
+    Args:
+        shell: default shell for new terminals (else ``$SHELL``, else ``/bin/sh``).
+        scrollback: characters retained per terminal.
+    """
+    async with trio.open_nursery() as nursery:
+        host = Host(
+            nursery,
+            shell=shell,
+            scrollback=scrollback,
+            log_envelopes=log_envelopes,
+            log_bytes=log_bytes,
+        )
+        try:
+            yield host
+        finally:
+            with trio.CancelScope(shield=True):
+                await host.aclose()
+            nursery.cancel_scope.cancel()

@@ -1,0 +1,100 @@
+"""Sequencing and fan-out: the one place that assigns ``serverSeq``.
+
+Why: AHP's ``serverSeq`` is global across every channel of a host, strictly
+increasing, and a subscriber's snapshot ``fromSeq`` must split "already in the
+state" from "still to apply". The hub owns the counter, the replay log and the
+subscriber sets; publishing is synchronous (no checkpoint), so within one Trio
+run "apply, sequence, log, fan out" is atomic with respect to subscribing.
+
+Fan-out never blocks: each subscriber's :class:`~ahp.engine.outbox.Outbox` is
+bounded and decides for itself (merge, or overflow). Encoding happens at most
+once per envelope, lazily, when the first WebSocket writer asks for the frame.
+"""
+
+from __future__ import annotations
+
+from ahp.engine.envelopes import Published, ReplayLog
+from ahp.engine.outbox import Outbox
+from ahp.protocol.actions import ActionEnvelope, ActionOrigin, StateAction
+
+__all__ = ["Hub"]
+
+
+class Hub:
+    """Global sequencer, replay log and per-channel subscriber sets of one host."""
+
+    def __init__(self, log: ReplayLog | None = None) -> None:
+        self.seq = 0
+        self.log = log if log is not None else ReplayLog()
+        self._subscribers: dict[str, dict[Outbox, bool]] = {}
+
+    def next_seq(self) -> int:
+        self.seq += 1
+        return self.seq
+
+    def publish(
+        self, channel: str, action: StateAction, origin: ActionOrigin | None = None
+    ) -> Published:
+        """Sequence an applied action, log it and offer it to every subscriber of ``channel``."""
+        item = Published(
+            ActionEnvelope(channel=channel, action=action, serverSeq=self.next_seq(), origin=origin)
+        )
+        self.log.append(item)
+        subscribers = self._subscribers.get(channel)
+        if subscribers:
+            for outbox in subscribers:
+                outbox.put(item)
+        return item
+
+    def reject(
+        self,
+        outbox: Outbox | None,
+        channel: str,
+        action: StateAction,
+        origin: ActionOrigin,
+        reason: str,
+    ) -> Published:
+        """Echo a rejected client action to its sender only (consumes a seq, not logged)."""
+        item = Published(
+            ActionEnvelope(
+                channel=channel,
+                action=action,
+                serverSeq=self.next_seq(),
+                origin=origin,
+                rejectionReason=reason,
+            )
+        )
+        if outbox is not None:
+            outbox.put(item)
+        return item
+
+    def send_to(self, outbox: Outbox | None, channel: str, action: StateAction) -> None:
+        """A server action for one subscriber only (heals a mirror after a rejection).
+
+        It carries the channel's *current* value, so applying it changes nothing
+        for a client whose mirror was right; it is not logged.
+        """
+        if outbox is not None:
+            outbox.put(
+                Published(ActionEnvelope(channel=channel, action=action, serverSeq=self.next_seq()))
+            )
+
+    def subscribe(self, channel: str, outbox: Outbox, *, exclusive: bool = False) -> None:
+        """Register ``outbox`` for ``channel``; ``exclusive`` outboxes close when it drops."""
+        self._subscribers.setdefault(channel, {})[outbox] = exclusive
+
+    def unsubscribe(self, channel: str, outbox: Outbox) -> None:
+        subscribers = self._subscribers.get(channel)
+        if subscribers is not None:
+            subscribers.pop(outbox, None)
+            if not subscribers:
+                del self._subscribers[channel]
+
+    def subscribers(self, channel: str) -> list[Outbox]:
+        return list(self._subscribers.get(channel, ()))
+
+    def drop_channel(self, channel: str) -> None:
+        """The channel is gone: no envelope for it will follow; close exclusive outboxes."""
+        for outbox, exclusive in self._subscribers.pop(channel, {}).items():
+            if exclusive:
+                outbox.close()

@@ -1,0 +1,153 @@
+"""The sidecar: a host, its WebSocket listeners, and orderly shutdown.
+
+Why: ``python -m ahp serve`` and :meth:`ahp.Host.serve`-style embedding need
+the same thing — listen, authenticate, speak AHP for the host's terminals —
+and the command line additionally needs signals: the first SIGINT/SIGTERM
+closes every connection with 1001, disposes every terminal (no orphans) and
+exits 0; a second one exits at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import logging
+import os
+import secrets
+import signal
+from collections.abc import AsyncIterator, Callable
+from typing import Final
+
+import attrs
+import trio
+
+from ahp.engine import Host, open_host
+from ahp.server.session import ServerState
+from ahp.server.websocket import ServerConfig, open_listeners, serve_connections
+
+__all__ = ["DEFAULT_PORT", "ServeOptions", "Sidecar", "is_loopback", "run_sidecar", "serve_host"]
+
+log = logging.getLogger("ahp.server")
+
+#: The sidecar's default TCP port (``--port``; ``0`` picks a free one).
+DEFAULT_PORT: Final = 8765
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+@attrs.frozen
+class ServeOptions:
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_PORT
+    unix: str | None = None
+    token: str | None = None
+    allow_origins: frozenset[str] = frozenset()
+    require_token: bool = True
+
+
+@attrs.frozen
+class Sidecar:
+    """A running server: where to connect and with which token."""
+
+    url: str
+    token: str | None
+    port: int | None
+    state: ServerState
+
+
+def _allowed_hosts(options: ServeOptions, port: int) -> frozenset[str]:
+    if options.unix is not None or not is_loopback(options.host):
+        return frozenset()
+    names = {"localhost", "127.0.0.1", "[::1]", options.host.lower()}
+    return frozenset(names | {f"{n}:{port}" for n in names})
+
+
+async def serve_host(
+    host: Host,
+    options: ServeOptions,
+    *,
+    task_status: trio.TaskStatus[Sidecar] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve ``host`` over WebSocket until cancelled; ``started`` gives the URL.
+
+    The token is ``options.token``, else ``$AHP_TOKEN``, else a random one
+    (unless ``require_token`` is false).
+    """
+    token = options.token or os.environ.get("AHP_TOKEN") or None
+    if token is None and options.require_token:
+        token = secrets.token_urlsafe(24)
+    if options.unix is None and not is_loopback(options.host):
+        log.warning(
+            "listening on %s, which is not loopback: anyone who can reach it and knows "
+            "the token can run commands as this user",
+            options.host,
+        )
+    listeners = await open_listeners(host=options.host, port=options.port, unix=options.unix)
+    port: int | None = None
+    if options.unix is None:
+        port = listeners[0].socket.getsockname()[1]
+        shown = f"[{options.host}]" if ":" in options.host else options.host
+        url = f"ws://{shown}:{port}/"
+    else:
+        url = f"ws+unix://{options.unix}:/"
+    if token is not None:
+        url += f"?tkn={token}"
+    config = ServerConfig(
+        token=token,
+        allow_origins=options.allow_origins,
+        allowed_hosts=_allowed_hosts(options, port or 0),
+    )
+    state = ServerState(host=host)
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(serve_connections, state, config, listeners)
+            task_status.started(Sidecar(url=url, token=token, port=port, state=state))
+    finally:
+        if options.unix is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(options.unix)
+
+
+async def run_sidecar(
+    options: ServeOptions,
+    *,
+    shell: str | None = None,
+    scrollback: int | None = None,
+    on_ready: Callable[[Sidecar], None] | None = None,
+) -> int:
+    """The ``serve`` command: run until SIGINT/SIGTERM, then shut down cleanly."""
+    kwargs = {} if scrollback is None else {"scrollback": scrollback}
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with open_host(shell=shell, **kwargs) as host:
+            async with trio.open_nursery() as nursery:
+                sidecar = await nursery.start(serve_host, host, options)
+                if on_ready is not None:
+                    on_ready(sidecar)
+
+                async def watch_signals() -> None:
+                    async for signum in signals:
+                        log.info("%s: shutting down", signal.Signals(signum).name)
+                        nursery.cancel_scope.cancel()
+                        return
+
+                nursery.start_soon(watch_signals)
+            log.info("disposing %d terminal(s)", len(host.terminals))
+            # Keep listening for a second signal while terminals are disposed.
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_exit_on_second_signal, signals)
+                await host.aclose()
+                nursery.cancel_scope.cancel()
+    return 0
+
+
+async def _exit_on_second_signal(signals: AsyncIterator[int]) -> None:
+    async for _ in signals:
+        log.warning("second signal: exiting at once")
+        os._exit(1)

@@ -1,0 +1,400 @@
+"""One client connection's protocol state machine (transport-free).
+
+Why transport-free: every rule of the AHP handshake, subscriptions, dispatch and
+errors lives here and is driven by text frames in and an
+:class:`~ahp.engine.Outbox` out, so it can be tested and fuzzed without a
+socket; :mod:`ahp.server.websocket` only moves frames.
+
+Ordering: responses and envelopes share the connection's outbox, a FIFO. A
+subscribe / initialize / reconnect answer is queued and the subscription
+registered in the same synchronous step, so the answer always precedes any
+envelope newer than its ``fromSeq``.
+
+Errors never end the connection: a malformed frame gets its JSON-RPC error
+(``-32700``, ``-32600``, ``-32601``, ``-32602`` with ``data.path``) and the
+next frame is handled normally. Only an unsupported protocol version closes
+(after the ``-32005`` answer), as AHP specifies.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Awaitable, Callable
+from typing import Any, Final
+
+import attrs
+
+from ahp.engine import Host, Outbox, TerminalExists, TerminalNotFound
+from ahp.protocol.actions import (
+    ActionEnvelope,
+    ActionOrigin,
+    RootConfigChanged,
+    StateAction,
+    UnknownAction,
+    action_type,
+)
+from ahp.protocol.codec import (
+    ProtocolError,
+    decode_message,
+    encode_message,
+    structure,
+    structure_action,
+    unstructure,
+)
+from ahp.protocol.commands import (
+    ChannelParams,
+    CreateTerminalParams,
+    DispatchActionParams,
+    InitializeParams,
+    InitializeResult,
+    ReconnectParams,
+    ReconnectReplay,
+    ReconnectSnapshot,
+)
+from ahp.protocol.jsonrpc import (
+    ErrorCode,
+    JsonRpcError,
+    JsonRpcErrorObject,
+    JsonRpcId,
+    JsonRpcNotification,
+    JsonRpcRequest,
+    JsonRpcSuccess,
+)
+from ahp.protocol.state import ROOT_URI, TERMINAL_SCHEME, Snapshot
+from ahp.pty import SpawnError
+from ahp.server.clients import ClientRecord, ClientRegistry
+from ahp.vt.uri import path_to_file_uri
+
+__all__ = ["SUPPORTED_VERSIONS", "ServerState", "Session", "negotiate_version"]
+
+log = logging.getLogger("ahp.server")
+
+#: The protocol family spoken (see design.md, decision 1).
+PROTOCOL_VERSION: Final = "0.5.0"
+SUPPORTED_VERSIONS: Final = ("^0.5.0", "^0.4.0", "^0.3.0")
+MIN_MINOR: Final = 3
+MAX_MINOR: Final = 5
+MAX_DIMENSION: Final = 4096
+
+#: Methods answered before ``initialize``.
+PRE_HANDSHAKE: Final = frozenset({"initialize", "reconnect", "ping"})
+
+
+def negotiate_version(offered: Any) -> str | None:
+    """The highest offered ``0.3.x`` to ``0.5.x`` version, or None (non-lists offer nothing)."""
+    if not isinstance(offered, list):
+        return None
+    best: tuple[int, int, int] | None = None
+    chosen: str | None = None
+    for entry in offered:
+        if not isinstance(entry, str):
+            continue
+        parts = entry.split("-", 1)[0].split(".")
+        if len(parts) != 3 or not all(p.isdigit() for p in parts):
+            continue
+        version = (int(parts[0]), int(parts[1]), int(parts[2]))
+        if (
+            version[0] == 0
+            and MIN_MINOR <= version[1] <= MAX_MINOR
+            and (best is None or version > best)
+        ):
+            best, chosen = version, entry
+    return chosen
+
+
+@attrs.define
+class ServerState:
+    """What every connection of one server shares."""
+
+    host: Host
+    clients: ClientRegistry = attrs.field(factory=ClientRegistry)
+    default_directory: str = attrs.field(factory=lambda: path_to_file_uri(os.path.expanduser("~")))
+    holder_only_input: bool = False
+    #: Counters: protocol errors answered (figures for tests).
+    errors: int = 0
+
+
+class _Fail(Exception):
+    def __init__(self, code: int, message: str, data: Any = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.data = data
+
+
+class Session:
+    """The protocol side of one connection. Owns its subscriptions, not the outbox."""
+
+    def __init__(self, server: ServerState, outbox: Outbox) -> None:
+        self.server = server
+        self.host = server.host
+        self.outbox = outbox
+        self.record: ClientRecord | None = None
+        self.subscriptions: set[str] = set()
+        #: Set when the connection must close after the queued frames (code, reason).
+        self.close_request: tuple[int, str] | None = None
+
+    @property
+    def client_id(self) -> str | None:
+        return self.record.client_id if self.record is not None else None
+
+    # -- frames ------------------------------------------------------------------------------
+
+    async def handle_frame(self, frame: str | bytes) -> None:
+        """Handle one inbound frame; answers (if any) are queued on the outbox."""
+        try:
+            message = decode_message(frame)
+        except ProtocolError as exc:
+            self._error(None, exc.code, exc.message, {"path": exc.path})
+            return
+        if isinstance(message, JsonRpcRequest):
+            await self._request(message)
+        elif isinstance(message, JsonRpcNotification):
+            await self._notification(message)
+        # Responses from the client: a terminal host sends no requests; ignore.
+
+    def _respond(self, msg_id: JsonRpcId, result: Any) -> None:
+        self.outbox.put(encode_message(JsonRpcSuccess(id=msg_id, result=result)))
+
+    def _error(self, msg_id: JsonRpcId, code: int, message: str, data: Any = None) -> None:
+        self.server.errors += 1
+        self.outbox.put(
+            encode_message(
+                JsonRpcError(
+                    id=msg_id, error=JsonRpcErrorObject(code=code, message=message, data=data)
+                )
+            )
+        )
+
+    async def _request(self, request: JsonRpcRequest) -> None:
+        method = request.method
+        if self.record is None and method not in PRE_HANDSHAKE:
+            self._error(request.id, ErrorCode.METHOD_NOT_FOUND, f"{method!r} before initialize")
+            return
+        handler = _REQUESTS.get(method)
+        if handler is None:
+            if method in _NOTIFICATIONS:
+                # A notification sent with an id: handle it, answer null.
+                await self._notification(JsonRpcNotification(method=method, params=request.params))
+                self._respond(request.id, None)
+                return
+            self._error(request.id, ErrorCode.METHOD_NOT_FOUND, f"method {method!r} not found")
+            return
+        try:
+            result = await handler(self, request.params if request.params is not None else {})
+        except _Fail as fail:
+            self._error(request.id, fail.code, fail.message, fail.data)
+        except ProtocolError as exc:
+            path = "$.params" + exc.path[1:]
+            self._error(
+                request.id,
+                ErrorCode.INVALID_PARAMS,
+                f"invalid params: {exc.message.rsplit(' at ', 1)[0]} at {path}",
+                {"path": path},
+            )
+        else:
+            self._respond(request.id, result)
+
+    async def _notification(self, note: JsonRpcNotification) -> None:
+        if self.record is None:
+            return  # the reference drops notifications before the handshake
+        handler = _NOTIFICATIONS.get(note.method)
+        if handler is None:
+            return
+        try:
+            await handler(self, note.params if note.params is not None else {})
+        except (ProtocolError, _Fail) as exc:
+            log.debug("ignored malformed %s notification: %s", note.method, exc)
+
+    # -- helpers -----------------------------------------------------------------------------
+
+    def _snapshot(self, channel: str) -> Snapshot | None:
+        if channel == ROOT_URI:
+            return self.host.root_snapshot()
+        if channel in self.host:
+            return self.host.get(channel).snapshot()
+        return None
+
+    def _subscribe(self, channel: str) -> Snapshot | None:
+        """Snapshot + registration in one synchronous step (ordering guarantee)."""
+        snapshot = self._snapshot(channel)
+        if snapshot is None:
+            return None
+        self.host.hub.subscribe(channel, self.outbox)
+        self.subscriptions.add(channel)
+        assert self.record is not None
+        self.record.snapshot_seq[channel] = snapshot.fromSeq
+        return snapshot
+
+    def unsubscribe_all(self) -> None:
+        for channel in self.subscriptions:
+            self.host.hub.unsubscribe(channel, self.outbox)
+        self.subscriptions.clear()
+
+    def disconnect(self) -> None:
+        """The transport is gone: drop subscriptions, keep the client record."""
+        self.unsubscribe_all()
+        if self.record is not None:
+            self.server.clients.disconnect(self.record)
+
+    # -- requests ----------------------------------------------------------------------------
+
+    async def _ping(self, params: Any) -> None:
+        return None
+
+    async def _initialize(self, params: Any) -> Any:
+        if self.record is not None:
+            raise _Fail(ErrorCode.METHOD_NOT_FOUND, "already initialized")
+        p = structure(params, InitializeParams)
+        version = negotiate_version(p.protocolVersions)
+        if version is None:
+            self.close_request = (1002, "unsupported protocol version")
+            raise _Fail(
+                ErrorCode.UNSUPPORTED_PROTOCOL_VERSION,
+                f"unsupported protocol version; this host speaks {PROTOCOL_VERSION}",
+                {"supportedVersions": list(SUPPORTED_VERSIONS)},
+            )
+        self.record = self.server.clients.connect(p.clientId, version)
+        snapshots = [s for s in map(self._subscribe, dict.fromkeys(p.initialSubscriptions)) if s]
+        result = InitializeResult(
+            protocolVersion=version,
+            serverSeq=self.host.hub.seq,
+            snapshots=tuple(snapshots),
+            defaultDirectory=self.server.default_directory,
+        )
+        return unstructure(result)
+
+    async def _reconnect(self, params: Any) -> Any:
+        if self.record is not None:
+            raise _Fail(ErrorCode.METHOD_NOT_FOUND, "already initialized")
+        p = structure(params, ReconnectParams)
+        record = self.server.clients.resume(p.clientId)
+        if record is None:
+            raise _Fail(ErrorCode.NOT_FOUND, "Reconnect client not found")
+        self.record = record
+        requested = list(dict.fromkeys(p.subscriptions))
+        valid = [c for c in requested if c == ROOT_URI or c in self.host]
+        missing = [c for c in requested if c not in valid]
+        log_ = self.host.hub.log
+        if log_.can_replay_after(p.lastSeenServerSeq):
+            floors = {c: record.snapshot_seq.get(c, 0) for c in valid}
+            actions = [
+                unstructure(item.envelope, ActionEnvelope)
+                for item in log_.after(p.lastSeenServerSeq, valid)
+                if item.seq > floors[item.channel]
+            ]
+            for channel in valid:
+                self.host.hub.subscribe(channel, self.outbox)
+                self.subscriptions.add(channel)
+            return unstructure(ReconnectReplay("replay", tuple(actions), tuple(missing)))
+        snapshots = [s for s in map(self._subscribe, valid) if s]
+        return unstructure(ReconnectSnapshot("snapshot", tuple(snapshots)))
+
+    async def _subscribe_request(self, params: Any) -> Any:
+        p = structure(params, ChannelParams)
+        snapshot = self._subscribe(p.channel)
+        if snapshot is None:
+            raise _Fail(ErrorCode.NOT_FOUND, f"Resource not found: {p.channel}")
+        return {"snapshot": unstructure(snapshot)}
+
+    async def _create_terminal(self, params: Any) -> None:
+        p = structure(params, CreateTerminalParams)
+        if not p.channel.startswith(TERMINAL_SCHEME) or len(p.channel) <= len(TERMINAL_SCHEME):
+            raise _Fail(
+                ErrorCode.INVALID_PARAMS,
+                f"terminal channels use the {TERMINAL_SCHEME} scheme",
+                {"path": "$.params.channel"},
+            )
+        for name, value in (("cols", p.cols), ("rows", p.rows)):
+            if value is not None and not 1 <= value <= MAX_DIMENSION:
+                raise _Fail(
+                    ErrorCode.INVALID_PARAMS,
+                    f"{name} must be between 1 and {MAX_DIMENSION}",
+                    {"path": f"$.params.{name}"},
+                )
+        if p.cwd is not None and not (p.cwd.startswith("file:") or p.cwd.startswith("/")):
+            raise _Fail(
+                ErrorCode.INVALID_PARAMS,
+                "cwd must be a file:// URI or an absolute path",
+                {"path": "$.params.cwd"},
+            )
+        try:
+            await self.host.create_terminal(
+                p.channel,
+                claim=p.claim,
+                name=p.name,
+                cwd=p.cwd,
+                cols=p.cols or 80,
+                rows=p.rows or 24,
+            )
+        except TerminalExists as exc:
+            raise _Fail(ErrorCode.ALREADY_EXISTS, str(exc)) from None
+        except SpawnError as exc:
+            raise _Fail(ErrorCode.INVALID_PARAMS, str(exc), {"path": "$.params"}) from None
+
+    async def _dispose_terminal(self, params: Any) -> None:
+        p = structure(params, ChannelParams)
+        try:
+            await self.host.dispose(p.channel)
+        except TerminalNotFound:
+            raise _Fail(ErrorCode.NOT_FOUND, f"no terminal {p.channel!r}") from None
+        self.subscriptions.discard(p.channel)
+
+    async def _list_sessions(self, params: Any) -> Any:
+        return {"items": []}
+
+    # -- notifications -----------------------------------------------------------------------
+
+    async def _unsubscribe(self, params: Any) -> None:
+        p = structure(params, ChannelParams)
+        if p.channel in self.subscriptions:
+            self.subscriptions.discard(p.channel)
+            self.host.hub.unsubscribe(p.channel, self.outbox)
+
+    async def _dispatch_action(self, params: Any) -> None:
+        p = structure(params, DispatchActionParams)
+        assert self.record is not None
+        origin = ActionOrigin(clientId=self.record.client_id, clientSeq=p.clientSeq)
+        channel = p.channel
+        try:
+            action: StateAction = structure_action(p.action)
+            problem = None
+        except ProtocolError as exc:
+            action = UnknownAction(raw=p.action)
+            problem = f"malformed action: {exc.message}"
+        hub = self.host.hub
+        if channel == ROOT_URI:
+            if problem is None and isinstance(action, RootConfigChanged):
+                # A terminal host has no config: the merge is a no-op, echoed as applied.
+                hub.publish(ROOT_URI, action, origin)
+            else:
+                hub.reject(
+                    self.outbox,
+                    channel,
+                    action,
+                    origin,
+                    problem or f"{action_type(action)!r} cannot be dispatched by a client",
+                )
+            return
+        if channel not in self.host:
+            return  # unknown channel: ignored, as the spec says
+        if problem is not None:
+            hub.reject(self.outbox, channel, action, origin, problem)
+            return
+        await self.host.get(channel).dispatch(action, origin=origin, sender=self.outbox)
+
+
+_REQUESTS: dict[str, Callable[[Session, Any], Awaitable[Any]]] = {
+    "ping": Session._ping,
+    "initialize": Session._initialize,
+    "reconnect": Session._reconnect,
+    "subscribe": Session._subscribe_request,
+    "createTerminal": Session._create_terminal,
+    "disposeTerminal": Session._dispose_terminal,
+    "listSessions": Session._list_sessions,
+}
+_NOTIFICATIONS: dict[str, Callable[[Session, Any], Awaitable[None]]] = {
+    "unsubscribe": Session._unsubscribe,
+    "dispatchAction": Session._dispatch_action,
+}

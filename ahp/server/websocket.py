@@ -1,0 +1,244 @@
+"""The server's WebSocket transport: listen, authenticate the upgrade, move frames.
+
+Why separate from the protocol: every AHP rule lives in
+:mod:`ahp.server.session`; this module only moves frames (trio-websocket is
+reached through :mod:`ahp.ws`, so it can be replaced in one place).
+
+Per connection there are two tasks: a reader that always calls
+``get_message`` promptly (so pings and closes are processed even when the
+client sends nothing) and a writer that drains the connection's bounded
+:class:`~ahp.engine.Outbox`. Publishers never wait for a socket. When the
+outbox overflows (the client stopped reading), the connection is closed with
+code 1013 and the client's record is kept, so it can ``reconnect``.
+
+The upgrade is refused with HTTP 403 before any protocol work when the token is
+missing or wrong (compared in constant time), when the request carries an
+``Origin`` that is not allow-listed (cross-site WebSocket hijacking), or when
+the server is bound to loopback and ``Host`` names something else (DNS
+rebinding). The token is never logged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hmac
+import logging
+import os
+import socket
+from collections.abc import Sequence
+from typing import Final
+from urllib.parse import parse_qs, urlsplit
+
+import attrs
+import trio
+
+from ahp.engine import Outbox
+from ahp.engine.envelopes import Published
+from ahp.server.session import ServerState, Session
+from ahp.ws import (
+    ConnectionClosed,
+    WebSocketConnection,
+    WebSocketRequest,
+    WebSocketServer,
+    request_host,
+)
+
+__all__ = [
+    "MAX_MESSAGE_SIZE",
+    "OUTBOX_BYTES",
+    "ServerConfig",
+    "check_upgrade",
+    "open_listeners",
+    "serve_connections",
+]
+
+log = logging.getLogger("ahp.server")
+
+#: Largest inbound message accepted; larger ones close the connection with 1009.
+MAX_MESSAGE_SIZE: Final = 16 * 1024 * 1024
+#: Outbound bytes queued per connection before it is closed with 1013.
+OUTBOX_BYTES: Final = 16 * 1024 * 1024
+LOOPBACK_NAMES: Final = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})
+
+
+@attrs.frozen
+class ServerConfig:
+    token: str | None
+    allow_origins: frozenset[str] = frozenset()
+    #: Names accepted in ``Host`` when bound to loopback (empty: no check, e.g. Unix socket).
+    allowed_hosts: frozenset[str] = frozenset()
+    max_message_size: int = MAX_MESSAGE_SIZE
+    outbox_bytes: int = OUTBOX_BYTES
+
+
+def _header(request: WebSocketRequest, name: bytes) -> str | None:
+    for key, value in request.headers:
+        if key.lower() == name:
+            return value.decode("latin-1")
+    return None
+
+
+def check_upgrade(request: WebSocketRequest, config: ServerConfig) -> str | None:
+    """Why the upgrade must be refused, or None to accept it."""
+    origin = _header(request, b"origin")
+    if origin is not None and origin not in config.allow_origins:
+        return "origin not allowed"
+    if config.allowed_hosts:
+        host = request_host(request)
+        if host is None:
+            return "missing Host header"
+        name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
+        if host.lower() not in config.allowed_hosts and name.lower() not in config.allowed_hosts:
+            return "unexpected Host header"
+    if config.token is not None:
+        offered = ""
+        auth = _header(request, b"authorization")
+        if auth is not None and auth.lower().startswith("bearer "):
+            offered = auth[7:].strip()
+        else:
+            query = parse_qs(urlsplit(request.path).query)
+            offered = (query.get("tkn") or [""])[0]
+        if not hmac.compare_digest(offered.encode(), config.token.encode()):
+            return "missing or wrong token"
+    return None
+
+
+async def _writer(ws: WebSocketConnection, outbox: Outbox, session: Session) -> None:
+    while True:
+        batch = await outbox.get_batch()
+        for item in batch:
+            await ws.send_message(item.frame if isinstance(item, Published) else item)
+        if session.close_request is not None and not len(outbox):
+            code, reason = session.close_request
+            await ws.aclose(code, reason)
+            return
+        if not batch:
+            if outbox.overflowed:
+                log.info("client %s too slow: closing with 1013", session.client_id)
+                await ws.aclose(1013, "outbound buffer full; reconnect to resume")
+            return
+
+
+async def _reader(ws: WebSocketConnection, session: Session) -> None:
+    while True:
+        message = await ws.get_message()
+        await session.handle_frame(message)
+        if session.close_request is not None:
+            session.outbox.close()
+            return
+
+
+async def _serve_one(request: WebSocketRequest, state: ServerState, config: ServerConfig) -> None:
+    refusal = check_upgrade(request, config)
+    if refusal is not None:
+        log.warning("refused connection from %s: %s", request.remote, refusal)
+        await request.reject(403, body=f"{refusal}\n".encode())
+        return
+    ws = await request.accept()
+    outbox = Outbox(max_bytes=config.outbox_bytes)
+    session = Session(state, outbox)
+    try:
+        async with trio.open_nursery() as nursery:
+
+            async def reader() -> None:
+                try:
+                    await _reader(ws, session)
+                except ConnectionClosed:
+                    nursery.cancel_scope.cancel()
+
+            async def writer() -> None:
+                with contextlib.suppress(ConnectionClosed):
+                    await _writer(ws, outbox, session)
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(reader)
+            nursery.start_soon(writer)
+    finally:
+        session.disconnect()
+        outbox.close()
+        with trio.CancelScope(shield=True), trio.move_on_after(1):
+            await ws.aclose(1001, "server going away")
+
+
+class _UnixStream(trio.abc.HalfCloseableStream):
+    """A Unix-socket stream that does not look like a TCP ``SocketStream``.
+
+    trio-websocket derives ``(address, port)`` endpoints from socket streams,
+    which fails for Unix-socket paths; a plain wrapper makes it use ``repr``.
+    """
+
+    def __init__(self, stream: trio.SocketStream) -> None:
+        self._stream = stream
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        await self._stream.send_all(data)
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self._stream.wait_send_all_might_not_block()
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes:
+        return await self._stream.receive_some(max_bytes)
+
+    async def send_eof(self) -> None:
+        await self._stream.send_eof()
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
+
+    def __repr__(self) -> str:
+        return "<unix socket peer>"
+
+
+class _UnixListener(trio.abc.Listener[_UnixStream]):
+    def __init__(self, listener: trio.SocketListener) -> None:
+        self._listener = listener
+        self.socket = listener.socket
+
+    async def accept(self) -> _UnixStream:
+        return _UnixStream(await self._listener.accept())
+
+    async def aclose(self) -> None:
+        await self._listener.aclose()
+
+
+Listener = trio.SocketListener | _UnixListener
+
+
+async def open_listeners(*, host: str | None, port: int | None, unix: str | None) -> list[Listener]:
+    """TCP listeners on ``host:port``, or one Unix-socket listener (mode 0600)."""
+    if unix is not None:
+        sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(unix)  # a stale socket file from an earlier run
+        old = os.umask(0o177)
+        try:
+            await sock.bind(unix)
+        finally:
+            os.umask(old)
+        os.chmod(unix, 0o600)
+        sock.listen(128)
+        return [_UnixListener(trio.SocketListener(sock))]
+    return list(await trio.open_tcp_listeners(port or 0, host=host))
+
+
+async def serve_connections(
+    state: ServerState,
+    config: ServerConfig,
+    listeners: Sequence[Listener],
+    *,
+    task_status: trio.TaskStatus[WebSocketServer] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Accept WebSocket connections until cancelled."""
+
+    async def handler(request: WebSocketRequest) -> None:
+        await _serve_one(request, state, config)
+
+    server = WebSocketServer(
+        handler,
+        list(listeners),  # type: ignore[arg-type]  # any trio Listener works
+        max_message_size=config.max_message_size,
+        message_queue_size=1,
+        connect_timeout=10,
+        disconnect_timeout=5,
+    )
+    await server.run(task_status=task_status)

@@ -1,0 +1,65 @@
+"""Test helpers shared by the real-pty test modules."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+import trio
+
+from ahp.engine import Terminal
+from ahp.protocol import ActionEnvelope, Snapshot, TerminalState
+
+#: Generous absolute bound for any single wait on real I/O.
+TIMEOUT = 20
+
+
+async def wait_for_state(
+    terminal: Terminal, predicate: Callable[[TerminalState], bool], timeout: float = TIMEOUT
+) -> TerminalState:
+    """Follow the terminal until ``predicate(state)`` holds; return that state."""
+    with trio.fail_after(timeout):
+        async with terminal.subscribe() as sub:
+            async for item in sub:
+                if isinstance(item, Snapshot | ActionEnvelope) and predicate(terminal.state):
+                    return terminal.state
+    raise AssertionError(f"{terminal.uri} closed before the condition held: {terminal.state!r}")
+
+
+async def wait_for_text(terminal: Terminal, needle: str, timeout: float = TIMEOUT) -> str:
+    state = await wait_for_state(terminal, lambda s: needle in s.text(), timeout)
+    return state.text()
+
+
+def open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def children() -> list[int]:
+    """Pids whose parent is this process (zombies included)."""
+    me = os.getpid()
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        if int(fields[1]) == me:
+            pids.append(int(entry))
+    return pids
+
+
+def zombies() -> list[int]:
+    out = []
+    for pid in children():
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    out.append(pid)
+        except OSError:
+            pass
+    return out

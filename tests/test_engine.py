@@ -1,0 +1,325 @@
+"""The terminal engine on real ptys and real processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import pytest
+import trio
+
+from ahp.engine import Host, Terminal, TerminalExists, open_host
+from ahp.engine.outbox import Outbox
+from ahp.protocol import (
+    ActionEnvelope,
+    ClientClaim,
+    Snapshot,
+    TerminalData,
+    TerminalExited,
+    TerminalResized,
+    TerminalTitleChanged,
+)
+from ahp.pty import SpawnError
+from tests.helpers import TIMEOUT, children, open_fds, wait_for_state, wait_for_text, zombies
+
+
+async def collect_until_exit(terminal: Terminal) -> list[ActionEnvelope]:
+    envelopes: list[ActionEnvelope] = []
+    with trio.fail_after(TIMEOUT):
+        async with terminal.subscribe(max_bytes=1 << 30) as sub:
+            async for item in sub:
+                if isinstance(item, ActionEnvelope):
+                    envelopes.append(item)
+                    if isinstance(item.action, TerminalExited):
+                        return envelopes
+    raise AssertionError("no exit")
+
+
+async def test_echo_then_exit_code() -> None:
+    async with open_host() as host:
+        term = await host.create_terminal(argv=["sh", "-c", "echo hello; exit 3"])
+        assert await term.wait_exited() == 3
+        assert term.state.text() == "hello\r\n"
+        assert term.state.exitCode == 3
+        assert term.state.isPty is True
+        assert host.list_terminals()[0].exitCode == 3
+
+
+async def test_all_output_before_exited() -> None:
+    async with open_host() as host:
+        term = await host.create_terminal(
+            argv=["sh", "-c", "i=0; while [ $i -lt 2000 ]; do echo line$i; i=$((i+1)); done"]
+        )
+        envelopes = await collect_until_exit(term)
+        text = "".join(e.action.data for e in envelopes if isinstance(e.action, TerminalData))
+        assert text.endswith("line1999\r\n")
+        assert text.count("\r\n") == 2000
+        assert isinstance(envelopes[-1].action, TerminalExited)
+        seqs = [e.serverSeq for e in envelopes]
+        assert seqs == sorted(set(seqs))
+
+
+async def test_death_by_signal_has_no_exit_code() -> None:
+    async with open_host() as host:
+        term = await host.create_terminal(argv=["sh", "-c", "kill -9 $$"])
+        assert await term.wait_exited() is None
+        assert term.state.exitCode is None
+        assert term.exited.is_set()
+
+
+async def test_ctrl_c_interrupts_foreground_job() -> None:
+    async with open_host() as host:
+        term = await host.create_terminal(argv=["sh", "-c", "echo ready; sleep 30; echo after"])
+        await wait_for_text(term, "ready")
+        await term.send_input("\x03")
+        with trio.fail_after(TIMEOUT):
+            assert await term.wait_exited() is None  # killed by SIGINT
+        assert "after" not in term.state.text()
+
+
+async def test_resize_reaches_the_child() -> None:
+    async with open_host() as host:
+        term = await host.create_terminal(
+            argv=["sh", "-c", "stty size; read x; stty size"], cols=100, rows=30
+        )
+        await wait_for_text(term, "30 100")
+        await term.resize(132, 43)
+        await wait_for_state(term, lambda s: s.cols == 132)
+        await term.send_input("\r")
+        await wait_for_text(term, "43 132")
+        assert (term.state.cols, term.state.rows) == (132, 43)
+
+
+async def test_default_size_and_term() -> None:
+    async with open_host() as host:
+        term = await host.create_terminal(argv=["sh", "-c", "stty size; echo $TERM"])
+        await term.wait_exited()
+        assert term.state.text() == "24 80\r\nxterm-256color\r\n"
+
+
+async def test_cwd_and_env(tmp_path: Path) -> None:
+    async with open_host() as host:
+        term = await host.create_terminal(
+            argv=["sh", "-c", "pwd; echo $GREETING"], cwd=tmp_path.as_uri(), env={"GREETING": "hi"}
+        )
+        await term.wait_exited()
+        assert term.state.text() == f"{tmp_path}\r\nhi\r\n"
+        assert term.state.cwd == tmp_path.as_uri()
+
+
+async def test_spawn_errors_are_clear_and_leave_nothing(tmp_path: Path) -> None:
+    async with open_host() as host:
+        fds = open_fds()
+        with pytest.raises(SpawnError, match=r"not a directory|does not exist|No such"):
+            await host.create_terminal(argv=["sh"], cwd=str(tmp_path / "missing"))
+        with pytest.raises(SpawnError, match="not found"):
+            await host.create_terminal(argv=["no-such-shell-xyz"])
+        with pytest.raises(SpawnError):
+            await host.create_terminal(shell="/nonexistent/shell")
+        assert host.list_terminals() == ()
+        assert open_fds() == fds
+        assert children() == []
+
+
+async def test_duplicate_uri_refused() -> None:
+    async with open_host() as host:
+        await host.create_terminal("ahp-terminal:/a", argv=["cat"])
+        with pytest.raises(TerminalExists):
+            await host.create_terminal("ahp-terminal:/a", argv=["cat"])
+        assert len(host.list_terminals()) == 1
+
+
+async def test_title_and_cwd_from_osc() -> None:
+    async with open_host() as host:
+        term = await host.create_terminal(
+            argv=["printf", "\\033]0;my title\\007\\033]7;file://localhost/tmp/a%%20b\\007done"]
+        )
+        await term.wait_exited()
+        assert term.state.title == "my title"
+        assert term.state.cwd == "file:///tmp/a%20b"
+        assert host.list_terminals()[0].title == "my title"
+        # Titles pass through the data byte for byte.
+        assert "\x1b]0;my title\x07" in term.state.text()
+
+
+async def test_pipes_mode_merges_stderr() -> None:
+    async with open_host() as host:
+        term = await host.create_terminal(
+            argv=["sh", "-c", "echo out; echo err >&2; exit 4"], use_pty=False
+        )
+        assert await term.wait_exited() == 4
+        assert term.state.isPty is False
+        assert sorted(term.state.text().splitlines()) == ["err", "out"]
+        assert term.state.cols is None
+
+
+async def test_invalid_utf8_is_replaced() -> None:
+    async with open_host() as host:
+        term = await host.create_terminal(argv=["printf", "a\\377b\\342\\202\\254"])
+        await term.wait_exited()
+        assert term.state.text() == "a\ufffdb\u20ac"
+
+
+async def test_big_paste_does_not_block_other_terminals() -> None:
+    async with open_host() as host:
+        sink = await host.create_terminal(argv=["sh", "-c", "stty raw -echo; cat >/dev/null"])
+        other = await host.create_terminal(argv=["cat"])
+        await wait_for_state(sink, lambda s: True)
+        await sink.send_input("x" * (10 * 1024 * 1024))
+        # While the 10 MB drain, another terminal still echoes promptly.
+        await other.send_input("ping\r")
+        await wait_for_text(other, "ping")
+
+
+async def test_batching_under_sustained_output(tmp_path: Path) -> None:
+    big = tmp_path / "big.txt"
+    big.write_text(("x" * 99 + "\n") * 100_000)  # 10 MB
+    async with open_host() as host:
+        term = await host.create_terminal(argv=["cat", str(big)])
+        envelopes = await collect_until_exit(term)
+        datas = [e for e in envelopes if isinstance(e.action, TerminalData)]
+        total = sum(len(e.action.data) for e in datas)  # type: ignore[union-attr]
+        assert total == 10_100_000  # ONLCR: \n -> \r\n
+        # Kernel reads are ~4 KiB; batching must make actions much larger on average.
+        assert len(datas) < total / 8192, (len(datas), term.read_batches)
+
+
+async def test_scrollback_is_bounded(tmp_path: Path) -> None:
+    big = tmp_path / "big.txt"
+    big.write_text("".join(f"{i:09d}\n" for i in range(200_000)))  # 2 MB
+    async with open_host(scrollback=64 * 1024) as host:
+        term = await host.create_terminal(argv=["cat", str(big)])
+        await term.wait_exited()
+        text = term.state.text()
+        assert len(text) <= 64 * 1024
+        assert text.endswith("000199999\r\n")
+
+
+async def test_stalled_subscriber_is_resynced_and_never_blocks(tmp_path: Path) -> None:
+    big = tmp_path / "big.txt"
+    big.write_text(("y" * 999 + "\n") * 50_000)  # 50 MB
+    async with open_host() as host:
+        term = await host.create_terminal(argv=["sh", "-c", f"read x; cat {big}"])
+        stalled = term.subscribe(max_bytes=1024 * 1024)
+        first = await stalled.__anext__()
+        assert isinstance(first, Snapshot)
+        received = 0
+        peak = 0
+        with trio.fail_after(120):
+            async with term.subscribe(max_bytes=1 << 30) as active:
+                await term.send_input("\r")
+                async for item in active:
+                    peak = max(peak, stalled.outbox.queued_bytes)
+                    if isinstance(item, ActionEnvelope):
+                        if isinstance(item.action, TerminalData):
+                            received += len(item.action.data)
+                        if isinstance(item.action, TerminalExited):
+                            break
+        assert received == 2 + 50_050_000  # the echoed "\r\n", then the file with ONLCR
+        assert stalled.outbox.overflowed
+        assert peak <= 1024 * 1024 + 70_000
+        # The stalled subscriber now catches up from a fresh snapshot, not a gap.
+        item = await stalled.__anext__()
+        assert isinstance(item, Snapshot)
+        assert stalled.resyncs == 1
+        assert item.state.exitCode == 0
+        await stalled.aclose()
+
+
+async def test_client_actions_rules() -> None:
+    async with open_host() as host:
+        term = await host.create_terminal(argv=["cat"], claim=ClientClaim("alice"))
+        await term.dispatch(TerminalResized(cols=0, rows=10))
+        await term.dispatch(TerminalTitleChanged(title="renamed"))
+        await wait_for_state(term, lambda s: s.title == "renamed")
+        assert term.state.cols == 80
+        assert host.list_terminals()[0].title == "renamed"
+
+
+async def test_task_failure_ends_only_that_terminal() -> None:
+    class Exploding(Exception):
+        pass
+
+    async with open_host() as host:
+        good = await host.create_terminal(argv=["cat"])
+        bad = await host.create_terminal(argv=["cat"])
+
+        def explode(*args: object, **kwargs: object) -> None:
+            raise Exploding("boom")
+
+        bad._apply = explode  # type: ignore[method-assign]
+        await bad.send_input("x")
+        with trio.fail_after(TIMEOUT):
+            await bad.closed.wait()
+        assert bad.failure is not None
+        await good.send_input("still alive\r")
+        await wait_for_text(good, "still alive")
+
+
+@pytest.mark.parametrize("count", [300])
+async def test_create_dispose_many_leaves_nothing(count: int) -> None:
+    fds = open_fds()
+    assert children() == []
+    async with open_host() as host:
+        terms = []
+        for i in range(count):
+            kind = i % 3
+            if kind == 0:
+                # A few print flat out; the rest of this third are idle readers.
+                argv = ["yes", "busy"] if i % 30 == 0 else ["cat"]
+            elif kind == 1:
+                argv = ["sleep", "600"]  # stopped with SIGSTOP below
+            else:
+                argv = ["true"]  # already exited when disposed
+            terms.append(await host.create_terminal(argv=argv, grace=0.5))
+        for term in terms[1::3]:
+            assert term.pid is not None
+            os.kill(term.pid, signal.SIGSTOP)
+        for term in terms[2::3]:
+            await term.wait_exited()
+        async with trio.open_nursery() as nursery:
+            for term in terms:
+                nursery.start_soon(host.dispose, term.uri)
+        assert host.list_terminals() == ()
+    assert children() == []
+    assert zombies() == []
+    assert open_fds() == fds
+
+
+async def test_dispose_stops_envelopes_and_ends_subscriptions() -> None:
+    async with open_host() as host:
+        term = await host.create_terminal(argv=["sh", "-c", "while :; do echo x; sleep 0.01; done"])
+        sub = term.subscribe()
+        await host.dispose(term.uri)
+        with trio.fail_after(TIMEOUT):
+            items = [item async for item in sub]
+        assert isinstance(items[0], Snapshot)
+        assert term.uri not in host
+        assert host.hub.subscribers(term.uri) == []
+
+
+async def test_host_exit_reaps_everything() -> None:
+    fds = open_fds()
+    host: Host
+    async with open_host() as host:
+        for _ in range(5):
+            await host.create_terminal(argv=["sh", "-c", "trap '' HUP; sleep 60"], grace=0.2)
+    assert children() == []
+    assert open_fds() == fds
+
+
+async def test_outbox_merges_consecutive_data() -> None:
+    from ahp.engine.envelopes import Published
+
+    box = Outbox(max_bytes=10_000)
+    for seq in range(1, 4):
+        box.put(Published(ActionEnvelope("t", TerminalData(f"{seq}"), seq)))
+    box.put(Published(ActionEnvelope("u", TerminalData("other"), 4)))
+    box.put(Published(ActionEnvelope("t", TerminalData("5"), 5)))
+    batch = box.get_nowait()
+    assert [(p.channel, p.envelope.action, p.seq) for p in batch] == [  # type: ignore[union-attr]
+        ("t", TerminalData("123"), 3),
+        ("u", TerminalData("other"), 4),
+        ("t", TerminalData("5"), 5),
+    ]

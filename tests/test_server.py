@@ -1,0 +1,555 @@
+"""The sidecar over real WebSocket connections: ahp-wire.md §10, security, slow clients.
+
+Every test runs a real server on 127.0.0.1 port 0 and real WebSocket peers.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from ahp.server import ServeOptions
+from ahp.server.session import negotiate_version
+from ahp.ws import ConnectionClosed
+from tests.helpers import TIMEOUT
+from tests.wire import TOKEN, Peer, peer, running_server
+
+ROOT = "ahp-root://"
+T1 = "ahp-terminal:/t1"
+
+
+def claim(client_id: str) -> dict[str, str]:
+    return {"kind": "client", "clientId": client_id}
+
+
+async def create(p: Peer, uri: str = T1, client_id: str = "c1", **extra: Any) -> None:
+    params = {"channel": uri, "claim": claim(client_id), **extra}
+    assert await p.result("createTerminal", params) is None
+
+
+# -- handshake ------------------------------------------------------------------------------
+
+
+async def test_ping_before_initialize_and_errors_keep_the_connection() -> None:
+    async with running_server() as server, peer(server.url) as p:
+        assert (await p.call("ping", {"channel": ROOT}))["result"] is None
+        await p.send("{not json")
+        answer = await p.recv()
+        assert answer["id"] is None and answer["error"]["code"] == -32700
+        answer = await p.call("subscribe", {"channel": ROOT})
+        assert answer["error"]["code"] == -32601  # before initialize
+        await p.send("[]")
+        assert (await p.recv())["error"]["code"] == -32600
+        assert (await p.call("ping", {"channel": ROOT}))["result"] is None
+
+
+async def test_initialize_result_shape() -> None:
+    async with running_server() as server, peer(server.url) as p:
+        result = await p.initialize("c1")
+        assert result["protocolVersion"] == "0.5.0"
+        assert isinstance(result["serverSeq"], int)
+        assert result["snapshots"] == [
+            {
+                "resource": ROOT,
+                "state": {"agents": [], "terminals": []},
+                "fromSeq": result["serverSeq"],
+            }
+        ]
+        assert result["defaultDirectory"].startswith("file:///")
+        second = await p.call(
+            "initialize", {"channel": ROOT, "clientId": "c1", "protocolVersions": ["0.5.0"]}
+        )
+        assert second["error"]["code"] == -32601
+
+
+@pytest.mark.parametrize(
+    ("offered", "chosen"),
+    [
+        (["0.5.0"], "0.5.0"),
+        (["0.9.0", "0.4.0", "0.5.2"], "0.5.2"),
+        (["0.3.0"], "0.3.0"),
+        (["1.0.0", "0.9.0"], None),
+        (5, None),
+        (["x", 1, None], None),
+    ],
+)
+def test_version_negotiation(offered: Any, chosen: str | None) -> None:
+    assert negotiate_version(offered) == chosen
+
+
+async def test_unsupported_version_is_refused_and_closed() -> None:
+    async with running_server() as server, peer(server.url) as p:
+        answer = await p.call(
+            "initialize", {"channel": ROOT, "clientId": "c", "protocolVersions": ["1.0.0"]}
+        )
+        assert answer["error"]["code"] == -32005
+        assert answer["error"]["data"]["supportedVersions"]
+        with pytest.raises(ConnectionClosed), trio.fail_after(TIMEOUT):
+            await p.ws.get_message()
+
+
+async def test_ids_echoed_exactly_and_list_sessions() -> None:
+    async with running_server() as server, peer(server.url) as p:
+        await p.initialize("c1")
+        for msg_id in ["abc", 7, 2.5, 2**40, 0]:
+            assert (await p.call("listSessions", {"channel": ROOT}, msg_id=msg_id)) == {
+                "jsonrpc": "2.0",
+                "id": msg_id,
+                "result": {"items": []},
+            }
+        answer = await p.call("createSession", {"channel": ROOT})
+        assert answer["error"]["code"] == -32601
+
+
+async def test_binary_frames_are_utf8_json() -> None:
+    async with running_server() as server, peer(server.url) as p:
+        await p.send(b'{"jsonrpc":"2.0","id":1,"method":"ping","params":{"channel":"ahp-root://"}}')
+        assert (await p.recv()) == {"jsonrpc": "2.0", "id": 1, "result": None}
+        await p.send(b"\xff\xfe")
+        assert (await p.recv())["error"]["code"] == -32700
+
+
+# -- terminals ------------------------------------------------------------------------------
+
+
+async def test_create_subscribe_input_echo_and_output() -> None:
+    async with running_server() as server, peer(server.url) as p:
+        await p.initialize("c1")
+        await create(p, cwd="/tmp", cols=100, rows=30, name="build")
+        change = await p.action(lambda a: a["action"]["type"] == "root/terminalsChanged")
+        assert "origin" not in change
+        assert change["action"]["terminals"] == [
+            {"resource": T1, "title": "build", "claim": claim("c1")}
+        ]
+        snap = (await p.result("subscribe", {"channel": T1}))["snapshot"]
+        assert snap["resource"] == T1
+        state = snap["state"]
+        assert (state["title"], state["cols"], state["rows"], state["isPty"]) == (
+            "build",
+            100,
+            30,
+            True,
+        )
+        assert state["cwd"] == "file:///tmp"
+        assert state["claim"] == claim("c1")
+        seq = await p.dispatch(T1, {"type": "terminal/input", "data": "echo hi-there\r"})
+        echo = await p.action(lambda a: a["action"]["type"] == "terminal/input")
+        assert echo["origin"] == {"clientId": "c1", "clientSeq": seq}
+        assert echo["serverSeq"] > snap["fromSeq"]
+        assert "rejectionReason" not in echo
+        await p.text_until(T1, "hi-there\r\n")
+
+
+async def test_create_errors() -> None:
+    async with running_server() as server, peer(server.url) as p:
+        await p.initialize("c1")
+        await create(p)
+        dup = await p.call("createTerminal", {"channel": T1, "claim": claim("c1")})
+        assert dup["error"]["code"] == -32010
+        no_claim = await p.call("createTerminal", {"channel": "ahp-terminal:/x"})
+        assert no_claim["error"]["code"] == -32602
+        assert no_claim["error"]["data"]["path"] == "$.params.claim"
+        bad_cols = await p.call(
+            "createTerminal", {"channel": "ahp-terminal:/x", "claim": claim("c"), "cols": "80"}
+        )
+        assert bad_cols["error"]["data"]["path"] == "$.params.cols"
+        zero = await p.call(
+            "createTerminal", {"channel": "ahp-terminal:/x", "claim": claim("c"), "rows": 0}
+        )
+        assert zero["error"]["code"] == -32602
+        scheme = await p.call("createTerminal", {"channel": "file:///x", "claim": claim("c")})
+        assert scheme["error"]["data"]["path"] == "$.params.channel"
+        cwd = await p.call(
+            "createTerminal", {"channel": "ahp-terminal:/x", "claim": claim("c"), "cwd": "/nope/x"}
+        )
+        assert cwd["error"]["code"] == -32602
+        assert "ahp-terminal:/x" not in str(await p.result("subscribe", {"channel": ROOT}))
+
+
+async def test_rejections_go_to_the_sender_only_and_heal() -> None:
+    async with running_server() as server, peer(server.url) as a, peer(server.url) as b:
+        await a.initialize("alice")
+        await b.initialize("bob")
+        await create(a, client_id="alice")
+        for p in (a, b):
+            await p.result("subscribe", {"channel": T1})
+        # bob may not take alice's claim; bob may not dispatch server-only actions.
+        seq = await b.dispatch(T1, {"type": "terminal/claimed", "claim": claim("bob")})
+        rejected = await b.action(lambda x: x["action"]["type"] == "terminal/claimed")
+        assert rejected["origin"] == {"clientId": "bob", "clientSeq": seq}
+        assert rejected["rejectionReason"]
+        heal = await b.action(lambda x: x["action"]["type"] == "terminal/claimed")
+        assert heal["action"]["claim"] == claim("alice") and "origin" not in heal
+        for bad in (
+            {"type": "terminal/data", "data": "forged"},
+            {"type": "terminal/exited", "exitCode": 0},
+            {
+                "type": "terminal/commandExecuted",
+                "commandId": "x",
+                "commandLine": "",
+                "timestamp": 0,
+            },
+            {"type": "terminal/resized", "cols": 0, "rows": 5},
+            {"type": "terminal/resized", "cols": "wide"},
+            {"type": "future/unknown", "x": 1},
+        ):
+            await b.dispatch(T1, bad)
+            got = await b.action(lambda x, t=bad["type"]: x["action"]["type"] == t)
+            assert got["rejectionReason"], bad
+            assert got["action"] == bad
+            if bad["type"] == "terminal/resized" and isinstance(bad.get("cols"), int):
+                heal = await b.action(lambda x: x["action"]["type"] == "terminal/resized")
+                assert heal["action"] == {"type": "terminal/resized", "cols": 80, "rows": 24}
+        # An unknown channel: ignored, no echo. Then a marker to prove nothing came before it.
+        await b.dispatch("ahp-terminal:/nope", {"type": "terminal/input", "data": "x"})
+        await b.dispatch(T1, {"type": "terminal/titleChanged", "title": "marker"})
+        title = await b.action(
+            lambda x: x["channel"] == T1 and x["action"]["type"] == "terminal/titleChanged"
+        )
+        assert title["origin"]["clientId"] == "bob" and "rejectionReason" not in title
+        # alice saw none of bob's rejected actions before the accepted rename.
+        seen = []
+        while True:
+            got = await a.action(lambda x: x["channel"] == T1)
+            if got["action"] == {"type": "terminal/titleChanged", "title": "marker"}:
+                break
+            seen.append(got)
+        assert all("rejectionReason" not in e and "origin" not in e for e in seen), seen
+        assert not [
+            e
+            for e in seen
+            if e["action"]["type"]
+            not in ("terminal/data", "terminal/commandDetectionAvailable", "terminal/cwdChanged")
+        ]
+        snap = (await a.result("subscribe", {"channel": T1}))["snapshot"]["state"]
+        assert snap["claim"] == claim("alice") and snap["cols"] == 80
+
+
+async def test_claim_resize_title_clear_are_applied() -> None:
+    async with running_server() as server, peer(server.url) as p:
+        await p.initialize("c1")
+        await create(p)
+        await p.result("subscribe", {"channel": T1})
+        await p.dispatch(T1, {"type": "terminal/resized", "cols": 120, "rows": 40})
+        await p.dispatch(T1, {"type": "terminal/titleChanged", "title": "renamed"})
+        await p.dispatch(
+            T1, {"type": "terminal/claimed", "claim": {"kind": "session", "session": "s:/1"}}
+        )
+        root_change = await p.action(
+            lambda x: (
+                x["action"]["type"] == "root/terminalsChanged"
+                and x["action"]["terminals"][0]["claim"]["kind"] == "session"
+            )
+        )
+        assert root_change["action"]["terminals"][0]["title"] == "renamed"
+        await p.dispatch(T1, {"type": "terminal/input", "data": "stty size\r"})
+        await p.text_until(T1, "40 120")
+        await p.dispatch(T1, {"type": "terminal/cleared"})
+        await p.action(lambda x: x["action"]["type"] == "terminal/cleared")
+        state = (await p.result("subscribe", {"channel": T1}))["snapshot"]["state"]
+        assert state["content"] == [] or all(part["type"] for part in state["content"])
+        assert (state["cols"], state["rows"], state["title"]) == (120, 40, "renamed")
+
+
+async def test_dispose_then_subscribe_fails_and_nothing_more_arrives() -> None:
+    async with running_server() as server, peer(server.url) as p:
+        await p.initialize("c1")
+        await create(p)
+        await p.result("subscribe", {"channel": T1})
+        assert await p.result("disposeTerminal", {"channel": T1}) is None
+        change = await p.action(
+            lambda x: (
+                x["action"]["type"] == "root/terminalsChanged" and x["action"]["terminals"] == []
+            )
+        )
+        assert change
+        assert (await p.call("subscribe", {"channel": T1}))["error"]["code"] == -32008
+        assert (await p.call("disposeTerminal", {"channel": T1}))["error"]["code"] == -32008
+        # Drain: a ping answer proves nothing for T1 was queued after the dispose answer.
+        await p.result("ping", {"channel": ROOT})
+        assert not [
+            n
+            for n in p.notes
+            if n["params"]["channel"] == T1 and n["params"]["serverSeq"] > change["serverSeq"]
+        ]
+
+
+async def test_unsubscribe_stops_messages() -> None:
+    async with running_server() as server, peer(server.url) as p:
+        await p.initialize("c1")
+        await create(p)
+        await p.result("subscribe", {"channel": T1})
+        await p.send({"jsonrpc": "2.0", "method": "unsubscribe", "params": {"channel": T1}})
+        await p.send(
+            {"jsonrpc": "2.0", "method": "unsubscribe", "params": {"channel": "ahp-terminal:/zz"}}
+        )
+        await p.result("ping", {"channel": ROOT})
+        p.notes.clear()
+        await p.dispatch(T1, {"type": "terminal/input", "data": "echo gone\r"})
+        await p.dispatch(ROOT, {"type": "root/configChanged", "config": {"a": 1}})
+        got = await p.action()
+        assert got["channel"] == ROOT  # the root echo, and nothing for T1 before it
+
+
+async def test_exit_is_published_with_code() -> None:
+    async with running_server() as server, peer(server.url) as p:
+        await p.initialize("c1")
+        await create(p)
+        await p.result("subscribe", {"channel": T1})
+        await p.dispatch(T1, {"type": "terminal/input", "data": "exit 5\r"})
+        exited = await p.action(lambda x: x["action"]["type"] == "terminal/exited")
+        assert exited["action"] == {"type": "terminal/exited", "exitCode": 5}
+        info = await p.action(lambda x: x["action"]["type"] == "root/terminalsChanged")
+        assert info["action"]["terminals"][0]["exitCode"] == 5
+
+
+async def test_server_seq_strictly_increases_across_channels() -> None:
+    async with running_server() as server, peer(server.url) as p:
+        await p.initialize("c1")
+        for i in range(3):
+            await create(p, f"ahp-terminal:/m{i}")
+            await p.result("subscribe", {"channel": f"ahp-terminal:/m{i}"})
+        for n in range(10):
+            for i in range(3):
+                await p.dispatch(
+                    f"ahp-terminal:/m{i}", {"type": "terminal/titleChanged", "title": f"{n}"}
+                )
+        seqs = []
+        for _ in range(30):
+            seqs.append((await p.action())["serverSeq"])
+        assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
+
+
+# -- reconnect --------------------------------------------------------------------------------
+
+
+async def test_reconnect_replay_snapshot_and_unknown() -> None:
+    async with running_server(log_envelopes=64) as server:
+        async with peer(server.url) as p:
+            init = await p.initialize("c1")
+            await create(p)
+            await create(p, "ahp-terminal:/t2")
+            snap = (await p.result("subscribe", {"channel": T1}))["snapshot"]
+            last = snap["fromSeq"]
+        async with peer(server.url) as q:
+            # A few actions happen while c1 is away.
+            await q.initialize("other")
+            await q.dispatch(T1, {"type": "terminal/titleChanged", "title": "while-away"})
+            await q.result("disposeTerminal", {"channel": "ahp-terminal:/t2"})
+        async with peer(server.url) as p:
+            result = await p.result(
+                "reconnect",
+                {
+                    "channel": ROOT,
+                    "clientId": "c1",
+                    "lastSeenServerSeq": last,
+                    "subscriptions": [ROOT, T1, "ahp-terminal:/t2"],
+                },
+            )
+            assert result["type"] == "replay"
+            assert result["missing"] == ["ahp-terminal:/t2"]
+            seqs = [a["serverSeq"] for a in result["actions"]]
+            assert seqs == sorted(seqs) and all(s > last for s in seqs)
+            assert any(a["action"].get("title") == "while-away" for a in result["actions"])
+            assert init["serverSeq"] < last
+        async with peer(server.url) as q:
+            await q.initialize("flood")
+            await q.result("subscribe", {"channel": T1})
+            for i in range(100):  # overflow the 64-envelope log
+                await q.dispatch(T1, {"type": "terminal/titleChanged", "title": f"t{i}"})
+            await q.action(lambda x: x["action"].get("title") == "t99")
+        async with peer(server.url) as p:
+            result = await p.result(
+                "reconnect",
+                {
+                    "channel": ROOT,
+                    "clientId": "c1",
+                    "lastSeenServerSeq": last,
+                    "subscriptions": [ROOT, T1],
+                },
+            )
+            assert result["type"] == "snapshot"
+            assert {s["resource"] for s in result["snapshots"]} == {ROOT, T1}
+            assert [s["state"]["title"] for s in result["snapshots"] if s["resource"] == T1] == [
+                "t99"
+            ]
+        async with peer(server.url) as p:
+            answer = await p.call(
+                "reconnect",
+                {
+                    "channel": ROOT,
+                    "clientId": "stranger",
+                    "lastSeenServerSeq": 0,
+                    "subscriptions": [],
+                },
+            )
+            assert answer["error"]["code"] == -32008
+
+
+async def test_replay_never_repeats_what_the_snapshot_held() -> None:
+    async with running_server() as server:
+        async with peer(server.url) as p:
+            await p.initialize("c1", [ROOT])
+            await create(p)
+            first = (await p.action(lambda x: x["action"]["type"] == "root/terminalsChanged"))[
+                "serverSeq"
+            ]
+            await p.dispatch(T1, {"type": "terminal/titleChanged", "title": "before-subscribe"})
+            await p.action(lambda x: x["action"]["type"] == "root/terminalsChanged")
+            snap = (await p.result("subscribe", {"channel": T1}))["snapshot"]
+        async with peer(server.url) as p:
+            # The client reports the last envelope it saw (older than its T1 snapshot).
+            result = await p.result(
+                "reconnect",
+                {
+                    "channel": ROOT,
+                    "clientId": "c1",
+                    "lastSeenServerSeq": first,
+                    "subscriptions": [T1],
+                },
+            )
+            assert result["type"] == "replay"
+            assert all(a["serverSeq"] > snap["fromSeq"] for a in result["actions"])
+
+
+async def test_disconnect_keeps_terminals_and_claims() -> None:
+    async with running_server() as server:
+        async with peer(server.url) as p:
+            await p.initialize("c1")
+            await create(p)
+        async with peer(server.url) as q:
+            await q.initialize("c2")
+            state = (await q.result("subscribe", {"channel": T1}))["snapshot"]["state"]
+            assert state["claim"] == claim("c1") and "exitCode" not in state
+
+
+# -- security ---------------------------------------------------------------------------------
+
+
+async def _upgrade_status(port: int, target: str, headers: dict[str, str]) -> bytes:
+    """Send a raw upgrade request; return the HTTP status line of the answer.
+
+    (A raw socket: trio-websocket's client leaks its socket on a rejected handshake.)
+    """
+    stream = await trio.open_tcp_stream("127.0.0.1", port)
+    lines = [
+        f"GET {target} HTTP/1.1",
+        "Upgrade: websocket",
+        "Connection: Upgrade",
+        "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==",
+        "Sec-WebSocket-Version: 13",
+    ]
+    headers = {"Host": f"127.0.0.1:{port}", **headers}
+    lines += [f"{k}: {v}" for k, v in headers.items()]
+    await stream.send_all(("\r\n".join(lines) + "\r\n\r\n").encode())
+    reply = b""
+    with trio.fail_after(TIMEOUT):
+        while b"\r\n" not in reply:
+            chunk = await stream.receive_some(4096)
+            if not chunk:
+                break
+            reply += chunk
+    await stream.aclose()
+    return reply.split(b"\r\n", 1)[0]
+
+
+async def test_token_required() -> None:
+    async with running_server() as server:
+        base = server.url.split("?")[0]
+        assert server.port is not None
+        assert await _upgrade_status(server.port, "/", {}) == b"HTTP/1.1 403 "
+        assert await _upgrade_status(server.port, "/?tkn=wrong", {}) == b"HTTP/1.1 403 "
+        wrong_bearer = {"Authorization": "Bearer wrong"}
+        assert await _upgrade_status(server.port, "/", wrong_bearer) == b"HTTP/1.1 403 "
+        assert (
+            await _upgrade_status(server.port, f"/?tkn={TOKEN}", {})
+            == b"HTTP/1.1 101 Switching Protocols"
+        )
+        async with peer(base, extra_headers=[(b"Authorization", f"Bearer {TOKEN}".encode())]) as p:
+            await p.result("ping", {"channel": ROOT})
+        async with peer(server.url) as p:
+            await p.result("ping", {"channel": ROOT})
+
+
+async def test_origin_and_host_checks() -> None:
+    options = ServeOptions(port=0, token=TOKEN, allow_origins=frozenset({"http://good.example"}))
+    async with running_server(options) as server:
+        assert server.port is not None
+        evil = {"Origin": "http://evil.example"}
+        assert await _upgrade_status(server.port, f"/?tkn={TOKEN}", evil) == b"HTTP/1.1 403 "
+        async with peer(server.url, extra_headers=[(b"Origin", b"http://good.example")]) as p:
+            await p.result("ping", {"channel": ROOT})
+        rebound = server.url.replace("127.0.0.1", "localhost")
+        async with peer(rebound) as p:
+            await p.result("ping", {"channel": ROOT})
+        # DNS rebinding: a Host header naming another site.
+        rebinding = {"Host": f"evil.example:{server.port}"}
+        assert await _upgrade_status(server.port, f"/?tkn={TOKEN}", rebinding) == b"HTTP/1.1 403 "
+
+
+async def test_unix_socket_mode(tmp_path: Path) -> None:
+    path = str(tmp_path / "ahp.sock")
+    from ahp.client import connect
+
+    async with running_server(ServeOptions(unix=path, token=TOKEN)) as server:
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+        assert server.url.startswith("ws+unix://")
+        async with connect(server.url) as client:
+            assert client.root.agents == ()
+
+
+async def test_oversized_message_closes_with_1009() -> None:
+    async with running_server() as server, peer(server.url) as p:
+        with pytest.raises(ConnectionClosed) as info, trio.fail_after(TIMEOUT):
+            await p.send("x" * (17 * 1024 * 1024))
+            await p.ws.get_message()
+        assert info.value.reason.code == 1009
+    async with running_server() as server, peer(server.url) as p:
+        await p.initialize("c1")  # the server is fine
+
+
+# -- many clients, slow clients ----------------------------------------------------------------
+
+
+async def test_stalled_client_is_closed_1013_and_others_get_everything(tmp_path: Path) -> None:
+    big = tmp_path / "big.txt"
+    big.write_text(("z" * 999 + "\n") * 50_000)  # 50 MB
+    async with running_server() as server, peer(server.url) as active:
+        await active.initialize("active")
+        await create(active)
+        await active.result("subscribe", {"channel": T1})
+        async with peer(server.url, receive_buffer_size=4096, message_queue_size=1) as stalled:
+            stalled_ws = stalled.ws
+            await stalled.initialize("stalled")
+            await stalled.result("subscribe", {"channel": T1})
+            await active.dispatch(
+                T1,
+                {
+                    "type": "terminal/input",
+                    "data": f"stty -echo; cat {big}; echo END-OF-$((40+2))\r",
+                },
+            )
+            received = 0
+            with trio.fail_after(180):
+                text_tail = ""
+                while True:
+                    params = await active.action(lambda x: x["channel"] == T1)
+                    if params["action"]["type"] == "terminal/data":
+                        data = params["action"]["data"]
+                        received += data.count("z")
+                        text_tail = (text_tail + data)[-64:]
+                        if "END-OF-42\r\n" in text_tail:
+                            break
+            assert received == 50_000 * 999
+            host_outboxes = [o for o in server.state.host.hub.subscribers(T1)]
+            assert all(o.queued_bytes <= 16 * 1024 * 1024 for o in host_outboxes)
+            # The stalled client was cut off with 1013 ("try again later").
+            with pytest.raises(ConnectionClosed) as info, trio.fail_after(TIMEOUT):
+                while True:
+                    await stalled_ws.get_message()
+            assert info.value.reason.code == 1013

@@ -1,0 +1,155 @@
+"""A raw JSON-RPC-over-WebSocket test peer, and a fixture that runs a real server.
+
+The raw peer speaks frames exactly as written so tests can check the server's
+answers byte for byte (ids, absent keys); ``ahp.client`` is tested separately.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import orjson
+import trio
+
+from ahp.engine import Host, open_host
+from ahp.server import ServeOptions, Sidecar, serve_host
+from ahp.ws import WebSocketConnection, open_websocket_url
+from tests.helpers import TIMEOUT
+
+TOKEN = "test-token"
+
+
+class Peer:
+    """One raw connection. Notifications received while waiting for a response are kept."""
+
+    def __init__(self, ws: WebSocketConnection) -> None:
+        self.ws = ws
+        self.ids = itertools.count(1)
+        self.notes: list[dict[str, Any]] = []
+        self.seq = itertools.count(1)
+
+    async def send(self, message: Any) -> None:
+        await self.ws.send_message(
+            message if isinstance(message, str | bytes) else orjson.dumps(message).decode()
+        )
+
+    async def recv(self) -> dict[str, Any]:
+        with trio.fail_after(TIMEOUT):
+            frame = await self.ws.get_message()
+        assert isinstance(frame, str), "the server must send text frames"
+        value: dict[str, Any] = orjson.loads(frame)
+        return value
+
+    async def response(self, msg_id: Any) -> dict[str, Any]:
+        while True:
+            message = await self.recv()
+            if "method" in message:
+                self.notes.append(message)
+                continue
+            assert message["id"] == msg_id, message
+            return message
+
+    async def call(
+        self, method: str, params: dict[str, Any] | None = None, *, msg_id: Any = None
+    ) -> dict[str, Any]:
+        """Send a request, return the whole response message (result or error)."""
+        if msg_id is None:
+            msg_id = next(self.ids)
+        message: dict[str, Any] = {"jsonrpc": "2.0", "id": msg_id, "method": method}
+        if params is not None:
+            message["params"] = params
+        await self.send(message)
+        return await self.response(msg_id)
+
+    async def result(self, method: str, params: dict[str, Any] | None = None) -> Any:
+        answer = await self.call(method, params)
+        assert "result" in answer, answer
+        return answer["result"]
+
+    async def initialize(self, client_id: str, subscriptions: list[str] | None = None) -> Any:
+        return await self.result(
+            "initialize",
+            {
+                "channel": "ahp-root://",
+                "protocolVersions": ["0.5.0"],
+                "clientId": client_id,
+                "initialSubscriptions": subscriptions
+                if subscriptions is not None
+                else ["ahp-root://"],
+            },
+        )
+
+    async def dispatch(self, channel: str, action: dict[str, Any]) -> int:
+        client_seq = next(self.seq)
+        await self.send(
+            {
+                "jsonrpc": "2.0",
+                "method": "dispatchAction",
+                "params": {"channel": channel, "clientSeq": client_seq, "action": action},
+            }
+        )
+        return client_seq
+
+    async def action(self, predicate: Any = None) -> dict[str, Any]:
+        """The next ``action`` notification (kept ones first) matching ``predicate(params)``."""
+        while True:
+            if self.notes:
+                message = self.notes.pop(0)
+            else:
+                message = await self.recv()
+            if message.get("method") == "action" and (
+                predicate is None or predicate(message["params"])
+            ):
+                params: dict[str, Any] = message["params"]
+                return params
+
+    async def text_until(self, channel: str, needle: str) -> str:
+        text = ""
+        while needle not in text:
+            params = await self.action(lambda p: p["channel"] == channel)
+            if params["action"]["type"] == "terminal/data":
+                text += params["action"]["data"]
+        return text
+
+
+@asynccontextmanager
+async def peer(url: str, **kwargs: Any) -> AsyncIterator[Peer]:
+    """A raw connection. trio-websocket's client cannot close while its one-message
+    queue is full, so tests that leave messages unread get a deep queue by default."""
+    kwargs.setdefault("message_queue_size", 100_000)
+    kwargs.setdefault("receive_buffer_size", 256 * 1024)
+    async with open_websocket_url(url, max_message_size=64 * 1024 * 1024, **kwargs) as ws:
+        try:
+            yield Peer(ws)
+        finally:
+            await close_stream(ws)
+
+
+async def close_stream(ws: WebSocketConnection) -> None:
+    """Close the TCP stream under a client connection.
+
+    trio-websocket's client waits for the server's TCP close after a
+    server-initiated close handshake; if the context exits first its reader is
+    cancelled and the socket is left to the garbage collector (a ResourceWarning).
+    """
+    stream = getattr(ws, "_stream", None)
+    if stream is not None:
+        with trio.CancelScope(shield=True):
+            await stream.aclose()
+
+
+@asynccontextmanager
+async def running_server(
+    options: ServeOptions | None = None, host: Host | None = None, **host_kwargs: Any
+) -> AsyncIterator[Sidecar]:
+    """A real sidecar on 127.0.0.1, port 0, for the duration of the block."""
+    options = options or ServeOptions(port=0, token=TOKEN)
+    async with open_host(**host_kwargs) as own_host, trio.open_nursery() as nursery:
+        sidecar: Sidecar = await nursery.start(serve_host, host or own_host, options)
+        try:
+            yield sidecar
+        finally:
+            nursery.cancel_scope.cancel()
