@@ -10,9 +10,10 @@ never as a traceback.
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from ahp import __version__
 
@@ -66,7 +67,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"ahp-terminals {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     _add_serve(sub)
+    for module in _COMMAND_MODULES:
+        importlib.import_module(module).add_parser(sub)
     return parser
+
+
+#: Modules that contribute subcommands: each has ``add_parser(sub)`` which registers
+#: its parser with ``set_defaults(handler=run)``, and ``run(args) -> int``.
+_COMMAND_MODULES: tuple[str, ...] = ()
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -107,4 +115,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.command == "serve":
         return _serve(args)
-    parser.error(f"unknown command {args.command!r}")
+    handler: Callable[[argparse.Namespace], int] = args.handler
+    return handler(args)
