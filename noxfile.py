@@ -11,7 +11,7 @@ nox.options.sessions = ["tests", "lint", "typecheck"]
 def tests(session: nox.Session) -> None:
     """The whole test suite, warnings are errors (see pyproject)."""
     session.install("-e", ".[test]")
-    session.run("pytest", *session.posargs)
+    session.run("pytest", "--ignore=tests/stress", *session.posargs)
 
 
 @nox.session
@@ -29,6 +29,18 @@ def typecheck(session: nox.Session) -> None:
 
 @nox.session
 def bench(session: nox.Session) -> None:
-    """Throughput, latency and memory figures (see benchmarks/README.md)."""
-    session.install("-e", ".")
-    session.run("python", "-m", "ahp", "bench", *session.posargs)
+    """Throughput, latency and memory figures (see benchmarks/README.md).
+
+    matplotlib (the chart) and terminado (the peer of ``--peers``) are installed
+    here only: the package does not need them, so this session always passes
+    ``--peers``. More options go after ``--`` (``nox -s bench -- --size-mb 10 --runs 2``).
+    """
+    session.install("-e", ".", "matplotlib", "terminado")
+    session.run("python", "-m", "ahp", "bench", "--peers", *session.posargs)
+
+
+@nox.session
+def stress(session: nox.Session) -> None:
+    """Long load and fault runs with figures (``-- --flood-seconds 60 --cycles 1000``)."""
+    session.install("-e", ".[test]")
+    session.run("pytest", "tests/stress", "--stress-run", "-s", *session.posargs)

@@ -1,12 +1,92 @@
 """ahp-terminals: terminals for AI agents, served over the Agent Host Protocol.
 
+One obvious entry point for embedding::
+
+    async with ahp.open_host() as host:
+        term = await host.create_terminal(name="build", cwd="/src")
+        result = await term.run("pytest -q", timeout=60)
+
 The package is layered so that each layer can be read and tested on its own:
 ``ahp.protocol`` (wire model and codec, pure), ``ahp.reducers`` (pure state
 transitions), ``ahp.vt`` (incremental byte scanner, pure), ``ahp.pty``
-(process spawning, the only OS-level code), ``ahp.engine`` (one Trio nursery per
-terminal) and ``ahp.server`` (the WebSocket sidecar).
+(process spawning, the only OS-level code), ``ahp.engine`` (one Trio nursery
+per terminal), ``ahp.server`` (the WebSocket sidecar) and ``ahp.client`` (a
+Trio client).
 """
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ahp.engine import Host, Subscription, Terminal, TerminalExists, TerminalNotFound, open_host
+    from ahp.protocol import (
+        ActionEnvelope,
+        ClientClaim,
+        CommandPart,
+        SessionClaim,
+        Snapshot,
+        TerminalInfo,
+        TerminalState,
+        UnclassifiedPart,
+    )
+    from ahp.pty import SpawnError
+    from ahp.run import CommandResult
+    from ahp.server import ServeOptions, Sidecar
+
+#: Public name -> module that defines it. Imported on first use, so that
+#: ``import ahp.vt`` (pure) or ``python -m ahp --help`` does not load Trio.
+_EXPORTS = {
+    "Host": "ahp.engine",
+    "Subscription": "ahp.engine",
+    "Terminal": "ahp.engine",
+    "TerminalExists": "ahp.engine",
+    "TerminalNotFound": "ahp.engine",
+    "open_host": "ahp.engine",
+    "ActionEnvelope": "ahp.protocol",
+    "ClientClaim": "ahp.protocol",
+    "CommandPart": "ahp.protocol",
+    "SessionClaim": "ahp.protocol",
+    "Snapshot": "ahp.protocol",
+    "TerminalInfo": "ahp.protocol",
+    "TerminalState": "ahp.protocol",
+    "UnclassifiedPart": "ahp.protocol",
+    "SpawnError": "ahp.pty",
+    "CommandResult": "ahp.run",
+    "ServeOptions": "ahp.server",
+    "Sidecar": "ahp.server",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'ahp' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__"]
+__all__ = [
+    "ActionEnvelope",
+    "ClientClaim",
+    "CommandPart",
+    "CommandResult",
+    "Host",
+    "ServeOptions",
+    "SessionClaim",
+    "Sidecar",
+    "Snapshot",
+    "SpawnError",
+    "Subscription",
+    "Terminal",
+    "TerminalExists",
+    "TerminalInfo",
+    "TerminalNotFound",
+    "TerminalState",
+    "UnclassifiedPart",
+    "__version__",
+    "open_host",
+]

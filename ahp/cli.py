@@ -74,7 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 #: Modules that contribute subcommands: each has ``add_parser(sub)`` which registers
 #: its parser with ``set_defaults(handler=run)``, and ``run(args) -> int``.
-_COMMAND_MODULES: tuple[str, ...] = ()
+_COMMAND_MODULES: tuple[str, ...] = ("ahp.bench.command",)
 
 
 def _serve(args: argparse.Namespace) -> int:

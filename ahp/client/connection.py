@@ -30,7 +30,8 @@ from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
 import trio
 
 from ahp.client.mirror import Mirror
-from ahp.protocol.actions import ActionEnvelope, StateAction
+from ahp.client.remote import RemoteTerminal
+from ahp.protocol.actions import ActionEnvelope, StateAction, TerminalInput
 from ahp.protocol.codec import (
     ProtocolError,
     decode_message,
@@ -46,6 +47,7 @@ from ahp.protocol.jsonrpc import (
     JsonRpcSuccess,
 )
 from ahp.protocol.state import ROOT_URI, ChannelState, RootState, Snapshot, TerminalState
+from ahp.run import DEFAULT_MAX_OUTPUT, CommandResult
 from ahp.ws import (
     ConnectionClosed,
     ConnectionRejected,
@@ -244,6 +246,28 @@ class Client:
         await self.request("createTerminal", params)
         if subscribe:
             await self.subscribe(channel)
+
+    def terminal(self, channel: str) -> RemoteTerminal:
+        """The in-process-like surface of a subscribed terminal (``run``, ``send_input``…)."""
+        if channel not in self.mirrors:
+            raise KeyError(f"not subscribed to {channel!r}")
+        return RemoteTerminal(self, channel)
+
+    async def run(
+        self,
+        channel: str,
+        command_line: str,
+        *,
+        timeout: float | None = None,
+        max_output_bytes: int = DEFAULT_MAX_OUTPUT,
+    ) -> CommandResult:
+        """Run one command in a subscribed terminal (see :meth:`RemoteTerminal.run`)."""
+        return await self.terminal(channel).run(
+            command_line, timeout=timeout, max_output_bytes=max_output_bytes
+        )
+
+    async def send_input(self, channel: str, data: str) -> None:
+        await self.dispatch(channel, TerminalInput(data=data))
 
     async def dispose_terminal(self, channel: str) -> None:
         await self.request("disposeTerminal", {"channel": channel})

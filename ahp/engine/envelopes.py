@@ -15,7 +15,7 @@ from collections import deque
 from collections.abc import Iterable, Iterator
 from typing import Final
 
-from ahp.protocol.actions import ActionEnvelope, StateAction, TerminalData
+from ahp.protocol.actions import ActionEnvelope, StateAction, TerminalData, TerminalInput
 from ahp.protocol.codec import dumps, unstructure
 
 __all__ = ["REPLAY_LOG_BYTES", "REPLAY_LOG_ENVELOPES", "Published", "ReplayLog"]
@@ -31,19 +31,28 @@ ENVELOPE_OVERHEAD: Final = 96
 class Published:
     """An envelope plus its cached wire frame. Immutable once built.
 
-    ``size`` approximates the frame length without encoding it (payload text plus
-    a fixed overhead); bounds are enforced with it.
+    ``size`` approximates the frame length: for ``terminal/data`` and
+    ``terminal/input`` (the hot path) without encoding it (payload text plus a
+    fixed overhead), for every other action by encoding it at once; bounds are
+    enforced with it.
     """
 
     __slots__ = ("_frame", "envelope", "size")
 
     def __init__(self, envelope: ActionEnvelope) -> None:
         self.envelope = envelope
-        action = envelope.action
-        self.size = ENVELOPE_OVERHEAD + (
-            len(action.data) if isinstance(action, TerminalData) else 0
-        )
         self._frame: str | None = None
+        action = envelope.action
+        if isinstance(action, TerminalData | TerminalInput):
+            self.size = ENVELOPE_OVERHEAD + len(action.data)
+        else:
+            # Rare, usually small, and possibly large (a client's 10 MB title, config or
+            # unknown action; a catalogue of long titles): encoded now so that outboxes
+            # and the replay log bound the real size, not the 96-byte estimate.
+            try:
+                self.size = len(self.frame)
+            except (TypeError, ValueError):  # left for the writer to report
+                self.size = ENVELOPE_OVERHEAD
 
     @property
     def channel(self) -> str:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -36,6 +36,9 @@ from ahp.protocol.state import (
     TerminalInfo,
 )
 from ahp.reducers import DEFAULT_SCROLLBACK, reduce_root
+
+if TYPE_CHECKING:
+    from ahp.server.app import ServeOptions, Sidecar
 
 __all__ = ["Host", "TerminalExists", "TerminalNotFound", "open_host"]
 
@@ -183,7 +186,7 @@ class Host:
         self, terminal: Terminal, *, task_status: trio.TaskStatus[Terminal]
     ) -> None:
         try:
-            await terminal.run(task_status=task_status)
+            await terminal.lifetime(task_status=task_status)
         finally:
             if self._terminals.get(terminal.uri) is terminal and terminal.failure is not None:
                 log.warning("terminal %s ended after a failure", terminal.uri)
@@ -201,6 +204,22 @@ class Host:
             await terminal.closed.wait()
         self.hub.drop_channel(uri)
         self._publish_catalogue()
+
+    async def serve(
+        self,
+        options: ServeOptions | None = None,
+        *,
+        task_status: trio.TaskStatus[Sidecar] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Serve this host over WebSocket until cancelled (see :func:`ahp.server.serve_host`).
+
+        Use ``sidecar = await nursery.start(host.serve, ServeOptions(port=0))``;
+        ``sidecar.url`` carries the token.
+        """
+        from ahp.server.app import ServeOptions as _Options
+        from ahp.server.app import serve_host
+
+        await serve_host(self, options or _Options(), task_status=task_status)
 
     async def aclose(self) -> None:
         """Dispose every terminal (concurrently)."""

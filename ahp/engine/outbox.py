@@ -10,6 +10,12 @@ accepting items and wakes the consumer, which must then recover — the
 in-process subscription takes a fresh snapshot, a WebSocket connection is
 closed with 1013 so that its client reconnects (replay or snapshot).
 
+Responses (``str`` items: answers to the consumer's own requests, such as a
+snapshot) do not count towards the overflow bound: one snapshot of a terminal
+full of escape sequences can be larger than the bound by itself, and it is no
+backlog. They are bounded instead by the requester, who waits
+(:meth:`Outbox.wait_responses_below`) before asking for more.
+
 Only the item at the tail is ever merged (never past an envelope of another
 channel), so delivered ``serverSeq`` values stay strictly increasing.
 
@@ -35,19 +41,18 @@ DEFAULT_OUTBOX_BYTES: Final = 4 * 1024 * 1024
 OutboxItem = Published | str
 
 
-def _size(item: OutboxItem) -> int:
-    return item.size if isinstance(item, Published) else len(item)
-
-
 class Outbox:
     """Bounded queue of :data:`OutboxItem`; see the module docstring."""
 
     def __init__(self, *, max_bytes: int = DEFAULT_OUTBOX_BYTES) -> None:
         self.max_bytes = max_bytes
         self._items: deque[OutboxItem] = deque()
-        self._bytes = 0
+        self._bytes = 0  # envelopes (the backlog that can overflow)
+        self._response_bytes = 0  # str items
         self._lot = trio.lowlevel.ParkingLot()
+        self._drained = trio.lowlevel.ParkingLot()
         self.overflowed = False
+        self._overflow = trio.Event()
         self.closed = False
         #: Counters for tests and figures.
         self.merged = 0
@@ -55,7 +60,7 @@ class Outbox:
 
     @property
     def queued_bytes(self) -> int:
-        return self._bytes
+        return self._bytes + self._response_bytes
 
     def __len__(self) -> int:
         return len(self._items)
@@ -75,7 +80,10 @@ class Outbox:
                 self._check_bound()
                 return not self.overflowed
         items.append(item)
-        self._bytes += _size(item)
+        if isinstance(item, str):
+            self._response_bytes += len(item)
+        else:
+            self._bytes += item.size
         self._check_bound()
         if not self.overflowed:
             self._lot.unpark_all()
@@ -84,27 +92,44 @@ class Outbox:
     def _check_bound(self) -> None:
         if self._bytes > self.max_bytes:
             self.overflowed = True
+            self._overflow.set()
             self._items.clear()
-            self._bytes = 0
+            self._bytes = self._response_bytes = 0
             self._lot.unpark_all()
+            self._drained.unpark_all()
 
     def close(self) -> None:
         """No more items; a waiting consumer wakes and sees an empty batch."""
         self.closed = True
         self._lot.unpark_all()
+        self._drained.unpark_all()
 
     def reset(self) -> None:
         """Clear the overflow verdict (after the consumer has resynchronised)."""
         self.overflowed = False
+        self._overflow = trio.Event()
         self._items.clear()
-        self._bytes = 0
+        self._bytes = self._response_bytes = 0
+        self._drained.unpark_all()
+
+    async def wait_responses_below(self, limit: int) -> None:
+        """Wait while more than ``limit`` bytes of responses are queued (the producer of
+        responses calls this before handling the next request)."""
+        while self._response_bytes > limit and not (self.overflowed or self.closed):
+            await self._drained.park()
+        await trio.lowlevel.checkpoint()
+
+    async def wait_overflowed(self) -> None:
+        """Return once the outbox has overflowed (for a watchdog beside the consumer)."""
+        await self._overflow.wait()
 
     def get_nowait(self) -> list[OutboxItem]:
         """Everything queued now (possibly nothing)."""
         items = list(self._items)
         self._items.clear()
-        self._bytes = 0
+        self._bytes = self._response_bytes = 0
         self.delivered += len(items)
+        self._drained.unpark_all()
         return items
 
     async def get_batch(self) -> list[OutboxItem]:

@@ -46,6 +46,7 @@ import trio
 
 from ahp.engine.hub import Hub
 from ahp.engine.outbox import Outbox
+from ahp.engine.reap import kill_session
 from ahp.engine.subscription import Subscription
 from ahp.protocol.actions import (
     ActionOrigin,
@@ -69,6 +70,7 @@ from ahp.protocol.state import (
 )
 from ahp.pty import Child, ChildGone, SpawnError, SpawnSpec, spawn
 from ahp.reducers import DEFAULT_SCROLLBACK, low_water_for, reduce_terminal, trim
+from ahp.run import DEFAULT_MAX_OUTPUT, CommandResult, run_command
 from ahp.shell import ShellLaunch, prepare_shell, remove_launch_files
 from ahp.vt import CommandTracker, Scanner, events_to_actions
 from ahp.vt.uri import file_uri_to_path, path_to_file_uri
@@ -277,6 +279,36 @@ class Terminal:
     # -- lifecycle ---------------------------------------------------------------------------
 
     async def run(
+        self,
+        command_line: str,
+        *,
+        timeout: float | None = None,
+        max_output_bytes: int = DEFAULT_MAX_OUTPUT,
+        claim: TerminalClaim | None = None,
+    ) -> CommandResult:
+        """Type ``command_line`` into this terminal and return its :class:`CommandResult`.
+
+        Uses command detection when the shell reports it, else a marker-based
+        fallback (see :mod:`ahp.run`). On ``timeout`` the command is interrupted
+        (``\\x03``) and what arrived is returned with ``timed_out=True``;
+        cancelling the call interrupts the command too. Output beyond
+        ``max_output_bytes`` keeps the most recent bytes (``truncated=True``).
+        With ``claim`` (e.g. a :class:`SessionClaim` naming a tool call) the
+        terminal is claimed for the duration and the previous claim restored.
+        """
+        return await run_command(
+            _LocalDriver(self),
+            command_line,
+            timeout=timeout,
+            max_output_bytes=max_output_bytes,
+            claim=claim,
+        )
+
+    async def interrupt(self) -> None:
+        """Send Ctrl-C: the pty delivers SIGINT to the foreground job."""
+        await self.send_input("\x03")
+
+    async def lifetime(
         self, *, task_status: trio.TaskStatus[Terminal] = trio.TASK_STATUS_IGNORED
     ) -> None:
         """Spawn the process and run the terminal's tasks until disposed.
@@ -346,6 +378,8 @@ class Terminal:
         finally:
             with trio.CancelScope(shield=True):
                 await child.terminate(spec.grace)
+            if spec.use_pty:  # background jobs left in the terminal's session (no orphans)
+                kill_session(child.pid)
             remove_launch_files(launch)
             if not self.exited.is_set():
                 # Failed or disposed while running: the state still records an exit.
@@ -403,7 +437,11 @@ class Terminal:
         async with recv, send:
             if self.spec.use_pty:
                 scanner = Scanner()
-                tracker = CommandTracker(nonce=self.nonce if self.integrated else None)
+                # Our own OSC 633 hooks are authoritative: a shell's OSC 133 (fish 4) must
+                # not report every command a second time.
+                tracker = CommandTracker(
+                    nonce=self.nonce if self.integrated else None, osc133=not self.integrated
+                )
                 async for chunk in recv:
                     actions = events_to_actions(
                         tracker,
@@ -551,3 +589,33 @@ class Terminal:
                 return None
             case _:
                 return f"{action_type(action)!r} cannot be dispatched by a client"
+
+
+class _LocalDriver:
+    """Adapts a :class:`Terminal` to :class:`ahp.run.TerminalDriver`."""
+
+    def __init__(self, terminal: Terminal) -> None:
+        self._terminal = terminal
+
+    @property
+    def state(self) -> TerminalState:
+        return self._terminal.state
+
+    def follow(self) -> Subscription:
+        return self._terminal.subscribe(max_bytes=64 * 1024 * 1024)
+
+    async def send_input(self, data: str) -> None:
+        await self._terminal.send_input(data)
+
+    @property
+    def detection_wait(self) -> float:
+        # Only shells we injected can announce detection; give them time to start.
+        return 10.0 if self._terminal.integrated else 0.0
+
+    async def set_claim(self, claim: TerminalClaim) -> None:
+        terminal = self._terminal
+        async with terminal.subscribe() as updates:
+            await terminal.dispatch(TerminalClaimed(claim=claim))
+            async for _ in updates:
+                if terminal.state.claim == claim or terminal.closed.is_set():
+                    break

@@ -16,7 +16,7 @@ The converter is cattrs' orjson preconf, built once at import. Encoding returns
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, Final, TypeVar
+from typing import Any, Final, TypeVar, get_args, get_origin
 
 import orjson
 from cattrs import ClassValidationError, IterableValidationError, transform_error
@@ -67,11 +67,18 @@ class ProtocolError(ValueError):
 converter: Final = make_converter(omit_if_default=True)
 
 
+#: Integral floats become ints only below this magnitude (signed 64-bit, what orjson writes).
+_INT_LIMIT: Final = 2**63
+
+
 def _strict(kind: type[Any], name: str) -> Callable[[Any, Any], Any]:
     def hook(value: Any, _: Any) -> Any:
         if type(value) is bool and kind is not bool:
             raise TypeError(f"expected {name}, got a boolean")
         if kind is int and type(value) is float and value.is_integer():
+            if not -_INT_LIMIT <= value < _INT_LIMIT:
+                # 1e300 is "integral" but would not encode again (orjson: 64-bit ints only).
+                raise TypeError(f"expected {name} in the 64-bit range, got {value!r}")
             return int(value)
         if not isinstance(value, kind):
             raise TypeError(f"expected {name}, got {type(value).__name__}")
@@ -103,6 +110,24 @@ def _structure_list(value: Any, _: Any) -> tuple[Any, ...]:
 
 
 converter.register_structure_hook_func(lambda t: t == tuple[Any, ...], _structure_list)
+
+
+def _is_homogeneous_tuple(t: Any) -> bool:
+    args = get_args(t)
+    return get_origin(t) is tuple and len(args) == 2 and args[1] is Ellipsis and args[0] is not Any
+
+
+def _homogeneous_tuple_hook(t: Any) -> Callable[[Any, Any], Any]:
+    def hook(value: Any, cl: Any) -> Any:
+        # cattrs would iterate a string ("ahp-root://" -> 11 one-letter URIs).
+        if not isinstance(value, list | tuple):
+            raise TypeError(f"expected an array, got {type(value).__name__}")
+        return converter._structure_tuple(value, cl)
+
+    return hook
+
+
+converter.register_structure_hook_factory(_is_homogeneous_tuple, _homogeneous_tuple_hook)
 converter.register_unstructure_hook_func(lambda t: t == tuple[Any, ...], list)
 
 

@@ -22,6 +22,7 @@ import attrs
 import trio
 
 from ahp.engine import Host, open_host
+from ahp.engine.reap import kill_session
 from ahp.server.session import ServerState
 from ahp.server.websocket import ServerConfig, open_listeners, serve_connections
 
@@ -122,7 +123,13 @@ async def run_sidecar(
     scrollback: int | None = None,
     on_ready: Callable[[Sidecar], None] | None = None,
 ) -> int:
-    """The ``serve`` command: run until SIGINT/SIGTERM, then shut down cleanly."""
+    """The ``serve`` command: run until SIGINT/SIGTERM, then shut down cleanly.
+
+    ``$AHP_TOKEN`` is taken out of this process's environment, so that the
+    terminals' processes (which inherit it) do not see the token.
+    """
+    env_token = os.environ.pop("AHP_TOKEN", None) or None
+    options = attrs.evolve(options, token=options.token or env_token)
     kwargs = {} if scrollback is None else {"scrollback": scrollback}
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with open_host(shell=shell, **kwargs) as host:
@@ -139,15 +146,18 @@ async def run_sidecar(
 
                 nursery.start_soon(watch_signals)
             log.info("disposing %d terminal(s)", len(host.terminals))
+            pids = [t.pid for t in host.terminals.values() if t.pid is not None]
             # Keep listening for a second signal while terminals are disposed.
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(_exit_on_second_signal, signals)
+                nursery.start_soon(_exit_on_second_signal, signals, pids)
                 await host.aclose()
                 nursery.cancel_scope.cancel()
     return 0
 
 
-async def _exit_on_second_signal(signals: AsyncIterator[int]) -> None:
+async def _exit_on_second_signal(signals: AsyncIterator[int], pids: list[int]) -> None:
     async for _ in signals:
-        log.warning("second signal: exiting at once")
+        log.warning("second signal: killing %d terminal(s) and exiting at once", len(pids))
+        for pid in pids:  # no grace any more, but no orphans either
+            kill_session(pid)
         os._exit(1)

@@ -13,15 +13,19 @@ envelope newer than its ``fromSeq``.
 Errors never end the connection: a malformed frame gets its JSON-RPC error
 (``-32700``, ``-32600``, ``-32601``, ``-32602`` with ``data.path``) and the
 next frame is handled normally. Only an unsupported protocol version closes
-(after the ``-32005`` answer), as AHP specifies.
+(after the ``-32005`` answer), as AHP specifies. A client's mistake is never
+logged above DEBUG; an unexpected exception (a bug of ours) is logged with its
+traceback and answered ``-32603``, and the connection goes on.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import re
+import socket
 from collections.abc import Awaitable, Callable
-from typing import Any, Final
+from typing import Any, Final, NoReturn
 
 import attrs
 
@@ -36,6 +40,7 @@ from ahp.protocol.actions import (
 )
 from ahp.protocol.codec import (
     ProtocolError,
+    decode_json,
     decode_message,
     encode_message,
     structure,
@@ -64,7 +69,7 @@ from ahp.protocol.jsonrpc import (
 from ahp.protocol.state import ROOT_URI, TERMINAL_SCHEME, Snapshot
 from ahp.pty import SpawnError
 from ahp.server.clients import ClientRecord, ClientRegistry
-from ahp.vt.uri import path_to_file_uri
+from ahp.vt.uri import file_uri_to_path, path_to_file_uri
 
 __all__ = ["SUPPORTED_VERSIONS", "ServerState", "Session", "negotiate_version"]
 
@@ -76,6 +81,11 @@ SUPPORTED_VERSIONS: Final = ("^0.5.0", "^0.4.0", "^0.3.0")
 MIN_MINOR: Final = 3
 MAX_MINOR: Final = 5
 MAX_DIMENSION: Final = 4096
+
+#: Deepest JSON nesting accepted in a frame. orjson reads 1024 levels but writes only
+#: 254, and a client's raw JSON (an unknown action, a config) can be echoed to it or
+#: broadcast inside an envelope: deeper frames are refused as parse errors.
+MAX_NESTING: Final = 128
 
 #: Methods answered before ``initialize``.
 PRE_HANDSHAKE: Final = frozenset({"initialize", "reconnect", "ping"})
@@ -115,12 +125,66 @@ class ServerState:
     errors: int = 0
 
 
+#: C0 and C1 control characters and DEL: never part of a terminal URI we accept.
+_CONTROL: Final = re.compile("[\x00-\x1f\x7f-\x9f]")
+#: Longest piece of client input quoted back in an error message.
+_QUOTE_LIMIT: Final = 200
+
+
+def _nested_deeper_than(value: Any, limit: int) -> bool:
+    """Whether arrays/objects in ``value`` nest more than ``limit`` levels (iterative)."""
+    stack = [(value, 1)] if isinstance(value, dict | list) else []
+    while stack:
+        node, depth = stack.pop()
+        if depth > limit:
+            return True
+        children = node.values() if isinstance(node, dict) else node
+        stack.extend((c, depth + 1) for c in children if isinstance(c, dict | list))
+    return False
+
+
+def _parse(frame: str | bytes) -> dict[str, Any]:
+    """The frame's JSON object: ``-32700`` if invalid or nested too deep, else ``-32600``."""
+    data = decode_json(frame)
+    if _nested_deeper_than(data, MAX_NESTING):
+        raise ProtocolError(f"parse error: nested deeper than {MAX_NESTING} levels", code=-32700)
+    if not isinstance(data, dict):  # (decode_message would re-parse a str as JSON)
+        kind = "a batch (array)" if isinstance(data, list) else type(data).__name__
+        raise ProtocolError(f"expected a JSON-RPC object, got {kind}", code=-32600)
+    return data
+
+
+def _short(text: str) -> str:
+    """Client input as quoted in an error message: bounded, so a 10 MB URI is not echoed."""
+    return text if len(text) <= _QUOTE_LIMIT else text[:_QUOTE_LIMIT] + "…"
+
+
 class _Fail(Exception):
     def __init__(self, code: int, message: str, data: Any = None) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
         self.data = data
+
+
+def _check_cwd(cwd: str) -> None:
+    """``createTerminal.cwd``: an absolute path, or a ``file:`` URI of this machine."""
+
+    def fail(why: str) -> NoReturn:
+        raise _Fail(ErrorCode.INVALID_PARAMS, f"cwd {why}", {"path": "$.params.cwd"})
+
+    if cwd.startswith("/"):
+        return
+    if not cwd.startswith("file:"):
+        fail("must be a file:// URI or an absolute path")
+    if cwd.startswith("file://"):
+        authority = cwd[7:].split("/", 1)[0].lower()
+        if authority not in ("", "localhost", socket.gethostname().lower()):
+            fail(f"names another host ({_short(authority)!r})")
+    try:
+        file_uri_to_path(cwd)
+    except ValueError:
+        fail("must be a file:// URI with an absolute path")
 
 
 class Session:
@@ -144,7 +208,7 @@ class Session:
     async def handle_frame(self, frame: str | bytes) -> None:
         """Handle one inbound frame; answers (if any) are queued on the outbox."""
         try:
-            message = decode_message(frame)
+            message = decode_message(_parse(frame))
         except ProtocolError as exc:
             self._error(None, exc.code, exc.message, {"path": exc.path})
             return
@@ -170,16 +234,17 @@ class Session:
     async def _request(self, request: JsonRpcRequest) -> None:
         method = request.method
         if self.record is None and method not in PRE_HANDSHAKE:
-            self._error(request.id, ErrorCode.METHOD_NOT_FOUND, f"{method!r} before initialize")
+            self._error(
+                request.id, ErrorCode.METHOD_NOT_FOUND, f"{_short(method)!r} before initialize"
+            )
             return
-        handler = _REQUESTS.get(method)
+        # A notification method sent with an id is handled as a request: answered null,
+        # or with the error its params deserve.
+        handler = _REQUESTS.get(method) or _NOTIFICATIONS.get(method)
         if handler is None:
-            if method in _NOTIFICATIONS:
-                # A notification sent with an id: handle it, answer null.
-                await self._notification(JsonRpcNotification(method=method, params=request.params))
-                self._respond(request.id, None)
-                return
-            self._error(request.id, ErrorCode.METHOD_NOT_FOUND, f"method {method!r} not found")
+            self._error(
+                request.id, ErrorCode.METHOD_NOT_FOUND, f"method {_short(method)!r} not found"
+            )
             return
         try:
             result = await handler(self, request.params if request.params is not None else {})
@@ -193,6 +258,10 @@ class Session:
                 f"invalid params: {exc.message.rsplit(' at ', 1)[0]} at {path}",
                 {"path": path},
             )
+        except Exception:
+            # A bug of ours, not the client's mistake: say so, keep the connection.
+            log.exception("internal error handling %r", method)
+            self._error(request.id, ErrorCode.INTERNAL_ERROR, "internal error")
         else:
             self._respond(request.id, result)
 
@@ -206,6 +275,8 @@ class Session:
             await handler(self, note.params if note.params is not None else {})
         except (ProtocolError, _Fail) as exc:
             log.debug("ignored malformed %s notification: %s", note.method, exc)
+        except Exception:
+            log.exception("internal error handling a %r notification", note.method)
 
     # -- helpers -----------------------------------------------------------------------------
 
@@ -295,7 +366,7 @@ class Session:
         p = structure(params, ChannelParams)
         snapshot = self._subscribe(p.channel)
         if snapshot is None:
-            raise _Fail(ErrorCode.NOT_FOUND, f"Resource not found: {p.channel}")
+            raise _Fail(ErrorCode.NOT_FOUND, f"Resource not found: {_short(p.channel)}")
         return {"snapshot": unstructure(snapshot)}
 
     async def _create_terminal(self, params: Any) -> None:
@@ -306,6 +377,12 @@ class Session:
                 f"terminal channels use the {TERMINAL_SCHEME} scheme",
                 {"path": "$.params.channel"},
             )
+        if _CONTROL.search(p.channel):
+            raise _Fail(
+                ErrorCode.INVALID_PARAMS,
+                "a terminal URI must not contain control characters",
+                {"path": "$.params.channel"},
+            )
         for name, value in (("cols", p.cols), ("rows", p.rows)):
             if value is not None and not 1 <= value <= MAX_DIMENSION:
                 raise _Fail(
@@ -313,12 +390,8 @@ class Session:
                     f"{name} must be between 1 and {MAX_DIMENSION}",
                     {"path": f"$.params.{name}"},
                 )
-        if p.cwd is not None and not (p.cwd.startswith("file:") or p.cwd.startswith("/")):
-            raise _Fail(
-                ErrorCode.INVALID_PARAMS,
-                "cwd must be a file:// URI or an absolute path",
-                {"path": "$.params.cwd"},
-            )
+        if p.cwd is not None:
+            _check_cwd(p.cwd)
         try:
             await self.host.create_terminal(
                 p.channel,
@@ -329,16 +402,16 @@ class Session:
                 rows=p.rows or 24,
             )
         except TerminalExists as exc:
-            raise _Fail(ErrorCode.ALREADY_EXISTS, str(exc)) from None
+            raise _Fail(ErrorCode.ALREADY_EXISTS, _short(str(exc))) from None
         except SpawnError as exc:
-            raise _Fail(ErrorCode.INVALID_PARAMS, str(exc), {"path": "$.params"}) from None
+            raise _Fail(ErrorCode.INVALID_PARAMS, _short(str(exc)), {"path": "$.params"}) from None
 
     async def _dispose_terminal(self, params: Any) -> None:
         p = structure(params, ChannelParams)
         try:
             await self.host.dispose(p.channel)
         except TerminalNotFound:
-            raise _Fail(ErrorCode.NOT_FOUND, f"no terminal {p.channel!r}") from None
+            raise _Fail(ErrorCode.NOT_FOUND, f"no terminal {_short(p.channel)!r}") from None
         self.subscriptions.discard(p.channel)
 
     async def _list_sessions(self, params: Any) -> Any:

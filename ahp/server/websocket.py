@@ -9,7 +9,10 @@ Per connection there are two tasks: a reader that always calls
 client sends nothing) and a writer that drains the connection's bounded
 :class:`~ahp.engine.Outbox`. Publishers never wait for a socket. When the
 outbox overflows (the client stopped reading), the connection is closed with
-code 1013 and the client's record is kept, so it can ``reconnect``.
+code 1013 and the client's record is kept, so it can ``reconnect``; a client
+that reads nothing at all (its socket accepts no byte, so not even the close
+frame) is dropped ``stall_grace`` seconds after the overflow. A failure inside
+one connection is logged and closes that connection (1011), never the server.
 
 The upgrade is refused with HTTP 403 before any protocol work when the token is
 missing or wrong (compared in constant time), when the request carries an
@@ -58,6 +61,9 @@ log = logging.getLogger("ahp.server")
 MAX_MESSAGE_SIZE: Final = 16 * 1024 * 1024
 #: Outbound bytes queued per connection before it is closed with 1013.
 OUTBOX_BYTES: Final = 16 * 1024 * 1024
+#: Seconds an overflowed connection's writer may stay blocked (the client reads
+#: nothing at all) before the connection is dropped without a close handshake.
+STALL_GRACE: Final = 10.0
 LOOPBACK_NAMES: Final = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})
 
 
@@ -69,6 +75,7 @@ class ServerConfig:
     allowed_hosts: frozenset[str] = frozenset()
     max_message_size: int = MAX_MESSAGE_SIZE
     outbox_bytes: int = OUTBOX_BYTES
+    stall_grace: float = STALL_GRACE
 
 
 def _header(request: WebSocketRequest, name: bytes) -> str | None:
@@ -119,30 +126,47 @@ async def _writer(ws: WebSocketConnection, outbox: Outbox, session: Session) -> 
             return
 
 
-async def _reader(ws: WebSocketConnection, session: Session) -> None:
+async def _reader(ws: WebSocketConnection, session: Session, config: ServerConfig) -> None:
     while True:
         message = await ws.get_message()
         await session.handle_frame(message)
         if session.close_request is not None:
             session.outbox.close()
             return
+        # A client that does not read its answers is not read either (bounded memory).
+        await session.outbox.wait_responses_below(config.outbox_bytes)
+
+
+def _remote(request: WebSocketRequest) -> object:
+    """The peer's address for a log line (a peer that already reset has none)."""
+    try:
+        return request.remote
+    except OSError:
+        return "<disconnected peer>"
 
 
 async def _serve_one(request: WebSocketRequest, state: ServerState, config: ServerConfig) -> None:
     refusal = check_upgrade(request, config)
+    # A peer may hang up during the upgrade (even before our 403 body is out): that
+    # ends its own connection, never the server.
     if refusal is not None:
-        log.warning("refused connection from %s: %s", request.remote, refusal)
-        await request.reject(403, body=f"{refusal}\n".encode())
+        log.warning("refused connection from %s: %s", _remote(request), refusal)
+        with contextlib.suppress(ConnectionClosed):
+            await request.reject(403, body=f"{refusal}\n".encode())
         return
-    ws = await request.accept()
+    try:
+        ws = await request.accept()
+    except ConnectionClosed:
+        return
     outbox = Outbox(max_bytes=config.outbox_bytes)
     session = Session(state, outbox)
+    close_code, close_reason = 1001, "server going away"
     try:
         async with trio.open_nursery() as nursery:
 
             async def reader() -> None:
                 try:
-                    await _reader(ws, session)
+                    await _reader(ws, session, config)
                 except ConnectionClosed:
                     nursery.cancel_scope.cancel()
 
@@ -151,13 +175,29 @@ async def _serve_one(request: WebSocketRequest, state: ServerState, config: Serv
                     await _writer(ws, outbox, session)
                 nursery.cancel_scope.cancel()
 
+            async def stall_watch() -> None:
+                # The writer notices an overflow after its current send; a client that
+                # reads nothing at all keeps that send blocked forever: drop it.
+                nonlocal close_code, close_reason
+                await outbox.wait_overflowed()
+                await trio.sleep(config.stall_grace)
+                log.info("client %s reads nothing: dropping the connection", session.client_id)
+                close_code, close_reason = 1013, "outbound buffer full; reconnect to resume"
+                nursery.cancel_scope.cancel()
+
             nursery.start_soon(reader)
             nursery.start_soon(writer)
+            nursery.start_soon(stall_watch)
+    except Exception:
+        # A bug of ours in one connection must not take the server (and every other
+        # client and terminal) down with it: log it, close this connection with 1011.
+        log.exception("connection of client %s failed", session.client_id)
+        close_code, close_reason = 1011, "internal error"
     finally:
         session.disconnect()
         outbox.close()
         with trio.CancelScope(shield=True), trio.move_on_after(1):
-            await ws.aclose(1001, "server going away")
+            await ws.aclose(close_code, close_reason)
 
 
 class _UnixStream(trio.abc.HalfCloseableStream):
@@ -231,7 +271,14 @@ async def serve_connections(
     """Accept WebSocket connections until cancelled."""
 
     async def handler(request: WebSocketRequest) -> None:
-        await _serve_one(request, state, config)
+        # trio-websocket runs every handler in the server's nursery: an exception
+        # escaping one connection would stop the whole server.
+        try:
+            await _serve_one(request, state, config)
+        except ConnectionClosed:
+            pass
+        except Exception:
+            log.exception("connection from %s failed", _remote(request))
 
     server = WebSocketServer(
         handler,

@@ -9,7 +9,9 @@ about clocks, actions or the wire.
 
 from __future__ import annotations
 
-from attrs import frozen
+from typing import Literal
+
+from attrs import field, frozen
 
 __all__ = [
     "CommandFinished",
@@ -17,6 +19,7 @@ __all__ = [
     "CommandStart",
     "CwdReported",
     "Event",
+    "OscFamily",
     "PromptEnd",
     "PromptStart",
     "Property",
@@ -24,6 +27,13 @@ __all__ = [
     "Text",
     "TitleChanged",
 ]
+
+#: Which OSC family carried a mark: ``633`` (VS Code style, what our scripts send) or ``133``
+#: (FinalTerm style, sent by shells and prompt themes with their own integration, e.g. fish 4).
+#: Compared with ``eq=False``: the two families mean the same thing, so a mark equals its twin
+#: from the other family; only the command tracker looks at ``osc``, to avoid counting a command
+#: twice when a shell sends both.
+OscFamily = Literal[633, 133]
 
 
 @frozen
@@ -61,15 +71,21 @@ class CwdReported:
 class PromptStart:
     """``633;A`` / ``133;A``: the prompt is about to be printed."""
 
+    osc: OscFamily = field(default=633, eq=False, kw_only=True)
+
 
 @frozen
 class PromptEnd:
     """``633;B`` / ``133;B``: the prompt ended; the user types the command next."""
 
+    osc: OscFamily = field(default=633, eq=False, kw_only=True)
+
 
 @frozen
 class CommandStart:
     """``633;C`` / ``133;C``: the command line was accepted; its output follows."""
+
+    osc: OscFamily = field(default=633, eq=False, kw_only=True)
 
 
 @frozen
@@ -77,6 +93,7 @@ class CommandFinished:
     """``633;D[;code]`` / ``133;D[;code]``: the command ended (``None``: no or bad code)."""
 
     exit_code: int | None
+    osc: OscFamily = field(default=633, eq=False, kw_only=True)
 
 
 @frozen

@@ -8,6 +8,12 @@ numbers. The behaviour follows the reference agent host (``ahp-wire.md`` §8.4):
 
 * the first shell-integration event of any kind (``A B C D E P``, from OSC 633
   or OSC 133) yields ``terminal/commandDetectionAvailable``, once;
+* OSC 133 marks count only while no OSC 633 has been seen, and never when the
+  tracker is told ``osc133=False`` (our own 633 integration was injected). A
+  shell or prompt theme with its own integration (fish 4, kitty's or iTerm2's
+  scripts loaded from an rc file) sends 133 marks around the same command our
+  hooks mark with 633; counting both would start every command twice. Ignored
+  marks are still removed from the text by the scanner, they just yield nothing;
 * ``E`` remembers its command line only when its nonce equals the terminal's
   nonce (never when the tracker has no nonce): program output can print a forged
   ``633;E``, but it cannot know the nonce;
@@ -42,11 +48,16 @@ from ahp.vt.events import (
     CommandStart,
     CwdReported,
     Event,
+    PromptEnd,
+    PromptStart,
     Text,
     TitleChanged,
 )
 
 __all__ = ["CommandTracker", "events_to_actions"]
+
+#: The marks both OSC 633 and OSC 133 carry (``OscFamily`` tells them apart).
+_MARKS = (PromptStart, PromptEnd, CommandStart, CommandFinished)
 
 
 class CommandTracker:
@@ -55,10 +66,14 @@ class CommandTracker:
     Args:
         nonce: The secret passed to the shell (``VSCODE_NONCE``); ``None`` means
             no command line is ever trusted.
+        osc133: Whether OSC 133 marks may start and finish commands at all (until
+            the first OSC 633 event, which always turns them off). Pass False when
+            OSC 633 hooks were injected into the shell.
     """
 
-    def __init__(self, *, nonce: str | None) -> None:
+    def __init__(self, *, nonce: str | None, osc133: bool = True) -> None:
         self.nonce = nonce
+        self._osc133 = osc133
         self._detection_announced = False
         self._command_line: str | None = None
         self._counter = 0
@@ -97,11 +112,19 @@ class CommandTracker:
                 self._last_title = title
                 return [TerminalTitleChanged(title=title)]
             case CwdReported(uri=uri, shell_integration=via_633):
-                actions = self._announce() if via_633 else []
+                actions: list[TerminalAction] = []
+                if via_633:
+                    self._osc133 = False
+                    actions = self._announce()
                 if uri != self._last_cwd:
                     self._last_cwd = uri
                     actions.append(TerminalCwdChanged(cwd=uri))
                 return actions
+        if isinstance(event, _MARKS) and event.osc == 133:
+            if not self._osc133:
+                return []  # the same command is (or will be) reported with OSC 633
+        else:
+            self._osc133 = False  # everything else here came from an OSC 633 sequence
         actions = self._announce()
         match event:
             case CommandLine(command_line=line, nonce=nonce):

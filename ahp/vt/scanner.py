@@ -27,7 +27,8 @@ between OSCs go to the decoder in bulk; there is never a per-byte Python loop.
 Each complete OSC is classified by its payload:
 
 * ``633;...`` (any letter) and ``133;A|B|C|D[;...]``: shell integration. The
-  sequence is removed from the text; recognised ones yield an event.
+  sequence is removed from the text; recognised ones yield an event (a 133 mark
+  has ``osc=133``, so the tracker can tell the two families apart).
 * everything else passes through byte for byte, with its own terminator. OSC
   0/2 also yield :class:`TitleChanged`, OSC 7 and OSC 1337 ``CurrentDir=``
   :class:`CwdReported`. An event is emitted *after* the text that precedes it
@@ -98,24 +99,27 @@ _TERMINATOR: Final = re.compile(rb"[\x07\x1b]")
 _ESCAPED: Final = re.compile(rb"\\(?:(\\)|x([0-9a-fA-F]{2}))")
 _EXIT_CODE: Final = re.compile(rb"[+-]?[0-9]{1,18}")
 
-_PROMPT_START: Final = PromptStart()
-_PROMPT_END: Final = PromptEnd()
-_COMMAND_START: Final = CommandStart()
+# One immutable instance per mark and family (the family tells the command tracker which
+# integration sent the mark; see ahp.vt.events.OscFamily).
 _MARKS: Final[dict[bytes, Event]] = {
-    b"A": _PROMPT_START,
-    b"B": _PROMPT_END,
-    b"C": _COMMAND_START,
+    b"A": PromptStart(),
+    b"B": PromptEnd(),
+    b"C": CommandStart(),
 }
-_NO_CODE: Final = CommandFinished(None)
+_MARKS_133: Final[dict[bytes, Event]] = {
+    b"A": PromptStart(osc=133),
+    b"B": PromptEnd(osc=133),
+    b"C": CommandStart(osc=133),
+}
 #: The commonest complete payloads, classified by one dict lookup.
 _FIXED: Final[dict[bytes, tuple[bool, Event | None]]] = {
     **{b"633;" + k: (True, v) for k, v in _MARKS.items()},
-    **{b"133;" + k: (True, v) for k, v in _MARKS.items()},
-    b"633;D": (True, _NO_CODE),
-    b"133;D": (True, _NO_CODE),
+    **{b"133;" + k: (True, v) for k, v in _MARKS_133.items()},
+    b"633;D": (True, CommandFinished(None)),
+    b"133;D": (True, CommandFinished(None, osc=133)),
+    **{b"633;D;%d" % code: (True, CommandFinished(code)) for code in (0, 1, 2, 126, 127, 130)},
     **{
-        b"%s;D;%d" % (osc, code): (True, CommandFinished(code))
-        for osc in (b"633", b"133")
+        b"133;D;%d" % code: (True, CommandFinished(code, osc=133))
         for code in (0, 1, 2, 126, 127, 130)
     },
 }
@@ -356,11 +360,11 @@ def _interpret(payload: bytes) -> tuple[bool, Event | None]:
         return True, _parse_633(payload[4:])
     if head == b"133;":
         code, _, args = payload[4:].partition(b";")
-        mark = _MARKS.get(code)
+        mark = _MARKS_133.get(code)
         if mark is not None:
             return True, mark
         if code == b"D":
-            return True, CommandFinished(_parse_exit_code(args))
+            return True, CommandFinished(_parse_exit_code(args), osc=133)
         return False, None
     head = payload[:2]
     if head in (b"0;", b"2;"):

@@ -45,10 +45,17 @@ function __ahp_escape
     printf '%s' "$s"
 end
 
-function __ahp_preexec --on-event fish_preexec
-    set -l line (__ahp_escape "$argv[1]")
-    printf '\e]633;E;%s;%s\a\e]633;C\a' "$line" "$__ahp_nonce"
-    set -g __ahp_st 1
+# C as late as fish lets us: fish runs fish_preexec handlers in the order they were defined, and
+# its own (e.g. __fish_disable_bracketed_paste, which prints ESC[?2004l) are defined at the first
+# prompt, after this file ran. So ours is defined at the first prompt too, after them. (fish then
+# still writes the window title, an SGR reset and a CR before running the command: no hook runs
+# later. fish 4's own OSC 133 C has the same place.)
+function __ahp_define_preexec
+    function __ahp_preexec --on-event fish_preexec
+        set -l line (__ahp_escape "$argv[1]")
+        printf '\e]633;E;%s;%s\a\e]633;C\a' "$line" "$__ahp_nonce"
+        set -g __ahp_st 1
+    end
 end
 
 function __ahp_postexec --on-event fish_postexec
@@ -93,6 +100,7 @@ function __ahp_on_prompt --on-event fish_prompt
         printf '\e]633;D\a'
     end
     set -g __ahp_dsent 0
+    functions -q __ahp_preexec; or __ahp_define_preexec
     set -l cwd (__ahp_escape "$PWD")
     printf '\e]633;P;Cwd=%s\a' "$cwd"
     __ahp_wrap_prompt

@@ -11,6 +11,8 @@
 # The .zshrc phase then installs hooks that print OSC 633:
 #   precmd  (first) D[;status]          precmd (last) P;Cwd=<dir>, PS1 wrapped as A <prompt> B
 #   preexec (last)  E;<command line>;<nonce>  C
+# After a command, D;<status> normally comes from PROMPT_EOL_MARK instead (see
+# __ahp_precmd_first), so that zsh's PROMPT_SP mark is not part of the command's output.
 # zsh passes every precmd function the same $?, and gives preexec the full command line as
 # typed (multi-line included) in $1, so no tricks are needed.
 #
@@ -84,11 +86,29 @@ zshrc)
 		REPLY=$s
 	}
 
+	# zsh prints the PROMPT_SP mark (PROMPT_EOL_MARK, by default a reverse "%" or "#" that flags
+	# output without a final newline, then a line of padding) after a command and before any
+	# precmd hook, so a D printed here would put that mark into the command's output. While a
+	# command runs, PROMPT_EOL_MARK therefore starts with our D (%? is the command's status;
+	# %{ %} keeps it out of the width zsh pads to), see __ahp_preexec. Here the user's value is
+	# put back, and D is printed only if zsh did not print it: PROMPT_SP or PROMPT_CR off, or
+	# the command set PROMPT_EOL_MARK itself.
 	__ahp_precmd_first() {
-		local s=$?
+		local s=$? sp=0
+		[[ -o promptsp && -o promptcr ]] && sp=1 # the user's options: before emulate
 		emulate -L zsh
+		if (( __ahp_eol_armed )) && [[ ${PROMPT_EOL_MARK-} == "$__ahp_eol" ]]; then
+			if (( __ahp_eol_set )); then
+				PROMPT_EOL_MARK=$__ahp_eol_user
+			else
+				unset PROMPT_EOL_MARK
+			fi
+		else
+			sp=0
+		fi
+		__ahp_eol_armed=0
 		if (( __ahp_st == 1 )); then
-			builtin printf '\e]633;D;%s\a' $s
+			(( sp )) || builtin printf '\e]633;D;%s\a' $s
 		else
 			builtin printf '\e]633;D\a'
 		fi
@@ -118,6 +138,15 @@ zshrc)
 		local cmd=$1
 		[[ -n $cmd ]] || cmd=$3
 		__ahp_escape "$cmd"
+		# Put our D in front of the PROMPT_SP mark (see __ahp_precmd_first), unless the mark is
+		# read-only or exported (a zsh started by the command would print our D).
+		if (( ! __ahp_eol_armed )) && [[ ${(t)PROMPT_EOL_MARK-} != *(readonly|export)* ]]; then
+			__ahp_eol_set=${+PROMPT_EOL_MARK}
+			__ahp_eol_user=${PROMPT_EOL_MARK-}
+			__ahp_eol=$'%{\e]633;D;%?\a%}'${PROMPT_EOL_MARK-'%B%S%#%s%b'}
+			PROMPT_EOL_MARK=$__ahp_eol
+			__ahp_eol_armed=1
+		fi
 		builtin printf '\e]633;E;%s;%s\a\e]633;C\a' "$REPLY" "$__ahp_nonce"
 		__ahp_st=1
 	}
@@ -140,6 +169,8 @@ zshrc)
 	__ahp_init() {
 		emulate -L zsh
 		typeset -g __ahp_st=0 __ahp_ps1='' REPLY=''
+		typeset -g __ahp_eol='' __ahp_eol_user=''
+		typeset -gi __ahp_eol_armed=0 __ahp_eol_set=0
 		typeset -g __ahp_pa=$'%{\e]633;A\a%}' __ahp_pb=$'%{\e]633;B\a%}'
 		typeset -ga __ahp_ce=()
 		local i h

@@ -1,0 +1,181 @@
+"""End to end: pty -> server -> loopback WebSocket -> client, for any server under test.
+
+Why generic: the sidecar and its peers are measured by the same procedures,
+so their figures differ only by the server. A *pair* of runs is taken on one
+fresh server process, after one unmeasured warm-up run (a fresh process pays
+for first-time imports, allocations and page faults, which would otherwise
+count against whichever run comes first): the workload to one active client
+alone, then again with a second client that subscribed to the same terminal and
+reads nothing. The pair gives, in the same process seconds apart, the
+throughput cost of a stalled viewer and the memory it makes the server hold
+(peak RSS during the stalled run minus RSS at its start, when the server is
+already in its steady state: scrollback, replay log, allocator arenas). Afterwards
+the stalled client resumes reading, which shows how the server treated it
+(closed with 1013 and resumable, or everything kept for it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Literal, Protocol
+
+import attrs
+import trio
+
+from ahp.bench.processes import RssSampler, SidecarWorker
+from ahp.bench.workload import Workload
+from ahp.bench.wsclient import (
+    AhpDialect,
+    Dialect,
+    StalledClient,
+    StreamRun,
+    echo_round_trips,
+    stalled_client,
+    stream_throughput,
+)
+
+__all__ = ["AhpServer", "Measured", "PairRun", "ServerUnderTest", "echo_run", "pair_run"]
+
+TerminalKind = Literal["gate", "echo"]
+
+
+class ServerUnderTest(Protocol):
+    """A running server process that can give the client a terminal to follow."""
+
+    pid: int
+
+    async def terminal(self, kind: TerminalKind) -> tuple[str, Callable[[], Dialect], Any]:
+        """A new terminal: its URL, a dialect factory, and a handle for :meth:`release`."""
+
+    async def release(self, handle: Any) -> None: ...
+
+    async def stats(self) -> dict[str, Any]: ...
+
+    def rss_kb(self) -> int: ...
+
+    def cpu_seconds(self) -> float: ...
+
+
+class AhpServer:
+    """The sidecar worker as a :class:`ServerUnderTest` (terminals created in-process)."""
+
+    def __init__(self, worker: SidecarWorker, workload: Workload) -> None:
+        self.worker = worker
+        self.pid = worker.pid
+        self._workload = workload
+
+    async def terminal(self, kind: TerminalKind) -> tuple[str, Callable[[], Dialect], Any]:
+        argv = self._workload.gate_argv() if kind == "gate" else ["cat"]
+        reply = await self.worker.call("create", argv=argv, cwd=str(self._workload.path.parent))
+        uri: str = reply["uri"]
+        return self.worker.url, lambda: AhpDialect(uri), uri
+
+    async def release(self, handle: Any) -> None:
+        await self.worker.call("dispose", uri=handle)
+
+    async def stats(self) -> dict[str, Any]:
+        return await self.worker.call("stats")
+
+    def rss_kb(self) -> int:
+        return self.worker.rss_kb()
+
+    def cpu_seconds(self) -> float:
+        return self.worker.cpu_seconds()
+
+
+@attrs.frozen
+class Measured:
+    """One client run with the server's CPU time and RSS around it."""
+
+    run: StreamRun
+    server_cpu_seconds: float
+    rss_start_kb: int
+    rss_peak_kb: int
+    rss_end_kb: int
+
+
+@attrs.frozen
+class PairRun:
+    alone: Measured
+    with_stalled: Measured
+    stalled: StalledClient
+    #: The server's statistics once the stalled client had been left alone for up to
+    #: ``stall_hold`` seconds after the active run, and after it resumed reading.
+    stats_during: dict[str, Any]
+    stats_after: dict[str, Any]
+    #: Seconds the stalled client was held after the active run, and the server's RSS
+    #: then (did cutting it off give the memory back?).
+    held_seconds: float
+    rss_after_hold_kb: int
+
+
+async def _measured(server: ServerUnderTest, url: str, dialect: Dialect) -> Measured:
+    sampler = RssSampler(server.pid)
+    cpu = server.cpu_seconds()
+    async with sampler.running():
+        run = await stream_throughput(url, dialect)
+    return Measured(
+        run=run,
+        server_cpu_seconds=server.cpu_seconds() - cpu,
+        rss_start_kb=sampler.start_kb,
+        rss_peak_kb=sampler.peak_kb,
+        rss_end_kb=sampler.end_kb,
+    )
+
+
+async def _hold(server: ServerUnderTest, seconds: float) -> tuple[dict[str, Any], float]:
+    """Wait until the server reports a slow client cut off, at most ``seconds``.
+
+    Only a server that reports it (the sidecar worker's ``closed_1013``) is waited
+    for; the statistics at the end are returned with the time waited.
+    """
+    start = trio.current_time()
+    stats = await server.stats()
+    while stats.get("closed_1013") == 0 and trio.current_time() - start < seconds:
+        await trio.sleep(0.25)
+        stats = await server.stats()
+    return stats, trio.current_time() - start
+
+
+async def pair_run(
+    server: ServerUnderTest, *, stall_hold: float = 12, drain_timeout: float = 10
+) -> PairRun:
+    """A warm-up, the workload alone, then beside a stalled client, on the same server.
+
+    After the active run the stalled client stays stalled until the server reports
+    that it cut it off, for at most ``stall_hold`` seconds, then resumes reading.
+    """
+    url, dialect, handle = await server.terminal("gate")
+    await stream_throughput(url, dialect())
+    await server.release(handle)
+
+    url, dialect, handle = await server.terminal("gate")
+    alone = await _measured(server, url, dialect())
+    await server.release(handle)
+    await trio.sleep(0.2)  # let the server settle (closing handshakes, frees)
+
+    url, dialect, handle = await server.terminal("gate")
+    async with stalled_client(url, dialect(), drain_timeout=drain_timeout) as stalled:
+        with_stalled = await _measured(server, url, dialect())
+        stats_during, held = await _hold(server, stall_hold)
+        rss_after_hold = server.rss_kb()
+    stats_after = await server.stats()
+    await server.release(handle)
+    return PairRun(
+        alone=alone,
+        with_stalled=with_stalled,
+        stalled=stalled,
+        stats_during=stats_during,
+        stats_after=stats_after,
+        held_seconds=held,
+        rss_after_hold_kb=rss_after_hold,
+    )
+
+
+async def echo_run(server: ServerUnderTest, count: int) -> list[float]:
+    """``count`` keystroke round trips through ``server`` to a fresh ``cat`` terminal."""
+    url, dialect, handle = await server.terminal("echo")
+    try:
+        return await echo_round_trips(url, dialect(), count)
+    finally:
+        await server.release(handle)

@@ -1,0 +1,263 @@
+"""The results as a table on stdout and as JSON on disk.
+
+Why both: the table is for the person who ran the command (figures, ratios and
+targets side by side); the JSON is for tracking across versions (every run's
+raw values, the machine and the command that produced them).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from ahp.bench.stats import Figure
+from ahp.bench.targets import Target
+
+__all__ = ["render_table", "stalled_outcome", "write_json"]
+
+
+def _fig(node: Any, digits: int = 1) -> str:
+    if not isinstance(node, dict) or "median" not in node:
+        return "n/a"
+    fig = Figure(node["median"], node["min"], node["max"], tuple(node["runs"]), node["unit"])
+    return fig.text(digits)
+
+
+def _med(node: Any) -> float | None:
+    return float(node["median"]) if isinstance(node, dict) and "median" in node else None
+
+
+def _ratio(a: Any, b: Any) -> str:
+    x, y = _med(a), _med(b)
+    return "n/a" if x is None or not y else f"{x / y:.2f}x"
+
+
+def stalled_outcome(entries: list[dict[str, Any]]) -> str:
+    """How the server treated the stalled client, summarised over the runs."""
+    groups: dict[str, list[float]] = {}
+    for e in entries:
+        held = float(e.get("held_stalled_after_run_seconds") or 0.0)
+        if e.get("server_1013_closes_before_resuming"):
+            key = "cut off (1013 or dropped) while stalled, {held} after the cat ended"
+        elif e.get("close_code") == 1013:
+            key = "closed with 1013 only once it read again (still open {held} after the cat)"
+        elif e.get("output_end_reached_it"):
+            key = "not cut off: all the output reached it once it read again"
+        elif e.get("still_open_after_drain"):
+            key = "still open after draining, output incomplete"
+        else:
+            key = f"closed with code {e.get('close_code')}"
+        groups.setdefault(key, []).append(held)
+    parts = []
+    for key, helds in groups.items():
+        span = f"{min(helds):.1f}-{max(helds):.1f} s" if len(helds) > 1 else f"{helds[0]:.1f} s"
+        parts.append(f"{key.format(held=span)} ({len(helds)}/{len(entries)} runs)")
+    return "; ".join(parts)
+
+
+def _row(label: str, value: str, extra: str = "") -> str:
+    return f"  {label:<52} {value:<28} {extra}".rstrip()
+
+
+def render_table(results: dict[str, Any], targets: list[Target]) -> str:
+    r = results
+    lines: list[str] = []
+    mach = r["machine"]
+    wl = r["workload"]
+    cfg = r["config"]
+    load = mach.get("loadavg", [0])[0]
+    load_end = mach.get("loadavg_end", [load])[0]
+    lines += [
+        f"ahp bench, {r['date']}: {r['command']}",
+        f"machine: {mach['cores']} cores ({mach['cpu']}), Python {mach['python']}, "
+        f"{mach['system']} {mach['kernel']}; load average {load:.2f} at start, "
+        f"{load_end:.2f} at end (shared machine: figures are noisy, compare ratios)",
+        f"workload: cat of {wl['file_bytes'] / 1e6:.1f} MB of text ({wl['lines']:,} lines, "
+        f"mean {wl['mean_line_bytes']:.0f} B/line, some multi-byte UTF-8) = "
+        f"{wl['pty_bytes'] / 1e6:.1f} MB out of the pty; {cfg['runs']} runs per figure, "
+        "median (min-max); MB = 10^6 bytes",
+        "",
+        "Throughput",
+    ]
+    ceiling = r["ceiling"]["throughput"]
+    one = r["engine"]["one"]
+    ten = r["engine"]["ten"]
+    e2e = r["end_to_end"]
+    cores = mach["cores"]
+
+    def cpu(node: dict[str, Any], own: str, label: str) -> str:
+        parts = [f"{label} {_med(node.get(own)) or 0:.2f}"]
+        if "client_cpu_cores" in node:
+            parts.append(f"client {_med(node['client_cpu_cores']) or 0:.2f}")
+        parts.append(f"machine {_med(node.get('machine_busy_cores')) or 0:.1f}/{cores}")
+        return "; cpu " + ", ".join(parts)
+
+    lines += [
+        _row(
+            "1 bare Trio pty reader (the ceiling)",
+            _fig(ceiling),
+            "1.00x ceiling" + cpu(r["ceiling"], "reader_cpu_cores", "reader"),
+        ),
+        _row(
+            "2 engine in-process, 1 subscriber",
+            _fig(one["throughput"]),
+            f"{_ratio(one['throughput'], ceiling)} ceiling" + cpu(one, "cpu_cores", "engine"),
+        ),
+        _row(
+            "  engine in-process, 10 subscribers",
+            _fig(ten["throughput"]),
+            f"{_ratio(ten['throughput'], one['throughput'])} 1 subscriber"
+            + cpu(ten, "cpu_cores", "engine"),
+        ),
+        _row(
+            "  batching: bytes per published data action",
+            _fig(one["bytes_per_batch"], 0),
+            f"{_med(one['read_batches']) or 0:.0f} actions per run; "
+            f"{_med(one['data_envelopes_per_subscriber']) or 0:.0f} envelopes delivered "
+            f"(ceiling reads {_med(r['ceiling']['bytes_per_read']) or 0:.0f} B at a time)",
+        ),
+        _row(
+            "3 sidecar -> WebSocket -> 1 client",
+            _fig(e2e["alone"]["throughput"]),
+            f"{_ratio(e2e['alone']['throughput'], ceiling)} ceiling"
+            + cpu(e2e["alone"], "server_cpu_cores", "server"),
+        ),
+        _row(
+            "  same, beside a stalled client",
+            _fig(e2e["with_stalled"]["throughput"]),
+            f"{_fig(e2e['stalled_cost_ratio'], 2)} of alone (paired)"
+            + cpu(e2e["with_stalled"], "server_cpu_cores", "server"),
+        ),
+        _row(
+            "  frames per run / bytes per frame",
+            f"{_med(e2e['alone']['frames']) or 0:.0f}",
+            _fig(e2e["alone"]["bytes_per_frame"], 0),
+        ),
+    ]
+    complete = {
+        "ceiling": r["ceiling"]["complete"],
+        "engine": one["complete"] and ten["complete"],
+        "end to end": all(e2e["alone"]["complete"]) and all(e2e["with_stalled"]["complete"]),
+    }
+    broken = [k for k, ok in complete.items() if not ok]
+    if broken:
+        lines.append(f"  WARNING: incomplete output in: {', '.join(broken)} (see JSON)")
+    peers = r.get("peers", {})
+    td = peers.get("terminado")
+    if td:
+        lines += [
+            _row(
+                f"7 terminado {td['version']} -> WebSocket -> 1 client",
+                _fig(td["alone"]["throughput"]),
+                f"ours {_ratio(e2e['alone']['throughput'], td['alone']['throughput'])} terminado"
+                + cpu(td["alone"], "server_cpu_cores", "server"),
+            ),
+            _row(
+                "  terminado, beside a stalled client",
+                _fig(td["with_stalled"]["throughput"]),
+                f"{_fig(td['stalled_cost_ratio'], 2)} of alone"
+                + cpu(td["with_stalled"], "server_cpu_cores", "server"),
+            ),
+        ]
+    else:
+        lines.append(f"  7 peers: skipped: {peers.get('skipped', 'not run')}")
+
+    echo = r["echo"]
+    lines += ["", f"Echo latency ({cfg['echo_count']} keystrokes per run; median, p99 in ms)"]
+    rows = [
+        ("bare pty (write a byte, read the echo)", echo["bare_pty"]),
+        ("engine in-process (send_input -> subscriber)", echo["engine"]),
+        ("sidecar -> WebSocket client", echo["sidecar"]),
+    ]
+    if td and "echo" in td:
+        rows.append(("terminado -> WebSocket client", td["echo"]))
+    for label, node in rows:
+        lines.append(
+            _row(f"4 {label}", _fig(node["median_ms"], 3), f"p99 {_fig(node['p99_ms'], 3)}")
+        )
+
+    mem = r["memory"]
+    big = mem["large_output"]
+    lines += [
+        "",
+        "Memory (server process RSS)",
+        _row("5 sidecar idle", _fig(mem["idle_mb"])),
+        _row(
+            f"  per idle terminal ({mem['terminals']} cat terminals)",
+            _fig(mem["per_terminal_kb"], 0),
+        ),
+        _row(
+            "  after one cat to a WebSocket client (steady state)",
+            _fig(e2e["alone"]["server_rss_start_mb"]),
+        ),
+        _row(
+            "  growth while a client stalls beside the cat",
+            _fig(e2e["stalled_growth_mb"]),
+            f"(same cat alone: {_fig(e2e['alone_growth_mb'])})",
+        ),
+        _row(
+            "  growth left after holding it stalled",
+            _fig(e2e["stalled_growth_after_hold_mb"]),
+        ),
+        f"    stalled client: {stalled_outcome(e2e['stalled_client'])}",
+    ]
+    if td:
+        lines += [
+            _row("  terminado: growth while a client stalls", _fig(td["stalled_growth_mb"])),
+            f"    stalled client: {stalled_outcome(td['stalled_client'])}",
+        ]
+    lines += [
+        _row(
+            f"  after cat of {big['output_mb']:.0f} MB in-process, RSS",
+            _fig(big["rss_after_mb"]),
+            f"growth {_fig(big['growth_mb'])}; peak {_fig(big['peak_mb'])}",
+        ),
+    ]
+    ap = r["append"]
+    lines += [
+        "",
+        f"6 Append scaling (reducer, 4 KiB chunks, 8 states kept): {ap['small_mb']:g} MB "
+        f"{_fig(ap['small_seconds'], 3)}, {ap['large_mb']:g} MB {_fig(ap['large_seconds'], 3)}: "
+        f"{ap['ratio']:.1f}x for 10x the data",
+    ]
+    for name in ("scanner", "integration"):
+        node = r.get(name, {})
+        lines.append("")
+        if "skipped" in node:
+            lines.append(f"8 {name}: skipped: {node['skipped']}")
+            continue
+        lines.append(f"8 {name} (benchmarks/bench_{name}.py, {node.get('size_mb', 0):g} MB)")
+        res = node.get("results")
+        if isinstance(res, dict):
+            for key, value in res.items():
+                if isinstance(value, float):
+                    shown = f"{value:.2f}" if abs(value) < 10 else f"{value:.1f}"
+                else:
+                    shown = str(value)
+                lines.append(_row(f"  {key}", shown))
+        else:
+            lines.append(f"  {res}")
+
+    lines += ["", "Targets (from the issues; reported, not asserted)"]
+    for t in targets:
+        if t.value is None:
+            verdict = "n/a   "
+            shown = f"not measured: {t.why_missing}" if t.why_missing else "not measured"
+        else:
+            verdict = "met   " if t.met else "MISSED"
+            unit = "x" if t.unit == "x" else f" {t.unit}"
+            digits = 3 if t.unit == "x" else 2
+            shown = f"{t.value:.{digits}f}{unit} (target {t.op} {t.limit:g}{unit})"
+        lines.append(f"  [{verdict}] {t.description}: {shown}")
+    return "\n".join(lines)
+
+
+def write_json(results: dict[str, Any], out_dir: Path) -> Path:
+    """``out_dir/bench-<date>.json``; returns the path."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"bench-{time.strftime('%Y-%m-%d')}.json"
+    path.write_bytes(orjson.dumps(results, option=orjson.OPT_INDENT_2) + b"\n")
+    return path

@@ -1,0 +1,384 @@
+"""The whole run: every section, interleaved so that ratios compare like with like.
+
+Why interleaved: on a shared machine the load drifts over minutes. Taking run
+*i* of the ceiling, the engine and the servers one after the other (rather than
+all ceiling runs, then all engine runs) puts each ratio's two sides under the
+same conditions. Results are plain JSON-able dicts; figures are
+:class:`~ahp.bench.stats.Figure` values turned into dicts at the end.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from contextlib import AsyncExitStack
+from pathlib import Path
+from typing import Any
+
+import attrs
+import trio
+
+from ahp.bench import append as append_bench
+from ahp.bench.ceiling import BareRun, bare_echo, bare_read
+from ahp.bench.endtoend import AhpServer, PairRun, echo_run, pair_run
+from ahp.bench.folded import FOLDED, run_folded
+from ahp.bench.inprocess import EngineRun, engine_echo, engine_run
+from ahp.bench.memory import IdleRun, LargeOutputRun, idle_run, large_output_run
+from ahp.bench.peers import open_terminado, terminado_missing, terminado_version
+from ahp.bench.processes import open_worker
+from ahp.bench.procfs import machine_info
+from ahp.bench.progress import Progress
+from ahp.bench.stats import percentile, summarize
+from ahp.bench.workload import Workload, generate
+from ahp.engine import open_host
+
+__all__ = ["Config", "run_suite"]
+
+MB = 1e6
+
+
+@attrs.frozen
+class Config:
+    size_mb: float = 100.0
+    runs: int = 5
+    echo_count: int = 300
+    terminals: int = 50
+    stall_hold: float = 12.0
+    peers: bool = False
+    folded_mb: float = 20.0
+    command: str = "python -m ahp bench"
+
+
+def _fig(values: list[float], unit: str) -> dict[str, Any]:
+    return summarize(values, unit).to_json()
+
+
+def _mb_s(nbytes: float, seconds: float) -> float:
+    return nbytes / seconds / MB
+
+
+def _delivered_bytes(workload: Workload, chars: int) -> float:
+    """Bytes a run delivered, from the characters it counted (exact when complete)."""
+    return workload.gated_bytes() * chars / workload.gated_chars()
+
+
+# -- throughput -------------------------------------------------------------------------------
+
+
+def _ceiling_json(workload: Workload, runs: list[BareRun]) -> dict[str, Any]:
+    expected = workload.gated_bytes()
+    return {
+        "throughput": _fig([_mb_s(r.nbytes, r.seconds) for r in runs], "MB/s"),
+        "bytes_per_read": _fig([r.nbytes / max(1, r.reads) for r in runs], "B"),
+        "reader_cpu_cores": _fig([r.cpu_seconds / r.seconds for r in runs], "cores"),
+        "machine_busy_cores": _fig([r.machine_cores for r in runs], "cores"),
+        "complete": all(r.nbytes == expected for r in runs),
+        "bytes": [r.nbytes for r in runs],
+        "expected_bytes": expected,
+    }
+
+
+def _engine_json(workload: Workload, runs: list[EngineRun]) -> dict[str, Any]:
+    expected = workload.gated_chars()
+    slowest = [min(s.chars for s in r.subscribers) for r in runs]
+    envelopes = [statistics.mean(s.data_envelopes for s in r.subscribers) for r in runs]
+    return {
+        "subscribers": len(runs[0].subscribers),
+        "throughput": _fig(
+            [
+                _mb_s(_delivered_bytes(workload, c), r.seconds)
+                for c, r in zip(slowest, runs, strict=True)
+            ],
+            "MB/s",
+        ),
+        "cpu_cores": _fig([r.cpu_seconds / r.seconds for r in runs], "cores"),
+        "machine_busy_cores": _fig([r.machine_cores for r in runs], "cores"),
+        "read_batches": _fig([float(r.read_batches) for r in runs], "actions"),
+        "bytes_per_batch": _fig([r.bytes_read / max(1, r.read_batches) for r in runs], "B"),
+        "data_envelopes_per_subscriber": _fig(envelopes, "envelopes"),
+        "bytes_per_envelope": _fig([workload.gated_bytes() / max(1.0, e) for e in envelopes], "B"),
+        "complete": all(s.chars == expected and s.exit_seen for r in runs for s in r.subscribers),
+        "resyncs": sum(s.resyncs for r in runs for s in r.subscribers),
+    }
+
+
+def _client_json(workload: Workload, measured: list[Any]) -> dict[str, Any]:
+    return {
+        "throughput": _fig(
+            [_mb_s(_delivered_bytes(workload, m.run.chars), m.run.seconds) for m in measured],
+            "MB/s",
+        ),
+        "server_cpu_cores": _fig([m.server_cpu_seconds / m.run.seconds for m in measured], "cores"),
+        "client_cpu_cores": _fig(
+            [m.run.client_cpu_seconds / m.run.seconds for m in measured], "cores"
+        ),
+        "machine_busy_cores": _fig([m.run.machine_cores for m in measured], "cores"),
+        "frames": _fig([float(m.run.frames) for m in measured], "frames"),
+        "bytes_per_frame": _fig(
+            [_delivered_bytes(workload, m.run.chars) / max(1, m.run.frames) for m in measured],
+            "B",
+        ),
+        "complete": [m.run.chars == workload.gated_chars() for m in measured],
+        "closed": [m.run.closed for m in measured],
+        "server_rss_start_mb": _fig([m.rss_start_kb * 1024 / MB for m in measured], "MB"),
+        "server_rss_peak_mb": _fig([m.rss_peak_kb * 1024 / MB for m in measured], "MB"),
+    }
+
+
+def _pairs_json(workload: Workload, pairs: list[PairRun]) -> dict[str, Any]:
+    alone = [p.alone for p in pairs]
+    stalled = [p.with_stalled for p in pairs]
+    return {
+        "alone": _client_json(workload, alone),
+        "with_stalled": _client_json(workload, stalled),
+        "stalled_cost_ratio": _fig(
+            [
+                (s.run.chars / s.run.seconds) / (a.run.chars / a.run.seconds)
+                for a, s in zip(alone, stalled, strict=True)
+            ],
+            "x",
+        ),
+        "stalled_growth_mb": _fig(
+            [(s.rss_peak_kb - s.rss_start_kb) * 1024 / MB for s in stalled], "MB"
+        ),
+        "stalled_growth_after_hold_mb": _fig(
+            [(p.rss_after_hold_kb - p.with_stalled.rss_start_kb) * 1024 / MB for p in pairs],
+            "MB",
+        ),
+        "alone_growth_mb": _fig(
+            [(a.rss_peak_kb - a.rss_start_kb) * 1024 / MB for a in alone], "MB"
+        ),
+        "stalled_client": [
+            {
+                "chars_read_after_resuming": p.stalled.chars_after,
+                "output_end_reached_it": p.stalled.saw_end,
+                "close_code": p.stalled.close_code,
+                "close_reason": p.stalled.close_reason,
+                "still_open_after_drain": p.stalled.still_open,
+                "held_stalled_after_run_seconds": p.held_seconds,
+                "server_rss_growth_after_hold_mb": (
+                    p.rss_after_hold_kb - p.with_stalled.rss_start_kb
+                )
+                * 1024
+                / MB,
+                "server_1013_closes_before_resuming": p.stats_during.get("closed_1013"),
+                "server_1013_closes_after_resuming": p.stats_after.get("closed_1013"),
+            }
+            for p in pairs
+        ],
+    }
+
+
+async def _throughput(
+    config: Config, workload: Workload, progress: Progress, results: dict[str, Any]
+) -> None:
+    progress.begin("throughput (ceiling, engine, end to end, interleaved)")
+    missing = terminado_missing() if config.peers else "not requested (use --peers)"
+    ceiling: list[BareRun] = []
+    one: list[EngineRun] = []
+    ten: list[EngineRun] = []
+    ours: list[PairRun] = []
+    theirs: list[PairRun] = []
+    async with open_host() as host:
+        for i in range(config.runs):
+            run = f"run {i + 1}/{config.runs}"
+            progress.update(f"{run}: bare pty reader")
+            ceiling.append(await bare_read(workload))
+            progress.update(f"{run}: engine, 1 subscriber")
+            one.append(await engine_run(host, workload, 1))
+            progress.update(f"{run}: engine, 10 subscribers")
+            ten.append(await engine_run(host, workload, 10))
+            progress.update(f"{run}: sidecar over WebSocket, alone then beside a stalled client")
+            async with open_worker() as worker:
+                ours.append(
+                    await pair_run(AhpServer(worker, workload), stall_hold=config.stall_hold)
+                )
+            if missing is None:
+                progress.update(f"{run}: terminado, alone then beside a stalled client")
+                try:
+                    async with open_terminado(workload) as terminado:
+                        theirs.append(await pair_run(terminado, stall_hold=config.stall_hold))
+                except Exception as exc:  # a peer's failure must not lose our figures
+                    missing = f"terminado failed: {type(exc).__name__}: {exc}"
+                    progress.note(missing)
+    results["ceiling"] = _ceiling_json(workload, ceiling)
+    results["engine"] = {"one": _engine_json(workload, one), "ten": _engine_json(workload, ten)}
+    results["end_to_end"] = _pairs_json(workload, ours)
+    if missing is None:
+        results["peers"] = {
+            "terminado": {"version": terminado_version(), **_pairs_json(workload, theirs)}
+        }
+    else:
+        results["peers"] = {"skipped": missing}
+
+
+# -- echo -------------------------------------------------------------------------------------
+
+
+def _echo_json(runs: list[list[float]]) -> dict[str, Any]:
+    pooled = [s for run in runs for s in run]
+    return {
+        "median_ms": _fig([statistics.median(r) * 1e3 for r in runs], "ms"),
+        "p99_ms": _fig([percentile(r, 99) * 1e3 for r in runs], "ms"),
+        "pooled_median_ms": statistics.median(pooled) * 1e3,
+        "pooled_p99_ms": percentile(pooled, 99) * 1e3,
+        "round_trips": len(pooled),
+    }
+
+
+async def _echo(
+    config: Config, workload: Workload, progress: Progress, results: dict[str, Any]
+) -> None:
+    progress.begin(f"echo latency ({config.echo_count} keystrokes per run)")
+    cwd = str(workload.path.parent)
+    bare: list[list[float]] = []
+    engine: list[list[float]] = []
+    ours: list[list[float]] = []
+    theirs: list[list[float]] = []
+    peers = config.peers and terminado_missing() is None
+    async with AsyncExitStack() as stack:
+        host = await stack.enter_async_context(open_host())
+        worker = await stack.enter_async_context(open_worker())
+        server = AhpServer(worker, workload)
+        terminado = await stack.enter_async_context(open_terminado(workload)) if peers else None
+        for i in range(config.runs):
+            run = f"run {i + 1}/{config.runs}"
+            progress.update(f"{run}: bare pty")
+            bare.append(await bare_echo(config.echo_count, cwd))
+            progress.update(f"{run}: engine in-process")
+            engine.append(await engine_echo(host, config.echo_count, cwd))
+            progress.update(f"{run}: sidecar")
+            ours.append(await echo_run(server, config.echo_count))
+            if terminado is not None:
+                progress.update(f"{run}: terminado")
+                try:
+                    theirs.append(await echo_run(terminado, config.echo_count))
+                except Exception as exc:  # a peer's failure must not lose our figures
+                    progress.note(f"terminado echo failed: {type(exc).__name__}: {exc}")
+                    terminado = None
+    results["echo"] = {
+        "bare_pty": _echo_json(bare),
+        "engine": _echo_json(engine),
+        "sidecar": _echo_json(ours),
+    }
+    if theirs and "terminado" in results.get("peers", {}):
+        results["peers"]["terminado"]["echo"] = _echo_json(theirs)
+
+
+# -- memory -----------------------------------------------------------------------------------
+
+
+async def _memory(
+    config: Config, workload: Workload, progress: Progress, results: dict[str, Any]
+) -> None:
+    progress.begin("memory (a fresh sidecar process per run)")
+    cwd = str(workload.path.parent)
+    idle: list[IdleRun] = []
+    large: list[LargeOutputRun] = []
+    for i in range(config.runs):
+        progress.update(f"run {i + 1}/{config.runs}: idle, then {config.terminals} terminals")
+        idle.append(await idle_run(cwd, config.terminals))
+        progress.update(f"run {i + 1}/{config.runs}: cat of {2 * config.size_mb:g} MB")
+        large.append(await large_output_run(workload, repeat=2))
+    kb = 1024
+    results["memory"] = {
+        "idle_mb": _fig([r.idle_kb * kb / MB for r in idle], "MB"),
+        "terminals": config.terminals,
+        "with_terminals_mb": _fig([r.with_terminals_kb * kb / MB for r in idle], "MB"),
+        "per_terminal_kb": _fig([r.per_terminal_kb * kb / 1e3 for r in idle], "KB"),
+        "large_output": {
+            "output_mb": statistics.median(r.nbytes for r in large) / MB,
+            "rss_before_mb": _fig([r.before_kb * kb / MB for r in large], "MB"),
+            "rss_after_mb": _fig([r.after_kb * kb / MB for r in large], "MB"),
+            "growth_mb": _fig([(r.after_kb - r.before_kb) * kb / MB for r in large], "MB"),
+            "peak_mb": _fig([r.peak_kb * kb / MB for r in large], "MB"),
+            "throughput": _fig([_mb_s(r.nbytes, r.seconds) for r in large], "MB/s"),
+        },
+    }
+
+
+# -- synchronous sections -----------------------------------------------------------------------
+
+
+def _append(config: Config, progress: Progress) -> dict[str, Any]:
+    progress.begin("append scaling (pure reducer, 4 KiB chunks, 8 states retained)")
+    large_mb = config.size_mb
+    small_mb = config.size_mb / 10
+    small: list[float] = []
+    large: list[float] = []
+    for i in range(config.runs):
+        progress.update(f"run {i + 1}/{config.runs}")
+        small.append(append_bench.append_seconds(int(small_mb * MB)))
+        large.append(append_bench.append_seconds(int(large_mb * MB)))
+    small_fig = summarize(small, "s")
+    large_fig = summarize(large, "s")
+    return {
+        "small_mb": small_mb,
+        "large_mb": large_mb,
+        "small_seconds": small_fig.to_json(),
+        "large_seconds": large_fig.to_json(),
+        "ratio": large_fig.median / small_fig.median,
+        "large_throughput": _fig([large_mb * MB / s / MB for s in large], "MB/s"),
+    }
+
+
+def _folded(config: Config, progress: Progress, name: str) -> dict[str, Any]:
+    progress.begin(f"{name} benchmark (benchmarks/{FOLDED[name]}, {config.folded_mb:g} MB)")
+    result = run_folded(name, config.folded_mb)
+    if "skipped" in result:
+        progress.note(f"{name}: {result['skipped']}")
+    return result
+
+
+# -- the run ----------------------------------------------------------------------------------
+
+SECTIONS = 7
+
+
+def run_suite(
+    config: Config, progress_factory: Callable[[int], Progress] = Progress
+) -> dict[str, Any]:
+    """Run every section; return the JSON-able results (without targets)."""
+    progress = progress_factory(SECTIONS)
+    started = time.time()
+    results: dict[str, Any] = {
+        "version": 1,
+        "command": config.command,
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(started)),
+        "machine": machine_info(),
+        "config": attrs.asdict(config),
+        "notes": [
+            "MB = 10**6 bytes. Throughput counts the bytes the pty master yields "
+            "(ONLCR adds \\r per line). Figures are medians of the runs with min-max.",
+            "Servers run in their own process; the client runs in the benchmark process. "
+            "Memory figures are the server process's RSS (terminal programs excluded).",
+        ],
+    }
+    with tempfile.TemporaryDirectory(prefix="ahp-bench-") as tmp:
+        progress.begin(f"generating {config.size_mb:g} MB of text")
+        workload = generate(Path(tmp), config.size_mb)
+        results["workload"] = {
+            "file_bytes": workload.file_bytes,
+            "lines": workload.lines,
+            "chars": workload.chars,
+            "pty_bytes": workload.pty_bytes,
+            "mean_line_bytes": workload.file_bytes / max(1, workload.lines),
+            "multibyte_extra_bytes": workload.file_bytes - workload.chars,
+        }
+
+        async def main() -> None:
+            await _throughput(config, workload, progress, results)
+            await _echo(config, workload, progress, results)
+            await _memory(config, workload, progress, results)
+
+        trio.run(main)
+    results["append"] = _append(config, progress)
+    for name in FOLDED:
+        results[name] = _folded(config, progress, name)
+    results["machine"]["loadavg_end"] = list(os.getloadavg())
+    results["seconds"] = time.time() - started
+    progress.done()
+    return results

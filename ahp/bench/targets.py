@@ -1,0 +1,170 @@
+"""The issues' targets, evaluated on one run's results: reported, never asserted.
+
+Why a table of targets: the figures alone do not say whether the project does
+what it promised (issues "engine", "server" and "bench"); each target is a
+ratio or a bound computed from figures of the same run, and the report marks
+it met or missed. CI does not fail on them: shared machines are too noisy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+
+__all__ = ["Target", "evaluate"]
+
+
+@attrs.frozen
+class Target:
+    key: str
+    description: str
+    op: str  # ">=" or "<="
+    limit: float
+    value: float | None
+    unit: str = "x"
+    why_missing: str | None = None
+
+    @property
+    def met(self) -> bool | None:
+        if self.value is None:
+            return None
+        return self.value >= self.limit if self.op == ">=" else self.value <= self.limit
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "key": self.key,
+            "description": self.description,
+            "op": self.op,
+            "limit": self.limit,
+            "value": self.value,
+            "unit": self.unit,
+            "met": self.met,
+            **({"why_missing": self.why_missing} if self.why_missing else {}),
+        }
+
+
+def _get(results: dict[str, Any], *path: str) -> Any:
+    node: Any = results
+    for key in path:
+        if not isinstance(node, dict) or key not in node:
+            return None
+        node = node[key]
+    return node
+
+
+def _median(results: dict[str, Any], *path: str) -> float | None:
+    node = _get(results, *path)
+    return float(node["median"]) if isinstance(node, dict) and "median" in node else None
+
+
+def _div(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None or b == 0 else a / b
+
+
+def _sub(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else a - b
+
+
+def evaluate(results: dict[str, Any]) -> list[Target]:
+    """Every target of the issues, with its value from ``results`` (None: not measured)."""
+    m: Callable[..., float | None] = lambda *p: _median(results, *p)  # noqa: E731
+    ceiling = m("ceiling", "throughput")
+    e2e = m("end_to_end", "alone", "throughput")
+    terminado = m("peers", "terminado", "alone", "throughput")
+    peers_missing = _get(results, "peers", "skipped")
+    bare_med = m("echo", "bare_pty", "median_ms")
+    bare_p99 = m("echo", "bare_pty", "p99_ms")
+    ours_med = m("echo", "sidecar", "median_ms")
+    ours_p99 = m("echo", "sidecar", "p99_ms")
+    their_med = m("peers", "terminado", "echo", "median_ms")
+    return [
+        Target(
+            "engine_vs_ceiling",
+            "in-process engine (1 subscriber) / bare reader",
+            ">=",
+            0.9,
+            _div(m("engine", "one", "throughput"), ceiling),
+        ),
+        Target(
+            "ten_vs_one",
+            "engine, 10 subscribers / 1 subscriber",
+            ">=",
+            0.8,
+            _div(m("engine", "ten", "throughput"), m("engine", "one", "throughput")),
+        ),
+        Target(
+            "e2e_vs_ceiling", "end to end (WebSocket) / bare reader", ">=", 0.75, _div(e2e, ceiling)
+        ),
+        Target(
+            "e2e_vs_terminado",
+            "end to end / terminado end to end",
+            ">=",
+            1.3,
+            _div(e2e, terminado),
+            why_missing=peers_missing,
+        ),
+        Target(
+            "stalled_cost",
+            "active client's throughput beside a stalled one / alone (cost <= 10%)",
+            ">=",
+            0.9,
+            m("end_to_end", "stalled_cost_ratio"),
+        ),
+        Target(
+            "stalled_growth",
+            "server RSS growth while a client stalls beside the cat",
+            "<=",
+            32.0,
+            m("end_to_end", "stalled_growth_mb"),
+            unit="MB",
+        ),
+        Target(
+            "echo_median",
+            "echo latency median - bare pty median",
+            "<=",
+            0.5,
+            _sub(ours_med, bare_med),
+            unit="ms",
+        ),
+        Target(
+            "echo_p99",
+            "echo latency p99 - bare pty p99",
+            "<=",
+            2.0,
+            _sub(ours_p99, bare_p99),
+            unit="ms",
+        ),
+        Target(
+            "echo_vs_terminado",
+            "echo latency median / terminado's median",
+            "<=",
+            0.7,
+            _div(ours_med, their_med),
+            why_missing=peers_missing,
+        ),
+        Target(
+            "idle_per_terminal",
+            "sidecar RSS per idle terminal (its program excluded)",
+            "<=",
+            256.0,
+            m("memory", "per_terminal_kb"),
+            unit="KB",
+        ),
+        Target(
+            "integration_ratio",
+            "engine with shell integration / without (benchmarks/bench_integration.py)",
+            ">=",
+            0.9,
+            _get(results, "integration", "results", "integrated_ratio"),
+            why_missing=_get(results, "integration", "skipped"),
+        ),
+        Target(
+            "append_scaling",
+            "reducer: appending 10x the output costs at most 12x the time",
+            "<=",
+            12.0,
+            _get(results, "append", "ratio"),
+        ),
+    ]

@@ -1,0 +1,284 @@
+"""One WebSocket client for every server under test: throughput, echo, stalling.
+
+Why one client: a comparison between servers is only fair if the same client
+code, with the same buffers and the same JSON decoder (orjson), consumes the
+same workload. A small *dialect* object is all that differs between servers:
+how to say hello, how to type, and how to tell output and the end of it in a
+frame (AHP's ``action`` notifications; terminado's ``["stdout", text]``).
+
+Client settings: trio-websocket with a 256 KiB receive buffer and a deep
+message queue (the reader task keeps draining the socket while frames are
+decoded). The stalled client does the opposite: a zero-length queue and a 4 KiB
+buffer, so after its handshake it stops reading the socket altogether and the
+server sees a viewer that went away without closing.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Protocol
+
+import attrs
+import orjson
+import trio
+
+from ahp.bench.procfs import MachineCpu
+from ahp.ws import ConnectionClosed, WebSocketConnection, open_websocket_url
+
+__all__ = [
+    "AhpDialect",
+    "Dialect",
+    "StalledClient",
+    "StreamRun",
+    "TerminadoDialect",
+    "echo_round_trips",
+    "stalled_client",
+    "stream_throughput",
+]
+
+RECEIVE_BUFFER = 256 * 1024
+MESSAGE_QUEUE = 4096
+MAX_MESSAGE = 256 * 1024 * 1024
+#: Round trips before the measured ones.
+ECHO_WARMUP = 20
+
+
+class Dialect(Protocol):
+    """How one server's protocol says hello, takes input and carries output."""
+
+    name: str
+
+    async def handshake(self, ws: WebSocketConnection) -> None:
+        """After the upgrade: until the client follows the terminal."""
+
+    def input_frame(self, text: str) -> str:
+        """A frame that types ``text`` into the terminal."""
+
+    def parse(self, frame: str | bytes) -> tuple[str | None, bool]:
+        """``(output text or None, whether this frame ends the output)``."""
+
+
+class AhpDialect:
+    """AHP: ``initialize`` subscribed to the terminal, input via ``dispatchAction``."""
+
+    name = "ahp"
+
+    def __init__(self, channel: str) -> None:
+        self.channel = channel
+        self.client_id = f"bench-{id(self):x}"
+        self._seq = itertools.count(1)
+
+    async def handshake(self, ws: WebSocketConnection) -> None:
+        await ws.send_message(
+            orjson.dumps(
+                {
+                    "jsonrpc": "2.0",
+                    "id": 1,
+                    "method": "initialize",
+                    "params": {
+                        "channel": "ahp-root://",
+                        "protocolVersions": ["0.5.0"],
+                        "clientId": self.client_id,
+                        "initialSubscriptions": [self.channel],
+                    },
+                }
+            ).decode()
+        )
+        while True:
+            message = orjson.loads(await ws.get_message())
+            if message.get("id") == 1:
+                if "error" in message:
+                    raise RuntimeError(f"initialize failed: {message['error']}")
+                return
+
+    def input_frame(self, text: str) -> str:
+        return orjson.dumps(
+            {
+                "jsonrpc": "2.0",
+                "method": "dispatchAction",
+                "params": {
+                    "channel": self.channel,
+                    "clientSeq": next(self._seq),
+                    "action": {"type": "terminal/input", "data": text},
+                },
+            }
+        ).decode()
+
+    def parse(self, frame: str | bytes) -> tuple[str | None, bool]:
+        message = orjson.loads(frame)
+        if message.get("method") != "action":
+            return None, False
+        params = message["params"]
+        if params.get("channel") != self.channel:
+            return None, False
+        action = params["action"]
+        kind = action.get("type")
+        if kind == "terminal/data":
+            data: str = action["data"]
+            return data, False
+        return None, kind == "terminal/exited"
+
+
+class TerminadoDialect:
+    """terminado: JSON arrays; ``["setup", {}]`` first, ``["disconnect", 1]`` at the end."""
+
+    name = "terminado"
+
+    async def handshake(self, ws: WebSocketConnection) -> None:
+        while True:
+            message = orjson.loads(await ws.get_message())
+            if message and message[0] == "setup":
+                return
+
+    def input_frame(self, text: str) -> str:
+        return orjson.dumps(["stdin", text]).decode()
+
+    def parse(self, frame: str | bytes) -> tuple[str | None, bool]:
+        message = orjson.loads(frame)
+        kind = message[0] if message else None
+        if kind == "stdout":
+            data: str = message[1]
+            return data, False
+        return None, kind == "disconnect"
+
+
+@attrs.frozen
+class StreamRun:
+    seconds: float
+    chars: int
+    frames: int
+    #: CPU time of the client (this process) and busy cores of the whole machine.
+    client_cpu_seconds: float
+    machine_cores: float
+    #: Close code if the server closed the connection before the end of the output.
+    closed: int | None
+
+
+@asynccontextmanager
+async def _connect(
+    url: str, *, queue: int = MESSAGE_QUEUE, buffer: int = RECEIVE_BUFFER
+) -> AsyncIterator[WebSocketConnection]:
+    async with open_websocket_url(
+        url,
+        message_queue_size=queue,
+        max_message_size=MAX_MESSAGE,
+        receive_buffer_size=buffer,
+        connect_timeout=10,
+        disconnect_timeout=2,
+    ) as ws:
+        yield ws
+
+
+async def stream_throughput(
+    url: str,
+    dialect: Dialect,
+    *,
+    connected: trio.Event | None = None,
+    go: trio.Event | None = None,
+) -> StreamRun:
+    """Follow a gated terminal: release the gate, consume until the end; time it.
+
+    ``connected`` is set after the handshake; the gate is released once ``go`` is set.
+    """
+    chars = frames = 0
+    closed: int | None = None
+    async with _connect(url) as ws:
+        await dialect.handshake(ws)
+        if connected is not None:
+            connected.set()
+        if go is not None:
+            await go.wait()
+        parse = dialect.parse
+        machine = MachineCpu()
+        cpu = time.process_time()
+        start = time.perf_counter()
+        await ws.send_message(dialect.input_frame("\r"))
+        try:
+            while True:
+                text, end = parse(await ws.get_message())
+                frames += 1
+                if text is not None:
+                    chars += len(text)
+                if end:
+                    break
+        except ConnectionClosed as exc:
+            closed = exc.reason.code if exc.reason is not None else 1006
+        seconds = time.perf_counter() - start
+        cpu = time.process_time() - cpu
+        machine.stop()
+    return StreamRun(
+        seconds=seconds,
+        chars=chars,
+        frames=frames,
+        closed=closed,
+        client_cpu_seconds=cpu,
+        machine_cores=machine.busy_cores,
+    )
+
+
+async def echo_round_trips(url: str, dialect: Dialect, count: int) -> list[float]:
+    """Seconds per keystroke round trip: type ``x``, wait for output containing it."""
+    samples: list[float] = []
+    parse = dialect.parse
+    async with _connect(url) as ws:
+        await dialect.handshake(ws)
+        for i in range(ECHO_WARMUP + count):
+            start = time.perf_counter()
+            await ws.send_message(dialect.input_frame("x"))
+            while True:
+                text, end = parse(await ws.get_message())
+                if end:
+                    raise RuntimeError("the terminal ended during the echo benchmark")
+                if text and "x" in text:
+                    break
+            if i >= ECHO_WARMUP:
+                samples.append(time.perf_counter() - start)
+    return samples
+
+
+@attrs.define
+class StalledClient:
+    """What happened to a client that stopped reading."""
+
+    #: Characters it could still read once it resumed, and how the connection ended.
+    chars_after: int = 0
+    #: Whether the end of the output (``terminal/exited``, ``disconnect``) reached it.
+    saw_end: bool = False
+    close_code: int | None = None
+    close_reason: str | None = None
+    #: True when the connection was still open after draining for ``drain_timeout``.
+    still_open: bool = False
+
+
+@asynccontextmanager
+async def stalled_client(
+    url: str, dialect: Dialect, *, drain_timeout: float = 10
+) -> AsyncIterator[StalledClient]:
+    """Connect and follow the terminal, then read nothing while the body runs.
+
+    On exit it resumes reading for up to ``drain_timeout`` seconds to learn how the
+    server treated it (closed with 1013, or kept everything for it).
+    """
+    result = StalledClient()
+    async with _connect(url, queue=0, buffer=4096) as ws:
+        await dialect.handshake(ws)
+        yield result
+        with trio.move_on_after(drain_timeout) as drain:
+            try:
+                while True:
+                    text, end = dialect.parse(await ws.get_message())
+                    if text:
+                        result.chars_after += len(text)
+                    if end:
+                        result.saw_end = True
+                        break
+            except ConnectionClosed as exc:
+                if exc.reason is not None:
+                    result.close_code = exc.reason.code
+                    result.close_reason = exc.reason.reason
+                else:
+                    result.close_code = 1006
+        result.still_open = drain.cancelled_caught and result.close_code is None

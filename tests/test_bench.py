@@ -1,0 +1,99 @@
+"""Smoke test of ``python -m ahp bench``: tiny sizes, every section present in the JSON.
+
+The figures themselves are not checked (shared machines are noisy; the targets
+are reported by the command, never asserted); only that every section ran and
+produced well-formed results, quickly.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from ahp.cli import main
+
+SECTIONS = (
+    "machine",
+    "config",
+    "workload",
+    "ceiling",
+    "engine",
+    "end_to_end",
+    "echo",
+    "memory",
+    "append",
+    "peers",
+    "scanner",
+    "integration",
+    "targets",
+    "chart",
+)
+
+
+def _is_figure(node: object) -> bool:
+    return (
+        isinstance(node, dict)
+        and {"median", "min", "max", "runs", "unit"} <= node.keys()
+        and node["min"] <= node["median"] <= node["max"]
+    )
+
+
+def test_bench_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    start = time.monotonic()
+    code = main(
+        [
+            "bench",
+            "--size-mb",
+            "2",
+            "--runs",
+            "1",
+            "--echo-count",
+            "50",
+            "--terminals",
+            "5",
+            "--scanner-mb",
+            "0.5",
+            "--no-chart",
+            "--out",
+            str(tmp_path),
+        ]
+    )
+    elapsed = time.monotonic() - start
+    assert code == 0
+    assert elapsed < 20, f"the smoke run took {elapsed:.1f} s"
+
+    files = list(tmp_path.glob("bench-*.json"))
+    assert len(files) == 1
+    results = json.loads(files[0].read_text())
+    for section in SECTIONS:
+        assert section in results, section
+    for key in ("cores", "python", "kernel"):
+        assert results["machine"][key]
+
+    assert results["ceiling"]["complete"]
+    assert _is_figure(results["ceiling"]["throughput"])
+    for n in ("one", "ten"):
+        assert results["engine"][n]["complete"], n
+        assert _is_figure(results["engine"][n]["throughput"])
+    e2e = results["end_to_end"]
+    assert all(e2e["alone"]["complete"])
+    for key in ("stalled_cost_ratio", "stalled_growth_mb"):
+        assert _is_figure(e2e[key]), key
+    for path in ("bare_pty", "engine", "sidecar"):
+        assert _is_figure(results["echo"][path]["median_ms"])
+        assert results["echo"][path]["round_trips"] == 50
+    assert _is_figure(results["memory"]["per_terminal_kb"])
+    assert _is_figure(results["memory"]["large_output"]["rss_after_mb"])
+    assert results["append"]["ratio"] > 0
+    assert results["peers"] == {"skipped": "not requested (use --peers)"}
+    assert "results" in results["scanner"] or "skipped" in results["scanner"]
+    assert results["chart"] == {"skipped": "--no-chart"}
+    keys = {t["key"] for t in results["targets"]}
+    assert {"engine_vs_ceiling", "e2e_vs_ceiling", "echo_median", "append_scaling"} <= keys
+
+    table = capsys.readouterr().out
+    assert "Throughput" in table
+    assert "Targets" in table

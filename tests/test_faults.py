@@ -1,0 +1,650 @@
+"""Faults: what clients, children and signals can do to a running sidecar.
+
+Every test runs real servers (in-process on port 0, or ``python -m ahp serve`` as a
+subprocess), real sockets and real shells. In each: no hang (absolute
+``trio.fail_after`` bounds), no crash (the server keeps serving), bounded memory,
+no orphan process (the terminals' sessions are scanned in ``/proc``) and every
+byte written before an exit delivered.
+
+Waiting for a server-side effect that sends nothing to the client (a dropped
+connection, a killed process) polls the condition under an absolute bound
+(:func:`eventually`); nothing waits a fixed time and hopes.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import re
+import signal
+import socket
+import stat
+import struct
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+import trio
+
+from ahp.engine import open_host
+from ahp.server.session import ServerState
+from ahp.server.websocket import ServerConfig, open_listeners, serve_connections
+from ahp.ws import ConnectionClosed
+from tests.helpers import TIMEOUT, wait_for_text
+from tests.wire import TOKEN, Peer, peer, running_server
+
+ROOT = "ahp-root://"
+T1 = "ahp-terminal:/t1"
+T2 = "ahp-terminal:/t2"
+REPO = Path(__file__).resolve().parents[1]
+
+
+# -- helpers --------------------------------------------------------------------------------
+
+
+async def eventually(condition: Callable[[], bool], timeout: float = TIMEOUT) -> None:
+    """Poll ``condition`` (a server-side effect no message reports) under an absolute bound."""
+    with trio.fail_after(timeout):
+        while not condition():  # noqa: ASYNC110 (nothing to wait on: the effect is silent)
+            await trio.sleep(0.02)
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+
+
+def alive(pid: int) -> bool:
+    """The process exists and is not a zombie."""
+    fields = _stat_fields(pid)
+    return fields is not None and fields[0] not in ("Z", "X")
+
+
+def session_members(sid: int) -> list[int]:
+    """Live processes whose session id is ``sid`` (the terminal's pid)."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            fields = _stat_fields(int(entry))
+            if fields is not None and int(fields[3]) == sid and fields[0] not in ("Z", "X"):
+                out.append(int(entry))
+    return out
+
+
+def children_of(ppid: int) -> list[int]:
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            fields = _stat_fields(int(entry))
+            if fields is not None and int(fields[1]) == ppid:
+                out.append(int(entry))
+    return out
+
+
+def rss_mib() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def claim(client_id: str) -> dict[str, str]:
+    return {"kind": "client", "clientId": client_id}
+
+
+async def create(p: Peer, uri: str = T1, client_id: str = "c1", **extra: Any) -> None:
+    assert (
+        await p.result("createTerminal", {"channel": uri, "claim": claim(client_id), **extra})
+        is None
+    )
+
+
+async def type_(p: Peer, uri: str, text: str) -> None:
+    await p.dispatch(uri, {"type": "terminal/input", "data": text})
+
+
+async def collect_until(p: Peer, uri: str, stop: Callable[[dict[str, Any], str], bool]) -> str:
+    """Concatenate T's ``terminal/data`` until ``stop(params, tail)``; returns all the text.
+
+    (Linear: a list of chunks and a bounded tail, not a growing string searched each time.)
+    """
+    chunks: list[str] = []
+    tail = ""
+    while True:
+        params = await p.action(lambda x: x["channel"] == uri)
+        if params["action"]["type"] == "terminal/data":
+            data = params["action"]["data"]
+            chunks.append(data)
+            tail = (tail + data)[-256:]
+        if stop(params, tail):
+            return "".join(chunks)
+
+
+def until_text(needle: str) -> Callable[[dict[str, Any], str], bool]:
+    return lambda _params, tail: needle in tail
+
+
+def pid_of(server: Any, uri: str) -> int:
+    pid = server.state.host.get(uri).pid
+    assert pid is not None
+    return int(pid)
+
+
+# -- raw WebSocket pieces (to misbehave below the client library) ----------------------------
+
+
+def ws_frame(payload: bytes, opcode: int = 1) -> bytes:
+    """One masked client frame (RFC 6455 §5.2)."""
+    mask = os.urandom(4)
+    n = len(payload)
+    if n < 126:
+        head = bytes([0x80 | opcode, 0x80 | n])
+    elif n < 65536:
+        head = bytes([0x80 | opcode, 0x80 | 126]) + struct.pack("!H", n)
+    else:
+        head = bytes([0x80 | opcode, 0x80 | 127]) + struct.pack("!Q", n)
+    return head + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+
+
+def rpc(method: str, params: dict[str, Any], msg_id: int | None = 1) -> bytes:
+    message: dict[str, Any] = {"jsonrpc": "2.0", "method": method, "params": params}
+    if msg_id is not None:
+        message["id"] = msg_id
+    return orjson.dumps(message)
+
+
+@asynccontextmanager
+async def raw_ws(port: int) -> AsyncIterator[trio.SocketStream]:
+    """A TCP stream after a successful WebSocket upgrade (frames are up to the test)."""
+    stream = await trio.open_tcp_stream("127.0.0.1", port)
+    try:
+        key = base64.b64encode(os.urandom(16)).decode()
+        request = (
+            f"GET /?tkn={TOKEN} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\n"
+            f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n"
+        )
+        await stream.send_all(request.encode())
+        reply = b""
+        with trio.fail_after(TIMEOUT):
+            while b"\r\n\r\n" not in reply:
+                chunk = await stream.receive_some(4096)
+                assert chunk, "closed during the upgrade"
+                reply += chunk
+        assert reply.startswith(b"HTTP/1.1 101"), reply
+        yield stream
+    finally:
+        with trio.CancelScope(shield=True):
+            await stream.aclose()
+
+
+def connected_clients(server: Any) -> int:
+    return sum(r.connections for r in server.state.clients._records.values())
+
+
+# -- clients misbehaving ---------------------------------------------------------------------
+
+
+async def test_disconnect_mid_frame() -> None:
+    async with running_server() as server:
+        assert server.port is not None
+        hub = server.state.host.hub
+        # Half a frame before any message, then half a frame after initialize.
+        async with raw_ws(server.port) as s:
+            frame = ws_frame(rpc("ping", {"channel": ROOT}))
+            await s.send_all(frame[: len(frame) // 2])
+        async with raw_ws(server.port) as s:
+            init = rpc(
+                "initialize",
+                {
+                    "channel": ROOT,
+                    "protocolVersions": ["0.5.0"],
+                    "clientId": "raw",
+                    "initialSubscriptions": [ROOT],
+                },
+            )
+            await s.send_all(ws_frame(init))
+            await eventually(lambda: len(hub.subscribers(ROOT)) == 1)
+            big = ws_frame(rpc("ping", {"channel": ROOT, "pad": "x" * 100_000}))
+            await s.send_all(big[:5])  # the header only, promising 100 KB
+        await eventually(lambda: not hub.subscribers(ROOT) and connected_clients(server) == 0)
+        # The server is fine, and the client record can still be resumed.
+        async with peer(server.url) as p:
+            result = await p.result(
+                "reconnect", {"channel": ROOT, "clientId": "raw", "lastSeenServerSeq": 0}
+            )
+            assert result["type"] == "replay"
+            assert (await p.call("ping", {"channel": ROOT}))["result"] is None
+
+
+async def test_hang_up_during_the_upgrade() -> None:
+    """Peers that vanish mid-handshake (before our 403 body, or before the 101) end
+    their own connection only; they used to stop the whole server."""
+    async with running_server() as server:
+        assert server.port is not None
+        for token in ["wrong"] * 10 + [TOKEN] * 10:
+            stream = await trio.open_tcp_stream("127.0.0.1", server.port)
+            request = (
+                f"GET /?tkn={token} HTTP/1.1\r\nHost: 127.0.0.1:{server.port}\r\n"
+                "Upgrade: websocket\r\nConnection: Upgrade\r\n"
+                "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+            )
+            await stream.send_all(request.encode())
+            stream.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            await stream.aclose()  # a reset, at once
+        async with peer(server.url) as p:
+            await p.initialize("after")
+            assert (await p.call("ping", {"channel": ROOT}))["result"] is None
+
+
+async def test_disconnect_mid_reconnect() -> None:
+    async with running_server() as server:
+        assert server.port is not None
+        async with peer(server.url) as p:
+            await p.initialize("c1")
+            await create(p)
+            seen = (await p.result("subscribe", {"channel": T1}))["snapshot"]["fromSeq"]
+        reconnect = rpc(
+            "reconnect",
+            {"channel": ROOT, "clientId": "c1", "lastSeenServerSeq": seen, "subscriptions": [T1]},
+        )
+        async with raw_ws(server.port) as s:  # half the reconnect request
+            frame = ws_frame(reconnect)
+            await s.send_all(frame[: len(frame) - 10])
+        async with raw_ws(server.port) as s:  # the whole request, gone before the answer
+            await s.send_all(ws_frame(reconnect))
+        await eventually(lambda: connected_clients(server) == 0)
+        assert server.state.host.hub.subscribers(T1) == []
+        async with peer(server.url) as q:  # someone changes T1 meanwhile
+            await q.initialize("c2")
+            await q.result("subscribe", {"channel": T1})
+            await q.dispatch(T1, {"type": "terminal/titleChanged", "title": "renamed"})
+            await q.action(lambda x: x["action"].get("title") == "renamed")
+        async with peer(server.url) as p:
+            result = await p.result(
+                "reconnect",
+                {
+                    "channel": ROOT,
+                    "clientId": "c1",
+                    "lastSeenServerSeq": seen,
+                    "subscriptions": [T1],
+                },
+            )
+            assert result["type"] == "replay" and result["missing"] == []
+            titles = [a["action"].get("title") for a in result["actions"]]
+            assert "renamed" in titles
+            await type_(p, T1, "echo still-$((6*7))\r")
+            await collect_until(p, T1, until_text("still-42"))
+
+
+@asynccontextmanager
+async def sidecar(config: ServerConfig) -> AsyncIterator[tuple[Any, str]]:
+    """A server with a custom transport config: (state, url)."""
+    async with open_host() as host, trio.open_nursery() as nursery:
+        listeners = await open_listeners(host="127.0.0.1", port=0, unix=None)
+        port = listeners[0].socket.getsockname()[1]
+        state = ServerState(host=host)
+        await nursery.start(serve_connections, state, config, listeners)
+        try:
+            yield state, f"ws://127.0.0.1:{port}/?tkn={TOKEN}"
+        finally:
+            nursery.cancel_scope.cancel()
+
+
+async def test_client_that_never_reads() -> None:
+    """Its outbox overflows and is dropped; after the stall grace the connection is cut;
+    the terminal and the other client never wait for it."""
+    bound = 2 * 1024 * 1024
+    config = ServerConfig(token=TOKEN, outbox_bytes=bound, stall_grace=0.2)
+    async with sidecar(config) as (state, url), peer(url) as active:
+        port = int(url.rsplit(":", 1)[1].split("/")[0])
+        await active.initialize("active")
+        await create(active)
+        await active.result("subscribe", {"channel": T1})
+        async with raw_ws(port) as lazy:
+            # A small receive window: the kernel holds little of what the lazy client skips.
+            lazy.socket.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 * 1024)
+            init = rpc(
+                "initialize",
+                {
+                    "channel": ROOT,
+                    "protocolVersions": ["0.5.0"],
+                    "clientId": "lazy",
+                    "initialSubscriptions": [ROOT],
+                },
+            )
+            await lazy.send_all(ws_frame(init))
+            await lazy.send_all(ws_frame(rpc("subscribe", {"channel": T1}, 2)))
+            hub = state.host.hub
+            await eventually(lambda: len(hub.subscribers(T1)) == 2)
+            lazy_outbox = next(o for o in hub.subscribers(T1) if o is not hub.subscribers(T1)[0])
+            outboxes = hub.subscribers(T1)
+            # 12 MB of output: far beyond the outbox bound and the socket buffers.
+            await type_(
+                active,
+                T1,
+                "stty -echo; echo GO-$((40+2)); head -c 12000000 /dev/zero | tr '\\0' z; "
+                "echo END-$((40+2))\r",
+            )
+            with trio.fail_after(120):
+                text = await collect_until(active, T1, until_text("END-42"))
+            assert text.split("GO-42", 1)[1].count("z") == 12_000_000
+            assert all(o.queued_bytes <= bound for o in outboxes)
+            assert lazy_outbox in outboxes
+            # The lazy client is dropped although it never read a byte.
+            await eventually(lambda: state.clients._records["lazy"].connections == 0)
+            assert len(hub.subscribers(T1)) == 1
+            # Its socket ends (data it never read, then EOF or a reset).
+            with trio.fail_after(TIMEOUT):
+                try:
+                    while await lazy.receive_some(1 << 20):
+                        pass
+                except trio.BrokenResourceError:
+                    pass
+        # The server is fine; the lazy client can resume.
+        async with peer(url) as p:
+            result = await p.result(
+                "reconnect",
+                {
+                    "channel": ROOT,
+                    "clientId": "lazy",
+                    "lastSeenServerSeq": 0,
+                    "subscriptions": [T1],
+                },
+            )
+            assert result["type"] == "snapshot"
+
+
+async def test_large_client_payloads_count_in_bounds() -> None:
+    """A client's big titles count at their real size: a stalled viewer is cut off and
+    the replay log stays within its byte bound (they used to count 96 bytes each)."""
+    async with running_server() as server, peer(server.url) as a:
+        host = server.state.host
+        await a.initialize("a")
+        await create(a)
+        async with peer(server.url, receive_buffer_size=4096, message_queue_size=1) as stalled:
+            await stalled.initialize("stalled")
+            await stalled.result("subscribe", {"channel": T1})
+            await a.result("subscribe", {"channel": T1})
+            for i in range(40):  # 40 MB of titles
+                await a.dispatch(
+                    T1, {"type": "terminal/titleChanged", "title": f"{i:02}" + "t" * 2**20}
+                )
+            await a.dispatch(T1, {"type": "terminal/titleChanged", "title": "last"})
+            await a.action(lambda x: x["action"].get("title") == "last")
+            assert host.hub.log.size <= host.hub.log.max_bytes
+            assert all(o.queued_bytes <= 16 * 2**20 for o in host.hub.subscribers(T1))
+            with pytest.raises(ConnectionClosed) as closed, trio.fail_after(TIMEOUT):
+                while True:
+                    await stalled.ws.get_message()
+            assert closed.value.reason.code == 1013
+
+
+# -- children misbehaving --------------------------------------------------------------------
+
+
+async def test_kill_9_of_a_child() -> None:
+    async with running_server() as server, peer(server.url) as p:
+        await p.initialize("c1")
+        await create(p)
+        await p.result("subscribe", {"channel": T1})
+        await type_(p, T1, "seq 1 20000; echo before-$((6*7))\r")
+        text = await collect_until(p, T1, until_text("before-42"))
+        assert "\n20000\r\n" in text
+        pid = pid_of(server, T1)
+        os.kill(pid, signal.SIGKILL)
+        exited = await p.action(lambda x: x["action"]["type"] == "terminal/exited")
+        assert exited["action"] == {"type": "terminal/exited"}  # killed by a signal: no code
+        info = await p.action(lambda x: x["action"]["type"] == "root/terminalsChanged")
+        assert [t["resource"] for t in info["action"]["terminals"]] == [T1]
+        assert "exitCode" not in info["action"]["terminals"][0]
+        state = (await p.result("subscribe", {"channel": T1}))["snapshot"]["state"]
+        assert "exitCode" not in state and "before-42" in "".join(
+            part.get("value", "") + part.get("output", "") for part in state["content"]
+        )
+        rejected = await p.dispatch(T1, {"type": "terminal/input", "data": "x"})
+        echo = await p.action(lambda x: x["action"]["type"] == "terminal/input")
+        assert echo["origin"]["clientSeq"] == rejected and echo["rejectionReason"]
+        assert await p.result("disposeTerminal", {"channel": T1}) is None
+        assert not alive(pid) and session_members(pid) == []
+
+
+async def test_child_ignoring_hup_and_term_is_gone_after_dispose() -> None:
+    from ahp.pty.child import SIGTERM_GRACE
+
+    grace = 0.5  # (the default is 2 s; the escalation is the same)
+    async with running_server() as server, peer(server.url) as p:
+        await p.initialize("c1")
+        await server.state.host.create_terminal(T1, grace=grace)
+        await p.result("subscribe", {"channel": T1})
+        # The shell and a job of its own ignore both signals.
+        await type_(
+            p,
+            T1,
+            "trap '' HUP TERM; sh -c 'trap \"\" HUP TERM; sleep 100' & echo ready-$((6*7))\r",
+        )
+        await collect_until(p, T1, until_text("ready-42"))
+        pid = pid_of(server, T1)
+        members = session_members(pid)
+        assert len(members) >= 2, members  # bash, and sh or sleep
+        start = trio.current_time()
+        with trio.fail_after(grace + SIGTERM_GRACE + TIMEOUT):
+            assert await p.result("disposeTerminal", {"channel": T1}) is None
+        took = trio.current_time() - start
+        assert took >= grace  # it did give the grace period
+        assert not alive(pid)
+        await eventually(lambda: not any(alive(m) for m in members))
+        assert session_members(pid) == []
+
+
+async def test_background_job_holding_the_pty() -> None:
+    async with running_server() as server, peer(server.url) as p:
+        await p.initialize("c1")
+        await create(p)
+        await create(p, T2)
+        await p.result("subscribe", {"channel": T1})
+        await p.result("subscribe", {"channel": T2})
+        pid1, pid2 = pid_of(server, T1), pid_of(server, T2)
+        # T1: the shell exits while its background job keeps the pty open.
+        await type_(p, T1, "sleep 100 & seq 1 30000; echo started-$((6*7)); exit 7\r")
+        text = await collect_until(
+            p, T1, lambda params, _: params["action"]["type"] == "terminal/exited"
+        )
+        assert "\n30000\r\n" in text and "started-42" in text  # every byte before the exit
+        # T2: the shell lives on; a finished command left a job in the session.
+        await type_(p, T2, "sh -c 'sleep 100 & echo bg-$((6*7))'\r")
+        await collect_until(p, T2, until_text("bg-42"))
+        state = (await p.result("subscribe", {"channel": T1}))["snapshot"]["state"]
+        assert state["exitCode"] == 7
+        left1, left2 = session_members(pid1), session_members(pid2)
+        assert left1 and len(left2) >= 2
+        for uri in (T1, T2):
+            with trio.fail_after(TIMEOUT):
+                assert await p.result("disposeTerminal", {"channel": uri}) is None
+        await eventually(lambda: not session_members(pid1) and not session_members(pid2))
+        assert not any(alive(pid) for pid in left1 + left2)
+
+
+async def test_invalid_utf8_and_endless_escape_sequences() -> None:
+    async with running_server() as server, peer(server.url) as p:
+        await p.initialize("c1")
+        await create(p)
+        await p.result("subscribe", {"channel": T1})
+        await type_(p, T1, "stty -echo\r")
+        before = rss_mib()
+        # Invalid UTF-8: replacement characters, nothing lost around them.
+        await type_(p, T1, "printf 'a\\377\\376b\\303(c\\355\\240\\200d\\n'; echo u-$((6*7))\r")
+        text = await collect_until(p, T1, until_text("u-42"))
+        assert re.search("a\ufffd+b\ufffd+\\(c\ufffd+d", text), text
+        # Endless and unterminated escape sequences.
+        await type_(
+            p,
+            T1,
+            "yes $'\\033]0;' | head -c 3000000; "
+            "printf '\\033]0;'; head -c 8000000 /dev/zero | tr '\\0' x; "
+            "printf '\\033P'; head -c 2000000 /dev/zero | tr '\\0' q; printf '\\a\\033\\\\'; "
+            "echo; echo alive-$((6*7))\r",
+        )
+        with trio.fail_after(120):
+            await collect_until(p, T1, until_text("alive-42"))
+        await type_(p, T1, "echo again-$((6*7))\r")
+        await collect_until(p, T1, until_text("again-42"))
+        assert rss_mib() - before < 300, (before, rss_mib())
+        state = (await p.result("subscribe", {"channel": T1}))["snapshot"]["state"]
+        assert sum(
+            len(c.get("value", "")) + len(c.get("output", "")) for c in state["content"]
+        ) <= (server.state.host.scrollback)
+
+
+# -- the serve command -----------------------------------------------------------------------
+
+
+@asynccontextmanager
+async def serve_process(
+    *args: str, log_level: str = "info"
+) -> AsyncIterator[tuple[trio.Process, str, list[bytes]]]:
+    """``python -m ahp serve`` on port 0: (process, the URL line, stderr chunks)."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "AHP_TOKEN": ""}
+    cmd = [sys.executable, "-m", "ahp", "serve", "--log-level", log_level, *args]
+    if "--unix" not in args:
+        cmd += ["--port", "0"]
+    async with trio.open_nursery() as nursery:
+        proc = await trio.lowlevel.open_process(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=str(REPO)
+        )
+        assert proc.stdout is not None and proc.stderr is not None
+        err: list[bytes] = []
+        out = b""
+
+        async def drain_stderr() -> None:
+            assert proc.stderr is not None
+            async for chunk in proc.stderr:
+                err.append(chunk)
+
+        nursery.start_soon(drain_stderr)
+        try:
+            with trio.fail_after(TIMEOUT):
+                while b"\n" not in out:
+                    chunk = await proc.stdout.receive_some(4096)
+                    assert chunk, b"".join(err).decode(errors="replace")
+                    out += chunk
+            line = out.decode().split("\n", 1)[0]
+            yield proc, line, err
+            # Everything printed on stdout, once the process has ended.
+            with trio.fail_after(TIMEOUT):
+                await proc.wait()
+                async for chunk in proc.stdout:
+                    out += chunk
+            assert out.decode().count("\n") == 1 and out.decode().endswith("\n"), out
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                with trio.CancelScope(shield=True):
+                    await proc.wait()
+            with trio.CancelScope(shield=True):
+                await proc.stdout.aclose()
+
+
+async def test_serve_prints_one_url_line_and_sigterm_under_load_leaves_no_orphan() -> None:
+    async with serve_process("--token", TOKEN) as (proc, url, err):
+        assert re.fullmatch(rf"ws://127\.0\.0\.1:(\d+)/\?tkn={TOKEN}", url), url
+        assert not url.endswith(":0/?tkn=" + TOKEN)
+        uris = [f"ahp-terminal:/load{i}" for i in range(20)]
+        async with peer(url) as p:
+            await p.initialize("load")
+            for uri in uris:
+                await create(p, uri)
+            for uri in uris:
+                await type_(p, uri, "stty -echo; yes 0123456789abcdefghijklmnopqrstuvwxyz\r")
+            # One terminal is watched (20 floods would outrun any one Python client).
+            await p.result("subscribe", {"channel": uris[0]})
+            await collect_until(p, uris[0], until_text("0123456789abcdefghijklmnopqrstuvwxyz\r\n"))
+            pids = children_of(proc.pid)
+            assert len(pids) == len(uris), pids
+
+            def comms(pid: int) -> list[str]:
+                names = []
+                for member in session_members(pid):
+                    try:
+                        with open(f"/proc/{member}/comm") as f:
+                            names.append(f.read().strip())
+                    except OSError:
+                        pass
+                return names
+
+            # Every terminal's `yes` runs (writing into the server as fast as it reads).
+            await eventually(lambda: all("yes" in comms(pid) for pid in pids), timeout=60)
+            members = {pid: session_members(pid) for pid in pids}
+            proc.send_signal(signal.SIGTERM)
+            with trio.fail_after(60):
+                assert await proc.wait() == 0, b"".join(err).decode(errors="replace")
+            # The client saw the server go away (1001), not an error.
+            with pytest.raises(ConnectionClosed) as closed, trio.fail_after(TIMEOUT):
+                while True:
+                    await p.ws.get_message()
+            assert closed.value.reason.code in (1001, 1006)
+        await eventually(lambda: not any(session_members(pid) for pid in pids))
+        assert not any(alive(m) for ms in members.values() for m in ms)
+    logs = b"".join(err).decode(errors="replace")
+    assert "Traceback" not in logs and TOKEN not in logs, logs
+
+
+async def test_second_sigterm_exits_at_once_without_orphans() -> None:
+    async with serve_process("--token", TOKEN) as (proc, url, err):
+        async with peer(url) as p:
+            await p.initialize("c1")
+            await create(p)
+            await p.result("subscribe", {"channel": T1})
+            await type_(p, T1, "trap '' HUP TERM; sleep 100 & echo trapped-$((6*7))\r")
+            await collect_until(p, T1, until_text("trapped-42"))
+            (pid,) = children_of(proc.pid)
+            members = session_members(pid)
+            proc.send_signal(signal.SIGTERM)
+            # Disposal is waiting for the trapped shell's grace period now.
+            await eventually(lambda: b"disposing" in b"".join(err))
+            start = trio.current_time()
+            proc.send_signal(signal.SIGTERM)
+            with trio.fail_after(TIMEOUT):
+                code = await proc.wait()
+            assert trio.current_time() - start < 1.5  # at once, not after the 2 s grace
+            assert code == 1
+        await eventually(lambda: not any(alive(m) for m in members))
+        assert session_members(pid) == []
+
+
+async def test_serve_unix_socket_mode_0600(tmp_path: Path) -> None:
+    from ahp.client import connect
+
+    path = tmp_path / "ahp.sock"
+    async with serve_process("--unix", str(path), "--token", TOKEN) as (proc, url, _):
+        assert url == f"ws+unix://{path}:/?tkn={TOKEN}"
+        assert stat.S_ISSOCK(os.stat(path).st_mode)
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+        async with connect(url) as client:
+            await client.ping()
+        proc.send_signal(signal.SIGTERM)
+        with trio.fail_after(TIMEOUT):
+            assert await proc.wait() == 0
+    assert not path.exists()
+
+
+async def test_open_host_disposes_everything_on_cancel() -> None:
+    """Library use: cancelling the host's block leaves no process of any terminal."""
+    pids: list[int] = []
+    with trio.move_on_after(TIMEOUT) as scope:
+        async with open_host() as host:
+            for _ in range(3):
+                terminal = await host.create_terminal()
+                assert terminal.pid is not None
+                pids.append(terminal.pid)
+                await terminal.send_input("sleep 100 & echo bg-$((6*7))\r")
+                await wait_for_text(terminal, "bg-42")
+            assert all(len(session_members(pid)) >= 2 for pid in pids)
+            scope.cancel()
+    assert scope.cancelled_caught and len(pids) == 3
+    await eventually(lambda: not any(session_members(pid) for pid in pids))
