@@ -30,7 +30,20 @@ def request_host(request: WebSocketRequest) -> str | None:
     return host if isinstance(host, str) else None
 
 
+async def close_transport(ws: WebSocketConnection) -> None:
+    """Close the stream under a client connection.
+
+    After a close handshake trio-websocket's client waits for the server to
+    close TCP; if its reader task is cancelled first the socket would be left
+    to the garbage collector. Idempotent.
+    """
+    stream = getattr(ws, "_stream", None)
+    if stream is not None:
+        await stream.aclose()
+
+
 __all__ = [
+    "close_transport",
     "request_host",
     "ConnectionClosed",
     "ConnectionRejected",

@@ -62,6 +62,7 @@ def test_rope_drop_prefix(chunks: list[str], count: int) -> None:
         rope = rope.append(chunk)
     text = "".join(chunks)
     assert str(rope.drop_prefix(count)) == text[count:]
+    assert rope.tail(count) == (text[-count:] if count else "")
     assert str(rope.drop_prefix(count).append("z")) == text[count:] + "z"
     assert str(rope) == text
 

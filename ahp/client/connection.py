@@ -47,13 +47,14 @@ from ahp.protocol.jsonrpc import (
     JsonRpcSuccess,
 )
 from ahp.protocol.state import ROOT_URI, ChannelState, RootState, Snapshot, TerminalState
+from ahp.reducers import DEFAULT_SCROLLBACK
 from ahp.run import DEFAULT_MAX_OUTPUT, CommandResult
 from ahp.ws import (
     ConnectionClosed,
     ConnectionRejected,
     HandshakeError,
     WebSocketConnection,
-    connect_websocket_url,
+    close_transport,
     wrap_client_stream,
 )
 
@@ -63,7 +64,7 @@ log = logging.getLogger("ahp.client")
 
 PROTOCOL_VERSIONS: Final = ("0.5.0",)
 #: Largest inbound message (a big snapshot or replay); the server's default outbox is 16 MiB.
-MAX_MESSAGE_SIZE: Final = 64 * 1024 * 1024
+MAX_MESSAGE_SIZE: Final = 512 * 1024 * 1024
 RECEIVE_BUFFER: Final = 256 * 1024
 RECONNECT_DELAYS: Final = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0)
 
@@ -86,6 +87,12 @@ class RpcError(ClientError):
         self.data = data
 
 
+def _first_leaf(exc: BaseException) -> BaseException:
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
+
+
 def _with_token(url: str, token: str | None) -> str:
     if token is None:
         return url
@@ -99,8 +106,15 @@ class Client:
     """A connected AHP client; obtain one with :func:`connect`."""
 
     def __init__(
-        self, url: str, *, token: str | None, client_id: str, auto_reconnect: bool
+        self,
+        url: str,
+        *,
+        token: str | None,
+        client_id: str,
+        auto_reconnect: bool,
+        scrollback: int | None = DEFAULT_SCROLLBACK,
     ) -> None:
+        self.scrollback = scrollback
         self.url = _with_token(url, token)
         self.client_id = client_id
         self.auto_reconnect = auto_reconnect
@@ -118,6 +132,7 @@ class Client:
         self._closing = False
         self._nursery: trio.Nursery | None = None
         self._listeners: list[Callable[[ActionEnvelope], None]] = []
+        self._released: dict[int, tuple[trio.Event, trio.Event]] = {}
 
     # -- state -------------------------------------------------------------------------------
 
@@ -279,7 +294,11 @@ class Client:
         mirror = self.mirrors.get(snapshot.resource)
         if mirror is None:
             self.mirrors[snapshot.resource] = Mirror(
-                snapshot.resource, snapshot.state, snapshot.fromSeq, self.client_id
+                snapshot.resource,
+                snapshot.state,
+                snapshot.fromSeq,
+                self.client_id,
+                scrollback=self.scrollback,
             )
         else:
             mirror.reset(snapshot.state, snapshot.fromSeq)
@@ -316,33 +335,95 @@ class Client:
     # -- connection --------------------------------------------------------------------------
 
     async def _open(self, nursery: trio.Nursery) -> WebSocketConnection:
+        """Open one WebSocket connection, held by a task in ``nursery``.
+
+        The connection lives in its own inner nursery, so a refused or failed
+        handshake surfaces here as one :class:`ClientError`, never as an
+        exception group escaping into the caller's nursery.
+        """
+        ws: WebSocketConnection = await nursery.start(self._hold_connection)
+        return ws
+
+    async def _hold_connection(self, *, task_status: trio.TaskStatus[WebSocketConnection]) -> None:
         parts = urlsplit(self.url)
+        started = False
+        stream: trio.abc.Stream | None = None
         try:
-            if parts.scheme == "ws+unix":
-                path, _, resource = parts.netloc.partition(":")
-                stream = await trio.open_unix_socket(path or parts.path.split(":")[0])
-                target = (resource or "/") + (f"?{parts.query}" if parts.query else "")
-                return await wrap_client_stream(
-                    nursery,
+            async with trio.open_nursery() as inner:
+                # We open the transport ourselves so that a refused handshake closes it.
+                query = f"?{parts.query}" if parts.query else ""
+                if parts.scheme == "ws+unix":
+                    path, _, resource = (parts.netloc or parts.path).partition(":")
+                    stream = await trio.open_unix_socket(path)
+                    host_header, target = "localhost", (resource or "/") + query
+                elif parts.scheme == "ws" and parts.hostname:
+                    port = parts.port or 80
+                    stream = await trio.open_tcp_stream(parts.hostname, port)
+                    host_header = parts.netloc.rpartition("@")[2]
+                    target = (parts.path or "/") + query
+                else:
+                    raise ClientError(
+                        f"unsupported URL {parts.scheme}://…: use ws:// or ws+unix://"
+                    )
+                ws = await wrap_client_stream(
+                    inner,
                     stream,
-                    "localhost",
+                    host_header,
                     target,
                     max_message_size=MAX_MESSAGE_SIZE,
                     receive_buffer_size=RECEIVE_BUFFER,
                 )
-            return await connect_websocket_url(
-                nursery,
-                self.url,
-                max_message_size=MAX_MESSAGE_SIZE,
-                receive_buffer_size=RECEIVE_BUFFER,
-            )
-        except ConnectionRejected as exc:
-            body = (exc.body or b"").decode(errors="replace").strip()
-            raise ClientError(
-                f"connection refused by the server: HTTP {exc.status_code} {body}"
-            ) from None
-        except (HandshakeError, OSError) as exc:
-            raise ClientError(f"cannot connect to {parts.scheme}://{parts.netloc}: {exc}") from None
+                done = trio.Event()
+                finished = trio.Event()
+                self._released[id(ws)] = (done, finished)
+                started = True
+                task_status.started(ws)
+                try:
+                    await done.wait()
+                finally:
+                    with trio.CancelScope(shield=True):
+                        with trio.move_on_after(1):
+                            await ws.aclose()  # the close handshake, while the reader runs
+                        await close_transport(ws)
+                    self._released.pop(id(ws), None)
+                    finished.set()
+                    inner.cancel_scope.cancel()
+        except (
+            ExceptionGroup,
+            ConnectionRejected,
+            HandshakeError,
+            OSError,
+            ConnectionClosed,
+        ) as exc:
+            if stream is not None and not started:
+                with trio.CancelScope(shield=True):
+                    await stream.aclose()
+            leaf = _first_leaf(exc)
+            if not isinstance(
+                leaf, ConnectionRejected | HandshakeError | OSError | ConnectionClosed
+            ):
+                raise
+            if started:
+                return  # the connection broke later: the reader reports it
+            if isinstance(leaf, ConnectionRejected):
+                body = (leaf.body or b"").decode(errors="replace").strip()
+                raise ClientError(
+                    f"connection refused by the server: HTTP {leaf.status_code} {body}"
+                ) from None
+            where = f"{parts.scheme}://{parts.netloc or parts.path}"
+            raise ClientError(f"cannot connect to {where}: {leaf}") from None
+
+    def _release(self, ws: WebSocketConnection) -> None:
+        """Let the task holding ``ws`` close it (handshake, then the transport)."""
+        entry = self._released.get(id(ws))
+        if entry is not None:
+            entry[0].set()
+
+    async def _release_and_wait(self, ws: WebSocketConnection) -> None:
+        entry = self._released.get(id(ws))
+        if entry is not None:
+            entry[0].set()
+            await entry[1].wait()
 
     async def _handshake(self, ws: WebSocketConnection, first: bool) -> None:
         """initialize (first time) or reconnect; installs snapshots / replays."""
@@ -428,6 +509,7 @@ class Client:
                 pass
             self._connected = trio.Event()
             self._ws = None
+            self._release(ws)
             self._fail_waiting()
             if self._closing or not self.auto_reconnect:
                 self._changed.unpark_all()
@@ -437,6 +519,7 @@ class Client:
     async def _reconnect(self, nursery: trio.Nursery) -> WebSocketConnection:
         for attempt in itertools.count():
             await trio.sleep(RECONNECT_DELAYS[min(attempt, len(RECONNECT_DELAYS) - 1)])
+            ws = None
             try:
                 ws = await self._open(nursery)
                 try:
@@ -445,11 +528,13 @@ class Client:
                     if exc.code != -32008:
                         raise
                     log.info("server forgot this client: initializing afresh")
-                    await ws.aclose()
+                    self._release(ws)
                     ws = await self._open(nursery)
                     self.mirrors.clear()
                     await self._handshake(ws, first=True)
             except (ClientError, ConnectionClosed) as exc:
+                if ws is not None:
+                    self._release(ws)
                 log.info("reconnect attempt %d failed: %s", attempt + 1, exc)
                 continue
             self.reconnects += 1
@@ -466,7 +551,7 @@ class Client:
         self._closing = True
         ws = self._ws
         if ws is not None:
-            await ws.aclose()
+            await self._release_and_wait(ws)
 
 
 @asynccontextmanager
@@ -476,6 +561,7 @@ async def connect(
     token: str | None = None,
     client_id: str | None = None,
     auto_reconnect: bool = True,
+    scrollback: int | None = DEFAULT_SCROLLBACK,
 ) -> AsyncIterator[Client]:
     """Connect, ``initialize`` (subscribed to the root channel) and yield the client.
 
@@ -487,14 +573,29 @@ async def connect(
         token=token,
         client_id=client_id or f"ahp-py-{secrets.token_hex(6)}",
         auto_reconnect=auto_reconnect,
+        scrollback=scrollback,
     )
+    setup_error: ClientError | None = None
     async with trio.open_nursery() as nursery:
-        ws = await client._open(nursery)
-        await client._handshake(ws, first=True)
-        nursery.start_soon(client._run, nursery, ws)
         try:
-            yield client
-        finally:
-            with trio.CancelScope(shield=True), trio.move_on_after(2):
-                await client.aclose()
-            nursery.cancel_scope.cancel()
+            ws = await client._open(nursery)
+            try:
+                await client._handshake(ws, first=True)
+            except BaseException:
+                client._release(ws)
+                raise
+        except ClientError as exc:
+            # Raised after the nursery, so callers get the error itself, not a group.
+            setup_error = exc
+        except ConnectionClosed as exc:
+            setup_error = ClientError(f"the server closed the connection: {exc.reason}")
+        else:
+            nursery.start_soon(client._run, nursery, ws)
+            try:
+                yield client
+            finally:
+                with trio.CancelScope(shield=True), trio.move_on_after(2):
+                    await client.aclose()
+                nursery.cancel_scope.cancel()
+    if setup_error is not None:
+        raise setup_error

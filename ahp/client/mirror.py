@@ -9,15 +9,20 @@ own action confirms (pops) it, a rejection drops it.
 
 Terminal I/O is deliberately not optimistic: ``terminal/input`` is a reducer
 no-op and output only arrives as server ``terminal/data``.
+
+Memory: a terminal mirror keeps at most ``scrollback`` characters (the same
+oldest-first policy as the server, :mod:`ahp.reducers.scrollback`), so a client
+following a flood for days stays bounded. Because the server trims at its own
+points, two parties' retained heads may differ; the retained tails agree.
 """
 
 from __future__ import annotations
 
 from collections import deque
 
-from ahp.protocol.actions import ActionEnvelope, StateAction
+from ahp.protocol.actions import ActionEnvelope, StateAction, TerminalCleared, TerminalData
 from ahp.protocol.state import ChannelState, RootState, TerminalState
-from ahp.reducers import reduce_root, reduce_terminal
+from ahp.reducers import content_length, low_water_for, reduce_root, reduce_terminal, trim
 
 __all__ = ["Mirror", "reduce_channel"]
 
@@ -32,8 +37,18 @@ def reduce_channel(state: ChannelState, action: StateAction) -> ChannelState:
 class Mirror:
     """One channel's state as this client knows it."""
 
-    def __init__(self, channel: str, state: ChannelState, from_seq: int, client_id: str) -> None:
+    def __init__(
+        self,
+        channel: str,
+        state: ChannelState,
+        from_seq: int,
+        client_id: str,
+        *,
+        scrollback: int | None = None,
+    ) -> None:
         self.channel = channel
+        self.scrollback = scrollback
+        self._length = content_length(state) if isinstance(state, TerminalState) else 0
         self.confirmed = state
         self.from_seq = from_seq
         self.client_id = client_id
@@ -51,6 +66,7 @@ class Mirror:
     def reset(self, state: ChannelState, from_seq: int) -> None:
         """Replace the state by a fresh snapshot; pending actions are dropped."""
         self.confirmed = state
+        self._length = content_length(state) if isinstance(state, TerminalState) else 0
         self.from_seq = from_seq
         self.last_seq = from_seq
         self.pending.clear()
@@ -69,4 +85,12 @@ class Mirror:
             while self.pending and self.pending[0][0] <= origin.clientSeq:
                 self.pending.popleft()
         if envelope.rejectionReason is None:
-            self.confirmed = reduce_channel(self.confirmed, envelope.action)
+            action = envelope.action
+            state = reduce_channel(self.confirmed, action)
+            if isinstance(action, TerminalData) and isinstance(state, TerminalState):
+                self._length += len(action.data)
+                if self.scrollback is not None and self._length > self.scrollback:
+                    state, self._length = trim(state, low_water=low_water_for(self.scrollback))
+            elif isinstance(action, TerminalCleared):
+                self._length = 0
+            self.confirmed = state

@@ -102,6 +102,22 @@ class Rope:
         chunks.append(text)
         return Rope._view(chunks, start, end + 1, self._length + len(text))
 
+    def tail(self, count: int) -> str:
+        """The last ``count`` characters, without joining the whole rope."""
+        if count <= 0:
+            return ""
+        if self._joined is not None or count >= self._length:
+            return str(self)[-count:]
+        parts: list[str] = []
+        have = 0
+        index = self._end - 1
+        while have < count and index >= self._start:
+            chunk = self._chunks[index]
+            parts.append(chunk)
+            have += len(chunk)
+            index -= 1
+        return "".join(reversed(parts))[-count:]
+
     def drop_prefix(self, count: int) -> Rope:
         """Return the rope without its first ``count`` characters (a new view)."""
         if count <= 0:

@@ -94,6 +94,18 @@ class TerminalState:
         """The naive VT stream: every part's text, concatenated."""
         return "".join(str(part_text(p)) for p in self.content)
 
+    def tail(self, count: int) -> str:
+        """The last ``count`` characters of :meth:`text`, cheaply."""
+        out: list[str] = []
+        have = 0
+        for part in reversed(self.content):
+            piece = part_text(part).tail(count - have)
+            out.append(piece)
+            have += len(piece)
+            if have >= count:
+                break
+        return "".join(reversed(out))
+
 
 @frozen
 class TerminalInfo:

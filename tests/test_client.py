@@ -1,0 +1,140 @@
+"""The Trio client against a real server: mirrors, write-ahead, reconnect, remote run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import trio
+
+from ahp.client import ClientError, RpcError, connect
+from ahp.protocol import ClientClaim, TerminalClaimed, TerminalTitleChanged
+from ahp.server import ServeOptions
+from tests.helpers import TIMEOUT
+from tests.wire import TOKEN, running_server
+
+T1 = "ahp-terminal:/t1"
+
+
+async def test_connect_mirror_and_catalogue() -> None:
+    async with running_server() as server, connect(server.url, client_id="me") as client:
+        assert client.protocol_version == "0.5.0"
+        assert client.root.agents == () and client.root.terminals == ()
+        await client.create_terminal(T1, name="work")
+        with trio.fail_after(TIMEOUT):
+            await client.wait_for(lambda: bool(client.root.terminals))
+        info = client.root.terminals[0]  # type: ignore[index]
+        assert (info.resource, info.title, info.claim) == (T1, "work", ClientClaim("me"))
+        assert client.terminal_state(T1).claim == ClientClaim("me")
+
+
+async def test_wrong_token_and_unreachable_are_clear_errors() -> None:
+    async with running_server() as server:
+        with pytest.raises(ClientError, match="403"):
+            async with connect(server.url.split("?")[0] + "?tkn=nope"):
+                pass
+        with pytest.raises(ClientError, match="cannot connect"):
+            async with connect(f"ws://127.0.0.1:{server.port + 1 if server.port else 1}/"):
+                pass
+
+
+async def test_write_ahead_pending_then_confirmed_or_dropped() -> None:
+    async with (
+        running_server() as server, connect(server.url, client_id="alice") as alice,
+        connect(server.url, client_id="bob") as bob,
+    ):
+        await alice.create_terminal(T1)
+        await bob.subscribe(T1)
+        await alice.dispatch(T1, TerminalTitleChanged(title="optimistic"))
+        # Applied locally at once (write-ahead), confirmed by the echo later.
+        assert alice.terminal_state(T1).title == "optimistic"
+        with trio.fail_after(TIMEOUT):
+            await alice.wait_for(lambda: not alice.mirrors[T1].pending)
+            assert alice.mirrors[T1].confirmed.title == "optimistic"  # type: ignore[union-attr]
+            await bob.wait_for(lambda: bob.terminal_state(T1).title == "optimistic")
+            # bob's claim is refused (alice holds it): his pending entry is dropped.
+            await bob.dispatch(T1, TerminalClaimed(claim=ClientClaim("bob")))
+            assert bob.terminal_state(T1).claim == ClientClaim("bob")
+            await bob.wait_for(lambda: not bob.mirrors[T1].pending)
+            await bob.wait_for(lambda: bob.terminal_state(T1).claim == ClientClaim("alice"))
+
+
+async def test_rpc_errors_raise() -> None:
+    async with running_server() as server, connect(server.url) as client:
+        await client.create_terminal(T1)
+        with pytest.raises(RpcError) as info:
+            await client.create_terminal(T1)
+        assert info.value.code == -32010
+        with pytest.raises(RpcError) as info:
+            await client.subscribe("ahp-terminal:/missing")
+        assert info.value.code == -32008
+
+
+async def test_two_clients_converge_after_1000_actions() -> None:
+    async with (
+        running_server() as server, connect(server.url, client_id="typist") as typist,
+        connect(server.url, client_id="viewer") as viewer,
+    ):
+        await typist.create_terminal(T1)
+        await viewer.subscribe(T1)
+        for i in range(1000):
+            if i % 100 == 99:
+                await typist.dispatch(T1, TerminalTitleChanged(title=f"title-{i}"))
+            else:
+                await typist.send_input(T1, "x" if i % 10 else "\r")
+        host = server.state.host
+        with trio.fail_after(60):
+            await typist.send_input(T1, "\recho DONE-$((6*7))\r")
+            for client in (typist, viewer):
+                await client.wait_for(
+                    lambda c=client: "DONE-42\r\n" in c.terminal_state(T1).text()
+                )
+            # Quiesce: both mirrors reach the server's current state.
+            server_state = host.get(T1).state
+            for client in (typist, viewer):
+                await client.wait_for(
+                    lambda c=client: c.terminal_state(T1) == host.get(T1).state
+                )
+        assert (
+            typist.mirrors[T1].confirmed == viewer.mirrors[T1].confirmed == host.get(T1).state
+        )
+        assert server_state.title == "title-999"
+
+
+async def test_reconnect_during_a_100mb_output(tmp_path: Path) -> None:
+    big = tmp_path / "big.txt"
+    line = "0123456789" * 9 + "abcdefghi\n"
+    big.write_text(line * 1_000_000)  # 100 MB
+    scrollback = 128 * 1024 * 1024  # keep it all: the mirror must equal the server's snapshot
+    async with running_server(scrollback=scrollback) as server:
+        async with connect(server.url, scrollback=scrollback) as client:
+            await client.create_terminal(T1)
+            term = client.terminal(T1)
+            with trio.fail_after(TIMEOUT):
+                await client.wait_for(lambda: "$ " in term.state.text())
+            host_term = server.state.host.get(T1)
+            await term.send_input(f"cat {big}; echo END-$((40+2))\r")
+            host = server.state.host
+            with trio.fail_after(180):
+                await client.wait_for(lambda: host_term.bytes_read > 50_000_000)
+                await client.drop_connection()
+                await client.wait_for(lambda: client.reconnects >= 1)
+                await client.wait_for(lambda: "END-42\r\n" in term.state.tail(64))
+                await client.wait_for(lambda: client.last_seen_seq >= host.hub.seq)
+            assert "END-42\r\n" in host_term.state.tail(64)
+            assert term.state == host_term.state
+        assert term.state.text() == host_term.state.text()
+        assert term.state.text().count(line.replace("\n", "\r\n")) == 1_000_000
+
+
+async def test_remote_run_and_unix_socket(tmp_path: Path) -> None:
+    sock = str(tmp_path / "s.sock")
+    async with (
+        running_server(ServeOptions(unix=sock, token=TOKEN)) as server,
+        connect(server.url) as client,
+    ):
+        await client.create_terminal(T1)
+        with trio.fail_after(TIMEOUT):
+            result = await client.run(T1, "echo remote; (exit 3)")
+        assert result.output == "remote\n"
+        assert result.exit_code == 3
