@@ -74,7 +74,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 #: Modules that contribute subcommands: each has ``add_parser(sub)`` which registers
 #: its parser with ``set_defaults(handler=run)``, and ``run(args) -> int``.
-_COMMAND_MODULES: tuple[str, ...] = ("ahp.bench.command",)
+_COMMAND_MODULES: tuple[str, ...] = (
+    "ahp.bench.command",
+    "ahp.client.commands.attach",
+    "ahp.client.commands.ls",
+    "ahp.client.commands.run",
+)
 
 
 def _serve(args: argparse.Namespace) -> int:

@@ -40,7 +40,8 @@ async def test_wrong_token_and_unreachable_are_clear_errors() -> None:
 
 async def test_write_ahead_pending_then_confirmed_or_dropped() -> None:
     async with (
-        running_server() as server, connect(server.url, client_id="alice") as alice,
+        running_server() as server,
+        connect(server.url, client_id="alice") as alice,
         connect(server.url, client_id="bob") as bob,
     ):
         await alice.create_terminal(T1)
@@ -72,7 +73,8 @@ async def test_rpc_errors_raise() -> None:
 
 async def test_two_clients_converge_after_1000_actions() -> None:
     async with (
-        running_server() as server, connect(server.url, client_id="typist") as typist,
+        running_server() as server,
+        connect(server.url, client_id="typist") as typist,
         connect(server.url, client_id="viewer") as viewer,
     ):
         await typist.create_terminal(T1)
@@ -86,18 +88,12 @@ async def test_two_clients_converge_after_1000_actions() -> None:
         with trio.fail_after(60):
             await typist.send_input(T1, "\recho DONE-$((6*7))\r")
             for client in (typist, viewer):
-                await client.wait_for(
-                    lambda c=client: "DONE-42\r\n" in c.terminal_state(T1).text()
-                )
+                await client.wait_for(lambda c=client: "DONE-42\r\n" in c.terminal_state(T1).text())
             # Quiesce: both mirrors reach the server's current state.
             server_state = host.get(T1).state
             for client in (typist, viewer):
-                await client.wait_for(
-                    lambda c=client: c.terminal_state(T1) == host.get(T1).state
-                )
-        assert (
-            typist.mirrors[T1].confirmed == viewer.mirrors[T1].confirmed == host.get(T1).state
-        )
+                await client.wait_for(lambda c=client: c.terminal_state(T1) == host.get(T1).state)
+        assert typist.mirrors[T1].confirmed == viewer.mirrors[T1].confirmed == host.get(T1).state
         assert server_state.title == "title-999"
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 from pathlib import Path
@@ -72,6 +73,21 @@ async def test_ctrl_c_interrupts_foreground_job() -> None:
     async with open_host() as host:
         term = await host.create_terminal(argv=["sh", "-c", "echo ready; sleep 30; echo after"])
         await wait_for_text(term, "ready")
+        # Until the forked child has exec'd sleep it still has the shell's SIGINT
+        # handler, and a ^C landing in that window is lost (a race of the test, not
+        # of the engine): type it once sleep runs.
+        children = Path(f"/proc/{term.pid}/task/{term.pid}/children")
+
+        def sleep_runs() -> bool:
+            for pid in children.read_text().split():
+                with contextlib.suppress(OSError):
+                    if Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"sleep\0"):
+                        return True
+            return False
+
+        with trio.fail_after(TIMEOUT):
+            while not sleep_runs():  # noqa: ASYNC110 (nothing to wait on)
+                await trio.sleep(0.005)
         await term.send_input("\x03")
         with trio.fail_after(TIMEOUT):
             assert await term.wait_exited() is None  # killed by SIGINT
@@ -310,16 +326,108 @@ async def test_host_exit_reaps_everything() -> None:
 
 
 async def test_outbox_merges_consecutive_data() -> None:
+    """A batch taken for a socket carries each run of one channel's consecutive
+    output as one envelope (the run's last serverSeq), never merged past another
+    channel; an in-process subscriber takes the very envelopes published."""
     from ahp.engine.envelopes import Published
 
+    def fill(box: Outbox) -> list[Published]:
+        items = [Published(ActionEnvelope("t", TerminalData(f"{seq}"), seq)) for seq in (1, 2, 3)]
+        items.append(Published(ActionEnvelope("u", TerminalData("other"), 4)))
+        items.append(Published(ActionEnvelope("t", TerminalData("5"), 5)))
+        for item in items:
+            assert box.put(item)
+        return items
+
     box = Outbox(max_bytes=10_000)
-    for seq in range(1, 4):
-        box.put(Published(ActionEnvelope("t", TerminalData(f"{seq}"), seq)))
-    box.put(Published(ActionEnvelope("u", TerminalData("other"), 4)))
-    box.put(Published(ActionEnvelope("t", TerminalData("5"), 5)))
+    fill(box)
     batch = box.get_nowait()
     assert [(p.channel, p.envelope.action, p.seq) for p in batch] == [  # type: ignore[union-attr]
         ("t", TerminalData("123"), 3),
         ("u", TerminalData("other"), 4),
         ("t", TerminalData("5"), 5),
     ]
+    assert box.merged == 2 and len(box) == 0
+
+    box = Outbox(max_bytes=10_000)
+    items = fill(box)
+    assert box.get_nowait(coalesce=False) == items  # the same objects: no copy
+
+
+async def test_outbox_merging_is_capped() -> None:
+    from ahp.engine.envelopes import MERGE_LIMIT, Published
+
+    box = Outbox(max_bytes=64 * MERGE_LIMIT)
+    chunk = 10_000
+    texts = [chr(ord("a") + i % 26) * chunk for i in range(3 * MERGE_LIMIT // chunk)]
+    for seq, text in enumerate(texts, 1):
+        assert box.put(Published(ActionEnvelope("t", TerminalData(text), seq)))
+    batch = box.get_nowait()
+    assert 3 <= len(batch) <= 4
+    merged: list[str] = []
+    seqs: list[int] = []
+    for item in batch:
+        assert isinstance(item, Published)
+        data = item.envelope.action.data  # type: ignore[union-attr]
+        assert len(data) <= MERGE_LIMIT
+        merged.append(data)
+        seqs.append(item.seq)
+    assert "".join(merged) == "".join(texts)
+    assert seqs == sorted(set(seqs)) and seqs[-1] == len(texts)
+
+
+async def test_bounds_count_memory_not_characters() -> None:
+    """A string with one character outside the BMP holds 4 bytes per character."""
+    from ahp.engine.envelopes import Published, ReplayLog
+
+    ascii_text = "a" * 100_000
+    wide_text = "a" * 99_999 + "\U0001f600"
+    ascii_item = Published(ActionEnvelope("t", TerminalData(ascii_text), 1))
+    wide_item = Published(ActionEnvelope("t", TerminalData(wide_text), 2))
+    assert ascii_item.size < 101_000
+    assert wide_item.size >= 4 * len(wide_text)
+    box = Outbox(max_bytes=200_000)
+    assert box.put(ascii_item)
+    assert not box.put(wide_item)
+    assert box.overflowed
+    log = ReplayLog(max_bytes=300_000)
+    for item in (ascii_item, wide_item, ascii_item):
+        log.append(item)
+    assert log.size <= 300_000 and len(log) == 1
+
+
+async def test_replay_log_keeps_envelopes_not_frames() -> None:
+    async with open_host() as host:
+        item = host.hub.publish("t", TerminalData("x" * 1000))
+        assert item.frame  # encoded for some subscriber
+        logged = list(host.hub.log.after(0, ["t"]))
+        assert logged == [item.envelope]
+        assert all(isinstance(e, ActionEnvelope) for e in logged)
+
+
+async def test_interrupt_right_after_create_reaches_the_program() -> None:
+    """Input typed before the child's session owns the pty waits for it: a ^C sent at
+    once must not be lost (it would signal nobody)."""
+    async with open_host() as host:
+        for _ in range(5):
+            term = await host.create_terminal(argv=["cat"])
+            await term.interrupt()
+            with trio.fail_after(TIMEOUT):
+                assert await term.wait_exited() is None  # killed by SIGINT
+            await host.dispose(term.uri)
+
+
+async def test_large_input_arrives_whole_and_in_order() -> None:
+    """Input written directly and input queued behind it keep their order."""
+    import hashlib
+
+    payload = bytes(range(32, 127)) * 4000  # 380 KB: far beyond the pty's buffer
+    pieces = [payload[i : i + 50_000] for i in range(0, len(payload), 50_000)]
+    async with open_host() as host:
+        term = await host.create_terminal(
+            argv=["sh", "-c", f"stty raw -echo; echo ready; head -c {len(payload)} | md5sum"]
+        )
+        await wait_for_text(term, "ready")
+        for piece in pieces:
+            await term.send_input(piece.decode())
+        await wait_for_text(term, hashlib.md5(payload).hexdigest())

@@ -7,34 +7,72 @@ frame, encoded lazily and at most once, so ten WebSocket viewers cost one
 encode. :class:`ReplayLog` keeps the most recent envelopes of the whole host,
 bounded by count *and* by bytes; it knows the highest sequence number it has
 evicted, which tells whether a reconnecting client's gap can still be replayed.
+
+Sizes are *memory*, not characters: what the bounds protect is the process's
+memory, and a ``str`` holding one character outside the BMP stores every
+character in 4 bytes (``len`` would under-count it 4x). :func:`payload_size`
+charges ``sys.getsizeof`` (O(1): the header plus 1, 2 or 4 bytes per
+character) plus, for non-ASCII text, ``len`` bytes for the UTF-8 copy that
+orjson caches on the string when a frame is encoded (a lower bound of that copy,
+exact for ASCII-heavy output). Encoding to measure UTF-8 exactly would cost a
+copy per envelope.
+
+The replay log keeps envelopes, not :class:`Published` values: a cached frame
+(a second copy of the payload, 4 bytes per character when it holds a non-BMP
+character) lives only as long as some outbox still holds the envelope, and a
+replay re-encodes the (rare) envelopes it needs.
 """
 
 from __future__ import annotations
 
+import sys
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Final
 
 from ahp.protocol.actions import ActionEnvelope, StateAction, TerminalData, TerminalInput
 from ahp.protocol.codec import dumps, unstructure
 
-__all__ = ["REPLAY_LOG_BYTES", "REPLAY_LOG_ENVELOPES", "Published", "ReplayLog"]
+__all__ = [
+    "ENVELOPE_OVERHEAD",
+    "MERGE_LIMIT",
+    "REPLAY_LOG_BYTES",
+    "REPLAY_LOG_ENVELOPES",
+    "Published",
+    "ReplayLog",
+    "payload_size",
+]
 
-#: Replay log bounds (envelopes across all channels, and their payload bytes).
+#: Replay log bounds (envelopes across all channels, and the memory they hold).
 REPLAY_LOG_ENVELOPES: Final = 4096
 REPLAY_LOG_BYTES: Final = 8 * 1024 * 1024
 
-#: Bytes charged for an envelope beyond its text payload (keys, numbers, framing).
-ENVELOPE_OVERHEAD: Final = 96
+#: Bytes charged for an envelope beyond its text payload: the ``Published``,
+#: ``ActionEnvelope`` and action objects, the ``serverSeq`` int and a queue slot
+#: (measured with tracemalloc: ~224 bytes).
+ENVELOPE_OVERHEAD: Final = 224
+
+#: Largest payload, in characters, that coalescing builds from a run of consecutive
+#: ``terminal/data`` (a run never grows past it; a single envelope larger than it is
+#: passed on as it is). Characters, not memory: it bounds the copy a merge makes
+#: and the size of the frame that carries it (UTF-8, ~1 byte per character of
+#: terminal output), while the outbox bounds count the memory queued.
+MERGE_LIMIT: Final = 256 * 1024
+
+
+def payload_size(text: str) -> int:
+    """Memory held by a payload string, in O(1); see the module docstring."""
+    size = sys.getsizeof(text)
+    return size if text.isascii() else size + len(text)
 
 
 class Published:
     """An envelope plus its cached wire frame. Immutable once built.
 
-    ``size`` approximates the frame length: for ``terminal/data`` and
-    ``terminal/input`` (the hot path) without encoding it (payload text plus a
-    fixed overhead), for every other action by encoding it at once; bounds are
-    enforced with it.
+    ``size`` is the memory the envelope holds, and what bounds are enforced
+    with: for ``terminal/data`` and ``terminal/input`` (the hot path) without
+    encoding (:func:`payload_size` of the text plus :data:`ENVELOPE_OVERHEAD`),
+    for every other action by encoding it at once (the frame's size).
     """
 
     __slots__ = ("_frame", "envelope", "size")
@@ -44,13 +82,13 @@ class Published:
         self._frame: str | None = None
         action = envelope.action
         if isinstance(action, TerminalData | TerminalInput):
-            self.size = ENVELOPE_OVERHEAD + len(action.data)
+            self.size = ENVELOPE_OVERHEAD + payload_size(action.data)
         else:
             # Rare, usually small, and possibly large (a client's 10 MB title, config or
             # unknown action; a catalogue of long titles): encoded now so that outboxes
             # and the replay log bound the real size, not the 96-byte estimate.
             try:
-                self.size = len(self.frame)
+                self.size = ENVELOPE_OVERHEAD + payload_size(self.frame)
             except (TypeError, ValueError):  # left for the writer to report
                 self.size = ENVELOPE_OVERHEAD
 
@@ -82,20 +120,26 @@ class Published:
         env = self.envelope
         return isinstance(env.action, TerminalData) and env.origin is None
 
-    def merged_with(self, later: Published) -> Published:
-        """One envelope equivalent to ``self`` then ``later`` (both mergeable, same channel)."""
-        first = self.envelope.action
-        second = later.envelope.action
-        assert isinstance(first, TerminalData)
-        assert isinstance(second, TerminalData)
-        action: StateAction = TerminalData(data=first.data + second.data)
-        return Published(ActionEnvelope(channel=self.channel, action=action, serverSeq=later.seq))
+    @staticmethod
+    def merge(run: Sequence[Published]) -> Published:
+        """One envelope equivalent to ``run``: consecutive mergeable envelopes of one
+        channel, in order (one ``"".join``; the last ``serverSeq``)."""
+        last = run[-1]
+        parts: list[str] = []
+        for item in run:
+            action = item.envelope.action
+            assert isinstance(action, TerminalData)
+            parts.append(action.data)
+        merged: StateAction = TerminalData(data="".join(parts))
+        return Published(ActionEnvelope(channel=last.channel, action=merged, serverSeq=last.seq))
 
 
 class ReplayLog:
     """The most recent published envelopes of a host, bounded by count and bytes.
 
-    Owned by the host; appended to by whoever publishes (all in one Trio thread).
+    Keeps the envelopes and their sizes, not the :class:`Published` values (whose
+    cached frames would double the memory). Owned by the host; appended to by
+    whoever publishes (all in one Trio thread).
     """
 
     def __init__(
@@ -103,7 +147,8 @@ class ReplayLog:
     ) -> None:
         self.max_envelopes = max_envelopes
         self.max_bytes = max_bytes
-        self._items: deque[Published] = deque()
+        self._items: deque[ActionEnvelope] = deque()
+        self._sizes: deque[int] = deque()
         self._bytes = 0
         #: Highest serverSeq no longer in the log (0: nothing evicted yet).
         self.evicted_through = 0
@@ -116,22 +161,22 @@ class ReplayLog:
         return self._bytes
 
     def append(self, item: Published) -> None:
-        self._items.append(item)
+        items, sizes = self._items, self._sizes
+        items.append(item.envelope)
+        sizes.append(item.size)
         self._bytes += item.size
-        while self._items and (
-            len(self._items) > self.max_envelopes or self._bytes > self.max_bytes
-        ):
-            old = self._items.popleft()
-            self._bytes -= old.size
-            self.evicted_through = old.seq
+        while items and (len(items) > self.max_envelopes or self._bytes > self.max_bytes):
+            old = items.popleft()
+            self._bytes -= sizes.popleft()
+            self.evicted_through = old.serverSeq
 
     def can_replay_after(self, seq: int) -> bool:
         """Whether every envelope newer than ``seq`` is still here."""
         return seq >= self.evicted_through
 
-    def after(self, seq: int, channels: Iterable[str]) -> Iterator[Published]:
+    def after(self, seq: int, channels: Iterable[str]) -> Iterator[ActionEnvelope]:
         """Envelopes with ``serverSeq > seq`` on ``channels``, ascending."""
         wanted = set(channels)
-        for item in self._items:
-            if item.seq > seq and item.channel in wanted:
-                yield item
+        for envelope in self._items:
+            if envelope.serverSeq > seq and envelope.channel in wanted:
+                yield envelope

@@ -7,17 +7,38 @@ subscriber sets; publishing is synchronous (no checkpoint), so within one Trio
 run "apply, sequence, log, fan out" is atomic with respect to subscribing.
 
 Fan-out never blocks: each subscriber's :class:`~ahp.engine.outbox.Outbox` is
-bounded and decides for itself (merge, or overflow). Encoding happens at most
+bounded and decides for itself (queue, or overflow). Encoding happens at most
 once per envelope, lazily, when the first WebSocket writer asks for the frame.
+
+Pacing (:meth:`Hub.pacer`): a client that reads, but more slowly than the pty
+produces (or that hiccups for a few tens of milliseconds on a busy machine),
+must not be cut off merely because output is fast. So the *fastest live*
+subscriber paces the terminal's reader: when every subscriber of a channel is
+more than :data:`PACE_BYTES` behind (or half its bound, if smaller), the reader
+waits for the least-behind one that took a batch within the last
+:data:`PACE_WINDOW` seconds to take its next batch — ordinary flow control, as
+if that client were the only viewer. A subscriber that stopped taking is not
+waited for after ``PACE_WINDOW`` (so a stalled viewer delays the pty at most
+that long, once) and is cut off by its own bound, as before; a slow viewer
+beside a faster one never slows the pty.
 """
 
 from __future__ import annotations
+
+from typing import Final
+
+import trio
 
 from ahp.engine.envelopes import Published, ReplayLog
 from ahp.engine.outbox import Outbox
 from ahp.protocol.actions import ActionEnvelope, ActionOrigin, StateAction
 
-__all__ = ["Hub"]
+__all__ = ["PACE_BYTES", "PACE_WINDOW", "Hub"]
+
+#: Backlog (bytes of memory) beyond which a subscriber counts as behind for pacing.
+PACE_BYTES: Final = 2 * 1024 * 1024
+#: A subscriber that took no batch for this long (seconds) is not waited for.
+PACE_WINDOW: Final = 0.5
 
 
 class Hub:
@@ -78,6 +99,25 @@ class Hub:
             outbox.put(
                 Published(ActionEnvelope(channel=channel, action=action, serverSeq=self.next_seq()))
             )
+
+    def pacer(self, channel: str) -> Outbox | None:
+        """The subscriber the producer of ``channel`` should wait for, if any: the
+        least-behind live one, when every subscriber is behind (see the module
+        docstring). O(subscribers)."""
+        subscribers = self._subscribers.get(channel)
+        if not subscribers:
+            return None
+        now = trio.current_time()
+        best: Outbox | None = None
+        for outbox in subscribers:
+            if outbox.overflowed or outbox.closed:
+                continue
+            backlog = outbox.backlog
+            if backlog <= min(PACE_BYTES, outbox.max_bytes // 2):
+                return None  # someone keeps up: no pacing
+            if now - outbox.taken_at < PACE_WINDOW and (best is None or backlog < best.backlog):
+                best = outbox
+        return best
 
     def subscribe(self, channel: str, outbox: Outbox, *, exclusive: bool = False) -> None:
         """Register ``outbox`` for ``channel``; ``exclusive`` outboxes close when it drops."""

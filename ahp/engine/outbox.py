@@ -1,14 +1,34 @@
-"""A subscriber's bounded outbound queue, with merging and an overflow verdict.
+"""A subscriber's bounded outbound queue, with coalescing and an overflow verdict.
 
 Why: one subscriber that stops reading must never block the terminal, the pty or
 any other subscriber, and must never be left silently with a gap. Publishers
-call :meth:`Outbox.put` (synchronous, never blocks). While the consumer is
-behind, a ``terminal/data`` envelope that directly follows another on the same
-channel is merged into it (the reduced state is identical). When the queued
-bytes pass ``max_bytes`` the outbox *overflows*: it drops its queue, stops
-accepting items and wakes the consumer, which must then recover — the
-in-process subscription takes a fresh snapshot, a WebSocket connection is
-closed with 1013 so that its client reconnects (replay or snapshot).
+call :meth:`Outbox.put` (synchronous, never blocks, O(1): an append — no copy,
+however far behind the consumer is). When the queued bytes pass ``max_bytes``
+the outbox *overflows*: it drops its queue, stops accepting items and wakes the
+consumer, which must then recover — the in-process subscription takes a fresh
+snapshot, a WebSocket connection is closed with 1013 so that its client
+reconnects (replay or snapshot).
+
+Sizes are memory (:attr:`Published.size <ahp.engine.envelopes.Published.size>`,
+``sys.getsizeof`` for ``str`` items), not characters: a string with one
+character outside the BMP holds 4 bytes per character.
+
+Coalescing happens when the consumer takes a batch, not when items are queued:
+:meth:`get_batch` / :meth:`get_nowait` (``coalesce=True``, what a WebSocket
+writer wants: fewer, larger frames) join each run of consecutive
+``terminal/data`` envelopes of one channel into one envelope (one
+``"".join``, runs capped at :data:`~ahp.engine.envelopes.MERGE_LIMIT`
+characters, carrying the run's last ``serverSeq``). A run is never extended
+past an item of another kind or channel, so delivered ``serverSeq`` values stay
+strictly increasing. In-process subscribers take envelopes as published
+(``coalesce=False``: zero copies, the same objects every subscriber gets).
+Merging while queueing (the old rule) copied the whole tail on every put:
+quadratic in the backlog.
+
+Pacing: :attr:`Outbox.taken_at` records when the consumer last took a batch,
+and :meth:`Outbox.wait_taken` waits for the next take; the terminal's reader
+uses them to let the fastest live subscriber pace the pty (see
+:meth:`ahp.engine.hub.Hub.pacer`).
 
 Responses (``str`` items: answers to the consumer's own requests, such as a
 snapshot) do not count towards the overflow bound: one snapshot of a terminal
@@ -16,29 +36,68 @@ full of escape sequences can be larger than the bound by itself, and it is no
 backlog. They are bounded instead by the requester, who waits
 (:meth:`Outbox.wait_responses_below`) before asking for more.
 
-Only the item at the tail is ever merged (never past an envelope of another
-channel), so delivered ``serverSeq`` values stay strictly increasing.
-
 Ownership: created and consumed by one subscriber task; fed by any publisher in
 the same Trio run. Cancellation: :meth:`get_batch` is a plain checkpointed wait.
 """
 
 from __future__ import annotations
 
+import sys
 from collections import deque
 from typing import Final
 
 import trio
 
-from ahp.engine.envelopes import Published
+from ahp.engine.envelopes import MERGE_LIMIT, Published
 
-__all__ = ["DEFAULT_OUTBOX_BYTES", "Outbox", "OutboxItem"]
+__all__ = ["DEFAULT_OUTBOX_BYTES", "Outbox", "OutboxItem", "coalesce_runs"]
 
-#: Default bound on queued bytes per subscriber.
+#: Default bound on queued bytes (memory) per subscriber.
 DEFAULT_OUTBOX_BYTES: Final = 4 * 1024 * 1024
 
 #: Items that are not envelopes (responses, snapshots) are queued as text frames.
 OutboxItem = Published | str
+
+
+def coalesce_runs(items: list[OutboxItem], limit: int = MERGE_LIMIT) -> list[OutboxItem]:
+    """``items`` with each run of consecutive mergeable envelopes of one channel
+    joined into one, a run ending before its text would pass ``limit`` characters.
+
+    Items that are not merged are returned as they are (their cached frames are
+    shared with every other subscriber).
+    """
+    out: list[OutboxItem] = []
+    run: list[Published] = []
+    run_size = 0
+
+    def flush() -> None:
+        if len(run) == 1:
+            out.append(run[0])
+        elif run:
+            out.append(Published.merge(run))
+        run.clear()
+
+    for item in items:
+        if isinstance(item, Published) and item.mergeable():
+            chars = len(item.envelope.action.data)  # type: ignore[union-attr]
+            if run and (item.channel != run[0].channel or run_size + chars > limit):
+                flush()
+            if not run:
+                run_size = 0
+            run.append(item)
+            run_size += chars
+            continue
+        flush()
+        out.append(item)
+    flush()
+    return out
+
+
+def _now() -> float:
+    try:
+        return trio.current_time()
+    except RuntimeError:  # not in a Trio run (a synchronous test): no pacing to inform
+        return float("-inf")
 
 
 class Outbox:
@@ -54,6 +113,8 @@ class Outbox:
         self.overflowed = False
         self._overflow = trio.Event()
         self.closed = False
+        #: When the consumer last took a batch (``trio.current_time()``; -inf: never).
+        self.taken_at = float("-inf")
         #: Counters for tests and figures.
         self.merged = 0
         self.delivered = 0
@@ -62,6 +123,11 @@ class Outbox:
     def queued_bytes(self) -> int:
         return self._bytes + self._response_bytes
 
+    @property
+    def backlog(self) -> int:
+        """Bytes of queued envelopes (what can overflow; responses excluded)."""
+        return self._bytes
+
     def __len__(self) -> int:
         return len(self._items)
 
@@ -69,34 +135,24 @@ class Outbox:
         """Queue ``item``; returns False when the outbox has overflowed or closed."""
         if self.overflowed or self.closed:
             return False
-        items = self._items
-        if items and isinstance(item, Published) and item.mergeable():
-            tail = items[-1]
-            if isinstance(tail, Published) and tail.mergeable() and tail.channel == item.channel:
-                merged = tail.merged_with(item)
-                items[-1] = merged
-                self._bytes += merged.size - tail.size
-                self.merged += 1
-                self._check_bound()
-                return not self.overflowed
-        items.append(item)
+        self._items.append(item)
         if isinstance(item, str):
-            self._response_bytes += len(item)
+            self._response_bytes += sys.getsizeof(item)
         else:
             self._bytes += item.size
-        self._check_bound()
-        if not self.overflowed:
-            self._lot.unpark_all()
-        return not self.overflowed
+            if self._bytes > self.max_bytes:
+                self._overflow_now()
+                return False
+        self._lot.unpark_all()
+        return True
 
-    def _check_bound(self) -> None:
-        if self._bytes > self.max_bytes:
-            self.overflowed = True
-            self._overflow.set()
-            self._items.clear()
-            self._bytes = self._response_bytes = 0
-            self._lot.unpark_all()
-            self._drained.unpark_all()
+    def _overflow_now(self) -> None:
+        self.overflowed = True
+        self._overflow.set()
+        self._items.clear()
+        self._bytes = self._response_bytes = 0
+        self._lot.unpark_all()
+        self._drained.unpark_all()
 
     def close(self) -> None:
         """No more items; a waiting consumer wakes and sees an empty batch."""
@@ -119,29 +175,45 @@ class Outbox:
             await self._drained.park()
         await trio.lowlevel.checkpoint()
 
+    async def wait_taken(self) -> None:
+        """Wait until the consumer takes a batch (or the outbox overflows, closes or resets)."""
+        if self.overflowed or self.closed:
+            await trio.lowlevel.checkpoint()
+            return
+        await self._drained.park()
+
     async def wait_overflowed(self) -> None:
         """Return once the outbox has overflowed (for a watchdog beside the consumer)."""
         await self._overflow.wait()
 
-    def get_nowait(self) -> list[OutboxItem]:
-        """Everything queued now (possibly nothing)."""
+    def get_nowait(self, *, coalesce: bool = True) -> list[OutboxItem]:
+        """Everything queued now (possibly nothing); see the module docstring for
+        ``coalesce``."""
         items = list(self._items)
         self._items.clear()
         self._bytes = self._response_bytes = 0
-        self.delivered += len(items)
+        self.taken_at = _now()
         self._drained.unpark_all()
+        if coalesce and len(items) > 1:
+            queued = len(items)
+            items = coalesce_runs(items)
+            self.merged += queued - len(items)
+        self.delivered += len(items)
         return items
 
-    async def get_batch(self) -> list[OutboxItem]:
+    async def get_batch(self, *, coalesce: bool = True) -> list[OutboxItem]:
         """Wait until something is queued, then take all of it.
 
         Returns an empty list when the outbox is closed or has overflowed; the
         caller checks :attr:`overflowed` / :attr:`closed` to tell which.
         """
-        while not self._items and not self.overflowed and not self.closed:
-            await self._lot.park()
-        if self.overflowed or (self.closed and not self._items):
+        if not self._items and not self.overflowed and not self.closed:
+            # Parking is the checkpoint: once woken, take the batch at once (a second
+            # checkpoint here would delay every keystroke echo by a scheduler pass).
+            while not self._items and not self.overflowed and not self.closed:
+                await self._lot.park()
+        else:
             await trio.lowlevel.checkpoint()
+        if self.overflowed or (self.closed and not self._items):
             return []
-        await trio.lowlevel.checkpoint()
-        return self.get_nowait()
+        return self.get_nowait(coalesce=coalesce)

@@ -4,8 +4,9 @@ Why a separate type from the WebSocket connection: a library user iterates
 ``async for item in term.subscribe()`` and wants state, not frames. The first
 item is always a :class:`~ahp.protocol.Snapshot`; after it come
 :class:`~ahp.protocol.ActionEnvelope` values with strictly increasing
-``serverSeq``. Consecutive ``terminal/data`` may arrive merged while the
-consumer is behind. If the consumer falls further behind than its bound, it
+``serverSeq``, each as it was published (the same objects every subscriber
+gets: the outbox is drained without coalescing, so a consumer that falls
+behind costs no copies). If the consumer falls further behind than its bound, it
 receives a fresh :class:`Snapshot` (a resynchronisation) instead of the missing
 envelopes — never a silent gap. The iteration ends when the channel goes away
 (the terminal is disposed or the host closes).
@@ -62,7 +63,7 @@ class Subscription:
 
     async def __anext__(self) -> SubscriptionItem:
         while not self._ready:
-            batch = await self.outbox.get_batch()
+            batch = await self.outbox.get_batch(coalesce=False)
             if batch:
                 for item in batch:
                     if isinstance(item, Published):

@@ -19,9 +19,18 @@ Linux pty facts this module relies on (see ``tests/test_pty.py``):
 
 * once every slave fd is closed, ``read`` on the master fails with ``EIO`` after the
   buffered output is drained; this is reported as EOF (``b""``);
+* until the launcher in the child has made the pty the controlling terminal of its
+  new session (a millisecond or more after :func:`spawn` returns), the terminal has
+  no foreground process group: ``tcgetpgrp`` on the master returns 0, and a typed
+  ``^C`` would signal nobody (and flush the echo of what was typed before it). Input
+  is therefore held back until then (:meth:`Child.write` waits up to
+  :data:`SESSION_WAIT` seconds; :meth:`Child.write_nowait` writes nothing);
 * ``write`` on such a master still *succeeds* into a dead buffer until it fills and
   then fails with ``EAGAIN`` while epoll reports ``EPOLLHUP`` (a busy loop for a
-  naive writer), so :meth:`Child.write` checks for hang-up and raises :class:`ChildGone`.
+  naive writer), so on ``EAGAIN`` :meth:`Child.write` checks for hang-up and raises
+  :class:`ChildGone`. (The check is made only then, not before every write: a poll
+  per keystroke costs latency, and bytes written into the dead buffer are lost
+  either way.)
 """
 
 from __future__ import annotations
@@ -40,7 +49,7 @@ import trio
 
 from ahp.pty.spec import check_window_size
 
-__all__ = ["DEFAULT_GRACE", "SIGTERM_GRACE", "WRITE_CHUNK", "Child", "ChildGone"]
+__all__ = ["DEFAULT_GRACE", "SESSION_WAIT", "SIGTERM_GRACE", "WRITE_CHUNK", "Child", "ChildGone"]
 
 #: Largest slice handed to one ``write(2)``; a checkpoint follows every slice.
 WRITE_CHUNK: Final = 64 * 1024
@@ -48,6 +57,11 @@ WRITE_CHUNK: Final = 64 * 1024
 DEFAULT_GRACE: Final = 2.0
 #: Upper bound (seconds) on the wait between ``SIGTERM`` and ``SIGKILL``.
 SIGTERM_GRACE: Final = 1.0
+#: Longest wait (seconds) of a first :meth:`Child.write` for the child's session to
+#: own the pty (then the input is written anyway).
+SESSION_WAIT: Final = 2.0
+#: Poll interval (seconds) of that wait.
+_SESSION_POLL: Final = 0.001
 
 _HANGUP_EVENTS: Final = select.POLLHUP | select.POLLERR | select.POLLNVAL
 _WINSIZE: Final = struct.Struct("HHHH")  # rows, cols, xpixel, ypixel
@@ -103,6 +117,7 @@ class Child:
         self._output_fd = output_fd
         self._writing = False
         self._terminated = False
+        self._session = not is_pty  # whether the pty has a foreground process group yet
 
     def __repr__(self) -> str:
         mode = "pty" if self.is_pty else "pipes"
@@ -173,6 +188,28 @@ class Child:
 
     # -- input ----------------------------------------------------------------------
 
+    def has_session(self) -> bool:
+        """Whether input can be typed yet: pipe mode always; pty mode once the pty is
+        the controlling terminal of the child's session (see the module docstring).
+        One ``ioctl`` until true, then cached."""
+        if not self._session:
+            fd = self._input_fd
+            try:
+                self._session = fd < 0 or os.tcgetpgrp(fd) > 0
+            except OSError:  # let the write itself report what is wrong
+                self._session = True
+        return self._session
+
+    async def _wait_session(self) -> None:
+        if self.has_session():
+            return
+        deadline = trio.current_time() + SESSION_WAIT
+        while trio.current_time() < deadline:
+            await trio.sleep(_SESSION_POLL)
+            if self.has_session() or self._process.returncode is not None:
+                break
+        self._session = True  # ready, or waited enough (or the child is gone): write anyway
+
     async def write(self, data: bytes) -> None:
         """Write all of ``data`` to the child's input without ever blocking the loop.
 
@@ -194,28 +231,58 @@ class Child:
         self._writing = True
         try:
             await trio.lowlevel.checkpoint_if_cancelled()
+            await self._wait_session()
             view = memoryview(data).cast("B")
             while view:
                 fd = self._input_fd
                 if fd < 0:
                     raise trio.ClosedResourceError("the child's input fd is closed")
-                # A hung-up pty master swallows writes, then reports EAGAIN while epoll
-                # reports EPOLLHUP forever: check instead of spinning (pipes raise EPIPE).
-                if self.is_pty and _hung_up(fd):
-                    raise ChildGone("the pty hung up: no process holds the terminal")
-                try:
-                    written = os.write(fd, view[:WRITE_CHUNK])
-                except BlockingIOError:
+                written = self._write_once(fd, view[:WRITE_CHUNK])
+                if written is None:
                     await trio.lowlevel.wait_writable(fd)
                     continue
-                except OSError as exc:
-                    if exc.errno in (errno.EIO, errno.EPIPE):
-                        raise ChildGone(f"the child's input is gone: {exc.strerror}") from exc
-                    raise
                 view = view[written:]
                 await trio.lowlevel.checkpoint()
         finally:
             self._writing = False
+
+    def write_nowait(self, data: bytes | memoryview) -> int:
+        """One non-blocking ``write(2)`` of at most :data:`WRITE_CHUNK` bytes of ``data``.
+
+        For a caller that wants a keystroke in the kernel now, without waking a
+        writer task: returns how many bytes were accepted (0 when the kernel buffer
+        is full, or while the child's session does not own the pty yet); the caller
+        hands any rest to :meth:`write`.
+
+        Raises:
+            ChildGone: As :meth:`write`.
+            trio.ClosedResourceError: If the fds are closed.
+            trio.BusyResourceError: If a task is in :meth:`write` (bytes would interleave).
+        """
+        if self._writing:
+            raise trio.BusyResourceError("another task is already writing to this child")
+        fd = self._input_fd
+        if fd < 0:
+            raise trio.ClosedResourceError("the child's input fd is closed")
+        if not self.has_session():
+            return 0
+        written = self._write_once(fd, memoryview(data).cast("B")[:WRITE_CHUNK])
+        return written or 0
+
+    def _write_once(self, fd: int, chunk: memoryview) -> int | None:
+        """``os.write``; None on EAGAIN (after checking that the pty did not hang up)."""
+        try:
+            return os.write(fd, chunk)
+        except BlockingIOError:
+            # A hung-up pty master swallows writes, then reports EAGAIN while epoll
+            # reports EPOLLHUP forever: check instead of spinning (pipes raise EPIPE).
+            if self.is_pty and _hung_up(fd):
+                raise ChildGone("the pty hung up: no process holds the terminal") from None
+            return None
+        except OSError as exc:
+            if exc.errno in (errno.EIO, errno.EPIPE):
+                raise ChildGone(f"the child's input is gone: {exc.strerror}") from exc
+            raise
 
     def resize(self, cols: int, rows: int) -> None:
         """Set the pty window size; the kernel sends ``SIGWINCH`` to the foreground job.

@@ -35,6 +35,7 @@ from ahp.protocol.actions import (
     ActionOrigin,
     RootConfigChanged,
     StateAction,
+    TerminalInput,
     UnknownAction,
     action_type,
 )
@@ -351,9 +352,9 @@ class Session:
         if log_.can_replay_after(p.lastSeenServerSeq):
             floors = {c: record.snapshot_seq.get(c, 0) for c in valid}
             actions = [
-                unstructure(item.envelope, ActionEnvelope)
-                for item in log_.after(p.lastSeenServerSeq, valid)
-                if item.seq > floors[item.channel]
+                unstructure(envelope, ActionEnvelope)
+                for envelope in log_.after(p.lastSeenServerSeq, valid)
+                if envelope.serverSeq > floors[envelope.channel]
             ]
             for channel in valid:
                 self.host.hub.subscribe(channel, self.outbox)
@@ -426,8 +427,26 @@ class Session:
             self.host.hub.unsubscribe(p.channel, self.outbox)
 
     async def _dispatch_action(self, params: Any) -> None:
-        p = structure(params, DispatchActionParams)
         assert self.record is not None
+        # Keystrokes are the hot, latency-bound case: when the params are exactly what
+        # structuring would accept for a terminal/input, build the action directly
+        # (the same values the converter would produce; extra keys are ignored by both).
+        if (
+            type(params) is dict
+            and type(channel := params.get("channel")) is str
+            and type(client_seq := params.get("clientSeq")) is int
+            and type(raw := params.get("action")) is dict
+            and raw.get("type") == "terminal/input"
+            and type(data := raw.get("data")) is str
+            and channel != ROOT_URI
+            and channel in self.host
+        ):
+            origin = ActionOrigin(clientId=self.record.client_id, clientSeq=client_seq)
+            await self.host.get(channel).dispatch(
+                TerminalInput(data=data), origin=origin, sender=self.outbox
+            )
+            return
+        p = structure(params, DispatchActionParams)
         origin = ActionOrigin(clientId=self.record.client_id, clientSeq=p.clientSeq)
         channel = p.channel
         try:

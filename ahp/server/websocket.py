@@ -7,12 +7,18 @@ reached through :mod:`ahp.ws`, so it can be replaced in one place).
 Per connection there are two tasks: a reader that always calls
 ``get_message`` promptly (so pings and closes are processed even when the
 client sends nothing) and a writer that drains the connection's bounded
-:class:`~ahp.engine.Outbox`. Publishers never wait for a socket. When the
-outbox overflows (the client stopped reading), the connection is closed with
-code 1013 and the client's record is kept, so it can ``reconnect``; a client
-that reads nothing at all (its socket accepts no byte, so not even the close
-frame) is dropped ``stall_grace`` seconds after the overflow. A failure inside
-one connection is logged and closes that connection (1011), never the server.
+:class:`~ahp.engine.Outbox` (coalescing consecutive output into fewer frames).
+Publishers never wait for a socket. When the outbox overflows (the client
+stopped reading), the connection is closed at once, and the client's record is
+kept, so it can ``reconnect``: the writer's sends run in a cancel scope whose
+deadline is set ``stall_grace`` seconds (default 1) after the overflow, which
+bounds both the frame in flight and the close handshake. If the frame in flight
+gets out in time, the client gets a close frame with code 1013; if the socket
+stays full (the client reads nothing at all), the send is cancelled half-way
+through a frame, after which no close frame can be framed correctly, so the TCP
+stream is closed without one (the client sees 1006 after the last complete
+frame). A failure inside one connection is logged and closes that connection
+(1011), never the server.
 
 The upgrade is refused with HTTP 403 before any protocol work when the token is
 missing or wrong (compared in constant time), when the request carries an
@@ -61,9 +67,11 @@ log = logging.getLogger("ahp.server")
 MAX_MESSAGE_SIZE: Final = 16 * 1024 * 1024
 #: Outbound bytes queued per connection before it is closed with 1013.
 OUTBOX_BYTES: Final = 16 * 1024 * 1024
-#: Seconds an overflowed connection's writer may stay blocked (the client reads
-#: nothing at all) before the connection is dropped without a close handshake.
-STALL_GRACE: Final = 10.0
+#: Seconds an overflowed connection gets to finish the frame in flight and the close
+#: handshake (1013); a client that reads nothing at all is then dropped without one.
+STALL_GRACE: Final = 1.0
+#: The close reason sent to a client whose outbox overflowed.
+OVERFLOW_CLOSE: Final = (1013, "outbound buffer full; reconnect to resume")
 LOOPBACK_NAMES: Final = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})
 
 
@@ -110,20 +118,62 @@ def check_upgrade(request: WebSocketRequest, config: ServerConfig) -> str | None
     return None
 
 
-async def _writer(ws: WebSocketConnection, outbox: Outbox, session: Session) -> None:
-    while True:
-        batch = await outbox.get_batch()
-        for item in batch:
-            await ws.send_message(item.frame if isinstance(item, Published) else item)
-        if session.close_request is not None and not len(outbox):
-            code, reason = session.close_request
-            await ws.aclose(code, reason)
-            return
-        if not batch:
-            if outbox.overflowed:
-                log.info("client %s too slow: closing with 1013", session.client_id)
-                await ws.aclose(1013, "outbound buffer full; reconnect to resume")
-            return
+class _Writer:
+    """Drains the outbox into the socket; see the module docstring for overflow.
+
+    ``broken`` is set when a send was cancelled part-way through a frame: the
+    stream then carries a truncated frame, so it may only be closed, never sent a
+    close frame.
+    """
+
+    def __init__(self, ws: WebSocketConnection, outbox: Outbox, session: Session) -> None:
+        self.ws = ws
+        self.outbox = outbox
+        self.session = session
+        self.scope = trio.CancelScope()
+        self.broken = False
+        self.closing = False
+
+    async def run(self) -> None:
+        ws, outbox, session = self.ws, self.outbox, self.session
+        with self.scope:
+            while True:
+                # Items queued while the last frame went out are taken without another
+                # checkpoint (a send is one): an echo that arrives during a send is not
+                # delayed by one more scheduler pass.
+                batch = outbox.get_nowait() if len(outbox) else await outbox.get_batch()
+                for item in batch:
+                    frame = item.frame if isinstance(item, Published) else item
+                    self.broken = True  # until the whole frame is out
+                    await ws.send_message(frame)
+                    self.broken = False
+                if session.close_request is not None and not len(outbox):
+                    code, reason = session.close_request
+                    await ws.aclose(code, reason)
+                    return
+                if not batch:
+                    if outbox.overflowed:
+                        log.info("client %s too slow: closing with 1013", session.client_id)
+                        self.closing = True
+                        await ws.aclose(*OVERFLOW_CLOSE)
+                    return
+
+    async def watch_overflow(self, grace: float) -> None:
+        """Bound the writer once the outbox overflows (it may be blocked in a send)."""
+        await self.outbox.wait_overflowed()
+        self.scope.deadline = min(self.scope.deadline, trio.current_time() + grace)
+
+
+async def _abort(ws: WebSocketConnection) -> None:
+    """Close the TCP stream without sending anything more (no close frame).
+
+    ``aclose`` under an already-cancelled scope: trio-websocket's first step,
+    taking its send lock, is a checkpoint, so no byte is written, and its cleanup
+    closes the stream (an ``aclose`` closes its resource even when cancelled).
+    """
+    with trio.CancelScope() as scope:
+        scope.cancel()
+        await ws.aclose(*OVERFLOW_CLOSE)  # (never sent)
 
 
 async def _reader(ws: WebSocketConnection, session: Session, config: ServerConfig) -> None:
@@ -160,6 +210,7 @@ async def _serve_one(request: WebSocketRequest, state: ServerState, config: Serv
         return
     outbox = Outbox(max_bytes=config.outbox_bytes)
     session = Session(state, outbox)
+    writer = _Writer(ws, outbox, session)
     close_code, close_reason = 1001, "server going away"
     try:
         async with trio.open_nursery() as nursery:
@@ -170,24 +221,18 @@ async def _serve_one(request: WebSocketRequest, state: ServerState, config: Serv
                 except ConnectionClosed:
                     nursery.cancel_scope.cancel()
 
-            async def writer() -> None:
-                with contextlib.suppress(ConnectionClosed):
-                    await _writer(ws, outbox, session)
-                nursery.cancel_scope.cancel()
-
-            async def stall_watch() -> None:
-                # The writer notices an overflow after its current send; a client that
-                # reads nothing at all keeps that send blocked forever: drop it.
+            async def write() -> None:
                 nonlocal close_code, close_reason
-                await outbox.wait_overflowed()
-                await trio.sleep(config.stall_grace)
-                log.info("client %s reads nothing: dropping the connection", session.client_id)
-                close_code, close_reason = 1013, "outbound buffer full; reconnect to resume"
+                with contextlib.suppress(ConnectionClosed):
+                    await writer.run()
+                if writer.scope.cancelled_caught and not writer.closing:
+                    log.info("client %s reads nothing: dropping the connection", session.client_id)
+                    close_code, close_reason = OVERFLOW_CLOSE
                 nursery.cancel_scope.cancel()
 
             nursery.start_soon(reader)
-            nursery.start_soon(writer)
-            nursery.start_soon(stall_watch)
+            nursery.start_soon(write)
+            nursery.start_soon(writer.watch_overflow, config.stall_grace)
     except Exception:
         # A bug of ours in one connection must not take the server (and every other
         # client and terminal) down with it: log it, close this connection with 1011.
@@ -196,8 +241,12 @@ async def _serve_one(request: WebSocketRequest, state: ServerState, config: Serv
     finally:
         session.disconnect()
         outbox.close()
-        with trio.CancelScope(shield=True), trio.move_on_after(1):
-            await ws.aclose(close_code, close_reason)
+        with trio.CancelScope(shield=True):
+            if writer.broken:
+                await _abort(ws)
+            else:
+                with trio.move_on_after(1):
+                    await ws.aclose(close_code, close_reason)
 
 
 class _UnixStream(trio.abc.HalfCloseableStream):

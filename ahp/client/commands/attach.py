@@ -1,0 +1,286 @@
+"""``python -m ahp attach URL TERMINAL``: use a remote terminal from this one, like ``tmux attach``.
+
+What happens: the terminal is created if it does not exist (sized like the local
+window, ``--cwd`` applied), subscribed, and its history — the snapshot's VT text
+— is written to a cleared screen. Then the local terminal goes into raw mode:
+every keystroke (Ctrl-C and Ctrl-Z included) is sent as ``terminal/input``,
+every ``terminal/data`` is written to stdout as it arrives, and local window
+size changes (``SIGWINCH``) are sent as ``terminal/resized``. Any number of
+people can attach to one terminal; they all see the same output.
+
+Ending: **Ctrl-]** detaches and leaves the remote terminal running. Attach also
+ends when the remote process exits (exit status: its exit code), when the
+terminal is disposed or the connection is lost (status 1), at end of input, and
+on SIGTERM/SIGHUP (status 128 + signal). On every path the local terminal is
+restored (termios mode, blocking mode, cursor/paste/mouse modes the remote
+program may have switched on) before the one-line reason is printed on stderr.
+
+Shell: AHP's ``createTerminal`` carries no shell, so a terminal created over the
+wire runs the *server's* shell (``python -m ahp serve --shell PATH``).
+``--shell`` exists to say exactly that instead of silently ignoring it.
+
+Buffering: output reaches stdout through :meth:`RemoteTerminal.follow`, which
+queues a bounded number of envelopes; if stdout is slower than the terminal for
+that long, the skipped output is announced with one line rather than buffered
+without bound.
+"""
+
+from __future__ import annotations
+
+import argparse
+import codecs
+import contextlib
+import os
+import re
+import signal
+import sys
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Final
+
+import attrs
+import trio
+
+from ahp.client.commands.common import (
+    CommandFailed,
+    add_connection_arguments,
+    connection_lost,
+    main,
+    open_client,
+    resolve_target,
+    terminal_uri,
+)
+from ahp.protocol.actions import TerminalData, TerminalExited
+from ahp.protocol.state import Snapshot, TerminalState
+
+if TYPE_CHECKING:
+    from ahp.client.connection import Client
+    from ahp.pty.localtty import LocalTerminal
+
+__all__ = ["DETACH_KEY", "add_parser", "run"]
+
+#: The detach key: Ctrl-] (0x1d), as telnet.
+DETACH_KEY: Final = b"\x1d"
+READ_SIZE: Final = 64 * 1024
+#: Written before the history: home the cursor and clear the screen.
+CLEAR_SCREEN: Final = "\x1b[H\x1b[2J"
+#: Written when leaving: normal attributes, cursor shown, and the modes a remote
+#: program may have switched on (bracketed paste, application cursor keys and keypad,
+#: mouse reporting) switched off.
+RESET_MODES: Final = (
+    "\x1b[0m\x1b[?25h\x1b[?2004l\x1b[?1l\x1b>\x1b[?1000l\x1b[?1002l\x1b[?1003l\x1b[?1006l"
+)
+LEAVE_ALT_SCREEN: Final = "\x1b[?1049l"
+SHELL_UNSUPPORTED: Final = (
+    "--shell cannot be sent over AHP (createTerminal has no shell parameter): new terminals "
+    "run the server's shell; start the server with `python -m ahp serve --shell PATH`"
+)
+_ALT_SCREEN: Final = re.compile(r"\x1b\[\?(?:1049|1047|47)([hl])")
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "attach",
+        help="attach this terminal to a remote terminal (detach with Ctrl-])",
+        description=(
+            "Attach this terminal to a remote terminal, creating it if it does not exist: "
+            "shows its history, then forwards keystrokes and output and follows window size "
+            "changes. Detach with Ctrl-] (the remote terminal keeps running). Exit status: 0 "
+            "after detaching; the remote process's exit code when it exits; 1 when the "
+            "terminal is disposed, the connection is lost or attaching failed (one line on "
+            "stderr); 128+N on signal N."
+        ),
+    )
+    add_connection_arguments(p)
+    p.add_argument(
+        "terminal",
+        metavar="TERMINAL",
+        help="terminal URI (ahp-terminal:/name) or bare name (meaning ahp-terminal:/name)",
+    )
+    p.add_argument(
+        "--cwd",
+        metavar="PATH",
+        help="working directory when the terminal is created (made absolute here)",
+    )
+    p.add_argument(
+        "--shell",
+        metavar="PATH",
+        help="not available over the wire: AHP's createTerminal has no shell parameter, so "
+        "new terminals run the server's shell (`python -m ahp serve --shell PATH`); "
+        "giving --shell stops with this explanation",
+    )
+    p.set_defaults(handler=run)
+
+
+@attrs.define
+class _Outcome:
+    status: int
+    message: str
+
+
+class _AltScreen:
+    """Whether the remote program left the alternate screen on (so we switch it off)."""
+
+    def __init__(self) -> None:
+        self.active = False
+        self._tail = ""
+
+    def feed(self, data: str) -> None:
+        text = self._tail + data
+        for match in _ALT_SCREEN.finditer(text):
+            self.active = match.group(1) == "h"
+        self._tail = text[-8:]
+
+
+async def _ensure_terminal(
+    client: Client, uri: str, cwd: str | None, size: tuple[int, int] | None
+) -> bool:
+    """Subscribe to ``uri``, creating it first if missing; whether it was created."""
+    from ahp.client.connection import RpcError
+    from ahp.protocol.jsonrpc import ErrorCode
+
+    if not any(t.resource == uri for t in client.root.terminals or ()):
+        cols, rows = size if size is not None else (None, None)
+        try:
+            await client.create_terminal(
+                uri, name=uri.removeprefix("ahp-terminal:/"), cwd=cwd, cols=cols, rows=rows
+            )
+        except RpcError as exc:
+            if exc.code != ErrorCode.ALREADY_EXISTS:  # else: someone created it just now
+                raise CommandFailed(f"cannot create {uri}: {exc.message}") from None
+        else:
+            return True
+    try:
+        await client.subscribe(uri)
+    except RpcError as exc:
+        if exc.code == ErrorCode.NOT_FOUND:
+            raise CommandFailed(f"{uri} disappeared while attaching") from None
+        raise
+    return False
+
+
+async def _session(
+    client: Client, uri: str, local: LocalTerminal, signals: AsyncIterator[int] | None
+) -> _Outcome:
+    """Forward both ways until detach, exit, disposal, lost connection or a signal."""
+    remote = client.terminal(uri)
+    is_tty = os.isatty(local.output_fd)
+    outcome: _Outcome | None = None
+    alt = _AltScreen()
+
+    async def write(text: str) -> None:
+        await local.stdout.send_all(text.encode("utf-8", "replace"))
+
+    async with trio.open_nursery() as nursery:
+
+        def finish(status: int, message: str) -> None:
+            nonlocal outcome
+            if outcome is None:
+                outcome = _Outcome(status, message)
+            nursery.cancel_scope.cancel()
+
+        async def output() -> None:
+            first = True
+            async for item in remote.follow():
+                if isinstance(item, Snapshot):
+                    text = item.state.text() if isinstance(item.state, TerminalState) else ""
+                    if first:
+                        text = (CLEAR_SCREEN if is_tty else "") + text
+                    else:
+                        text = "\r\n[ahp attach: output skipped while catching up]\r\n"
+                    first = False
+                    alt.feed(text)
+                    await write(text)
+                    code = remote.state.exitCode
+                    if code is not None:
+                        finish(code % 256, f"{uri} has exited (code {code})")
+                    continue
+                action = item.action
+                if isinstance(action, TerminalData):
+                    alt.feed(action.data)
+                    await write(action.data)
+                elif isinstance(action, TerminalExited):
+                    code = action.exitCode
+                    finish(
+                        0 if code is None else code % 256,
+                        f"{uri} exited" + ("" if code is None else f" with code {code}"),
+                    )
+
+        async def keystrokes() -> None:
+            decoder = codecs.getincrementaldecoder("utf-8")("replace")
+            while True:
+                chunk = await local.stdin.receive_some(READ_SIZE)
+                if not chunk:
+                    text = decoder.decode(b"", final=True)
+                    if text:
+                        await remote.send_input(text)
+                    finish(0, f"end of input: detached from {uri}; it keeps running")
+                    return
+                cut = chunk.find(DETACH_KEY)
+                text = decoder.decode(chunk if cut < 0 else chunk[:cut], final=cut >= 0)
+                if text:
+                    await remote.send_input(text)
+                if cut >= 0:
+                    finish(0, f"detached from {uri}; it keeps running")
+                    return
+
+        async def window() -> None:
+            state = remote.state
+            await local.follow_window_size(remote.resize, known=(state.cols, state.rows))
+
+        async def gone() -> None:
+            def listed() -> bool:
+                return any(t.resource == uri for t in client.root.terminals or ())
+
+            await client.wait_for(lambda: listed() or connection_lost(client))
+            await client.wait_for(lambda: not listed() or connection_lost(client))
+            if connection_lost(client):
+                finish(1, "connection lost")
+            else:
+                finish(1, f"{uri} was disposed")
+
+        async def exit_signals() -> None:
+            if signals is None:
+                return
+            async for signum in signals:
+                name = signal.Signals(signum).name
+                finish(128 + signum, f"{name}: detached from {uri}; it keeps running")
+                return
+
+        nursery.start_soon(output)
+        nursery.start_soon(keystrokes)
+        if local.size() is not None:
+            nursery.start_soon(window)
+        nursery.start_soon(gone)
+        nursery.start_soon(exit_signals)
+
+    if is_tty:
+        # (The local terminal may be gone already: SIGHUP, EIO.)
+        with (
+            trio.CancelScope(shield=True),
+            trio.move_on_after(2),
+            contextlib.suppress(OSError, trio.BrokenResourceError),
+        ):
+            await write(RESET_MODES + (LEAVE_ALT_SCREEN if alt.active else "") + "\r\n")
+    assert outcome is not None
+    return outcome
+
+
+def run(args: argparse.Namespace) -> int:
+    cwd = os.path.abspath(args.cwd) if args.cwd is not None else None
+
+    async def body() -> int:
+        from ahp.pty.localtty import exit_signal_receiver, open_local_terminal, window_size
+
+        if args.shell is not None:
+            raise CommandFailed(SHELL_UNSUPPORTED)
+        uri = terminal_uri(args.terminal)
+        url, token = resolve_target(args.url, args.token)
+        with exit_signal_receiver() as signals:
+            async with open_client(url, token) as client:
+                await _ensure_terminal(client, uri, cwd, window_size(1) or window_size(0))
+                async with open_local_terminal() as local:
+                    outcome = await _session(client, uri, local, signals)
+        print(f"ahp attach: {outcome.message}", file=sys.stderr, flush=True)
+        return outcome.status
+
+    return main("ahp attach", body)

@@ -1,0 +1,176 @@
+"""What ``attach``, ``ls`` and ``run`` share: URL, token, connecting, one-line errors.
+
+Token precedence: ``--token``, else the URL's ``tkn`` query parameter, else
+``$AHP_TOKEN``. Connecting is bounded by :data:`CONNECT_TIMEOUT` (an
+unreachable address that drops packets would otherwise hang), and the client is
+opened without automatic reconnect: a person's command reports a lost
+connection instead of waiting for a server that may never come back.
+
+Errors: :func:`main` runs a command under ``trio.run`` and turns every failure a
+person can cause — a malformed URL, an unreachable or refusing server, an
+unknown terminal, a lost connection — into one line on stderr and the command's
+failure status. Trio nurseries raise exception groups (strict mode), so the
+leaves of a group are examined, never its repr. Anything else is a bug and keeps
+its traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Final
+from urllib.parse import parse_qs, urlsplit
+
+import trio
+
+from ahp.protocol.state import TERMINAL_SCHEME
+
+if TYPE_CHECKING:
+    from ahp.client.connection import Client
+
+__all__ = [
+    "CONNECT_TIMEOUT",
+    "CommandFailed",
+    "add_connection_arguments",
+    "connection_lost",
+    "main",
+    "open_client",
+    "resolve_target",
+    "terminal_uri",
+]
+
+#: Seconds allowed for TCP connect + WebSocket upgrade + ``initialize``.
+CONNECT_TIMEOUT: Final = 15.0
+_URL_HINT: Final = "expected ws://HOST:PORT/?tkn=TOKEN as printed by `python -m ahp serve`"
+
+
+class CommandFailed(Exception):
+    """A failure to report to the person as one line (the exception's message)."""
+
+
+def add_connection_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("url", metavar="URL", help="the server's URL, as printed by `ahp serve`")
+    p.add_argument(
+        "--token",
+        help="access token (default: the URL's tkn parameter, else $AHP_TOKEN)",
+    )
+
+
+def _url_problem(url: str) -> str | None:
+    """Why ``url`` cannot be an AHP server URL, or None."""
+    try:
+        parts = urlsplit(url)
+        port_ok = parts.port is None or parts.port >= 0  # raises ValueError when malformed
+    except ValueError:
+        return "bad port"
+    if parts.scheme in ("ws", "wss"):
+        return None if parts.hostname and port_ok else "no host"
+    if parts.scheme == "ws+unix":
+        return None if parts.netloc.partition(":")[0] or parts.path else "no socket path"
+    return "not a ws:// URL"
+
+
+def resolve_target(url: str, token: str | None) -> tuple[str, str | None]:
+    """Check ``url`` and pick the token: ``(url, token)``; :class:`CommandFailed` if malformed."""
+    if _url_problem(url) is not None:
+        raise CommandFailed(f"malformed URL {url!r}: {_URL_HINT}")
+    in_url = parse_qs(urlsplit(url).query).get("tkn", [""])[0]
+    return url, token or in_url or os.environ.get("AHP_TOKEN") or None
+
+
+def terminal_uri(name: str) -> str:
+    """``ahp-terminal:/name`` for a bare name; a terminal URI is returned as is."""
+    uri = name if name.startswith(TERMINAL_SCHEME) else f"{TERMINAL_SCHEME}/{name.lstrip('/')}"
+    if len(uri) <= len(TERMINAL_SCHEME) + 1 or any(ord(c) < 32 or c == "\x7f" for c in uri):
+        raise CommandFailed(f"not a terminal name or URI: {name!r}")
+    return uri
+
+
+def connection_lost(client: Client) -> bool:
+    """Whether the client's connection has closed (clients here never reconnect)."""
+    return client._ws is None
+
+
+@asynccontextmanager
+async def open_client(
+    url: str, token: str | None, *, timeout: float = CONNECT_TIMEOUT
+) -> AsyncIterator[Client]:
+    """:func:`ahp.client.connect` without auto-reconnect, its handshake bounded by ``timeout``."""
+    from ahp.client.connection import connect
+
+    connected = trio.Event()
+    timed_out = False
+    async with trio.open_nursery() as nursery:
+
+        async def watchdog() -> None:
+            nonlocal timed_out
+            with trio.move_on_after(timeout):
+                await connected.wait()
+                return
+            timed_out = True
+            nursery.cancel_scope.cancel()
+
+        nursery.start_soon(watchdog)
+        async with connect(url, token=token, auto_reconnect=False) as client:
+            connected.set()
+            yield client
+    if timed_out:
+        raise CommandFailed(f"timed out connecting to {_where(url)} after {timeout:g} s")
+
+
+def _where(url: str) -> str:
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}"
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
+    return [exc]
+
+
+def _describe(exc: BaseException) -> str | None:
+    """The one line for an exception a person can cause, or None (a bug: re-raise)."""
+    from ahp.client.connection import ClientError, ConnectionLost, RpcError
+    from ahp.protocol.codec import ProtocolError
+    from ahp.ws import ConnectionClosed
+
+    if isinstance(exc, CommandFailed):
+        return str(exc)
+    if isinstance(exc, ConnectionLost):
+        return f"connection lost: {exc}"
+    if isinstance(exc, RpcError):
+        return f"the server refused: {exc.message} ({exc.code})"
+    if isinstance(exc, ClientError):
+        text = str(exc)
+        if "HTTP 403" in text:
+            text += " (check --token, the URL's tkn or $AHP_TOKEN)"
+        return text
+    if isinstance(exc, ConnectionClosed):
+        return "the server closed the connection"
+    if isinstance(exc, ProtocolError):
+        return f"the server does not speak AHP: {exc.message}"
+    if isinstance(exc, trio.TooSlowError):
+        return "timed out"
+    if isinstance(exc, OSError):
+        return exc.strerror or str(exc)
+    return None
+
+
+def main(prog: str, body: Callable[[], Awaitable[int]], *, failure: int = 1) -> int:
+    """``trio.run(body)``; a person's error becomes one stderr line and ``failure``."""
+    try:
+        return trio.run(body)
+    except BaseException as exc:
+        leaves = _leaves(exc)
+        if any(isinstance(leaf, KeyboardInterrupt) for leaf in leaves):
+            return 130
+        for leaf in leaves:
+            line = _describe(leaf)
+            if line is not None:
+                print(f"{prog}: {line}", file=sys.stderr, flush=True)
+                return failure
+        raise

@@ -1,0 +1,57 @@
+"""A minimal Trio agent: runs a few commands in a terminal it hosts, and lets a person watch.
+
+The host is embedded (no separate server): the agent runs commands with
+``term.run()`` in-process while the same host is served over WebSocket, so a
+person can ``attach`` to the agent's terminal, see what it did and type into it.
+
+    python examples/agent.py              # then, in another terminal:
+    python -m ahp attach 'ws://127.0.0.1:8765/?tkn=...' agent
+    python examples/agent.py --exit       # run the commands and exit (used by the tests)
+
+While a command runs the terminal carries a session claim naming the tool call
+(``python -m ahp ls`` shows it); the previous claim is restored afterwards.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+
+import trio
+
+import ahp
+
+COMMANDS = [
+    "echo hello from the agent",
+    "uname -s",
+    "ls / | head -3",
+    "(exit 3)",
+]
+
+
+async def main(port: int, exit_after: bool) -> None:
+    async with ahp.open_host() as host, trio.open_nursery() as nursery:
+        sidecar = await nursery.start(host.serve, ahp.ServeOptions(port=port))
+        print(f"serving {sidecar.url}", flush=True)
+        print(f"attach with: python -m ahp attach '{sidecar.url}' agent", flush=True)
+        term = await host.create_terminal("ahp-terminal:/agent", name="agent")
+        for i, command in enumerate(COMMANDS, 1):
+            claim = ahp.SessionClaim(session="agent:/demo", toolCallId=f"call-{i}")
+            result = await term.run(command, timeout=30, claim=claim)
+            print(f"$ {command}", flush=True)
+            print(result.output, end="", flush=True)
+            print(f"-> exit {result.exit_code} in {result.duration_ms} ms", flush=True)
+        if exit_after:
+            nursery.cancel_scope.cancel()
+            return
+        print("done; still serving (Ctrl-C to stop)", flush=True)
+        await trio.sleep_forever()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--port", type=int, default=8765, help="TCP port (0: any free port)")
+    parser.add_argument("--exit", action="store_true", help="exit after the commands")
+    args = parser.parse_args()
+    with contextlib.suppress(KeyboardInterrupt):
+        trio.run(main, args.port, args.exit)

@@ -1,0 +1,517 @@
+"""The commands for people (``attach``, ``ls``, ``run``) and the examples, for real.
+
+Every command runs as a ``python -m ahp`` subprocess against a live server (an
+in-process host served on a free port). ``attach`` is driven inside tmux: keys go
+in with ``send-keys`` and the screen is read with ``capture-pane``, polled under
+an absolute deadline (there is no other way to read tmux).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import attrs
+import pytest
+import trio
+
+import ahp
+from ahp.client.commands.run import split_options
+from ahp.engine import Host
+from ahp.server import ServeOptions
+from tests.helpers import TIMEOUT, wait_for_text
+
+REPO = Path(__file__).resolve().parents[1]
+ENV = {"PYTHONPATH": str(REPO)}
+
+
+@attrs.define
+class Server:
+    host: Host
+    url: str
+    stop: trio.CancelScope
+
+    @property
+    def bare_url(self) -> str:
+        """The URL without its token."""
+        return self.url.split("?", 1)[0]
+
+    @property
+    def token(self) -> str:
+        return self.url.split("tkn=", 1)[1]
+
+
+@asynccontextmanager
+async def served(shell: str | None = None) -> AsyncIterator[Server]:
+    """An in-process host (bash terminals, hermetic rc) served on a free port.
+
+    ``server.stop.cancel()`` stops serving (closing every connection), the host lives on.
+    """
+    async with ahp.open_host(shell=shell) as host, trio.open_nursery() as nursery:
+
+        async def serve(*, task_status: trio.TaskStatus[Server]) -> None:
+            with trio.CancelScope() as stop:
+                async with trio.open_nursery() as inner:
+                    options = ServeOptions(port=0, token="test-token")
+                    sidecar = await inner.start(host.serve, options)
+                    task_status.started(Server(host, sidecar.url, stop))
+
+        yield await nursery.start(serve)
+        nursery.cancel_scope.cancel()
+
+
+def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "AHP_TOKEN"}
+    return {**env, **ENV, **(extra or {})}
+
+
+async def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``python -m ahp ARGS`` with stdin from /dev/null; stdout and stderr as text."""
+    with trio.fail_after(TIMEOUT):
+        done = await trio.run_process(
+            [sys.executable, "-m", "ahp", *args],
+            stdin=subprocess.DEVNULL,
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+            env=_env(env),
+            cwd=str(REPO),
+        )
+    return subprocess.CompletedProcess(
+        done.args, done.returncode, done.stdout.decode(), done.stderr.decode()
+    )
+
+
+def one_line_error(done: subprocess.CompletedProcess[str]) -> str:
+    """Assert the failure is one stderr line, no traceback, non-zero; return the line."""
+    assert done.returncode != 0, done
+    assert "Traceback" not in done.stderr, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    return lines[0]
+
+
+def free_port() -> int:
+    """A TCP port with nothing listening on it."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+    return port
+
+
+# -- ls ----------------------------------------------------------------------------------------
+
+
+async def test_ls_table_and_json() -> None:
+    async with served() as server:
+        host = server.host
+        await host.create_terminal(
+            "ahp-terminal:/build",
+            name="build",
+            claim=ahp.SessionClaim(session="agent:/s1", toolCallId="call-7"),
+        )
+        done_term = await host.create_terminal("ahp-terminal:/done", argv=["sh", "-c", "exit 5"])
+        with trio.fail_after(TIMEOUT):
+            assert await done_term.wait_exited() == 5
+        table, as_json = await cli("ls", server.url), await cli("ls", server.url, "--json")
+    assert table.returncode == 0, table.stderr
+    lines = table.stdout.splitlines()
+    assert lines[0].split() == ["URI", "TITLE", "CLAIM", "STATUS"]
+    rows = {line.split()[0]: line for line in lines[1:]}
+    assert set(rows) == {"ahp-terminal:/build", "ahp-terminal:/done"}
+    assert rows["ahp-terminal:/build"].split()[1:] == [
+        "build",
+        "session:agent:/s1/call-7",
+        "running",
+    ]
+    assert rows["ahp-terminal:/done"].rstrip().endswith("exited 5")
+    # Columns are aligned: every row's CLAIM starts where the header's does.
+    claim_at = lines[0].index("CLAIM")
+    assert rows["ahp-terminal:/build"][claim_at:].startswith("session:")
+
+    assert as_json.returncode == 0, as_json.stderr
+    items = {item["uri"]: item for item in json.loads(as_json.stdout)}
+    assert items["ahp-terminal:/build"] == {
+        "uri": "ahp-terminal:/build",
+        "title": "build",
+        "claim": {"kind": "session", "session": "agent:/s1", "toolCallId": "call-7"},
+        "running": True,
+        "exitCode": None,
+    }
+    assert items["ahp-terminal:/done"]["running"] is False
+    assert items["ahp-terminal:/done"]["exitCode"] == 5
+
+
+# -- run ---------------------------------------------------------------------------------------
+
+
+async def test_run_exit_code_output_and_json() -> None:
+    async with served() as server:
+        several = await cli("run", server.url, "--", "sh", "-c", "echo hi; exit 3")
+        one = await cli("run", server.url, "--", "echo one; echo two >&2; (exit 4)")
+        as_json = await cli("run", "--json", server.url, "--", "printf 'a\\033[1mb\\033[0m\\n'")
+        # The token from --token, else from $AHP_TOKEN, when the URL has none.
+        by_option = await cli("run", server.bare_url, "--token", server.token, "--", "echo opt")
+        by_env = await cli(
+            "run", server.bare_url, "--", "echo env", env={"AHP_TOKEN": server.token}
+        )
+        # Terminals created for a command are disposed afterwards.
+        assert not server.host.terminals
+    assert (several.returncode, several.stdout) == (3, "hi\n"), several.stderr
+    assert (one.returncode, one.stdout) == (4, "one\ntwo\n"), one.stderr
+    assert as_json.returncode == 0, as_json.stderr
+    result = json.loads(as_json.stdout)
+    assert set(result) == {f.name for f in attrs.fields(ahp.CommandResult)}
+    assert result["output"] == "ab\n" and "\x1b[1m" in result["raw_output"]
+    assert result["exit_code"] == 0 and result["timed_out"] is False
+    assert (by_option.returncode, by_option.stdout) == (0, "opt\n"), by_option.stderr
+    assert (by_env.returncode, by_env.stdout) == (0, "env\n"), by_env.stderr
+
+
+async def test_run_in_a_named_terminal_and_timeout() -> None:
+    async with served() as server:
+        term = await server.host.create_terminal("ahp-terminal:/shared", name="shared")
+        named = await cli("run", server.url, "--terminal", "shared", "--", "echo in-$((6*7))")
+        assert (named.returncode, named.stdout) == (0, "in-42\n"), named.stderr
+        # The named terminal is used, not disposed.
+        await wait_for_text(term, "in-42")
+        assert "ahp-terminal:/shared" in server.host.terminals
+        slow = await cli("run", server.url, "--timeout", "1", "--", "echo started; sleep 30")
+    assert slow.returncode == 124, slow
+    assert slow.stdout.startswith("started\n")  # (then the tty echoes ^C)
+    assert "timed out" in one_line_error(slow)
+
+
+async def test_run_without_command_detection() -> None:
+    """A shell without integration: the marker fallback, after the detection wait."""
+    async with served(shell="/bin/sh") as server:
+        done = await cli("run", "--json", server.url, "--", "echo plain; (exit 6)")
+    assert done.returncode == 6, done.stderr
+    result = json.loads(done.stdout)
+    assert (result["output"], result["exit_code"]) == ("plain\n", 6)
+
+
+def test_run_takes_its_options_after_the_url() -> None:
+    assert split_options(["--timeout", "2", "--json", "--", "ls", "-l"]) == (
+        ["--timeout", "2", "--json"],
+        ["ls", "-l"],
+    )
+    assert split_options(["--timeout=2", "echo", "--json"]) == (["--timeout=2"], ["echo", "--json"])
+    assert split_options(["--", "--json"]) == ([], ["--json"])
+
+
+# -- bad input ---------------------------------------------------------------------------------
+
+
+async def test_bad_inputs_give_one_line_and_a_non_zero_exit() -> None:
+    nowhere = f"ws://127.0.0.1:{free_port()}/?tkn=x"
+    async with served() as server:
+        wrong = server.bare_url + "?tkn=wrong"
+        cases: dict[str, tuple[tuple[str, ...], str]] = {
+            "ls unreachable": (("ls", nowhere), "cannot connect"),
+            "run unreachable": (("run", nowhere, "--", "true"), "cannot connect"),
+            "attach unreachable": (("attach", nowhere, "t1"), "cannot connect"),
+            "ls wrong token": (("ls", wrong), "403"),
+            "run wrong token": (("run", wrong, "--", "true"), "403"),
+            "attach wrong token": (("attach", wrong, "t1"), "403"),
+            "ls no token": (("ls", server.bare_url), "403"),
+            "run unknown terminal": (
+                ("run", server.url, "--terminal", "nope", "--", "true"),
+                "no terminal ahp-terminal:/nope",
+            ),
+            "ls malformed": (("ls", "localhost:8765"), "malformed URL"),
+            "run malformed": (("run", "ws://host:port/", "--", "true"), "malformed URL"),
+            "attach malformed": (("attach", "http://x/", "t1"), "malformed URL"),
+            "run no command": (("run", server.url), "no command"),
+            "run bad cwd": (("run", server.url, "--cwd", "/nonexistent", "--", "true"), "cwd"),
+            "attach --shell": (
+                ("attach", server.url, "t1", "--shell", "/bin/zsh"),
+                "serve --shell",
+            ),
+        }
+        results: dict[str, subprocess.CompletedProcess[str]] = {}
+
+        async def one(name: str, args: tuple[str, ...]) -> None:
+            results[name] = await cli(*args)
+
+        async with trio.open_nursery() as nursery:
+            for name, (args, _) in cases.items():
+                nursery.start_soon(one, name, args)
+        assert not server.host.terminals  # nothing was created by a failed command
+    for name, (args, expected) in cases.items():
+        done = results[name]
+        line = one_line_error(done)
+        assert line.startswith(f"ahp {args[0]}: "), (name, line)
+        assert expected in line, (name, line)
+        assert done.stdout == "", (name, done.stdout)
+        assert done.returncode == (125 if args[0] == "run" else 1), (name, done.returncode)
+    # The token is never echoed in an error.
+    assert all("test-token" not in r.stderr for r in results.values())
+
+
+# -- attach, in tmux ---------------------------------------------------------------------------
+
+
+class Tmux:
+    """A private tmux server (its own socket, no config) driven by its command line."""
+
+    def __init__(self, directory: str) -> None:
+        self.socket_path = os.path.join(directory, "sock")
+        rcfile = os.path.join(directory, "bashrc")
+        with open(rcfile, "w") as f:
+            f.write("PS1='local$ '\n")
+        #: A plain local shell for a pane, with the prompt ``local$``.
+        self.local_shell = shlex.join(["bash", "--noprofile", "--rcfile", rcfile, "-i"])
+
+    async def __call__(self, *args: str) -> str:
+        with trio.fail_after(TIMEOUT):
+            done = await trio.run_process(
+                ["tmux", "-S", self.socket_path, "-f", "/dev/null", *args],
+                capture_stdout=True,
+                capture_stderr=True,
+                env=_env(),
+                cwd=str(REPO),
+            )
+        return str(done.stdout.decode())
+
+    async def type(self, target: str, text: str) -> None:
+        """Type ``text`` literally, then Enter."""
+        await self("send-keys", "-t", target, "-l", text)
+        await self("send-keys", "-t", target, "Enter")
+
+    async def screen(self, target: str) -> str:
+        return await self("capture-pane", "-p", "-t", target)
+
+    async def wait(
+        self, target: str, predicate: Callable[[str], bool], timeout: float = TIMEOUT
+    ) -> str:
+        """Poll the pane until ``predicate(screen)`` holds (bounded by ``timeout``)."""
+        screen = ""
+        with trio.move_on_after(timeout):
+            while True:
+                screen = await self.screen(target)
+                if predicate(screen):
+                    return screen
+                await trio.sleep(0.05)
+        raise AssertionError(f"pane {target} never matched; it shows:\n{screen}")
+
+    async def pane_pid(self, target: str) -> int:
+        return int((await self("display-message", "-p", "-t", target, "#{pane_pid}")).strip())
+
+
+@pytest.fixture
+async def tmux() -> AsyncIterator[Tmux]:
+    if shutil.which("tmux") is None:
+        pytest.skip("tmux is not installed")
+    directory = tempfile.mkdtemp(prefix="ahp-tmux-")  # short: socket paths are limited
+    server = Tmux(directory)
+    try:
+        yield server
+    finally:
+        with trio.CancelScope(shield=True):
+            await trio.run_process(
+                ["tmux", "-S", server.socket_path, "kill-server"],
+                check=False,
+                capture_stderr=True,
+            )
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def child_pids(pid: int) -> list[str]:
+    with open(f"/proc/{pid}/task/{pid}/children") as f:
+        return f.read().split()
+
+
+def attach_command(url: str, terminal: str) -> str:
+    return shlex.join([sys.executable, "-m", "ahp", "attach", url, terminal])
+
+
+def last_line(screen: str) -> str:
+    lines = [line for line in screen.splitlines() if line.strip()]
+    return lines[-1].rstrip() if lines else ""
+
+
+async def start_local_shell(tmux: Tmux, name: str) -> None:
+    """A tmux session running a plain local shell (prompt ``local$``) sized 120x40."""
+    await tmux("new-session", "-d", "-s", name, "-x", "120", "-y", "40", tmux.local_shell)
+    await tmux.wait(name, lambda s: last_line(s) == "local$")
+
+
+async def test_attach_type_detach_and_reattach_sees_the_history(tmux: Tmux, tmp_path: Path) -> None:
+    saved = tmp_path / "stty-before"
+    async with served() as server:
+        await start_local_shell(tmux, "one")
+        await tmux.type("one", f"stty -g > {saved}")
+        attach = attach_command(server.url, "t1") + "; echo attach-status=$?"
+        await tmux.type("one", attach)
+        # The terminal was created (sized like the pane) and its prompt is shown.
+        await tmux.wait("one", lambda s: last_line(s) == "$")
+        state = server.host.get("ahp-terminal:/t1").state
+        assert (state.cols, state.rows) == (120, 40)
+        await tmux.type("one", "echo hello-$((6*7))")
+        await tmux.wait("one", lambda s: "hello-42" in s)
+
+        await tmux("send-keys", "-t", "one", "C-]")
+        screen = await tmux.wait("one", lambda s: last_line(s) == "local$")
+        assert "ahp attach: detached from ahp-terminal:/t1; it keeps running" in screen
+        assert "attach-status=0" in screen
+        assert server.host.get("ahp-terminal:/t1").running
+        # The local terminal is back in its original mode.
+        await tmux.type("one", f"stty -g | cmp -s - {saved} && echo tty-$((1+1))-restored")
+        await tmux.wait("one", lambda s: "tty-2-restored" in s)
+
+        await tmux.type("one", "clear")
+        await tmux.wait("one", lambda s: "hello-42" not in s and last_line(s) == "local$")
+        await tmux.type("one", attach)
+        # Re-attached: the history is on screen again and the shell answers.
+        await tmux.wait("one", lambda s: "hello-42" in s and last_line(s) == "$")
+        await tmux.type("one", "echo again-$((6*7))")
+        await tmux.wait("one", lambda s: "again-42" in s)
+
+
+async def test_two_attached_panes_show_the_same_screen_and_follow_resizes(tmux: Tmux) -> None:
+    async with served() as server:
+        for name in ("a", "b"):
+            await tmux(
+                "new-session", "-d", "-s", name, "-x", "120", "-y", "40",
+                attach_command(server.url, "t2"),
+            )  # fmt: skip
+            await tmux.wait(name, lambda s: last_line(s) == "$")
+        await tmux.type("b", "echo both-$((6*7))")
+        await tmux.type("a", "echo and-$((6*7))")
+        for name in ("a", "b"):
+            await tmux.wait(name, lambda s: "and-42" in s and last_line(s) == "$")
+        screens: list[str] = []
+
+        async def same() -> bool:
+            screens[:] = [await tmux.screen("a"), await tmux.screen("b")]
+            return screens[0] == screens[1]
+
+        with trio.move_on_after(TIMEOUT):
+            while not await same():  # noqa: ASYNC110 (tmux can only be polled)
+                await trio.sleep(0.05)
+        assert screens[0] == screens[1], screens
+        assert "both-42" in screens[0]
+
+        # A local window size change reaches the remote terminal.
+        await tmux("resize-window", "-t", "a", "-x", "100", "-y", "30")
+        await tmux.wait("a", lambda s: len(s.splitlines()) == 30)
+        term = server.host.get("ahp-terminal:/t2")
+        with trio.fail_after(TIMEOUT):
+            while (term.state.cols, term.state.rows) != (100, 30):  # noqa: ASYNC110
+                await trio.sleep(0.05)
+        await tmux.type("a", "stty size")
+        await tmux.wait("a", lambda s: "30 100" in s)
+
+
+async def test_attach_ends_cleanly_on_remote_exit_sigterm_and_connection_loss(
+    tmux: Tmux, tmp_path: Path
+) -> None:
+    saved = tmp_path / "stty-before"
+    restored = f"stty -g | cmp -s - {saved} && echo tty-$((1+1))-restored"
+    async with served() as server:
+        await start_local_shell(tmux, "c")
+        await tmux.type("c", f"stty -g > {saved}")
+
+        # The remote process exits: attach exits with its code.
+        await tmux.type("c", attach_command(server.url, "t3") + "; echo attach-status=$?")
+        await tmux.wait("c", lambda s: last_line(s) == "$")
+        await tmux.type("c", "exit 3")
+        screen = await tmux.wait("c", lambda s: last_line(s) == "local$")
+        assert "ahp attach: ahp-terminal:/t3 exited with code 3" in screen
+        assert "attach-status=3" in screen
+        await tmux.type("c", restored)
+        await tmux.wait("c", lambda s: "tty-2-restored" in s)
+
+        # SIGTERM: restored, status 128 + 15.
+        await tmux.type("c", "clear; " + attach_command(server.url, "t4") + "; echo status=$?")
+        await tmux.wait("c", lambda s: last_line(s) == "$")
+        shell_pid = await tmux.pane_pid("c")
+        children = child_pids(shell_pid)
+        assert len(children) == 1, children
+        os.kill(int(children[0]), signal.SIGTERM)
+        screen = await tmux.wait("c", lambda s: last_line(s) == "local$")
+        assert "ahp attach: SIGTERM: detached from ahp-terminal:/t4" in screen
+        assert "status=143" in screen
+        await tmux.type("c", restored)
+        await tmux.wait("c", lambda s: "tty-2-restored" in s)
+
+        # The server goes away: "connection lost", status 1, restored.
+        await tmux.type("c", "clear; " + attach_command(server.url, "t4") + "; echo status=$?")
+        await tmux.wait("c", lambda s: last_line(s) == "$")
+        server.stop.cancel()
+        screen = await tmux.wait("c", lambda s: last_line(s) == "local$")
+        assert "ahp attach: connection lost" in screen
+        assert "status=1" in screen
+        await tmux.type("c", restored)
+        await tmux.wait("c", lambda s: "tty-2-restored" in s)
+
+
+# -- examples ----------------------------------------------------------------------------------
+
+
+async def test_agent_example_runs_its_commands() -> None:
+    with trio.fail_after(TIMEOUT * 2):
+        done = await trio.run_process(
+            [sys.executable, str(REPO / "examples" / "agent.py"), "--port", "0", "--exit"],
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+            env=_env(),
+            cwd=str(REPO),
+        )
+    out = done.stdout.decode()
+    assert done.returncode == 0, done.stderr.decode()
+    assert out.startswith("serving ws://127.0.0.1:")
+    assert "python -m ahp attach 'ws://" in out and "' agent" in out
+    assert "$ echo hello from the agent\nhello from the agent\n-> exit 0 in " in out
+    assert "$ (exit 3)\n-> exit 3 in " in out
+
+
+async def test_watcher_example_prints_finished_commands() -> None:
+    async with served() as server:
+        term = await server.host.create_terminal("ahp-terminal:/w", name="w")
+        async with trio.open_nursery() as nursery:
+            proc = await trio.lowlevel.open_process(
+                [sys.executable, str(REPO / "examples" / "watcher.py"), server.url, "--count", "2"],
+                stdout=subprocess.PIPE,
+                env=_env(),
+                cwd=str(REPO),
+            )
+            assert proc.stdout is not None
+            out = b""
+            try:
+                with trio.fail_after(TIMEOUT):
+                    while b"watching ahp-terminal:/w\n" not in out:
+                        chunk = await proc.stdout.receive_some(4096)
+                        assert chunk, out
+                        out += chunk
+                    await term.run("echo one")
+                    await term.run("sleep 0.2; (exit 3)")
+                    async for chunk in proc.stdout:
+                        out += chunk
+                    assert await proc.wait() == 0
+            finally:
+                if proc.returncode is None:
+                    proc.kill()
+                    with trio.CancelScope(shield=True):
+                        await proc.wait()
+                await proc.stdout.aclose()
+            nursery.cancel_scope.cancel()
+    lines = out.decode().splitlines()
+    assert lines[0] == "watching ahp-terminal:/w"
+    first, second = (line.split("  ") for line in lines[1:])
+    assert first[0] == second[0] == "ahp-terminal:/w"
+    assert (first[1], first[3]) == ("exit 0", "echo one")
+    assert (second[1], second[3]) == ("exit 3", "sleep 0.2; (exit 3)")
+    assert int(second[2].removesuffix(" ms")) >= 200
