@@ -134,3 +134,13 @@ async def test_remote_run_and_unix_socket(tmp_path: Path) -> None:
             result = await client.run(T1, "echo remote; (exit 3)")
         assert result.output == "remote\n"
         assert result.exit_code == 3
+
+
+async def test_remote_run_without_command_detection() -> None:
+    """A shell with no integration: the marker fallback works over the wire too."""
+    async with running_server(shell="/bin/sh") as server, connect(server.url) as client:
+        await client.create_terminal(T1)
+        with trio.fail_after(TIMEOUT):
+            result = await client.run(T1, "echo plain; (exit 4)")
+        assert result.output == "plain\n"
+        assert result.exit_code == 4

@@ -13,7 +13,6 @@ a fresh snapshot of the mirror instead of the missed envelopes (no silent gap).
 from __future__ import annotations
 
 import math
-from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Final
 
 import trio
@@ -47,37 +46,13 @@ class RemoteTerminal:
     def detection_wait(self) -> float:
         return DETECTION_WAIT if self.state.supportsCommandDetection is None else 0.0
 
-    async def follow(self) -> AsyncIterator[Snapshot | ActionEnvelope]:
-        """The mirror's current state, then every envelope the client applies for it."""
-        send, receive = trio.open_memory_channel[ActionEnvelope](FOLLOW_QUEUE)
-        lagged = False
+    def follow(self) -> _Follower:
+        """The mirror's current state, then every envelope the client applies for it.
 
-        def on_envelope(envelope: ActionEnvelope) -> None:
-            nonlocal lagged
-            if envelope.channel != self.uri or lagged:
-                return
-            try:
-                send.send_nowait(envelope)
-            except trio.WouldBlock:
-                lagged = True
-
-        mirror = self.client.mirrors[self.uri]
-        unregister = self.client.on_envelope(on_envelope)
-        try:
-            yield Snapshot(resource=self.uri, state=self.state, fromSeq=mirror.last_seq)
-            while True:
-                if lagged:
-                    while True:
-                        try:
-                            receive.receive_nowait()
-                        except trio.WouldBlock:
-                            break
-                    lagged = False
-                    yield Snapshot(resource=self.uri, state=self.state, fromSeq=mirror.last_seq)
-                    continue
-                yield await receive.receive()
-        finally:
-            unregister()
+        An iterator object, not a generator: a consumer may cancel one ``__anext__``
+        (a timeout) and keep iterating.
+        """
+        return _Follower(self)
 
     async def send_input(self, data: str) -> None:
         await self.client.dispatch(self.uri, TerminalInput(data=data))
@@ -114,3 +89,50 @@ class RemoteTerminal:
 
     def _gone(self) -> bool:
         return self.uri not in self.client.mirrors
+
+
+class _Follower:
+    """Envelopes of one channel, queued from the client's envelope callback."""
+
+    def __init__(self, terminal: RemoteTerminal) -> None:
+        self._terminal = terminal
+        self._send, self._receive = trio.open_memory_channel[ActionEnvelope](FOLLOW_QUEUE)
+        self._lagged = False
+        self._first = True
+        self._unregister = terminal.client.on_envelope(self._on_envelope)
+
+    def _on_envelope(self, envelope: ActionEnvelope) -> None:
+        if envelope.channel != self._terminal.uri or self._lagged:
+            return
+        try:
+            self._send.send_nowait(envelope)
+        except trio.WouldBlock:
+            self._lagged = True
+
+    def _snapshot(self) -> Snapshot:
+        terminal = self._terminal
+        mirror = terminal.client.mirrors[terminal.uri]
+        return Snapshot(resource=terminal.uri, state=terminal.state, fromSeq=mirror.last_seq)
+
+    def __aiter__(self) -> _Follower:
+        return self
+
+    async def __anext__(self) -> Snapshot | ActionEnvelope:
+        if self._first:
+            self._first = False
+            await trio.lowlevel.checkpoint()
+            return self._snapshot()
+        if self._lagged:
+            while True:
+                try:
+                    self._receive.receive_nowait()
+                except trio.WouldBlock:
+                    break
+            self._lagged = False
+            await trio.lowlevel.checkpoint()
+            return self._snapshot()
+        return await self._receive.receive()
+
+    async def aclose(self) -> None:
+        self._unregister()
+        await trio.lowlevel.checkpoint()

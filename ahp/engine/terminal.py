@@ -1,11 +1,12 @@
 """One terminal: a Trio nursery from a child process on a pty to published envelopes.
 
-Why this shape: the terminal's state has exactly one writer, the *reduce step*
-(:meth:`Terminal._reduce`): a synchronous function that applies one item —
-a batch of parsed output actions, a client action, or the exit — to the state
-and publishes the result through the hub. Because it never awaits, two reduce
-steps can never interleave, and items are applied whole, one at a time, in the
-order they are handed over. It is called by whichever task produced the item::
+Why this shape: the terminal's state has exactly one writer, the *reduce step*:
+synchronous functions that apply one item — a batch of parsed output actions or
+the exit (:meth:`Terminal._reduce`), or a client action
+(:meth:`Terminal._client_action`) — to the state and publish the result through
+the hub. Because they never await, two reduce steps can never interleave, and
+items are applied whole, one at a time, in the order they are handed over. The
+reduce step is called by whichever task produced the item::
 
     pty-read: read ──bytes──▶ parse (UTF-8, OSC scan) ──actions──▶ reduce ──▶ hub
     dispatch (a client's or the library's task): rules ──▶ reduce ──▶ hub
@@ -14,9 +15,11 @@ order they are handed over. It is called by whichever task produced the item::
     wait (exit code) ──▶ pty-read (applies ``terminal/exited`` after the last byte)
 
 (An earlier design ran read, parse and reduce as three tasks joined by memory
-channels. Each hop cost a pass of the scheduler per batch: ~6% of the engine's
-throughput and ~0.1 ms of every keystroke echo. The stages are kept as
-functions; the state still changes only in the reduce step.)
+channels, and client actions went through the reducer's channel. Each hop cost
+a pass of the scheduler: instrumented, a keystroke took 53 µs from its frame to
+the pty write and its echo 109 µs from the pty read to being applied; inline,
+15 µs and 10 µs. The stages are kept as functions; the state still changes only
+in the reduce step.)
 
 Batching without timers: the reader reads until the pty says EAGAIN (or a batch
 is full) and only then parses and applies the batch, so under sustained output

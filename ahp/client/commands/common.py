@@ -44,7 +44,10 @@ __all__ = [
 
 #: Seconds allowed for TCP connect + WebSocket upgrade + ``initialize``.
 CONNECT_TIMEOUT: Final = 15.0
-_URL_HINT: Final = "expected ws://HOST:PORT/?tkn=TOKEN as printed by `python -m ahp serve`"
+_URL_HINT: Final = (
+    "expected ws://HOST:PORT/?tkn=TOKEN or ws+unix://PATH:/?tkn=TOKEN, as printed by "
+    "`python -m ahp serve`"
+)
 
 
 class CommandFailed(Exception):
@@ -66,7 +69,7 @@ def _url_problem(url: str) -> str | None:
         port_ok = parts.port is None or parts.port >= 0  # raises ValueError when malformed
     except ValueError:
         return "bad port"
-    if parts.scheme in ("ws", "wss"):
+    if parts.scheme == "ws":
         return None if parts.hostname and port_ok else "no host"
     if parts.scheme == "ws+unix":
         return None if parts.netloc.partition(":")[0] or parts.path else "no socket path"
