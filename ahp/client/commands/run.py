@@ -33,12 +33,10 @@ from ahp.client.commands.common import (
     resolve_target,
     terminal_uri,
 )
-from ahp.protocol.actions import ActionEnvelope
-from ahp.protocol.state import Snapshot, TerminalClaim, TerminalState
 from ahp.run import DEFAULT_MAX_OUTPUT, CommandResult, run_command
 
 if TYPE_CHECKING:
-    from ahp.client.remote import RemoteTerminal
+    pass
 
 __all__ = ["FAILED", "TIMED_OUT", "add_parser", "command_line", "exit_status", "run"]
 
@@ -150,87 +148,6 @@ def command_line(words: list[str]) -> str:
     return words[0] if len(words) == 1 else shlex.join(words)
 
 
-class _Follow:
-    """The terminal's envelopes after its current state, as an iterator *object*.
-
-    Why not :meth:`RemoteTerminal.follow`: that is an async generator, and
-    :func:`ahp.run.run_command` cancels its first iteration when command detection
-    is not announced in time (any shell without integration, or a slow start); a
-    cancelled async generator is finished, so the command's output was never seen.
-    A cancelled :meth:`__anext__` here loses nothing. Bounded like ``follow``: past
-    :data:`ahp.client.remote.FOLLOW_QUEUE` envelopes, a fresh snapshot replaces them.
-    """
-
-    def __init__(self, remote: RemoteTerminal) -> None:
-        from ahp.client.remote import FOLLOW_QUEUE
-
-        self._remote = remote
-        self._send, self._receive = trio.open_memory_channel[ActionEnvelope](FOLLOW_QUEUE)
-        self._lagged = False
-        self._pending: Snapshot | None = self._snapshot()
-        self._unregister = remote.client.on_envelope(self._on_envelope)
-
-    def _snapshot(self) -> Snapshot:
-        mirror = self._remote.client.mirrors[self._remote.uri]
-        return Snapshot(
-            resource=self._remote.uri, state=self._remote.state, fromSeq=mirror.last_seq
-        )
-
-    def _on_envelope(self, envelope: ActionEnvelope) -> None:
-        if envelope.channel != self._remote.uri or self._lagged:
-            return
-        try:
-            self._send.send_nowait(envelope)
-        except trio.WouldBlock:
-            self._lagged = True
-
-    def __aiter__(self) -> _Follow:
-        return self
-
-    async def __anext__(self) -> Snapshot | ActionEnvelope:
-        if self._lagged:
-            while True:
-                try:
-                    self._receive.receive_nowait()
-                except trio.WouldBlock:
-                    break
-            self._lagged = False
-            self._pending = self._snapshot()
-        if self._pending is not None:
-            snapshot, self._pending = self._pending, None
-            await trio.lowlevel.checkpoint()
-            return snapshot
-        return await self._receive.receive()
-
-    async def aclose(self) -> None:
-        self._unregister()
-        await trio.lowlevel.checkpoint()
-
-
-class _Driver:
-    """:class:`ahp.run.TerminalDriver` over a :class:`RemoteTerminal`, with :class:`_Follow`."""
-
-    def __init__(self, remote: RemoteTerminal) -> None:
-        self._remote = remote
-
-    @property
-    def state(self) -> TerminalState:
-        return self._remote.state
-
-    @property
-    def detection_wait(self) -> float:
-        return self._remote.detection_wait
-
-    def follow(self) -> _Follow:
-        return _Follow(self._remote)
-
-    async def send_input(self, data: str) -> None:
-        await self._remote.send_input(data)
-
-    async def set_claim(self, claim: TerminalClaim) -> None:
-        await self._remote.set_claim(claim)
-
-
 def exit_status(result: CommandResult) -> int:
     if result.timed_out:
         return TIMED_OUT
@@ -279,7 +196,7 @@ def run(args: argparse.Namespace) -> int:
 
                     nursery.start_soon(watch)
                     result = await run_command(
-                        _Driver(client.terminal(uri)),
+                        client.terminal(uri),
                         line,
                         timeout=args.timeout,
                         max_output_bytes=args.max_output_bytes,
