@@ -118,8 +118,9 @@ async def test_reconnect_during_a_100mb_output(tmp_path: Path) -> None:
                 await client.wait_for(lambda: "END-42\r\n" in term.state.tail(64))
                 await client.wait_for(lambda: client.last_seen_seq >= host.hub.seq)
             assert "END-42\r\n" in host_term.state.tail(64)
+            # Compared with no checkpoint since the last wait: the shell's next prompt
+            # may reach the host (not this closed mirror) any time after.
             assert term.state == host_term.state
-        assert term.state.text() == host_term.state.text()
         assert term.state.text().count(line.replace("\n", "\r\n")) == 1_000_000
 
 

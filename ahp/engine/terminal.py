@@ -108,7 +108,11 @@ log = logging.getLogger("ahp.engine")
 #: One kernel read (the pty hands out ~4 KiB at a time whatever we ask for).
 READ_SIZE: Final = 64 * 1024
 #: Reads are gathered until EAGAIN or until this many bytes: one action per batch.
-READ_BATCH: Final = 64 * 1024
+#: About what the pty buffers (Linux: ~17 KB from the child to the master): while a
+#: batch is parsed and applied nobody reads, and once the buffer is full the child
+#: blocks. Batches of 16 KiB keep those pauses short enough that the child rarely
+#: does (64 KiB batches: ~10% less throughput in-process, measured).
+READ_BATCH: Final = 16 * 1024
 #: Input bytes accepted but not yet written to the pty; beyond it input is rejected.
 MAX_PENDING_INPUT: Final = 16 * 1024 * 1024
 #: After the process exits, a pty still held open is read until quiet this long.
