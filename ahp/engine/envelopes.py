@@ -31,7 +31,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Final
 
 from ahp.protocol.actions import ActionEnvelope, StateAction, TerminalData, TerminalInput
-from ahp.protocol.codec import dumps, unstructure
+from ahp.protocol.codec import dumps_utf8, unstructure
 
 __all__ = [
     "ENVELOPE_OVERHEAD",
@@ -79,7 +79,7 @@ class Published:
 
     def __init__(self, envelope: ActionEnvelope) -> None:
         self.envelope = envelope
-        self._frame: str | None = None
+        self._frame: bytes | None = None
         action = envelope.action
         if isinstance(action, TerminalData | TerminalInput):
             self.size = ENVELOPE_OVERHEAD + payload_size(action.data)
@@ -88,7 +88,7 @@ class Published:
             # unknown action; a catalogue of long titles): encoded now so that outboxes
             # and the replay log bound the real size, not the 96-byte estimate.
             try:
-                self.size = ENVELOPE_OVERHEAD + payload_size(self.frame)
+                self.size = ENVELOPE_OVERHEAD + sys.getsizeof(self.frame)
             except (TypeError, ValueError):  # left for the writer to report
                 self.size = ENVELOPE_OVERHEAD
 
@@ -101,11 +101,12 @@ class Published:
         return self.envelope.serverSeq
 
     @property
-    def frame(self) -> str:
-        """The ``action`` notification as one JSON text frame (encoded on first use)."""
+    def frame(self) -> bytes:
+        """The ``action`` notification as a text frame's UTF-8 payload (encoded on first
+        use, once for every subscriber)."""
         frame = self._frame
         if frame is None:
-            frame = dumps(
+            frame = dumps_utf8(
                 {
                     "jsonrpc": "2.0",
                     "method": "action",

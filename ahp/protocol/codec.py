@@ -41,6 +41,7 @@ __all__ = [
     "decode_json",
     "decode_message",
     "dumps",
+    "dumps_utf8",
     "encode_message",
     "structure",
     "unstructure",
@@ -224,6 +225,12 @@ def unstructure(value: Any, cl: Any = None) -> Any:
 def dumps(data: Any) -> str:
     """Serialise JSON-ready data to a compact ``str`` (text frame payload)."""
     return orjson.dumps(data).decode()
+
+
+def dumps_utf8(data: Any) -> bytes:
+    """Serialise JSON-ready data to compact UTF-8: a text frame's payload, encoded once
+    (the server's writer frames these bytes as they are)."""
+    return orjson.dumps(data)
 
 
 def decode_json(frame: str | bytes) -> Any:

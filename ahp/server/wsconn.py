@@ -1,0 +1,336 @@
+"""The server side of one WebSocket connection, on wsproto (sans-I/O).
+
+Why not trio-websocket's server: measured on the sidecar's two hot paths, its
+per-connection reader task hands every message to the handler through a memory
+channel (one more scheduler pass and ``epoll_wait`` per keystroke), and it sends
+only ``str``, which the server had to decode from orjson's UTF-8 bytes for
+wsproto to encode again and copy into a frame (~2 ms of CPU per MB of terminal
+output, a fifth of the sidecar's). Here the connection's own reader task parses
+frames and runs the handler inline, and the writer sends frames it encoded once,
+as UTF-8, several per system call. wsproto (the sans-I/O protocol library
+trio-websocket and hypercorn are built on) still does the HTTP upgrade, frame
+parsing, unmasking, UTF-8 validation and control frames; only the header of an
+outgoing text frame is written here (server frames are not masked: RFC 6455
+§5.1). Clients (ours, the benchmark's) keep using trio-websocket through
+:mod:`ahp.ws`.
+
+Ownership: a :class:`ServerWebSocket` owns its stream and closes it in
+:meth:`~ServerWebSocket.aclose`. One task may :meth:`receive` (it answers pings
+and the peer's close itself) while another sends; sends are serialised by a
+lock. Buffering: at most one ``receive_some`` (:data:`RECEIVE_SIZE`) beyond the
+message being assembled, which is bounded by ``max_message_size`` (the peer is
+closed with 1009 past it). Cancellation: a send cancelled part-way through a
+frame leaves the stream unusable for framing, so the connection is marked
+*broken* and :meth:`aclose` then closes the stream without a close frame.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Sequence
+from typing import Final
+
+import attrs
+import trio
+from wsproto import ConnectionType, WSConnection
+from wsproto.connection import ConnectionState
+from wsproto.events import (
+    AcceptConnection,
+    BytesMessage,
+    CloseConnection,
+    Ping,
+    Pong,
+    RejectConnection,
+    RejectData,
+    Request,
+    TextMessage,
+)
+from wsproto.utilities import RemoteProtocolError
+
+__all__ = [
+    "HANDSHAKE_TIMEOUT",
+    "RECEIVE_SIZE",
+    "ConnectionClosed",
+    "ServerWebSocket",
+    "UpgradeRequest",
+    "read_upgrade",
+    "text_frame",
+]
+
+log = logging.getLogger("ahp.server")
+
+#: Bytes asked of the socket per read.
+RECEIVE_SIZE: Final = 64 * 1024
+#: Seconds a peer gets to send its whole upgrade request.
+HANDSHAKE_TIMEOUT: Final = 10.0
+#: Close codes (RFC 6455 §7.4.1).
+ABNORMAL: Final = 1006
+TOO_BIG: Final = 1009
+
+
+class ConnectionClosed(Exception):
+    """The connection is closed (or closing); ``code`` as the peer or we closed it."""
+
+    def __init__(self, code: int, reason: str = "") -> None:
+        super().__init__(f"connection closed: {code} {reason}".rstrip())
+        self.code = code
+        self.reason = reason
+
+
+@attrs.frozen
+class UpgradeRequest:
+    """What the checks before accepting look at: the request line and headers."""
+
+    target: str
+    host: str | None
+    #: Lower-cased names, as sent (``Host`` and ``Sec-WebSocket-*`` are not included).
+    headers: tuple[tuple[bytes, bytes], ...]
+    remote: str
+
+    def header(self, name: bytes) -> str | None:
+        for key, value in self.headers:
+            if key == name:
+                return value.decode("latin-1")
+        return None
+
+
+def text_frame(payload: bytes) -> bytes:
+    """One unmasked, final text frame carrying ``payload`` (UTF-8, not checked)."""
+    n = len(payload)
+    if n < 126:
+        header = bytes((0x81, n))
+    elif n < 65536:
+        header = b"\x81\x7e" + n.to_bytes(2, "big")
+    else:
+        header = b"\x81\x7f" + n.to_bytes(8, "big")
+    return header + payload
+
+
+def _remote(stream: trio.abc.Stream) -> str:
+    sock = getattr(stream, "socket", None)
+    try:
+        peer = sock.getpeername() if sock is not None else None
+    except OSError:
+        return "<disconnected peer>"
+    if isinstance(peer, tuple):
+        return f"{peer[0]}:{peer[1]}"
+    return "<unix socket peer>" if peer is not None else "<peer>"
+
+
+async def read_upgrade(
+    stream: trio.abc.Stream, *, timeout: float = HANDSHAKE_TIMEOUT
+) -> tuple[WSConnection, UpgradeRequest] | None:
+    """Read the HTTP upgrade request; None if the peer left, was too slow or sent
+    something that is not a WebSocket upgrade (answered with HTTP 400 or 426).
+    """
+    ws = WSConnection(ConnectionType.SERVER)
+    with trio.move_on_after(timeout):
+        while True:
+            try:
+                data = await stream.receive_some(RECEIVE_SIZE)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                return None
+            if not data:
+                return None
+            try:
+                ws.receive_data(bytes(data))
+                for event in ws.events():
+                    if isinstance(event, Request):
+                        request = UpgradeRequest(
+                            target=event.target,
+                            host=event.host,
+                            headers=tuple(event.extra_headers),
+                            remote=_remote(stream),
+                        )
+                        return ws, request
+            except RemoteProtocolError as exc:
+                log.info("bad upgrade request from %s: %s", _remote(stream), exc)
+                hint = exc.event_hint
+                if isinstance(hint, RejectConnection):
+                    with contextlib.suppress(Exception):
+                        await stream.send_all(ws.send(hint))
+                return None
+    log.info("upgrade request from %s timed out", _remote(stream))
+    return None
+
+
+async def reject(stream: trio.abc.Stream, ws: WSConnection, status: int, body: bytes) -> None:
+    """Answer the upgrade with an HTTP error and a short text body."""
+    headers = [(b"content-type", b"text/plain; charset=utf-8")]
+    data = ws.send(RejectConnection(status_code=status, headers=headers, has_body=True))
+    data += ws.send(RejectData(data=body, body_finished=True))
+    with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+        await stream.send_all(data)
+
+
+async def accept(
+    stream: trio.abc.Stream, ws: WSConnection, *, max_message_size: int
+) -> ServerWebSocket:
+    """Accept the upgrade (no subprotocol, no extensions: compression stays off)."""
+    try:
+        await stream.send_all(ws.send(AcceptConnection()))
+    except (trio.BrokenResourceError, trio.ClosedResourceError):
+        raise ConnectionClosed(ABNORMAL, "peer left during the handshake") from None
+    return ServerWebSocket(stream, ws, max_message_size=max_message_size)
+
+
+class ServerWebSocket:
+    """An accepted connection; see the module docstring for tasks and ownership."""
+
+    def __init__(self, stream: trio.abc.Stream, ws: WSConnection, *, max_message_size: int) -> None:
+        self._stream = stream
+        self._ws = ws
+        self._max = max_message_size
+        self._send_lock = trio.Lock()
+        self._parts: list[str | bytes] = []
+        self._size = 0
+        self._closed: ConnectionClosed | None = None
+        #: A send was cancelled mid-frame: the stream may only be closed now.
+        self.broken = False
+
+    @property
+    def closed(self) -> ConnectionClosed | None:
+        return self._closed
+
+    # -- receiving ---------------------------------------------------------------------------
+
+    async def receive(self) -> str | bytes:
+        """The next complete message (text as ``str``, binary as ``bytes``).
+
+        Pings are answered and a peer's close is answered and raised as
+        :class:`ConnectionClosed`, as is a protocol violation (after closing with
+        its code: 1002, 1007 invalid UTF-8, 1009 too big).
+        """
+        ws = self._ws
+        while True:
+            for event in ws.events():
+                if isinstance(event, TextMessage | BytesMessage):
+                    message = self._assemble(event)
+                    if message is not None:
+                        return message
+                    if self._size > self._max:
+                        await self.aclose(TOO_BIG, "message too big")
+                elif isinstance(event, Ping):
+                    await self._send_control(event.response())
+                elif isinstance(event, CloseConnection):
+                    await self._on_close(event)
+                if self._closed is not None:
+                    raise self._closed
+            if self._closed is not None:
+                raise self._closed
+            try:
+                data = await self._stream.receive_some(RECEIVE_SIZE)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                data = b""
+            if not data:
+                self._closed = ConnectionClosed(ABNORMAL, "connection lost")
+                raise self._closed
+            ws.receive_data(bytes(data))
+
+    def _assemble(self, event: TextMessage | BytesMessage) -> str | bytes | None:
+        data: str | bytes = event.data if isinstance(event.data, str | bytes) else bytes(event.data)
+        if event.message_finished and not self._parts:
+            if len(data) > self._max:
+                self._size = len(data)
+                return None
+            return data
+        self._parts.append(data)
+        self._size += len(data)
+        if self._size > self._max or not event.message_finished:
+            return None
+        parts, self._parts, self._size = self._parts, [], 0
+        if isinstance(data, str):
+            return "".join(parts)  # type: ignore[arg-type]
+        return b"".join(parts)  # type: ignore[arg-type]
+
+    async def _on_close(self, event: CloseConnection) -> None:
+        state = self._ws.state
+        if state is ConnectionState.OPEN:
+            # Not the peer's close frame: wsproto reports a protocol violation (bad
+            # opcode, unmasked frame, invalid UTF-8...) as a close with its code.
+            await self.aclose(event.code, event.reason or "protocol error")
+            return
+        if state is ConnectionState.REMOTE_CLOSING:
+            with contextlib.suppress(ConnectionClosed):
+                await self._send_control(event.response())
+        self._closed = ConnectionClosed(event.code, event.reason or "")
+        await self._close_stream()
+
+    # -- sending -----------------------------------------------------------------------------
+
+    async def send_frames(self, frames: Sequence[bytes]) -> None:
+        """Send ready-made frames (see :func:`text_frame`) in one write."""
+        data = frames[0] if len(frames) == 1 else b"".join(frames)
+        await self._send_raw(data, data_frame=True)
+
+    async def send_text(self, text: str) -> None:
+        await self.send_frames([text_frame(text.encode())])
+
+    async def _send_control(self, event: CloseConnection | Pong) -> None:
+        if self._ws.state not in (ConnectionState.OPEN, ConnectionState.REMOTE_CLOSING):
+            return
+        await self._send_raw(self._ws.send(event), data_frame=False)
+
+    async def _send_raw(self, data: bytes, *, data_frame: bool) -> None:
+        async with self._send_lock:
+            if self.broken:
+                raise ConnectionClosed(ABNORMAL, "connection broken")
+            if data_frame and (
+                self._closed is not None or self._ws.state is not ConnectionState.OPEN
+            ):
+                raise self._closed or ConnectionClosed(ABNORMAL, "connection closing")
+            self.broken = True  # until the whole buffer is out
+            try:
+                await self._stream.send_all(data)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                self._closed = self._closed or ConnectionClosed(ABNORMAL, "connection lost")
+                raise self._closed from None
+            self.broken = False
+
+    # -- closing -----------------------------------------------------------------------------
+
+    async def aclose(self, code: int = 1000, reason: str = "", *, timeout: float = 1.0) -> None:
+        """Close: a close frame, then the peer's answer (waited for at most ``timeout``
+        seconds, reading and dropping what came before it), then the stream.
+
+        Waiting for the answer matters: closing a socket with unread data makes
+        the kernel reset the connection, and the peer may then lose the close
+        frame (and its code) we just sent. A broken connection, or one already
+        closed, just closes its stream. Idempotent; the stream is closed even when
+        cancelled. Must not run while another task is in :meth:`receive`.
+        """
+        try:
+            if self.broken or self._closed is not None:
+                return
+            if self._ws.state is not ConnectionState.OPEN:
+                return
+            self._closed = ConnectionClosed(code, reason)
+            with trio.move_on_after(timeout):
+                with contextlib.suppress(
+                    ConnectionClosed, trio.BrokenResourceError, trio.ClosedResourceError
+                ):
+                    await self._send_control(CloseConnection(code=code, reason=reason))
+                    await self._drain_until_closed()
+        finally:
+            self._closed = self._closed or ConnectionClosed(code, reason)
+            await self._close_stream()
+
+    async def _drain_until_closed(self) -> None:
+        ws = self._ws
+        while ws.state is ConnectionState.LOCAL_CLOSING:
+            data = await self._stream.receive_some(RECEIVE_SIZE)
+            if not data:
+                return
+            ws.receive_data(bytes(data))
+            for _ in ws.events():
+                pass
+
+    async def abort(self) -> None:
+        """Close the stream without a close frame."""
+        self._closed = self._closed or ConnectionClosed(ABNORMAL, "aborted")
+        await self._close_stream()
+
+    async def _close_stream(self) -> None:
+        with trio.CancelScope(shield=True):
+            await self._stream.aclose()

@@ -1,0 +1,236 @@
+"""The server's WebSocket layer at the frame level: a raw TCP peer against a real server.
+
+What the message-level tests (bad input, faults) cannot send: fragments, pings
+between fragments, invalid UTF-8 inside a text frame, unmasked or unknown
+frames, a slow or broken upgrade. Every case also checks that the server still
+serves a well-behaved client afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import orjson
+import pytest
+import trio
+
+from ahp.engine import open_host
+from ahp.server.session import ServerState
+from ahp.server.websocket import ServerConfig, open_listeners, serve_connections
+from ahp.server.wsconn import text_frame
+from tests.helpers import TIMEOUT
+from tests.test_faults import raw_ws, rpc
+from tests.wire import TOKEN
+
+ROOT = "ahp-root://"
+LIMIT = 64 * 1024
+
+
+def frame(payload: bytes, opcode: int = 1, *, fin: bool = True, masked: bool = True) -> bytes:
+    """A client frame (RFC 6455 §5.2), optionally not final or not masked."""
+    n = len(payload)
+    first = (0x80 if fin else 0) | opcode
+    mask_bit = 0x80 if masked else 0
+    if n < 126:
+        head = bytes([first, mask_bit | n])
+    elif n < 65536:
+        head = bytes([first, mask_bit | 126]) + struct.pack("!H", n)
+    else:
+        head = bytes([first, mask_bit | 127]) + struct.pack("!Q", n)
+    if not masked:
+        return head + payload
+    key = os.urandom(4)
+    return head + key + bytes(b ^ key[i % 4] for i, b in enumerate(payload))
+
+
+class Frames:
+    """Reads server frames (unmasked) off a raw stream."""
+
+    def __init__(self, stream: trio.SocketStream) -> None:
+        self.stream = stream
+        self.buf = b""
+
+    async def _need(self, n: int) -> bool:
+        while len(self.buf) < n:
+            chunk = await self.stream.receive_some(65536)
+            if not chunk:
+                return False
+            self.buf += chunk
+        return True
+
+    async def next(self) -> tuple[int, bytes] | None:
+        """``(opcode, payload)``, or None at end of stream."""
+        with trio.fail_after(TIMEOUT):
+            if not await self._need(2):
+                return None
+            opcode, n = self.buf[0] & 0x0F, self.buf[1] & 0x7F
+            assert self.buf[0] & 0x80, "server frames are final"
+            assert not self.buf[1] & 0x80, "server frames are not masked"
+            start = 2
+            if n == 126:
+                await self._need(4)
+                n, start = struct.unpack("!H", self.buf[2:4])[0], 4
+            elif n == 127:
+                await self._need(10)
+                n, start = struct.unpack("!Q", self.buf[2:10])[0], 10
+            await self._need(start + n)
+            payload, self.buf = self.buf[start : start + n], self.buf[start + n :]
+            return opcode, payload
+
+    async def close_code(self) -> int | None:
+        """Skip to the close frame; its code (None if the stream ended without one)."""
+        while True:
+            got = await self.next()
+            if got is None:
+                return None
+            if got[0] == 8:
+                return int(struct.unpack("!H", got[1][:2])[0])
+
+
+@asynccontextmanager
+async def server(**config: float) -> AsyncIterator[int]:
+    options = {"max_message_size": LIMIT, **config}
+    async with open_host() as host, trio.open_nursery() as nursery:
+        listeners = await open_listeners(host="127.0.0.1", port=0, unix=None)
+        port = listeners[0].socket.getsockname()[1]
+        await nursery.start(
+            serve_connections,
+            ServerState(host=host),
+            ServerConfig(token=TOKEN, **options),  # type: ignore[arg-type]
+            listeners,
+        )
+        yield port
+        nursery.cancel_scope.cancel()
+
+
+@asynccontextmanager
+async def initialized(port: int, client_id: str) -> AsyncIterator[tuple[trio.SocketStream, Frames]]:
+    async with raw_ws(port) as stream:
+        frames = Frames(stream)
+        init = {"channel": ROOT, "protocolVersions": ["0.5.0"], "clientId": client_id}
+        await stream.send_all(frame(rpc("initialize", init)))
+        _, payload = await _message(frames)
+        assert "result" in orjson.loads(payload)
+        yield stream, frames
+
+
+async def _message(frames: Frames) -> tuple[int, bytes]:
+    got = await frames.next()
+    assert got is not None, "connection closed"
+    return got
+
+
+async def still_serves(port: int) -> None:
+    """A new, well-behaved client gets answers."""
+    async with raw_ws(port) as stream:
+        frames = Frames(stream)
+        await stream.send_all(frame(rpc("ping", {"channel": ROOT}, msg_id=7)))
+        opcode, payload = await _message(frames)
+        assert opcode == 1 and orjson.loads(payload)["id"] == 7
+
+
+async def test_fragments_and_a_ping_between_them_make_one_message() -> None:
+    async with server() as port, raw_ws(port) as stream:
+        frames = Frames(stream)
+        message = rpc("ping", {"channel": ROOT}, msg_id=5)
+        a, b, c = message[:10], message[10:20], message[20:]
+        await stream.send_all(frame(a, 1, fin=False))
+        await stream.send_all(frame(b"are you there", 9))  # ping, between fragments
+        await stream.send_all(frame(b, 0, fin=False) + frame(c, 0))
+        assert await _message(frames) == (10, b"are you there")  # pong first
+        opcode, payload = await _message(frames)
+        assert opcode == 1 and orjson.loads(payload) == {"jsonrpc": "2.0", "id": 5, "result": None}
+
+
+async def test_binary_frames_are_parsed_as_utf8_json() -> None:
+    async with server() as port, raw_ws(port) as stream:
+        frames = Frames(stream)
+        await stream.send_all(frame(rpc("ping", {"channel": ROOT}, msg_id=6), 2))
+        opcode, payload = await _message(frames)
+        assert opcode == 1 and orjson.loads(payload)["id"] == 6
+
+
+@pytest.mark.parametrize(
+    ("name", "data", "code"),
+    [
+        ("invalid UTF-8 in a text frame", frame(b'{"a":"\xff"}'), 1007),
+        (
+            "invalid UTF-8 split over fragments",
+            frame(b"\xe2\x82", fin=False) + frame(b"x", 0),
+            1007,
+        ),
+        ("an unmasked client frame", frame(b"{}", masked=False), 1002),
+        ("a reserved opcode", frame(b"", 3), 1002),
+        ("a continuation with nothing to continue", frame(b"x", 0), 1002),
+        ("a message over the limit", frame(b" " * (LIMIT + 1)), 1009),
+        (
+            "fragments over the limit together",
+            frame(b" " * LIMIT, fin=False) + frame(b"  ", 0),
+            1009,
+        ),
+    ],
+)
+async def test_protocol_violations_close_with_their_code(name: str, data: bytes, code: int) -> None:
+    async with server() as port, initialized(port, "victim") as (victim, victim_frames):
+        async with raw_ws(port) as stream:
+            await stream.send_all(data)
+            assert await Frames(stream).close_code() == code, name
+        # The other client and the server are unaffected.
+        await victim.send_all(frame(rpc("ping", {"channel": ROOT}, msg_id=9)))
+        _, payload = await _message(victim_frames)
+        assert orjson.loads(payload)["id"] == 9
+        await still_serves(port)
+
+
+async def test_client_close_is_answered_with_the_same_code() -> None:
+    async with server() as port, raw_ws(port) as stream:
+        await stream.send_all(frame(struct.pack("!H", 4001) + b"bye", 8))
+        assert await Frames(stream).close_code() == 4001
+        with trio.fail_after(TIMEOUT):
+            assert await stream.receive_some(10) == b""  # and the server closed TCP
+
+
+@pytest.mark.parametrize(
+    "request_bytes",
+    [
+        b"garbage\r\n\r\n",
+        b"POST / HTTP/1.1\r\nHost: x\r\n\r\n",
+        b"GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n",
+        b"GET / HTTP/1.1\r\n" + b"X-Big: " + b"a" * 70_000 + b"\r\n\r\n",
+    ],
+    ids=["not-http", "not-get", "no-key", "headers-too-big"],
+)
+async def test_bad_upgrade_requests_are_answered_or_dropped(request_bytes: bytes) -> None:
+    async with server() as port:
+        stream = await trio.open_tcp_stream("127.0.0.1", port)
+        reply = b""
+        try:
+            with trio.fail_after(TIMEOUT):
+                await stream.send_all(request_bytes)
+                while chunk := await stream.receive_some(4096):
+                    reply += chunk
+        except trio.BrokenResourceError:
+            pass  # reset: the server closed before reading all we sent (also a drop)
+        finally:
+            await stream.aclose()
+        assert reply == b"" or reply.startswith(b"HTTP/1.1 4"), reply[:100]
+        await still_serves(port)
+
+
+async def test_a_silent_peer_is_dropped_after_the_handshake_timeout() -> None:
+    async with server(handshake_timeout=0.3) as port:
+        stream = await trio.open_tcp_stream("127.0.0.1", port)
+        await stream.send_all(b"GET / HTTP/1.1\r\n")  # and nothing more
+        with trio.fail_after(TIMEOUT):
+            assert await stream.receive_some(10) == b""
+        await stream.aclose()
+        await still_serves(port)
+
+
+def test_text_frame_headers() -> None:
+    assert text_frame(b"hi") == b"\x81\x02hi"
+    assert text_frame(b"x" * 126)[:4] == b"\x81\x7e\x00\x7e"
+    assert text_frame(b"x" * 65536)[:10] == b"\x81\x7f" + (65536).to_bytes(8, "big")
