@@ -24,8 +24,9 @@ in the reduce step.)
 Batching without timers: the reader reads until the pty says EAGAIN (or a batch
 is full) and only then parses and applies the batch, so under sustained output
 several kernel reads (≈4 KiB each) become one ``terminal/data``, while an
-isolated keystroke echo is forwarded at once. The reader checkpoints after
-every batch, so one busy terminal never starves the others.
+isolated keystroke echo is forwarded at once. Every batch is followed by a
+checkpoint (a wait for readability when the pty was drained, a plain checkpoint
+when the batch was full), so one busy terminal never starves the others.
 
 Backpressure: while the reader parses and applies a batch it does not read, the
 kernel's pty buffer fills and the child blocks in ``write`` — ordinary terminal
@@ -441,12 +442,16 @@ class Terminal:
                 break
             if chunks:
                 pacer = self._hub.pacer(self.uri)
-                if pacer is None:
-                    await trio.lowlevel.checkpoint()  # fairness: one batch at a time
-                else:
+                if pacer is not None:
                     with trio.move_on_after(PACE_WINDOW):
                         await pacer.wait_taken()
-                continue
+                    continue
+                if size >= READ_BATCH:
+                    await trio.lowlevel.checkpoint()  # fairness: one batch at a time
+                    continue
+                # Drained (EAGAIN): wait below, which is also a checkpoint. Reading
+                # again after a checkpoint would cost a read (EAGAIN, mostly) per
+                # batch, and delay whoever sends what this batch published.
             if self._process_exited.is_set():
                 # The process is gone but something still holds the pty open.
                 with trio.move_on_after(EXIT_LINGER) as linger:

@@ -147,7 +147,14 @@ def _nested_deeper_than(value: Any, limit: int) -> bool:
 def _parse(frame: str | bytes) -> dict[str, Any]:
     """The frame's JSON object: ``-32700`` if invalid or nested too deep, else ``-32600``."""
     data = decode_json(frame)
-    if _nested_deeper_than(data, MAX_NESTING):
+    # Each level of nesting takes an opening bracket in the text (brackets inside
+    # strings only over-count): a frame with few of them, such as every keystroke,
+    # skips the walk.
+    if isinstance(frame, str):
+        brackets = frame.count("{") + frame.count("[")
+    else:
+        brackets = frame.count(b"{") + frame.count(b"[")
+    if brackets > MAX_NESTING and _nested_deeper_than(data, MAX_NESTING):
         raise ProtocolError(f"parse error: nested deeper than {MAX_NESTING} levels", code=-32700)
     if not isinstance(data, dict):  # (decode_message would re-parse a str as JSON)
         kind = "a batch (array)" if isinstance(data, list) else type(data).__name__
