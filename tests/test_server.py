@@ -553,3 +553,18 @@ async def test_stalled_client_is_closed_1013_and_others_get_everything(tmp_path:
                 while True:
                     await stalled_ws.get_message()
             assert info.value.reason.code == 1013
+
+
+async def test_library_input_that_is_not_utf8_reaches_viewers_as_valid_text() -> None:
+    """An agent's ``send_input(bytes)`` goes to the pty byte for byte; the echo
+    viewers get is valid Unicode (U+FFFD), and their connection keeps working."""
+    async with running_server() as server, peer(server.url) as p:
+        term = await server.state.host.create_terminal(argv=["sh", "-c", "head -c 5 | od -An -tx1"])
+        await p.initialize("viewer", [term.uri])
+        await term.send_input(b"A\xff\xfeB\n")
+        echo = await p.action(lambda q: q["action"]["type"] == "terminal/input")
+        assert echo["action"]["data"] == "A\ufffd\ufffdB\n" and "origin" not in echo
+        with trio.fail_after(TIMEOUT):
+            text = await p.text_until(term.uri, "42 0a")
+        assert "41 ff fe 42 0a" in text  # the raw bytes reached the program
+        assert (await p.call("ping", {"channel": "ahp-root://"}))["result"] is None

@@ -6,11 +6,11 @@ same workload. A small *dialect* object is all that differs between servers:
 how to say hello, how to type, and how to tell output and the end of it in a
 frame (AHP's ``action`` notifications; terminado's ``["stdout", text]``).
 
-Client settings: trio-websocket with a 256 KiB receive buffer and a deep
-message queue (the reader task keeps draining the socket while frames are
-decoded). The stalled client does the opposite: a zero-length queue and a 4 KiB
-buffer, so after its handshake it stops reading the socket altogether and the
-server sees a viewer that went away without closing.
+The connection is :mod:`ahp.bench.rawws` (256 KiB reads, frames cut out of
+one buffer, no reader task: the client spends as little CPU as it can, see
+there why). The stalled client is the same connection that, after its
+handshake, stops reading the socket altogether: the server sees a viewer that
+went away without closing.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import orjson
 import trio
 
 from ahp.bench.procfs import MachineCpu
-from ahp.ws import ConnectionClosed, WebSocketConnection, open_websocket_url
+from ahp.bench.rawws import Closed, RawWebSocket, open_raw_websocket
 
 __all__ = [
     "AhpDialect",
@@ -39,9 +39,6 @@ __all__ = [
     "stream_throughput",
 ]
 
-RECEIVE_BUFFER = 256 * 1024
-MESSAGE_QUEUE = 4096
-MAX_MESSAGE = 256 * 1024 * 1024
 #: Round trips before the measured ones.
 ECHO_WARMUP = 20
 
@@ -51,13 +48,13 @@ class Dialect(Protocol):
 
     name: str
 
-    async def handshake(self, ws: WebSocketConnection) -> None:
+    async def handshake(self, ws: RawWebSocket) -> None:
         """After the upgrade: until the client follows the terminal."""
 
     def input_frame(self, text: str) -> str:
         """A frame that types ``text`` into the terminal."""
 
-    def parse(self, frame: str | bytes) -> tuple[str | None, bool]:
+    def parse(self, frame: bytes) -> tuple[str | None, bool]:
         """``(output text or None, whether this frame ends the output)``."""
 
 
@@ -71,7 +68,7 @@ class AhpDialect:
         self.client_id = f"bench-{id(self):x}"
         self._seq = itertools.count(1)
 
-    async def handshake(self, ws: WebSocketConnection) -> None:
+    async def handshake(self, ws: RawWebSocket) -> None:
         await ws.send_message(
             orjson.dumps(
                 {
@@ -107,7 +104,7 @@ class AhpDialect:
             }
         ).decode()
 
-    def parse(self, frame: str | bytes) -> tuple[str | None, bool]:
+    def parse(self, frame: bytes) -> tuple[str | None, bool]:
         message = orjson.loads(frame)
         if message.get("method") != "action":
             return None, False
@@ -127,7 +124,7 @@ class TerminadoDialect:
 
     name = "terminado"
 
-    async def handshake(self, ws: WebSocketConnection) -> None:
+    async def handshake(self, ws: RawWebSocket) -> None:
         while True:
             message = orjson.loads(await ws.get_message())
             if message and message[0] == "setup":
@@ -136,7 +133,7 @@ class TerminadoDialect:
     def input_frame(self, text: str) -> str:
         return orjson.dumps(["stdin", text]).decode()
 
-    def parse(self, frame: str | bytes) -> tuple[str | None, bool]:
+    def parse(self, frame: bytes) -> tuple[str | None, bool]:
         message = orjson.loads(frame)
         kind = message[0] if message else None
         if kind == "stdout":
@@ -158,17 +155,8 @@ class StreamRun:
 
 
 @asynccontextmanager
-async def _connect(
-    url: str, *, queue: int = MESSAGE_QUEUE, buffer: int = RECEIVE_BUFFER
-) -> AsyncIterator[WebSocketConnection]:
-    async with open_websocket_url(
-        url,
-        message_queue_size=queue,
-        max_message_size=MAX_MESSAGE,
-        receive_buffer_size=buffer,
-        connect_timeout=10,
-        disconnect_timeout=2,
-    ) as ws:
+async def _connect(url: str) -> AsyncIterator[RawWebSocket]:
+    async with open_raw_websocket(url, timeout=10) as ws:
         yield ws
 
 
@@ -204,8 +192,8 @@ async def stream_throughput(
                     chars += len(text)
                 if end:
                     break
-        except ConnectionClosed as exc:
-            closed = exc.reason.code if exc.reason is not None else 1006
+        except Closed as exc:
+            closed = exc.code
         seconds = time.perf_counter() - start
         cpu = time.process_time() - cpu
         machine.stop()
@@ -263,7 +251,7 @@ async def stalled_client(
     server treated it (closed with 1013, or kept everything for it).
     """
     result = StalledClient()
-    async with _connect(url, queue=0, buffer=4096) as ws:
+    async with _connect(url) as ws:
         await dialect.handshake(ws)
         yield result
         with trio.move_on_after(drain_timeout) as drain:
@@ -275,10 +263,7 @@ async def stalled_client(
                     if end:
                         result.saw_end = True
                         break
-            except ConnectionClosed as exc:
-                if exc.reason is not None:
-                    result.close_code = exc.reason.code
-                    result.close_reason = exc.reason.reason
-                else:
-                    result.close_code = 1006
+            except Closed as exc:
+                result.close_code = exc.code
+                result.close_reason = exc.reason
         result.still_open = drain.cancelled_caught and result.close_code is None

@@ -166,6 +166,15 @@ class TerminalSpec:
     grace: float = DISPOSE_GRACE
 
 
+def _has_surrogates(text: str) -> bool:
+    """Whether ``text`` holds lone surrogates (it cannot be encoded as UTF-8)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
 @attrs.frozen
 class _ClientAction:
     action: StateAction
@@ -610,6 +619,10 @@ class Terminal:
                 data = action.data.encode("utf-8", "surrogateescape")
                 if data:
                     self._write_input(data)
+                if not action.data.isascii() and _has_surrogates(action.data):
+                    # Bytes that are not UTF-8 (``send_input(b"\xff")``) went to the pty
+                    # as they are; the echo must be valid Unicode to be sent anywhere.
+                    action = TerminalInput(data=data.decode("utf-8", "replace"))
             elif (
                 isinstance(action, TerminalResized)
                 and self._child is not None
