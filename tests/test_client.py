@@ -117,6 +117,7 @@ async def test_reconnect_during_a_100mb_output(tmp_path: Path) -> None:
                 await client.wait_for(lambda: client.reconnects >= 1)
                 await client.wait_for(lambda: "END-42\r\n" in term.state.tail(64))
                 await client.wait_for(lambda: client.last_seen_seq >= host.hub.seq)
+            assert client.connected
             assert "END-42\r\n" in host_term.state.tail(64)
             # Compared with no checkpoint since the last wait: the shell's next prompt
             # may reach the host (not this closed mirror) any time after.

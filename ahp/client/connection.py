@@ -146,6 +146,11 @@ class Client:
         return state
 
     @property
+    def connected(self) -> bool:
+        """Whether a connection is open now (False between a drop and its reconnect)."""
+        return self._ws is not None
+
+    @property
     def root(self) -> RootState:
         state = self.state(ROOT_URI)
         assert isinstance(state, RootState)

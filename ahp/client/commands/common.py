@@ -94,7 +94,7 @@ def terminal_uri(name: str) -> str:
 
 def connection_lost(client: Client) -> bool:
     """Whether the client's connection has closed (clients here never reconnect)."""
-    return client._ws is None
+    return not client.connected
 
 
 @asynccontextmanager
