@@ -43,6 +43,12 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     p.add_argument("--token", help="access token (default: $AHP_TOKEN, else a random token)")
     p.add_argument(
+        "--tls-cert",
+        metavar="PEM",
+        help="serve wss:// with this certificate chain (TCP only; the key may be in the file)",
+    )
+    p.add_argument("--tls-key", metavar="PEM", help="the certificate's private key")
+    p.add_argument(
         "--allow-origin",
         action="append",
         default=[],
@@ -85,15 +91,30 @@ _COMMAND_MODULES: tuple[str, ...] = (
 def _serve(args: argparse.Namespace) -> int:
     import trio
 
-    from ahp.server.app import ServeOptions, Sidecar, run_sidecar
+    from ahp.server.app import ServeOptions, Sidecar, run_sidecar, tls_context
 
     logging.basicConfig(level=args.log_level.upper(), format=LOG_FORMAT, stream=sys.stderr)
+    if args.tls_key and not args.tls_cert:
+        print("ahp serve: --tls-key needs --tls-cert", file=sys.stderr)
+        return 2
+    if args.tls_cert and args.unix:
+        print(
+            "ahp serve: --tls-cert is for TCP; a Unix socket is protected by its mode",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        tls = tls_context(args.tls_cert, args.tls_key) if args.tls_cert else None
+    except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
+        print(f"ahp serve: cannot load the TLS certificate: {exc}", file=sys.stderr)
+        return 2
     options = ServeOptions(
         host=args.host,
         port=args.port,
         unix=args.unix,
         token=args.token,
         allow_origins=frozenset(args.allow_origin),
+        tls=tls,
     )
 
     def ready(sidecar: Sidecar) -> None:

@@ -146,3 +146,24 @@ async def test_remote_run_without_command_detection() -> None:
             result = await client.run(T1, "echo plain; (exit 4)")
         assert result.output == "plain\n"
         assert result.exit_code == 4
+
+
+async def test_a_client_the_server_forgot_initializes_again_with_its_subscriptions() -> None:
+    """A disconnection longer than the server's grace: ``reconnect`` answers -32008,
+    the client initializes afresh and gets every channel it followed back (the
+    10-minute stress flood found this: the stalled viewer lost its terminal)."""
+    async with running_server() as server, connect(server.url) as client:
+        await client.create_terminal(T1)
+        term = client.terminal(T1)
+        with trio.fail_after(TIMEOUT):
+            await client.wait_for(lambda: "$ " in term.state.text())
+        server.state.clients.grace = 0.0  # every disconnected record expires at once
+        await client.drop_connection()
+        host_term = server.state.host.get(T1)
+        with trio.fail_after(TIMEOUT):
+            await client.wait_for(lambda: client.reconnects >= 1)
+            assert T1 in client.mirrors
+            await term.send_input("echo back-$((40+2))\r")
+            await client.wait_for(lambda: "back-42\r\n" in term.state.tail(64))
+            await client.wait_for(lambda: client.last_seen_seq >= server.state.host.hub.seq)
+        assert term.state == host_term.state

@@ -22,10 +22,11 @@ from __future__ import annotations
 import itertools
 import logging
 import secrets
-from collections.abc import AsyncIterator, Callable, Mapping
+import ssl
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, Final
-from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
+from urllib.parse import SplitResult, parse_qs, urlencode, urlsplit, urlunsplit
 
 import trio
 
@@ -66,6 +67,8 @@ PROTOCOL_VERSIONS: Final = ("0.5.0",)
 #: Largest inbound message (a big snapshot or replay); the server's default outbox is 16 MiB.
 MAX_MESSAGE_SIZE: Final = 512 * 1024 * 1024
 RECEIVE_BUFFER: Final = 256 * 1024
+#: Seconds to open the transport, finish TLS and the WebSocket upgrade.
+CONNECT_TIMEOUT: Final = 10.0
 RECONNECT_DELAYS: Final = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0)
 
 
@@ -113,8 +116,13 @@ class Client:
         client_id: str,
         auto_reconnect: bool,
         scrollback: int | None = DEFAULT_SCROLLBACK,
+        ssl_context: ssl.SSLContext | None = None,
+        connect_timeout: float = CONNECT_TIMEOUT,
     ) -> None:
         self.scrollback = scrollback
+        self.connect_timeout = connect_timeout
+        #: For ``wss://`` (default: the system's trusted CAs, hostname checked).
+        self.ssl_context = ssl_context
         self.url = _with_token(url, token)
         self.client_id = client_id
         self.auto_reconnect = auto_reconnect
@@ -349,6 +357,37 @@ class Client:
         ws: WebSocketConnection = await nursery.start(self._hold_connection)
         return ws
 
+    async def _open_transport(
+        self, parts: SplitResult
+    ) -> tuple[trio.SocketStream | trio.SSLStream[trio.SocketStream], str, str]:
+        """The stream for ``parts`` (TLS handshake done), its ``Host`` and target."""
+        query = f"?{parts.query}" if parts.query else ""
+        target = (parts.path or "/") + query
+        host_header = parts.netloc.rpartition("@")[2]
+        if parts.scheme == "ws+unix":
+            path, _, resource = (parts.netloc or parts.path).partition(":")
+            return await trio.open_unix_socket(path), "localhost", (resource or "/") + query
+        if parts.scheme == "ws" and parts.hostname:
+            return await trio.open_tcp_stream(parts.hostname, parts.port or 80), host_header, target
+        if parts.scheme == "wss" and parts.hostname:
+            tls = await trio.open_ssl_over_tcp_stream(
+                parts.hostname,
+                parts.port or 443,
+                ssl_context=self.ssl_context or ssl.create_default_context(),
+                https_compatible=True,
+            )
+            try:
+                # Here, not lazily inside trio-websocket: its handshake waits forever
+                # when the first write fails (as it does for a certificate that does
+                # not verify).
+                await tls.do_handshake()
+            except BaseException:
+                with trio.CancelScope(shield=True):
+                    await tls.aclose()
+                raise
+            return tls, host_header, target
+        raise ClientError(f"unsupported URL {parts.scheme}://…: use ws://, wss:// or ws+unix://")
+
     async def _hold_connection(self, *, task_status: trio.TaskStatus[WebSocketConnection]) -> None:
         parts = urlsplit(self.url)
         started = False
@@ -356,28 +395,16 @@ class Client:
         try:
             async with trio.open_nursery() as inner:
                 # We open the transport ourselves so that a refused handshake closes it.
-                query = f"?{parts.query}" if parts.query else ""
-                if parts.scheme == "ws+unix":
-                    path, _, resource = (parts.netloc or parts.path).partition(":")
-                    stream = await trio.open_unix_socket(path)
-                    host_header, target = "localhost", (resource or "/") + query
-                elif parts.scheme == "ws" and parts.hostname:
-                    port = parts.port or 80
-                    stream = await trio.open_tcp_stream(parts.hostname, port)
-                    host_header = parts.netloc.rpartition("@")[2]
-                    target = (parts.path or "/") + query
-                else:
-                    raise ClientError(
-                        f"unsupported URL {parts.scheme}://…: use ws:// or ws+unix://"
+                with trio.fail_after(self.connect_timeout):
+                    stream, host_header, target = await self._open_transport(parts)
+                    ws = await wrap_client_stream(
+                        inner,
+                        stream,
+                        host_header,
+                        target,
+                        max_message_size=MAX_MESSAGE_SIZE,
+                        receive_buffer_size=RECEIVE_BUFFER,
                     )
-                ws = await wrap_client_stream(
-                    inner,
-                    stream,
-                    host_header,
-                    target,
-                    max_message_size=MAX_MESSAGE_SIZE,
-                    receive_buffer_size=RECEIVE_BUFFER,
-                )
                 done = trio.Event()
                 finished = trio.Event()
                 self._released[id(ws)] = (done, finished)
@@ -399,13 +426,21 @@ class Client:
             HandshakeError,
             OSError,
             ConnectionClosed,
+            trio.BrokenResourceError,  # e.g. a TLS certificate that does not verify
+            trio.TooSlowError,
         ) as exc:
             if stream is not None and not started:
                 with trio.CancelScope(shield=True):
                     await stream.aclose()
             leaf = _first_leaf(exc)
             if not isinstance(
-                leaf, ConnectionRejected | HandshakeError | OSError | ConnectionClosed
+                leaf,
+                ConnectionRejected
+                | HandshakeError
+                | OSError
+                | ConnectionClosed
+                | trio.BrokenResourceError
+                | trio.TooSlowError,
             ):
                 raise
             if started:
@@ -416,7 +451,13 @@ class Client:
                     f"connection refused by the server: HTTP {leaf.status_code} {body}"
                 ) from None
             where = f"{parts.scheme}://{parts.netloc or parts.path}"
-            raise ClientError(f"cannot connect to {where}: {leaf}") from None
+            if isinstance(leaf, trio.TooSlowError):
+                why = f"no answer within {self.connect_timeout:g} s"
+            elif isinstance(leaf, trio.BrokenResourceError):
+                why = str(leaf.__cause__ or leaf)
+            else:
+                why = str(leaf)
+            raise ClientError(f"cannot connect to {where}: {why}") from None
 
     def _release(self, ws: WebSocketConnection) -> None:
         """Let the task holding ``ws`` close it (handshake, then the transport)."""
@@ -430,8 +471,11 @@ class Client:
             entry[0].set()
             await entry[1].wait()
 
-    async def _handshake(self, ws: WebSocketConnection, first: bool) -> None:
-        """initialize (first time) or reconnect; installs snapshots / replays."""
+    async def _handshake(
+        self, ws: WebSocketConnection, first: bool, subscriptions: Sequence[str] = (ROOT_URI,)
+    ) -> None:
+        """initialize (first time, subscribed to ``subscriptions``) or reconnect;
+        installs snapshots / replays."""
         self._ws = ws
         if first:
             await ws.send_message(
@@ -443,7 +487,7 @@ class Client:
                             "channel": ROOT_URI,
                             "protocolVersions": list(PROTOCOL_VERSIONS),
                             "clientId": self.client_id,
-                            "initialSubscriptions": [ROOT_URI],
+                            "initialSubscriptions": list(dict.fromkeys([ROOT_URI, *subscriptions])),
                         },
                     )
                 )
@@ -532,11 +576,14 @@ class Client:
                 except RpcError as exc:
                     if exc.code != -32008:
                         raise
+                    # (Its record expired: a disconnection longer than its grace.) The
+                    # subscriptions are asked for again; channels that are gone are not.
                     log.info("server forgot this client: initializing afresh")
                     self._release(ws)
                     ws = await self._open(nursery)
+                    channels = list(self.mirrors)
                     self.mirrors.clear()
-                    await self._handshake(ws, first=True)
+                    await self._handshake(ws, first=True, subscriptions=channels)
             except (ClientError, ConnectionClosed) as exc:
                 if ws is not None:
                     self._release(ws)
@@ -572,11 +619,16 @@ async def connect(
     client_id: str | None = None,
     auto_reconnect: bool = True,
     scrollback: int | None = DEFAULT_SCROLLBACK,
+    ssl_context: ssl.SSLContext | None = None,
+    connect_timeout: float = CONNECT_TIMEOUT,
 ) -> AsyncIterator[Client]:
     """Connect, ``initialize`` (subscribed to the root channel) and yield the client.
 
-    Raises :class:`ClientError` with one clear message when the server cannot be
-    reached or refuses the connection (wrong token: HTTP 403).
+    ``url`` is ``ws://``, ``wss://`` (verified with ``ssl_context``, by default the
+    system's CAs) or ``ws+unix://PATH:/``; opening it (TCP, TLS, the upgrade) may
+    take ``connect_timeout`` seconds, each reconnect too. Raises :class:`ClientError` with one
+    clear message when the server cannot be reached, its certificate does not
+    verify, or it refuses the connection (wrong token: HTTP 403).
     """
     client = Client(
         url,
@@ -584,6 +636,8 @@ async def connect(
         client_id=client_id or f"ahp-py-{secrets.token_hex(6)}",
         auto_reconnect=auto_reconnect,
         scrollback=scrollback,
+        ssl_context=ssl_context,
+        connect_timeout=connect_timeout,
     )
     setup_error: ClientError | None = None
     async with trio.open_nursery() as nursery:

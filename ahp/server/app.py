@@ -15,8 +15,9 @@ import logging
 import os
 import secrets
 import signal
+import ssl
 from collections.abc import AsyncIterator, Callable
-from typing import Final
+from typing import Any, Final
 
 import attrs
 import trio
@@ -26,7 +27,15 @@ from ahp.engine.reap import kill_session
 from ahp.server.session import ServerState
 from ahp.server.websocket import ServerConfig, open_listeners, serve_connections
 
-__all__ = ["DEFAULT_PORT", "ServeOptions", "Sidecar", "is_loopback", "run_sidecar", "serve_host"]
+__all__ = [
+    "DEFAULT_PORT",
+    "ServeOptions",
+    "Sidecar",
+    "is_loopback",
+    "run_sidecar",
+    "serve_host",
+    "tls_context",
+]
 
 log = logging.getLogger("ahp.server")
 
@@ -51,6 +60,15 @@ class ServeOptions:
     token: str | None = None
     allow_origins: frozenset[str] = frozenset()
     require_token: bool = True
+    #: Serve ``wss://`` with this context (server side, certificate loaded); TCP only.
+    tls: ssl.SSLContext | None = None
+
+
+def tls_context(cert: str, key: str | None = None) -> ssl.SSLContext:
+    """A server TLS context from a PEM certificate chain and its key (``--tls-cert``)."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+    return context
 
 
 @attrs.frozen
@@ -90,12 +108,19 @@ async def serve_host(
             "the token can run commands as this user",
             options.host,
         )
-    listeners = await open_listeners(host=options.host, port=options.port, unix=options.unix)
+    if options.tls is not None and options.unix is not None:
+        raise ValueError("TLS is for TCP listeners; a Unix socket is protected by its mode")
+    sockets = await open_listeners(host=options.host, port=options.port, unix=options.unix)
+    listeners: list[trio.abc.Listener[Any]] = list(sockets)
     port: int | None = None
     if options.unix is None:
-        port = listeners[0].socket.getsockname()[1]
+        port = sockets[0].socket.getsockname()[1]
         shown = f"[{options.host}]" if ":" in options.host else options.host
-        url = f"ws://{shown}:{port}/"
+        scheme = "ws" if options.tls is None else "wss"
+        url = f"{scheme}://{shown}:{port}/"
+        if options.tls is not None:
+            # https_compatible: no close_notify exchange, so closing never waits on a peer.
+            listeners = [trio.SSLListener(s, options.tls, https_compatible=True) for s in sockets]
     else:
         url = f"ws+unix://{options.unix}:/"
     if token is not None:

@@ -37,7 +37,7 @@ import logging
 import os
 import socket
 from collections.abc import Sequence
-from typing import Final
+from typing import Any, Final
 from urllib.parse import parse_qs, urlsplit
 
 import attrs
@@ -264,13 +264,13 @@ async def open_listeners(*, host: str | None, port: int | None, unix: str | None
 async def serve_connections(
     state: ServerState,
     config: ServerConfig,
-    listeners: Sequence[Listener],
+    listeners: Sequence[trio.abc.Listener[Any]],
     *,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Accept WebSocket connections until cancelled (each in its own task)."""
 
-    async def handler(stream: trio.SocketStream) -> None:
+    async def handler(stream: trio.abc.Stream) -> None:
         # Every handler runs in the listeners' nursery: an exception escaping one
         # connection would stop the whole server.
         try:
@@ -278,7 +278,7 @@ async def serve_connections(
         except Exception:
             log.exception("connection failed")
         finally:
-            with trio.CancelScope(shield=True):
+            with trio.CancelScope(shield=True), trio.move_on_after(CLOSE_TIMEOUT):
                 await stream.aclose()
 
     async with trio.open_nursery() as nursery:

@@ -108,7 +108,8 @@ def text_frame(payload: bytes) -> bytes:
 
 
 def _remote(stream: trio.abc.Stream) -> str:
-    sock = getattr(stream, "socket", None)
+    transport = getattr(stream, "transport_stream", stream)  # under TLS
+    sock = getattr(transport, "socket", None)
     try:
         peer = sock.getpeername() if sock is not None else None
     except OSError:
@@ -332,5 +333,7 @@ class ServerWebSocket:
         await self._close_stream()
 
     async def _close_stream(self) -> None:
-        with trio.CancelScope(shield=True):
+        # (A stream's aclose closes it even when cancelled: the bound only matters for
+        # a TLS stream, whose close could otherwise wait on the peer.)
+        with trio.CancelScope(shield=True), trio.move_on_after(1):
             await self._stream.aclose()
