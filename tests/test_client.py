@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from ahp.client import ClientError, RpcError, connect
+from ahp.client import ClientError, ConnectionLost, RpcError, connect
 from ahp.protocol import ClientClaim, TerminalClaimed, TerminalTitleChanged
 from ahp.server import ServeOptions
 from tests.helpers import TIMEOUT
@@ -167,3 +167,14 @@ async def test_a_client_the_server_forgot_initializes_again_with_its_subscriptio
             await client.wait_for(lambda: "back-42\r\n" in term.state.tail(64))
             await client.wait_for(lambda: client.last_seen_seq >= server.state.host.hub.seq)
         assert term.state == host_term.state
+
+
+async def test_without_auto_reconnect_requests_after_a_drop_fail_at_once() -> None:
+    async with running_server() as server, connect(server.url, auto_reconnect=False) as client:
+        await client.ping()
+        await client.drop_connection()
+        with trio.fail_after(TIMEOUT):
+            while client.connected:  # noqa: ASYNC110 (the reader notices the drop)
+                await trio.sleep(0.01)
+            with pytest.raises(ConnectionLost):
+                await client.ping()

@@ -180,9 +180,12 @@ class Client:
     # -- requests ----------------------------------------------------------------------------
 
     async def _send(self, text: str) -> None:
+        """Send once connected; during a reconnect this waits for it. Raises
+        :class:`ConnectionLost` when there will be no connection any more."""
         await self._connected.wait()
         ws = self._ws
-        assert ws is not None
+        if ws is None:  # closed for good (closing, or no automatic reconnect)
+            raise ConnectionLost("connection closed")
         try:
             await ws.send_message(text)
         except ConnectionClosed:
@@ -561,6 +564,7 @@ class Client:
             self._release(ws)
             self._fail_waiting()
             if self._closing or not self.auto_reconnect:
+                self._connected.set()  # requests now fail at once (no connection is coming)
                 self._changed.unpark_all()
                 return
             ws = await self._reconnect(nursery)

@@ -11,8 +11,7 @@ as UTF-8, several per system call. wsproto (the sans-I/O protocol library
 trio-websocket and hypercorn are built on) still does the HTTP upgrade, frame
 parsing, unmasking, UTF-8 validation and control frames; only the header of an
 outgoing text frame is written here (server frames are not masked: RFC 6455
-§5.1). Clients (ours, the benchmark's) keep using trio-websocket through
-:mod:`ahp.ws`.
+§5.1). The client library keeps using trio-websocket, through :mod:`ahp.ws`.
 
 Ownership: a :class:`ServerWebSocket` owns its stream and closes it in
 :meth:`~ServerWebSocket.aclose`. One task may :meth:`receive` (it answers pings
