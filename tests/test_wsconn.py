@@ -23,7 +23,7 @@ from ahp.server.websocket import ServerConfig, open_listeners, serve_connections
 from ahp.server.wsconn import text_frame
 from tests.helpers import TIMEOUT
 from tests.test_faults import raw_ws, rpc
-from tests.wire import TOKEN
+from tests.wire import TOKEN, peer, running_server
 
 ROOT = "ahp-root://"
 LIMIT = 64 * 1024
@@ -234,3 +234,36 @@ def test_text_frame_headers() -> None:
     assert text_frame(b"hi") == b"\x81\x02hi"
     assert text_frame(b"x" * 126)[:4] == b"\x81\x7e\x00\x7e"
     assert text_frame(b"x" * 65536)[:10] == b"\x81\x7f" + (65536).to_bytes(8, "big")
+
+
+async def test_pings_are_answered_during_an_output_flood() -> None:
+    """The connection's reader answers pings itself, between the writer's frames."""
+    async with running_server() as server, peer(server.url) as p:
+        term = await server.state.host.create_terminal(argv=["yes", "flood " * 20])
+        await p.initialize("pinger", [term.uri])
+        received = 0
+        waiters: list[tuple[int, trio.Event]] = []
+
+        async def drain() -> None:
+            nonlocal received
+            while True:
+                received += len(await p.ws.get_message())
+                for n, event in waiters:
+                    if received >= n:
+                        event.set()
+
+        async def until(n: int) -> None:
+            event = trio.Event()
+            waiters.append((n, event))
+            await event.wait()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(drain)
+            with trio.fail_after(TIMEOUT):
+                await until(5_000_000)  # the flood is on
+            for i in range(20):
+                with trio.fail_after(TIMEOUT):  # liveness, not speed
+                    await p.ws.ping(b"ping-%d" % i)
+            with trio.fail_after(TIMEOUT):
+                await until(received + 1_000_000)  # and it still flows
+            nursery.cancel_scope.cancel()
