@@ -21,6 +21,7 @@ from ahp.engine import open_host
 from ahp.server.session import ServerState
 from ahp.server.websocket import ServerConfig, open_listeners, serve_connections
 from ahp.server.wsconn import text_frame
+from ahp.ws import open_websocket_url
 from tests.helpers import TIMEOUT
 from tests.test_faults import raw_ws, rpc
 from tests.wire import TOKEN, peer, running_server
@@ -267,3 +268,15 @@ async def test_pings_are_answered_during_an_output_flood() -> None:
             with trio.fail_after(TIMEOUT):
                 await until(received + 1_000_000)  # and it still flows
             nursery.cancel_scope.cancel()
+
+
+async def test_an_offered_subprotocol_is_accepted() -> None:
+    """AHP names none, but clients may offer some and fail without one back."""
+    async with server() as port:
+        url = f"ws://127.0.0.1:{port}/?tkn={TOKEN}"
+        async with open_websocket_url(url, subprotocols=["ahp.v1", "other"]) as ws:
+            assert ws.subprotocol == "ahp.v1"
+            await ws.send_message(rpc("ping", {"channel": ROOT}, msg_id=3).decode())
+            assert orjson.loads(await ws.get_message())["id"] == 3
+        async with open_websocket_url(url) as ws:
+            assert ws.subprotocol is None

@@ -189,7 +189,14 @@ async def _serve_one(stream: trio.abc.Stream, state: ServerState, config: Server
         await reject(stream, wsproto_conn, 403, f"{refusal}\n".encode())
         return
     try:
-        ws = await accept(stream, wsproto_conn, max_message_size=config.max_message_size)
+        # AHP names no subprotocol; clients may offer some (for example to carry
+        # credentials) and then insist on one back: the first offer is taken.
+        ws = await accept(
+            stream,
+            wsproto_conn,
+            max_message_size=config.max_message_size,
+            subprotocol=request.subprotocols[0] if request.subprotocols else None,
+        )
     except ConnectionClosed:
         return
     # The path only: the query may carry the token.

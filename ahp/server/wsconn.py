@@ -86,6 +86,8 @@ class UpgradeRequest:
     #: Lower-cased names, as sent (``Host`` and ``Sec-WebSocket-*`` are not included).
     headers: tuple[tuple[bytes, bytes], ...]
     remote: str
+    #: ``Sec-WebSocket-Protocol`` offers, in the client's order.
+    subprotocols: tuple[str, ...] = ()
 
     def header(self, name: bytes) -> str | None:
         for key, value in self.headers:
@@ -142,6 +144,7 @@ async def read_upgrade(
                             host=event.host,
                             headers=tuple(event.extra_headers),
                             remote=_remote(stream),
+                            subprotocols=tuple(event.subprotocols),
                         )
                         return ws, request
             except RemoteProtocolError as exc:
@@ -165,11 +168,19 @@ async def reject(stream: trio.abc.Stream, ws: WSConnection, status: int, body: b
 
 
 async def accept(
-    stream: trio.abc.Stream, ws: WSConnection, *, max_message_size: int
+    stream: trio.abc.Stream,
+    ws: WSConnection,
+    *,
+    max_message_size: int,
+    subprotocol: str | None = None,
 ) -> ServerWebSocket:
-    """Accept the upgrade (no subprotocol, no extensions: compression stays off)."""
+    """Accept the upgrade (no extensions: compression stays off).
+
+    ``subprotocol`` must be one the client offered: browsers and most client
+    libraries fail a handshake that offered subprotocols and got none back.
+    """
     try:
-        await stream.send_all(ws.send(AcceptConnection()))
+        await stream.send_all(ws.send(AcceptConnection(subprotocol=subprotocol)))
     except (trio.BrokenResourceError, trio.ClosedResourceError):
         raise ConnectionClosed(ABNORMAL, "peer left during the handshake") from None
     return ServerWebSocket(stream, ws, max_message_size=max_message_size)
