@@ -12,7 +12,6 @@ from trio_websocket import (
     ConnectionRejected,
     HandshakeError,
     WebSocketConnection,
-    connect_websocket_url,
     open_websocket_url,
     wrap_client_stream,
 )
@@ -36,7 +35,6 @@ __all__ = [
     "ConnectionRejected",
     "HandshakeError",
     "WebSocketConnection",
-    "connect_websocket_url",
     "open_websocket_url",
     "wrap_client_stream",
 ]

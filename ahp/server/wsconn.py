@@ -275,9 +275,6 @@ class ServerWebSocket:
         data = frames[0] if len(frames) == 1 else b"".join(frames)
         await self._send_raw(data, data_frame=True)
 
-    async def send_text(self, text: str) -> None:
-        await self.send_frames([text_frame(text.encode())])
-
     async def _send_control(self, event: CloseConnection | Pong) -> None:
         if self._ws.state not in (ConnectionState.OPEN, ConnectionState.REMOTE_CLOSING):
             return
@@ -336,11 +333,6 @@ class ServerWebSocket:
             ws.receive_data(bytes(data))
             for _ in ws.events():
                 pass
-
-    async def abort(self) -> None:
-        """Close the stream without a close frame."""
-        self._closed = self._closed or ConnectionClosed(ABNORMAL, "aborted")
-        await self._close_stream()
 
     async def _close_stream(self) -> None:
         # (A stream's aclose closes it even when cancelled: the bound only matters for
