@@ -133,6 +133,9 @@ async def test_spawn_errors_are_clear_and_leave_nothing(tmp_path: Path) -> None:
             await host.create_terminal(argv=["no-such-shell-xyz"])
         with pytest.raises(SpawnError):
             await host.create_terminal(shell="/nonexistent/shell")
+        for cwd in ("relative/dir", "file:relative", "file://elsewhere.example/tmp"):
+            with pytest.raises(SpawnError, match="cwd"):
+                await host.create_terminal(argv=["sh"], cwd=cwd)
         assert host.list_terminals() == ()
         assert open_fds() == fds
         assert children() == []

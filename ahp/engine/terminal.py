@@ -57,6 +57,7 @@ import codecs
 import logging
 import os
 import secrets
+import socket
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
@@ -94,7 +95,7 @@ from ahp.reducers import DEFAULT_SCROLLBACK, low_water_for, reduce_terminal, tri
 from ahp.run import DEFAULT_MAX_OUTPUT, CommandResult, run_command
 from ahp.shell import ShellLaunch, prepare_shell, remove_launch_files
 from ahp.vt import CommandTracker, Scanner, events_to_actions
-from ahp.vt.uri import file_uri_to_path, path_to_file_uri
+from ahp.vt.uri import local_file_uri_to_path, path_to_file_uri
 
 __all__ = [
     "EXIT_LINGER",
@@ -128,7 +129,10 @@ def _cwd_path(cwd: str | None) -> str:
     if cwd is None:
         return os.path.expanduser("~")
     if cwd.startswith("file:"):
-        return file_uri_to_path(cwd)
+        try:
+            return local_file_uri_to_path(cwd, socket.gethostname())
+        except ValueError as exc:
+            raise SpawnError(f"cwd {cwd!r} is not a usable file:// URI: {exc}") from None
     if not os.path.isabs(cwd):
         raise SpawnError(f"cwd must be an absolute path or a file:// URI, got {cwd!r}")
     return cwd

@@ -70,7 +70,7 @@ from ahp.protocol.jsonrpc import (
 from ahp.protocol.state import ROOT_URI, TERMINAL_SCHEME, Snapshot
 from ahp.pty import SpawnError
 from ahp.server.clients import ClientRecord, ClientRegistry
-from ahp.vt.uri import file_uri_to_path, path_to_file_uri
+from ahp.vt.uri import local_file_uri_to_path, path_to_file_uri
 
 __all__ = ["SUPPORTED_VERSIONS", "ServerState", "Session", "negotiate_version"]
 
@@ -185,14 +185,10 @@ def _check_cwd(cwd: str) -> None:
         return
     if not cwd.startswith("file:"):
         fail("must be a file:// URI or an absolute path")
-    if cwd.startswith("file://"):
-        authority = cwd[7:].split("/", 1)[0].lower()
-        if authority not in ("", "localhost", socket.gethostname().lower()):
-            fail(f"names another host ({_short(authority)!r})")
     try:
-        file_uri_to_path(cwd)
-    except ValueError:
-        fail("must be a file:// URI with an absolute path")
+        local_file_uri_to_path(cwd, socket.gethostname())
+    except ValueError as exc:
+        fail(f"is not a usable file:// URI: {_short(str(exc))}")
 
 
 class Session:

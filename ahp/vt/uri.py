@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from urllib.parse import quote, unquote
 
-__all__ = ["file_uri_to_path", "path_to_file_uri"]
+__all__ = ["file_uri_to_path", "local_file_uri_to_path", "path_to_file_uri"]
 
 
 def path_to_file_uri(path: str) -> str:
@@ -66,3 +66,18 @@ def file_uri_to_path(uri: str) -> str:
     if not rest.startswith("/"):
         raise ValueError(f"file: URI without an absolute path: {uri!r}")
     return unquote(rest, encoding="utf-8", errors="surrogateescape")
+
+
+def local_file_uri_to_path(uri: str, hostname: str) -> str:
+    """:func:`file_uri_to_path` for a URI that must name this machine: no host,
+    ``localhost`` or ``hostname`` (``socket.gethostname()``, passed in to keep this
+    module free of I/O): a cwd asked for, rather than reported.
+
+    Raises:
+        ValueError: another host, or no absolute path.
+    """
+    if uri.startswith("file://"):
+        authority = uri[7:].split("/", 1)[0].lower()
+        if authority not in ("", "localhost", hostname.lower()):
+            raise ValueError(f"it names another host ({authority!r})")
+    return file_uri_to_path(uri)
