@@ -16,11 +16,16 @@ from contextlib import asynccontextmanager
 import orjson
 import pytest
 import trio
+import trio.testing
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from wsproto import ConnectionType, WSConnection
+from wsproto.events import AcceptConnection
 
 from ahp.engine import open_host
 from ahp.server.session import ServerState
 from ahp.server.websocket import ServerConfig, open_listeners, serve_connections
-from ahp.server.wsconn import text_frame
+from ahp.server.wsconn import ServerWebSocket, text_frame
 from ahp.ws import open_websocket_url
 from tests.helpers import TIMEOUT
 from tests.test_faults import raw_ws, rpc
@@ -28,6 +33,14 @@ from tests.wire import TOKEN, peer, running_server
 
 ROOT = "ahp-root://"
 LIMIT = 64 * 1024
+#: A client's upgrade request headers, for a wsproto server driven in memory.
+HANDSHAKE_HEADERS = [
+    (b"host", b"localhost"),
+    (b"upgrade", b"websocket"),
+    (b"connection", b"Upgrade"),
+    (b"sec-websocket-key", b"dGhlIHNhbXBsZSBub25jZQ=="),
+    (b"sec-websocket-version", b"13"),
+]
 
 
 def frame(payload: bytes, opcode: int = 1, *, fin: bool = True, masked: bool = True) -> bytes:
@@ -233,7 +246,9 @@ async def test_a_silent_peer_is_dropped_after_the_handshake_timeout() -> None:
 
 def test_text_frame_headers() -> None:
     assert text_frame(b"hi") == b"\x81\x02hi"
+    assert text_frame(b"x" * 125)[:2] == b"\x81\x7d"
     assert text_frame(b"x" * 126)[:4] == b"\x81\x7e\x00\x7e"
+    assert text_frame(b"x" * 65535)[:4] == b"\x81\x7e\xff\xff"
     assert text_frame(b"x" * 65536)[:10] == b"\x81\x7f" + (65536).to_bytes(8, "big")
 
 
@@ -280,3 +295,67 @@ async def test_an_offered_subprotocol_is_accepted() -> None:
             assert orjson.loads(await ws.get_message())["id"] == 3
         async with open_websocket_url(url) as ws:
             assert ws.subprotocol is None
+
+
+# -- message assembly, property-based (in memory: no sockets needed) ------------------------------
+
+
+@st.composite
+def _messages_and_chunks(draw: st.DrawFn) -> tuple[list[str | bytes], list[bytes]]:
+    """Messages, each cut into 1-4 frames (with pings between some), and the whole
+    byte stream cut into chunks at random places."""
+    messages: list[str | bytes] = draw(
+        st.lists(st.text(max_size=300) | st.binary(max_size=300), min_size=1, max_size=6)
+    )
+    wire = b""
+    for message in messages:
+        data = message.encode() if isinstance(message, str) else message
+        cuts = sorted(draw(st.lists(st.integers(0, len(data)), max_size=3)))
+        pieces = [data[a:b] for a, b in zip([0, *cuts], [*cuts, len(data)], strict=True)]
+        for i, piece in enumerate(pieces):
+            opcode = (1 if isinstance(message, str) else 2) if i == 0 else 0
+            wire += frame(piece, opcode, fin=i == len(pieces) - 1)
+            if draw(st.booleans()) and i < len(pieces) - 1:
+                wire += frame(b"p", 9)  # a ping between fragments
+    splits = sorted(set(draw(st.lists(st.integers(1, max(1, len(wire) - 1)), max_size=8))))
+    chunks = [wire[a:b] for a, b in zip([0, *splits], [*splits, len(wire)], strict=True)]
+    return messages, [c for c in chunks if c]
+
+
+@settings(max_examples=150, deadline=None)
+@given(_messages_and_chunks())
+def test_messages_come_out_whole_however_frames_and_reads_are_cut(
+    case: tuple[list[str | bytes], list[bytes]],
+) -> None:
+    """Text split inside a UTF-8 sequence, pings between fragments, reads cut
+    anywhere: ``receive`` returns exactly the messages sent, in order."""
+    messages, chunks = case
+
+    async def main() -> None:
+        ours, theirs = trio.testing.memory_stream_pair()
+        ws = WSConnection(ConnectionType.SERVER)
+        ws.initiate_upgrade_connection(HANDSHAKE_HEADERS, "/")
+        list(ws.events())
+        ws.send(AcceptConnection())  # (the answer itself is not needed here)
+        conn = ServerWebSocket(ours, ws, max_message_size=LIMIT)
+        got: list[str | bytes] = []
+        async with trio.open_nursery() as nursery:
+
+            async def feed() -> None:
+                for chunk in chunks:
+                    await theirs.send_all(chunk)
+                    await trio.lowlevel.checkpoint()
+
+            async def drain() -> None:  # the pongs
+                while await theirs.receive_some():
+                    pass
+
+            nursery.start_soon(feed)
+            nursery.start_soon(drain)
+            with trio.fail_after(TIMEOUT):
+                for _ in messages:
+                    got.append(await conn.receive())
+            nursery.cancel_scope.cancel()
+        assert got == messages
+
+    trio.run(main)
