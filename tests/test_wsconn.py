@@ -25,7 +25,7 @@ from wsproto.events import AcceptConnection
 from ahp.engine import open_host
 from ahp.server.session import ServerState
 from ahp.server.websocket import ServerConfig, open_listeners, serve_connections
-from ahp.server.wsconn import ServerWebSocket, text_frame
+from ahp.server.wsconn import ServerWebSocket, text_frame_header
 from ahp.ws import open_websocket_url
 from tests.helpers import TIMEOUT
 from tests.test_faults import raw_ws, rpc
@@ -245,11 +245,11 @@ async def test_a_silent_peer_is_dropped_after_the_handshake_timeout() -> None:
 
 
 def test_text_frame_headers() -> None:
-    assert text_frame(b"hi") == b"\x81\x02hi"
-    assert text_frame(b"x" * 125)[:2] == b"\x81\x7d"
-    assert text_frame(b"x" * 126)[:4] == b"\x81\x7e\x00\x7e"
-    assert text_frame(b"x" * 65535)[:4] == b"\x81\x7e\xff\xff"
-    assert text_frame(b"x" * 65536)[:10] == b"\x81\x7f" + (65536).to_bytes(8, "big")
+    assert text_frame_header(2) + b"hi" == b"\x81\x02hi"
+    assert text_frame_header(125) == b"\x81\x7d"
+    assert text_frame_header(126) == b"\x81\x7e\x00\x7e"
+    assert text_frame_header(65535) == b"\x81\x7e\xff\xff"
+    assert text_frame_header(65536) == b"\x81\x7f" + (65536).to_bytes(8, "big")
 
 
 async def test_pings_are_answered_during_an_output_flood() -> None:

@@ -54,7 +54,6 @@ from ahp.server.wsconn import (
     accept,
     read_upgrade,
     reject,
-    text_frame,
 )
 
 __all__ = [
@@ -145,11 +144,12 @@ class _Writer:
                 # delayed by one more scheduler pass.
                 batch = outbox.get_nowait() if len(outbox) else await outbox.get_batch()
                 if batch:
-                    frames = [
-                        text_frame(item.frame if isinstance(item, Published) else item.encode())
-                        for item in batch
-                    ]
-                    await ws.send_frames(frames)
+                    await ws.send_texts(
+                        [
+                            item.frame if isinstance(item, Published) else item.encode()
+                            for item in batch
+                        ]
+                    )
                 if session.close_request is not None and not len(outbox):
                     self.close = session.close_request
                     return

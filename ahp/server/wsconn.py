@@ -54,7 +54,7 @@ __all__ = [
     "ServerWebSocket",
     "UpgradeRequest",
     "read_upgrade",
-    "text_frame",
+    "text_frame_header",
 ]
 
 log = logging.getLogger("ahp.server")
@@ -96,16 +96,13 @@ class UpgradeRequest:
         return None
 
 
-def text_frame(payload: bytes) -> bytes:
-    """One unmasked, final text frame carrying ``payload`` (UTF-8, not checked)."""
-    n = len(payload)
-    if n < 126:
-        header = bytes((0x81, n))
-    elif n < 65536:
-        header = b"\x81\x7e" + n.to_bytes(2, "big")
-    else:
-        header = b"\x81\x7f" + n.to_bytes(8, "big")
-    return header + payload
+def text_frame_header(length: int) -> bytes:
+    """The header of one unmasked, final text frame whose payload is ``length`` bytes."""
+    if length < 126:
+        return bytes((0x81, length))
+    if length < 65536:
+        return b"\x81\x7e" + length.to_bytes(2, "big")
+    return b"\x81\x7f" + length.to_bytes(8, "big")
 
 
 def _remote(stream: trio.abc.Stream) -> str:
@@ -270,10 +267,14 @@ class ServerWebSocket:
 
     # -- sending -----------------------------------------------------------------------------
 
-    async def send_frames(self, frames: Sequence[bytes]) -> None:
-        """Send ready-made frames (see :func:`text_frame`) in one write."""
-        data = frames[0] if len(frames) == 1 else b"".join(frames)
-        await self._send_raw(data, data_frame=True)
+    async def send_texts(self, payloads: Sequence[bytes]) -> None:
+        """Send each UTF-8 payload as one text frame, all in one write (the payloads
+        are copied once, into that write's buffer; they are not checked)."""
+        parts: list[bytes] = []
+        for payload in payloads:
+            parts.append(text_frame_header(len(payload)))
+            parts.append(payload)
+        await self._send_raw(b"".join(parts), data_frame=True)
 
     async def _send_control(self, event: CloseConnection | Pong) -> None:
         if self._ws.state not in (ConnectionState.OPEN, ConnectionState.REMOTE_CLOSING):

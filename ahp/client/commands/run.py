@@ -20,7 +20,7 @@ import os
 import secrets
 import shlex
 import sys
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 import attrs
 import trio
@@ -34,9 +34,6 @@ from ahp.client.commands.common import (
     terminal_uri,
 )
 from ahp.run import DEFAULT_MAX_OUTPUT, CommandResult, run_command
-
-if TYPE_CHECKING:
-    pass
 
 __all__ = ["FAILED", "TIMED_OUT", "add_parser", "command_line", "exit_status", "run"]
 
