@@ -63,3 +63,14 @@ def zombies() -> list[int]:
         except OSError:
             pass
     return out
+
+
+async def kill_and_reap(proc: trio.Process) -> None:
+    """Kill ``proc`` if it still runs, wait for it and close its stdout (shielded:
+    for ``finally`` blocks)."""
+    with trio.CancelScope(shield=True):
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+        if proc.stdout is not None:
+            await proc.stdout.aclose()

@@ -29,7 +29,7 @@ import ahp
 from ahp.client.commands.run import split_options
 from ahp.engine import Host
 from ahp.server import ServeOptions
-from tests.helpers import TIMEOUT, wait_for_text
+from tests.helpers import TIMEOUT, kill_and_reap, wait_for_text
 
 REPO = Path(__file__).resolve().parents[1]
 ENV = {"PYTHONPATH": str(REPO)}
@@ -502,11 +502,7 @@ async def test_watcher_example_prints_finished_commands() -> None:
                         out += chunk
                     assert await proc.wait() == 0
             finally:
-                if proc.returncode is None:
-                    proc.kill()
-                    with trio.CancelScope(shield=True):
-                        await proc.wait()
-                await proc.stdout.aclose()
+                await kill_and_reap(proc)
             nursery.cancel_scope.cancel()
     lines = out.decode().splitlines()
     assert lines[0] == "watching ahp-terminal:/w"

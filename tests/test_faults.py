@@ -35,7 +35,7 @@ from ahp.engine import open_host
 from ahp.server.session import ServerState
 from ahp.server.websocket import ServerConfig, open_listeners, serve_connections
 from ahp.ws import ConnectionClosed
-from tests.helpers import TIMEOUT, wait_for_text
+from tests.helpers import TIMEOUT, kill_and_reap, wait_for_text
 from tests.wire import TOKEN, Peer, peer, running_server
 
 ROOT = "ahp-root://"
@@ -542,12 +542,7 @@ async def serve_process(
                     out += chunk
             assert out.decode().count("\n") == 1 and out.decode().endswith("\n"), out
         finally:
-            if proc.returncode is None:
-                proc.kill()
-                with trio.CancelScope(shield=True):
-                    await proc.wait()
-            with trio.CancelScope(shield=True):
-                await proc.stdout.aclose()
+            await kill_and_reap(proc)
 
 
 async def test_serve_prints_one_url_line_and_sigterm_under_load_leaves_no_orphan() -> None:

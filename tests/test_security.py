@@ -34,8 +34,8 @@ import trio
 
 from ahp.server import ServeOptions
 from ahp.ws import open_websocket_url
-from tests.helpers import TIMEOUT
-from tests.wire import TOKEN, peer, running_server
+from tests.helpers import TIMEOUT, kill_and_reap
+from tests.wire import TOKEN, peer, running_server, upgrade_status_line
 
 ROOT = "ahp-root://"
 T1 = "ahp-terminal:/t1"
@@ -43,30 +43,9 @@ REPO = Path(__file__).resolve().parents[1]
 CHROMIUM = "/usr/bin/chromium"
 
 
-async def upgrade_status(port: int, target: str, headers: dict[str, str]) -> int:
+async def upgrade_status(port: int, target: str, headers: dict[str, str | None]) -> int:
     """Send a raw upgrade request; return the HTTP status code of the answer."""
-    stream = await trio.open_tcp_stream("127.0.0.1", port)
-    try:
-        lines = [
-            f"GET {target} HTTP/1.1",
-            "Upgrade: websocket",
-            "Connection: Upgrade",
-            "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==",
-            "Sec-WebSocket-Version: 13",
-        ]
-        headers = {"Host": f"127.0.0.1:{port}", **headers}
-        lines += [f"{k}: {v}" for k, v in headers.items() if v is not None]
-        await stream.send_all(("\r\n".join(lines) + "\r\n\r\n").encode())
-        reply = b""
-        with trio.fail_after(TIMEOUT):
-            while b"\r\n" not in reply:
-                chunk = await stream.receive_some(4096)
-                if not chunk:
-                    break
-                reply += chunk
-    finally:
-        await stream.aclose()
-    return int(reply.split(b" ", 2)[1])
+    return int((await upgrade_status_line(port, target, headers)).split(b" ", 2)[1])
 
 
 # -- the token -------------------------------------------------------------------------------
@@ -182,12 +161,7 @@ async def serve_subprocess(
             with trio.fail_after(TIMEOUT):
                 assert await proc.wait() == 0
         finally:
-            if proc.returncode is None:
-                proc.kill()
-                with trio.CancelScope(shield=True):
-                    await proc.wait()
-            with trio.CancelScope(shield=True):
-                await proc.stdout.aclose()
+            await kill_and_reap(proc)
 
 
 async def test_serve_debug_logs_never_show_the_token_and_children_do_not_inherit_it() -> None:

@@ -17,7 +17,7 @@ from ahp.server import ServeOptions
 from ahp.server.session import negotiate_version
 from ahp.ws import ConnectionClosed
 from tests.helpers import TIMEOUT
-from tests.wire import TOKEN, Peer, peer, running_server
+from tests.wire import TOKEN, Peer, peer, running_server, upgrade_status_line
 
 ROOT = "ahp-root://"
 T1 = "ahp-terminal:/t1"
@@ -431,43 +431,16 @@ async def test_disconnect_keeps_terminals_and_claims() -> None:
 # -- security ---------------------------------------------------------------------------------
 
 
-async def _upgrade_status(port: int, target: str, headers: dict[str, str]) -> bytes:
-    """Send a raw upgrade request; return the HTTP status line of the answer.
-
-    (A raw socket: trio-websocket's client leaks its socket on a rejected handshake.)
-    """
-    stream = await trio.open_tcp_stream("127.0.0.1", port)
-    lines = [
-        f"GET {target} HTTP/1.1",
-        "Upgrade: websocket",
-        "Connection: Upgrade",
-        "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==",
-        "Sec-WebSocket-Version: 13",
-    ]
-    headers = {"Host": f"127.0.0.1:{port}", **headers}
-    lines += [f"{k}: {v}" for k, v in headers.items()]
-    await stream.send_all(("\r\n".join(lines) + "\r\n\r\n").encode())
-    reply = b""
-    with trio.fail_after(TIMEOUT):
-        while b"\r\n" not in reply:
-            chunk = await stream.receive_some(4096)
-            if not chunk:
-                break
-            reply += chunk
-    await stream.aclose()
-    return reply.split(b"\r\n", 1)[0]
-
-
 async def test_token_required() -> None:
     async with running_server() as server:
         base = server.url.split("?")[0]
         assert server.port is not None
-        assert await _upgrade_status(server.port, "/", {}) == b"HTTP/1.1 403 "
-        assert await _upgrade_status(server.port, "/?tkn=wrong", {}) == b"HTTP/1.1 403 "
+        assert await upgrade_status_line(server.port, "/", {}) == b"HTTP/1.1 403 "
+        assert await upgrade_status_line(server.port, "/?tkn=wrong", {}) == b"HTTP/1.1 403 "
         wrong_bearer = {"Authorization": "Bearer wrong"}
-        assert await _upgrade_status(server.port, "/", wrong_bearer) == b"HTTP/1.1 403 "
+        assert await upgrade_status_line(server.port, "/", wrong_bearer) == b"HTTP/1.1 403 "
         assert (
-            await _upgrade_status(server.port, f"/?tkn={TOKEN}", {})
+            await upgrade_status_line(server.port, f"/?tkn={TOKEN}", {})
             == b"HTTP/1.1 101 Switching Protocols"
         )
         async with peer(base, extra_headers=[(b"Authorization", f"Bearer {TOKEN}".encode())]) as p:
@@ -481,7 +454,7 @@ async def test_origin_and_host_checks() -> None:
     async with running_server(options) as server:
         assert server.port is not None
         evil = {"Origin": "http://evil.example"}
-        assert await _upgrade_status(server.port, f"/?tkn={TOKEN}", evil) == b"HTTP/1.1 403 "
+        assert await upgrade_status_line(server.port, f"/?tkn={TOKEN}", evil) == b"HTTP/1.1 403 "
         async with peer(server.url, extra_headers=[(b"Origin", b"http://good.example")]) as p:
             await p.result("ping", {"channel": ROOT})
         rebound = server.url.replace("127.0.0.1", "localhost")
@@ -489,7 +462,9 @@ async def test_origin_and_host_checks() -> None:
             await p.result("ping", {"channel": ROOT})
         # DNS rebinding: a Host header naming another site.
         rebinding = {"Host": f"evil.example:{server.port}"}
-        assert await _upgrade_status(server.port, f"/?tkn={TOKEN}", rebinding) == b"HTTP/1.1 403 "
+        assert (
+            await upgrade_status_line(server.port, f"/?tkn={TOKEN}", rebinding) == b"HTTP/1.1 403 "
+        )
 
 
 async def test_unix_socket_mode(tmp_path: Path) -> None:

@@ -153,3 +153,33 @@ async def running_server(
             yield sidecar
         finally:
             nursery.cancel_scope.cancel()
+
+
+async def upgrade_status_line(port: int, target: str, headers: dict[str, str | None]) -> bytes:
+    """Send a raw upgrade request to 127.0.0.1:``port``; the answer's HTTP status line.
+
+    A raw socket: trio-websocket's client leaks its socket on a refused handshake.
+    ``Host`` defaults to ``127.0.0.1:port``; a header whose value is None is not sent.
+    """
+    stream = await trio.open_tcp_stream("127.0.0.1", port)
+    try:
+        lines = [
+            f"GET {target} HTTP/1.1",
+            "Upgrade: websocket",
+            "Connection: Upgrade",
+            "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==",
+            "Sec-WebSocket-Version: 13",
+        ]
+        headers = {"Host": f"127.0.0.1:{port}", **headers}
+        lines += [f"{k}: {v}" for k, v in headers.items() if v is not None]
+        await stream.send_all(("\r\n".join(lines) + "\r\n\r\n").encode())
+        reply = b""
+        with trio.fail_after(TIMEOUT):
+            while b"\r\n" not in reply:
+                chunk = await stream.receive_some(4096)
+                if not chunk:
+                    break
+                reply += chunk
+    finally:
+        await stream.aclose()
+    return reply.split(b"\r\n", 1)[0]

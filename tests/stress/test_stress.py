@@ -39,6 +39,7 @@ from ahp.protocol.codec import structure, unstructure
 from ahp.protocol.state import Snapshot, TerminalState
 from ahp.reducers import DEFAULT_SCROLLBACK, low_water_for, trim
 from ahp.reducers.scrollback import content_length
+from tests.helpers import kill_and_reap
 
 REPO = Path(__file__).resolve().parents[2]
 TOKEN = "stress-token"
@@ -120,12 +121,7 @@ async def sidecar() -> AsyncIterator[Server]:
         with trio.fail_after(60):
             assert await proc.wait() == 0
     finally:
-        if proc.returncode is None:
-            proc.kill()
-            with trio.CancelScope(shield=True):
-                await proc.wait()
-        with trio.CancelScope(shield=True):
-            await proc.stdout.aclose()
+        await kill_and_reap(proc)
 
 
 def report(title: str, lines: list[str]) -> None:
