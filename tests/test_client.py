@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import pytest
@@ -178,3 +179,30 @@ async def test_without_auto_reconnect_requests_after_a_drop_fail_at_once() -> No
                 await trio.sleep(0.01)
             with pytest.raises(ConnectionLost):
                 await client.ping()
+
+
+async def test_a_server_that_never_answers_initialize_is_a_clear_error() -> None:
+    """The upgrade succeeds, ``initialize`` gets no answer: bounded by connect_timeout."""
+    from ahp.server.wsconn import accept, read_upgrade
+
+    async def silent(stream: trio.SocketStream) -> None:
+        upgrade = await read_upgrade(stream)
+        assert upgrade is not None
+        ws = await accept(stream, upgrade[0], max_message_size=1 << 20)
+        try:
+            while True:
+                await ws.receive()  # and never answer
+        except Exception:
+            pass
+        finally:
+            await ws.aclose()
+
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(
+            functools.partial(trio.serve_tcp, silent, 0, host="127.0.0.1")
+        )
+        port = listeners[0].socket.getsockname()[1]
+        with trio.fail_after(TIMEOUT), pytest.raises(ClientError, match="initialize"):
+            async with connect(f"ws://127.0.0.1:{port}/", connect_timeout=0.5):
+                pass
+        nursery.cancel_scope.cancel()

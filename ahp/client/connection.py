@@ -576,7 +576,8 @@ class Client:
             try:
                 ws = await self._open(nursery)
                 try:
-                    await self._handshake(ws, first=False)
+                    with trio.fail_after(self.connect_timeout):
+                        await self._handshake(ws, first=False)
                 except RpcError as exc:
                     if exc.code != -32008:
                         raise
@@ -587,8 +588,9 @@ class Client:
                     ws = await self._open(nursery)
                     channels = list(self.mirrors)
                     self.mirrors.clear()
-                    await self._handshake(ws, first=True, subscriptions=channels)
-            except (ClientError, ConnectionClosed) as exc:
+                    with trio.fail_after(self.connect_timeout):
+                        await self._handshake(ws, first=True, subscriptions=channels)
+            except (ClientError, ConnectionClosed, trio.TooSlowError) as exc:
                 if ws is not None:
                     self._release(ws)
                 log.info("reconnect attempt %d failed: %s", attempt + 1, exc)
@@ -630,7 +632,8 @@ async def connect(
 
     ``url`` is ``ws://``, ``wss://`` (verified with ``ssl_context``, by default the
     system's CAs) or ``ws+unix://PATH:/``; opening it (TCP, TLS, the upgrade) may
-    take ``connect_timeout`` seconds, each reconnect too. Raises :class:`ClientError` with one
+    take ``connect_timeout`` seconds and ``initialize`` as long again, each
+    reconnect too. Raises :class:`ClientError` with one
     clear message when the server cannot be reached, its certificate does not
     verify, or it refuses the connection (wrong token: HTTP 403).
     """
@@ -648,7 +651,8 @@ async def connect(
         try:
             ws = await client._open(nursery)
             try:
-                await client._handshake(ws, first=True)
+                with trio.fail_after(connect_timeout):
+                    await client._handshake(ws, first=True)
             except BaseException:
                 client._release(ws)
                 raise
@@ -657,6 +661,8 @@ async def connect(
             setup_error = exc
         except ConnectionClosed as exc:
             setup_error = ClientError(f"the server closed the connection: {exc.reason}")
+        except trio.TooSlowError:
+            setup_error = ClientError(f"no answer to initialize within {connect_timeout:g} s")
         else:
             nursery.start_soon(client._run, nursery, ws)
             try:

@@ -43,7 +43,6 @@ import trio
 from ahp.client.commands.common import (
     CommandFailed,
     add_connection_arguments,
-    connection_lost,
     main,
     open_client,
     resolve_target,
@@ -231,9 +230,9 @@ async def _session(
             def listed() -> bool:
                 return any(t.resource == uri for t in client.root.terminals or ())
 
-            await client.wait_for(lambda: listed() or connection_lost(client))
-            await client.wait_for(lambda: not listed() or connection_lost(client))
-            if connection_lost(client):
+            await client.wait_for(lambda: listed() or not client.connected)
+            await client.wait_for(lambda: not listed() or not client.connected)
+            if not client.connected:
                 finish(1, "connection lost")
             else:
                 finish(1, f"{uri} was disposed")

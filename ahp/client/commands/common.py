@@ -35,7 +35,6 @@ __all__ = [
     "CONNECT_TIMEOUT",
     "CommandFailed",
     "add_connection_arguments",
-    "connection_lost",
     "main",
     "open_client",
     "resolve_target",
@@ -92,41 +91,16 @@ def terminal_uri(name: str) -> str:
     return uri
 
 
-def connection_lost(client: Client) -> bool:
-    """Whether the client's connection has closed (clients here never reconnect)."""
-    return not client.connected
-
-
 @asynccontextmanager
 async def open_client(
     url: str, token: str | None, *, timeout: float = CONNECT_TIMEOUT
 ) -> AsyncIterator[Client]:
-    """:func:`ahp.client.connect` without auto-reconnect, its handshake bounded by ``timeout``."""
+    """:func:`ahp.client.connect` without auto-reconnect; connecting and its
+    handshake are each bounded by ``timeout`` (a :class:`ClientError` past it)."""
     from ahp.client.connection import connect
 
-    connected = trio.Event()
-    timed_out = False
-    async with trio.open_nursery() as nursery:
-
-        async def watchdog() -> None:
-            nonlocal timed_out
-            with trio.move_on_after(timeout):
-                await connected.wait()
-                return
-            timed_out = True
-            nursery.cancel_scope.cancel()
-
-        nursery.start_soon(watchdog)
-        async with connect(url, token=token, auto_reconnect=False) as client:
-            connected.set()
-            yield client
-    if timed_out:
-        raise CommandFailed(f"timed out connecting to {_where(url)} after {timeout:g} s")
-
-
-def _where(url: str) -> str:
-    parts = urlsplit(url)
-    return f"{parts.scheme}://{parts.netloc}"
+    async with connect(url, token=token, auto_reconnect=False, connect_timeout=timeout) as client:
+        yield client
 
 
 def _leaves(exc: BaseException) -> list[BaseException]:

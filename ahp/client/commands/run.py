@@ -27,7 +27,6 @@ import trio
 
 from ahp.client.commands.common import (
     CommandFailed,
-    connection_lost,
     main,
     open_client,
     resolve_target,
@@ -188,7 +187,7 @@ def run(args: argparse.Namespace) -> int:
                 async with trio.open_nursery() as nursery:
 
                     async def watch() -> None:
-                        await client.wait_for(lambda: connection_lost(client))
+                        await client.wait_for(lambda: not client.connected)
                         raise CommandFailed("connection lost while the command ran")
 
                     nursery.start_soon(watch)
@@ -200,7 +199,7 @@ def run(args: argparse.Namespace) -> int:
                     )
                     nursery.cancel_scope.cancel()
             finally:
-                if created and not connection_lost(client):
+                if created and client.connected:
                     with trio.CancelScope(shield=True), trio.move_on_after(DISPOSE_TIMEOUT):
                         await client.dispose_terminal(uri)
         assert result is not None
