@@ -35,34 +35,30 @@ def open_fds() -> int:
     return len(os.listdir("/proc/self/fd"))
 
 
+def stat_fields(pid: int) -> list[str] | None:
+    """Fields of ``/proc/<pid>/stat`` after the command name (state, ppid, ...), or
+    None when the process is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+
+
 def children() -> list[int]:
     """Pids whose parent is this process (zombies included)."""
     me = os.getpid()
-    pids = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[1].split()
-        if int(fields[1]) == me:
-            pids.append(int(entry))
-    return pids
+    return [
+        int(entry)
+        for entry in os.listdir("/proc")
+        if entry.isdigit()
+        and (fields := stat_fields(int(entry))) is not None
+        and int(fields[1]) == me
+    ]
 
 
 def zombies() -> list[int]:
-    out = []
-    for pid in children():
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
-                    out.append(pid)
-        except OSError:
-            pass
-    return out
+    return [pid for pid in children() if (fields := stat_fields(pid)) and fields[0] == "Z"]
 
 
 async def kill_and_reap(proc: trio.Process) -> None:

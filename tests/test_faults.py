@@ -35,7 +35,7 @@ from ahp.engine import open_host
 from ahp.server.session import ServerState
 from ahp.server.websocket import ServerConfig, open_listeners, serve_connections
 from ahp.ws import ConnectionClosed
-from tests.helpers import TIMEOUT, kill_and_reap, wait_for_text
+from tests.helpers import TIMEOUT, kill_and_reap, stat_fields, wait_for_text
 from tests.wire import TOKEN, Peer, peer, running_server
 
 ROOT = "ahp-root://"
@@ -54,17 +54,9 @@ async def eventually(condition: Callable[[], bool], timeout: float = TIMEOUT) ->
             await trio.sleep(0.02)
 
 
-def _stat_fields(pid: int) -> list[str] | None:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-
-
 def alive(pid: int) -> bool:
     """The process exists and is not a zombie."""
-    fields = _stat_fields(pid)
+    fields = stat_fields(pid)
     return fields is not None and fields[0] not in ("Z", "X")
 
 
@@ -73,7 +65,7 @@ def session_members(sid: int) -> list[int]:
     out = []
     for entry in os.listdir("/proc"):
         if entry.isdigit():
-            fields = _stat_fields(int(entry))
+            fields = stat_fields(int(entry))
             if fields is not None and int(fields[3]) == sid and fields[0] not in ("Z", "X"):
                 out.append(int(entry))
     return out
@@ -83,7 +75,7 @@ def children_of(ppid: int) -> list[int]:
     out = []
     for entry in os.listdir("/proc"):
         if entry.isdigit():
-            fields = _stat_fields(int(entry))
+            fields = stat_fields(int(entry))
             if fields is not None and int(fields[1]) == ppid:
                 out.append(int(entry))
     return out

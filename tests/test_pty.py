@@ -33,6 +33,7 @@ from ahp.pty import (
     spawn,
 )
 from ahp.pty.launch import default_launcher, python_launcher, spawn_with
+from tests.helpers import stat_fields
 
 TIMEOUT: Final = 10.0
 READ_SIZE: Final = 65536
@@ -45,22 +46,12 @@ def open_fd_count() -> int:
     return len(os.listdir("/proc/self/fd"))
 
 
-def _stat_fields(pid: int) -> list[str] | None:
-    """Fields of /proc/<pid>/stat after the command name (field 3 onward), or None."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            text = f.read()
-    except (FileNotFoundError, ProcessLookupError):
-        return None
-    return text.rsplit(")", 1)[1].split()
-
-
 def children_of(ppid: int) -> set[int]:
     """Pids (zombies included) whose parent is ``ppid``, by scanning /proc."""
     found = set()
     for name in os.listdir("/proc"):
         if name.isdigit():
-            fields = _stat_fields(int(name))
+            fields = stat_fields(int(name))
             if fields is not None and int(fields[1]) == ppid:
                 found.add(int(name))
     return found
@@ -68,7 +59,7 @@ def children_of(ppid: int) -> set[int]:
 
 def state_of(pid: int) -> str | None:
     """Single-letter process state (R, S, T, Z, ...) or None if the pid is gone."""
-    fields = _stat_fields(pid)
+    fields = stat_fields(pid)
     return None if fields is None else fields[0]
 
 

@@ -39,7 +39,7 @@ from ahp.protocol.codec import structure, unstructure
 from ahp.protocol.state import Snapshot, TerminalState
 from ahp.reducers import DEFAULT_SCROLLBACK, low_water_for, trim
 from ahp.reducers.scrollback import content_length
-from tests.helpers import kill_and_reap
+from tests.helpers import kill_and_reap, stat_fields
 
 REPO = Path(__file__).resolve().parents[2]
 TOKEN = "stress-token"
@@ -62,21 +62,13 @@ class Figures:
         )
 
 
-def _stat(pid: int) -> list[str] | None:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-
-
 def figures(pid: int) -> Figures:
     with open(f"/proc/{pid}/status") as f:
         rss_kib = next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
     kids = []
     for entry in os.listdir("/proc"):
         if entry.isdigit():
-            fields = _stat(int(entry))
+            fields = stat_fields(int(entry))
             if fields is not None and int(fields[1]) == pid:
                 kids.append(fields[0])
     return Figures(
