@@ -258,15 +258,7 @@ async def test_disconnect_mid_reconnect() -> None:
             await q.dispatch(T1, {"type": "terminal/titleChanged", "title": "renamed"})
             await q.action(lambda x: x["action"].get("title") == "renamed")
         async with peer(server.url) as p:
-            result = await p.result(
-                "reconnect",
-                {
-                    "channel": ROOT,
-                    "clientId": "c1",
-                    "lastSeenServerSeq": seen,
-                    "subscriptions": [T1],
-                },
-            )
+            result = await p.reconnect("c1", seen, [T1])
             assert result["type"] == "replay" and result["missing"] == []
             titles = [a["action"].get("title") for a in result["actions"]]
             assert "renamed" in titles
@@ -340,15 +332,7 @@ async def test_client_that_never_reads() -> None:
                     pass
         # The server is fine; the lazy client can resume.
         async with peer(url) as p:
-            result = await p.result(
-                "reconnect",
-                {
-                    "channel": ROOT,
-                    "clientId": "lazy",
-                    "lastSeenServerSeq": 0,
-                    "subscriptions": [T1],
-                },
-            )
+            result = await p.reconnect("lazy", 0, [T1])
             assert result["type"] == "snapshot"
 
 

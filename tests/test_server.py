@@ -342,15 +342,7 @@ async def test_reconnect_replay_snapshot_and_unknown() -> None:
             await q.dispatch(T1, {"type": "terminal/titleChanged", "title": "while-away"})
             await q.result("disposeTerminal", {"channel": "ahp-terminal:/t2"})
         async with peer(server.url) as p:
-            result = await p.result(
-                "reconnect",
-                {
-                    "channel": ROOT,
-                    "clientId": "c1",
-                    "lastSeenServerSeq": last,
-                    "subscriptions": [ROOT, T1, "ahp-terminal:/t2"],
-                },
-            )
+            result = await p.reconnect("c1", last, [ROOT, T1, "ahp-terminal:/t2"])
             assert result["type"] == "replay"
             assert result["missing"] == ["ahp-terminal:/t2"]
             seqs = [a["serverSeq"] for a in result["actions"]]
@@ -364,15 +356,7 @@ async def test_reconnect_replay_snapshot_and_unknown() -> None:
                 await q.dispatch(T1, {"type": "terminal/titleChanged", "title": f"t{i}"})
             await q.action(lambda x: x["action"].get("title") == "t99")
         async with peer(server.url) as p:
-            result = await p.result(
-                "reconnect",
-                {
-                    "channel": ROOT,
-                    "clientId": "c1",
-                    "lastSeenServerSeq": last,
-                    "subscriptions": [ROOT, T1],
-                },
-            )
+            result = await p.reconnect("c1", last, [ROOT, T1])
             assert result["type"] == "snapshot"
             assert {s["resource"] for s in result["snapshots"]} == {ROOT, T1}
             assert [s["state"]["title"] for s in result["snapshots"] if s["resource"] == T1] == [
@@ -404,15 +388,7 @@ async def test_replay_never_repeats_what_the_snapshot_held() -> None:
             snap = (await p.result("subscribe", {"channel": T1}))["snapshot"]
         async with peer(server.url) as p:
             # The client reports the last envelope it saw (older than its T1 snapshot).
-            result = await p.result(
-                "reconnect",
-                {
-                    "channel": ROOT,
-                    "clientId": "c1",
-                    "lastSeenServerSeq": first,
-                    "subscriptions": [T1],
-                },
-            )
+            result = await p.reconnect("c1", first, [T1])
             assert result["type"] == "replay"
             assert all(a["serverSeq"] > snap["fromSeq"] for a in result["actions"])
 

@@ -69,6 +69,18 @@ class Peer:
         assert "result" in answer, answer
         return answer["result"]
 
+    async def reconnect(self, client_id: str, last_seen: int, subscriptions: list[str]) -> Any:
+        """``reconnect`` as ``client_id``; its result (replay or snapshots)."""
+        return await self.result(
+            "reconnect",
+            {
+                "channel": "ahp-root://",
+                "clientId": client_id,
+                "lastSeenServerSeq": last_seen,
+                "subscriptions": subscriptions,
+            },
+        )
+
     async def initialize(self, client_id: str, subscriptions: list[str] | None = None) -> Any:
         return await self.result(
             "initialize",
