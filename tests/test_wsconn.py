@@ -25,7 +25,7 @@ from wsproto.events import AcceptConnection
 from ahp.engine import open_host
 from ahp.server.session import ServerState
 from ahp.server.websocket import ServerConfig, open_listeners, serve_connections
-from ahp.server.wsconn import ServerWebSocket, text_frame_header
+from ahp.server.wsconn import WRITE_CHUNK, ServerWebSocket, text_frame_header
 from ahp.ws import open_websocket_url
 from tests.helpers import TIMEOUT
 from tests.test_faults import raw_ws, rpc
@@ -359,3 +359,21 @@ def test_messages_come_out_whole_however_frames_and_reads_are_cut(
         assert got == messages
 
     trio.run(main)
+
+
+async def test_writes_past_the_write_chunk_keep_every_frame_whole_and_in_order() -> None:
+    """Small frames are gathered into writes of ~WRITE_CHUNK; a payload larger than
+    it goes out uncopied after its header; the peer sees the same frames in order."""
+    ours, theirs = trio.testing.memory_stream_pair()
+    ws = WSConnection(ConnectionType.SERVER)
+    ws.initiate_upgrade_connection(HANDSHAKE_HEADERS, "/")
+    list(ws.events())
+    ws.send(AcceptConnection())
+    conn = ServerWebSocket(ours, ws, max_message_size=LIMIT)
+    small = [b"%05d" % i * 200 for i in range(3 * WRITE_CHUNK // 1000)]  # 3 chunks' worth
+    payloads = [*small[:10], b"B" * (2 * WRITE_CHUNK), *small[10:]]
+    frames = Frames(theirs)  # type: ignore[arg-type]  # any trio stream will do
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(conn.send_texts, iter(payloads))
+        got = [await frames.next() for _ in payloads]
+    assert got == [(1, p) for p in payloads]

@@ -36,7 +36,7 @@ import hmac
 import logging
 import os
 import socket
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, Final
 from urllib.parse import parse_qs, urlsplit
 
@@ -45,6 +45,7 @@ import trio
 
 from ahp.engine import Outbox
 from ahp.engine.envelopes import Published
+from ahp.engine.outbox import OutboxItem
 from ahp.server.session import ServerState, Session
 from ahp.server.wsconn import (
     HANDSHAKE_TIMEOUT,
@@ -119,6 +120,16 @@ def check_upgrade(request: UpgradeRequest, config: ServerConfig) -> str | None:
     return None
 
 
+def _encoded(batch: list[OutboxItem]) -> Iterator[bytes]:
+    """The batch's frames, encoded one at a time as they are consumed; each item is
+    dropped from ``batch`` when its frame is taken, so a merged envelope (and its
+    cached frame) is freed once written, not when the whole batch is."""
+    batch.reverse()
+    while batch:
+        item = batch.pop()
+        yield item.frame if isinstance(item, Published) else item.encode()
+
+
 class _Writer:
     """Drains the outbox into the socket; see the module docstring for overflow.
 
@@ -143,17 +154,13 @@ class _Writer:
                 # checkpoint (a send is one): an echo that arrives during a send is not
                 # delayed by one more scheduler pass.
                 batch = outbox.get_nowait() if len(outbox) else await outbox.get_batch()
-                if batch:
-                    await ws.send_texts(
-                        [
-                            item.frame if isinstance(item, Published) else item.encode()
-                            for item in batch
-                        ]
-                    )
+                took = bool(batch)
+                if took:
+                    await ws.send_texts(_encoded(batch))  # (empties ``batch``)
                 if session.close_request is not None and not len(outbox):
                     self.close = session.close_request
                     return
-                if not batch:
+                if not took:
                     if outbox.overflowed:
                         log.info("client %s too slow: closing with 1013", session.client_id)
                         self.close = OVERFLOW_CLOSE

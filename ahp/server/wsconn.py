@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable
 from typing import Final
 
 import attrs
@@ -61,6 +61,8 @@ log = logging.getLogger("ahp.server")
 
 #: Bytes asked of the socket per read.
 RECEIVE_SIZE: Final = 64 * 1024
+#: Frames are gathered into writes of about this many bytes (see ``send_texts``).
+WRITE_CHUNK: Final = 256 * 1024
 #: Seconds a peer gets to send its whole upgrade request.
 HANDSHAKE_TIMEOUT: Final = 10.0
 #: Close codes (RFC 6455 §7.4.1).
@@ -267,21 +269,42 @@ class ServerWebSocket:
 
     # -- sending -----------------------------------------------------------------------------
 
-    async def send_texts(self, payloads: Sequence[bytes]) -> None:
-        """Send each UTF-8 payload as one text frame, all in one write (the payloads
-        are copied once, into that write's buffer; they are not checked)."""
+    async def send_texts(self, payloads: Iterable[bytes]) -> None:
+        """Send each UTF-8 payload as one text frame (not checked), small frames
+        gathered into writes of about :data:`WRITE_CHUNK` bytes.
+
+        Buffering: ``payloads`` is consumed as the writes go (a lazy iterable keeps
+        only one write's frames encoded at a time), and a write's buffer is bounded:
+        a batch of several MiB is never held, encoded, at once (such peaks raise the
+        allocator's high-water mark for good). A payload of ``WRITE_CHUNK`` or more
+        is written as it is, after its header, without a copy.
+        """
         parts: list[bytes] = []
+        size = 0
         for payload in payloads:
-            parts.append(text_frame_header(len(payload)))
-            parts.append(payload)
-        await self._send_raw(b"".join(parts), data_frame=True)
+            header = text_frame_header(len(payload))
+            if len(payload) >= WRITE_CHUNK:
+                parts.append(header)
+                await self._send_raw(b"".join(parts), payload, data_frame=True)
+                parts, size = [], 0
+                continue
+            parts += (header, payload)
+            size += len(header) + len(payload)
+            if size >= WRITE_CHUNK:
+                await self._send_raw(b"".join(parts), data_frame=True)
+                parts, size = [], 0
+        if parts:
+            await self._send_raw(b"".join(parts), data_frame=True)
 
     async def _send_control(self, event: CloseConnection | Pong) -> None:
         if self._ws.state not in (ConnectionState.OPEN, ConnectionState.REMOTE_CLOSING):
             return
         await self._send_raw(self._ws.send(event), data_frame=False)
 
-    async def _send_raw(self, data: bytes, *, data_frame: bool) -> None:
+    async def _send_raw(self, *buffers: bytes, data_frame: bool) -> None:
+        """Write ``buffers`` in order, as one unit: the connection counts as broken
+        from the first byte until the last is out (cancelled between them, the
+        stream holds part of a frame)."""
         async with self._send_lock:
             if self.broken:
                 raise ConnectionClosed(ABNORMAL, "connection broken")
@@ -289,9 +312,10 @@ class ServerWebSocket:
                 self._closed is not None or self._ws.state is not ConnectionState.OPEN
             ):
                 raise self._closed or ConnectionClosed(ABNORMAL, "connection closing")
-            self.broken = True  # until the whole buffer is out
+            self.broken = True  # until every buffer is out
             try:
-                await self._stream.send_all(data)
+                for data in buffers:
+                    await self._stream.send_all(data)
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 self._closed = self._closed or ConnectionClosed(ABNORMAL, "connection lost")
                 raise self._closed from None
