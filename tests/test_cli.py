@@ -171,7 +171,7 @@ async def test_run_exit_code_output_and_json() -> None:
     assert (one.returncode, one.stdout) == (4, "one\ntwo\n"), one.stderr
     assert as_json.returncode == 0, as_json.stderr
     result = json.loads(as_json.stdout)
-    assert set(result) == {f.name for f in attrs.fields(ahp.CommandResult)}
+    assert set(result) == {f.name for f in attrs.fields(ahp.CommandResult)} - {"handle"}
     assert result["output"] == "ab\n" and "\x1b[1m" in result["raw_output"]
     assert result["exit_code"] == 0 and result["timed_out"] is False
     assert (by_option.returncode, by_option.stdout) == (0, "opt\n"), by_option.stderr

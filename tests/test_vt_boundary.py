@@ -13,7 +13,15 @@ import sys
 from pathlib import Path
 
 FORBIDDEN = ("trio", "os", "socket", "fcntl")
-VT_MODULES = ("ahp.vt", "ahp.vt.events", "ahp.vt.integration", "ahp.vt.scanner", "ahp.vt.uri")
+VT_MODULES = (
+    "ahp.vt",
+    "ahp.vt.events",
+    "ahp.vt.integration",
+    "ahp.vt.scanner",
+    "ahp.vt.uri",
+    "ahp.vt.render",
+    "ahp.vt.screen",
+)
 
 PROBE = """
 import importlib, json, sys, types

@@ -54,13 +54,15 @@ closes every fd — always, shielded from cancellation.
 from __future__ import annotations
 
 import codecs
+import contextlib
 import logging
 import os
 import secrets
+import signal
 import socket
 import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from typing import Final
 
 import attrs
@@ -90,11 +92,21 @@ from ahp.protocol.state import (
     TerminalInfo,
     TerminalState,
 )
-from ahp.pty import Child, ChildGone, SpawnError, SpawnSpec, spawn
+from ahp.pty import Child, ChildGone, SpawnError, SpawnSpec, procfs, spawn
+from ahp.pty.environment import NONINTERACTIVE_ENV
 from ahp.reducers import DEFAULT_SCROLLBACK, low_water_for, reduce_terminal, trim
-from ahp.run import DEFAULT_MAX_OUTPUT, CommandResult, run_command
+from ahp.run import (
+    DEFAULT_INPUT_QUIET,
+    FOLLOW_BYTES,
+    CommandHandle,
+    CommandResult,
+    InputEvidence,
+    run_command,
+    start_command,
+)
 from ahp.shell import ShellLaunch, prepare_shell, remove_launch_files
 from ahp.vt import CommandTracker, Scanner, events_to_actions
+from ahp.vt.screen import Screen, ScreenModel
 from ahp.vt.uri import local_file_uri_to_path, path_to_file_uri
 
 __all__ = [
@@ -151,7 +163,9 @@ class TerminalSpec:
     ``$SHELL``, else ``/bin/sh``) with command detection injected when the shell
     is bash, zsh or fish. ``cwd`` is an absolute path or a ``file://`` URI
     (default: the home directory). The child's environment is this process's
-    environment plus ``TERM=xterm-256color`` plus ``env``.
+    environment plus ``TERM=xterm-256color``, plus (unless ``interactive``) the
+    non-interactive defaults :data:`ahp.pty.environment.NONINTERACTIVE_ENV`
+    (no pagers, no credential prompts), plus ``env``.
     """
 
     uri: str
@@ -168,6 +182,7 @@ class TerminalSpec:
     shell_integration: bool = True
     scrollback: int = DEFAULT_SCROLLBACK
     grace: float = DISPOSE_GRACE
+    interactive: bool = False
 
 
 def _has_surrogates(text: str) -> bool:
@@ -221,6 +236,8 @@ class Terminal:
         self._reducing = False
         self._cancel_scope = trio.CancelScope()
         self._wait_scope: trio.CancelScope | None = None
+        self._tasks: trio.Nursery | None = None  # command collectors (ahp.run)
+        self._screen: ScreenModel | None = None
         self._process_exited = trio.Event()
         self._exit_code: int | None = None
         self.exited = trio.Event()
@@ -318,26 +335,113 @@ class Terminal:
         command_line: str,
         *,
         timeout: float | None = None,
-        max_output_bytes: int = DEFAULT_MAX_OUTPUT,
+        yield_after: float | None = None,
+        head_bytes: int | None = None,
+        tail_bytes: int | None = None,
+        input_quiet: float = DEFAULT_INPUT_QUIET,
         claim: TerminalClaim | None = None,
+        max_output_bytes: int | None = None,
     ) -> CommandResult:
         """Type ``command_line`` into this terminal and return its :class:`CommandResult`.
 
-        Uses command detection when the shell reports it, else a marker-based
-        fallback (see :mod:`ahp.run`). On ``timeout`` the command is interrupted
-        (``\\x03``) and what arrived is returned with ``timed_out=True``;
-        cancelling the call interrupts the command too. Output beyond
-        ``max_output_bytes`` keeps the most recent bytes (``truncated=True``).
-        With ``claim`` (e.g. a :class:`SessionClaim` naming a tool call) the
-        terminal is claimed for the duration and the previous claim restored.
+        Returns when the command is over; early with status ``waiting_for_input``
+        when it blocks reading the terminal (seen in ``/proc`` after
+        ``input_quiet`` s of quiet; answer with ``result.handle.send_input``), or
+        with status ``running`` after ``yield_after`` s (``result.handle`` follows
+        it). On ``timeout`` the command is interrupted (``\\x03``): status
+        ``timed_out``; cancelling the call interrupts it too. ``output`` is the
+        rendered text, its first ``head_bytes`` and last ``tail_bytes``
+        (``max_output_bytes``, for compatibility, sets both: a quarter head). With
+        ``claim`` (e.g. a :class:`SessionClaim` naming a tool call) the terminal
+        is claimed until the command ends and the previous claim is restored.
+        See :mod:`ahp.run`.
         """
         return await run_command(
             _LocalDriver(self),
             command_line,
             timeout=timeout,
-            max_output_bytes=max_output_bytes,
+            yield_after=yield_after,
+            head_bytes=head_bytes,
+            tail_bytes=tail_bytes,
+            input_quiet=input_quiet,
             claim=claim,
+            max_output_bytes=max_output_bytes,
         )
+
+    async def start(
+        self,
+        command_line: str,
+        *,
+        head_bytes: int | None = None,
+        tail_bytes: int | None = None,
+        input_quiet: float = DEFAULT_INPUT_QUIET,
+        claim: TerminalClaim | None = None,
+        max_output_bytes: int | None = None,
+    ) -> CommandHandle:
+        """Type ``command_line`` and return its :class:`~ahp.run.CommandHandle` at once.
+
+        The handle's collector runs in this terminal's nursery: it ends with the
+        command or when the terminal is disposed.
+        """
+        return await start_command(
+            _LocalDriver(self),
+            command_line,
+            head_bytes=head_bytes,
+            tail_bytes=tail_bytes,
+            input_quiet=input_quiet,
+            claim=claim,
+            max_output_bytes=max_output_bytes,
+        )
+
+    def screen(self) -> Screen:
+        """The visible screen now (rendered on demand: see :mod:`ahp.vt.screen`)."""
+        if self._screen is None:
+            self._screen = ScreenModel(self.spec.cols, self.spec.rows)
+        return self._screen.update(self._state)
+
+    def tty_status(self) -> procfs.TtyStatus | None:
+        """The pty's foreground process group, echo flag and the processes blocked
+        reading it (``None`` without a pty or once closed)."""
+        child = self._child
+        if child is None or not self.spec.use_pty or child.output_fd < 0 or self.exited.is_set():
+            return None
+        return procfs.tty_status(child.output_fd)
+
+    def session_processes(self) -> dict[int, str]:
+        """The jobs running in this terminal's session: pid → command line (processes
+        outside the shell's own process group, see :func:`ahp.pty.procfs.session_jobs`)."""
+        child = self._child
+        if child is None or not self.spec.use_pty or self.exited.is_set():
+            return {}
+        return {pid: line for pid, (_, line) in procfs.session_jobs(child.pid).items()}
+
+    async def kill_command(self, keep: Collection[int] = ()) -> None:
+        """SIGKILL the foreground job and every job started in the session since
+        (every job process not in ``keep``), each by its whole process group. If the
+        shell itself is in the foreground (a builtin such as ``read`` or ``wait``),
+        it gets Ctrl-C too."""
+        child = self._child
+        status = self.tty_status()
+        if child is None or status is None:
+            await self.send_input("\x03")
+            return
+        groups = {
+            pgrp for pid, (pgrp, _) in procfs.session_jobs(child.pid).items() if pid not in keep
+        }
+        if status.foreground_pgrp not in (0, child.pid):
+            groups.add(status.foreground_pgrp)
+        for pgrp in groups:
+            with contextlib.suppress(OSError):
+                os.killpg(pgrp, signal.SIGKILL)
+        if status.foreground_pgrp == child.pid:
+            await self.send_input("\x03")
+        await trio.lowlevel.checkpoint()
+
+    def spawn_task(self, fn: Callable[[], Awaitable[None]]) -> None:
+        """Run ``fn`` in this terminal's nursery (cancelled on dispose); ``fn`` must not raise."""
+        if self._tasks is None:
+            raise RuntimeError("the terminal is not running")
+        self._tasks.start_soon(fn)
 
     async def interrupt(self) -> None:
         """Send Ctrl-C: the pty delivers SIGINT to the foreground job."""
@@ -355,6 +459,8 @@ class Terminal:
         spec = self.spec
         base_env = dict(os.environ)
         base_env["TERM"] = "xterm-256color"
+        if not spec.interactive:
+            base_env.update(NONINTERACTIVE_ENV)
         base_env.update(spec.env)
         cwd = _cwd_path(spec.cwd)
         if spec.argv is not None:
@@ -400,6 +506,7 @@ class Terminal:
             with self._cancel_scope:
                 try:
                     async with trio.open_nursery() as nursery:
+                        self._tasks = nursery
                         self._reducing = True
                         nursery.start_soon(self._read_loop)
                         nursery.start_soon(self._write_loop)
@@ -410,6 +517,7 @@ class Terminal:
                     log.exception("terminal %s failed", self.uri)
                 finally:
                     self._reducing = False
+                    self._tasks = None
         finally:
             with trio.CancelScope(shield=True):
                 await child.terminate(spec.grace)
@@ -689,11 +797,15 @@ class _LocalDriver:
         self._terminal = terminal
 
     @property
+    def uri(self) -> str:
+        return self._terminal.uri
+
+    @property
     def state(self) -> TerminalState:
         return self._terminal.state
 
     def follow(self) -> Subscription:
-        return self._terminal.subscribe(max_bytes=64 * 1024 * 1024)
+        return self._terminal.subscribe(max_bytes=FOLLOW_BYTES)
 
     async def send_input(self, data: str) -> None:
         await self._terminal.send_input(data)
@@ -710,3 +822,22 @@ class _LocalDriver:
             async for _ in updates:
                 if terminal.state.claim == claim or terminal.closed.is_set():
                     break
+
+    def spawn_task(self, fn: Callable[[], Awaitable[None]]) -> None:
+        self._terminal.spawn_task(fn)
+
+    @property
+    def sees_processes(self) -> bool:
+        return self._terminal.spec.use_pty
+
+    def input_evidence(self) -> InputEvidence | None:
+        status = self._terminal.tty_status()
+        if status is None or not status.readers:
+            return None
+        return InputEvidence(readers=status.readers, echo=status.echo, source="procfs")
+
+    def session_processes(self) -> dict[int, str]:
+        return self._terminal.session_processes()
+
+    async def kill_command(self, keep: Collection[int]) -> None:
+        await self._terminal.kill_command(keep)

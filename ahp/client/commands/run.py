@@ -22,7 +22,6 @@ import shlex
 import sys
 from typing import Final
 
-import attrs
 import trio
 
 from ahp.client.commands.common import (
@@ -63,13 +62,16 @@ def _add_options(p: argparse.ArgumentParser) -> None:
         type=int,
         default=DEFAULT_MAX_OUTPUT,
         metavar="N",
-        help=f"keep at most the last N bytes of output (default {DEFAULT_MAX_OUTPUT})",
+        help="print at most N bytes of the rendered output: its first quarter and the "
+        f"rest from its end, with a line saying what was left out (default {DEFAULT_MAX_OUTPUT})",
     )
     p.add_argument(
         "--json",
         action="store_true",
-        help="print the whole CommandResult as JSON (command_line, output, raw_output, "
-        "exit_code, duration_ms, truncated, timed_out)",
+        help="print the whole CommandResult as JSON (command_line, status, output, "
+        "raw_output, exit_code, duration_ms, truncated, omitted_bytes, omitted_lines, "
+        "timed_out, waiting_for_input, alternate_screen, shell_exited, background, "
+        "command_id)",
     )
 
 
@@ -204,12 +206,20 @@ def run(args: argparse.Namespace) -> int:
                         await client.dispose_terminal(uri)
         assert result is not None
         if args.json:
-            print(json.dumps(attrs.asdict(result), indent=2))
+            print(json.dumps(result.to_json(), indent=2))
         else:
             sys.stdout.write(result.output)
             sys.stdout.flush()
+        if result.truncated:
+            print(
+                f"ahp run: output truncated: {result.omitted_bytes} bytes in "
+                f"{result.omitted_lines} lines omitted (--max-output-bytes)",
+                file=sys.stderr,
+            )
         if result.timed_out:
             print(f"ahp run: timed out after {args.timeout:g} s", file=sys.stderr)
+        elif result.waiting_for_input:
+            print("ahp run: the command is waiting for input", file=sys.stderr)
         elif result.exit_code is None:
             print("ahp run: the command's exit code is unknown", file=sys.stderr)
         return exit_status(result)

@@ -1,0 +1,175 @@
+"""What the processes on a terminal are doing, read from ``/proc`` (Linux).
+
+Why: "is this command waiting for input?" is usually guessed from silence,
+which cannot tell a prompt from a slow build. The kernel knows: a process that
+waits for a line from its terminal sleeps in a ``read`` of the tty
+(``/proc/PID/syscall`` names the system call and its fd; ``/proc/PID/wchan``
+shows ``n_tty_read`` or ``wait_woken``). The terminal's *foreground process
+group* (``tcgetpgrp`` on the pty master) is the job that would get the input,
+and the tty's ``ECHO`` flag is off while a password is read.
+
+The same scan finds what a command left behind: processes of the terminal's
+session (the shell is its leader) other than the shell.
+
+Everything here is synchronous and cheap (a few small ``/proc`` reads per
+process of the session); missing files (a process that just exited, another
+kernel) read as "no evidence". Linux only: elsewhere every function answers
+"nothing seen".
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import termios
+from typing import Final
+
+import attrs
+
+__all__ = [
+    "TTY_READ_WCHANS",
+    "ProcessInfo",
+    "TtyStatus",
+    "process_info",
+    "session_jobs",
+    "tty_status",
+]
+
+#: Kernel functions a process sleeps in while reading a tty (``/proc/PID/wchan``).
+#: ``wait_woken`` alone is not enough (sockets sleep there too): it counts only
+#: together with a ``read`` of the terminal in ``/proc/PID/syscall``.
+TTY_READ_WCHANS: Final = frozenset({"n_tty_read"})
+#: The ``read`` system call's number, per machine (``/proc/PID/syscall``'s first field).
+_READ_SYSCALL: Final = {"x86_64": 0, "aarch64": 63, "riscv64": 63, "i686": 3, "armv7l": 3}.get(
+    platform.machine()
+)
+#: Bound on the command line reported for one process.
+MAX_CMDLINE: Final = 4096
+
+
+@attrs.frozen
+class ProcessInfo:
+    """Fields of ``/proc/PID/stat`` this module uses."""
+
+    pid: int
+    state: str
+    pgrp: int
+    session: int
+    tty_nr: int
+
+
+def _read(path: str, limit: int = 4096) -> bytes | None:
+    try:
+        with open(path, "rb") as f:
+            return f.read(limit)
+    except OSError:
+        return None
+
+
+def process_info(pid: int) -> ProcessInfo | None:
+    """``/proc/PID/stat``, or ``None`` when the process is gone."""
+    data = _read(f"/proc/{pid}/stat")
+    if data is None:
+        return None
+    try:
+        fields = data[data.rindex(b")") + 2 :].split()
+        return ProcessInfo(
+            pid=pid,
+            state=fields[0].decode(),
+            pgrp=int(fields[2]),
+            session=int(fields[3]),
+            tty_nr=int(fields[4]),
+        )
+    except (ValueError, IndexError):
+        return None
+
+
+def command_line(pid: int) -> str:
+    """The process's arguments joined by spaces (its name in brackets if it has none)."""
+    data = _read(f"/proc/{pid}/cmdline", MAX_CMDLINE)
+    if data:
+        return data.rstrip(b"\0").replace(b"\0", b" ").decode("utf-8", "replace")
+    comm = _read(f"/proc/{pid}/comm")
+    return f"[{comm.decode('utf-8', 'replace').strip()}]" if comm else f"[{pid}]"
+
+
+def _all_processes() -> list[ProcessInfo]:
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return []
+    infos = []
+    for name in names:
+        if name.isdigit():
+            info = process_info(int(name))
+            if info is not None:
+                infos.append(info)
+    return infos
+
+
+def session_jobs(session: int) -> dict[int, tuple[int, str]]:
+    """Live processes of ``session`` outside its leader's process group: pid →
+    (process group, command line).
+
+    Why outside the leader's group: a shell with job control puts every job it
+    starts (foreground or ``&``) in a process group of its own, while what it runs
+    for itself — command substitutions in a prompt hook, for instance — stays in
+    its own group. So these are the jobs, and nothing the shell does in passing.
+    """
+    return {
+        info.pid: (info.pgrp, command_line(info.pid))
+        for info in _all_processes()
+        if info.session == session and info.pgrp != session and info.state not in "ZX"
+    }
+
+
+def reads_tty(info: ProcessInfo) -> bool:
+    """Whether the process sleeps in a read of its controlling terminal."""
+    if info.state != "S" or info.tty_nr == 0:
+        return False
+    wchan = _read(f"/proc/{info.pid}/wchan")
+    if wchan is not None and wchan.decode(errors="replace").strip() in TTY_READ_WCHANS:
+        return True
+    if _READ_SYSCALL is None:
+        return False
+    syscall = _read(f"/proc/{info.pid}/syscall")
+    if not syscall:
+        return False
+    fields = syscall.split()
+    try:
+        if int(fields[0]) != _READ_SYSCALL:
+            return False
+        fd = int(fields[1], 16)
+        return os.stat(f"/proc/{info.pid}/fd/{fd}").st_rdev == info.tty_nr
+    except (ValueError, IndexError, OSError):
+        return False
+
+
+@attrs.frozen
+class TtyStatus:
+    """The state of a pty as its processes see it.
+
+    Attributes:
+        foreground_pgrp: the foreground process group (0: none).
+        echo: the tty echoes input (``False`` while a password is read).
+        readers: pids of the foreground group that sleep in a read of the tty.
+    """
+
+    foreground_pgrp: int
+    echo: bool
+    readers: tuple[int, ...]
+
+
+def tty_status(master_fd: int) -> TtyStatus | None:
+    """What the pty behind ``master_fd`` is doing; ``None`` when it cannot be read."""
+    try:
+        pgrp = os.tcgetpgrp(master_fd)
+        lflag = termios.tcgetattr(master_fd)[3]
+    except (OSError, termios.error):
+        return None
+    if pgrp <= 0:
+        return TtyStatus(foreground_pgrp=0, echo=bool(lflag & termios.ECHO), readers=())
+    readers = tuple(
+        sorted(info.pid for info in _all_processes() if info.pgrp == pgrp and reads_tty(info))
+    )
+    return TtyStatus(foreground_pgrp=pgrp, echo=bool(lflag & termios.ECHO), readers=readers)
