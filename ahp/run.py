@@ -97,8 +97,10 @@ DEFAULT_MAX_OUTPUT: Final = 1_000_000
 INTERRUPT_GRACE: Final = 5.0
 #: Default quiet time before the driver is asked whether the command waits for input.
 DEFAULT_INPUT_QUIET: Final = 0.5
-#: While quiet and not waiting, evidence is looked for again this often.
+#: While quiet and not waiting, evidence is looked for again after this long at
+#: first, then twice as long each time up to ``MAX_INPUT_POLL``.
 INPUT_POLL: Final = 0.25
+MAX_INPUT_POLL: Final = 2.0
 #: Upper bound of ``raw_output`` (the most recent bytes are kept).
 MAX_RAW_OUTPUT: Final = RETAINED_OUTPUT_BYTES
 #: Buffer of the subscription a command follows (beyond it: a resynchronisation).
@@ -342,6 +344,8 @@ class CommandHandle:
         self._interrupted = False
         self._killed = False
         self._waiting: InputEvidence | None = None
+        self._episode = 0  # waiting-for-input episodes so far
+        self._reported = 0  # the last episode a wait() returned
         self._executing = False  # the command itself runs (detected, or past the marker)
         self._last_output = trio.current_time()
         self._background: tuple[BackgroundProcess, ...] = ()
@@ -434,11 +438,25 @@ class CommandHandle:
 
     async def wait(self, timeout: float | None = None) -> CommandResult:
         """Wait until the command is over or waits for input, or ``timeout`` passes
-        (then its status is ``running``). Never interrupts the command."""
+        (then its status is ``running``). Never interrupts the command.
+
+        A wait for input that an earlier ``wait`` (or ``run``) already returned does
+        not end the next ``wait`` at once: that one returns when the command ends,
+        when it waits for input anew (after more output or input), or on timeout.
+        """
         with trio.move_on_after(math.inf if timeout is None else timeout):
-            while not self.done and self._waiting is None:
-                await self._changed.wait()
+            await self._settled()
+        if self._waiting is not None:
+            self._reported = self._episode
         return self.result()
+
+    def _is_settled(self) -> bool:
+        return self.done or (self._waiting is not None and self._episode != self._reported)
+
+    async def _settled(self) -> None:
+        """Until the command is over or waits for input in an unreported episode."""
+        while not self._is_settled():
+            await self._changed.wait()
 
     async def wait_output(self, timeout: float | None = None) -> None:
         """Wait until new output arrives, the command ends, or ``timeout`` passes."""
@@ -608,21 +626,31 @@ class CommandHandle:
                 return
 
     async def _watch_input(self) -> None:
-        """Conclude ``waiting_for_input`` from quiet output plus the driver's evidence."""
+        """Conclude ``waiting_for_input`` from quiet output plus the driver's evidence.
+
+        While quiet without evidence it looks again after :data:`INPUT_POLL`
+        seconds, doubling up to :data:`MAX_INPUT_POLL` (a long silent build costs
+        a ``/proc`` scan every two seconds, not four a second).
+        """
         quiet = self._input_quiet
+        poll = INPUT_POLL
         while True:
             due = self._last_output + quiet
             now = trio.current_time()
             if self._waiting is not None or not self._executing or now < due:
+                poll = INPUT_POLL
                 with trio.move_on_at(due if now < due else now + INPUT_POLL):
                     await self._output_event.wait()
                 continue
             evidence = self._evidence()
             if evidence is not None and not self.done:
                 self._waiting = evidence
+                self._episode += 1
                 self._notify()
-            else:
-                await trio.sleep(INPUT_POLL)
+                continue
+            with trio.move_on_after(poll):
+                await self._output_event.wait()
+            poll = min(poll * 2, MAX_INPUT_POLL)
 
     def _evidence(self) -> InputEvidence | None:
         if self._driver.sees_processes:
@@ -778,25 +806,28 @@ async def _await_result(
 async def wait_any(
     handles: Sequence[CommandHandle], timeout: float | None = None
 ) -> CommandHandle | None:
-    """The first handle whose command is over or waits for input (``None`` on timeout)."""
+    """The first handle whose command is over or waits for input (as
+    :meth:`CommandHandle.wait` counts it), or ``None`` on timeout."""
     if not handles:
         raise ValueError("no handles to wait for")
-    for handle in handles:
-        if handle.done or handle.status == "waiting_for_input":
-            return handle
-    winner: list[CommandHandle] = []
-    with trio.move_on_after(math.inf if timeout is None else timeout):
-        async with trio.open_nursery() as nursery:
+    winner: list[CommandHandle] = [h for h in handles if h._is_settled()][:1]
+    if not winner:
+        with trio.move_on_after(math.inf if timeout is None else timeout):
+            async with trio.open_nursery() as nursery:
 
-            async def one(handle: CommandHandle) -> None:
-                await handle.wait()
-                if not winner:
-                    winner.append(handle)
-                nursery.cancel_scope.cancel()
+                async def one(handle: CommandHandle) -> None:
+                    await handle._settled()
+                    if not winner:
+                        winner.append(handle)
+                    nursery.cancel_scope.cancel()
 
-            for handle in handles:
-                nursery.start_soon(one, handle)
-    return winner[0] if winner else None
+                for handle in handles:
+                    nursery.start_soon(one, handle)
+    if not winner:
+        return None
+    if winner[0]._waiting is not None:
+        winner[0]._reported = winner[0]._episode
+    return winner[0]
 
 
 async def _any_done(handles: Sequence[CommandHandle]) -> None:

@@ -295,3 +295,24 @@ async def test_several_commands_at_once() -> None:
             order = [r.output async for r in as_completed(handles)]
     assert first is handles[1]
     assert order == ["done 0.1\n", "done 0.8\n", "done 1.5\n"]
+
+
+async def test_each_wait_for_input_is_reported_once() -> None:
+    async with ahp.open_host() as host:
+        asker = await host.create_terminal(shell="/bin/bash")
+        other = await host.create_terminal(shell="/bin/bash")
+        with trio.fail_after(TIMEOUT):
+            handle = await asker.start('python3 -c \'input("a? "); input("b? ")\'')
+            assert (await handle.wait()).status == "waiting_for_input"
+            # The same prompt again: wait() does not return at once; its timeout ends it.
+            again = await handle.wait(timeout=0.5)
+            assert again.status == "waiting_for_input" and again.output == "a?\n"
+            sleeper = await other.start("sleep 0.3; echo slept")
+            assert await wait_any([handle, sleeper]) is sleeper
+            await handle.send_input("1\r")
+            second = await handle.wait()
+            assert second.status == "waiting_for_input" and second.output.endswith("b?\n")
+            assert await wait_any([handle, sleeper]) is sleeper  # over: settled for good
+            await handle.send_input("2\r")
+            final = await handle.wait()
+    assert final.status == "finished" and final.exit_code == 0

@@ -27,6 +27,7 @@ SECTIONS = (
     "peers",
     "scanner",
     "integration",
+    "render",
     "targets",
     "chart",
 )

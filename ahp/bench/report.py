@@ -231,7 +231,7 @@ def render_table(results: dict[str, Any], targets: list[Target]) -> str:
         f"{_fig(ap['small_seconds'], 3)}, {ap['large_mb']:g} MB {_fig(ap['large_seconds'], 3)}: "
         f"{ap['ratio']:.1f}x for 10x the data",
     ]
-    for name in ("scanner", "integration"):
+    for name in ("scanner", "integration", "render"):
         node = r.get(name, {})
         lines.append("")
         if "skipped" in node:

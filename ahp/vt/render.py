@@ -46,10 +46,15 @@ _TOKEN: Final = re.compile(
     r"|(?P<csi>\x1b\[(?P<params>[0-?]*)(?P<inter>[ -/]*)(?P<final>[@-~]))"
     r"|(?P<osc>\x1b\][^\x07\x1b]*(?:\x07|\x1b\\))"
     r"|(?P<string>\x1b[P_^X][^\x1b]*\x1b\\)"
-    r"|(?P<esc>\x1b[ -/]*[0-~])"
+    # other escapes; never a string or CSI introducer (P X [ ] ^ _)
+    r"|(?P<esc>\x1b[ -/]*[0-OQ-WYZ\\`a-~])"
     r"|(?P<ctl>[\x00-\x1f\x7f-\x9f])",
     re.DOTALL,
 )
+#: Colours and attributes (SGR) change nothing in the text: removed before tokenizing.
+_SGR: Final = re.compile(r"\x1b\[[0-9;:]*m")
+#: Whole lines of printable ASCII: the fast path.
+_PLAIN_LINES: Final = re.compile(r"(?:[ -~]*\r\n)+")
 #: An escape that may be completed by the next chunk.
 _PARTIAL: Final = re.compile(
     r"\x1b(?:\[[0-?]*[ -/]*|\][^\x07\x1b]*(?:\x1b)?|[P_^X][^\x1b]*(?:\x1b)?|[ -/]*)?\Z"
@@ -108,10 +113,18 @@ class LineRenderer:
         if self._pending:
             text = self._pending + text
             self._pending = ""
+        if "\x1b[" in text:
+            text = _SGR.sub("", text)
         pos = 0
         end = len(text)
         match = _TOKEN.match
+        plain = _PLAIN_LINES.match
         while pos < end:
+            if self._col == 0 and not self.alternate and self._at_fresh_line():
+                block = plain(text, pos)
+                if block is not None and self._plain_lines(block.group()):
+                    pos = block.end()
+                    continue
             m = match(text, pos)
             if m is None or (m.lastgroup == "ctl" and text[pos] == "\x1b"):
                 partial = _PARTIAL.match(text, pos)
@@ -171,6 +184,43 @@ class LineRenderer:
             self._sink("".join(self._wrapped_prefix))
             self._wrapped_prefix = []
         self._row -= 1
+
+    def _at_fresh_line(self) -> bool:
+        """The cursor is on an empty last line that continues nothing."""
+        lines = self._lines
+        row = self._row
+        return (
+            row == len(lines) - 1
+            and not lines[row].cells
+            and not self._wrapped_prefix
+            and (row == 0 or not lines[row - 1].wrapped)
+        )
+
+    def _plain_lines(self, block: str) -> bool:
+        """Lines of printable ASCII, each ending in CR LF, written at a fresh line:
+        those that will scroll out go to ``sink`` directly. False when a line would
+        wrap (the caller takes the general path)."""
+        lines = block.split("\r\n")
+        lines.pop()  # the empty string after the last CR LF
+        if max(map(len, lines)) > self.cols:
+            return False
+        above = len(self._lines) - 1  # lines above the cursor's empty line
+        overflow = above + len(lines) + 1 - self.rows
+        for _ in range(min(max(overflow, 0), above)):
+            self._scroll_up()
+        direct = max(0, overflow - above)
+        sink = self._sink
+        for line in lines[:direct]:
+            sink(line.rstrip(" "))
+        window = self._lines
+        window.pop()  # the empty cursor line
+        for line in lines[direct:]:
+            new = _Line()
+            new.cells = list(line)
+            window.append(new)
+        window.append(_Line())
+        self._row = len(window) - 1
+        return True
 
     def _line_feed(self) -> None:
         self._row += 1
