@@ -53,7 +53,7 @@ import math
 import re
 import secrets
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from typing import Final, Protocol
 
 import attrs
@@ -176,16 +176,20 @@ class TerminalDriver(Protocol):
 
     @property
     def sees_processes(self) -> bool:
-        """Whether :meth:`input_evidence` and :meth:`session_processes` see processes."""
+        """Whether :meth:`input_evidence` and :meth:`jobs_since` see processes."""
         ...
 
-    def session_processes(self) -> dict[int, str]:
-        """Live processes of the terminal's session other than its shell: pid → command line."""
+    def job_mark(self) -> object:
+        """An opaque mark of the terminal's jobs now (before a command is typed)."""
         ...
 
-    async def kill_command(self, keep: Collection[int]) -> None:
+    def jobs_since(self, mark: object) -> dict[int, str]:
+        """Jobs of the terminal's session started since ``mark``: pid → command line."""
+        ...
+
+    async def kill_command(self, mark: object) -> None:
         """Kill the running command's process groups: the foreground job and every
-        job started since (processes not in ``keep``)."""
+        job started since ``mark``."""
         ...
 
 
@@ -354,7 +358,7 @@ class CommandHandle:
         self._done = trio.Event()
         self._read_lines = 0  # finished lines returned by read_new
         self._read_live: list[str] = []  # window lines returned by read_new as they were
-        self._session_before: frozenset[int] = frozenset()
+        self._job_mark: object = None
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -485,7 +489,7 @@ class CommandHandle:
         if self.done:
             return
         self._killed = True
-        await self._driver.kill_command(self._session_before)
+        await self._driver.kill_command(self._job_mark)
 
     async def _time_out(self) -> None:
         """The hard timeout: interrupt and wait (bounded) for the end."""
@@ -534,8 +538,7 @@ class CommandHandle:
         if status != "shell_exited" and self._driver.sees_processes:
             self._background = tuple(
                 BackgroundProcess(pid, line)
-                for pid, line in sorted(self._driver.session_processes().items())
-                if pid not in self._session_before
+                for pid, line in sorted(self._driver.jobs_since(self._job_mark).items())
             )
         self._done.set()
         self._output_event.set()
@@ -726,7 +729,7 @@ async def start_command(
                 f"printf '\\n__AHP_END_{token}_%s__\\n' \"$?\""
             )
         if driver.sees_processes:
-            handle._session_before = frozenset(driver.session_processes())
+            handle._job_mark = driver.job_mark()
         handle._started = time.monotonic()
         await driver.send_input(typed.replace("\n", "\r") + "\r")
 

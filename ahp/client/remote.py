@@ -27,7 +27,7 @@ with the command or when the client closes.
 from __future__ import annotations
 
 import math
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Final
 
 import trio
@@ -161,10 +161,13 @@ class RemoteTerminal:
     def input_evidence(self) -> InputEvidence | None:
         return None
 
-    def session_processes(self) -> dict[int, str]:
+    def job_mark(self) -> object:
+        return None
+
+    def jobs_since(self, mark: object) -> dict[int, str]:
         return {}
 
-    async def kill_command(self, keep: Collection[int] = ()) -> None:
+    async def kill_command(self, mark: object = None) -> None:
         """Ctrl-C, then Ctrl-\\ if a command is still running after :data:`KILL_GRACE`."""
         await self.send_input("\x03")
         with trio.move_on_after(KILL_GRACE):

@@ -62,7 +62,7 @@ import signal
 import socket
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Final
 
 import attrs
@@ -407,27 +407,32 @@ class Terminal:
             return None
         return procfs.tty_status(child.output_fd)
 
-    def session_processes(self) -> dict[int, str]:
-        """The jobs running in this terminal's session: pid → command line (processes
-        outside the shell's own process group, see :func:`ahp.pty.procfs.session_jobs`)."""
+    def job_mark(self) -> procfs.JobMark | None:
+        """A cheap mark of the session's jobs now, for :meth:`jobs_since`."""
+        child = self._child
+        if child is None or not self.spec.use_pty or self.exited.is_set():
+            return None
+        return procfs.job_mark(child.pid)
+
+    def jobs_since(self, mark: procfs.JobMark | None = None) -> dict[int, str]:
+        """The jobs running in this terminal's session (started since ``mark``): pid →
+        command line (processes outside the shell's own process group, see
+        :func:`ahp.pty.procfs.jobs_since`)."""
         child = self._child
         if child is None or not self.spec.use_pty or self.exited.is_set():
             return {}
-        return {pid: line for pid, (_, line) in procfs.session_jobs(child.pid).items()}
+        return {pid: line for pid, (_, line) in procfs.jobs_since(child.pid, mark).items()}
 
-    async def kill_command(self, keep: Collection[int] = ()) -> None:
+    async def kill_command(self, mark: procfs.JobMark | None = None) -> None:
         """SIGKILL the foreground job and every job started in the session since
-        (every job process not in ``keep``), each by its whole process group. If the
-        shell itself is in the foreground (a builtin such as ``read`` or ``wait``),
-        it gets Ctrl-C too."""
+        ``mark``, each by its whole process group. If the shell itself is in the
+        foreground (a builtin such as ``read`` or ``wait``), it gets Ctrl-C too."""
         child = self._child
         status = self.tty_status()
         if child is None or status is None:
             await self.send_input("\x03")
             return
-        groups = {
-            pgrp for pid, (pgrp, _) in procfs.session_jobs(child.pid).items() if pid not in keep
-        }
+        groups = {pgrp for pgrp, _ in procfs.jobs_since(child.pid, mark).values()}
         if status.foreground_pgrp not in (0, child.pid):
             groups.add(status.foreground_pgrp)
         for pgrp in groups:
@@ -836,8 +841,13 @@ class _LocalDriver:
             return None
         return InputEvidence(readers=status.readers, echo=status.echo, source="procfs")
 
-    def session_processes(self) -> dict[int, str]:
-        return self._terminal.session_processes()
+    def job_mark(self) -> object:
+        return self._terminal.job_mark()
 
-    async def kill_command(self, keep: Collection[int]) -> None:
-        await self._terminal.kill_command(keep)
+    def jobs_since(self, mark: object) -> dict[int, str]:
+        assert mark is None or isinstance(mark, procfs.JobMark)
+        return self._terminal.jobs_since(mark)
+
+    async def kill_command(self, mark: object) -> None:
+        assert mark is None or isinstance(mark, procfs.JobMark)
+        await self._terminal.kill_command(mark)

@@ -31,7 +31,10 @@ __all__ = [
     "ProcessInfo",
     "TtyStatus",
     "process_info",
-    "session_jobs",
+    "JobMark",
+    "children",
+    "job_mark",
+    "jobs_since",
     "tty_status",
 ]
 
@@ -43,6 +46,8 @@ TTY_READ_WCHANS: Final = frozenset({"n_tty_read"})
 _READ_SYSCALL: Final = {"x86_64": 0, "aarch64": 63, "riscv64": 63, "i686": 3, "armv7l": 3}.get(
     platform.machine()
 )
+#: Clock ticks per second (``/proc/PID/stat``'s times are in ticks).
+_CLK_TCK: Final = os.sysconf("SC_CLK_TCK")
 #: Bound on the command line reported for one process.
 MAX_CMDLINE: Final = 4096
 
@@ -56,14 +61,22 @@ class ProcessInfo:
     pgrp: int
     session: int
     tty_nr: int
+    #: When the process started, in clock ticks since boot.
+    starttime: int
 
 
 def _read(path: str, limit: int = 4096) -> bytes | None:
+    """One ``read`` of a small ``/proc`` file (``os.open``: no buffered file object)."""
     try:
-        with open(path, "rb") as f:
-            return f.read(limit)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return None
+    try:
+        return os.read(fd, limit)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def process_info(pid: int) -> ProcessInfo | None:
@@ -79,6 +92,7 @@ def process_info(pid: int) -> ProcessInfo | None:
             pgrp=int(fields[2]),
             session=int(fields[3]),
             tty_nr=int(fields[4]),
+            starttime=int(fields[19]),
         )
     except (ValueError, IndexError):
         return None
@@ -107,19 +121,56 @@ def _all_processes() -> list[ProcessInfo]:
     return infos
 
 
-def session_jobs(session: int) -> dict[int, tuple[int, str]]:
-    """Live processes of ``session`` outside its leader's process group: pid →
-    (process group, command line).
+@attrs.frozen
+class JobMark:
+    """What a session's jobs were at one moment (see :func:`jobs_since`).
+
+    Attributes:
+        known: the leader's children then.
+        tick: the time then, in clock ticks since boot.
+    """
+
+    known: frozenset[int]
+    tick: int
+
+
+def _boot_ticks() -> int:
+    data = _read("/proc/uptime")
+    if not data:
+        return 0
+    return int(float(data.split()[0]) * _CLK_TCK)
+
+
+def children(pid: int) -> frozenset[int]:
+    """The children of ``pid``'s main thread (``/proc/PID/task/PID/children``)."""
+    data = _read(f"/proc/{pid}/task/{pid}/children", 64 * 1024)
+    return frozenset(int(x) for x in data.split()) if data else frozenset()
+
+
+def job_mark(session: int) -> JobMark:
+    """Two small reads, no scan: enough for :func:`jobs_since` to tell new jobs."""
+    return JobMark(known=children(session), tick=_boot_ticks())
+
+
+def jobs_since(session: int, mark: JobMark | None = None) -> dict[int, tuple[int, str]]:
+    """Live processes of ``session`` outside its leader's process group, started
+    since ``mark`` (all of them without one): pid → (process group, command line).
 
     Why outside the leader's group: a shell with job control puts every job it
     starts (foreground or ``&``) in a process group of its own, while what it runs
     for itself — command substitutions in a prompt hook, for instance — stays in
     its own group. So these are the jobs, and nothing the shell does in passing.
+    "Started since": not a child of the leader at the mark, and started no earlier
+    than the mark's clock tick (a job started in the same tick as the mark by an
+    earlier command and since orphaned would count as new: 1/``CLK_TCK`` s).
     """
     return {
         info.pid: (info.pgrp, command_line(info.pid))
         for info in _all_processes()
-        if info.session == session and info.pgrp != session and info.state not in "ZX"
+        if info.session == session
+        and info.pgrp != session
+        and info.state not in "ZX"
+        and (mark is None or (info.pid not in mark.known and info.starttime >= mark.tick))
     }
 
 
