@@ -57,7 +57,9 @@ class CommandResult:
             ``"waiting_for_input"`` (blocked reading the terminal; answer with
             ``handle.send_input``), ``"timed_out"`` (the hard ``timeout`` passed and
             the command was interrupted), ``"interrupted"`` / ``"killed"`` (by the
-            handle), ``"shell_exited"`` (the terminal's shell exited first).
+            handle), ``"shell_exited"`` (the terminal's shell exited first, or the
+            terminal was disposed), ``"lost"`` (the handle stopped following the
+            command while it ran: the client closed, or its collector failed).
         output: the *rendered* output (progress bars as their last state, cursor
             moves applied, no escapes, the alternate screen's contents left out)
             within the budget: head, a marker line, tail.

@@ -105,6 +105,8 @@ MAX_INPUT_POLL: Final = 2.0
 MAX_RAW_OUTPUT: Final = RETAINED_OUTPUT_BYTES
 #: Buffer of the subscription a command follows (beyond it: a resynchronisation).
 FOLLOW_BYTES: Final = 64 * 1024 * 1024
+#: After a resynchronisation, the end of the terminal's text searched for the end marker.
+MARKER_LOOKBACK: Final = 64 * 1024
 #: The last characters of a prompt line that :func:`looks_like_prompt` accepts.
 PROMPT_ENDINGS: Final = (":", "?", ">", "]", ")", "$", "#", "%")
 
@@ -187,6 +189,11 @@ class TerminalDriver(Protocol):
         """Jobs of the terminal's session started since ``mark``: pid → command line."""
         ...
 
+    @property
+    def ended(self) -> bool:
+        """The terminal's process has exited or the terminal is being disposed."""
+        ...
+
     async def kill_command(self, mark: object) -> None:
         """Kill the running command's process groups: the foreground job and every
         job started since ``mark``."""
@@ -260,6 +267,11 @@ class _Markers:
         hold = self._held(buffer)
         self._buffer = buffer[len(buffer) - hold :] if hold else ""
         return buffer[: len(buffer) - hold]
+
+    def find_end(self, text: str) -> int | None:
+        """The exit code from an end marker in ``text`` (a state after a resync)."""
+        match = self._end.search(text)
+        return int(match.group(1)) if match is not None else None
 
     def _held(self, buffer: str) -> int:
         """Length of the longest end of ``buffer`` that may begin the end marker."""
@@ -563,7 +575,7 @@ class CommandHandle:
             log.exception("command %s in %s: collector failed", self.id, self.terminal_uri)
         finally:
             if not self.done:
-                self._finish("shell_exited")
+                self._finish("shell_exited" if self._driver.ended else "lost")
             self._renderer.flush()
             with trio.CancelScope(shield=True):
                 aclose = getattr(stream, "aclose", None)
@@ -611,7 +623,15 @@ class CommandHandle:
         self, stream: AsyncIterator[Snapshot | ActionEnvelope], markers: _Markers
     ) -> None:
         async for item in stream:
-            if not isinstance(item, ActionEnvelope):
+            if isinstance(item, Snapshot):
+                # A resynchronisation: output in the gap is lost; the end marker may
+                # be in it, and then it is in the state.
+                state = item.state
+                assert isinstance(state, TerminalState)
+                end = markers.find_end(state.tail(MARKER_LOOKBACK))
+                if end is not None:
+                    self._finish("finished", end)
+                    return
                 continue
             action = item.action
             if isinstance(action, TerminalExited):

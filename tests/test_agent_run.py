@@ -316,3 +316,24 @@ async def test_each_wait_for_input_is_reported_once() -> None:
             await handle.send_input("2\r")
             final = await handle.wait()
     assert final.status == "finished" and final.exit_code == 0
+
+
+async def test_handles_end_when_their_terminal_or_client_goes() -> None:
+    async with ahp.open_host() as host:
+        term = await host.create_terminal(shell="/bin/bash")
+        with trio.fail_after(TIMEOUT):
+            handle = await term.start("echo working; sleep 100")
+            await handle.wait(timeout=0.3)
+            await host.dispose(term.uri)
+            gone = await handle.wait()
+    assert gone.status == "shell_exited" and gone.handle is None
+    async with running_server(shell="/bin/bash") as server:
+        async with connect(server.url) as client:
+            await client.create_terminal("ahp-terminal:/r")
+            with trio.fail_after(TIMEOUT):
+                remote = await client.terminal("ahp-terminal:/r").start("sleep 100")
+                await remote.wait(timeout=0.3)
+        # The client closed: the handle no longer follows the command.
+        with trio.fail_after(TIMEOUT):
+            lost = await remote.wait()
+    assert lost.status == "lost" and remote.done

@@ -201,6 +201,18 @@ async def test_run_without_command_detection() -> None:
     assert (result["output"], result["exit_code"]) == ("plain\n", 6)
 
 
+async def test_run_says_when_it_truncated() -> None:
+    async with served() as server:
+        cut = await cli("run", server.url, "--max-output-bytes", "40", "--", "seq 1 1000")
+    assert cut.returncode == 0, cut.stderr
+    # 10 bytes of head (1..5), 30 of tail (994..1000: 29 bytes; 993 would make 33).
+    assert cut.stdout.startswith("1\n2\n3\n4\n5\n[... ")
+    assert cut.stdout.endswith("\n994\n995\n996\n997\n998\n999\n1000\n")
+    omitted = 3893 - 10 - 29
+    assert f"[... {omitted} bytes in 988 lines omitted ...]" in cut.stdout
+    assert f"output truncated: {omitted} bytes in 988 lines omitted" in cut.stderr
+
+
 def test_run_takes_its_options_after_the_url() -> None:
     assert split_options(["--timeout", "2", "--json", "--", "ls", "-l"]) == (
         ["--timeout", "2", "--json"],

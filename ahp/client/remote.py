@@ -161,6 +161,10 @@ class RemoteTerminal:
     def input_evidence(self) -> InputEvidence | None:
         return None
 
+    @property
+    def ended(self) -> bool:
+        return self._gone() or self.state.exitCode is not None
+
     def job_mark(self) -> object:
         return None
 

@@ -535,6 +535,11 @@ class Terminal:
                 self.exited.set()
             self.closed.set()
 
+    @property
+    def closing(self) -> bool:
+        """Disposal has started (or the terminal's tasks have ended)."""
+        return self._cancel_scope.cancel_called or self.closed.is_set()
+
     def close(self) -> None:
         """Start disposal: cancel the tasks; :meth:`run` then terminates and reaps."""
         self._cancel_scope.cancel()
@@ -830,6 +835,11 @@ class _LocalDriver:
 
     def spawn_task(self, fn: Callable[[], Awaitable[None]]) -> None:
         self._terminal.spawn_task(fn)
+
+    @property
+    def ended(self) -> bool:
+        terminal = self._terminal
+        return terminal.exited.is_set() or terminal.closing
 
     @property
     def sees_processes(self) -> bool:
