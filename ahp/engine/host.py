@@ -3,7 +3,8 @@
 Why: AHP numbers every envelope of a server with one global ``serverSeq`` and
 keeps a catalogue of terminals on ``ahp-root://``. The :class:`Host` owns both,
 plus the nursery in which each terminal's own nursery runs. Library users get
-it from :func:`open_host`; the WebSocket server wraps the same object, so an
+it from :func:`open_host`; the WebSocket server wraps the same object
+(:func:`ahp.server.serve_host`; the engine never imports the server), so an
 agent can run commands in-process while an editor watches over the wire.
 
 Ownership and cancellation: leaving ``async with open_host()`` disposes every
@@ -16,7 +17,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import trio
 
@@ -36,9 +37,6 @@ from ahp.protocol.state import (
     TerminalInfo,
 )
 from ahp.reducers import DEFAULT_SCROLLBACK, reduce_root
-
-if TYPE_CHECKING:
-    from ahp.server.app import ServeOptions, Sidecar
 
 __all__ = ["Host", "TerminalExists", "TerminalNotFound", "open_host"]
 
@@ -204,22 +202,6 @@ class Host:
             await terminal.closed.wait()
         self.hub.drop_channel(uri)
         self._publish_catalogue()
-
-    async def serve(
-        self,
-        options: ServeOptions | None = None,
-        *,
-        task_status: trio.TaskStatus[Sidecar] = trio.TASK_STATUS_IGNORED,
-    ) -> None:
-        """Serve this host over WebSocket until cancelled (see :func:`ahp.server.serve_host`).
-
-        Use ``sidecar = await nursery.start(host.serve, ServeOptions(port=0))``;
-        ``sidecar.url`` carries the token.
-        """
-        from ahp.server.app import ServeOptions as _Options
-        from ahp.server.app import serve_host
-
-        await serve_host(self, options or _Options(), task_status=task_status)
 
     async def aclose(self) -> None:
         """Dispose every terminal (concurrently)."""

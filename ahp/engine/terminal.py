@@ -68,7 +68,6 @@ import trio
 
 from ahp.engine.hub import PACE_WINDOW, Hub
 from ahp.engine.outbox import Outbox
-from ahp.engine.reap import kill_session
 from ahp.engine.subscription import Subscription
 from ahp.protocol.actions import (
     ActionOrigin,
@@ -90,12 +89,13 @@ from ahp.protocol.state import (
     TerminalInfo,
     TerminalState,
 )
+from ahp.protocol.uri import local_file_uri_to_path, path_to_file_uri
 from ahp.pty import Child, ChildGone, SpawnError, SpawnSpec, spawn
+from ahp.pty.reap import kill_session
 from ahp.reducers import DEFAULT_SCROLLBACK, low_water_for, reduce_terminal, trim
 from ahp.run import DEFAULT_MAX_OUTPUT, CommandResult, run_command
 from ahp.shell import ShellLaunch, prepare_shell, remove_launch_files
 from ahp.vt import CommandTracker, Scanner, events_to_actions
-from ahp.vt.uri import local_file_uri_to_path, path_to_file_uri
 
 __all__ = [
     "EXIT_LINGER",
