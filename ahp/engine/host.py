@@ -15,6 +15,7 @@ when the body raised or was cancelled.
 from __future__ import annotations
 
 import logging
+import secrets
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
@@ -23,9 +24,10 @@ import trio
 
 from ahp.engine.envelopes import ReplayLog
 from ahp.engine.hub import Hub
+from ahp.engine.launch import TerminalSpec, discard, prepare_launch
 from ahp.engine.outbox import Outbox
 from ahp.engine.subscription import Subscription
-from ahp.engine.terminal import Terminal, TerminalSpec
+from ahp.engine.terminal import Terminal
 from ahp.protocol.actions import RootTerminalsChanged
 from ahp.protocol.state import (
     ROOT_URI,
@@ -145,10 +147,16 @@ class Host:
     ) -> Terminal:
         """Spawn a terminal and return it once its process runs.
 
+        The launch is validated before the URI is reserved (a bad cwd or a missing
+        program never registers anything); once reserved, the terminal's lifetime
+        always ends in ``closed``, so a concurrent :meth:`dispose` or host shutdown
+        never waits for good.
+
         Raises:
             TerminalExists: ``uri`` is in use.
             ahp.pty.SpawnError: the process could not be started (bad cwd, missing
-                executable); nothing is registered then.
+                executable, name too long, disposed while starting); nothing is
+                registered then.
         """
         uri = uri or self.new_uri()
         if uri in self._terminals:
@@ -169,13 +177,21 @@ class Host:
             scrollback=options.pop("scrollback", self.scrollback),
             **options,
         )
-        terminal = Terminal(spec, self.hub, on_info_changed=self._on_info_changed)
+        nonce = secrets.token_hex(16)
+        launch = prepare_launch(spec, nonce=nonce)  # raises SpawnError; nothing reserved yet
+        if uri in self._terminals:  # (no checkpoint since the check above; stays true)
+            discard(launch)
+            raise TerminalExists(f"terminal {uri!r} already exists")
+        terminal = Terminal(
+            spec, launch, self.hub, nonce=nonce, on_info_changed=self._on_info_changed
+        )
         # Reserve the URI while spawning so a concurrent create cannot take it.
         self._terminals[uri] = terminal
         try:
             await self._nursery.start(self._run_terminal, terminal)
         except BaseException:
-            self._terminals.pop(uri, None)
+            if self._terminals.get(uri) is terminal:  # (a dispose may have dropped it)
+                del self._terminals[uri]
             raise
         self._publish_catalogue()
         return terminal
