@@ -7,10 +7,12 @@ another one has reached a given point), never by sleeps.
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import trio
 
-from ahp.engine import TerminalNotFound, open_host
+from ahp.engine import Host, Terminal, TerminalNotFound, open_host
 from ahp.pty import SpawnError
 from tests.helpers import TIMEOUT, children, open_fds
 
@@ -26,32 +28,30 @@ async def test_dispose_racing_a_failing_spawn_returns(bad: dict[str, object]) ->
     waited for ``closed`` (shielded) for good."""
     fds = open_fds()
     async with open_host() as host:
+
+        async def create(done: trio.Event) -> None:
+            try:
+                with pytest.raises(SpawnError):
+                    await host.create_terminal(URI, **bad)  # type: ignore[arg-type]
+            finally:
+                done.set()
+
+        async def dispose(done: trio.Event, reserved: list[bool]) -> None:
+            while not done.is_set():
+                if URI in host:
+                    reserved.append(True)
+                    with contextlib.suppress(TerminalNotFound):
+                        await host.dispose(URI)
+                    return
+                await trio.lowlevel.checkpoint()
+
         for _ in range(10):  # the scheduler orders the two tasks at random: try often
             done = trio.Event()
-            reserved = []
-
-            async def create() -> None:
-                try:
-                    with pytest.raises(SpawnError):
-                        await host.create_terminal(URI, **bad)  # type: ignore[arg-type]
-                finally:
-                    done.set()
-
-            async def dispose() -> None:
-                while not done.is_set():
-                    if URI in host:
-                        reserved.append(True)
-                        try:
-                            await host.dispose(URI)
-                        except TerminalNotFound:
-                            pass
-                        return
-                    await trio.lowlevel.checkpoint()
-
+            reserved: list[bool] = []
             with trio.fail_after(TIMEOUT):
                 async with trio.open_nursery() as nursery:
-                    nursery.start_soon(create)
-                    nursery.start_soon(dispose)
+                    nursery.start_soon(create, done)
+                    nursery.start_soon(dispose, done, reserved)
             # A launch that cannot start never reserves its URI.
             assert reserved == []
             assert URI not in host
@@ -62,19 +62,19 @@ async def test_dispose_racing_a_failing_spawn_returns(bad: dict[str, object]) ->
 
 async def test_host_shutdown_racing_a_failing_spawn_returns() -> None:
     """The same race against the host's shutdown (which disposes every terminal)."""
+
+    async def create(host: Host, done: trio.Event) -> None:
+        try:
+            with pytest.raises(SpawnError):
+                await host.create_terminal(URI, cwd="/nonexistent")
+        finally:
+            done.set()
+
     for _ in range(10):
         with trio.fail_after(TIMEOUT):
             async with open_host() as host, trio.open_nursery() as nursery:
                 done = trio.Event()
-
-                async def create() -> None:
-                    try:
-                        with pytest.raises(SpawnError):
-                            await host.create_terminal(URI, cwd="/nonexistent")
-                    finally:
-                        done.set()
-
-                nursery.start_soon(create)
+                nursery.start_soon(create, host, done)
                 while URI not in host and not done.is_set():
                     await trio.lowlevel.checkpoint()
                 await host.aclose()
@@ -87,28 +87,28 @@ async def test_dispose_while_spawning_cancels_the_spawn() -> None:
     left behind."""
     fds = open_fds()
     async with open_host() as host:
+
+        async def create(outcome: list[Terminal | SpawnError]) -> None:
+            try:
+                outcome.append(await host.create_terminal(URI, argv=["cat"], grace=0.5))
+            except SpawnError as exc:
+                outcome.append(exc)
+
+        async def dispose() -> None:
+            while URI not in host:
+                await trio.lowlevel.checkpoint()
+            await host.dispose(URI)
+
         for _ in range(5):
-            outcome: list[object] = []
-
-            async def create() -> None:
-                try:
-                    outcome.append(await host.create_terminal(URI, argv=["cat"], grace=0.5))
-                except SpawnError as exc:
-                    outcome.append(exc)
-
-            async def dispose() -> None:
-                while URI not in host:
-                    await trio.lowlevel.checkpoint()
-                await host.dispose(URI)
-
+            outcome: list[Terminal | SpawnError] = []
             with trio.fail_after(TIMEOUT):
                 async with trio.open_nursery() as nursery:
-                    nursery.start_soon(create)
+                    nursery.start_soon(create, outcome)
                     nursery.start_soon(dispose)
             assert URI not in host
             [result] = outcome
             if not isinstance(result, SpawnError):
-                assert result.closed.is_set()  # type: ignore[attr-defined]
+                assert result.closed.is_set()
         assert host.list_terminals() == ()
     assert children() == []
     assert open_fds() == fds
