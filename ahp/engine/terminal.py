@@ -88,7 +88,7 @@ from ahp.protocol.state import (
     TerminalState,
 )
 from ahp.pty import Child, ChildGone, SpawnError, kill_session, spawn
-from ahp.reducers import low_water_for, reduce_terminal, trim
+from ahp.reducers import Scrollback, reduce_terminal
 from ahp.run import DEFAULT_MAX_OUTPUT, CommandResult, run_command
 from ahp.vt import CommandTracker, Scanner, events_to_actions
 
@@ -159,8 +159,7 @@ class Terminal:
         self._launch = launch
         self.nonce = nonce
         self._state = TerminalState(title="", claim=spec.claim, content=())
-        self._length = 0
-        self._low_water = low_water_for(spec.scrollback)
+        self._scrollback = Scrollback(spec.scrollback)
         self._input: deque[bytes] = deque()
         self._input_bytes = 0
         self._input_lot = trio.lowlevel.ParkingLot()
@@ -522,13 +521,7 @@ class Terminal:
 
     def _apply(self, action: StateAction, origin: ActionOrigin | None = None) -> None:
         before = self._state
-        state = reduce_terminal(before, action)
-        if isinstance(action, TerminalData):
-            self._length += len(action.data)
-            if self._length > self.spec.scrollback:
-                state, self._length = trim(state, low_water=self._low_water)
-        elif isinstance(action, TerminalCleared):
-            self._length = 0
+        state = self._scrollback.account(reduce_terminal(before, action), action)
         self._state = state
         self._hub.publish(self.uri, action, origin)
         if (
