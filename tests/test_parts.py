@@ -163,3 +163,16 @@ def test_scrollback_keeps_the_newest_within_both_bounds(
         assert type(tail) is type(whole)
         if isinstance(tail, CommandPart):
             assert isinstance(whole, CommandPart) and tail.commandId == whole.commandId
+
+
+def test_an_append_does_not_copy_the_parts() -> None:
+    """Regression: every append rebuilt the content tuple (O(parts) per append)."""
+    state = EMPTY
+    for n in range(2000):
+        state = reduce_terminal(state, TerminalCommandExecuted(f"c{n}", "ls", n))
+    shared = state.content._items
+    for _ in range(100):
+        older = state
+        state = reduce_terminal(state, TerminalData("x" * 64))
+        assert state.content._items is shared  # the same list: nothing was copied
+        assert len(older.content) == len(state.content) == 2000
