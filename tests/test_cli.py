@@ -28,7 +28,7 @@ import trio
 import ahp
 from ahp.client.commands.run import split_options
 from ahp.engine import Host
-from ahp.server import ServeOptions
+from ahp.server import ServeOptions, serve_host
 from tests.helpers import TIMEOUT, kill_and_reap, wait_for_text
 
 REPO = Path(__file__).resolve().parents[1]
@@ -63,7 +63,7 @@ async def served(shell: str | None = None) -> AsyncIterator[Server]:
             with trio.CancelScope() as stop:
                 async with trio.open_nursery() as inner:
                     options = ServeOptions(port=0, token="test-token")
-                    sidecar = await inner.start(host.serve, options)
+                    sidecar = await inner.start(serve_host, host, options)
                     task_status.started(Server(host, sidecar.url, stop))
 
         yield await nursery.start(serve)

@@ -32,6 +32,7 @@ from ahp.protocol.jsonrpc import (
     JsonRpcRequest,
     JsonRpcSuccess,
 )
+from ahp.protocol.parts import Parts
 from ahp.protocol.rope import Rope
 from ahp.protocol.state import ChannelState, ContentPart, RootState, TerminalClaim, TerminalState
 
@@ -142,6 +143,23 @@ def _class_tag(name: str) -> Callable[[type[Any]], str]:
 
 configure_tagged_union(TerminalClaim, converter, tag_name="kind", tag_generator=_class_tag("KIND"))
 configure_tagged_union(ContentPart, converter, tag_name="type", tag_generator=_class_tag("TYPE"))
+
+
+def _parts_structure(t: Any) -> Callable[[Any, Any], Any]:
+    inner: Any = tuple[ContentPart, ...]  # the only Parts on the wire
+    return lambda value, _: Parts(converter.structure(value, inner))
+
+
+def _parts_unstructure(t: Any) -> Callable[[Any], Any]:
+    return lambda value: [converter.unstructure(part, ContentPart) for part in value]
+
+
+def _is_parts(t: Any) -> bool:
+    return t is Parts or get_origin(t) is Parts
+
+
+converter.register_structure_hook_factory(_is_parts, _parts_structure)
+converter.register_unstructure_hook_factory(_is_parts, _parts_unstructure)
 
 
 def _action_tag(cl: type[Any]) -> str:

@@ -68,9 +68,9 @@ from ahp.protocol.jsonrpc import (
     JsonRpcSuccess,
 )
 from ahp.protocol.state import ROOT_URI, TERMINAL_SCHEME, Snapshot
+from ahp.protocol.uri import local_file_uri_to_path, path_to_file_uri
 from ahp.pty import SpawnError
 from ahp.server.clients import ClientRecord, ClientRegistry
-from ahp.vt.uri import local_file_uri_to_path, path_to_file_uri
 
 __all__ = ["SUPPORTED_VERSIONS", "ServerState", "Session", "negotiate_version"]
 
