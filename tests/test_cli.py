@@ -379,6 +379,65 @@ async def test_attach_type_detach_and_reattach_sees_the_history(tmux: Tmux, tmp_
         await tmux.wait("one", lambda s: "again-42" in s)
 
 
+#: A remote program that asks the terminal for the cursor position and the device
+#: attributes, and reads the answers (as ``vi`` does when it starts).
+ASKS = (
+    "printf '\\033[6n\\033[c\\033]11;?\\007'; read -rs -d c; read -rs -t 1 -d x; "
+    "echo asked-$((6*7))"
+)
+
+
+def last_command_line(server: Server, uri: str) -> str:
+    parts = [p for p in server.host.get(uri).state.content if isinstance(p, ahp.CommandPart)]
+    return parts[-1].commandLine if parts else ""
+
+
+async def test_replayed_history_makes_the_local_terminal_answer_nothing(tmux: Tmux) -> None:
+    async with served() as server:
+        await start_local_shell(tmux, "q")
+        attach = attach_command(server.url, "tq")
+        await tmux.type("q", attach)
+        await tmux.wait("q", lambda s: last_line(s) == "$")
+        # Live, the local terminal answers and the remote program reads the answers.
+        await tmux.type("q", ASKS)
+        await tmux.wait("q", lambda s: "asked-42" in s and last_line(s) == "$")
+        if shutil.which("vi") is not None:
+            await tmux.type("q", "vi")
+            await tmux.wait("q", lambda s: s.count("~") > 5)
+            await tmux.type("q", ":q")
+            await tmux.wait("q", lambda s: last_line(s) == "$")
+        await tmux("send-keys", "-t", "q", "C-]")
+        await tmux.wait("q", lambda s: last_line(s) == "local$")
+
+        # Attach again: the history (with the questions in it) is drawn, and the next
+        # command reaches the remote shell exactly as typed.
+        await tmux.type("q", "clear; " + attach)
+        await tmux.wait("q", lambda s: "asked-42" in s and last_line(s) == "$")
+        await tmux.type("q", "echo clean-$((6*7))")
+        await tmux.wait("q", lambda s: "clean-42" in s and last_line(s) == "$")
+        with trio.fail_after(TIMEOUT):
+            while last_command_line(server, "ahp-terminal:/tq") != "echo clean-$((6*7))":
+                assert "clean" not in last_command_line(server, "ahp-terminal:/tq")
+                await trio.sleep(0.05)
+
+        # The remote shell exits; attaching to the exited terminal shows its history
+        # and leaves nothing in the local shell's input.
+        await tmux.type("q", "exit 5")
+        await tmux.wait("q", lambda s: last_line(s) == "local$")
+        await tmux.type("q", "clear; " + attach + " < /dev/tty; echo status=$?")
+        screen = await tmux.wait("q", lambda s: "status=5" in s and last_line(s) == "local$")
+        assert "ahp-terminal:/tq has exited (code 5)" in screen
+        assert "asked-42" in screen and "keeps running" not in screen
+        await tmux.type("q", "echo local-$((6*7))")
+        screen = await tmux.wait("q", lambda s: "local-42" in s.replace("$((6*7))", ""))
+        assert "local$ echo local-$((6*7))" in screen.splitlines(), screen
+        # And with stdin not a terminal: no "it keeps running" for an exited terminal.
+        done = await cli("attach", server.url, "tq")
+        assert done.returncode == 5, done
+        assert done.stderr.strip() == "ahp attach: ahp-terminal:/tq has exited (code 5)"
+        assert "\x1b[6n" not in done.stdout and "\x1b[c" not in done.stdout
+
+
 async def test_two_attached_panes_show_the_same_screen_and_follow_resizes(tmux: Tmux) -> None:
     async with served() as server:
         for name in ("a", "b"):
