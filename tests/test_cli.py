@@ -109,6 +109,82 @@ def free_port() -> int:
     return port
 
 
+# -- serve start-up and the command line -----------------------------------------------------
+
+
+async def test_serve_start_up_failures_are_one_line(tmp_path: Path) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        port = str(busy.getsockname()[1])
+        done = await cli("serve", "--port", port)
+        assert one_line_error(done) == (
+            f"ahp serve: cannot listen on 127.0.0.1:{port}: Address already in use"
+        )
+        assert done.returncode == 1
+    missing = tmp_path / "no-such-dir" / "ahp.sock"
+    done = await cli("serve", "--unix", str(missing))
+    line = one_line_error(done)
+    assert line == f"ahp serve: cannot listen on {missing}: No such file or directory"
+    # An address that is not this machine's (the non-loopback warning comes first).
+    done = await cli("serve", "--host", "10.255.255.1", "--port", "0")
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.splitlines()[-1] == (
+        "ahp serve: cannot listen on 10.255.255.1:0: Cannot assign requested address"
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--port", "99999"], "argument --port: 99999 is not a TCP port (0-65535)"),
+        (["--port", "-1"], "argument --port: -1 is not a TCP port (0-65535)"),
+        (["--port", "http"], "argument --port: not a port number: 'http'"),
+        (["--scrollback", "-1"], "argument --scrollback: must be at least 1, not -1"),
+        (["--scrollback", "0"], "argument --scrollback: must be at least 1, not 0"),
+        (["--shell", "/nonexistent"], "argument --shell: no executable '/nonexistent'"),
+    ],
+)
+async def test_serve_refuses_bad_options_before_listening(args: list[str], message: str) -> None:
+    done = await cli("serve", *args)
+    assert done.returncode == 2, done
+    assert message in done.stderr.splitlines()[-1], done.stderr
+    assert done.stdout == ""  # no URL: it never listened
+
+
+async def test_serve_shell_by_name_is_found_on_path() -> None:
+    proc = await trio.lowlevel.open_process(
+        [sys.executable, "-m", "ahp", "serve", "--port", "0", "--shell", "bash"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env=_env(),
+        cwd=str(REPO),
+    )
+    try:
+        assert proc.stdout is not None
+        line = b""
+        with trio.fail_after(TIMEOUT):
+            while not line.endswith(b"\n"):
+                chunk = await proc.stdout.receive_some(4096)
+                assert chunk, line
+                line += chunk
+        done = await cli("run", line.decode().strip(), "--", "echo $0")
+        assert done.returncode == 0, done
+        assert done.stdout.strip().endswith("bash")
+        proc.send_signal(signal.SIGTERM)
+        with trio.fail_after(TIMEOUT):
+            assert await proc.wait() == 0
+    finally:
+        await kill_and_reap(proc)
+
+
+async def test_no_command_prints_usage_and_exits_2() -> None:
+    done = await cli()
+    assert done.returncode == 2
+    assert done.stderr.startswith("usage: python -m ahp") and "serve" in done.stderr
+    assert done.stdout == ""
+
+
 # -- ls ----------------------------------------------------------------------------------------
 
 
