@@ -613,6 +613,62 @@ async def test_agent_example_runs_its_commands() -> None:
     assert "$ (exit 3)\n-> exit 3 in " in out
 
 
+async def test_agent_example_stops_quietly_on_ctrl_c() -> None:
+    proc = await trio.lowlevel.open_process(
+        [sys.executable, str(REPO / "examples" / "agent.py"), "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=_env(),
+        cwd=str(REPO),
+    )
+    try:
+        assert proc.stdout is not None and proc.stderr is not None
+        out = b""
+        with trio.fail_after(TIMEOUT * 2):
+            while b"still serving (Ctrl-C to stop)\n" not in out:
+                chunk = await proc.stdout.receive_some(4096)
+                assert chunk, out
+                out += chunk
+            proc.send_signal(signal.SIGINT)
+            async for chunk in proc.stdout:
+                out += chunk
+            err = b"".join([chunk async for chunk in proc.stderr])
+            assert await proc.wait() == 130
+        assert out.endswith(b"stopped\n")
+        assert b"Traceback" not in err and b"ExceptionGroup" not in err, err.decode()
+    finally:
+        await kill_and_reap(proc)
+
+
+def _readme_block(heading: str) -> str:
+    """The first ```python block after ``heading`` in the README."""
+    text = (REPO / "README.md").read_text()
+    after = text.split(heading, 1)[1]
+    return after.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+async def test_readme_embedding_quick_start_runs_in_its_own_directory(tmp_path: Path) -> None:
+    script = tmp_path / "quick_start.py"
+    script.write_text(_readme_block("## Embedding quick-start"))
+    (tmp_path / "test_stray.py").write_text("def test_stray():\n    raise AssertionError\n")
+    # The terminal's shell finds this interpreter (with pytest) as `python`.
+    bin_dir = os.path.dirname(sys.executable)
+    path = f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"
+    with trio.fail_after(TIMEOUT * 2):
+        done = await trio.run_process(
+            [sys.executable, str(script)],
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+            env=_env({"PATH": path}),
+            cwd=str(tmp_path),
+        )
+    out = done.stdout.decode()
+    assert done.returncode == 0, done.stderr.decode()
+    assert out.startswith("watch with: python -m ahp attach 'ws://127.0.0.1:")
+    assert "0 False" in out and "1 passed" in out, out
+
+
 async def test_watcher_example_prints_finished_commands() -> None:
     async with served() as server:
         term = await server.host.create_terminal("ahp-terminal:/w", name="w")
