@@ -669,6 +669,32 @@ async def test_readme_embedding_quick_start_runs_in_its_own_directory(tmp_path: 
     assert "0 False" in out and "1 passed" in out, out
 
 
+async def test_watcher_example_exits_when_the_server_goes_away() -> None:
+    async with served() as server:
+        await server.host.create_terminal("ahp-terminal:/w", name="w")
+        proc = await trio.lowlevel.open_process(
+            [sys.executable, str(REPO / "examples" / "watcher.py"), server.url],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=_env(),
+            cwd=str(REPO),
+        )
+        try:
+            assert proc.stdout is not None and proc.stderr is not None
+            out = b""
+            with trio.fail_after(TIMEOUT):
+                while b"watching ahp-terminal:/w\n" not in out:
+                    chunk = await proc.stdout.receive_some(4096)
+                    assert chunk, out
+                    out += chunk
+                server.stop.cancel()
+                err = b"".join([chunk async for chunk in proc.stderr])
+                assert await proc.wait() == 1
+            assert err.decode() == "watcher: the connection was lost\n"
+        finally:
+            await kill_and_reap(proc)
+
+
 async def test_watcher_example_prints_finished_commands() -> None:
     async with served() as server:
         term = await server.host.create_terminal("ahp-terminal:/w", name="w")
