@@ -24,9 +24,11 @@ from pathlib import Path
 import attrs
 import pytest
 import trio
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import ahp
-from ahp.client.commands.run import split_options
+from ahp.client.commands.run import printed_output, split_options
 from ahp.engine import Host
 from ahp.server import ServeOptions
 from tests.helpers import TIMEOUT, kill_and_reap, wait_for_text
@@ -275,6 +277,137 @@ async def test_run_without_command_detection() -> None:
     assert done.returncode == 6, done.stderr
     result = json.loads(done.stdout)
     assert (result["output"], result["exit_code"]) == ("plain\n", 6)
+
+
+@pytest.mark.parametrize("count", [3000, 30000])
+async def test_run_says_when_it_truncates_and_counts_what_it_prints(count: int) -> None:
+    async with served() as server:
+        done = await cli("run", server.url, "--max-output-bytes", "10000", "--", f"seq 1 {count}")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    printed = len(done.stdout.encode())
+    assert 9000 < printed <= 10_000
+    # Whole lines, consecutive, from a line start (no blank or partial first line).
+    assert lines == [str(n) for n in range(count + 1 - len(lines), count + 1)]
+    if count == 3000:  # the raw output (with \r) was collected whole: the count is exact
+        before = "".join(f"{n}\n" for n in range(1, count + 1 - len(lines)))
+        dropped = f"{len(before)} bytes"
+    else:  # beyond RAW_FACTOR x the limit, the raw output was cut while collected
+        dropped = "earlier output"
+    assert done.stderr == (
+        f"ahp run: output truncated: {dropped} dropped, printed the last "
+        f"{printed} bytes (--max-output-bytes 10000)\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("output", "limit", "cut_before", "text", "dropped"),
+    [
+        ("a\nb\nc\n", 100, False, "a\nb\nc\n", 0),
+        ("a\nb\nc\n", 4, False, "b\nc\n", 2),
+        ("a\nb\nc\n", 3, False, "c\n", 4),  # "\nc\n" would start with a partial line
+        ("abcdef\n", 3, False, "ef\n", 4),  # one line longer than the limit: its end
+        ("a\nb\nc\n", 100, True, "b\nc\n", None),  # already cut: first line dropped
+        ("é\nx\n", 3, False, "x\n", 3),
+    ],
+)
+def test_printed_output(
+    output: str, limit: int, cut_before: bool, text: str, dropped: int | None
+) -> None:
+    printed = printed_output(output, limit, cut_before=cut_before)
+    assert (printed.text, printed.dropped) == (text, dropped)
+    assert printed.truncated == (text != output)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(alphabet="ab\né", max_size=80), st.integers(min_value=1, max_value=90))
+def test_printed_output_is_a_bounded_suffix_of_whole_lines(output: str, limit: int) -> None:
+    printed = printed_output(output, limit)
+    assert output.endswith(printed.text)
+    assert len(printed.text.encode()) <= limit
+    assert printed.truncated == (printed.text != output)
+    before = output[: len(output) - len(printed.text)]
+    if before and "\n" in printed.text[:-1]:
+        assert before.endswith("\n")  # starts at a line start when it can
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+async def test_run_stopped_by_a_signal_interrupts_and_disposes(signum: signal.Signals) -> None:
+    async with served() as server:
+        host = server.host
+        proc = await trio.lowlevel.open_process(
+            [sys.executable, "-m", "ahp", "run", server.url, "--", "sleep 600"],
+            stdin=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            env=_env(),
+            cwd=str(REPO),
+        )
+        try:
+            assert proc.stderr is not None
+
+            def busy() -> bool:
+                return any(
+                    isinstance(p, ahp.CommandPart) and not p.isComplete
+                    for t in host.terminals.values()
+                    for p in t.state.content
+                )
+
+            with trio.fail_after(TIMEOUT):
+                while not busy():  # noqa: ASYNC110 (the host has no event for this)
+                    await trio.sleep(0.05)
+                proc.send_signal(signum)
+                err = b"".join([chunk async for chunk in proc.stderr])
+                assert await proc.wait() == 128 + signum
+                while host.terminals:  # noqa: ASYNC110
+                    await trio.sleep(0.05)
+        finally:
+            await kill_and_reap(proc)
+    assert err.decode() == f"ahp run: {signum.name}: the command was interrupted\n"
+
+
+async def test_run_refuses_piped_input_it_cannot_forward(tmp_path: Path) -> None:
+    data = tmp_path / "input"
+    data.write_text("abc\n")
+    read_end, write_end = os.pipe()
+    os.write(write_end, b"abc\n")
+    os.close(write_end)
+    async with served() as server:
+        for stdin in (read_end, os.open(data, os.O_RDONLY)):
+            try:
+                with trio.fail_after(TIMEOUT):
+                    done = await trio.run_process(
+                        [sys.executable, "-m", "ahp", "run", server.url, "--", "cat"],
+                        stdin=stdin,
+                        capture_stdout=True,
+                        capture_stderr=True,
+                        check=False,
+                        env=_env(),
+                        cwd=str(REPO),
+                    )
+            finally:
+                os.close(stdin)
+            assert done.returncode == 125
+            assert done.stderr.decode() == (
+                "ahp run: standard input is not forwarded (the command reads from its "
+                "remote terminal): put the data in the command line, or run with < /dev/null\n"
+            )
+            assert not server.host.terminals
+        # An empty pipe (or /dev/null, as in the other tests) is fine.
+        read_end, write_end = os.pipe()
+        os.close(write_end)
+        try:
+            with trio.fail_after(TIMEOUT):
+                done = await trio.run_process(
+                    [sys.executable, "-m", "ahp", "run", server.url, "--", "echo fine"],
+                    stdin=read_end,
+                    capture_stdout=True,
+                    check=False,
+                    env=_env(),
+                    cwd=str(REPO),
+                )
+        finally:
+            os.close(read_end)
+        assert (done.returncode, done.stdout) == (0, b"fine\n")
 
 
 def test_run_takes_its_options_after_the_url() -> None:

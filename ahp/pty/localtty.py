@@ -26,7 +26,9 @@ import fcntl
 import os
 import re
 import signal
+import stat
 import struct
+import sys
 import termios
 import tty
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -40,6 +42,7 @@ __all__ = [
     "LocalTerminal",
     "exit_signal_receiver",
     "open_local_terminal",
+    "pending_input",
     "raw_mode",
     "window_size",
 ]
@@ -67,6 +70,25 @@ def window_size(fd: int) -> tuple[int, int] | None:
     if rows == 0 or cols == 0:
         return None
     return cols, rows
+
+
+def pending_input(fd: int) -> bool:
+    """Whether ``fd`` is a pipe, socket or file (not a terminal) with data to read now.
+
+    Non-blocking and without consuming anything: the readable byte count
+    (``FIONREAD``) of a pipe or socket, the bytes after the offset of a file. A
+    terminal, a character device such as ``/dev/null`` or a closed fd: False.
+    """
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISREG(mode):
+            return os.fstat(fd).st_size > os.lseek(fd, 0, os.SEEK_CUR)
+        if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
+            count = fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0")
+            return int.from_bytes(count, sys.byteorder) > 0
+    except OSError:
+        return False
+    return False
 
 
 @contextlib.contextmanager
