@@ -230,6 +230,28 @@ async def test_ls_table_and_json() -> None:
     assert items["ahp-terminal:/done"]["exitCode"] == 5
 
 
+async def test_rm_closes_terminals_and_reports_unknown_ones() -> None:
+    async with served() as server:
+        host = server.host
+        first = await host.create_terminal("ahp-terminal:/a", name="a")
+        await host.create_terminal("ahp-terminal:/b", name="b")
+        await host.create_terminal("ahp-terminal:/keep", name="keep")
+        pid = first.pid
+        assert pid is not None
+        done = await cli("rm", server.url, "a", "ahp-terminal:/b", "nope")
+        assert done.returncode == 1
+        assert done.stdout == "closed ahp-terminal:/a\nclosed ahp-terminal:/b\n"
+        assert done.stderr == "ahp rm: ahp-terminal:/nope: no such terminal\n"
+        assert set(host.terminals) == {"ahp-terminal:/keep"}
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)  # the process was ended and reaped
+        done = await cli("rm", server.url, "keep")
+        assert (done.returncode, done.stdout, done.stderr) == (0, "closed ahp-terminal:/keep\n", "")
+        assert not host.terminals
+        ls = await cli("ls", server.url)
+        assert ls.stdout.splitlines()[1:] == []
+
+
 # -- run ---------------------------------------------------------------------------------------
 
 
