@@ -31,6 +31,7 @@ import ahp
 from ahp.client.commands.run import printed_output, split_options
 from ahp.engine import Host
 from ahp.server import ServeOptions
+from ahp.server.session import ServerState
 from tests.helpers import TIMEOUT, kill_and_reap, wait_for_text
 
 REPO = Path(__file__).resolve().parents[1]
@@ -42,6 +43,7 @@ class Server:
     host: Host
     url: str
     stop: trio.CancelScope
+    state: ServerState
 
     @property
     def bare_url(self) -> str:
@@ -66,7 +68,7 @@ async def served(shell: str | None = None) -> AsyncIterator[Server]:
                 async with trio.open_nursery() as inner:
                     options = ServeOptions(port=0, token="test-token")
                     sidecar = await inner.start(host.serve, options)
-                    task_status.started(Server(host, sidecar.url, stop))
+                    task_status.started(Server(host, sidecar.url, stop, sidecar.state))
 
         yield await nursery.start(serve)
         nursery.cancel_scope.cancel()
@@ -228,6 +230,28 @@ async def test_ls_table_and_json() -> None:
     }
     assert items["ahp-terminal:/done"]["running"] is False
     assert items["ahp-terminal:/done"]["exitCode"] == 5
+
+
+async def test_ls_stops_showing_the_claim_of_a_client_gone_for_good() -> None:
+    from ahp.client import connect
+
+    async with served() as server:
+        async with connect(server.url, client_id="alice", auto_reconnect=False) as alice:
+            await alice.create_terminal("ahp-terminal:/held", name="held")
+            held = server.host.get("ahp-terminal:/held")
+            assert held.state.claim == ahp.ClientClaim("alice")
+        # Alice left; within the reconnect grace her claim stands (she may come back).
+        done = await cli("ls", server.url, "--json")
+        assert [t["claim"] for t in json.loads(done.stdout)] == [
+            {"kind": "client", "clientId": "alice"}
+        ]
+        # Once the server forgets her, the next client to connect sees the claim released.
+        server.state.clients.grace = 0.0
+        await trio.sleep(0.01)
+        done = await cli("ls", server.url)
+        row = done.stdout.splitlines()[1].split()
+        assert row == ["ahp-terminal:/held", "held", "-", "running"]
+        assert server.host.get("ahp-terminal:/held").state.claim == ahp.ClientClaim("")
 
 
 async def test_rm_closes_terminals_and_reports_unknown_ones() -> None:
