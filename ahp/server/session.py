@@ -35,6 +35,7 @@ from ahp.protocol.actions import (
     ActionOrigin,
     RootConfigChanged,
     StateAction,
+    TerminalClaimed,
     TerminalInput,
     UnknownAction,
     action_type,
@@ -67,7 +68,7 @@ from ahp.protocol.jsonrpc import (
     JsonRpcRequest,
     JsonRpcSuccess,
 )
-from ahp.protocol.state import ROOT_URI, TERMINAL_SCHEME, Snapshot
+from ahp.protocol.state import ROOT_URI, TERMINAL_SCHEME, ClientClaim, Snapshot
 from ahp.protocol.uri import local_file_uri_to_path, path_to_file_uri
 from ahp.pty import SpawnError
 from ahp.server.clients import ClientRecord, ClientRegistry
@@ -315,6 +316,23 @@ class Session:
 
     # -- requests ----------------------------------------------------------------------------
 
+    async def _release_forgotten_claims(self) -> None:
+        """Unclaim terminals held by clients the server has forgotten (gone for good).
+
+        Why: a client claim is held by a connected client; one whose holder left
+        long ago would be listed forever and refuse every other client's claim.
+        Run when a client connects (before its snapshots), so a catalogue is never
+        older than the records it is read with.
+        """
+        gone = set(self.server.clients.take_forgotten())
+        if not gone:
+            return
+        for terminal in list(self.host.terminals.values()):
+            claim = terminal.state.claim
+            if isinstance(claim, ClientClaim) and claim.clientId in gone:
+                log.info("%s: released the claim of gone client %r", terminal.uri, claim.clientId)
+                await terminal.dispatch(TerminalClaimed(claim=ClientClaim(clientId="")))
+
     async def _ping(self, params: Any) -> None:
         return None
 
@@ -331,6 +349,7 @@ class Session:
                 {"supportedVersions": list(SUPPORTED_VERSIONS)},
             )
         self.record = self.server.clients.connect(p.clientId, version)
+        await self._release_forgotten_claims()
         snapshots = [s for s in map(self._subscribe, dict.fromkeys(p.initialSubscriptions)) if s]
         result = InitializeResult(
             protocolVersion=version,
@@ -345,6 +364,7 @@ class Session:
             raise _Fail(ErrorCode.METHOD_NOT_FOUND, "already initialized")
         p = structure(params, ReconnectParams)
         record = self.server.clients.resume(p.clientId)
+        await self._release_forgotten_claims()
         if record is None:
             raise _Fail(ErrorCode.NOT_FOUND, "Reconnect client not found")
         self.record = record
