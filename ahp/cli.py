@@ -20,8 +20,16 @@ from ahp import __version__
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
 def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from ahp.server.app import DEFAULT_PORT
+    from ahp.server.session import DEFAULT_MAX_TERMINALS
 
     p = sub.add_parser(
         "serve",
@@ -57,6 +65,13 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     p.add_argument("--shell", help="shell for new terminals (default: $SHELL, else /bin/sh)")
     p.add_argument("--scrollback", type=int, help="characters retained per terminal")
+    p.add_argument(
+        "--max-terminals",
+        type=_positive_int,
+        default=DEFAULT_MAX_TERMINALS,
+        metavar="N",
+        help=f"terminals hosted at most; more are refused (default {DEFAULT_MAX_TERMINALS})",
+    )
     p.add_argument(
         "--log-level",
         default="info",
@@ -115,6 +130,7 @@ def _serve(args: argparse.Namespace) -> int:
         token=args.token,
         allow_origins=frozenset(args.allow_origin),
         tls=tls,
+        max_terminals=args.max_terminals,
     )
 
     def ready(sidecar: Sidecar) -> None:

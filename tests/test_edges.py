@@ -10,13 +10,19 @@ process's environment. Everything runs on loopback, bounded in count and time.
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import pytest
 import trio
 
+from ahp.cli import build_parser
+from ahp.server import ServeOptions
+from ahp.server.session import DEFAULT_MAX_TERMINALS, MAX_CONFIG_BYTES, SERVER_LIMIT
 from ahp.vt.uri import local_file_uri_to_path
 from tests.helpers import TIMEOUT
-from tests.wire import TOKEN, running_server
+from tests.wire import TOKEN, Peer, peer, running_server
+
+ROOT = "ahp-root://"
 
 # -- malformed upgrades ------------------------------------------------------------------------
 
@@ -131,3 +137,60 @@ def test_a_cwd_uri_naming_this_machine_is_accepted_like_an_empty_host(uri: str) 
 def test_a_cwd_uri_naming_another_host_is_refused(uri: str) -> None:
     with pytest.raises(ValueError, match="another host"):
         local_file_uri_to_path(uri, "myhost")
+
+
+# -- counts and sizes --------------------------------------------------------------------------
+
+
+async def _create(p: Peer, uri: str) -> dict[str, Any]:
+    claim = {"kind": "client", "clientId": "c1"}
+    return await p.call("createTerminal", {"channel": uri, "claim": claim})
+
+
+async def test_terminals_past_max_terminals_are_refused_with_a_clear_error() -> None:
+    options = ServeOptions(port=0, token=TOKEN, max_terminals=2)
+    async with (
+        running_server(options, shell="/bin/sh") as server,
+        peer(server.url) as p,
+        peer(server.url) as other,
+    ):
+        await p.initialize("c1")
+        await other.initialize("c2")
+        assert "result" in await _create(p, "ahp-terminal:/a")
+        assert "result" in await _create(other, "ahp-terminal:/b")
+        refused = await _create(p, "ahp-terminal:/c")
+        assert refused["error"]["code"] == SERVER_LIMIT
+        assert "at most 2 terminals" in refused["error"]["message"]
+        assert refused["error"]["data"] == {"limit": 2}
+        # Nothing was lost: both connections go on, and a slot freed can be used.
+        assert await other.result("ping", {}) is None
+        assert "result" in await p.call("disposeTerminal", {"channel": "ahp-terminal:/a"})
+        assert "result" in await _create(other, "ahp-terminal:/c")
+
+
+def test_serve_max_terminals_flag() -> None:
+    parser = build_parser()
+    assert parser.parse_args(["serve"]).max_terminals == DEFAULT_MAX_TERMINALS
+    assert parser.parse_args(["serve", "--max-terminals", "7"]).max_terminals == 7
+    with pytest.raises(SystemExit):
+        parser.parse_args(["serve", "--max-terminals", "0"])
+
+
+async def test_a_config_over_the_bound_is_rejected_to_its_sender_and_not_broadcast() -> None:
+    async with (
+        running_server(shell="/bin/sh") as server,
+        peer(server.url) as sender,
+        peer(server.url) as watcher,
+    ):
+        await sender.initialize("c1")
+        await watcher.initialize("c2")
+        big = {"blob": "x" * MAX_CONFIG_BYTES}
+        seq = await sender.dispatch(ROOT, {"type": "root/configChanged", "config": big})
+        rejected = await sender.action(lambda a: a["origin"]["clientSeq"] == seq)
+        assert "larger than" in rejected["rejectionReason"]
+        assert rejected["action"] == {"type": "root/configChanged", "config": {}}
+        # The watcher sees only the next, small change (the big one was never broadcast).
+        await sender.dispatch(ROOT, {"type": "root/configChanged", "config": {"a": 1}})
+        seen = await watcher.action(lambda a: a["action"]["type"] == "root/configChanged")
+        assert seen["action"]["config"] == {"a": 1}
+        assert "rejectionReason" not in seen
