@@ -12,10 +12,14 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import orjson
 import pytest
 import trio
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ahp.cli import build_parser
+from ahp.protocol.jsonshape import MAX_DEPTH, MAX_ITEMS, FrameShapeError, check_shape
 from ahp.server import ServeOptions
 from ahp.server.session import DEFAULT_MAX_TERMINALS, MAX_CONFIG_BYTES, SERVER_LIMIT
 from ahp.vt.uri import local_file_uri_to_path
@@ -194,3 +198,115 @@ async def test_a_config_over_the_bound_is_rejected_to_its_sender_and_not_broadca
         seen = await watcher.action(lambda a: a["action"]["type"] == "root/configChanged")
         assert seen["action"]["config"] == {"a": 1}
         assert "rejectionReason" not in seen
+
+
+# -- the cost of decoding one frame ------------------------------------------------------------
+
+
+def _depth(value: Any) -> int:
+    if isinstance(value, dict):
+        return 1 + max(map(_depth, value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max(map(_depth, value), default=0)
+    return 0
+
+
+def _items(value: Any) -> int:
+    """Containers plus commas, as the scanner counts them."""
+    if isinstance(value, dict):
+        return 1 + max(len(value) - 1, 0) + sum(map(_items, value.values()))
+    if isinstance(value, list):
+        return 1 + max(len(value) - 1, 0) + sum(map(_items, value))
+    return 0
+
+
+_SCALARS = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**53), 2**53)
+    | st.text(alphabet=st.sampled_from('ab"\\[]{},:\n\x00é'))
+)
+_JSON = st.recursive(
+    _SCALARS,
+    lambda inner: (
+        st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=4), inner, max_size=5)
+    ),
+    max_leaves=40,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=_JSON, max_depth=st.integers(0, 8), max_items=st.integers(0, 60), pad=st.booleans())
+def test_the_shape_check_agrees_with_the_decoded_tree(
+    value: Any, max_depth: int, max_items: int, pad: bool
+) -> None:
+    frame = orjson.dumps(value)
+    if pad:  # past the plain-count shortcut: the exact reading
+        frame = frame + b" " * 20_000
+    too_costly = _depth(value) > max_depth or _items(value) > max_items
+    if too_costly:
+        with pytest.raises(FrameShapeError):
+            check_shape(frame, max_depth=max_depth, max_items=max_items)
+        with pytest.raises(FrameShapeError):
+            check_shape(frame.decode(), max_depth=max_depth, max_items=max_items)
+    else:
+        check_shape(frame, max_depth=max_depth, max_items=max_items)
+        check_shape(frame.decode(), max_depth=max_depth, max_items=max_items)
+
+
+@pytest.mark.parametrize(
+    ("frame", "refused"),
+    [
+        (b"[" * MAX_DEPTH + b"]" * MAX_DEPTH, False),
+        (b"[" * (MAX_DEPTH + 1) + b"]" * (MAX_DEPTH + 1), True),
+        (b"[" + b"[]," * (MAX_ITEMS // 2 - 1) + b"[]]", False),
+        (b"[" + b"[]," * MAX_ITEMS + b"[]]", True),
+        (b"[" + b'"a",' * (2 * MAX_ITEMS) + b'"a"]', True),
+        # Structure inside strings costs nothing, escaped quotes and backslashes included.
+        (orjson.dumps(["[[{,:" * 200_000, '\\"' * 100_000, '"' * 100_000]), False),
+        (orjson.dumps({"k": "\\"}) * 1 + b" " * 30_000, False),
+        # Not JSON, and cheap for the decoder to refuse (it stops at the first wrong byte).
+        (b'"' + b'\\"' * 200_000, False),
+        (b"]" * 200_000, False),
+    ],
+    ids=[
+        "depth-at-bound",
+        "depth-over",
+        "items-at-bound",
+        "items-over",
+        "strings-over",
+        "structure-in-strings",
+        "escaped-backslash",
+        "unterminated",
+        "closings",
+    ],
+)
+def test_the_shape_check_at_its_bounds(frame: bytes, refused: bool) -> None:
+    if refused:
+        with pytest.raises(FrameShapeError):
+            check_shape(frame)
+    else:
+        check_shape(frame)
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        pytest.param(b"[" + b"[]," * 300_000 + b"[]]", id="300k-empty-arrays"),
+        pytest.param(
+            b'{"jsonrpc":"2.0","id":7,"method":"ping","params":{"x":['
+            + b"{}," * 300_000
+            + b"{}]}}",
+            id="request-with-300k-objects",
+        ),
+        pytest.param(b"[" * 1000 + b"]" * 1000, id="1000-deep"),
+    ],
+)
+async def test_a_frame_too_costly_to_decode_is_refused_before_decoding(payload: bytes) -> None:
+    async with running_server() as server, peer(server.url) as p:
+        await p.initialize("c1")
+        await p.send(payload.decode())
+        answer = await p.recv()
+        assert answer["error"]["code"] == -32700, answer
+        assert "items" in answer["error"]["message"] or "deeper" in answer["error"]["message"]
+        assert await p.result("ping", {}) is None  # the connection goes on

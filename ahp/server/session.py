@@ -69,6 +69,7 @@ from ahp.protocol.jsonrpc import (
     JsonRpcRequest,
     JsonRpcSuccess,
 )
+from ahp.protocol.jsonshape import MAX_DEPTH, FrameShapeError, check_shape
 from ahp.protocol.state import ROOT_URI, TERMINAL_SCHEME, Snapshot
 from ahp.pty import SpawnError
 from ahp.server.clients import ClientRecord, ClientRegistry
@@ -93,10 +94,9 @@ MIN_MINOR: Final = 3
 MAX_MINOR: Final = 5
 MAX_DIMENSION: Final = 4096
 
-#: Deepest JSON nesting accepted in a frame. orjson reads 1024 levels but writes only
-#: 254, and a client's raw JSON (an unknown action, a config) can be echoed to it or
-#: broadcast inside an envelope: deeper frames are refused as parse errors.
-MAX_NESTING: Final = 128
+#: Deepest JSON nesting accepted in a frame (see :data:`ahp.protocol.jsonshape.MAX_DEPTH`);
+#: deeper frames, and frames of more than ``MAX_ITEMS`` items, are refused as parse errors.
+MAX_NESTING: Final = MAX_DEPTH
 
 #: Terminals one server hosts at most by default (``serve --max-terminals``): each holds
 #: a process, about 3 of the server's fds (pty or pipes) and up to its scrollback.
@@ -159,30 +159,15 @@ _CONTROL: Final = re.compile("[\x00-\x1f\x7f-\x9f]")
 _QUOTE_LIMIT: Final = 200
 
 
-def _nested_deeper_than(value: Any, limit: int) -> bool:
-    """Whether arrays/objects in ``value`` nest more than ``limit`` levels (iterative)."""
-    stack = [(value, 1)] if isinstance(value, dict | list) else []
-    while stack:
-        node, depth = stack.pop()
-        if depth > limit:
-            return True
-        children = node.values() if isinstance(node, dict) else node
-        stack.extend((c, depth + 1) for c in children if isinstance(c, dict | list))
-    return False
-
-
 def _parse(frame: str | bytes) -> dict[str, Any]:
-    """The frame's JSON object: ``-32700`` if invalid or nested too deep, else ``-32600``."""
+    """The frame's JSON object: ``-32700`` if invalid or too costly to decode
+    (:func:`~ahp.protocol.jsonshape.check_shape`, before anything is built), else
+    ``-32600``."""
+    try:
+        check_shape(frame, max_depth=MAX_NESTING)
+    except FrameShapeError as exc:
+        raise ProtocolError(f"parse error: {exc}", code=-32700) from None
     data = decode_json(frame)
-    # Each level of nesting takes an opening bracket in the text (brackets inside
-    # strings only over-count): a frame with few of them, such as every keystroke,
-    # skips the walk.
-    if isinstance(frame, str):
-        brackets = frame.count("{") + frame.count("[")
-    else:
-        brackets = frame.count(b"{") + frame.count(b"[")
-    if brackets > MAX_NESTING and _nested_deeper_than(data, MAX_NESTING):
-        raise ProtocolError(f"parse error: nested deeper than {MAX_NESTING} levels", code=-32700)
     if not isinstance(data, dict):  # (decode_message would re-parse a str as JSON)
         kind = "a batch (array)" if isinstance(data, list) else type(data).__name__
         raise ProtocolError(f"expected a JSON-RPC object, got {kind}", code=-32600)
