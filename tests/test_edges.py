@@ -9,8 +9,18 @@ process's environment. Everything runs on loopback, bounded in count and time.
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from typing import Any
+import os
+import re
+import resource
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, Final
 
 import orjson
 import pytest
@@ -21,12 +31,20 @@ from hypothesis import strategies as st
 from ahp.cli import build_parser
 from ahp.protocol.jsonshape import MAX_DEPTH, MAX_ITEMS, FrameShapeError, check_shape
 from ahp.server import ServeOptions
+from ahp.server.admission import (
+    MAX_PENDING,
+    MIN_PENDING,
+    PendingConnections,
+    RateLimitedLog,
+    pending_limit,
+)
 from ahp.server.session import DEFAULT_MAX_TERMINALS, MAX_CONFIG_BYTES, SERVER_LIMIT
 from ahp.vt.uri import local_file_uri_to_path
-from tests.helpers import TIMEOUT
+from tests.helpers import TIMEOUT, kill_and_reap
 from tests.wire import TOKEN, Peer, peer, running_server
 
 ROOT = "ahp-root://"
+REPO = Path(__file__).resolve().parents[1]
 
 # -- malformed upgrades ------------------------------------------------------------------------
 
@@ -310,3 +328,167 @@ async def test_a_frame_too_costly_to_decode_is_refused_before_decoding(payload: 
         assert answer["error"]["code"] == -32700, answer
         assert "items" in answer["error"]["message"] or "deeper" in answer["error"]["message"]
         assert await p.result("ping", {}) is None  # the connection goes on
+
+
+# -- unauthenticated connections and file descriptors ------------------------------------------
+
+
+@asynccontextmanager
+async def _serve(*args: str, nofile: int) -> AsyncIterator[tuple[str, list[bytes]]]:
+    """``python -m ahp serve`` with ``RLIMIT_NOFILE`` lowered to ``nofile``: (URL, stderr)."""
+
+    def lower_fd_limit() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    cmd = [sys.executable, "-m", "ahp", "serve", "--port", "0", "--shell", "/bin/sh", *args]
+    async with trio.open_nursery() as nursery:
+        proc = await trio.lowlevel.open_process(
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            cwd=str(REPO),
+            preexec_fn=lower_fd_limit,
+        )
+        assert proc.stdout is not None
+        err: list[bytes] = []
+
+        async def drain() -> None:
+            assert proc.stderr is not None
+            async for chunk in proc.stderr:
+                err.append(chunk)
+
+        nursery.start_soon(drain)
+        try:
+            out = b""
+            with trio.fail_after(TIMEOUT):
+                while b"\n" not in out:
+                    chunk = await proc.stdout.receive_some(4096)
+                    assert chunk, b"".join(err).decode(errors="replace")
+                    out += chunk
+            yield out.decode().split("\n", 1)[0], err
+            proc.send_signal(signal.SIGTERM)
+            with trio.fail_after(TIMEOUT):
+                assert await proc.wait() == 0
+        finally:
+            await kill_and_reap(proc)
+
+
+def _port(url: str) -> int:
+    match = re.search(r":(\d+)/", url)
+    assert match is not None, url
+    return int(match.group(1))
+
+
+#: Slow connections opened against a server allowed ``_NOFILE`` fds: well past the limit.
+_NOFILE: Final = 96
+_SLOW_CONNECTIONS: Final = 2 * _NOFILE
+
+
+async def test_slow_unauthenticated_connections_cannot_exhaust_the_servers_fds() -> None:
+    """Each slow peer sends half an upgrade and then nothing. The server keeps at most
+    ``pending_limit(96)`` = 12 of them (the oldest is dropped for a newer one), so a
+    legitimate client still connects at once and its terminals still get ptys; the log
+    gets no traceback and at most a line a second per kind."""
+    started = trio.current_time()
+    async with _serve("--log-level", "info", nofile=_NOFILE) as (url, err):
+        port = _port(url)
+        slow: list[trio.SocketStream] = []
+        try:
+            for _ in range(_SLOW_CONNECTIONS):
+                stream = await trio.open_tcp_stream("127.0.0.1", port)
+                slow.append(stream)
+                with contextlib.suppress(trio.BrokenResourceError):
+                    await stream.send_all(b"GET /?tkn=x HTTP/1.1\r\nHost: 127.0")
+            connect_started = trio.current_time()
+            async with peer(url) as p:
+                connected = trio.current_time() - connect_started
+                await p.initialize("c1")
+                for name in ("a", "b", "c"):
+                    created = await _create(p, f"ahp-terminal:/{name}")
+                    assert "result" in created, created
+                await p.result("subscribe", {"channel": "ahp-terminal:/c"})
+                await p.dispatch(
+                    "ahp-terminal:/c", {"type": "terminal/input", "data": "echo ok$((6*7))\n"}
+                )
+                await p.text_until("ahp-terminal:/c", "ok42")
+        finally:
+            for stream in slow:
+                await stream.aclose()
+    elapsed = trio.current_time() - started
+    print(f"legitimate connect with {_SLOW_CONNECTIONS} slow peers: {connected * 1000:.1f} ms")
+    logs = b"".join(err).decode(errors="replace")
+    assert "Traceback" not in logs and "EMFILE" not in logs, logs[-3000:]
+    for kind in ("unauthenticated connection", "cannot accept"):
+        lines = [line for line in logs.splitlines() if kind in line]
+        assert len(lines) <= elapsed + 1, lines
+
+
+async def test_running_out_of_fds_is_a_clear_error_and_recoverable() -> None:
+    """Terminals until the process has no fd left (``--max-terminals`` out of the way):
+    ``createTerminal`` then fails with -32000 "out of resources", not -32603, and works
+    again once a terminal is disposed."""
+    async with _serve("--max-terminals", "1000", nofile=64) as (url, err), peer(url) as p:
+        await p.initialize("c1")
+        created = 0
+        while True:
+            answer = await _create(p, f"ahp-terminal:/t{created}")
+            if "error" in answer:
+                break
+            created += 1
+            assert created < 64, "every terminal takes at least one fd"
+        assert answer["error"]["code"] == SERVER_LIMIT, answer
+        assert "out of resources" in answer["error"]["message"], answer
+        assert created >= 1
+        assert "result" in await p.call("disposeTerminal", {"channel": "ahp-terminal:/t0"})
+        again: dict[str, Any] = {}
+        with trio.fail_after(TIMEOUT):  # (the disposed terminal's fds close as it is reaped)
+            while "result" not in again:
+                again = await _create(p, "ahp-terminal:/again")
+                await trio.sleep(0.05)
+    logs = b"".join(err).decode(errors="replace")
+    assert "Traceback" not in logs, logs[-3000:]
+
+
+@pytest.mark.parametrize(
+    ("nofile", "limit"),
+    [
+        (16, MIN_PENDING),
+        (96, 12),
+        (1024, 128),
+        (65536, MAX_PENDING),
+        (resource.RLIM_INFINITY, MAX_PENDING),
+    ],
+)
+def test_the_pending_limit_is_an_eighth_of_the_fd_limit_within_bounds(
+    nofile: int, limit: int
+) -> None:
+    assert pending_limit(nofile) == limit
+
+
+async def test_pending_connections_evict_the_oldest_past_the_limit() -> None:
+    pending = PendingConnections(2)
+    scopes = [trio.CancelScope() for _ in range(4)]
+    for scope in scopes[:3]:
+        pending.admit(scope)
+    assert [s.cancel_called for s in scopes] == [True, False, False, False]
+    pending.release(scopes[1])
+    pending.admit(scopes[3])
+    assert [s.cancel_called for s in scopes] == [True, False, False, False]
+    assert len(pending) == 2 and pending.evicted == 1
+
+
+async def test_rate_limited_log_lines(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="ahp.test")
+    notes = RateLimitedLog(logging.getLogger("ahp.test"), interval=1.0)
+    assert notes.log("a", logging.INFO, "first %d", 1)
+    assert not notes.log("a", logging.INFO, "second")
+    assert not notes.log("a", logging.INFO, "third")
+    assert notes.log("b", logging.INFO, "other kind")
+    await trio.sleep(1.0)
+    assert notes.log("a", logging.INFO, "fourth")
+    messages = [r.getMessage() for r in caplog.records]
+    assert messages == ["first 1", "other kind", "fourth (2 similar lines left out)"]

@@ -28,8 +28,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
-from collections.abc import Iterable
-from typing import Final
+from collections.abc import Callable, Iterable
+from typing import Any, Final
 from urllib.parse import urlsplit
 
 import attrs
@@ -196,8 +196,15 @@ def _feed_upgrade(ws: WSConnection, data: bytes) -> Request | None:
     return request
 
 
+def _log_info(kind: str, message: str, *args: Any) -> None:
+    log.info(message, *args)
+
+
 async def read_upgrade(
-    stream: trio.abc.Stream, *, timeout: float = HANDSHAKE_TIMEOUT
+    stream: trio.abc.Stream,
+    *,
+    timeout: float = HANDSHAKE_TIMEOUT,
+    note: Callable[..., Any] = _log_info,
 ) -> tuple[WSConnection, UpgradeRequest] | None:
     """Read the HTTP upgrade request; None if the peer left, was too slow or sent
     something that is not a usable WebSocket upgrade.
@@ -206,7 +213,8 @@ async def read_upgrade(
     before accepting look, a target that is no URL) is answered ``400`` (``426``
     for an unsupported WebSocket version, as wsproto answers) and logged in one
     short line at INFO, before any token check or protocol work; never with a
-    traceback, whatever the parser raised.
+    traceback, whatever the parser raised. Those lines go through
+    ``note(kind, message, *args)`` (the server rate-limits them per kind).
     """
     ws = WSConnection(ConnectionType.SERVER)
     remote = _remote(stream)
@@ -221,7 +229,7 @@ async def read_upgrade(
             try:
                 event = _feed_upgrade(ws, bytes(data))
             except _BadUpgrade as bad:
-                log.info("bad upgrade request from %s: %s", remote, bad.why)
+                note("bad request", "bad upgrade request from %s: %s", remote, bad.why)
                 with contextlib.suppress(Exception):
                     await stream.send_all(bad.answer)
                 return None
@@ -234,7 +242,7 @@ async def read_upgrade(
                     subprotocols=tuple(event.subprotocols),
                 )
                 return ws, request
-    log.info("upgrade request from %s timed out", remote)
+    note("timeout", "upgrade request from %s timed out", remote)
     return None
 
 
