@@ -14,6 +14,7 @@ import logging
 import os
 import re
 import resource
+import shutil
 import signal
 import subprocess
 import sys
@@ -29,7 +30,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ahp.cli import build_parser
+from ahp.engine import open_host
 from ahp.protocol.jsonshape import MAX_DEPTH, MAX_ITEMS, FrameShapeError, check_shape
+from ahp.protocol.state import CommandPart
 from ahp.server import ServeOptions
 from ahp.server.admission import (
     MAX_PENDING,
@@ -492,3 +495,54 @@ async def test_rate_limited_log_lines(
     assert notes.log("a", logging.INFO, "fourth")
     messages = [r.getMessage() for r in caplog.records]
     assert messages == ["first 1", "other kind", "fourth (2 similar lines left out)"]
+
+
+# -- the shell-integration nonce ---------------------------------------------------------------
+
+#: Prints every variable of ours, and the nonce wherever it appears, in the initial
+#: environment (/proc/PID/environ) of each ancestor of this process, up to and including
+#: the process whose pid is argv[1]; then "clean" if there was nothing.
+_SEARCH_ANCESTORS = """
+import os, sys
+stop, nonce = int(sys.argv[1]), sys.argv[2].encode()
+names = {b"AHP_NONCE", b"ZDOTDIR", b"USER_ZDOTDIR", b"AHP_SHELL_LOGIN", b"AHP_ZDOTDIR_WAS_SET"}
+pid, found, seen = os.getppid(), [], 0
+while pid > 1:
+    seen += 1
+    with open(f"/proc/{pid}/environ", "rb") as f:
+        for entry in f.read().split(b"\\0"):
+            if entry.split(b"=", 1)[0] in names or nonce in entry:
+                found.append(f"{pid}: {entry[:60]!r}")
+    if pid == stop:
+        break
+    with open(f"/proc/{pid}/stat") as f:
+        pid = int(f.read().rsplit(")", 1)[1].split()[1])
+print("searched", seen, "ancestors:", "; ".join(found) or "clean")
+sys.exit(3)
+"""
+
+
+@pytest.mark.parametrize("shell", ["bash", "zsh", "fish"])
+async def test_no_ancestor_of_a_command_has_the_nonce_in_its_environment(
+    shell: str, tmp_path: Path
+) -> None:
+    path = shutil.which(shell)
+    if path is None:
+        pytest.skip(f"{shell} is not installed")
+    script = tmp_path / "search.py"
+    script.write_text(_SEARCH_ANCESTORS)
+    async with open_host() as host:
+        term = await host.create_terminal("ahp-terminal:/n", shell=path, cwd=str(tmp_path))
+        assert term.integrated
+        with trio.fail_after(TIMEOUT):
+            result = await term.run(f"{sys.executable} {script} {os.getpid()} {term.nonce}")
+        assert "searched" in result.output, result.raw_output
+        assert result.output.strip().endswith("ancestors: clean"), result.output
+        # The shell's own ancestors were searched (the shell and this process at least).
+        assert int(result.output.split("searched ", 1)[1].split()[0]) >= 2
+        # Command detection still works: the command, with its exit code, as the shell
+        # reported it with the nonce.
+        parts = [p for p in term.state.content if isinstance(p, CommandPart)]
+        assert parts and parts[-1].commandLine.startswith(sys.executable), parts
+        assert parts[-1].exitCode == 3 and result.exit_code == 3
+        await host.dispose("ahp-terminal:/n")
