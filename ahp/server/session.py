@@ -20,6 +20,7 @@ traceback and answered ``-32603``, and the connection goes on.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import re
@@ -44,6 +45,7 @@ from ahp.protocol.codec import (
     ProtocolError,
     decode_json,
     decode_message,
+    dumps_utf8,
     encode_message,
     structure,
     structure_action,
@@ -68,12 +70,21 @@ from ahp.protocol.jsonrpc import (
     JsonRpcRequest,
     JsonRpcSuccess,
 )
+from ahp.protocol.jsonshape import MAX_DEPTH, FrameShapeError, check_shape
 from ahp.protocol.state import ROOT_URI, TERMINAL_SCHEME, ClientClaim, Snapshot
 from ahp.protocol.uri import local_file_uri_to_path, path_to_file_uri
 from ahp.pty import SpawnError
 from ahp.server.clients import ClientRecord, ClientRegistry
 
-__all__ = ["SUPPORTED_VERSIONS", "ServerState", "Session", "negotiate_version"]
+__all__ = [
+    "DEFAULT_MAX_TERMINALS",
+    "MAX_CONFIG_BYTES",
+    "SERVER_LIMIT",
+    "SUPPORTED_VERSIONS",
+    "ServerState",
+    "Session",
+    "negotiate_version",
+]
 
 log = logging.getLogger("ahp.server")
 
@@ -84,10 +95,22 @@ MIN_MINOR: Final = 3
 MAX_MINOR: Final = 5
 MAX_DIMENSION: Final = 4096
 
-#: Deepest JSON nesting accepted in a frame. orjson reads 1024 levels but writes only
-#: 254, and a client's raw JSON (an unknown action, a config) can be echoed to it or
-#: broadcast inside an envelope: deeper frames are refused as parse errors.
-MAX_NESTING: Final = 128
+#: Deepest JSON nesting accepted in a frame (see :data:`ahp.protocol.jsonshape.MAX_DEPTH`);
+#: deeper frames, and frames of more than ``MAX_ITEMS`` items, are refused as parse errors.
+MAX_NESTING: Final = MAX_DEPTH
+
+#: Terminals one server hosts at most by default (``serve --max-terminals``): each holds
+#: a process, about 3 of the server's fds (pty or pipes) and up to its scrollback.
+DEFAULT_MAX_TERMINALS: Final = 256
+#: Largest ``root/configChanged`` action accepted (encoded JSON bytes): it is broadcast to
+#: every root subscriber, so a bigger one is rejected to its sender.
+MAX_CONFIG_BYTES: Final = 64 * 1024
+#: JSON-RPC's implementation-defined server error (AHP assigns no code to this): a limit
+#: of this server was reached (terminals, file descriptors); the message says which, and
+#: the request may succeed later.
+SERVER_LIMIT: Final = -32000
+#: ``errno`` values meaning the machine or the process ran out of something.
+_EXHAUSTED: Final = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.EAGAIN})
 
 #: Methods answered before ``initialize``.
 PRE_HANDSHAKE: Final = frozenset({"initialize", "reconnect", "ping"})
@@ -123,6 +146,10 @@ class ServerState:
     clients: ClientRegistry = attrs.field(factory=ClientRegistry)
     default_directory: str = attrs.field(factory=lambda: path_to_file_uri(os.path.expanduser("~")))
     holder_only_input: bool = False
+    #: Terminals hosted at most; ``createTerminal`` past it fails with :data:`SERVER_LIMIT`.
+    max_terminals: int = DEFAULT_MAX_TERMINALS
+    #: ``createTerminal`` requests between the limit check and the terminal's registration.
+    creating: int = 0
     #: Counters: protocol errors answered (figures for tests).
     errors: int = 0
 
@@ -133,30 +160,15 @@ _CONTROL: Final = re.compile("[\x00-\x1f\x7f-\x9f]")
 _QUOTE_LIMIT: Final = 200
 
 
-def _nested_deeper_than(value: Any, limit: int) -> bool:
-    """Whether arrays/objects in ``value`` nest more than ``limit`` levels (iterative)."""
-    stack = [(value, 1)] if isinstance(value, dict | list) else []
-    while stack:
-        node, depth = stack.pop()
-        if depth > limit:
-            return True
-        children = node.values() if isinstance(node, dict) else node
-        stack.extend((c, depth + 1) for c in children if isinstance(c, dict | list))
-    return False
-
-
 def _parse(frame: str | bytes) -> dict[str, Any]:
-    """The frame's JSON object: ``-32700`` if invalid or nested too deep, else ``-32600``."""
+    """The frame's JSON object: ``-32700`` if invalid or too costly to decode
+    (:func:`~ahp.protocol.jsonshape.check_shape`, before anything is built), else
+    ``-32600``."""
+    try:
+        check_shape(frame, max_depth=MAX_NESTING)
+    except FrameShapeError as exc:
+        raise ProtocolError(f"parse error: {exc}", code=-32700) from None
     data = decode_json(frame)
-    # Each level of nesting takes an opening bracket in the text (brackets inside
-    # strings only over-count): a frame with few of them, such as every keystroke,
-    # skips the walk.
-    if isinstance(frame, str):
-        brackets = frame.count("{") + frame.count("[")
-    else:
-        brackets = frame.count(b"{") + frame.count(b"[")
-    if brackets > MAX_NESTING and _nested_deeper_than(data, MAX_NESTING):
-        raise ProtocolError(f"parse error: nested deeper than {MAX_NESTING} levels", code=-32700)
     if not isinstance(data, dict):  # (decode_message would re-parse a str as JSON)
         kind = "a batch (array)" if isinstance(data, list) else type(data).__name__
         raise ProtocolError(f"expected a JSON-RPC object, got {kind}", code=-32600)
@@ -416,6 +428,15 @@ class Session:
                 )
         if p.cwd is not None:
             _check_cwd(p.cwd)
+        server = self.server
+        if len(self.host.terminals) + server.creating >= server.max_terminals:
+            raise _Fail(
+                SERVER_LIMIT,
+                f"terminal limit reached: this server hosts at most {server.max_terminals} "
+                "terminals (serve --max-terminals); dispose one first",
+                {"limit": server.max_terminals},
+            )
+        server.creating += 1
         try:
             await self.host.create_terminal(
                 p.channel,
@@ -427,8 +448,20 @@ class Session:
             )
         except TerminalExists as exc:
             raise _Fail(ErrorCode.ALREADY_EXISTS, _short(str(exc))) from None
-        except SpawnError as exc:
+        except (SpawnError, OSError) as exc:
+            cause = exc if isinstance(exc, OSError) else exc.__cause__
+            if isinstance(cause, OSError) and cause.errno in _EXHAUSTED:
+                raise _Fail(
+                    SERVER_LIMIT,
+                    f"the server is out of resources ({os.strerror(cause.errno or 0)}); "
+                    "try again later",
+                    {"errno": errno.errorcode.get(cause.errno or 0, "")},
+                ) from None
+            if isinstance(exc, OSError):
+                raise
             raise _Fail(ErrorCode.INVALID_PARAMS, _short(str(exc)), {"path": "$.params"}) from None
+        finally:
+            server.creating -= 1
 
     async def _dispose_terminal(self, params: Any) -> None:
         p = structure(params, ChannelParams)
@@ -480,6 +513,13 @@ class Session:
             problem = f"malformed action: {exc.message}"
         hub = self.host.hub
         if channel == ROOT_URI:
+            if isinstance(action, RootConfigChanged) and len(dumps_utf8(p.action)) > (
+                MAX_CONFIG_BYTES
+            ):
+                # Refused, and echoed without its config: the sender has it, and a
+                # rejection need not cost the size of what it refuses.
+                action = RootConfigChanged(config={}, replace=action.replace)
+                problem = f"root/configChanged larger than {MAX_CONFIG_BYTES} bytes (not echoed)"
             if problem is None and isinstance(action, RootConfigChanged):
                 # A terminal host has no config: the merge is a no-op, echoed as applied.
                 hub.publish(ROOT_URI, action, origin)
