@@ -216,9 +216,6 @@ configure_tagged_union(TerminalClaim, converter, tag_name="kind", tag_generator=
 configure_tagged_union(ContentPart, converter, tag_name="type", tag_generator=_class_tag("TYPE"))
 _exit_aware(TerminalState)
 _exit_aware(TerminalInfo)
-configure_tagged_union(
-    ChannelRecovery, converter, tag_name="kind", tag_generator=_class_tag("KIND")
-)
 
 
 def _action_tag(cl: type[Any]) -> str:
@@ -286,6 +283,10 @@ def _structure_snapshot(value: Any, _: Any) -> Snapshot:
 
 converter.register_structure_hook(Snapshot, _structure_snapshot)
 converter.register_unstructure_hook(OpaqueState, lambda state: dict(state.raw))
+# (After the Snapshot hook: the union's member hooks are built here, once.)
+configure_tagged_union(
+    ChannelRecovery, converter, tag_name="kind", tag_generator=_class_tag("KIND")
+)
 
 
 def _first_error(exc: Exception) -> tuple[str, str]:
