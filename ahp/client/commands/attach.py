@@ -189,9 +189,12 @@ async def _session(
                     first = False
                     alt.feed(text)
                     await write(text)
-                    code = remote.state.exitCode
-                    if code is not None:
-                        finish(code % 256, f"{uri} has exited (code {code})")
+                    if remote.state.exited:
+                        code = remote.state.exitCode
+                        finish(
+                            0 if code is None else code % 256,
+                            f"{uri} has exited" + ("" if code is None else f" (code {code})"),
+                        )
                     continue
                 action = item.action
                 if isinstance(action, TerminalData):
