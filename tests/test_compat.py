@@ -471,3 +471,126 @@ async def test_the_client_falls_back_to_0_5_when_1x_is_refused() -> None:
             assert client.root.terminals == ()
         nursery.cancel_scope.cancel()
     assert offers == [["1.0.0", "0.9.0", "0.5.0"], ["0.5.0"]]
+
+
+# -- tolerance and bad input in the 1.x vocabulary ------------------------------------------------
+
+
+async def test_1x_tolerance_and_clear_errors_keep_the_connection() -> None:
+    async with running_server() as server, peer(server.url) as p:
+        bad_info = await p.call(
+            "initialize",
+            {"channel": ROOT, "protocolVersions": MODERN, "clientId": "c", "clientInfo": {}},
+        )
+        assert bad_info["error"]["code"] == -32602
+        assert bad_info["error"]["data"]["path"] == "$.params.clientInfo.name"
+        await init(p, "c", MODERN, clientInfo={"name": "n", "x-extra": True})
+        # unknown x- methods and notifications: an error, or nothing; the connection goes on
+        assert (await p.call("x-acme/do", {"channel": ROOT}))["error"]["code"] == -32601
+        await p.send({"jsonrpc": "2.0", "method": "x-acme/note", "params": {"channel": ROOT}})
+        await p.send(
+            {
+                "jsonrpc": "2.0",
+                "method": "channel/credit",
+                "params": {"channel": T1, "consumedBytes": 5},
+            }
+        )
+        # listSessions paging: types checked; no cursor was ever handed out
+        assert await p.result("listSessions", {"channel": ROOT, "limit": 1, "_meta": {}}) == {
+            "items": []
+        }
+        for params, path in (
+            ({"limit": "10"}, "$.params.limit"),
+            ({"cursor": "abc"}, "$.params.cursor"),
+            ({"cursor": 5}, "$.params.cursor"),
+        ):
+            answer = await p.call("listSessions", {"channel": ROOT, **params})
+            assert answer["error"]["code"] == -32602 and answer["error"]["data"]["path"] == path
+        # subscribe options this host does not use are ignored, whatever their shape
+        await p.result(
+            "createTerminal", {"channel": T1, "claim": {"kind": "client", "clientId": "c"}}
+        )
+        answer = await p.result("subscribe", {"channel": T1, "flowControl": 5, "delivery": "soon"})
+        assert set(answer) == {"snapshot"}
+        assert (await p.call("ping", {"channel": ROOT, "_meta": {"a": 1}}))["result"] is None
+
+    async with running_server() as server, peer(server.url) as p, peer(server.url) as q:
+        await init(p, "c", MODERN)
+        for params, path in (
+            (
+                {"subscriptions": [{"channel": ROOT, "lastSeenServerSeq": "1"}]},
+                "$.params.subscriptions[0].lastSeenServerSeq",
+            ),
+            ({"subscriptions": [{"lastSeenServerSeq": 1}]}, "$.params.subscriptions[0].channel"),
+            (
+                {"lastSeenServerSeq": 0, "subscriptions": [ROOT, {"channel": ROOT}]},
+                "$.params.subscriptions[1]",
+            ),
+            (
+                {"lastSeenServerSeq": 0, "subscriptions": [ROOT], "windows": {"items": 3}},
+                "$.params.windows.items",
+            ),
+        ):
+            answer = await q.call("reconnect", {"channel": ROOT, "clientId": "c", **params})
+            assert answer["error"]["code"] == -32602, answer
+            assert answer["error"]["data"]["path"] == path, answer
+        # a channel named twice gets one entry; an unknown client is -32008, as before
+        recovered = await q.result(
+            "reconnect",
+            {
+                "channel": ROOT,
+                "clientId": "c",
+                "subscriptions": [
+                    {"channel": ROOT, "lastSeenServerSeq": 0},
+                    {"channel": ROOT, "lastSeenServerSeq": 7},
+                ],
+            },
+        )
+        assert [(c["kind"], c["channel"]) for c in recovered["channels"]] == [("snapshot", ROOT)]
+        async with peer(server.url) as r:
+            answer = await r.call(
+                "reconnect", {"channel": ROOT, "clientId": "nobody", "subscriptions": []}
+            )
+            assert answer["error"]["code"] == -32008
+
+
+async def test_reconnect_beyond_the_replay_log_gives_snapshots_in_each_dialect() -> None:
+    async with running_server(log_envelopes=4) as server:
+        host = server.state.host
+        async with peer(server.url) as old, peer(server.url) as new:
+            await init(old, "old", ["0.5.0"])
+            await init(new, "new", MODERN)
+        term = await host.create_terminal(T1, name="t")
+        await term.send_input("echo a; echo b; echo c; exit 2\r")
+        with trio.fail_after(TIMEOUT):
+            await term.exited.wait()
+        async with peer(server.url) as old, peer(server.url) as new:
+            a = await old.reconnect("old", 0, [ROOT, T1, T2])
+            assert a["type"] == "snapshot" and "missing" not in a  # the 0.5 shape
+            b = await new.result(
+                "reconnect",
+                {
+                    "channel": ROOT,
+                    "clientId": "new",
+                    "lastSeenServerSeq": 0,
+                    "subscriptions": [ROOT, T1, T2],
+                },
+            )
+            assert b["type"] == "snapshot" and b["missing"] == [T2]
+            old_t1 = {s["resource"]: s["state"] for s in a["snapshots"]}[T1]
+            new_t1 = {s["resource"]: s["state"] for s in b["snapshots"]}[T1]
+            assert old_t1["exitCode"] == 2 and "lifecycle" not in old_t1
+            assert new_t1["lifecycle"] == {"status": "exited", "exitCode": 2}
+        async with peer(server.url) as new:
+            # form B: a cursor older than the log also gets a snapshot
+            recovered = await new.result(
+                "reconnect",
+                {
+                    "channel": ROOT,
+                    "clientId": "new",
+                    "subscriptions": [{"channel": T1, "lastSeenServerSeq": 1}],
+                },
+            )
+            (entry,) = recovered["channels"]
+            assert entry["kind"] == "snapshot"
+            assert entry["snapshot"]["state"]["lifecycle"] == {"status": "exited", "exitCode": 2}
