@@ -33,6 +33,7 @@ from ahp.cli import build_parser
 from ahp.engine import open_host
 from ahp.protocol.jsonshape import MAX_DEPTH, MAX_ITEMS, FrameShapeError, check_shape
 from ahp.protocol.state import CommandPart
+from ahp.protocol.uri import local_file_uri_to_path
 from ahp.server import ServeOptions
 from ahp.server.admission import (
     MAX_PENDING,
@@ -42,7 +43,6 @@ from ahp.server.admission import (
     pending_limit,
 )
 from ahp.server.session import DEFAULT_MAX_TERMINALS, MAX_CONFIG_BYTES, SERVER_LIMIT
-from ahp.vt.uri import local_file_uri_to_path
 from tests.helpers import TIMEOUT, kill_and_reap
 from tests.wire import TOKEN, Peer, peer, running_server
 

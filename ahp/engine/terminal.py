@@ -201,7 +201,9 @@ class Terminal:
 
     def info(self) -> TerminalInfo:
         s = self._state
-        return TerminalInfo(resource=self.uri, title=s.title, claim=s.claim, exitCode=s.exitCode)
+        return TerminalInfo(
+            resource=self.uri, title=s.title, claim=s.claim, exitCode=s.exitCode, exited=s.exited
+        )
 
     def snapshot(self) -> Snapshot:
         """The state with the global ``serverSeq`` it reflects."""
