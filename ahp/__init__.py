@@ -6,6 +6,8 @@ One obvious entry point for embedding::
         term = await host.create_terminal(name="build", cwd="/src")
         result = await term.run("pytest -q", timeout=60)
 
+and to let editors watch over AHP, ``await nursery.start(ahp.serve_host, host)``.
+
 The package is layered so that each layer can be read and tested on its own:
 ``ahp.protocol`` (wire model and codec, pure), ``ahp.reducers`` (pure state
 transitions), ``ahp.vt`` (incremental byte scanner, pure), ``ahp.pty``
@@ -31,7 +33,7 @@ if TYPE_CHECKING:
     from ahp.pty import SpawnError
     from ahp.result import BackgroundProcess, CommandResult
     from ahp.run import CommandHandle
-    from ahp.server import ServeOptions, Sidecar
+    from ahp.server import ServeOptions, Sidecar, serve_host
     from ahp.vt.screen import Screen
 
 #: Public name -> module that defines it. Imported on first use, so that
@@ -58,6 +60,7 @@ _EXPORTS = {
     "Screen": "ahp.vt.screen",
     "ServeOptions": "ahp.server",
     "Sidecar": "ahp.server",
+    "serve_host": "ahp.server",
 }
 
 
@@ -97,4 +100,5 @@ __all__ = [
     "UnclassifiedPart",
     "__version__",
     "open_host",
+    "serve_host",
 ]

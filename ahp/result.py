@@ -71,6 +71,8 @@ class CommandResult:
         omitted_bytes: exactly how many bytes of rendered output were left out.
         omitted_lines: how many whole lines were left out (a line cut at the edge
             of the head or the tail counts as shown).
+        total_bytes: the size of the whole rendered output (UTF-8, one newline per line).
+        total_lines: its number of lines.
         timed_out: the hard timeout passed.
         waiting_for_input: the command is blocked reading the terminal.
         alternate_screen: the command used the alternate screen (a pager, an
@@ -91,6 +93,8 @@ class CommandResult:
     truncated: bool
     omitted_bytes: int
     omitted_lines: int
+    total_bytes: int
+    total_lines: int
     timed_out: bool
     waiting_for_input: bool
     alternate_screen: bool

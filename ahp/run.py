@@ -406,6 +406,8 @@ class CommandHandle:
             truncated=budgeted.truncated,
             omitted_bytes=budgeted.omitted_bytes,
             omitted_lines=budgeted.omitted_lines,
+            total_bytes=budgeted.total_bytes,
+            total_lines=budgeted.total_lines,
             timed_out=self._timed_out,
             waiting_for_input=status == "waiting_for_input",
             alternate_screen=self._renderer.used_alternate,
@@ -601,7 +603,7 @@ class CommandHandle:
                     ):
                         self._finish("finished", part.exitCode, part.durationMs)
                         return
-                if state.exitCode is not None:
+                if state.exited:
                     self._finish("shell_exited")
                     return
                 continue
@@ -707,7 +709,7 @@ async def start_command(
     head, tail = _budget_sizes(head_bytes, tail_bytes, max_output_bytes)
     if not input_quiet > 0:
         raise ValueError("input_quiet must be positive")
-    if driver.state.exitCode is not None:
+    if driver.state.exited:
         raise RuntimeError("the terminal's process has exited")
     previous_claim = driver.state.claim
     if claim is not None:
@@ -722,7 +724,7 @@ async def start_command(
         assert isinstance(first, Snapshot)
         state = first.state
         assert isinstance(state, TerminalState)
-        if state.exitCode is not None:
+        if state.exited:
             raise RuntimeError("the terminal's process has exited")
         detected = bool(state.supportsCommandDetection)
         if detected and _busy(state):

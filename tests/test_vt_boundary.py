@@ -17,8 +17,8 @@ VT_MODULES = (
     "ahp.vt",
     "ahp.vt.events",
     "ahp.vt.integration",
+    "ahp.vt.queries",
     "ahp.vt.scanner",
-    "ahp.vt.uri",
     "ahp.vt.render",
     "ahp.vt.screen",
 )

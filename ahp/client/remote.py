@@ -163,7 +163,7 @@ class RemoteTerminal:
 
     @property
     def ended(self) -> bool:
-        return self._gone() or self.state.exitCode is not None
+        return self._gone() or self.state.exited
 
     def job_mark(self) -> object:
         return None
@@ -181,7 +181,7 @@ class RemoteTerminal:
 
     async def wait_exited(self, timeout: float = math.inf) -> int | None:
         with trio.fail_after(timeout):
-            await self.client.wait_for(lambda: self.state.exitCode is not None or self._gone())
+            await self.client.wait_for(lambda: self.state.exited or self._gone())
         return self.state.exitCode
 
     def _gone(self) -> bool:
@@ -191,7 +191,7 @@ class RemoteTerminal:
 def _running(state: TerminalState) -> bool:
     """A detected command is running (without detection: assumed running)."""
     if not state.supportsCommandDetection:
-        return state.exitCode is None
+        return not state.exited
     content = state.content
     return bool(content) and isinstance(content[-1], CommandPart) and not content[-1].isComplete
 
