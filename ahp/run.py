@@ -79,6 +79,7 @@ __all__ = [
     "MAX_RAW_OUTPUT",
     "BackgroundProcess",
     "CommandHandle",
+    "CommandRegistry",
     "CommandResult",
     "InputEvidence",
     "TerminalDriver",
@@ -103,6 +104,9 @@ INPUT_POLL: Final = 0.25
 MAX_INPUT_POLL: Final = 2.0
 #: Upper bound of ``raw_output`` (the most recent bytes are kept).
 MAX_RAW_OUTPUT: Final = RETAINED_OUTPUT_BYTES
+#: Handles kept per terminal for :meth:`ahp.engine.Terminal.command` (see
+#: :class:`CommandRegistry`).
+MAX_COMMANDS_KEPT: Final = 8
 #: Buffer of the subscription a command follows (beyond it: a resynchronisation).
 FOLLOW_BYTES: Final = 64 * 1024 * 1024
 #: After a resynchronisation, the end of the terminal's text searched for the end marker.
@@ -169,6 +173,11 @@ class TerminalDriver(Protocol):
 
     def spawn_task(self, fn: Callable[[], Awaitable[None]]) -> None:
         """Run ``fn`` in the nursery of whatever owns the terminal (it must not raise)."""
+        ...
+
+    @property
+    def commands(self) -> CommandRegistry:
+        """Where the terminal's recent command handles are kept."""
         ...
 
     def input_evidence(self) -> InputEvidence | None:
@@ -290,6 +299,40 @@ class _Markers:
             ):
                 return k
         return 0
+
+
+class CommandRegistry:
+    """The recent commands of one terminal, by id, so that an agent can come back
+    to a command (its output, its end) with only ``result.command_id``.
+
+    Buffering: at most :data:`MAX_COMMANDS_KEPT` handles (each retains at most
+    :data:`~ahp.budget.RETAINED_OUTPUT_BYTES` of output); beyond it the oldest
+    finished one is forgotten (else the oldest). Forgetting a running command's
+    handle does not stop its collector.
+    """
+
+    def __init__(self, limit: int = 0) -> None:
+        self.limit = limit or MAX_COMMANDS_KEPT
+        self._handles: dict[str, CommandHandle] = {}
+
+    def add(self, handle: CommandHandle) -> None:
+        self._handles[handle.id] = handle
+        while len(self._handles) > self.limit:
+            victim = next((h for h in self._handles.values() if h.done), None)
+            if victim is None:
+                victim = next(iter(self._handles.values()))
+            del self._handles[victim.id]
+
+    def get(self, command_id: str) -> CommandHandle:
+        """The handle of ``command_id``; KeyError when unknown or forgotten."""
+        try:
+            return self._handles[command_id]
+        except KeyError:
+            raise KeyError(f"no command {command_id!r} (unknown, or forgotten)") from None
+
+    def all(self) -> tuple[CommandHandle, ...]:
+        """Oldest first."""
+        return tuple(self._handles.values())
 
 
 def _busy(state: TerminalState) -> bool:
@@ -762,6 +805,7 @@ async def start_command(
 
         driver.spawn_task(collect)
         spawned = True
+        driver.commands.add(handle)
     finally:
         if not spawned:
             with trio.CancelScope(shield=True):

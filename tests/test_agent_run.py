@@ -18,7 +18,7 @@ import trio
 import ahp
 from ahp.budget import omission_marker
 from ahp.client import connect
-from ahp.run import CommandHandle, as_completed, wait_any
+from ahp.run import MAX_COMMANDS_KEPT, CommandHandle, as_completed, wait_any
 from tests.helpers import TIMEOUT, stat_fields
 from tests.wire import running_server
 
@@ -337,3 +337,21 @@ async def test_handles_end_when_their_terminal_or_client_goes() -> None:
         with trio.fail_after(TIMEOUT):
             lost = await remote.wait()
     assert lost.status == "lost" and remote.done
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_recent_commands_are_found_by_id(mode: str) -> None:
+    async with terminal(mode) as term:
+        with trio.fail_after(TIMEOUT):
+            results = [await term.run(f"echo n{i}") for i in range(MAX_COMMANDS_KEPT + 2)]
+            running = await term.run("sleep 0.5; echo late", yield_after=0)
+            assert running.status == "running"
+            handle = term.command(running.command_id)
+            assert handle is running.handle
+            assert (await handle.wait()).output == "late\n"
+    # The registry keeps the most recent MAX_COMMANDS_KEPT; the oldest are forgotten.
+    kept = [h.id for h in term.commands.all()]
+    assert kept[-1] == running.command_id and len(kept) == MAX_COMMANDS_KEPT
+    assert term.command(results[-1].command_id).output() == f"n{MAX_COMMANDS_KEPT + 1}\n"
+    with pytest.raises(KeyError, match="forgotten"):
+        term.command(results[0].command_id)

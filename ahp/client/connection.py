@@ -67,7 +67,7 @@ from ahp.protocol.state import (
     TerminalState,
 )
 from ahp.reducers import DEFAULT_SCROLLBACK
-from ahp.run import CommandResult
+from ahp.run import CommandRegistry, CommandResult
 from ahp.vt.screen import ScreenModel
 from ahp.ws import (
     ConnectionClosed,
@@ -172,6 +172,8 @@ class Client:
         self._nursery: trio.Nursery | None = None
         #: Screen models of :meth:`RemoteTerminal.screen`, per channel.
         self.screen_models: dict[str, ScreenModel] = {}
+        #: Recent command handles of :meth:`RemoteTerminal.command`, per channel.
+        self.command_registries: dict[str, CommandRegistry] = {}
         self._listeners: list[Callable[[ActionEnvelope], None]] = []
         self._released: dict[int, tuple[trio.Event, trio.Event]] = {}
 

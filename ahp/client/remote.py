@@ -37,6 +37,7 @@ from ahp.protocol.state import CommandPart, Snapshot, TerminalClaim, TerminalSta
 from ahp.run import (
     DEFAULT_INPUT_QUIET,
     CommandHandle,
+    CommandRegistry,
     CommandResult,
     InputEvidence,
     run_command,
@@ -153,6 +154,19 @@ class RemoteTerminal:
 
     def spawn_task(self, fn: Callable[[], Awaitable[None]]) -> None:
         self.client.spawn_task(fn)
+
+    @property
+    def commands(self) -> CommandRegistry:
+        """Recent commands started through this client in this terminal."""
+        registries = self.client.command_registries
+        registry = registries.get(self.uri)
+        if registry is None:
+            registry = registries[self.uri] = CommandRegistry()
+        return registry
+
+    def command(self, command_id: str) -> CommandHandle:
+        """The handle of a recent command started through this client (KeyError else)."""
+        return self.commands.get(command_id)
 
     @property
     def sees_processes(self) -> bool:

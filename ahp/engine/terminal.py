@@ -96,6 +96,7 @@ from ahp.run import (
     DEFAULT_INPUT_QUIET,
     FOLLOW_BYTES,
     CommandHandle,
+    CommandRegistry,
     CommandResult,
     InputEvidence,
     run_command,
@@ -184,6 +185,8 @@ class Terminal:
         self._wait_scope: trio.CancelScope | None = None
         self._tasks: trio.Nursery | None = None  # command collectors (ahp.run)
         self._screen: ScreenModel | None = None
+        #: Recent commands by id (:meth:`command`).
+        self.commands = CommandRegistry()
         self._process_exited = trio.Event()
         self._exit_code: int | None = None
         self.exited = trio.Event()
@@ -340,6 +343,11 @@ class Terminal:
             claim=claim,
             max_output_bytes=max_output_bytes,
         )
+
+    def command(self, command_id: str) -> CommandHandle:
+        """The handle of a recent command (``result.command_id``); KeyError when
+        unknown or forgotten (see :data:`ahp.run.MAX_COMMANDS_KEPT`)."""
+        return self.commands.get(command_id)
 
     def screen(self) -> Screen:
         """The visible screen now (rendered on demand: see :mod:`ahp.vt.screen`)."""
@@ -749,6 +757,10 @@ class _LocalDriver:
 
     def spawn_task(self, fn: Callable[[], Awaitable[None]]) -> None:
         self._terminal.spawn_task(fn)
+
+    @property
+    def commands(self) -> CommandRegistry:
+        return self._terminal.commands
 
     @property
     def ended(self) -> bool:
