@@ -27,8 +27,8 @@ with the command or when the client closes.
 from __future__ import annotations
 
 import math
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Final
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Final
 
 import trio
 
@@ -147,6 +147,7 @@ class RemoteTerminal:
         models = self.client.screen_models
         model = models.get(self.uri)
         if model is None:
+            _forget_unsubscribed(models, self.client.mirrors)
             model = models[self.uri] = ScreenModel(self.state.cols or 80, self.state.rows or 24)
         return model.update(self.state)
 
@@ -161,6 +162,7 @@ class RemoteTerminal:
         registries = self.client.command_registries
         registry = registries.get(self.uri)
         if registry is None:
+            _forget_unsubscribed(registries, self.client.mirrors)
             registry = registries[self.uri] = CommandRegistry()
         return registry
 
@@ -200,6 +202,13 @@ class RemoteTerminal:
 
     def _gone(self) -> bool:
         return self.uri not in self.client.mirrors
+
+
+def _forget_unsubscribed(per_channel: dict[str, Any], mirrors: Mapping[str, object]) -> None:
+    """Drop what is kept for channels the client no longer mirrors (bounds the dicts
+    by the subscribed channels, plus the one about to be added)."""
+    for uri in [uri for uri in per_channel if uri not in mirrors]:
+        del per_channel[uri]
 
 
 def _running(state: TerminalState) -> bool:
