@@ -277,6 +277,12 @@ class _Markers:
         self._buffer = buffer[len(buffer) - hold :] if hold else ""
         return buffer[: len(buffer) - hold]
 
+    def resynchronised(self, tail: str) -> None:
+        """Output was lost; ``tail`` is the end of the terminal's text now."""
+        self._buffer = ""
+        if not self.started and self.begin in tail:
+            self.started = True
+
     def find_end(self, text: str) -> int | None:
         """The exit code from an end marker in ``text`` (a state after a resync)."""
         match = self._end.search(text)
@@ -607,12 +613,13 @@ class CommandHandle:
         detected: bool,
         token: str,
         restore_claim: TerminalClaim | None,
+        known: frozenset[str],
     ) -> None:
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._watch_input)
                 if detected:
-                    await self._follow_detected(stream)
+                    await self._follow_detected(stream, known)
                 else:
                     await self._follow_markers(stream, _Markers(token))
                 nursery.cancel_scope.cancel()
@@ -631,19 +638,24 @@ class CommandHandle:
                     with trio.move_on_after(5):
                         await self._driver.set_claim(restore_claim)
 
-    async def _follow_detected(self, stream: AsyncIterator[Snapshot | ActionEnvelope]) -> None:
+    async def _follow_detected(
+        self, stream: AsyncIterator[Snapshot | ActionEnvelope], known: frozenset[str]
+    ) -> None:
+        """``known``: the ids of the commands in the state before this one was typed."""
         command_id: str | None = None
         async for item in stream:
             if isinstance(item, Snapshot):
-                # A resynchronisation: output in the gap is lost, the end is not.
+                # A resynchronisation: output in the gap is lost, the end is not (nor
+                # the start: a command that is not one of ``known`` is this one).
                 state = item.state
                 assert isinstance(state, TerminalState)
                 for part in state.content:
-                    if (
-                        isinstance(part, CommandPart)
-                        and part.commandId == command_id
-                        and part.isComplete
-                    ):
+                    if not isinstance(part, CommandPart):
+                        continue
+                    if command_id is None and part.commandId not in known:
+                        command_id = part.commandId
+                        self._executing = True
+                    if part.commandId == command_id and part.isComplete:
                         self._finish("finished", part.exitCode, part.durationMs)
                         return
                 if state.exited:
@@ -673,10 +685,14 @@ class CommandHandle:
                 # be in it, and then it is in the state.
                 state = item.state
                 assert isinstance(state, TerminalState)
-                end = markers.find_end(state.tail(MARKER_LOOKBACK))
+                tail = state.tail(MARKER_LOOKBACK)
+                end = markers.find_end(tail)
                 if end is not None:
                     self._finish("finished", end)
                     return
+                markers.resynchronised(tail)
+                if markers.started:
+                    self._executing = True
                 continue
             action = item.action
             if isinstance(action, TerminalExited):
@@ -795,12 +811,13 @@ async def start_command(
             )
         if driver.sees_processes:
             handle._job_mark = driver.job_mark()
+        known = frozenset(p.commandId for p in driver.state.content if isinstance(p, CommandPart))
         handle._started = time.monotonic()
         await driver.send_input(typed.replace("\n", "\r") + "\r")
 
         async def collect() -> None:
             await handle._collect(
-                stream, detected, token, previous_claim if claim is not None else None
+                stream, detected, token, previous_claim if claim is not None else None, known
             )
 
         driver.spawn_task(collect)

@@ -355,3 +355,18 @@ async def test_recent_commands_are_found_by_id(mode: str) -> None:
     assert term.command(results[-1].command_id).output() == f"n{MAX_COMMANDS_KEPT + 1}\n"
     with pytest.raises(KeyError, match="forgotten"):
         term.command(results[0].command_id)
+
+
+@pytest.mark.parametrize("shell", ["/bin/bash", "/bin/sh"])
+async def test_a_collector_that_falls_behind_still_sees_the_end(
+    shell: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Beyond FOLLOW_BYTES the collector gets a snapshot instead of the missed
+    envelopes: the output has a gap, but the end (exit code) is found in the state."""
+    monkeypatch.setattr("ahp.engine.terminal.FOLLOW_BYTES", 1024)
+    async with ahp.open_host() as host:
+        term = await host.create_terminal(shell=shell)
+        with trio.fail_after(TIMEOUT):
+            result = await term.run("seq 1 200000; (exit 3)")
+    assert result.status == "finished" and result.exit_code == 3
+    assert result.total_lines < 200000  # the gap
