@@ -36,8 +36,11 @@ What an agent gets beyond that (see ``README.md``, "Commands for agents"):
   :func:`looks_like_prompt`); the command's status becomes
   ``waiting_for_input`` and ``run`` returns early.
 * **Honest completion**: ``finished`` / ``shell_exited`` / ``timed_out`` /
-  ``interrupted`` / ``killed``, and the processes the command left behind
-  (in-process: processes of the terminal's session that appeared meanwhile).
+  ``interrupted`` / ``killed`` / ``lost`` (the handle stopped following: its client
+  closed), and the jobs the command left behind (in-process: processes of the
+  terminal's session, outside the shell's process group, started meanwhile).
+* **Lookup**: each terminal keeps its last :data:`MAX_COMMANDS_KEPT` handles
+  (:class:`CommandRegistry`), so ``result.command_id`` is enough to come back.
 
 Timeout and cancellation: the hard ``timeout`` interrupts the command
 (``\\x03``) and waits up to :data:`INTERRUPT_GRACE` for it to end (status
