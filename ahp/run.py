@@ -114,6 +114,8 @@ MAX_COMMANDS_KEPT: Final = 8
 FOLLOW_BYTES: Final = 64 * 1024 * 1024
 #: After a resynchronisation, the end of the terminal's text searched for the end marker.
 MARKER_LOOKBACK: Final = 64 * 1024
+#: Before concluding "waiting for input", the end of the terminal's text searched for it.
+MARKER_TAIL: Final = 1024
 #: The last characters of a prompt line that :func:`looks_like_prompt` accepts.
 PROMPT_ENDINGS: Final = (":", "?", ">", "]", ")", "$", "#", "%")
 
@@ -197,8 +199,9 @@ class TerminalDriver(Protocol):
         """An opaque mark of the terminal's jobs now (before a command is typed)."""
         ...
 
-    def jobs_since(self, mark: object) -> dict[int, str]:
-        """Jobs of the terminal's session started since ``mark``: pid → command line."""
+    async def background_jobs(self, mark: object) -> dict[int, str]:
+        """Jobs of the terminal's session started since ``mark`` and still running:
+        pid → command line."""
         ...
 
     @property
@@ -423,6 +426,8 @@ class CommandHandle:
         self._read_lines = 0  # finished lines returned by read_new
         self._read_live: list[str] = []  # window lines returned by read_new as they were
         self._job_mark: object = None
+        self._command_id: str | None = None  # detected mode: the shell's id for it
+        self._markers: _Markers | None = None  # fallback mode
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -582,8 +587,22 @@ class CommandHandle:
         self._output_event.set()
         self._output_event = trio.Event()
 
-    def _finish(
+    async def _end(
         self, status: str, exit_code: int | None = None, duration: int | None = None
+    ) -> None:
+        """The command ended: look for the jobs it left (in-process), then finish."""
+        background: tuple[BackgroundProcess, ...] = ()
+        if status == "finished" and self._driver.sees_processes:
+            jobs = await self._driver.background_jobs(self._job_mark)
+            background = tuple(BackgroundProcess(pid, line) for pid, line in sorted(jobs.items()))
+        self._finish(status, exit_code, duration, background)
+
+    def _finish(
+        self,
+        status: str,
+        exit_code: int | None = None,
+        duration: int | None = None,
+        background: tuple[BackgroundProcess, ...] = (),
     ) -> None:
         if self.done:
             return
@@ -601,11 +620,7 @@ class CommandHandle:
         self._duration_ms = duration
         self._ended = time.monotonic()
         self._waiting = None
-        if status != "shell_exited" and self._driver.sees_processes:
-            self._background = tuple(
-                BackgroundProcess(pid, line)
-                for pid, line in sorted(self._driver.jobs_since(self._job_mark).items())
-            )
+        self._background = background
         self._done.set()
         self._output_event.set()
         self._notify()
@@ -624,7 +639,8 @@ class CommandHandle:
                 if detected:
                     await self._follow_detected(stream, known)
                 else:
-                    await self._follow_markers(stream, _Markers(token))
+                    self._markers = _Markers(token)
+                    await self._follow_markers(stream, self._markers)
                 nursery.cancel_scope.cancel()
         except Exception:  # never let a collector take down the terminal or client
             log.exception("command %s in %s: collector failed", self.id, self.terminal_uri)
@@ -656,27 +672,27 @@ class CommandHandle:
                     if not isinstance(part, CommandPart):
                         continue
                     if command_id is None and part.commandId not in known:
-                        command_id = part.commandId
+                        command_id = self._command_id = part.commandId
                         self._executing = True
                     if part.commandId == command_id and part.isComplete:
-                        self._finish("finished", part.exitCode, part.durationMs)
+                        await self._end("finished", part.exitCode, part.durationMs)
                         return
                 if state.exited:
-                    self._finish("shell_exited")
+                    await self._end("shell_exited")
                     return
                 continue
             action = item.action
             if isinstance(action, TerminalCommandExecuted) and command_id is None:
-                command_id = action.commandId
+                command_id = self._command_id = action.commandId
                 self._executing = True
                 self._last_output = trio.current_time()
             elif isinstance(action, TerminalData) and command_id is not None:
                 self._output(action.data)
             elif isinstance(action, TerminalCommandFinished) and action.commandId == command_id:
-                self._finish("finished", action.exitCode, action.durationMs)
+                await self._end("finished", action.exitCode, action.durationMs)
                 return
             elif isinstance(action, TerminalExited):
-                self._finish("shell_exited")
+                await self._end("shell_exited")
                 return
 
     async def _follow_markers(
@@ -691,7 +707,7 @@ class CommandHandle:
                 tail = state.tail(MARKER_LOOKBACK)
                 end = markers.find_end(tail)
                 if end is not None:
-                    self._finish("finished", end)
+                    await self._end("finished", end)
                     return
                 markers.resynchronised(tail)
                 if markers.started:
@@ -699,7 +715,7 @@ class CommandHandle:
                 continue
             action = item.action
             if isinstance(action, TerminalExited):
-                self._finish("shell_exited")
+                await self._end("shell_exited")
                 return
             if not isinstance(action, TerminalData):
                 continue
@@ -709,7 +725,7 @@ class CommandHandle:
                 self._last_output = trio.current_time()
             self._output(text)
             if markers.done:
-                self._finish("finished", markers.exit_code)
+                await self._end("finished", markers.exit_code)
                 return
 
     async def _watch_input(self) -> None:
@@ -739,7 +755,23 @@ class CommandHandle:
                 await self._output_event.wait()
             poll = min(poll * 2, MAX_INPUT_POLL)
 
+    def _ended_in_state(self) -> bool:
+        """The terminal's state already shows the command's end (the collector has
+        not caught up yet): the shell, back at its prompt, reads the terminal."""
+        state = self._driver.state
+        if state.exited:
+            return True
+        if self._command_id is not None:
+            return any(
+                isinstance(p, CommandPart) and p.commandId == self._command_id and p.isComplete
+                for p in reversed(state.content)
+            )
+        markers = self._markers
+        return markers is not None and markers.find_end(state.tail(MARKER_TAIL)) is not None
+
     def _evidence(self) -> InputEvidence | None:
+        if self._ended_in_state():
+            return None
         if self._driver.sees_processes:
             return self._driver.input_evidence()
         # Remote: quiet, and either a full-screen program (it reads keys) or a last

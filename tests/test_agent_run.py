@@ -36,7 +36,8 @@ async def terminal(mode: str, **kwargs: Any) -> AsyncIterator[Any]:
         uri = "ahp-terminal:/agent"
         await client.create_terminal(uri, cwd=kwargs.get("cwd"))
         term = client.terminal(uri)
-        with trio.fail_after(TIMEOUT):  # let the shell announce command detection
+        # Let the shell announce command detection (without it, run falls back to markers).
+        with trio.move_on_after(TIMEOUT):
             await client.wait_for(lambda: term.state.supportsCommandDetection is not None)
         yield term
 

@@ -127,6 +127,9 @@ READ_BATCH: Final = 16 * 1024
 MAX_PENDING_INPUT: Final = 16 * 1024 * 1024
 #: After the process exits, a pty still held open is read until quiet this long.
 EXIT_LINGER: Final = 0.1
+#: How long a command's jobs may take to ``exec`` before they are reported as they are.
+JOB_SETTLE: Final = 0.5
+JOB_SETTLE_POLL: Final = 0.02
 #: Window size bounds accepted from clients.
 MAX_DIMENSION: Final = 4096
 
@@ -378,6 +381,22 @@ class Terminal:
         if child is None or not self.spec.use_pty or self.exited.is_set():
             return {}
         return {pid: line for pid, (_, line) in procfs.jobs_since(child.pid, mark).items()}
+
+    async def background_jobs(self, mark: procfs.JobMark | None = None) -> dict[int, str]:
+        """:meth:`jobs_since`, once the jobs have started their programs: a job that
+        still shows the shell's own command line (forked, not yet ``exec``-ed) is
+        looked at again every :data:`JOB_SETTLE_POLL` s, for at most
+        :data:`JOB_SETTLE` s (a subshell job ``( … ) &`` keeps it for good)."""
+        child = self._child
+        if child is None:
+            return {}
+        deadline = trio.current_time() + JOB_SETTLE
+        while True:
+            jobs = self.jobs_since(mark)
+            shell_line = procfs.command_line(child.pid)
+            if shell_line not in jobs.values() or trio.current_time() >= deadline:
+                return jobs
+            await trio.sleep(JOB_SETTLE_POLL)
 
     async def kill_command(self, mark: procfs.JobMark | None = None) -> None:
         """SIGKILL the foreground job and every job started in the session since
@@ -773,16 +792,16 @@ class _LocalDriver:
 
     def input_evidence(self) -> InputEvidence | None:
         status = self._terminal.tty_status()
-        if status is None or not status.readers:
+        if status is None or not status.readers or status.unread:
             return None
         return InputEvidence(readers=status.readers, echo=status.echo, source="procfs")
 
     def job_mark(self) -> object:
         return self._terminal.job_mark()
 
-    def jobs_since(self, mark: object) -> dict[int, str]:
+    async def background_jobs(self, mark: object) -> dict[int, str]:
         assert mark is None or isinstance(mark, procfs.JobMark)
-        return self._terminal.jobs_since(mark)
+        return await self._terminal.background_jobs(mark)
 
     async def kill_command(self, mark: object) -> None:
         assert mark is None or isinstance(mark, procfs.JobMark)

@@ -19,8 +19,10 @@ kernel) read as "no evidence". Linux only: elsewhere every function answers
 
 from __future__ import annotations
 
+import fcntl
 import os
 import platform
+import sys
 import termios
 from typing import Final
 
@@ -204,11 +206,22 @@ class TtyStatus:
         foreground_pgrp: the foreground process group (0: none).
         echo: the tty echoes input (``False`` while a password is read).
         readers: pids of the foreground group that sleep in a read of the tty.
+        unread: bytes the processes wrote that the master has not read yet
+            (``FIONREAD``): while there are some, nobody can conclude "quiet".
     """
 
     foreground_pgrp: int
     echo: bool
     readers: tuple[int, ...]
+    unread: int = 0
+
+
+def _unread(master_fd: int) -> int:
+    try:
+        buf = fcntl.ioctl(master_fd, termios.FIONREAD, b"\0\0\0\0")
+    except OSError:
+        return 0
+    return int.from_bytes(buf, sys.byteorder)
 
 
 def tty_status(master_fd: int) -> TtyStatus | None:
@@ -218,9 +231,11 @@ def tty_status(master_fd: int) -> TtyStatus | None:
         lflag = termios.tcgetattr(master_fd)[3]
     except (OSError, termios.error):
         return None
+    echo = bool(lflag & termios.ECHO)
+    unread = _unread(master_fd)
     if pgrp <= 0:
-        return TtyStatus(foreground_pgrp=0, echo=bool(lflag & termios.ECHO), readers=())
+        return TtyStatus(foreground_pgrp=0, echo=echo, readers=(), unread=unread)
     readers = tuple(
         sorted(info.pid for info in _all_processes() if info.pgrp == pgrp and reads_tty(info))
     )
-    return TtyStatus(foreground_pgrp=pgrp, echo=bool(lflag & termios.ECHO), readers=readers)
+    return TtyStatus(foreground_pgrp=pgrp, echo=echo, readers=readers, unread=unread)
