@@ -51,6 +51,13 @@ class FrameShapeError(ValueError):
     """The frame would cost too much to decode; ``str()`` says which bound it passes."""
 
 
+def _too_many(max_items: int) -> FrameShapeError:
+    # (A new exception each time, never one held in a local: a local would make a cycle
+    # exception -> traceback -> frame -> local, keeping the frame's 16 MiB buffers alive
+    # until the garbage collector happens to run.)
+    return FrameShapeError(f"more than {max_items} items")
+
+
 def check_shape(
     frame: bytes | str, *, max_depth: int = MAX_DEPTH, max_items: int = MAX_ITEMS
 ) -> None:
@@ -77,7 +84,6 @@ def check_shape(
         if openings <= max_depth and openings + commas <= max_items:
             return
     data = frame.encode("utf-8", "surrogatepass") if isinstance(frame, str) else frame
-    too_many = FrameShapeError(f"more than {max_items} items")
     bare = data
     if b'"' in data:
         if b"\\" in data:
@@ -86,16 +92,16 @@ def check_shape(
             data = data.replace(b"\\\\", b"").replace(b'\\"', b"")
         # Strings are keys or values: at most one key and one value per item, plus one.
         if data.count(b'"') > 4 * max_items + 2:
-            raise too_many
+            raise _too_many(max_items)
         bare = b"".join(data.split(b'"')[::2])
     del data
     openings = bare.count(b"[") + bare.count(b"{")
     if openings + bare.count(b",") > max_items:
-        raise too_many
+        raise _too_many(max_items)
     if openings <= max_depth:
         return
     brackets = bare.translate(None, _NOT_BRACKETS)
     if len(brackets) > 2 * max_items:  # (more closings than openings: not JSON either)
-        raise too_many
+        raise _too_many(max_items)
     if max(accumulate(map(_STEP.__getitem__, brackets))) > max_depth:
         raise FrameShapeError(f"nested deeper than {max_depth} levels")

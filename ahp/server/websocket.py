@@ -187,6 +187,7 @@ async def _reader(ws: ServerWebSocket, session: Session, config: ServerConfig) -
     while True:
         message = await ws.receive()
         await session.handle_frame(message)
+        del message  # (not held while the next one arrives: a frame may be 16 MiB)
         if session.close_request is not None:
             session.outbox.close()
             return
