@@ -44,6 +44,7 @@ from ahp.server.admission import (
     pending_limit,
 )
 from ahp.server.session import DEFAULT_MAX_TERMINALS, MAX_CONFIG_BYTES, SERVER_LIMIT, _parse
+from ahp.server.websocket import LARGE_FRAME
 from ahp.vt.uri import local_file_uri_to_path
 from tests.helpers import TIMEOUT, kill_and_reap
 from tests.wire import TOKEN, Peer, peer, running_server
@@ -323,6 +324,8 @@ def test_the_shape_check_at_its_bounds(frame: bytes, refused: bool) -> None:
             id="request-with-300k-objects",
         ),
         pytest.param(b"[" * 1000 + b"]" * 1000, id="1000-deep"),
+        # From LARGE_FRAME on, the check and the decoding are separate steps.
+        pytest.param(b"[" + b"[]," * (LARGE_FRAME // 2) + b"[]]", id="large-frame"),
     ],
 )
 async def test_a_frame_too_costly_to_decode_is_refused_before_decoding(payload: bytes) -> None:
@@ -570,3 +573,11 @@ def test_a_refused_frame_leaves_no_garbage_cycle(frame: bytes) -> None:
         assert gc.collect() == 0
     finally:
         gc.enable()
+
+
+async def test_a_large_frame_within_the_bounds_is_handled() -> None:
+    big = "x" * (2 * LARGE_FRAME)
+    async with running_server() as server, peer(server.url) as p:
+        await p.initialize("c1")
+        answer = await p.call("ping", {"items": [big, [1, 2, {"a": big}]]})
+        assert answer["result"] is None, answer
