@@ -35,6 +35,7 @@ from ahp.engine import open_host
 from ahp.protocol.codec import ProtocolError
 from ahp.protocol.jsonshape import MAX_DEPTH, MAX_ITEMS, FrameShapeError, check_shape
 from ahp.protocol.state import CommandPart
+from ahp.protocol.uri import local_file_uri_to_path
 from ahp.server import ServeOptions
 from ahp.server.admission import (
     MAX_PENDING,
@@ -45,7 +46,6 @@ from ahp.server.admission import (
 )
 from ahp.server.session import DEFAULT_MAX_TERMINALS, MAX_CONFIG_BYTES, SERVER_LIMIT, _parse
 from ahp.server.websocket import LARGE_FRAME
-from ahp.vt.uri import local_file_uri_to_path
 from tests.helpers import TIMEOUT, kill_and_reap
 from tests.wire import TOKEN, Peer, peer, running_server
 

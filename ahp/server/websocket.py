@@ -133,14 +133,21 @@ def check_upgrade(request: UpgradeRequest, config: ServerConfig) -> str | None:
     return None
 
 
-def _encoded(batch: list[OutboxItem]) -> Iterator[bytes]:
+def _encoded(
+    batch: list[OutboxItem], project: Callable[[Published], bytes] | None = None
+) -> Iterator[bytes]:
     """The batch's frames, encoded one at a time as they are consumed; each item is
     dropped from ``batch`` when its frame is taken, so a merged envelope (and its
-    cached frame) is freed once written, not when the whole batch is."""
+    cached frame) is freed once written, not when the whole batch is. ``project``
+    encodes envelopes for a connection that speaks another dialect than the
+    shared frame's (:attr:`Session.project <ahp.server.session.Session.project>`)."""
     batch.reverse()
     while batch:
         item = batch.pop()
-        yield item.frame if isinstance(item, Published) else item.encode()
+        if isinstance(item, Published):
+            yield item.frame if project is None else project(item)
+        else:
+            yield item.encode()
 
 
 class _Writer:
@@ -169,7 +176,7 @@ class _Writer:
                 batch = outbox.get_nowait() if len(outbox) else await outbox.get_batch()
                 took = bool(batch)
                 if took:
-                    await ws.send_texts(_encoded(batch))  # (empties ``batch``)
+                    await ws.send_texts(_encoded(batch, session.project))  # (empties ``batch``)
                 if session.close_request is not None and not len(outbox):
                     self.close = session.close_request
                     return

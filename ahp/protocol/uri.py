@@ -1,9 +1,10 @@
 """``file:`` URIs <-> absolute POSIX paths.
 
-Why here: AHP carries working directories as URIs (``TerminalState.cwd``,
-``createTerminal.cwd``) while shells report plain paths (``633;P;Cwd=``) or
-``file://host/path`` URIs (OSC 7). Both the scanner and the engine need one
-canonical spelling, so that "did the cwd change?" is a string comparison.
+Why in the protocol layer: AHP carries working directories as URIs
+(``TerminalState.cwd``, ``createTerminal.cwd``) while shells report plain paths
+(``633;P;Cwd=``) or ``file://host/path`` URIs (OSC 7). The scanner, the engine
+and the server all need one canonical spelling of the wire's ``cwd``, so that
+"did the cwd change?" is a string comparison; it is part of the wire model.
 
 The canonical form is ``file://`` + the path percent-encoded as VS Code does:
 every byte except the unreserved characters (``A-Z a-z 0-9 - . _ ~``) and ``/``
