@@ -459,6 +459,53 @@ async def test_running_out_of_fds_is_a_clear_error_and_recoverable() -> None:
     assert "Traceback" not in logs, logs[-3000:]
 
 
+def _accept_failures(err: list[bytes]) -> list[str]:
+    logs = b"".join(err).decode(errors="replace")
+    return [line for line in logs.splitlines() if "cannot accept connections" in line]
+
+
+async def test_the_accept_loop_backs_off_quietly_when_out_of_fds_and_recovers() -> None:
+    """Terminals take the fds, then authenticated connections the last ones, until
+    ``accept`` fails: the server waits and retries, logging at most a line a second
+    and no traceback; a connection waiting in the backlog is served once a terminal
+    is disposed."""
+    async with _serve("--max-terminals", "1000", nofile=64) as (url, err), peer(url) as p:
+        upgrade = _upgrade(url[url.index("/?") :].encode())
+        await p.initialize("c1")
+        created = 0
+        while "result" in await _create(p, f"ahp-terminal:/t{created}"):
+            created += 1
+        held: list[trio.SocketStream] = []
+        try:
+            with trio.fail_after(TIMEOUT):
+                while not _accept_failures(err):
+                    stream = await trio.open_tcp_stream("127.0.0.1", _port(url))
+                    held.append(stream)
+                    await stream.send_all(upgrade)
+                    reply = b""
+                    while b"\r\n" not in reply and not _accept_failures(err):
+                        with trio.move_on_after(0.05):
+                            reply += await stream.receive_some(4096)
+            first_failure = trio.current_time()
+            await trio.sleep(2.5)  # (the loop keeps retrying meanwhile)
+            lines = _accept_failures(err)
+            assert 1 <= len(lines) <= (trio.current_time() - first_failure) + 1, lines
+            for i in range(min(created, 3)):
+                await p.call("disposeTerminal", {"channel": f"ahp-terminal:/t{i}"})
+            reply = b""
+            with trio.fail_after(TIMEOUT):
+                while b"\r\n" not in reply:
+                    chunk = await held[-1].receive_some(4096)
+                    assert chunk, b"".join(err).decode(errors="replace")[-2000:]
+                    reply += chunk
+            assert reply.startswith(b"HTTP/1.1 101 "), reply[:80]
+        finally:
+            for stream in held:
+                await stream.aclose()
+    logs = b"".join(err).decode(errors="replace")
+    assert "Traceback" not in logs, logs[-3000:]
+
+
 @pytest.mark.parametrize(
     ("nofile", "limit"),
     [
