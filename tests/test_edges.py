@@ -628,3 +628,30 @@ async def test_a_large_frame_within_the_bounds_is_handled() -> None:
         await p.initialize("c1")
         answer = await p.call("ping", {"items": [big, [1, 2, {"a": big}]]})
         assert answer["result"] is None, answer
+
+
+@pytest.mark.parametrize(
+    ("cwd", "ok"),
+    [
+        ("file:///tmp?q#f", False),
+        ("file:///tmp#f", False),
+        ("file://127.0.0.1/tmp", True),
+        ("file://[::1]/tmp", True),
+        ("file://localhost/tmp", True),
+        ("file://192.0.2.1/tmp", False),
+    ],
+)
+async def test_create_terminal_cwd_uris(cwd: str, ok: bool) -> None:
+    async with running_server(shell="/bin/sh") as server, peer(server.url) as p:
+        await p.initialize("c1")
+        claim = {"kind": "client", "clientId": "c1"}
+        answer = await p.call(
+            "createTerminal", {"channel": "ahp-terminal:/d", "claim": claim, "cwd": cwd}
+        )
+        if ok:
+            assert "result" in answer, answer
+            snapshot = await p.result("subscribe", {"channel": "ahp-terminal:/d"})
+            assert snapshot["snapshot"]["state"]["cwd"] == "file:///tmp"
+        else:
+            assert answer["error"]["code"] == -32602, answer
+            assert answer["error"]["data"] == {"path": "$.params.cwd"}

@@ -26,7 +26,15 @@ The upgrade is refused with HTTP 403 before any protocol work when the token is
 missing or wrong (compared in constant time), when the request carries an
 ``Origin`` that is not allow-listed (cross-site WebSocket hijacking), or when
 the server is bound to loopback and ``Host`` names something else (DNS
-rebinding). The token is never logged.
+rebinding); a malformed one gets 400 (:func:`~ahp.server.wsconn.read_upgrade`).
+The token is never logged. Until authenticated, a connection is one of at most
+``max_pending`` and has one deadline for the whole phase; the accept loop backs
+off when out of fds, and lines about unauthenticated peers are rate-limited
+(:mod:`ahp.server.admission`).
+
+An inbound frame of :data:`LARGE_FRAME` or more is cost-checked and decoded in two
+steps with a checkpoint between (each takes tens of milliseconds at 16 MiB), and
+the reader drops it before receiving the next.
 """
 
 from __future__ import annotations
