@@ -654,3 +654,22 @@ async def test_the_client_switches_to_cursors_when_a_1x_host_refuses_form_a() ->
         nursery.cancel_scope.cancel()
     methods = [(m["method"], "lastSeenServerSeq" in m["params"]) for m in requests]
     assert methods == [("initialize", False), ("reconnect", True), ("reconnect", False)]
+
+
+async def test_rejections_and_heals_reach_a_1x_client_in_its_dialect() -> None:
+    async with running_server() as server, peer(server.url) as owner, peer(server.url) as other:
+        await init(owner, "owner", ["0.5.0"])
+        await init(other, "other", MODERN)
+        owned = {"kind": "client", "clientId": "owner"}
+        assert await owner.result("createTerminal", {"channel": T1, "claim": owned}) is None
+        await other.result("subscribe", {"channel": T1})
+        # a 1.x client claims a terminal another client holds, for a session without a chat
+        seq = await other.dispatch(
+            T1, {"type": "terminal/claimed", "claim": {"kind": "session", "session": "s:/1"}}
+        )
+        echo = await other.action(of_type("terminal/claimed"))
+        assert echo["origin"]["clientSeq"] == seq and echo["rejectionReason"]
+        assert echo["action"]["claim"] == {"kind": "session", "session": "s:/1", "chat": "s:/1"}
+        heal = await other.action(of_type("terminal/claimed"))
+        assert "origin" not in heal and heal["action"]["claim"] == owned
+        assert host_state(server, T1).claim.KIND == "client"
