@@ -166,6 +166,8 @@ class Client:
         self._connected = trio.Event()
         self._changed = trio.lowlevel.ParkingLot()
         self._closing = False
+        #: Why the connection is gone for good (no reconnect will follow), else None.
+        self._lost: str | None = None
         self._nursery: trio.Nursery | None = None
         self._listeners: list[Callable[[ActionEnvelope], None]] = []
         self._released: dict[int, tuple[trio.Event, trio.Event]] = {}
@@ -195,9 +197,16 @@ class Client:
     async def wait_for(
         self, predicate: Callable[[], bool], *, timeout: float | None = None
     ) -> None:
-        """Wait until ``predicate()`` holds (re-checked after every applied envelope)."""
+        """Wait until ``predicate()`` holds (re-checked after every applied envelope).
+
+        Raises :class:`ConnectionLost` once the connection is gone for good (no
+        automatic reconnect, or the client is closing) and ``predicate()`` still
+        does not hold: nothing could make it hold any more.
+        """
         with trio.fail_after(timeout) if timeout is not None else trio.CancelScope():
             while not predicate():
+                if self._lost is not None:
+                    raise ConnectionLost(self._lost)
                 await self._changed.park()
 
     def on_envelope(self, callback: Callable[[ActionEnvelope], None]) -> Callable[[], None]:
@@ -627,8 +636,9 @@ class Client:
             self._release(ws)
             self._fail_waiting()
             if self._closing or not self.auto_reconnect:
+                self._lost = "the client closed" if self._closing else "the connection was lost"
                 self._connected.set()  # requests now fail at once (no connection is coming)
-                self._changed.unpark_all()
+                self._changed.unpark_all()  # waiters: ConnectionLost (see wait_for)
                 return
             ws = await self._reconnect(nursery)
 

@@ -41,6 +41,7 @@ from ahp.protocol.jsonrpc import (
     JsonRpcRequest,
     JsonRpcSuccess,
 )
+from ahp.protocol.parts import Parts
 from ahp.protocol.rope import Rope
 from ahp.protocol.state import (
     ROOT_URI,
@@ -216,6 +217,23 @@ configure_tagged_union(TerminalClaim, converter, tag_name="kind", tag_generator=
 configure_tagged_union(ContentPart, converter, tag_name="type", tag_generator=_class_tag("TYPE"))
 _exit_aware(TerminalState)
 _exit_aware(TerminalInfo)
+
+
+def _parts_structure(t: Any) -> Callable[[Any, Any], Any]:
+    inner: Any = tuple[ContentPart, ...]  # the only Parts on the wire
+    return lambda value, _: Parts(converter.structure(value, inner))
+
+
+def _parts_unstructure(t: Any) -> Callable[[Any], Any]:
+    return lambda value: [converter.unstructure(part, ContentPart) for part in value]
+
+
+def _is_parts(t: Any) -> bool:
+    return t is Parts or get_origin(t) is Parts
+
+
+converter.register_structure_hook_factory(_is_parts, _parts_structure)
+converter.register_unstructure_hook_factory(_is_parts, _parts_unstructure)
 
 
 def _action_tag(cl: type[Any]) -> str:

@@ -4,9 +4,10 @@ Why frozen attrs classes: reducers return new values and never mutate old ones,
 so a snapshot handed to a subscriber (or kept in the replay log) stays valid
 forever without copying. Optional fields default to ``None`` and are *omitted*
 on the wire (never written as ``null``); the codec in :mod:`ahp.protocol.codec`
-owns that rule. Part texts are :class:`~ahp.protocol.rope.Rope` values so that
-appending output stays O(chunk) while old states are alive; ``str(part.value)``
-gives the text.
+owns that rule. Part texts are :class:`~ahp.protocol.rope.Rope` values and the
+content is a :class:`~ahp.protocol.parts.Parts` sequence, so that appending
+output stays O(chunk) while old states are alive, whatever the number of parts;
+``str(part.value)`` gives the text, and the content compares equal to a tuple.
 
 One model for every protocol version: these classes hold the union of what the
 0.5 family and 1.x can say, and :mod:`ahp.protocol.dialect` projects them onto
@@ -18,10 +19,12 @@ ever written by the plain codec, which speaks the 0.5 shape.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any, ClassVar, Final, Literal
 
 from attrs import field, frozen
 
+from ahp.protocol.parts import Parts
 from ahp.protocol.rope import Rope
 
 ROOT_URI: Final = "ahp-root://"
@@ -30,6 +33,10 @@ TERMINAL_SCHEME: Final = "ahp-terminal:"
 
 def _rope(value: Rope | str) -> Rope:
     return value if isinstance(value, Rope) else Rope(value)
+
+
+def _parts(value: Iterable[ContentPart]) -> Parts[ContentPart]:
+    return Parts.of(value)
 
 
 @frozen
@@ -109,7 +116,7 @@ class TerminalState:
 
     title: str
     claim: TerminalClaim
-    content: tuple[ContentPart, ...]
+    content: Parts[ContentPart] = field(converter=_parts)
     cwd: str | None = None
     cols: int | None = None
     rows: int | None = None

@@ -32,6 +32,7 @@ a 1.x chat's claim does not lose the chat for 1.x viewers).
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import re
@@ -93,12 +94,21 @@ from ahp.protocol.jsonrpc import (
     JsonRpcRequest,
     JsonRpcSuccess,
 )
-from ahp.protocol.state import ROOT_URI, TERMINAL_SCHEME, SessionClaim, Snapshot
+from ahp.protocol.jsonshape import MAX_DEPTH, FrameShapeError, check_shape
+from ahp.protocol.state import ROOT_URI, TERMINAL_SCHEME, ClientClaim, SessionClaim, Snapshot
+from ahp.protocol.uri import local_file_uri_to_path, path_to_file_uri
 from ahp.pty import SpawnError
 from ahp.server.clients import ClientRecord, ClientRegistry
-from ahp.vt.uri import local_file_uri_to_path, path_to_file_uri
 
-__all__ = ["SUPPORTED_VERSIONS", "ServerState", "Session", "negotiate_version"]
+__all__ = [
+    "DEFAULT_MAX_TERMINALS",
+    "MAX_CONFIG_BYTES",
+    "SERVER_LIMIT",
+    "SUPPORTED_VERSIONS",
+    "ServerState",
+    "Session",
+    "negotiate_version",
+]
 
 log = logging.getLogger("ahp.server")
 
@@ -106,10 +116,22 @@ MAX_DIMENSION: Final = 4096
 #: Who this server is (``serverInfo``, sent to 1.x clients).
 SERVER_INFO: Final = Implementation(name="ahp-terminals", version=__version__)
 
-#: Deepest JSON nesting accepted in a frame. orjson reads 1024 levels but writes only
-#: 254, and a client's raw JSON (an unknown action, a config) can be echoed to it or
-#: broadcast inside an envelope: deeper frames are refused as parse errors.
-MAX_NESTING: Final = 128
+#: Deepest JSON nesting accepted in a frame (see :data:`ahp.protocol.jsonshape.MAX_DEPTH`);
+#: deeper frames, and frames of more than ``MAX_ITEMS`` items, are refused as parse errors.
+MAX_NESTING: Final = MAX_DEPTH
+
+#: Terminals one server hosts at most by default (``serve --max-terminals``): each holds
+#: a process, about 3 of the server's fds (pty or pipes) and up to its scrollback.
+DEFAULT_MAX_TERMINALS: Final = 256
+#: Largest ``root/configChanged`` action accepted (encoded JSON bytes): it is broadcast to
+#: every root subscriber, so a bigger one is rejected to its sender.
+MAX_CONFIG_BYTES: Final = 64 * 1024
+#: JSON-RPC's implementation-defined server error (AHP assigns no code to this): a limit
+#: of this server was reached (terminals, file descriptors); the message says which, and
+#: the request may succeed later.
+SERVER_LIMIT: Final = -32000
+#: ``errno`` values meaning the machine or the process ran out of something.
+_EXHAUSTED: Final = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.EAGAIN})
 
 #: Methods answered before ``initialize``.
 PRE_HANDSHAKE: Final = frozenset({"initialize", "reconnect", "ping"})
@@ -126,6 +148,10 @@ class ServerState:
     clients: ClientRegistry = attrs.field(factory=ClientRegistry)
     default_directory: str = attrs.field(factory=lambda: path_to_file_uri(os.path.expanduser("~")))
     holder_only_input: bool = False
+    #: Terminals hosted at most; ``createTerminal`` past it fails with :data:`SERVER_LIMIT`.
+    max_terminals: int = DEFAULT_MAX_TERMINALS
+    #: ``createTerminal`` requests between the limit check and the terminal's registration.
+    creating: int = 0
     #: Counters: protocol errors answered (figures for tests).
     errors: int = 0
 
@@ -136,30 +162,15 @@ _CONTROL: Final = re.compile("[\x00-\x1f\x7f-\x9f]")
 _QUOTE_LIMIT: Final = 200
 
 
-def _nested_deeper_than(value: Any, limit: int) -> bool:
-    """Whether arrays/objects in ``value`` nest more than ``limit`` levels (iterative)."""
-    stack = [(value, 1)] if isinstance(value, dict | list) else []
-    while stack:
-        node, depth = stack.pop()
-        if depth > limit:
-            return True
-        children = node.values() if isinstance(node, dict) else node
-        stack.extend((c, depth + 1) for c in children if isinstance(c, dict | list))
-    return False
-
-
 def _parse(frame: str | bytes) -> dict[str, Any]:
-    """The frame's JSON object: ``-32700`` if invalid or nested too deep, else ``-32600``."""
+    """The frame's JSON object: ``-32700`` if invalid or too costly to decode
+    (:func:`~ahp.protocol.jsonshape.check_shape`, before anything is built), else
+    ``-32600``."""
+    try:
+        check_shape(frame, max_depth=MAX_NESTING)
+    except FrameShapeError as exc:
+        raise ProtocolError(f"parse error: {exc}", code=-32700) from None
     data = decode_json(frame)
-    # Each level of nesting takes an opening bracket in the text (brackets inside
-    # strings only over-count): a frame with few of them, such as every keystroke,
-    # skips the walk.
-    if isinstance(frame, str):
-        brackets = frame.count("{") + frame.count("[")
-    else:
-        brackets = frame.count(b"{") + frame.count(b"[")
-    if brackets > MAX_NESTING and _nested_deeper_than(data, MAX_NESTING):
-        raise ProtocolError(f"parse error: nested deeper than {MAX_NESTING} levels", code=-32700)
     if not isinstance(data, dict):  # (decode_message would re-parse a str as JSON)
         kind = "a batch (array)" if isinstance(data, list) else type(data).__name__
         raise ProtocolError(f"expected a JSON-RPC object, got {kind}", code=-32600)
@@ -342,6 +353,23 @@ class Session:
 
     # -- requests ----------------------------------------------------------------------------
 
+    async def _release_forgotten_claims(self) -> None:
+        """Unclaim terminals held by clients the server has forgotten (gone for good).
+
+        Why: a client claim is held by a connected client; one whose holder left
+        long ago would be listed forever and refuse every other client's claim.
+        Run when a client connects (before its snapshots), so a catalogue is never
+        older than the records it is read with.
+        """
+        gone = set(self.server.clients.take_forgotten())
+        if not gone:
+            return
+        for terminal in list(self.host.terminals.values()):
+            claim = terminal.state.claim
+            if isinstance(claim, ClientClaim) and claim.clientId in gone:
+                log.info("%s: released the claim of gone client %r", terminal.uri, claim.clientId)
+                await terminal.dispatch(TerminalClaimed(claim=ClientClaim(clientId="")))
+
     async def _ping(self, params: Any) -> None:
         return None
 
@@ -360,6 +388,7 @@ class Session:
         if p.clientInfo is not None:
             log.debug("client %s is %s %s", p.clientId, p.clientInfo.name, p.clientInfo.version)
         self._begin(self.server.clients.connect(p.clientId, version))
+        await self._release_forgotten_claims()
         snapshots = [s for s in map(self._subscribe, dict.fromkeys(p.initialSubscriptions)) if s]
         result = unstructure(
             InitializeResult(
@@ -379,6 +408,7 @@ class Session:
         form = reconnect_form(params)
         p = structure(params, form)
         record = self.server.clients.resume(p.clientId)
+        await self._release_forgotten_claims()
         if record is None:
             raise _Fail(ErrorCode.NOT_FOUND, "Reconnect client not found")
         self._begin(record)
@@ -482,6 +512,15 @@ class Session:
                 )
         if p.cwd is not None:
             _check_cwd(p.cwd)
+        server = self.server
+        if len(self.host.terminals) + server.creating >= server.max_terminals:
+            raise _Fail(
+                SERVER_LIMIT,
+                f"terminal limit reached: this server hosts at most {server.max_terminals} "
+                "terminals (serve --max-terminals); dispose one first",
+                {"limit": server.max_terminals},
+            )
+        server.creating += 1
         try:
             await self.host.create_terminal(
                 p.channel,
@@ -493,8 +532,20 @@ class Session:
             )
         except TerminalExists as exc:
             raise _Fail(ErrorCode.ALREADY_EXISTS, _short(str(exc))) from None
-        except SpawnError as exc:
+        except (SpawnError, OSError) as exc:
+            cause = exc if isinstance(exc, OSError) else exc.__cause__
+            if isinstance(cause, OSError) and cause.errno in _EXHAUSTED:
+                raise _Fail(
+                    SERVER_LIMIT,
+                    f"the server is out of resources ({os.strerror(cause.errno or 0)}); "
+                    "try again later",
+                    {"errno": errno.errorcode.get(cause.errno or 0, "")},
+                ) from None
+            if isinstance(exc, OSError):
+                raise
             raise _Fail(ErrorCode.INVALID_PARAMS, _short(str(exc)), {"path": "$.params"}) from None
+        finally:
+            server.creating -= 1
 
     async def _dispose_terminal(self, params: Any) -> None:
         p = structure(params, ChannelParams)
@@ -550,6 +601,13 @@ class Session:
             problem = f"malformed action: {exc.message}"
         hub = self.host.hub
         if channel == ROOT_URI:
+            if isinstance(action, RootConfigChanged) and len(dumps_utf8(p.action)) > (
+                MAX_CONFIG_BYTES
+            ):
+                # Refused, and echoed without its config: the sender has it, and a
+                # rejection need not cost the size of what it refuses.
+                action = RootConfigChanged(config={}, replace=action.replace)
+                problem = f"root/configChanged larger than {MAX_CONFIG_BYTES} bytes (not echoed)"
             if problem is None and isinstance(action, RootConfigChanged):
                 # A terminal host has no config: the merge is a no-op, echoed as applied.
                 hub.publish(ROOT_URI, action, origin)
