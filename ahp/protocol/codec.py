@@ -213,9 +213,6 @@ def _exit_aware(cl: type[Any]) -> None:
     converter.register_unstructure_hook(cl, unstructure_hook)
 
 
-_exit_aware(TerminalState)
-_exit_aware(TerminalInfo)
-
 converter.register_unstructure_hook(
     SessionClaim,
     make_dict_unstructure_fn(
@@ -251,7 +248,7 @@ def _is_parts(t: Any) -> bool:
 
 converter.register_structure_hook_factory(_is_parts, _parts_structure)
 converter.register_unstructure_hook_factory(_is_parts, _parts_unstructure)
-# After the part and Parts hooks: the generated functions bind their fields' hooks now.
+# (Here, after the part and Parts hooks, though the field functions are made on first use.)
 _exit_aware(TerminalState)
 _exit_aware(TerminalInfo)
 
