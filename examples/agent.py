@@ -15,7 +15,7 @@ While a command runs the terminal carries a session claim naming the tool call
 from __future__ import annotations
 
 import argparse
-import contextlib
+import sys
 
 import trio
 
@@ -53,5 +53,10 @@ if __name__ == "__main__":
     parser.add_argument("--port", type=int, default=8765, help="TCP port (0: any free port)")
     parser.add_argument("--exit", action="store_true", help="exit after the commands")
     args = parser.parse_args()
-    with contextlib.suppress(KeyboardInterrupt):
+    try:
         trio.run(main, args.port, args.exit)
+    except* KeyboardInterrupt:
+        # (Trio raises it inside an exception group when it stops a nursery, which
+        # ``contextlib.suppress(KeyboardInterrupt)`` would not catch.)
+        print("stopped", flush=True)
+        sys.exit(130)

@@ -16,7 +16,7 @@ import orjson
 from ahp.bench.stats import Figure
 from ahp.bench.targets import Target
 
-__all__ = ["render_table", "stalled_outcome", "write_json"]
+__all__ = ["folded_unit", "render_table", "stalled_outcome", "write_json"]
 
 
 def _fig(node: Any, digits: int = 1) -> str:
@@ -174,6 +174,14 @@ def render_table(results: dict[str, Any], targets: list[Target]) -> str:
     ]
     if td and "echo" in td:
         rows.append(("terminado -> WebSocket client", td["echo"]))
+    if "sidecar_idle" in echo:
+        idle = f"after {echo['idle_pause_s']} s idle"
+        rows += [
+            (f"bare pty, {idle}", echo["bare_pty_idle"]),
+            (f"sidecar, {idle}", echo["sidecar_idle"]),
+        ]
+        if td and "echo_idle" in td:
+            rows.append((f"terminado, {idle}", td["echo_idle"]))
     for label, node in rows:
         lines.append(
             _row(f"4 {label}", _fig(node["median_ms"], 3), f"p99 {_fig(node['p99_ms'], 3)}")
@@ -235,7 +243,9 @@ def render_table(results: dict[str, Any], targets: list[Target]) -> str:
         if "skipped" in node:
             lines.append(f"8 {name}: skipped: {node['skipped']}")
             continue
-        lines.append(f"8 {name} (benchmarks/bench_{name}.py, {node.get('size_mb', 0):g} MB)")
+        lines.append(
+            f"8 {name} (benchmarks/bench_{name}.py, {node.get('size_mb', 0):g} MB of input)"
+        )
         res = node.get("results")
         if isinstance(res, dict):
             for key, value in res.items():
@@ -243,11 +253,11 @@ def render_table(results: dict[str, Any], targets: list[Target]) -> str:
                     shown = f"{value:.2f}" if abs(value) < 10 else f"{value:.1f}"
                 else:
                     shown = str(value)
-                lines.append(_row(f"  {key}", shown))
+                lines.append(_row(f"  {key}", f"{shown} {folded_unit(key)}"))
         else:
             lines.append(f"  {res}")
 
-    lines += ["", "Targets (from the issues; reported, not asserted)"]
+    lines += ["", "The project's targets (reported, not asserted)"]
     for t in targets:
         if t.value is None:
             verdict = "n/a   "
@@ -259,6 +269,15 @@ def render_table(results: dict[str, Any], targets: list[Target]) -> str:
             shown = f"{t.value:.{digits}f}{unit} (target {t.op} {t.limit:g}{unit})"
         lines.append(f"  [{verdict}] {t.description}: {shown}")
     return "\n".join(lines)
+
+
+def folded_unit(key: str) -> str:
+    """The unit of a scanner or integration figure, by its name."""
+    if key.endswith("_ratio"):
+        return "x"  # integrated / plain
+    if key.endswith("_cpu"):
+        return "MB per CPU second"
+    return "MB/s"
 
 
 def write_json(results: dict[str, Any], out_dir: Path) -> Path:

@@ -153,7 +153,11 @@ class TerminalCore:
         if info is None:
             s = self.state
             info = TerminalInfo(
-                resource=self.uri, title=s.title, claim=s.claim, exitCode=s.exitCode
+                resource=self.uri,
+                title=s.title,
+                claim=s.claim,
+                exitCode=s.exitCode,
+                exited=s.exited,
             )
             self._info = info
         return info

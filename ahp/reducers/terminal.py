@@ -88,7 +88,8 @@ def reduce_terminal(state: TerminalState, action: StateAction) -> TerminalState:
         case TerminalCwdChanged(cwd=cwd):
             return evolve(state, cwd=cwd)
         case TerminalExited(exitCode=code):
-            return evolve(state, exitCode=code)
+            # ``exited`` records the exit even without a code (1.x lifecycle).
+            return evolve(state, exitCode=code, exited=True)
         case TerminalCleared():
             return evolve(state, content=Parts())
         case TerminalCommandDetectionAvailable():

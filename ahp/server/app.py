@@ -24,7 +24,7 @@ import trio
 
 from ahp.engine import Host, open_host
 from ahp.pty.reap import kill_session
-from ahp.server.session import ServerState
+from ahp.server.session import DEFAULT_MAX_TERMINALS, ServerState
 from ahp.server.websocket import ServerConfig, open_listeners, serve_connections
 
 __all__ = [
@@ -62,6 +62,8 @@ class ServeOptions:
     require_token: bool = True
     #: Serve ``wss://`` with this context (server side, certificate loaded); TCP only.
     tls: ssl.SSLContext | None = None
+    #: Terminals hosted at most (``createTerminal`` past it is refused, -32000).
+    max_terminals: int = DEFAULT_MAX_TERMINALS
 
 
 def tls_context(cert: str, key: str | None = None) -> ssl.SSLContext:
@@ -137,7 +139,7 @@ async def serve_host(
         allow_origins=options.allow_origins,
         allowed_hosts=_allowed_hosts(options, port or 0),
     )
-    state = ServerState(host=host)
+    state = ServerState(host=host, max_terminals=options.max_terminals)
     try:
         async with trio.open_nursery() as nursery:
             await nursery.start(serve_connections, state, config, listeners)
