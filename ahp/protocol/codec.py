@@ -215,10 +215,9 @@ def _class_tag(name: str) -> Callable[[type[Any]], str]:
 
 configure_tagged_union(TerminalClaim, converter, tag_name="kind", tag_generator=_class_tag("KIND"))
 configure_tagged_union(ContentPart, converter, tag_name="type", tag_generator=_class_tag("TYPE"))
-_exit_aware(TerminalState)
-_exit_aware(TerminalInfo)
 
 
+# Registered before the state hooks are generated (they look up the content's hook once).
 def _parts_structure(t: Any) -> Callable[[Any, Any], Any]:
     inner: Any = tuple[ContentPart, ...]  # the only Parts on the wire
     return lambda value, _: Parts(converter.structure(value, inner))
@@ -234,6 +233,8 @@ def _is_parts(t: Any) -> bool:
 
 converter.register_structure_hook_factory(_is_parts, _parts_structure)
 converter.register_unstructure_hook_factory(_is_parts, _parts_unstructure)
+_exit_aware(TerminalState)
+_exit_aware(TerminalInfo)
 
 
 def _action_tag(cl: type[Any]) -> str:
