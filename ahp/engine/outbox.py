@@ -25,6 +25,14 @@ strictly increasing. In-process subscribers take envelopes as published
 Merging while queueing (the old rule) copied the whole tail on every put:
 quadratic in the backlog.
 
+Latest wins: an envelope that replaces its channel's whole value (the root
+catalogue, :attr:`Published.latest_wins <ahp.engine.envelopes.Published>`)
+supersedes one of the same channel still queued: the older one stops counting
+towards the bound at once and is left out when the consumer takes its batch. A
+title storm in one terminal thus costs a slow root subscriber one catalogue,
+not one per change. (The root channel's state is exactly its latest catalogue,
+so dropping the older ones loses nothing; ``serverSeq`` stays increasing.)
+
 Pacing: :attr:`Outbox.taken_at` records when the consumer last took a batch,
 and :meth:`Outbox.wait_taken` waits for the next take; the terminal's reader
 uses them to let the fastest live subscriber pace the pty (see
@@ -108,6 +116,10 @@ class Outbox:
         self._items: deque[OutboxItem] = deque()
         self._bytes = 0  # envelopes (the backlog that can overflow)
         self._response_bytes = 0  # str items
+        #: The newest queued latest-wins envelope per channel, and how many older ones
+        #: it superseded (left out at the next take).
+        self._latest: dict[str, Published] = {}
+        self._superseded = 0
         self._lot = trio.lowlevel.ParkingLot()
         self._drained = trio.lowlevel.ParkingLot()
         self.overflowed = False
@@ -139,6 +151,13 @@ class Outbox:
         if isinstance(item, str):
             self._response_bytes += sys.getsizeof(item)
         else:
+            if item.latest_wins:
+                older = self._latest.get(item.channel)
+                if older is not None:
+                    self._bytes -= older.size
+                    self._superseded += 1
+                    self.merged += 1
+                self._latest[item.channel] = item
             self._bytes += item.size
             if self._bytes > self.max_bytes:
                 self._overflow_now()
@@ -146,10 +165,16 @@ class Outbox:
         self._lot.unpark_all()
         return True
 
+    def _forget_latest(self) -> None:
+        if self._latest:
+            self._latest.clear()
+        self._superseded = 0
+
     def _overflow_now(self) -> None:
         self.overflowed = True
         self._overflow.set()
         self._items.clear()
+        self._forget_latest()
         self._bytes = self._response_bytes = 0
         self._lot.unpark_all()
         self._drained.unpark_all()
@@ -165,6 +190,7 @@ class Outbox:
         self.overflowed = False
         self._overflow = trio.Event()
         self._items.clear()
+        self._forget_latest()
         self._bytes = self._response_bytes = 0
         self._drained.unpark_all()
 
@@ -191,6 +217,17 @@ class Outbox:
         ``coalesce``."""
         items = list(self._items)
         self._items.clear()
+        if self._latest:
+            if self._superseded:
+                latest = self._latest
+                items = [
+                    item
+                    for item in items
+                    if isinstance(item, str)
+                    or not item.latest_wins
+                    or latest.get(item.channel) is item
+                ]
+            self._forget_latest()
         self._bytes = self._response_bytes = 0
         self.taken_at = _now()
         self._drained.unpark_all()
