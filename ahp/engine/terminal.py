@@ -509,7 +509,12 @@ class Terminal:
                 if more is not None:
                     data = b"".join(more)
                 try:
-                    await child.write(data)
+                    # One write(2) first: a keystroke is in the kernel without the
+                    # checkpoint that write() takes after each slice (a scheduler pass
+                    # per keystroke); what the kernel did not take goes through write().
+                    written = child.write_nowait(data)
+                    if written < len(data):
+                        await child.write(data[written:] if written else data)
                 except (ChildGone, trio.ClosedResourceError):
                     self._input_gone = True  # later input is published but not written
                     self._pending_input = 0
