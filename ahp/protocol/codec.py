@@ -233,6 +233,7 @@ def _is_parts(t: Any) -> bool:
 
 converter.register_structure_hook_factory(_is_parts, _parts_structure)
 converter.register_unstructure_hook_factory(_is_parts, _parts_unstructure)
+# After the part and Parts hooks: the generated functions bind their fields' hooks now.
 _exit_aware(TerminalState)
 _exit_aware(TerminalInfo)
 
