@@ -517,6 +517,13 @@ async def test_bad_inputs_give_one_line_and_a_non_zero_exit() -> None:
 # -- attach, in tmux ---------------------------------------------------------------------------
 
 
+#: How long a pane may take to show what a test waits for. A pane can only be polled
+#: (tmux reports no events), and under load the chain behind one screen (tmux, the
+#: attach process starting Python, the server, a shell starting) took longer than the
+#: usual bound: generous, since a pass costs nothing and only a failure waits it out.
+PANE_TIMEOUT = 4 * TIMEOUT
+
+
 class Tmux:
     """A private tmux server (its own socket, no config) driven by its command line."""
 
@@ -548,7 +555,7 @@ class Tmux:
         return await self("capture-pane", "-p", "-t", target)
 
     async def wait(
-        self, target: str, predicate: Callable[[str], bool], timeout: float = TIMEOUT
+        self, target: str, predicate: Callable[[str], bool], timeout: float = PANE_TIMEOUT
     ) -> str:
         """Poll the pane until ``predicate(screen)`` holds (bounded by ``timeout``)."""
         screen = ""

@@ -233,6 +233,7 @@ configure_tagged_union(TerminalClaim, converter, tag_name="kind", tag_generator=
 configure_tagged_union(ContentPart, converter, tag_name="type", tag_generator=_class_tag("TYPE"))
 
 
+# Registered before the state hooks are generated (they look up the content's hook once).
 def _parts_structure(t: Any) -> Callable[[Any, Any], Any]:
     inner: Any = tuple[ContentPart, ...]  # the only Parts on the wire
     return lambda value, _: Parts(converter.structure(value, inner))
