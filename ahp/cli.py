@@ -27,9 +27,17 @@ MAX_PORT: Final = 65535
 USAGE: Final = 2
 
 
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
 def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from ahp.reducers.scrollback import DEFAULT_SCROLLBACK
     from ahp.server.app import DEFAULT_PORT
+    from ahp.server.session import DEFAULT_MAX_TERMINALS
 
     p = sub.add_parser(
         "serve",
@@ -73,6 +81,13 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         type=_positive,
         metavar="CHARS",
         help=f"characters of output retained per terminal (default {DEFAULT_SCROLLBACK})",
+    )
+    p.add_argument(
+        "--max-terminals",
+        type=_positive_int,
+        default=DEFAULT_MAX_TERMINALS,
+        metavar="N",
+        help=f"terminals hosted at most; more are refused (default {DEFAULT_MAX_TERMINALS})",
     )
     p.add_argument(
         "--log-level",
@@ -167,6 +182,7 @@ def _serve(args: argparse.Namespace) -> int:
         token=args.token,
         allow_origins=frozenset(args.allow_origin),
         tls=tls,
+        max_terminals=args.max_terminals,
     )
 
     listening = False

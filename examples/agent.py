@@ -31,7 +31,7 @@ COMMANDS = [
 
 async def main(port: int, exit_after: bool) -> None:
     async with ahp.open_host() as host, trio.open_nursery() as nursery:
-        sidecar = await nursery.start(host.serve, ahp.ServeOptions(port=port))
+        sidecar = await nursery.start(ahp.serve_host, host, ahp.ServeOptions(port=port))
         print(f"serving {sidecar.url}", flush=True)
         print(f"attach with: python -m ahp attach '{sidecar.url}' agent", flush=True)
         term = await host.create_terminal("ahp-terminal:/agent", name="agent")

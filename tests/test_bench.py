@@ -88,6 +88,7 @@ def test_bench_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     assert _is_figure(results["memory"]["per_terminal_kb"])
     assert _is_figure(results["memory"]["large_output"]["rss_after_mb"])
     assert results["append"]["ratio"] > 0
+    assert results["append"]["commands_ratio"] > 0
     assert results["peers"] == {"skipped": "not requested (use --peers)"}
     assert "results" in results["scanner"] or "skipped" in results["scanner"]
     assert results["chart"] == {"skipped": "--no-chart"}
@@ -99,6 +100,7 @@ def test_bench_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
         "echo_idle_vs_back_to_back",
         "append_scaling",
     } <= keys
+    assert "append_commands_scaling" in keys
 
     table = capsys.readouterr().out
     assert "Throughput" in table

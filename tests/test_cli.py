@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 import ahp
 from ahp.client.commands.run import printed_output, split_options
 from ahp.engine import Host
-from ahp.server import ServeOptions
+from ahp.server import ServeOptions, serve_host
 from ahp.server.session import ServerState
 from tests.helpers import TIMEOUT, kill_and_reap, wait_for_text
 
@@ -67,7 +67,7 @@ async def served(shell: str | None = None) -> AsyncIterator[Server]:
             with trio.CancelScope() as stop:
                 async with trio.open_nursery() as inner:
                     options = ServeOptions(port=0, token="test-token")
-                    sidecar = await inner.start(host.serve, options)
+                    sidecar = await inner.start(serve_host, host, options)
                     task_status.started(Server(host, sidecar.url, stop, sidecar.state))
 
         yield await nursery.start(serve)

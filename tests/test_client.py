@@ -19,7 +19,7 @@ T1 = "ahp-terminal:/t1"
 
 async def test_connect_mirror_and_catalogue() -> None:
     async with running_server() as server, connect(server.url, client_id="me") as client:
-        assert client.protocol_version == "0.5.0"
+        assert client.protocol_version == "1.0.0"  # 1.x offered first
         assert client.root.agents == () and client.root.terminals == ()
         await client.create_terminal(T1, name="work")
         with trio.fail_after(TIMEOUT):

@@ -72,9 +72,11 @@ async def test_initialize_result_shape() -> None:
     ("offered", "chosen"),
     [
         (["0.5.0"], "0.5.0"),
-        (["0.9.0", "0.4.0", "0.5.2"], "0.5.2"),
+        (["0.2.0", "0.4.0", "0.5.2"], "0.5.2"),
         (["0.3.0"], "0.3.0"),
-        (["1.0.0", "0.9.0"], None),
+        (["1.0.0", "0.9.0"], "1.0.0"),  # the highest, whatever the order
+        (["0.9.0", "1.1.0", "0.5.0"], "1.1.0"),
+        (["2.0.0", "0.2.0", "0.11.0"], None),
         (5, None),
         (["x", 1, None], None),
     ],
@@ -86,7 +88,7 @@ def test_version_negotiation(offered: Any, chosen: str | None) -> None:
 async def test_unsupported_version_is_refused_and_closed() -> None:
     async with running_server() as server, peer(server.url) as p:
         answer = await p.call(
-            "initialize", {"channel": ROOT, "clientId": "c", "protocolVersions": ["1.0.0"]}
+            "initialize", {"channel": ROOT, "clientId": "c", "protocolVersions": ["2.0.0"]}
         )
         assert answer["error"]["code"] == -32005
         assert answer["error"]["data"]["supportedVersions"]

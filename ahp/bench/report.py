@@ -231,6 +231,12 @@ def render_table(results: dict[str, Any], targets: list[Target]) -> str:
         f"{_fig(ap['small_seconds'], 3)}, {ap['large_mb']:g} MB {_fig(ap['large_seconds'], 3)}: "
         f"{ap['ratio']:.1f}x for 10x the data",
     ]
+    if "commands_ratio" in ap:
+        lines.append(
+            f"  commands: {ap['few_commands']} {_fig(ap['few_commands_seconds'], 3)}, "
+            f"{ap['many_commands']} {_fig(ap['many_commands_seconds'], 3)}: "
+            f"{ap['commands_ratio']:.1f}x for 10x the commands"
+        )
     for name in ("scanner", "integration"):
         node = r.get(name, {})
         lines.append("")

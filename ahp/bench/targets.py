@@ -192,4 +192,11 @@ def evaluate(results: dict[str, Any]) -> list[Target]:
             12.0,
             _get(results, "append", "ratio"),
         ),
+        Target(
+            "append_commands_scaling",
+            "reducer: 10x the commands (short, scrollback kept) cost at most 12x the time",
+            "<=",
+            12.0,
+            _get(results, "append", "commands_ratio"),
+        ),
     ]

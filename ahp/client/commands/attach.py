@@ -198,10 +198,13 @@ async def _session(
     try:
         history, typed = await _show_history(remote, local, stream)
         alt.feed(history)
-        code = remote.state.exitCode
-        if code is not None:
+        if remote.state.exited:
             # No live input: the process is gone (keys would go nowhere).
-            outcome = _Outcome(code % 256, f"{uri} has exited (code {code})")
+            code = remote.state.exitCode
+            outcome = _Outcome(
+                0 if code is None else code % 256,
+                f"{uri} has exited" + ("" if code is None else f" (code {code})"),
+            )
         else:
             async with trio.open_nursery() as nursery:
 
@@ -215,9 +218,13 @@ async def _session(
                     async for item in stream:
                         if isinstance(item, Snapshot):
                             await write("\r\n[ahp attach: output skipped while catching up]\r\n")
-                            code = remote.state.exitCode
-                            if code is not None:
-                                finish(code % 256, f"{uri} has exited (code {code})")
+                            if remote.state.exited:
+                                code = remote.state.exitCode
+                                finish(
+                                    0 if code is None else code % 256,
+                                    f"{uri} has exited"
+                                    + ("" if code is None else f" (code {code})"),
+                                )
                             continue
                         action = item.action
                         if isinstance(action, TerminalData):

@@ -50,7 +50,9 @@ def claim_text(claim: TerminalClaim) -> str:
 
 
 def _status(info: TerminalInfo) -> str:
-    return "running" if info.exitCode is None else f"exited {info.exitCode}"
+    if not info.exited:
+        return "running"
+    return "exited" if info.exitCode is None else f"exited {info.exitCode}"
 
 
 def format_table(terminals: tuple[TerminalInfo, ...]) -> str:
@@ -74,7 +76,7 @@ def to_json(terminals: tuple[TerminalInfo, ...]) -> list[dict[str, Any]]:
             "uri": t.resource,
             "title": t.title,
             "claim": unstructure(t.claim, TerminalClaim),
-            "running": t.exitCode is None,
+            "running": not t.exited,
             "exitCode": t.exitCode,
         }
         for t in terminals

@@ -284,7 +284,7 @@ def run(args: argparse.Namespace) -> int:
                 if exc.code == ErrorCode.NOT_FOUND:
                     raise CommandFailed(f"no terminal {uri} (see `ahp ls`)") from None
                 raise
-            if client.terminal_state(uri).exitCode is not None:
+            if client.terminal_state(uri).exited:
                 raise CommandFailed(f"the process of {uri} has exited")
             created = False
         else:
