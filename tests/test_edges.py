@@ -10,6 +10,7 @@ process's environment. Everything runs on loopback, bounded in count and time.
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import os
 import re
@@ -31,6 +32,7 @@ from hypothesis import strategies as st
 
 from ahp.cli import build_parser
 from ahp.engine import open_host
+from ahp.protocol.codec import ProtocolError
 from ahp.protocol.jsonshape import MAX_DEPTH, MAX_ITEMS, FrameShapeError, check_shape
 from ahp.protocol.state import CommandPart
 from ahp.protocol.uri import local_file_uri_to_path
@@ -42,7 +44,8 @@ from ahp.server.admission import (
     RateLimitedLog,
     pending_limit,
 )
-from ahp.server.session import DEFAULT_MAX_TERMINALS, MAX_CONFIG_BYTES, SERVER_LIMIT
+from ahp.server.session import DEFAULT_MAX_TERMINALS, MAX_CONFIG_BYTES, SERVER_LIMIT, _parse
+from ahp.server.websocket import LARGE_FRAME
 from tests.helpers import TIMEOUT, kill_and_reap
 from tests.wire import TOKEN, Peer, peer, running_server
 
@@ -321,6 +324,8 @@ def test_the_shape_check_at_its_bounds(frame: bytes, refused: bool) -> None:
             id="request-with-300k-objects",
         ),
         pytest.param(b"[" * 1000 + b"]" * 1000, id="1000-deep"),
+        # From LARGE_FRAME on, the check and the decoding are separate steps.
+        pytest.param(b"[" + b"[]," * (LARGE_FRAME // 2) + b"[]]", id="large-frame"),
     ],
 )
 async def test_a_frame_too_costly_to_decode_is_refused_before_decoding(payload: bytes) -> None:
@@ -546,3 +551,33 @@ async def test_no_ancestor_of_a_command_has_the_nonce_in_its_environment(
         assert parts and parts[-1].commandLine.startswith(sys.executable), parts
         assert parts[-1].exitCode == 3 and result.exit_code == 3
         await host.dispose("ahp-terminal:/n")
+
+
+@pytest.mark.parametrize(
+    "frame",
+    [
+        b"[" + b"[]," * (MAX_ITEMS + 1) + b"[]]",
+        b'{"a":"' + b"x" * 20_000 + b'", "b":[' + b'"\\\\\\"",' * (MAX_ITEMS + 1) + b"0]}",
+        b"[" * 20_000,
+    ],
+    ids=["items", "strings", "depth"],
+)
+def test_a_refused_frame_leaves_no_garbage_cycle(frame: bytes) -> None:
+    """The frame's copies must be freed as soon as the refusal is handled, not whenever
+    the garbage collector runs (measured: 30 MB of RSS per 15 MiB frame otherwise)."""
+    gc.collect()
+    gc.disable()
+    try:
+        with pytest.raises(ProtocolError):
+            _parse(frame.decode())
+        assert gc.collect() == 0
+    finally:
+        gc.enable()
+
+
+async def test_a_large_frame_within_the_bounds_is_handled() -> None:
+    big = "x" * (2 * LARGE_FRAME)
+    async with running_server() as server, peer(server.url) as p:
+        await p.initialize("c1")
+        answer = await p.call("ping", {"items": [big, [1, 2, {"a": big}]]})
+        assert answer["result"] is None, answer

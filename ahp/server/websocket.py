@@ -88,6 +88,8 @@ log = logging.getLogger("ahp.server")
 
 #: Largest inbound message accepted; larger ones close the connection with 1009.
 MAX_MESSAGE_SIZE: Final = 16 * 1024 * 1024
+#: Inbound frames from this size on are checked, then decoded, with a checkpoint between.
+LARGE_FRAME: Final = 1024 * 1024
 #: Outbound bytes queued per connection before it is closed with 1013.
 OUTBOX_BYTES: Final = 16 * 1024 * 1024
 #: Seconds an overflowed connection gets to finish the write in flight and the close
@@ -226,7 +228,14 @@ class _Writer:
 async def _reader(ws: ServerWebSocket, session: Session, config: ServerConfig) -> None:
     while True:
         message = await ws.receive()
-        await session.handle_frame(message)
+        if len(message) < LARGE_FRAME:
+            await session.handle_frame(message)
+        elif session.check_frame(message):
+            # Checking and decoding a frame of megabytes take tens of milliseconds each:
+            # other clients' keystrokes get a turn in between.
+            await trio.lowlevel.checkpoint()
+            await session.handle_frame(message, checked=True)
+        del message  # (not held while the next one arrives: a frame may be 16 MiB)
         if session.close_request is not None:
             session.outbox.close()
             return
