@@ -85,6 +85,7 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "ahp.client.commands.attach",
     "ahp.client.commands.ls",
     "ahp.client.commands.run",
+    "ahp.mcp.command",
 )
 
 
