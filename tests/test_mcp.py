@@ -608,3 +608,67 @@ async def test_sigterm_with_stdin_open_disposes_terminals_and_exits(tmp_path: Pa
     finally:
         await kill_and_reap(proc)
         await proc.stdin.aclose()
+
+
+async def test_serve_lets_a_watcher_attach_over_ahp(tmp_path: Path) -> None:
+    """``--serve``: a person's client sees, live, what the agent types in its terminal."""
+    from ahp.client import connect
+
+    sock = tmp_path / "ahp.sock"
+    async with mcp_session(tmp_path, "--serve", "--unix", str(sock), "--token", "tkn-1") as session:
+        # The listener is up before the MCP handshake completes.
+        created = await session.call_tool("create_terminal", {"terminal": "main"})
+        assert not created.is_error, _text(created)
+        async with connect(f"ws+unix://{sock}:/?tkn=tkn-1", auto_reconnect=False) as watcher:
+            uri = "ahp-terminal:/main"
+            assert uri in {t.resource for t in watcher.root.terminals or ()}
+            await watcher.subscribe(uri)
+            sent = await session.call_tool(
+                "send_input", {"terminal": "main", "text": "echo agent-$((6*7))", "keys": ["enter"]}
+            )
+            assert not sent.is_error, _text(sent)
+            await watcher.wait_for(
+                lambda: "agent-42" in watcher.terminal_state(uri).text(), timeout=TIMEOUT
+            )
+
+
+async def test_connect_drives_an_existing_sidecar(tmp_path: Path) -> None:
+    """``--connect URL``: the tools act on a running sidecar's terminals (none hosted)."""
+    from ahp.engine import open_host
+    from ahp.server import ServeOptions
+    from tests.helpers import wait_for_text
+
+    sock = tmp_path / "side.sock"
+    async with open_host() as host, trio.open_nursery() as nursery:
+        sidecar = await nursery.start(host.serve, ServeOptions(unix=str(sock), token="tkn-2"))
+        existing = await host.create_terminal("ahp-terminal:/theirs", cwd=str(tmp_path))
+        async with mcp_session(tmp_path, "--connect", sidecar.url) as session:
+            listed = await session.call_tool("list_terminals", {})
+            assert [row["terminal"] for row in listed.structured_content["terminals"]] == ["theirs"]
+            sent = await session.call_tool(
+                "send_input", {"terminal": "theirs", "text": "echo remote-$((6*7))\r"}
+            )
+            assert not sent.is_error, _text(sent)
+            await wait_for_text(existing, "remote-42", timeout=TIMEOUT)
+            created = await session.call_tool("create_terminal", {"terminal": "mine"})
+            assert not created.is_error, _text(created)
+            assert "ahp-terminal:/mine" in host
+            closed = await session.call_tool("close_terminal", {"terminal": "mine"})
+            assert not closed.is_error, _text(closed)
+            assert "ahp-terminal:/mine" not in host
+        nursery.cancel_scope.cancel()
+
+
+async def test_connect_to_nowhere_fails_with_one_line(tmp_path: Path) -> None:
+    result = await trio.run_process(
+        [sys.executable, "-m", "ahp", "mcp", "--connect", f"ws+unix://{tmp_path}/none.sock:/"],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdin=subprocess.DEVNULL,
+        capture_stdout=True,
+        capture_stderr=True,
+        check=False,
+    )
+    assert result.returncode == 1
+    assert result.stdout == b""
+    (line,) = result.stderr.decode().splitlines()
+    assert line.startswith("ahp mcp: ")
