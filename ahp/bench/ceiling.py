@@ -27,6 +27,8 @@ __all__ = ["READ_SIZE", "BareRun", "bare_echo", "bare_read", "child_env"]
 READ_SIZE = 64 * 1024
 #: Round trips before the measured ones (caches, first-time allocations).
 ECHO_WARMUP = 20
+#: Unmeasured keystrokes before an idle-then-type series (each costs its pause).
+IDLE_WARMUP = 3
 
 
 @attrs.frozen
@@ -84,13 +86,17 @@ async def bare_read(workload: Workload, repeat: int = 1) -> BareRun:
     )
 
 
-async def bare_echo(count: int, cwd: str) -> list[float]:
-    """Seconds per round trip: one byte written to a ``cat`` pty, its echo read back."""
+async def bare_echo(count: int, cwd: str, *, pause: float = 0.0) -> list[float]:
+    """Seconds per round trip: one byte written to a ``cat`` pty, its echo read back
+    (after sleeping ``pause`` seconds, for the idle-then-type case)."""
     child = await _spawn(["cat"], cwd)
     try:
         fd = child.input_fd
         samples: list[float] = []
-        for i in range(ECHO_WARMUP + count):
+        warmup = IDLE_WARMUP if pause else ECHO_WARMUP
+        for i in range(warmup + count):
+            if pause:
+                await trio.sleep(pause)
             start = time.perf_counter()
             os.write(fd, b"x")
             got = b""
@@ -102,7 +108,7 @@ async def bare_echo(count: int, cwd: str) -> list[float]:
                 if not data:
                     raise RuntimeError("cat exited during the echo benchmark")
                 got += data
-            if i >= ECHO_WARMUP:
+            if i >= warmup:
                 samples.append(time.perf_counter() - start)
             if i % 64 == 63:
                 await trio.lowlevel.checkpoint()

@@ -38,6 +38,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument(
         "--echo-count", type=int, default=300, help="keystroke round trips per run (default 300)"
     )
+    p.add_argument(
+        "--idle-count",
+        type=int,
+        default=30,
+        help="keystrokes per run typed after 150 ms of idleness each (default 30)",
+    )
     p.add_argument("--terminals", type=int, default=50, help="idle terminals for the memory figure")
     p.add_argument(
         "--scanner-mb",
@@ -71,12 +77,16 @@ def run(args: argparse.Namespace) -> int:
     if not 1 <= args.echo_count <= MAX_ECHO_COUNT:
         print(f"ahp bench: --echo-count must be 1..{MAX_ECHO_COUNT}", file=sys.stderr)
         return 2
+    if not 1 <= args.idle_count <= MAX_ECHO_COUNT:
+        print(f"ahp bench: --idle-count must be 1..{MAX_ECHO_COUNT}", file=sys.stderr)
+        return 2
     argv = sys.argv[1:] if sys.argv and sys.argv[0].endswith("__main__.py") else None
     shown = "python -m ahp " + (shlex.join(argv) if argv else _describe(args))
     config = Config(
         size_mb=args.size_mb,
         runs=args.runs,
         echo_count=args.echo_count,
+        idle_count=args.idle_count,
         terminals=args.terminals,
         stall_hold=args.stall_hold
         if args.stall_hold is not None

@@ -172,10 +172,11 @@ async def pair_run(
     )
 
 
-async def echo_run(server: ServerUnderTest, count: int) -> list[float]:
-    """``count`` keystroke round trips through ``server`` to a fresh ``cat`` terminal."""
+async def echo_run(server: ServerUnderTest, count: int, *, pause: float = 0.0) -> list[float]:
+    """``count`` keystroke round trips through ``server`` to a fresh ``cat`` terminal,
+    each after ``pause`` seconds of idleness when given."""
     url, dialect, handle = await server.terminal("echo")
     try:
-        return await echo_round_trips(url, dialect(), count)
+        return await echo_round_trips(url, dialect(), count, pause=pause)
     finally:
         await server.release(handle)

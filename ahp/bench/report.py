@@ -174,6 +174,14 @@ def render_table(results: dict[str, Any], targets: list[Target]) -> str:
     ]
     if td and "echo" in td:
         rows.append(("terminado -> WebSocket client", td["echo"]))
+    if "sidecar_idle" in echo:
+        idle = f"after {echo['idle_pause_s']} s idle"
+        rows += [
+            (f"bare pty, {idle}", echo["bare_pty_idle"]),
+            (f"sidecar, {idle}", echo["sidecar_idle"]),
+        ]
+        if td and "echo_idle" in td:
+            rows.append((f"terminado, {idle}", td["echo_idle"]))
     for label, node in rows:
         lines.append(
             _row(f"4 {label}", _fig(node["median_ms"], 3), f"p99 {_fig(node['p99_ms'], 3)}")

@@ -45,6 +45,9 @@ class Config:
     size_mb: float = 100.0
     runs: int = 5
     echo_count: int = 300
+    #: Keystrokes per run typed after ``idle_pause`` seconds of idleness each.
+    idle_count: int = 30
+    idle_pause: float = 0.15
     terminals: int = 50
     stall_hold: float = 12.0
     peers: bool = False
@@ -238,6 +241,9 @@ async def _echo(
     engine: list[list[float]] = []
     ours: list[list[float]] = []
     theirs: list[list[float]] = []
+    bare_idle: list[list[float]] = []
+    ours_idle: list[list[float]] = []
+    theirs_idle: list[list[float]] = []
     peers = config.peers and terminado_missing() is None
     async with AsyncExitStack() as stack:
         host = await stack.enter_async_context(open_host())
@@ -252,10 +258,18 @@ async def _echo(
             engine.append(await engine_echo(host, config.echo_count, cwd))
             progress.update(f"{run}: sidecar")
             ours.append(await echo_run(server, config.echo_count))
+            progress.update(f"{run}: bare pty after {config.idle_pause} s idle")
+            bare_idle.append(await bare_echo(config.idle_count, cwd, pause=config.idle_pause))
+            progress.update(f"{run}: sidecar after {config.idle_pause} s idle")
+            ours_idle.append(await echo_run(server, config.idle_count, pause=config.idle_pause))
             if terminado is not None:
                 progress.update(f"{run}: terminado")
                 try:
                     theirs.append(await echo_run(terminado, config.echo_count))
+                    progress.update(f"{run}: terminado after {config.idle_pause} s idle")
+                    theirs_idle.append(
+                        await echo_run(terminado, config.idle_count, pause=config.idle_pause)
+                    )
                 except Exception as exc:  # a peer's failure must not lose our figures
                     progress.note(f"terminado echo failed: {type(exc).__name__}: {exc}")
                     terminado = None
@@ -263,9 +277,14 @@ async def _echo(
         "bare_pty": _echo_json(bare),
         "engine": _echo_json(engine),
         "sidecar": _echo_json(ours),
+        "idle_pause_s": config.idle_pause,
+        "bare_pty_idle": _echo_json(bare_idle),
+        "sidecar_idle": _echo_json(ours_idle),
     }
     if theirs and "terminado" in results.get("peers", {}):
         results["peers"]["terminado"]["echo"] = _echo_json(theirs)
+        if theirs_idle:
+            results["peers"]["terminado"]["echo_idle"] = _echo_json(theirs_idle)
 
 
 # -- memory -----------------------------------------------------------------------------------

@@ -79,6 +79,8 @@ def evaluate(results: dict[str, Any]) -> list[Target]:
     ours_med = m("echo", "sidecar", "median_ms")
     ours_p99 = m("echo", "sidecar", "p99_ms")
     their_med = m("peers", "terminado", "echo", "median_ms")
+    their_p99 = m("peers", "terminado", "echo", "p99_ms")
+    idle_med = m("echo", "sidecar_idle", "median_ms")
     return [
         Target(
             "engine_vs_ceiling",
@@ -140,9 +142,32 @@ def evaluate(results: dict[str, Any]) -> list[Target]:
             "echo_vs_terminado",
             "echo latency median / terminado's median",
             "<=",
+            1.0,
+            _div(ours_med, their_med),
+            why_missing=peers_missing,
+        ),
+        Target(
+            "echo_vs_terminado_aim",
+            "echo latency median / terminado's median (the further aim)",
+            "<=",
             0.7,
             _div(ours_med, their_med),
             why_missing=peers_missing,
+        ),
+        Target(
+            "echo_p99_vs_terminado",
+            "echo latency p99 / terminado's p99",
+            "<=",
+            1.0,
+            _div(ours_p99, their_p99),
+            why_missing=peers_missing,
+        ),
+        Target(
+            "echo_idle_vs_back_to_back",
+            "echo median after 150 ms idle / back-to-back echo median",
+            "<=",
+            1.5,
+            _div(idle_med, ours_med),
         ),
         Target(
             "idle_per_terminal",

@@ -41,6 +41,8 @@ __all__ = [
 
 #: Round trips before the measured ones.
 ECHO_WARMUP = 20
+#: Unmeasured keystrokes before an idle-then-type series (each costs its pause).
+IDLE_WARMUP = 3
 
 
 class Dialect(Protocol):
@@ -207,13 +209,23 @@ async def stream_throughput(
     )
 
 
-async def echo_round_trips(url: str, dialect: Dialect, count: int) -> list[float]:
-    """Seconds per keystroke round trip: type ``x``, wait for output containing it."""
+async def echo_round_trips(
+    url: str, dialect: Dialect, count: int, *, pause: float = 0.0
+) -> list[float]:
+    """Seconds per keystroke round trip: type ``x``, wait for output containing it.
+
+    With ``pause`` the client sleeps that long before each keystroke (the
+    idle-then-type case: timers, the kernel's tty work and the server's wake-up
+    from an idle wait all show up in it); otherwise keystrokes go back to back.
+    """
     samples: list[float] = []
     parse = dialect.parse
     async with _connect(url) as ws:
         await dialect.handshake(ws)
-        for i in range(ECHO_WARMUP + count):
+        warmup = IDLE_WARMUP if pause else ECHO_WARMUP
+        for i in range(warmup + count):
+            if pause:
+                await trio.sleep(pause)
             start = time.perf_counter()
             await ws.send_message(dialect.input_frame("x"))
             while True:
@@ -222,7 +234,7 @@ async def echo_round_trips(url: str, dialect: Dialect, count: int) -> list[float
                     raise RuntimeError("the terminal ended during the echo benchmark")
                 if text and "x" in text:
                     break
-            if i >= ECHO_WARMUP:
+            if i >= warmup:
                 samples.append(time.perf_counter() - start)
     return samples
 
