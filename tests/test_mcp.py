@@ -255,12 +255,16 @@ class _Handle:
 
     id: str
     done: bool = False
-    terminal_uri: str = "ahp-terminal:/main"
-    command_line: str = "true"
 
 
 def _tracked(cid: str, *, done: bool) -> Tracked:
-    return Tracked(handle=_Handle(cid, done=done), uri="ahp-terminal:/main", command="true")  # type: ignore[arg-type]
+    return Tracked(
+        command_id=cid,
+        uri="ahp-terminal:/main",
+        command="true",
+        handle=_Handle(cid, done=done),  # type: ignore[arg-type]
+        last=_Result(command_id=cid),
+    )
 
 
 def test_command_table_is_bounded() -> None:
@@ -277,7 +281,7 @@ def test_command_table_is_bounded() -> None:
         table.get("c")
     with pytest.raises(ToolError, match="3 commands are running"):
         table.add(_tracked("f", done=False))  # all running: refused, nothing lost
-    assert [table.get(c).handle.id for c in "bde"] == ["b", "d", "e"]
+    assert [table.get(c).command_id for c in "bde"] == ["b", "d", "e"]
     assert table.running_in("ahp-terminal:/main") is table.get("e")
     table.forget_terminal("ahp-terminal:/main")
     assert len(table) == 0

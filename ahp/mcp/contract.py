@@ -2,7 +2,7 @@
 
 Why: the tools are a thin layer over the run API that in-process terminals
 (:class:`ahp.engine.Terminal`) and remote ones (:class:`ahp.client.RemoteTerminal`)
-both expose — ``start``, ``CommandHandle`` (``wait``, ``read_new``, ``output``,
+both expose — ``run`` (with ``yield_after``), ``CommandHandle`` (``wait``, ``read_new``, ``output``,
 ``result``, ``send_input``, ``interrupt``, ``kill``), ``CommandResult`` and
 ``screen()``. Naming exactly the subset used here, structurally, lets the type
 checker confirm that both kinds of terminal fit, and keeps the layer free of
@@ -57,6 +57,8 @@ class Result(Protocol):
     def background(self) -> Sequence[Background]: ...
     @property
     def command_id(self) -> str: ...
+    @property
+    def handle(self) -> Handle | None: ...
 
 
 class Handle(Protocol):
@@ -95,14 +97,15 @@ class ScreenView(Protocol):
 class AgentTerminal(Protocol):
     """A terminal the tools drive (in-process ``Terminal`` or ``RemoteTerminal``)."""
 
-    async def start(
+    async def run(
         self,
         command_line: str,
         *,
         timeout: float | None = None,
-        head_bytes: int = ...,
-        tail_bytes: int = ...,
-    ) -> Handle: ...
+        yield_after: float | None = None,
+        head_bytes: int | None = None,
+        tail_bytes: int | None = None,
+    ) -> Result: ...
 
     def screen(self) -> ScreenView: ...
     async def send_input(self, data: str) -> None: ...

@@ -17,9 +17,8 @@ ones are forgotten first; when all are running a new command is refused), and
 at most :data:`MAX_TERMINALS` terminals are created through the tools.
 
 Cancellation: when the client cancels ``run_command`` while it waits, the
-command is interrupted (Ctrl-C, shielded and bounded) before the cancellation
-propagates — the person pressed stop. Cancelling ``wait_command`` only stops
-waiting.
+command is interrupted (``run()`` does that) — the person pressed stop.
+Cancelling ``wait_command`` only stops waiting.
 """
 
 from __future__ import annotations
@@ -102,15 +101,35 @@ def terminal_uri(name: str) -> str:
 
 @attrs.define
 class Tracked:
-    """A command started through the tools."""
+    """A command started through the tools: its handle while it runs, else its last result."""
 
-    handle: Handle
+    command_id: str
     uri: str
     command: str  # as the model wrote it (without a ``cd`` we put in front)
+    handle: Handle | None  # None: it was over when run() returned
+    last: Result
+    #: read_output has returned the output of a command that had no handle.
+    consumed: bool = False
 
     @property
     def terminal(self) -> str:
         return display_name(self.uri)
+
+    @property
+    def done(self) -> bool:
+        return self.handle is None or self.handle.done
+
+    def result(self) -> Result:
+        """The result so far, without waiting."""
+        if self.handle is not None:
+            self.last = self.handle.result()
+        return self.last
+
+    async def wait(self, timeout: float) -> Result:
+        """Until the command ends, waits for input, or ``timeout`` s pass (never stops it)."""
+        if self.handle is not None:
+            self.last = await self.handle.wait(timeout=timeout)
+        return self.last
 
 
 class CommandTable:
@@ -129,7 +148,7 @@ class CommandTable:
     def check_room(self) -> None:
         """Make room for one more command, or raise ``ToolError`` when all are running."""
         while len(self._by_id) >= self.limit:
-            victim = next((cid for cid, t in self._by_id.items() if t.handle.done), None)
+            victim = next((cid for cid, t in self._by_id.items() if t.done), None)
             if victim is None:
                 raise ToolError(
                     f"{len(self._by_id)} commands are running, the most this server tracks; "
@@ -139,7 +158,7 @@ class CommandTable:
 
     def add(self, tracked: Tracked) -> None:
         self.check_room()
-        self._by_id[tracked.handle.id] = tracked
+        self._by_id[tracked.command_id] = tracked
 
     def get(self, command_id: str) -> Tracked:
         tracked = self._by_id.get(command_id)
@@ -153,7 +172,7 @@ class CommandTable:
     def running_in(self, uri: str) -> Tracked | None:
         """The newest unfinished command started in terminal ``uri``."""
         for tracked in reversed(self._by_id.values()):
-            if tracked.uri == uri and not tracked.handle.done:
+            if tracked.uri == uri and not tracked.done:
                 return tracked
         return None
 
@@ -180,6 +199,8 @@ class Toolbox:
         # Picking/creating a terminal and starting a command in it is one step, so that two
         # concurrent run_command calls never pick the same idle terminal.
         self._setup_lock = trio.Lock()
+        #: Terminals a run_command call is typing into (not yet in ``commands``).
+        self._starting: set[str] = set()
         self._handlers: dict[str, Callable[[dict[str, Any]], Awaitable[ToolOutput]]] = {
             "run_command": self.run_command,
             "read_output": self.read_output,
@@ -214,9 +235,9 @@ class Toolbox:
     def _busy_error(self, uri: str) -> ToolError:
         running = self.commands.running_in(uri)
         what = (
-            f"command {running.handle.id} (`{running.command}`)"
+            f"command {running.command_id} (`{running.command}`)"
             if running is not None
-            else "a command it did not get from these tools"
+            else "another command (one being started by another call, or typed by someone else)"
         )
         return ToolError(
             f"terminal {display_name(uri)!r} is busy running {what}. Wait for it "
@@ -228,7 +249,11 @@ class Toolbox:
         return any(i.resource == uri and i.exitCode is not None for i in self.backend.list())
 
     def _busy(self, uri: str) -> bool:
-        return self.commands.running_in(uri) is not None or _foreign_busy(self.backend, uri)
+        return (
+            uri in self._starting
+            or self.commands.running_in(uri) is not None
+            or _foreign_busy(self.backend, uri)
+        )
 
     async def _create(self, uri: str, *, cwd: str | None, cols: int, rows: int) -> None:
         if len(self.backend.list()) >= MAX_TERMINALS:
@@ -303,31 +328,41 @@ class Toolbox:
                     line = f"cd -- {shlex.quote(cwd)} && {command}"
             self.commands.check_room()
             terminal = await self.backend.terminal(uri)
-            handle = await terminal.start(
+            self._starting.add(uri)
+        try:
+            # Cancelling this call (the client gave up) interrupts the command: run() does.
+            result = await terminal.run(
                 line,
                 timeout=args["timeout"],
+                yield_after=args["yield_after"],
                 head_bytes=args["head_bytes"],
                 tail_bytes=args["tail_bytes"],
             )
-            tracked = Tracked(handle=handle, uri=uri, command=command)
-            self.commands.add(tracked)
-        try:
-            result = await handle.wait(timeout=args["yield_after"])
-        except trio.Cancelled:
-            with trio.CancelScope(shield=True), trio.move_on_after(STOP_WAIT):
-                await handle.interrupt()
-            raise
+        finally:
+            self._starting.discard(uri)
+        tracked = Tracked(
+            command_id=result.command_id,
+            uri=uri,
+            command=command,
+            handle=result.handle,
+            last=result,
+        )
+        self.commands.add(tracked)
         return self._command_output(result, tracked)
 
     async def read_output(self, args: dict[str, Any]) -> ToolOutput:
         tracked = self.commands.get(args["command_id"])
         handle = tracked.handle
-        text = handle.output() if args["all"] else handle.read_new()
+        if handle is not None:
+            text = handle.output() if args["all"] else handle.read_new()
+        else:  # over before run() returned: its result holds the (budgeted) output
+            text = tracked.last.output if args["all"] or not tracked.consumed else ""
+            tracked.consumed = True
         shown, dropped = tail_text(text, args["tail_bytes"])
-        result = handle.result()
+        result = tracked.result()
         lines = [
             f"$ {tracked.command}",
-            f"{MARK} terminal {tracked.terminal!r}, command_id {handle.id}",
+            f"{MARK} terminal {tracked.terminal!r}, command_id {tracked.command_id}",
         ]
         shown = shown.rstrip("\n")
         lines.append(shown if shown else ("(no output)" if args["all"] else "(no new output)"))
@@ -336,12 +371,9 @@ class Toolbox:
                 f"{MARK} showing the last {args['tail_bytes']} bytes; {dropped} earlier bytes "
                 "not shown"
             )
-        remarks = [
-            r
-            for r in status_lines(result, tracked.terminal)
-            if not r.startswith("output truncated")
-        ]
-        lines.extend(f"{MARK} {remark}" for remark in remarks)
+        remarks = status_lines(result, tracked.terminal)
+        # The result's own truncation is about its budgeted output, not this read.
+        lines.extend(f"{MARK} {r}" for r in remarks if not r.startswith("output truncated"))
         data = result_data(result, tracked.terminal, tracked.command)
         data.update(
             output=shown,
@@ -353,7 +385,7 @@ class Toolbox:
 
     async def wait_command(self, args: dict[str, Any]) -> ToolOutput:
         tracked = self.commands.get(args["command_id"])
-        result = await tracked.handle.wait(timeout=args["timeout"])
+        result = await tracked.wait(timeout=args["timeout"])
         return self._command_output(result, tracked)
 
     async def send_input(self, args: dict[str, Any]) -> ToolOutput:
@@ -368,16 +400,16 @@ class Toolbox:
         tracked, uri = self._target(args)
         if args["command_id"] is not None:
             assert tracked is not None
-            if tracked.handle.done:
-                result = tracked.handle.result()
+            if tracked.handle is None or tracked.handle.done:
+                result = tracked.result()
                 raise ToolError(
-                    f"command {tracked.handle.id} has already ended ({result.status}, exit "
+                    f"command {tracked.command_id} has already ended ({result.status}, exit "
                     f"code {result.exit_code}); to type at the shell prompt use "
                     f"terminal={tracked.terminal!r}"
                 )
             await tracked.handle.send_input(data)
             if args["wait"] > 0:
-                result = await tracked.handle.wait(timeout=args["wait"])
+                result = await tracked.wait(timeout=args["wait"])
                 return self._command_output(result, tracked)
         else:
             if args["wait"] > 0:
@@ -392,22 +424,21 @@ class Toolbox:
 
     async def interrupt(self, args: dict[str, Any]) -> ToolOutput:
         tracked, uri = self._target(args)
-        if tracked is None or tracked.handle.done:
-            if args["command_id"] is not None:
-                assert tracked is not None
-                return self._command_output(tracked.handle.result(), tracked)
+        if tracked is None or tracked.handle is None or tracked.handle.done:
+            if tracked is not None and args["command_id"] is not None:
+                return self._command_output(tracked.result(), tracked)
             terminal = await self.backend.terminal(uri)
             await terminal.interrupt()
             return ToolOutput(f"sent Ctrl-C to terminal {display_name(uri)!r}")
         await tracked.handle.interrupt()
-        result = await tracked.handle.wait(timeout=STOP_WAIT)
+        result = await tracked.wait(timeout=STOP_WAIT)
         return self._command_output(result, tracked)
 
     async def kill_command(self, args: dict[str, Any]) -> ToolOutput:
         tracked = self.commands.get(args["command_id"])
-        if not tracked.handle.done:
+        if tracked.handle is not None and not tracked.handle.done:
             await tracked.handle.kill()
-        result = await tracked.handle.wait(timeout=STOP_WAIT)
+        result = await tracked.wait(timeout=STOP_WAIT)
         return self._command_output(result, tracked)
 
     async def list_terminals(self, args: dict[str, Any]) -> ToolOutput:
@@ -418,7 +449,7 @@ class Toolbox:
             running = self.commands.running_in(uri)
             if info.exitCode is not None:
                 kind = "exited"
-            elif running is not None or _foreign_busy(self.backend, uri):
+            elif self._busy(uri):
                 kind = "busy"
             else:
                 kind = "idle"
@@ -430,9 +461,9 @@ class Toolbox:
                     "title": info.title,
                     "cwd": state.cwd if state is not None else None,
                     "exit_code": info.exitCode,
-                    "command_id": running.handle.id if running else None,
+                    "command_id": running.command_id if running else None,
                     "command": running.command if running else None,
-                    "command_status": running.handle.result().status if running else None,
+                    "command_status": running.result().status if running else None,
                 }
             )
         if not rows:
