@@ -676,3 +676,40 @@ async def test_connect_to_nowhere_fails_with_one_line(tmp_path: Path) -> None:
     assert result.stdout == b""
     (line,) = result.stderr.decode().splitlines()
     assert line.startswith("ahp mcp: ")
+
+
+# -- the toolbox in-process, on a real host -------------------------------------------------
+
+
+async def test_terminal_count_is_bounded(tmp_path: Path) -> None:
+    from ahp.engine import open_host
+    from ahp.mcp.backend import HostBackend
+    from ahp.mcp.toolbox import MAX_TERMINALS, Toolbox
+
+    assert Toolbox.__init__.__kwdefaults__["max_terminals"] == MAX_TERMINALS
+    async with open_host() as host:
+        box = Toolbox(HostBackend(host), max_terminals=2)
+        with trio.fail_after(TIMEOUT):
+            for name in ("a", "b"):
+                assert not (await box.call("create_terminal", {"terminal": name})).is_error
+            refused = await box.call("create_terminal", {"terminal": "c"})
+            assert refused.is_error and "already 2 terminals" in refused.text
+            assert sorted(host.terminals) == ["ahp-terminal:/a", "ahp-terminal:/b"]
+            assert not (await box.call("close_terminal", {"terminal": "a"})).is_error
+            assert not (await box.call("create_terminal", {})).is_error  # a fresh name
+            assert sorted(host.terminals) == ["ahp-terminal:/b", "ahp-terminal:/term-1"]
+
+
+async def test_a_terminal_that_cannot_start_is_a_tool_error() -> None:
+    from ahp.engine import open_host
+    from ahp.mcp.backend import HostBackend
+    from ahp.mcp.toolbox import Toolbox
+
+    async with open_host(shell="/nonexistent/shell") as host:
+        box = Toolbox(HostBackend(host))
+        with trio.fail_after(TIMEOUT):
+            out = await box.call("create_terminal", {"terminal": "x"})
+            assert out.is_error and out.text.startswith("cannot create terminal 'x': ")
+            out = await box.call("run_command", {"command": "true"})
+            assert out.is_error and out.text.startswith("cannot create terminal 'main': ")
+        assert not host.terminals

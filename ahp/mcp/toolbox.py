@@ -193,8 +193,15 @@ def _foreign_busy(backend: Backend, uri: str) -> bool:
 class Toolbox:
     """Every tool, bound to one backend; :meth:`call` is the single entry point."""
 
-    def __init__(self, backend: Backend, *, commands: CommandTable | None = None) -> None:
+    def __init__(
+        self,
+        backend: Backend,
+        *,
+        commands: CommandTable | None = None,
+        max_terminals: int = MAX_TERMINALS,
+    ) -> None:
         self.backend = backend
+        self.max_terminals = max_terminals
         self.commands = commands or CommandTable()
         # Picking/creating a terminal and starting a command in it is one step, so that two
         # concurrent run_command calls never pick the same idle terminal.
@@ -256,10 +263,10 @@ class Toolbox:
         )
 
     async def _create(self, uri: str, *, cwd: str | None, cols: int, rows: int) -> None:
-        if len(self.backend.list()) >= MAX_TERMINALS:
+        if len(self.backend.list()) >= self.max_terminals:
             raise ToolError(
-                f"there are already {MAX_TERMINALS} terminals, the most allowed; close some "
-                "with close_terminal"
+                f"there are already {self.max_terminals} terminals, the most allowed; close "
+                "some with close_terminal"
             )
         await self._check_cwd(cwd)
         try:
