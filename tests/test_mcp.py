@@ -663,19 +663,31 @@ async def test_connect_drives_an_existing_sidecar(tmp_path: Path) -> None:
         nursery.cancel_scope.cancel()
 
 
-async def test_connect_to_nowhere_fails_with_one_line(tmp_path: Path) -> None:
-    result = await trio.run_process(
-        [sys.executable, "-m", "ahp", "mcp", "--connect", f"ws+unix://{tmp_path}/none.sock:/"],
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        stdin=subprocess.DEVNULL,
-        capture_stdout=True,
-        capture_stderr=True,
-        check=False,
-    )
-    assert result.returncode == 1
-    assert result.stdout == b""
-    (line,) = result.stderr.decode().splitlines()
-    assert line.startswith("ahp mcp: ")
+async def test_startup_errors_are_one_line(tmp_path: Path) -> None:
+    """An unreachable --connect, a busy --serve port: one stderr line, nothing on stdout."""
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        for args, message in (
+            (["--connect", f"ws+unix://{tmp_path}/none.sock:/"], "ahp mcp: "),
+            (["--serve", "--port", str(port)], "ahp mcp: Address already in use"),
+        ):
+            with trio.fail_after(TIMEOUT):
+                result = await trio.run_process(
+                    [sys.executable, "-m", "ahp", "mcp", *args],
+                    env={**os.environ, "PYTHONPATH": str(ROOT)},
+                    stdin=subprocess.DEVNULL,
+                    capture_stdout=True,
+                    capture_stderr=True,
+                    check=False,
+                )
+            assert result.returncode == 1
+            assert result.stdout == b""
+            (line,) = result.stderr.decode().splitlines()
+            assert line.startswith(message), line
 
 
 # -- the toolbox in-process, on a real host -------------------------------------------------
