@@ -161,10 +161,12 @@ def test_arbitrary_arguments_are_accepted_or_refused_cleanly(name: str, argument
 def test_terminal_names() -> None:
     assert terminal_uri("main") == "ahp-terminal:/main"
     assert terminal_uri("ahp-terminal:/build-2") == "ahp-terminal:/build-2"
-    for bad in ("../x", "a b", "x" * 65, "ahp-terminal:/", "tab\t"):
+    assert terminal_uri("ahp-terminal:/vscode/1:2") == "ahp-terminal:/vscode/1:2"
+    for bad in ("../x", "a b", "x" * 65, "ahp-terminal:/", "ahp-terminal:/a b", "tab\t"):
         with pytest.raises(ToolError, match="bad terminal name"):
             terminal_uri(bad)
     assert render.display_name("ahp-terminal:/main") == "main"
+    assert render.display_name("ahp-terminal:/vscode/1") == "ahp-terminal:/vscode/1"
 
 
 # -- rendering (pure) ------------------------------------------------------------------------

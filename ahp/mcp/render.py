@@ -13,6 +13,7 @@ Pure: no I/O, no Trio.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Final
 
 from ahp.mcp.contract import Result
@@ -24,10 +25,16 @@ __all__ = ["display_name", "format_result", "result_data", "tail_text"]
 MARK: Final = "──"
 
 
+#: A terminal's short name (``ahp-terminal:/<name>``); other URIs are shown whole.
+NAME: Final = re.compile(r"[A-Za-z0-9._-]{1,64}")
+
+
 def display_name(uri: str) -> str:
-    """``ahp-terminal:/main`` -> ``main`` (other URIs are shown whole)."""
+    """``ahp-terminal:/main`` -> ``main``; a URI without such a short name is shown whole,
+    so that what a model is shown is always a name it can pass back."""
     prefix = TERMINAL_SCHEME + "/"
-    return uri[len(prefix) :] if uri.startswith(prefix) else uri
+    rest = uri[len(prefix) :]
+    return rest if uri.startswith(prefix) and NAME.fullmatch(rest) else uri
 
 
 def _seconds(ms: int) -> str:

@@ -24,7 +24,6 @@ Cancelling ``wait_command`` only stops waiting.
 from __future__ import annotations
 
 import logging
-import re
 import shlex
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
@@ -38,6 +37,7 @@ from ahp.mcp.contract import Handle, Result
 from ahp.mcp.keys import keys_text
 from ahp.mcp.render import (
     MARK,
+    NAME,
     display_name,
     format_result,
     result_data,
@@ -72,8 +72,6 @@ STOP_WAIT: Final = 10.0
 DEFAULT_COLS: Final = 120
 DEFAULT_ROWS: Final = 40
 
-_NAME: Final = re.compile(r"[A-Za-z0-9._-]{1,64}")
-
 
 class ToolError(Exception):
     """A call that cannot be done; the message is shown to the model as is."""
@@ -91,10 +89,11 @@ class ToolOutput:
 def terminal_uri(name: str) -> str:
     """The terminal URI for a name the model gave (a bare name or an ``ahp-terminal:`` URI)."""
     if name.startswith(TERMINAL_SCHEME):
-        rest = name[len(TERMINAL_SCHEME) :].lstrip("/")
-        if _NAME.fullmatch(rest):
-            return f"{TERMINAL_SCHEME}/{rest}"
-    elif _NAME.fullmatch(name):
+        # A URI as listed (terminals made by other clients may use other characters).
+        rest = name[len(TERMINAL_SCHEME) :]
+        if rest.strip("/") and rest.isprintable() and not any(c.isspace() for c in rest):
+            return name
+    elif NAME.fullmatch(name):
         return f"{TERMINAL_SCHEME}/{name}"
     raise ToolError(f"bad terminal name {name!r}: use {NAME_PATTERN_TEXT}")
 
