@@ -641,12 +641,12 @@ async def test_serve_lets_a_watcher_attach_over_ahp(tmp_path: Path) -> None:
 async def test_connect_drives_an_existing_sidecar(tmp_path: Path) -> None:
     """``--connect URL``: the tools act on a running sidecar's terminals (none hosted)."""
     from ahp.engine import open_host
-    from ahp.server import ServeOptions
+    from ahp.server import ServeOptions, serve_host
     from tests.helpers import wait_for_text
 
     sock = tmp_path / "side.sock"
     async with open_host() as host, trio.open_nursery() as nursery:
-        sidecar = await nursery.start(host.serve, ServeOptions(unix=str(sock), token="tkn-2"))
+        sidecar = await nursery.start(serve_host, host, ServeOptions(unix=str(sock), token="tkn-2"))
         existing = await host.create_terminal("ahp-terminal:/theirs", cwd=str(tmp_path))
         async with mcp_session(tmp_path, "--connect", sidecar.url) as session:
             listed = await session.call_tool("list_terminals", {})

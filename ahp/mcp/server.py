@@ -161,11 +161,12 @@ async def open_backend(options: McpOptions) -> AsyncIterator[Backend]:
             yield ClientBackend(client)
         return
     from ahp.engine import open_host
+    from ahp.server.app import serve_host
 
     kwargs = {} if options.scrollback is None else {"scrollback": options.scrollback}
     async with open_host(shell=options.shell, **kwargs) as host, trio.open_nursery() as nursery:
         if options.serve is not None:
-            sidecar = await nursery.start(host.serve, options.serve)
+            sidecar = await nursery.start(serve_host, host, options.serve)
             if options.on_serving is not None:
                 options.on_serving(sidecar)
         yield HostBackend(host)
