@@ -215,8 +215,6 @@ def _class_tag(name: str) -> Callable[[type[Any]], str]:
 
 configure_tagged_union(TerminalClaim, converter, tag_name="kind", tag_generator=_class_tag("KIND"))
 configure_tagged_union(ContentPart, converter, tag_name="type", tag_generator=_class_tag("TYPE"))
-_exit_aware(TerminalState)
-_exit_aware(TerminalInfo)
 
 
 def _parts_structure(t: Any) -> Callable[[Any, Any], Any]:
@@ -234,6 +232,9 @@ def _is_parts(t: Any) -> bool:
 
 converter.register_structure_hook_factory(_is_parts, _parts_structure)
 converter.register_unstructure_hook_factory(_is_parts, _parts_unstructure)
+# After the part and Parts hooks: the generated functions bind their fields' hooks now.
+_exit_aware(TerminalState)
+_exit_aware(TerminalInfo)
 
 
 def _action_tag(cl: type[Any]) -> str:
