@@ -532,6 +532,17 @@ async def test_create_list_type_and_close_terminals(tmp_path: Path) -> None:
         listed = await session.call_tool("list_terminals", {})
         (row,) = listed.structured_content["terminals"]
         assert row["terminal"] == "work" and row["state"] == "idle"
+        assert row["cwd"] == str(tmp_path)
+        # Without cwd a terminal starts where the server was started; relative cwds too.
+        (tmp_path / "sub").mkdir()
+        for name, arguments in (("plain", {}), ("rel", {"cwd": "sub"})):
+            created = await session.call_tool("create_terminal", {"terminal": name, **arguments})
+            assert not created.is_error, _text(created)
+        listed = await session.call_tool("list_terminals", {})
+        cwds = {r["terminal"]: r["cwd"] for r in listed.structured_content["terminals"]}
+        assert cwds == {"work": str(tmp_path), "plain": str(tmp_path), "rel": str(tmp_path / "sub")}
+        for name in ("plain", "rel"):
+            assert not (await session.call_tool("close_terminal", {"terminal": name})).is_error
         sent = await session.call_tool(
             "send_input", {"terminal": "work", "text": "echo hi", "keys": ["enter"]}
         )

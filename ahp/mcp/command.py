@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import logging
+import os
 import sys
 
 __all__ = ["add_parser", "run"]
@@ -56,6 +57,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help=f"--serve: TCP port (default {DEFAULT_PORT}; 0 = any free port)",
     )
     p.add_argument("--unix", metavar="PATH", help="--serve: listen on a Unix socket (mode 0600)")
+    p.add_argument(
+        "--cwd",
+        metavar="PATH",
+        help="where new terminals start (default: the current directory; with --connect: "
+        "the sidecar's default)",
+    )
     p.add_argument("--shell", help="shell for new terminals (default: $SHELL, else /bin/sh)")
     p.add_argument("--scrollback", type=int, help="characters retained per terminal")
     p.add_argument(
@@ -91,15 +98,24 @@ def run(args: argparse.Namespace) -> int:
             flush=True,
         )
 
+    cwd = os.path.abspath(args.cwd) if args.cwd is not None else None
+
     async def body() -> int:
-        options = McpOptions(shell=args.shell, scrollback=args.scrollback, on_serving=serving)
         if args.connect is not None:
             url, token = resolve_target(args.connect, args.token)
-            options = McpOptions(connect=url, token=token, shell=args.shell)
-        elif args.serve:
-            serve = ServeOptions(host=args.host, port=args.port, unix=args.unix, token=args.token)
+            options = McpOptions(connect=url, token=token, cwd=cwd)
+        else:
+            serve = None
+            if args.serve:
+                serve = ServeOptions(
+                    host=args.host, port=args.port, unix=args.unix, token=args.token
+                )
             options = McpOptions(
-                serve=serve, shell=args.shell, scrollback=args.scrollback, on_serving=serving
+                serve=serve,
+                shell=args.shell,
+                scrollback=args.scrollback,
+                cwd=cwd or os.getcwd(),
+                on_serving=serving,
             )
         return await run_mcp(options)
 

@@ -18,8 +18,9 @@ from typing import Any, Final
 
 from ahp.mcp.contract import Result
 from ahp.protocol.state import TERMINAL_SCHEME
+from ahp.protocol.uri import file_uri_to_path
 
-__all__ = ["display_name", "format_result", "result_data", "tail_text"]
+__all__ = ["cwd_text", "display_name", "format_result", "result_data", "tail_text"]
 
 #: A footer line starts with this, so output and our remarks cannot be confused.
 MARK: Final = "──"
@@ -35,6 +36,16 @@ def display_name(uri: str) -> str:
     prefix = TERMINAL_SCHEME + "/"
     rest = uri[len(prefix) :]
     return rest if uri.startswith(prefix) and NAME.fullmatch(rest) else uri
+
+
+def cwd_text(cwd: str | None) -> str | None:
+    """A terminal's reported cwd (a ``file://`` URI) as a path, when it reads as one."""
+    if cwd is None or not cwd.startswith("file:"):
+        return cwd
+    try:
+        return file_uri_to_path(cwd)
+    except ValueError:
+        return cwd
 
 
 def _seconds(ms: int) -> str:

@@ -81,6 +81,8 @@ class McpOptions:
     serve: ServeOptions | None = None
     shell: str | None = None
     scrollback: int | None = None
+    #: Where new terminals start (None: the home directory of the terminals' host).
+    cwd: str | None = None
     #: Called once the ``serve`` listener is up (the CLI prints the URL on stderr).
     on_serving: Callable[[Sidecar], None] | None = None
 
@@ -193,7 +195,7 @@ async def run_mcp(options: McpOptions) -> int:
                     return
 
             nursery.start_soon(stop_on_signal)
-            await serve_stdio(Toolbox(backend))
+            await serve_stdio(Toolbox(backend, default_cwd=options.cwd))
             log.info("the client closed stdin: shutting down")
             nursery.cancel_scope.cancel()
     return 0

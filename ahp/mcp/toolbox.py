@@ -24,6 +24,7 @@ Cancelling ``wait_command`` only stops waiting.
 from __future__ import annotations
 
 import logging
+import os
 import shlex
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
@@ -38,6 +39,7 @@ from ahp.mcp.keys import keys_text
 from ahp.mcp.render import (
     MARK,
     NAME,
+    cwd_text,
     display_name,
     format_result,
     result_data,
@@ -198,8 +200,12 @@ class Toolbox:
         *,
         commands: CommandTable | None = None,
         max_terminals: int = MAX_TERMINALS,
+        default_cwd: str | None = None,
     ) -> None:
         self.backend = backend
+        #: Where new terminals start unless a call names a directory (None: the backend's
+        #: default, the home directory); relative ``cwd`` arguments are taken from here.
+        self.default_cwd = default_cwd
         self.max_terminals = max_terminals
         self.commands = commands or CommandTable()
         # Picking/creating a terminal and starting a command in it is one step, so that two
@@ -267,6 +273,7 @@ class Toolbox:
                 f"there are already {self.max_terminals} terminals, the most allowed; close "
                 "some with close_terminal"
             )
+        cwd = self._absolute(cwd) if cwd is not None else self.default_cwd
         await self._check_cwd(cwd)
         try:
             await self.backend.create(uri, cwd=cwd, cols=cols, rows=rows)
@@ -274,6 +281,14 @@ class Toolbox:
             raise ToolError(
                 f"cannot create terminal {display_name(uri)!r}: {_describe(exc)}"
             ) from exc
+
+    def _absolute(self, cwd: str) -> str:
+        """``cwd`` made absolute against :attr:`default_cwd` (a new terminal needs that)."""
+        if os.path.isabs(cwd):
+            return cwd
+        if self.default_cwd is None:
+            raise ToolError(f"cwd must be an absolute path here, got {cwd!r}")
+        return os.path.normpath(os.path.join(self.default_cwd, cwd))
 
     async def _check_cwd(self, cwd: str | None) -> None:
         """A local ``cwd`` must be a directory (remote ones are the sidecar's to check)."""
@@ -465,7 +480,7 @@ class Toolbox:
                     "uri": uri,
                     "state": kind,
                     "title": info.title,
-                    "cwd": state.cwd if state is not None else None,
+                    "cwd": cwd_text(state.cwd) if state is not None else None,
                     "exit_code": info.exitCode,
                     "command_id": running.command_id if running else None,
                     "command": running.command if running else None,
