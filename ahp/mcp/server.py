@@ -47,7 +47,7 @@ from ahp.mcp.tools import TOOLS, ToolSpec
 
 if TYPE_CHECKING:
     import mcp_types
-    from mcp.server import Server
+    from mcp.server import Server, ServerRequestContext
 
     from ahp.server.app import ServeOptions, Sidecar
 
@@ -57,6 +57,9 @@ log = logging.getLogger("ahp.mcp")
 
 #: Seconds allowed to reach a sidecar for ``--connect`` (TCP, upgrade, initialize).
 CONNECT_TIMEOUT: Final = 15.0
+
+#: Seconds between progress notifications during a long tool call.
+PROGRESS_INTERVAL: Final = 3.0
 
 #: Told to the model once, at initialization.
 INSTRUCTIONS: Final = (
@@ -108,7 +111,7 @@ def _tool(spec: ToolSpec) -> mcp_types.Tool:
 def build_server(toolbox: Toolbox) -> Server[Any]:
     """The SDK low-level server with the tools of ``toolbox``."""
     import mcp_types
-    from mcp.server import Server, ServerRequestContext
+    from mcp.server import Server
 
     tools = [_tool(spec) for spec in TOOLS]
 
@@ -120,7 +123,10 @@ def build_server(toolbox: Toolbox) -> Server[Any]:
     async def call_tool(
         ctx: ServerRequestContext[Any], params: mcp_types.CallToolRequestParams
     ) -> mcp_types.CallToolResult:
-        output = await toolbox.call(params.name, params.arguments)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_report_progress, ctx, params.name)
+            output = await toolbox.call(params.name, params.arguments)
+            nursery.cancel_scope.cancel()
         return mcp_types.CallToolResult(
             content=[mcp_types.TextContent(type="text", text=output.text)],
             structured_content=output.data,
@@ -135,6 +141,21 @@ def build_server(toolbox: Toolbox) -> Server[Any]:
         on_list_tools=list_tools,
         on_call_tool=call_tool,
     )
+
+
+async def _report_progress(ctx: ServerRequestContext[Any], tool: str) -> None:
+    """Every :data:`PROGRESS_INTERVAL` s of a call, a progress notification (seconds
+    so far), so that a client which resets its timeout on progress keeps waiting.
+    Sends nothing when the client gave no progress token; stops at the first failure."""
+    started = trio.current_time()
+    while True:
+        await trio.sleep(PROGRESS_INTERVAL)
+        elapsed = trio.current_time() - started
+        try:
+            await ctx.session.report_progress(round(elapsed, 1), message=f"{tool}: {elapsed:.0f} s")
+        except Exception:  # the client went away: the call itself will notice
+            log.debug("progress report failed", exc_info=True)
+            return
 
 
 async def serve_stdio(toolbox: Toolbox) -> None:
