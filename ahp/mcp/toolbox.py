@@ -345,7 +345,8 @@ class Toolbox:
                 if self._busy(uri):
                     raise self._busy_error(uri)
                 if cwd is not None:
-                    await self._check_cwd(cwd)
+                    if os.path.isabs(cwd):  # a relative one is the shell's to resolve
+                        await self._check_cwd(cwd)
                     line = f"cd -- {shlex.quote(cwd)} && {command}"
             self.commands.check_room()
             terminal = await self.backend.terminal(uri)
