@@ -99,7 +99,9 @@ class ClientBackend:
         return self.client.root.terminals or ()
 
     def exists(self, uri: str) -> bool:
-        return any(info.resource == uri for info in self.list())
+        # The catalogue, or our own subscription: a terminal we just created may be
+        # subscribed before the catalogue's update arrives.
+        return uri in self.client.mirrors or any(info.resource == uri for info in self.list())
 
     def state(self, uri: str) -> TerminalState | None:
         if uri not in self.client.mirrors:
