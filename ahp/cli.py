@@ -146,6 +146,7 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "ahp.client.commands.ls",
     "ahp.client.commands.run",
     "ahp.client.commands.rm",
+    "ahp.mcp.command",
 )
 
 
