@@ -74,6 +74,8 @@ def terminado_version() -> str:
 class TerminadoServer:
     """A terminado child process as a :class:`~ahp.bench.endtoend.ServerUnderTest`."""
 
+    dialect_name = "terminado"
+
     def __init__(self, server: ChildServer) -> None:
         self.server = server
         self.pid = server.pid
@@ -83,6 +85,9 @@ class TerminadoServer:
     async def terminal(self, kind: TerminalKind) -> tuple[str, Callable[[], Dialect], Any]:
         url = f"ws://127.0.0.1:{self.port}/{kind}/t{next(self._names)}"
         return url, TerminadoDialect, None
+
+    def channel(self, handle: Any) -> str | None:
+        return None
 
     async def release(self, handle: Any) -> None:
         """Nothing to do: a gate terminal ends with its ``cat``; echo ones with the server."""
