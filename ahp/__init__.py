@@ -6,6 +6,8 @@ One obvious entry point for embedding::
         term = await host.create_terminal(name="build", cwd="/src")
         result = await term.run("pytest -q", timeout=60)
 
+and to let editors watch over AHP, ``await nursery.start(ahp.serve_host, host)``.
+
 The package is layered so that each layer can be read and tested on its own:
 ``ahp.protocol`` (wire model and codec, pure), ``ahp.reducers`` (pure state
 transitions), ``ahp.vt`` (incremental byte scanner, pure), ``ahp.pty``
@@ -30,7 +32,7 @@ if TYPE_CHECKING:
     )
     from ahp.pty import SpawnError
     from ahp.run import CommandResult
-    from ahp.server import ServeOptions, Sidecar
+    from ahp.server import ServeOptions, Sidecar, serve_host
 
 #: Public name -> module that defines it. Imported on first use, so that
 #: ``import ahp.vt`` (pure) or ``python -m ahp --help`` does not load Trio.
@@ -53,6 +55,7 @@ _EXPORTS = {
     "CommandResult": "ahp.run",
     "ServeOptions": "ahp.server",
     "Sidecar": "ahp.server",
+    "serve_host": "ahp.server",
 }
 
 
@@ -89,4 +92,5 @@ __all__ = [
     "UnclassifiedPart",
     "__version__",
     "open_host",
+    "serve_host",
 ]

@@ -12,16 +12,31 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
+import shutil
 import sys
 from collections.abc import Callable, Sequence
+from typing import Final
 
 from ahp import __version__
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+MAX_PORT: Final = 65535
+#: Exit status for a command line that cannot be used (as argparse).
+USAGE: Final = 2
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
 
 
 def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from ahp.reducers.scrollback import DEFAULT_SCROLLBACK
     from ahp.server.app import DEFAULT_PORT
+    from ahp.server.session import DEFAULT_MAX_TERMINALS
 
     p = sub.add_parser(
         "serve",
@@ -34,9 +49,9 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p.add_argument(
         "--port",
-        type=int,
+        type=_port,
         default=DEFAULT_PORT,
-        help=f"TCP port (default {DEFAULT_PORT}; 0 = any free port)",
+        help=f"TCP port, 0-65535 (default {DEFAULT_PORT}; 0 = any free port)",
     )
     p.add_argument(
         "--unix", metavar="PATH", help="listen on a Unix socket (mode 0600) instead of TCP"
@@ -55,14 +70,58 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         metavar="ORIGIN",
         help="allow browser pages from this Origin (repeatable; default: refuse every Origin)",
     )
-    p.add_argument("--shell", help="shell for new terminals (default: $SHELL, else /bin/sh)")
-    p.add_argument("--scrollback", type=int, help="characters retained per terminal")
+    p.add_argument(
+        "--shell",
+        type=_executable,
+        help="shell for new terminals, a path or a name on $PATH (default: $SHELL, else /bin/sh)",
+    )
+    p.add_argument(
+        "--scrollback",
+        type=_positive,
+        metavar="CHARS",
+        help=f"characters of output retained per terminal (default {DEFAULT_SCROLLBACK})",
+    )
+    p.add_argument(
+        "--max-terminals",
+        type=_positive_int,
+        default=DEFAULT_MAX_TERMINALS,
+        metavar="N",
+        help=f"terminals hosted at most; more are refused (default {DEFAULT_MAX_TERMINALS})",
+    )
     p.add_argument(
         "--log-level",
         default="info",
         choices=["debug", "info", "warning", "error"],
         help="stderr log level",
     )
+
+
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= port <= MAX_PORT:
+        raise argparse.ArgumentTypeError(f"{port} is not a TCP port (0-{MAX_PORT})")
+    return port
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
+def _executable(text: str) -> str:
+    """``--shell``: an executable file (a path, or a name found on ``$PATH``), made absolute."""
+    found = shutil.which(text)
+    if found is None:
+        raise argparse.ArgumentTypeError(f"no executable {text!r} (a path, or a name on $PATH)")
+    return os.path.abspath(found)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -85,6 +144,7 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "ahp.client.commands.attach",
     "ahp.client.commands.ls",
     "ahp.client.commands.run",
+    "ahp.client.commands.rm",
 )
 
 
@@ -96,18 +156,18 @@ def _serve(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(), format=LOG_FORMAT, stream=sys.stderr)
     if args.tls_key and not args.tls_cert:
         print("ahp serve: --tls-key needs --tls-cert", file=sys.stderr)
-        return 2
+        return USAGE
     if args.tls_cert and args.unix:
         print(
             "ahp serve: --tls-cert is for TCP; a Unix socket is protected by its mode",
             file=sys.stderr,
         )
-        return 2
+        return USAGE
     try:
         tls = tls_context(args.tls_cert, args.tls_key) if args.tls_cert else None
     except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
         print(f"ahp serve: cannot load the TLS certificate: {exc}", file=sys.stderr)
-        return 2
+        return USAGE
     options = ServeOptions(
         host=args.host,
         port=args.port,
@@ -115,12 +175,18 @@ def _serve(args: argparse.Namespace) -> int:
         token=args.token,
         allow_origins=frozenset(args.allow_origin),
         tls=tls,
+        max_terminals=args.max_terminals,
     )
 
+    listening = False
+    where = args.unix or (f"[{args.host}]" if ":" in args.host else args.host) + f":{args.port}"
+
     def ready(sidecar: Sidecar) -> None:
+        nonlocal listening
+        listening = True
         print(sidecar.url, flush=True)
-        where = args.unix or f"{args.host}:{sidecar.port}"
-        logging.getLogger("ahp.server").info("listening on %s", where)
+        shown = args.unix or f"{args.host}:{sidecar.port}"
+        logging.getLogger("ahp.server").info("listening on %s", shown)
 
     try:
         return trio.run(
@@ -128,17 +194,34 @@ def _serve(args: argparse.Namespace) -> int:
                 options, shell=args.shell, scrollback=args.scrollback, on_ready=ready
             )
         )
-    except OSError as exc:
-        print(f"ahp serve: {exc.strerror or exc}", file=sys.stderr)
+    except BaseException as exc:
+        leaves = _leaves(exc)
+        if any(isinstance(leaf, KeyboardInterrupt) for leaf in leaves):
+            return 130  # Ctrl-C before the signal handler was installed
+        failure = next((leaf for leaf in leaves if isinstance(leaf, OSError)), None)
+        if failure is None:
+            raise
+        why = failure.strerror or str(failure)
+        if listening:
+            print(f"ahp serve: {why}", file=sys.stderr)
+        else:
+            print(f"ahp serve: cannot listen on {where}: {why}", file=sys.stderr)
         return 1
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    """The exceptions inside (nested) exception groups, or ``[exc]``."""
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
+    return [exc]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
-        parser.print_help()
-        return 0
+        parser.print_help(sys.stderr)
+        return USAGE
     if args.command == "serve":
         return _serve(args)
     handler: Callable[[argparse.Namespace], int] = args.handler

@@ -186,7 +186,7 @@ async def _run(
     assert isinstance(first, Snapshot)
     state = first.state
     assert isinstance(state, TerminalState)
-    if state.exitCode is not None or _terminal_exited(driver):
+    if state.exited or _terminal_exited(driver):
         raise RuntimeError("the terminal's process has exited")
 
     # Wait (bounded) for the shell to announce command detection at a prompt.
@@ -261,7 +261,7 @@ async def _run(
 
 
 def _terminal_exited(driver: TerminalDriver) -> bool:
-    return driver.state.exitCode is not None
+    return driver.state.exited
 
 
 class _Detected:

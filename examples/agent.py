@@ -15,7 +15,7 @@ While a command runs the terminal carries a session claim naming the tool call
 from __future__ import annotations
 
 import argparse
-import contextlib
+import sys
 
 import trio
 
@@ -31,7 +31,7 @@ COMMANDS = [
 
 async def main(port: int, exit_after: bool) -> None:
     async with ahp.open_host() as host, trio.open_nursery() as nursery:
-        sidecar = await nursery.start(host.serve, ahp.ServeOptions(port=port))
+        sidecar = await nursery.start(ahp.serve_host, host, ahp.ServeOptions(port=port))
         print(f"serving {sidecar.url}", flush=True)
         print(f"attach with: python -m ahp attach '{sidecar.url}' agent", flush=True)
         term = await host.create_terminal("ahp-terminal:/agent", name="agent")
@@ -53,5 +53,10 @@ if __name__ == "__main__":
     parser.add_argument("--port", type=int, default=8765, help="TCP port (0: any free port)")
     parser.add_argument("--exit", action="store_true", help="exit after the commands")
     args = parser.parse_args()
-    with contextlib.suppress(KeyboardInterrupt):
+    try:
         trio.run(main, args.port, args.exit)
+    except* KeyboardInterrupt:
+        # (Trio raises it inside an exception group when it stops a nursery, which
+        # ``contextlib.suppress(KeyboardInterrupt)`` would not catch.)
+        print("stopped", flush=True)
+        sys.exit(130)

@@ -3,7 +3,8 @@
     python examples/watcher.py 'ws://127.0.0.1:8765/?tkn=...'
     python examples/watcher.py URL --count 2    # exit after two commands (used by the tests)
 
-It connects with the Trio client, subscribes to every terminal in the catalogue
+It exits (status 1, one line on stderr) when the server goes away. It connects
+with the Trio client, subscribes to every terminal in the catalogue
 (and to each new one as it appears), and listens to the applied envelopes: a
 ``terminal/commandFinished`` envelope names a command whose part in the
 mirrored terminal state (a :class:`ahp.CommandPart`) carries its command line,
@@ -85,5 +86,9 @@ if __name__ == "__main__":
     except* KeyboardInterrupt:
         pass
     except* ClientError as group:
-        print(f"watcher: {group.exceptions[0]}", file=sys.stderr)
+        # (A lost connection, an unreachable server, a refused token.)
+        error: BaseException = group
+        while isinstance(error, BaseExceptionGroup):
+            error = error.exceptions[0]
+        print(f"watcher: {error}", file=sys.stderr)
         sys.exit(1)

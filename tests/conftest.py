@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
-FIXTURES = Path(__file__).resolve().parents[1].parent / "shared" / "ahp-fixtures"
+# Vendored conformance vectors (tests/fixtures/README.md names the upstream source).
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "ahp"
+FIXTURES_1X = Path(__file__).resolve().parent / "fixtures" / "ahp-1x"
 
 
 @pytest.fixture(scope="session")

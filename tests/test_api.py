@@ -91,7 +91,7 @@ async def test_run_marks_the_terminal_with_a_session_claim() -> None:
 
 async def test_host_serves_while_an_agent_runs_commands() -> None:
     async with ahp.open_host() as host, trio.open_nursery() as nursery:
-        sidecar = await nursery.start(host.serve, ServeOptions(port=0))
+        sidecar = await nursery.start(ahp.serve_host, host, ServeOptions(port=0))
         term = await host.create_terminal("ahp-terminal:/agent", shell="/bin/bash")
         with trio.fail_after(TIMEOUT):
             async with connect(sidecar.url) as editor:

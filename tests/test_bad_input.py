@@ -396,7 +396,7 @@ CORPUS: list[Case] = [
     ),
     case(
         "initialize-unsupported-version",
-        req("initialize", init_params(protocolVersions=["1.0.0", "0.9.0"])),
+        req("initialize", init_params(protocolVersions=["2.0.0", "0.2.0"])),
         Error(-32005),
         init=False,
         closes=1002,

@@ -98,6 +98,7 @@ def test_bench_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     assert _is_figure(results["memory"]["per_terminal_kb"])
     assert _is_figure(results["memory"]["large_output"]["rss_after_mb"])
     assert results["append"]["ratio"] > 0
+    assert results["append"]["commands_ratio"] > 0
     assert results["peers"] == {"skipped": "not requested (use --peers)"}
     assert "results" in results["scanner"] or "skipped" in results["scanner"]
     assert results["chart"] == {"skipped": "--no-chart"}
@@ -109,7 +110,21 @@ def test_bench_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
         "echo_idle_vs_back_to_back",
         "append_scaling",
     } <= keys
+    assert "append_commands_scaling" in keys
 
     table = capsys.readouterr().out
     assert "Throughput" in table
-    assert "Targets" in table
+    assert "The project's targets (reported, not asserted)" in table
+    assert "issue" not in table
+    if "results" in results["scanner"]:
+        rows = table.split("8 scanner", 1)[1].split("\n\n", 1)[0].splitlines()[1:]
+        assert rows and all(row.endswith(" MB/s") for row in rows), rows
+
+
+def test_folded_figures_have_units() -> None:
+    from ahp.bench.report import folded_unit
+
+    assert folded_unit("plain_4k") == "MB/s"
+    assert folded_unit("bash_integrated") == "MB/s"
+    assert folded_unit("bash_plain_cpu") == "MB per CPU second"
+    assert folded_unit("integrated_ratio") == "x"

@@ -24,11 +24,14 @@ from pathlib import Path
 import attrs
 import pytest
 import trio
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import ahp
-from ahp.client.commands.run import split_options
+from ahp.client.commands.run import printed_output, split_options
 from ahp.engine import Host
-from ahp.server import ServeOptions
+from ahp.server import ServeOptions, serve_host
+from ahp.server.session import ServerState
 from tests.helpers import TIMEOUT, kill_and_reap, wait_for_text
 
 REPO = Path(__file__).resolve().parents[1]
@@ -40,6 +43,7 @@ class Server:
     host: Host
     url: str
     stop: trio.CancelScope
+    state: ServerState
 
     @property
     def bare_url(self) -> str:
@@ -63,8 +67,8 @@ async def served(shell: str | None = None) -> AsyncIterator[Server]:
             with trio.CancelScope() as stop:
                 async with trio.open_nursery() as inner:
                     options = ServeOptions(port=0, token="test-token")
-                    sidecar = await inner.start(host.serve, options)
-                    task_status.started(Server(host, sidecar.url, stop))
+                    sidecar = await inner.start(serve_host, host, options)
+                    task_status.started(Server(host, sidecar.url, stop, sidecar.state))
 
         yield await nursery.start(serve)
         nursery.cancel_scope.cancel()
@@ -109,6 +113,82 @@ def free_port() -> int:
     return port
 
 
+# -- serve start-up and the command line -----------------------------------------------------
+
+
+async def test_serve_start_up_failures_are_one_line(tmp_path: Path) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        port = str(busy.getsockname()[1])
+        done = await cli("serve", "--port", port)
+        assert one_line_error(done) == (
+            f"ahp serve: cannot listen on 127.0.0.1:{port}: Address already in use"
+        )
+        assert done.returncode == 1
+    missing = tmp_path / "no-such-dir" / "ahp.sock"
+    done = await cli("serve", "--unix", str(missing))
+    line = one_line_error(done)
+    assert line == f"ahp serve: cannot listen on {missing}: No such file or directory"
+    # An address that is not this machine's (the non-loopback warning comes first).
+    done = await cli("serve", "--host", "10.255.255.1", "--port", "0")
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.splitlines()[-1] == (
+        "ahp serve: cannot listen on 10.255.255.1:0: Cannot assign requested address"
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--port", "99999"], "argument --port: 99999 is not a TCP port (0-65535)"),
+        (["--port", "-1"], "argument --port: -1 is not a TCP port (0-65535)"),
+        (["--port", "http"], "argument --port: not a port number: 'http'"),
+        (["--scrollback", "-1"], "argument --scrollback: must be at least 1, not -1"),
+        (["--scrollback", "0"], "argument --scrollback: must be at least 1, not 0"),
+        (["--shell", "/nonexistent"], "argument --shell: no executable '/nonexistent'"),
+    ],
+)
+async def test_serve_refuses_bad_options_before_listening(args: list[str], message: str) -> None:
+    done = await cli("serve", *args)
+    assert done.returncode == 2, done
+    assert message in done.stderr.splitlines()[-1], done.stderr
+    assert done.stdout == ""  # no URL: it never listened
+
+
+async def test_serve_shell_by_name_is_found_on_path() -> None:
+    proc = await trio.lowlevel.open_process(
+        [sys.executable, "-m", "ahp", "serve", "--port", "0", "--shell", "bash"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env=_env(),
+        cwd=str(REPO),
+    )
+    try:
+        assert proc.stdout is not None
+        line = b""
+        with trio.fail_after(TIMEOUT):
+            while not line.endswith(b"\n"):
+                chunk = await proc.stdout.receive_some(4096)
+                assert chunk, line
+                line += chunk
+        done = await cli("run", line.decode().strip(), "--", "echo $0")
+        assert done.returncode == 0, done
+        assert done.stdout.strip().endswith("bash")
+        proc.send_signal(signal.SIGTERM)
+        with trio.fail_after(TIMEOUT):
+            assert await proc.wait() == 0
+    finally:
+        await kill_and_reap(proc)
+
+
+async def test_no_command_prints_usage_and_exits_2() -> None:
+    done = await cli()
+    assert done.returncode == 2
+    assert done.stderr.startswith("usage: python -m ahp") and "serve" in done.stderr
+    assert done.stdout == ""
+
+
 # -- ls ----------------------------------------------------------------------------------------
 
 
@@ -150,6 +230,50 @@ async def test_ls_table_and_json() -> None:
     }
     assert items["ahp-terminal:/done"]["running"] is False
     assert items["ahp-terminal:/done"]["exitCode"] == 5
+
+
+async def test_ls_stops_showing_the_claim_of_a_client_gone_for_good() -> None:
+    from ahp.client import connect
+
+    async with served() as server:
+        async with connect(server.url, client_id="alice", auto_reconnect=False) as alice:
+            await alice.create_terminal("ahp-terminal:/held", name="held")
+            held = server.host.get("ahp-terminal:/held")
+            assert held.state.claim == ahp.ClientClaim("alice")
+        # Alice left; within the reconnect grace her claim stands (she may come back).
+        done = await cli("ls", server.url, "--json")
+        assert [t["claim"] for t in json.loads(done.stdout)] == [
+            {"kind": "client", "clientId": "alice"}
+        ]
+        # Once the server forgets her, the next client to connect sees the claim released.
+        server.state.clients.grace = 0.0
+        await trio.sleep(0.01)
+        done = await cli("ls", server.url)
+        row = done.stdout.splitlines()[1].split()
+        assert row == ["ahp-terminal:/held", "held", "-", "running"]
+        assert server.host.get("ahp-terminal:/held").state.claim == ahp.ClientClaim("")
+
+
+async def test_rm_closes_terminals_and_reports_unknown_ones() -> None:
+    async with served() as server:
+        host = server.host
+        first = await host.create_terminal("ahp-terminal:/a", name="a")
+        await host.create_terminal("ahp-terminal:/b", name="b")
+        await host.create_terminal("ahp-terminal:/keep", name="keep")
+        pid = first.pid
+        assert pid is not None
+        done = await cli("rm", server.url, "a", "ahp-terminal:/b", "nope")
+        assert done.returncode == 1
+        assert done.stdout == "closed ahp-terminal:/a\nclosed ahp-terminal:/b\n"
+        assert done.stderr == "ahp rm: ahp-terminal:/nope: no such terminal\n"
+        assert set(host.terminals) == {"ahp-terminal:/keep"}
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)  # the process was ended and reaped
+        done = await cli("rm", server.url, "keep")
+        assert (done.returncode, done.stdout, done.stderr) == (0, "closed ahp-terminal:/keep\n", "")
+        assert not host.terminals
+        ls = await cli("ls", server.url)
+        assert ls.stdout.splitlines()[1:] == []
 
 
 # -- run ---------------------------------------------------------------------------------------
@@ -199,6 +323,137 @@ async def test_run_without_command_detection() -> None:
     assert done.returncode == 6, done.stderr
     result = json.loads(done.stdout)
     assert (result["output"], result["exit_code"]) == ("plain\n", 6)
+
+
+@pytest.mark.parametrize("count", [3000, 30000])
+async def test_run_says_when_it_truncates_and_counts_what_it_prints(count: int) -> None:
+    async with served() as server:
+        done = await cli("run", server.url, "--max-output-bytes", "10000", "--", f"seq 1 {count}")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    printed = len(done.stdout.encode())
+    assert 9000 < printed <= 10_000
+    # Whole lines, consecutive, from a line start (no blank or partial first line).
+    assert lines == [str(n) for n in range(count + 1 - len(lines), count + 1)]
+    if count == 3000:  # the raw output (with \r) was collected whole: the count is exact
+        before = "".join(f"{n}\n" for n in range(1, count + 1 - len(lines)))
+        dropped = f"{len(before)} bytes"
+    else:  # beyond RAW_FACTOR x the limit, the raw output was cut while collected
+        dropped = "earlier output"
+    assert done.stderr == (
+        f"ahp run: output truncated: {dropped} dropped, printed the last "
+        f"{printed} bytes (--max-output-bytes 10000)\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("output", "limit", "cut_before", "text", "dropped"),
+    [
+        ("a\nb\nc\n", 100, False, "a\nb\nc\n", 0),
+        ("a\nb\nc\n", 4, False, "b\nc\n", 2),
+        ("a\nb\nc\n", 3, False, "c\n", 4),  # "\nc\n" would start with a partial line
+        ("abcdef\n", 3, False, "ef\n", 4),  # one line longer than the limit: its end
+        ("a\nb\nc\n", 100, True, "b\nc\n", None),  # already cut: first line dropped
+        ("é\nx\n", 3, False, "x\n", 3),
+    ],
+)
+def test_printed_output(
+    output: str, limit: int, cut_before: bool, text: str, dropped: int | None
+) -> None:
+    printed = printed_output(output, limit, cut_before=cut_before)
+    assert (printed.text, printed.dropped) == (text, dropped)
+    assert printed.truncated == (text != output)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(alphabet="ab\né", max_size=80), st.integers(min_value=1, max_value=90))
+def test_printed_output_is_a_bounded_suffix_of_whole_lines(output: str, limit: int) -> None:
+    printed = printed_output(output, limit)
+    assert output.endswith(printed.text)
+    assert len(printed.text.encode()) <= limit
+    assert printed.truncated == (printed.text != output)
+    before = output[: len(output) - len(printed.text)]
+    if before and "\n" in printed.text[:-1]:
+        assert before.endswith("\n")  # starts at a line start when it can
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+async def test_run_stopped_by_a_signal_interrupts_and_disposes(signum: signal.Signals) -> None:
+    async with served() as server:
+        host = server.host
+        proc = await trio.lowlevel.open_process(
+            [sys.executable, "-m", "ahp", "run", server.url, "--", "sleep 600"],
+            stdin=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            env=_env(),
+            cwd=str(REPO),
+        )
+        try:
+            assert proc.stderr is not None
+
+            def busy() -> bool:
+                return any(
+                    isinstance(p, ahp.CommandPart) and not p.isComplete
+                    for t in host.terminals.values()
+                    for p in t.state.content
+                )
+
+            with trio.fail_after(TIMEOUT):
+                while not busy():  # noqa: ASYNC110 (the host has no event for this)
+                    await trio.sleep(0.05)
+                proc.send_signal(signum)
+                err = b"".join([chunk async for chunk in proc.stderr])
+                assert await proc.wait() == 128 + signum
+                while host.terminals:  # noqa: ASYNC110
+                    await trio.sleep(0.05)
+        finally:
+            await kill_and_reap(proc)
+    assert err.decode() == f"ahp run: {signum.name}: the command was interrupted\n"
+
+
+async def test_run_refuses_piped_input_it_cannot_forward(tmp_path: Path) -> None:
+    data = tmp_path / "input"
+    data.write_text("abc\n")
+    read_end, write_end = os.pipe()
+    os.write(write_end, b"abc\n")
+    os.close(write_end)
+    async with served() as server:
+        for stdin in (read_end, os.open(data, os.O_RDONLY)):
+            try:
+                with trio.fail_after(TIMEOUT):
+                    done = await trio.run_process(
+                        [sys.executable, "-m", "ahp", "run", server.url, "--", "cat"],
+                        stdin=stdin,
+                        capture_stdout=True,
+                        capture_stderr=True,
+                        check=False,
+                        env=_env(),
+                        cwd=str(REPO),
+                    )
+            finally:
+                os.close(stdin)
+            assert done.returncode == 125
+            assert done.stderr.decode() == (
+                "ahp run: standard input is not forwarded (the command reads from its "
+                "remote terminal): put the data in the command line, or run with < /dev/null\n"
+            )
+            assert not server.host.terminals
+        # An empty pipe (or /dev/null, as in the other tests) is fine.
+        read_end, write_end = os.pipe()
+        os.close(write_end)
+        try:
+            with trio.fail_after(TIMEOUT):
+                done = await trio.run_process(
+                    [sys.executable, "-m", "ahp", "run", server.url, "--", "echo fine"],
+                    stdin=read_end,
+                    capture_stdout=True,
+                    check=False,
+                    env=_env(),
+                    cwd=str(REPO),
+                )
+        finally:
+            os.close(read_end)
+        assert (done.returncode, done.stdout) == (0, b"fine\n")
 
 
 def test_run_takes_its_options_after_the_url() -> None:
@@ -379,6 +634,65 @@ async def test_attach_type_detach_and_reattach_sees_the_history(tmux: Tmux, tmp_
         await tmux.wait("one", lambda s: "again-42" in s)
 
 
+#: A remote program that asks the terminal for the cursor position and the device
+#: attributes, and reads the answers (as ``vi`` does when it starts).
+ASKS = (
+    "printf '\\033[6n\\033[c\\033]11;?\\007'; read -rs -d c; read -rs -t 1 -d x; "
+    "echo asked-$((6*7))"
+)
+
+
+def last_command_line(server: Server, uri: str) -> str:
+    parts = [p for p in server.host.get(uri).state.content if isinstance(p, ahp.CommandPart)]
+    return parts[-1].commandLine if parts else ""
+
+
+async def test_replayed_history_makes_the_local_terminal_answer_nothing(tmux: Tmux) -> None:
+    async with served() as server:
+        await start_local_shell(tmux, "q")
+        attach = attach_command(server.url, "tq")
+        await tmux.type("q", attach)
+        await tmux.wait("q", lambda s: last_line(s) == "$")
+        # Live, the local terminal answers and the remote program reads the answers.
+        await tmux.type("q", ASKS)
+        await tmux.wait("q", lambda s: "asked-42" in s and last_line(s) == "$")
+        if shutil.which("vi") is not None:
+            await tmux.type("q", "vi")
+            await tmux.wait("q", lambda s: s.count("~") > 5)
+            await tmux.type("q", ":q")
+            await tmux.wait("q", lambda s: last_line(s) == "$")
+        await tmux("send-keys", "-t", "q", "C-]")
+        await tmux.wait("q", lambda s: last_line(s) == "local$")
+
+        # Attach again: the history (with the questions in it) is drawn, and the next
+        # command reaches the remote shell exactly as typed.
+        await tmux.type("q", "clear; " + attach)
+        await tmux.wait("q", lambda s: "asked-42" in s and last_line(s) == "$")
+        await tmux.type("q", "echo clean-$((6*7))")
+        await tmux.wait("q", lambda s: "clean-42" in s and last_line(s) == "$")
+        with trio.fail_after(TIMEOUT):
+            while last_command_line(server, "ahp-terminal:/tq") != "echo clean-$((6*7))":
+                assert "clean" not in last_command_line(server, "ahp-terminal:/tq")
+                await trio.sleep(0.05)
+
+        # The remote shell exits; attaching to the exited terminal shows its history
+        # and leaves nothing in the local shell's input.
+        await tmux.type("q", "exit 5")
+        await tmux.wait("q", lambda s: last_line(s) == "local$")
+        await tmux.type("q", "clear; " + attach + " < /dev/tty; echo status=$?")
+        screen = await tmux.wait("q", lambda s: "status=5" in s and last_line(s) == "local$")
+        assert "ahp-terminal:/tq has exited (code 5)" in screen
+        assert "asked-42" in screen and "keeps running" not in screen
+        await tmux.type("q", "echo local-$((6*7))")
+        screen = await tmux.wait("q", lambda s: "local-42" in s.replace("$((6*7))", ""))
+        assert "local$ echo local-$((6*7))" in screen.splitlines(), screen
+        # And with stdin not a terminal: no "it keeps running" for an exited terminal.
+        done = await cli("attach", server.url, "tq")
+        assert done.returncode == 5, done
+        assert done.stderr.strip() == "ahp attach: ahp-terminal:/tq has exited (code 5)"
+        assert "\x1b[6n" not in done.stdout and "\x1b[c" not in done.stdout
+
+
 async def test_two_attached_panes_show_the_same_screen_and_follow_resizes(tmux: Tmux) -> None:
     async with served() as server:
         for name in ("a", "b"):
@@ -476,6 +790,88 @@ async def test_agent_example_runs_its_commands() -> None:
     assert "python -m ahp attach 'ws://" in out and "' agent" in out
     assert "$ echo hello from the agent\nhello from the agent\n-> exit 0 in " in out
     assert "$ (exit 3)\n-> exit 3 in " in out
+
+
+async def test_agent_example_stops_quietly_on_ctrl_c() -> None:
+    proc = await trio.lowlevel.open_process(
+        [sys.executable, str(REPO / "examples" / "agent.py"), "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=_env(),
+        cwd=str(REPO),
+    )
+    try:
+        assert proc.stdout is not None and proc.stderr is not None
+        out = b""
+        with trio.fail_after(TIMEOUT * 2):
+            while b"still serving (Ctrl-C to stop)\n" not in out:
+                chunk = await proc.stdout.receive_some(4096)
+                assert chunk, out
+                out += chunk
+            proc.send_signal(signal.SIGINT)
+            async for chunk in proc.stdout:
+                out += chunk
+            err = b"".join([chunk async for chunk in proc.stderr])
+            assert await proc.wait() == 130
+        assert out.endswith(b"stopped\n")
+        assert b"Traceback" not in err and b"ExceptionGroup" not in err, err.decode()
+    finally:
+        await kill_and_reap(proc)
+
+
+def _readme_block(heading: str) -> str:
+    """The first ```python block after ``heading`` in the README."""
+    text = (REPO / "README.md").read_text()
+    after = text.split(heading, 1)[1]
+    return after.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+async def test_readme_embedding_quick_start_runs_in_its_own_directory(tmp_path: Path) -> None:
+    script = tmp_path / "quick_start.py"
+    script.write_text(_readme_block("## Embedding quick-start"))
+    (tmp_path / "test_stray.py").write_text("def test_stray():\n    raise AssertionError\n")
+    # The terminal's shell finds this interpreter (with pytest) as `python`.
+    bin_dir = os.path.dirname(sys.executable)
+    path = f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"
+    with trio.fail_after(TIMEOUT * 2):
+        done = await trio.run_process(
+            [sys.executable, str(script)],
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+            env=_env({"PATH": path}),
+            cwd=str(tmp_path),
+        )
+    out = done.stdout.decode()
+    assert done.returncode == 0, done.stderr.decode()
+    assert out.startswith("watch with: python -m ahp attach 'ws://127.0.0.1:")
+    assert "0 False" in out and "1 passed" in out, out
+
+
+async def test_watcher_example_exits_when_the_server_goes_away() -> None:
+    async with served() as server:
+        await server.host.create_terminal("ahp-terminal:/w", name="w")
+        proc = await trio.lowlevel.open_process(
+            [sys.executable, str(REPO / "examples" / "watcher.py"), server.url],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=_env(),
+            cwd=str(REPO),
+        )
+        try:
+            assert proc.stdout is not None and proc.stderr is not None
+            out = b""
+            with trio.fail_after(TIMEOUT):
+                while b"watching ahp-terminal:/w\n" not in out:
+                    chunk = await proc.stdout.receive_some(4096)
+                    assert chunk, out
+                    out += chunk
+                server.stop.cancel()
+                err = b"".join([chunk async for chunk in proc.stderr])
+                assert await proc.wait() == 1
+            assert err.decode() == "watcher: the connection was lost\n"
+        finally:
+            await kill_and_reap(proc)
 
 
 async def test_watcher_example_prints_finished_commands() -> None:

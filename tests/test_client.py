@@ -19,7 +19,7 @@ T1 = "ahp-terminal:/t1"
 
 async def test_connect_mirror_and_catalogue() -> None:
     async with running_server() as server, connect(server.url, client_id="me") as client:
-        assert client.protocol_version == "0.5.0"
+        assert client.protocol_version == "1.0.0"  # 1.x offered first
         assert client.root.agents == () and client.root.terminals == ()
         await client.create_terminal(T1, name="work")
         with trio.fail_after(TIMEOUT):
@@ -179,6 +179,34 @@ async def test_without_auto_reconnect_requests_after_a_drop_fail_at_once() -> No
                 await trio.sleep(0.01)
             with pytest.raises(ConnectionLost):
                 await client.ping()
+
+
+async def test_a_connection_lost_for_good_wakes_every_waiter_with_an_error() -> None:
+    async with running_server() as server, connect(server.url, auto_reconnect=False) as client:
+        errors: list[BaseException] = []
+        parked = 0
+
+        async def waiter() -> None:
+            nonlocal parked
+            parked += 1
+            try:
+                await client.wait_for(lambda: False)  # nothing will make this hold
+            except ConnectionLost as exc:
+                errors.append(exc)
+
+        with trio.fail_after(TIMEOUT):
+            async with trio.open_nursery() as nursery:
+                for _ in range(3):
+                    nursery.start_soon(waiter)
+                while parked < 3:  # noqa: ASYNC110
+                    await trio.sleep(0.01)
+                await client.drop_connection()
+            # A predicate that holds still returns; one that cannot raises at once.
+            await client.wait_for(lambda: not client.connected)
+            with pytest.raises(ConnectionLost, match="connection was lost"):
+                await client.wait_for(lambda: client.connected)
+        assert len(errors) == 3
+        assert all("connection was lost" in str(e) for e in errors)
 
 
 async def test_a_server_that_never_answers_initialize_is_a_clear_error() -> None:

@@ -1,4 +1,4 @@
-"""The upstream AHP test vectors (``../shared/ahp-fixtures``), every one of them.
+"""The upstream AHP test vectors (vendored in ``tests/fixtures/ahp``), every one of them.
 
 Reducer fixtures are folded through our reducers and compared after dropping
 ``null``/absent keys on both sides (what the upstream Go and Rust clients do).

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import stat
+import time
 from pathlib import Path
 from typing import Any
 
@@ -71,9 +72,11 @@ async def test_initialize_result_shape() -> None:
     ("offered", "chosen"),
     [
         (["0.5.0"], "0.5.0"),
-        (["0.9.0", "0.4.0", "0.5.2"], "0.5.2"),
+        (["0.2.0", "0.4.0", "0.5.2"], "0.5.2"),
         (["0.3.0"], "0.3.0"),
-        (["1.0.0", "0.9.0"], None),
+        (["1.0.0", "0.9.0"], "1.0.0"),  # the highest, whatever the order
+        (["0.9.0", "1.1.0", "0.5.0"], "1.1.0"),
+        (["2.0.0", "0.2.0", "0.11.0"], None),
         (5, None),
         (["x", 1, None], None),
     ],
@@ -85,7 +88,7 @@ def test_version_negotiation(offered: Any, chosen: str | None) -> None:
 async def test_unsupported_version_is_refused_and_closed() -> None:
     async with running_server() as server, peer(server.url) as p:
         answer = await p.call(
-            "initialize", {"channel": ROOT, "clientId": "c", "protocolVersions": ["1.0.0"]}
+            "initialize", {"channel": ROOT, "clientId": "c", "protocolVersions": ["2.0.0"]}
         )
         assert answer["error"]["code"] == -32005
         assert answer["error"]["data"]["supportedVersions"]
@@ -519,3 +522,26 @@ async def test_library_input_that_is_not_utf8_reaches_viewers_as_valid_text() ->
             text = await p.text_until(term.uri, "42 0a")
         assert "41 ff fe 42 0a" in text  # the raw bytes reached the program
         assert (await p.call("ping", {"channel": "ahp-root://"}))["result"] is None
+
+
+def test_client_registry_reports_each_forgotten_client_once() -> None:
+    from ahp.server.clients import ClientRegistry
+
+    registry = ClientRegistry(grace=0.0, max_records=3)
+    kept = registry.connect("kept", "0.5.0")
+    for cid in ("a", "b"):
+        registry.disconnect(registry.connect(cid, "0.5.0"))
+    assert kept.connections == 1
+    time.sleep(0.001)
+    assert registry.take_forgotten() == ["a", "b"]
+    assert registry.take_forgotten() == []
+    # Past the bound, the oldest idle record is forgotten to make room.
+    registry.grace = 3600.0
+    for cid in ("c", "d", "e"):
+        registry.disconnect(registry.connect(cid, "0.5.0"))
+    assert registry.take_forgotten() == ["c"]
+    # An id that came back before the server took it is not reported.
+    registry.connect("d", "0.5.0")  # evicts the oldest idle record, "d" itself, then returns
+    registry.disconnect(registry.connect("e", "0.5.0"))  # evicts "e" (idle), then returns
+    assert len(registry) == 3
+    assert registry.take_forgotten() == []

@@ -546,10 +546,14 @@ async def test_zsh_zdotdir_private_and_restored(tmp_path: Path) -> None:
     (zdotdir,) = launch.cleanup_paths
     assert launch.env["ZDOTDIR"] == zdotdir
     assert stat.S_IMODE(os.stat(zdotdir).st_mode) == 0o700
-    assert sorted(os.listdir(zdotdir)) == [".zlogin", ".zprofile", ".zshenv", ".zshrc"]
+    assert launch.env["ZDOTDIR"] == zdotdir and "USER_ZDOTDIR" not in launch.env
+    files = [".zlogin", ".zprofile", ".zshenv", ".zshrc"]
+    assert sorted(os.listdir(zdotdir)) == [*files, "launch.zsh"]
+    assert stat.S_IMODE(os.stat(Path(zdotdir, "launch.zsh")).st_mode) == 0o600
     try:
         async with _spawn(launch, cwd=home) as t:
             await t.ready()
+            assert sorted(os.listdir(zdotdir)) == files  # the launch file (the nonce) is gone
             c = await t.run('echo "[${ZDOTDIR-unset}][${USER_ZDOTDIR-}]"')
             assert b"[unset][]\r\n" in c.output()
             c = await t.run("greet")
@@ -664,44 +668,72 @@ def test_other_launches_are_untouched(argv: list[str]) -> None:
     assert launch.env == {"HOME": "/home/u", "KEEP": "1"}
 
 
+def _launch_file(launch: ShellLaunch, index: int) -> Path:
+    path = Path(launch.argv[index].removeprefix("source ").strip("'"))
+    (directory,) = launch.cleanup_paths
+    assert path.parent == Path(directory)
+    assert stat.S_IMODE(os.stat(directory).st_mode) == 0o700
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    return path
+
+
 def test_bash_launch() -> None:
     launch = prepare_shell(["/bin/bash"], {"HOME": "/h"}, nonce=NONCE)
-    assert launch.argv == ("/bin/bash", "--init-file", str(BASH_SCRIPT), "-i")
-    assert launch.integrated
-    assert launch.env == {"HOME": "/h", "AHP_NONCE": NONCE}
+    try:
+        assert launch.argv[:2] == ("/bin/bash", "--init-file") and launch.argv[3:] == ("-i",)
+        assert launch.integrated
+        assert launch.env == {"HOME": "/h"}  # nothing of ours in the environment
+        text = _launch_file(launch, 2).read_text()
+        assert f"__ahp_nonce={NONCE}\n" in text and "__ahp_login=\n" in text
+        assert str(BASH_SCRIPT) in text
+    finally:
+        remove_launch_files(launch)
     assert BASH_SCRIPT.is_file()
     for argv, login in ((["bash", "-l"], False), (["bash", "--login"], False), (["bash"], True)):
         launch = prepare_shell(argv, {}, nonce=NONCE, login=login)
-        assert launch.env["AHP_SHELL_LOGIN"] == "1"
-        assert "-l" not in launch.argv  # a login bash would not read --init-file
-    assert prepare_shell(["bash", "-i"], {}, nonce=NONCE).integrated
+        try:
+            assert "__ahp_login=1\n" in _launch_file(launch, 2).read_text()
+            assert "-l" not in launch.argv  # a login bash would not read --init-file
+        finally:
+            remove_launch_files(launch)
+    launch = prepare_shell(["bash", "-i"], {}, nonce=NONCE)
+    assert launch.integrated
+    remove_launch_files(launch)
 
 
 def test_zsh_launch() -> None:
     launch = prepare_shell(["/usr/bin/zsh", "--login"], {"HOME": "/h"}, nonce=NONCE)
     try:
         assert launch.argv == ("/usr/bin/zsh", "-il")
-        assert launch.env["USER_ZDOTDIR"] == "/h"
-        assert "AHP_ZDOTDIR_WAS_SET" not in launch.env
+        assert set(launch.env) == {"HOME", "ZDOTDIR"}
+        text = Path(launch.env["ZDOTDIR"], "launch.zsh").read_text()
+        assert f"__ahp_nonce={NONCE}\n" in text
+        assert "__ahp_zd='/h'\n" in text and "__ahp_zd_set=0\n" in text
         stub = Path(launch.cleanup_paths[0], ".zshrc").read_text()
-        assert "zsh_integration.zsh" in stub
+        assert "zsh_integration.zsh" in stub and NONCE not in stub
     finally:
         remove_launch_files(launch)
     launch = prepare_shell(["zsh"], {"HOME": "/h", "ZDOTDIR": "/z"}, nonce=NONCE)
     try:
         assert launch.argv == ("zsh", "-i")
-        assert launch.env["USER_ZDOTDIR"] == "/z"
-        assert launch.env["AHP_ZDOTDIR_WAS_SET"] == "1"
+        text = Path(launch.env["ZDOTDIR"], "launch.zsh").read_text()
+        assert "__ahp_zd='/z'\n" in text and "__ahp_zd_set=1\n" in text
     finally:
         remove_launch_files(launch)
 
 
 def test_fish_launch() -> None:
-    launch = prepare_shell(["fish"], {}, nonce=NONCE)
-    assert launch.argv[:2] == ("fish", "--init-command")
-    assert launch.argv[2].startswith("source '") and "fish_integration.fish" in launch.argv[2]
+    launch = prepare_shell(["fish"], {"HOME": "/h"}, nonce=NONCE)
+    try:
+        assert launch.argv[:2] == ("fish", "--init-command")
+        assert launch.env == {"HOME": "/h"}
+        text = _launch_file(launch, 2).read_text()
+        assert f"set -g __ahp_nonce {NONCE}\n" in text and "fish_integration.fish" in text
+    finally:
+        remove_launch_files(launch)
     launch = prepare_shell(["/usr/bin/fish", "-l"], {}, nonce=NONCE)
     assert launch.argv[:3] == ("/usr/bin/fish", "-l", "--init-command")
+    remove_launch_files(launch)
 
 
 def test_bad_input() -> None:

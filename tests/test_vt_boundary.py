@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 FORBIDDEN = ("trio", "os", "socket", "fcntl")
-VT_MODULES = ("ahp.vt", "ahp.vt.events", "ahp.vt.integration", "ahp.vt.scanner", "ahp.vt.uri")
+VT_MODULES = ("ahp.vt", "ahp.vt.events", "ahp.vt.integration", "ahp.vt.queries", "ahp.vt.scanner")
 
 PROBE = """
 import importlib, json, sys, types

@@ -24,6 +24,7 @@ from ahp.protocol.actions import (
     TerminalData,
     TerminalTitleChanged,
 )
+from ahp.protocol.uri import file_uri_to_path, path_to_file_uri
 from ahp.vt.events import (
     CommandFinished,
     CommandLine,
@@ -38,7 +39,6 @@ from ahp.vt.events import (
 )
 from ahp.vt.integration import CommandTracker, events_to_actions
 from ahp.vt.scanner import Scanner
-from ahp.vt.uri import file_uri_to_path, path_to_file_uri
 
 NONCE = "5f0e4c1a-nonce"
 DETECTED = TerminalCommandDetectionAvailable()

@@ -16,7 +16,7 @@ import orjson
 from ahp.bench.stats import Figure
 from ahp.bench.targets import Target
 
-__all__ = ["render_table", "stalled_outcome", "write_json"]
+__all__ = ["folded_unit", "render_table", "stalled_outcome", "write_json"]
 
 
 def _fig(node: Any, digits: int = 1) -> str:
@@ -267,13 +267,21 @@ def render_table(results: dict[str, Any], targets: list[Target]) -> str:
         f"{_fig(ap['small_seconds'], 3)}, {ap['large_mb']:g} MB {_fig(ap['large_seconds'], 3)}: "
         f"{ap['ratio']:.1f}x for 10x the data",
     ]
+    if "commands_ratio" in ap:
+        lines.append(
+            f"  commands: {ap['few_commands']} {_fig(ap['few_commands_seconds'], 3)}, "
+            f"{ap['many_commands']} {_fig(ap['many_commands_seconds'], 3)}: "
+            f"{ap['commands_ratio']:.1f}x for 10x the commands"
+        )
     for name in ("scanner", "integration"):
         node = r.get(name, {})
         lines.append("")
         if "skipped" in node:
             lines.append(f"8 {name}: skipped: {node['skipped']}")
             continue
-        lines.append(f"8 {name} (benchmarks/bench_{name}.py, {node.get('size_mb', 0):g} MB)")
+        lines.append(
+            f"8 {name} (benchmarks/bench_{name}.py, {node.get('size_mb', 0):g} MB of input)"
+        )
         res = node.get("results")
         if isinstance(res, dict):
             for key, value in res.items():
@@ -281,11 +289,11 @@ def render_table(results: dict[str, Any], targets: list[Target]) -> str:
                     shown = f"{value:.2f}" if abs(value) < 10 else f"{value:.1f}"
                 else:
                     shown = str(value)
-                lines.append(_row(f"  {key}", shown))
+                lines.append(_row(f"  {key}", f"{shown} {folded_unit(key)}"))
         else:
             lines.append(f"  {res}")
 
-    lines += ["", "Targets (from the issues; reported, not asserted)"]
+    lines += ["", "The project's targets (reported, not asserted)"]
     for t in targets:
         if t.value is None:
             verdict = "n/a   "
@@ -297,6 +305,15 @@ def render_table(results: dict[str, Any], targets: list[Target]) -> str:
             shown = f"{t.value:.{digits}f}{unit} (target {t.op} {t.limit:g}{unit})"
         lines.append(f"  [{verdict}] {t.description}: {shown}")
     return "\n".join(lines)
+
+
+def folded_unit(key: str) -> str:
+    """The unit of a scanner or integration figure, by its name."""
+    if key.endswith("_ratio"):
+        return "x"  # integrated / plain
+    if key.endswith("_cpu"):
+        return "MB per CPU second"
+    return "MB/s"
 
 
 def write_json(results: dict[str, Any], out_dir: Path) -> Path:

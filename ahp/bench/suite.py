@@ -464,13 +464,25 @@ def _append(config: Config, progress: Progress) -> dict[str, Any]:
     small_mb = config.size_mb / 10
     small: list[float] = []
     large: list[float] = []
+    few_commands = max(100, int(config.size_mb * 20))  # 2 000 at the default 100 MB
+    few: list[float] = []
+    many: list[float] = []
     for i in range(config.runs):
         progress.update(f"run {i + 1}/{config.runs}")
         small.append(append_bench.append_seconds(int(small_mb * MB)))
         large.append(append_bench.append_seconds(int(large_mb * MB)))
+        few.append(append_bench.commands_seconds(few_commands))
+        many.append(append_bench.commands_seconds(10 * few_commands))
     small_fig = summarize(small, "s")
     large_fig = summarize(large, "s")
+    few_fig = summarize(few, "s")
+    many_fig = summarize(many, "s")
     return {
+        "few_commands": few_commands,
+        "many_commands": 10 * few_commands,
+        "few_commands_seconds": few_fig.to_json(),
+        "many_commands_seconds": many_fig.to_json(),
+        "commands_ratio": many_fig.median / few_fig.median,
         "small_mb": small_mb,
         "large_mb": large_mb,
         "small_seconds": small_fig.to_json(),

@@ -15,6 +15,16 @@ actions that were pending are dropped on reconnect, as AHP specifies.
 Buffering: inbound frames are applied as they arrive (no queue beyond the
 WebSocket library's one-message buffer); :meth:`Client.changes` waiters are
 woken after each applied envelope.
+
+Versions: ``initialize`` offers the 1.x family first and the 0.5 family after
+it (``["1.0.0", "0.9.0", "0.5.0"]``): a host picks the highest it speaks. A host
+that refuses the whole offer with ``-32005`` is asked once more, on a new
+connection, with the 0.5 family alone. The mirrors read both dialects (the
+codec reads ``exitCode`` and ``lifecycle`` alike), and actions are written in
+the negotiated one (:attr:`Client.dialect`). ``reconnect`` uses the
+connection-wide cursor (form A, understood by 0.5 and 1.x hosts) unless
+``reconnect_form="cursors"`` asks for per-channel cursors (1.x form B); a 1.x
+host that answers form A with ``-32602`` is asked again with form B.
 """
 
 from __future__ import annotations
@@ -25,29 +35,37 @@ import secrets
 import ssl
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, Final
+from typing import Any, Final, Literal
 from urllib.parse import SplitResult, parse_qs, urlencode, urlsplit, urlunsplit
 
 import trio
 
+from ahp import __version__
 from ahp.client.mirror import Mirror
 from ahp.client.remote import RemoteTerminal
 from ahp.protocol.actions import ActionEnvelope, StateAction, TerminalInput
 from ahp.protocol.codec import (
     ProtocolError,
     decode_message,
-    dumps,
     encode_message,
     structure,
-    unstructure,
 )
+from ahp.protocol.commands import ChannelMissing, ChannelReplay, ReconnectChannels
+from ahp.protocol.dialect import LEGACY_VERSIONS, MODERN_VERSIONS, Dialect, action_json, dialect_of
 from ahp.protocol.jsonrpc import (
     JsonRpcError,
     JsonRpcNotification,
     JsonRpcRequest,
     JsonRpcSuccess,
 )
-from ahp.protocol.state import ROOT_URI, ChannelState, RootState, Snapshot, TerminalState
+from ahp.protocol.state import (
+    ROOT_URI,
+    ChannelState,
+    OpaqueState,
+    RootState,
+    Snapshot,
+    TerminalState,
+)
 from ahp.reducers import DEFAULT_SCROLLBACK
 from ahp.run import DEFAULT_MAX_OUTPUT, CommandResult
 from ahp.ws import (
@@ -63,7 +81,9 @@ __all__ = ["Client", "ClientError", "ConnectionLost", "RpcError", "connect"]
 
 log = logging.getLogger("ahp.client")
 
-PROTOCOL_VERSIONS: Final = ("0.5.0",)
+#: What ``initialize`` offers: the 1.x family first, then the 0.5 family.
+PROTOCOL_VERSIONS: Final = (*MODERN_VERSIONS, *LEGACY_VERSIONS)
+ReconnectForm = Literal["watermark", "cursors"]
 #: Largest inbound message (a big snapshot or replay); the server's default outbox is 16 MiB.
 MAX_MESSAGE_SIZE: Final = 512 * 1024 * 1024
 RECEIVE_BUFFER: Final = 256 * 1024
@@ -118,8 +138,14 @@ class Client:
         scrollback: int | None = DEFAULT_SCROLLBACK,
         ssl_context: ssl.SSLContext | None = None,
         connect_timeout: float = CONNECT_TIMEOUT,
+        protocol_versions: Sequence[str] = PROTOCOL_VERSIONS,
+        reconnect_form: ReconnectForm = "watermark",
     ) -> None:
         self.scrollback = scrollback
+        #: What ``initialize`` offers, most preferred first.
+        self.protocol_versions = tuple(protocol_versions)
+        #: ``reconnect`` form: one connection-wide cursor, or one cursor per channel (1.x).
+        self.reconnect_form: ReconnectForm = reconnect_form
         self.connect_timeout = connect_timeout
         #: For ``wss://`` (default: the system's trusted CAs, hostname checked).
         self.ssl_context = ssl_context
@@ -128,6 +154,8 @@ class Client:
         self.auto_reconnect = auto_reconnect
         self.mirrors: dict[str, Mirror] = {}
         self.protocol_version: str | None = None
+        #: The wire shape negotiated (how actions are written).
+        self.dialect = Dialect.V05
         self.default_directory: str | None = None
         self.last_seen_seq = 0
         self.reconnects = 0
@@ -138,6 +166,8 @@ class Client:
         self._connected = trio.Event()
         self._changed = trio.lowlevel.ParkingLot()
         self._closing = False
+        #: Why the connection is gone for good (no reconnect will follow), else None.
+        self._lost: str | None = None
         self._nursery: trio.Nursery | None = None
         self._listeners: list[Callable[[ActionEnvelope], None]] = []
         self._released: dict[int, tuple[trio.Event, trio.Event]] = {}
@@ -167,9 +197,16 @@ class Client:
     async def wait_for(
         self, predicate: Callable[[], bool], *, timeout: float | None = None
     ) -> None:
-        """Wait until ``predicate()`` holds (re-checked after every applied envelope)."""
+        """Wait until ``predicate()`` holds (re-checked after every applied envelope).
+
+        Raises :class:`ConnectionLost` once the connection is gone for good (no
+        automatic reconnect, or the client is closing) and ``predicate()`` still
+        does not hold: nothing could make it hold any more.
+        """
         with trio.fail_after(timeout) if timeout is not None else trio.CancelScope():
             while not predicate():
+                if self._lost is not None:
+                    raise ConnectionLost(self._lost)
                 await self._changed.park()
 
     def on_envelope(self, callback: Callable[[ActionEnvelope], None]) -> Callable[[], None]:
@@ -232,7 +269,7 @@ class Client:
         result = await self.request("subscribe", {"channel": channel})
         snapshot = structure(result["snapshot"], Snapshot)
         self._install(snapshot)
-        return snapshot.state
+        return self.state(channel)
 
     async def unsubscribe(self, channel: str) -> None:
         self.mirrors.pop(channel, None)
@@ -249,7 +286,7 @@ class Client:
             {
                 "channel": channel,
                 "clientSeq": client_seq,
-                "action": unstructure(action, StateAction),
+                "action": action_json(action, self.dialect),
             },
         )
         return client_seq
@@ -307,17 +344,21 @@ class Client:
     # -- inbound -----------------------------------------------------------------------------
 
     def _install(self, snapshot: Snapshot) -> None:
+        state = snapshot.state
+        if isinstance(state, OpaqueState):
+            log.warning("ignored a snapshot of an unsupported channel %r", snapshot.resource)
+            return
         mirror = self.mirrors.get(snapshot.resource)
         if mirror is None:
             self.mirrors[snapshot.resource] = Mirror(
                 snapshot.resource,
-                snapshot.state,
+                state,
                 snapshot.fromSeq,
                 self.client_id,
                 scrollback=self.scrollback,
             )
         else:
-            mirror.reset(snapshot.state, snapshot.fromSeq)
+            mirror.reset(state, snapshot.fromSeq)
         self._changed.unpark_all()
 
     def _apply(self, envelope: ActionEnvelope) -> None:
@@ -481,54 +522,41 @@ class Client:
         installs snapshots / replays."""
         self._ws = ws
         if first:
-            await ws.send_message(
-                encode_message(
-                    JsonRpcRequest(
-                        id=0,
-                        method="initialize",
-                        params={
-                            "channel": ROOT_URI,
-                            "protocolVersions": list(PROTOCOL_VERSIONS),
-                            "clientId": self.client_id,
-                            "initialSubscriptions": list(dict.fromkeys([ROOT_URI, *subscriptions])),
-                        },
-                    )
-                )
+            result = await self._call_on(
+                ws,
+                "initialize",
+                {
+                    "channel": ROOT_URI,
+                    "protocolVersions": list(self.protocol_versions),
+                    "clientId": self.client_id,
+                    "clientInfo": {"name": "ahp-terminals", "version": __version__},
+                    "initialSubscriptions": list(dict.fromkeys([ROOT_URI, *subscriptions])),
+                },
             )
         else:
-            await ws.send_message(
-                dumps(
-                    {
-                        "jsonrpc": "2.0",
-                        "id": 0,
-                        "method": "reconnect",
-                        "params": {
-                            "channel": ROOT_URI,
-                            "clientId": self.client_id,
-                            "lastSeenServerSeq": self.last_seen_seq,
-                            "subscriptions": list(self.mirrors),
-                        },
-                    }
-                )
-            )
-        while True:
-            message = decode_message(await ws.get_message())
-            if isinstance(message, JsonRpcNotification) and message.method == "action":
-                self._apply(structure(message.params, ActionEnvelope))
-                continue
-            if isinstance(message, JsonRpcError) and message.id == 0:
-                raise RpcError(message.error.code, message.error.message, message.error.data)
-            if isinstance(message, JsonRpcSuccess) and message.id == 0:
-                break
-        result = message.result
+            try:
+                result = await self._call_on(ws, "reconnect", self._reconnect_params())
+            except RpcError as exc:
+                if not (
+                    exc.code == -32602
+                    and self.dialect is Dialect.V1
+                    and self.reconnect_form == "watermark"
+                ):
+                    raise
+                log.info("the host refused a form A reconnect: retrying with per-channel cursors")
+                self.reconnect_form = "cursors"
+                result = await self._call_on(ws, "reconnect", self._reconnect_params())
         for mirror in self.mirrors.values():
             mirror.pending.clear()
         if first:
             self.protocol_version = result["protocolVersion"]
+            self.dialect = dialect_of(result["protocolVersion"])
             self.default_directory = result.get("defaultDirectory")
             self.last_seen_seq = max(self.last_seen_seq, result["serverSeq"])
             for raw in result["snapshots"]:
                 self._install(structure(raw, Snapshot))
+        elif "channels" in result:
+            self._recover(structure(result, ReconnectChannels))
         elif result["type"] == "replay":
             for channel in result.get("missing", []):
                 self.mirrors.pop(channel, None)
@@ -543,6 +571,50 @@ class Client:
             for snapshot in snapshots:
                 self._install(snapshot)
         self._changed.unpark_all()
+
+    def _reconnect_params(self) -> dict[str, Any]:
+        if self.reconnect_form == "cursors":
+            return {
+                "channel": ROOT_URI,
+                "clientId": self.client_id,
+                "subscriptions": [
+                    {"channel": c, "lastSeenServerSeq": m.last_seq} for c, m in self.mirrors.items()
+                ],
+            }
+        return {
+            "channel": ROOT_URI,
+            "clientId": self.client_id,
+            "lastSeenServerSeq": self.last_seen_seq,
+            "subscriptions": list(self.mirrors),
+        }
+
+    def _recover(self, result: ReconnectChannels) -> None:
+        """Apply a form B reconnect result: per channel, a replay, a snapshot or gone."""
+        for recovery in result.channels:
+            if isinstance(recovery, ChannelMissing):
+                self.mirrors.pop(recovery.channel, None)
+            elif isinstance(recovery, ChannelReplay):
+                for raw in recovery.actions:
+                    self._apply(structure(raw, ActionEnvelope))
+            else:
+                self._install(recovery.snapshot)
+
+    async def _call_on(self, ws: WebSocketConnection, method: str, params: dict[str, Any]) -> Any:
+        """A handshake request on ``ws`` before the reader runs (envelopes that arrive
+        first are applied); its result, or :class:`RpcError`."""
+        msg_id = next(self._ids)
+        await ws.send_message(
+            encode_message(JsonRpcRequest(id=msg_id, method=method, params=params))
+        )
+        while True:
+            message = decode_message(await ws.get_message())
+            if isinstance(message, JsonRpcNotification) and message.method == "action":
+                self._apply(structure(message.params, ActionEnvelope))
+                continue
+            if isinstance(message, JsonRpcError) and message.id == msg_id:
+                raise RpcError(message.error.code, message.error.message, message.error.data)
+            if isinstance(message, JsonRpcSuccess) and message.id == msg_id:
+                return message.result
 
     def _fail_waiting(self) -> None:
         for done, slot in self._waiting.values():
@@ -564,8 +636,9 @@ class Client:
             self._release(ws)
             self._fail_waiting()
             if self._closing or not self.auto_reconnect:
+                self._lost = "the client closed" if self._closing else "the connection was lost"
                 self._connected.set()  # requests now fail at once (no connection is coming)
-                self._changed.unpark_all()
+                self._changed.unpark_all()  # waiters: ConnectionLost (see wait_for)
                 return
             ws = await self._reconnect(nursery)
 
@@ -627,6 +700,8 @@ async def connect(
     scrollback: int | None = DEFAULT_SCROLLBACK,
     ssl_context: ssl.SSLContext | None = None,
     connect_timeout: float = CONNECT_TIMEOUT,
+    protocol_versions: Sequence[str] = PROTOCOL_VERSIONS,
+    reconnect_form: ReconnectForm = "watermark",
 ) -> AsyncIterator[Client]:
     """Connect, ``initialize`` (subscribed to the root channel) and yield the client.
 
@@ -645,6 +720,8 @@ async def connect(
         scrollback=scrollback,
         ssl_context=ssl_context,
         connect_timeout=connect_timeout,
+        protocol_versions=protocol_versions,
+        reconnect_form=reconnect_form,
     )
     setup_error: ClientError | None = None
     async with trio.open_nursery() as nursery:
@@ -653,6 +730,22 @@ async def connect(
             try:
                 with trio.fail_after(connect_timeout):
                     await client._handshake(ws, first=True)
+            except RpcError as exc:
+                client._release(ws)
+                if exc.code != -32005 or client.protocol_versions == LEGACY_VERSIONS:
+                    raise
+                # A host that refused the whole offer: once more with the 0.5 family alone.
+                log.info(
+                    "the host refused %s: offering %s", client.protocol_versions, LEGACY_VERSIONS
+                )
+                client.protocol_versions = LEGACY_VERSIONS
+                ws = await client._open(nursery)
+                try:
+                    with trio.fail_after(connect_timeout):
+                        await client._handshake(ws, first=True)
+                except BaseException:
+                    client._release(ws)
+                    raise
             except BaseException:
                 client._release(ws)
                 raise

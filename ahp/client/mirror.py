@@ -10,8 +10,9 @@ own action confirms (pops) it, a rejection drops it.
 Terminal I/O is deliberately not optimistic: ``terminal/input`` is a reducer
 no-op and output only arrives as server ``terminal/data``.
 
-Memory: a terminal mirror keeps at most ``scrollback`` characters (the same
-oldest-first policy as the server, :mod:`ahp.reducers.scrollback`), so a client
+Memory: a terminal mirror keeps at most ``scrollback`` characters and
+:data:`~ahp.reducers.MAX_PARTS` parts (the same oldest-first policy as the
+server, :class:`ahp.reducers.Scrollback`), so a client
 following a flood for days stays bounded. Because the server trims at its own
 points, two parties' retained heads may differ; the retained tails agree.
 """
@@ -20,9 +21,9 @@ from __future__ import annotations
 
 from collections import deque
 
-from ahp.protocol.actions import ActionEnvelope, StateAction, TerminalCleared, TerminalData
+from ahp.protocol.actions import ActionEnvelope, StateAction
 from ahp.protocol.state import ChannelState, RootState, TerminalState
-from ahp.reducers import content_length, low_water_for, reduce_root, reduce_terminal, trim
+from ahp.reducers import Scrollback, reduce_root, reduce_terminal
 
 __all__ = ["Mirror", "reduce_channel"]
 
@@ -48,7 +49,9 @@ class Mirror:
     ) -> None:
         self.channel = channel
         self.scrollback = scrollback
-        self._length = content_length(state) if isinstance(state, TerminalState) else 0
+        self._scrollback: Scrollback | None = None
+        if scrollback is not None and isinstance(state, TerminalState):
+            self._scrollback = Scrollback(scrollback, state=state)
         self.confirmed = state
         self.from_seq = from_seq
         self.client_id = client_id
@@ -66,7 +69,8 @@ class Mirror:
     def reset(self, state: ChannelState, from_seq: int) -> None:
         """Replace the state by a fresh snapshot; pending actions are dropped."""
         self.confirmed = state
-        self._length = content_length(state) if isinstance(state, TerminalState) else 0
+        if self.scrollback is not None and isinstance(state, TerminalState):
+            self._scrollback = Scrollback(self.scrollback, state=state)
         self.from_seq = from_seq
         self.last_seq = from_seq
         self.pending.clear()
@@ -87,10 +91,6 @@ class Mirror:
         if envelope.rejectionReason is None:
             action = envelope.action
             state = reduce_channel(self.confirmed, action)
-            if isinstance(action, TerminalData) and isinstance(state, TerminalState):
-                self._length += len(action.data)
-                if self.scrollback is not None and self._length > self.scrollback:
-                    state, self._length = trim(state, low_water=low_water_for(self.scrollback))
-            elif isinstance(action, TerminalCleared):
-                self._length = 0
+            if self._scrollback is not None and isinstance(state, TerminalState):
+                state = self._scrollback.account(state, action)
             self.confirmed = state

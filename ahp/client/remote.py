@@ -84,7 +84,7 @@ class RemoteTerminal:
 
     async def wait_exited(self, timeout: float = math.inf) -> int | None:
         with trio.fail_after(timeout):
-            await self.client.wait_for(lambda: self.state.exitCode is not None or self._gone())
+            await self.client.wait_for(lambda: self.state.exited or self._gone())
         return self.state.exitCode
 
     def _gone(self) -> bool:

@@ -3,9 +3,10 @@
 from ahp.engine.envelopes import Published, ReplayLog
 from ahp.engine.host import Host, TerminalExists, TerminalNotFound, open_host
 from ahp.engine.hub import Hub
+from ahp.engine.launch import TerminalSpec
 from ahp.engine.outbox import Outbox
 from ahp.engine.subscription import Subscription
-from ahp.engine.terminal import Terminal, TerminalSpec
+from ahp.engine.terminal import Terminal
 
 __all__ = [
     "Host",

@@ -3,7 +3,8 @@
 Why: AHP numbers every envelope of a server with one global ``serverSeq`` and
 keeps a catalogue of terminals on ``ahp-root://``. The :class:`Host` owns both,
 plus the nursery in which each terminal's own nursery runs. Library users get
-it from :func:`open_host`; the WebSocket server wraps the same object, so an
+it from :func:`open_host`; the WebSocket server wraps the same object
+(:func:`ahp.server.serve_host`; the engine never imports the server), so an
 agent can run commands in-process while an editor watches over the wire.
 
 Ownership and cancellation: leaving ``async with open_host()`` disposes every
@@ -14,17 +15,19 @@ when the body raised or was cancelled.
 from __future__ import annotations
 
 import logging
+import secrets
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import trio
 
 from ahp.engine.envelopes import ReplayLog
 from ahp.engine.hub import Hub
+from ahp.engine.launch import TerminalSpec, discard, prepare_launch
 from ahp.engine.outbox import Outbox
 from ahp.engine.subscription import Subscription
-from ahp.engine.terminal import Terminal, TerminalSpec
+from ahp.engine.terminal import Terminal
 from ahp.protocol.actions import RootTerminalsChanged
 from ahp.protocol.state import (
     ROOT_URI,
@@ -36,9 +39,6 @@ from ahp.protocol.state import (
     TerminalInfo,
 )
 from ahp.reducers import DEFAULT_SCROLLBACK, reduce_root
-
-if TYPE_CHECKING:
-    from ahp.server.app import ServeOptions, Sidecar
 
 __all__ = ["Host", "TerminalExists", "TerminalNotFound", "open_host"]
 
@@ -147,10 +147,16 @@ class Host:
     ) -> Terminal:
         """Spawn a terminal and return it once its process runs.
 
+        The launch is validated before the URI is reserved (a bad cwd or a missing
+        program never registers anything); once reserved, the terminal's lifetime
+        always ends in ``closed``, so a concurrent :meth:`dispose` or host shutdown
+        never waits for good.
+
         Raises:
             TerminalExists: ``uri`` is in use.
             ahp.pty.SpawnError: the process could not be started (bad cwd, missing
-                executable); nothing is registered then.
+                executable, name too long, disposed while starting); nothing is
+                registered then.
         """
         uri = uri or self.new_uri()
         if uri in self._terminals:
@@ -171,13 +177,21 @@ class Host:
             scrollback=options.pop("scrollback", self.scrollback),
             **options,
         )
-        terminal = Terminal(spec, self.hub, on_info_changed=self._on_info_changed)
+        nonce = secrets.token_hex(16)
+        launch = prepare_launch(spec, nonce=nonce)  # raises SpawnError; nothing reserved yet
+        if uri in self._terminals:  # (no checkpoint since the check above; stays true)
+            discard(launch)
+            raise TerminalExists(f"terminal {uri!r} already exists")
+        terminal = Terminal(
+            spec, launch, self.hub, nonce=nonce, on_info_changed=self._on_info_changed
+        )
         # Reserve the URI while spawning so a concurrent create cannot take it.
         self._terminals[uri] = terminal
         try:
             await self._nursery.start(self._run_terminal, terminal)
         except BaseException:
-            self._terminals.pop(uri, None)
+            if self._terminals.get(uri) is terminal:  # (a dispose may have dropped it)
+                del self._terminals[uri]
             raise
         self._publish_catalogue()
         return terminal
@@ -204,22 +218,6 @@ class Host:
             await terminal.closed.wait()
         self.hub.drop_channel(uri)
         self._publish_catalogue()
-
-    async def serve(
-        self,
-        options: ServeOptions | None = None,
-        *,
-        task_status: trio.TaskStatus[Sidecar] = trio.TASK_STATUS_IGNORED,
-    ) -> None:
-        """Serve this host over WebSocket until cancelled (see :func:`ahp.server.serve_host`).
-
-        Use ``sidecar = await nursery.start(host.serve, ServeOptions(port=0))``;
-        ``sidecar.url`` carries the token.
-        """
-        from ahp.server.app import ServeOptions as _Options
-        from ahp.server.app import serve_host
-
-        await serve_host(self, options or _Options(), task_status=task_status)
 
     async def aclose(self) -> None:
         """Dispose every terminal (concurrently)."""

@@ -55,20 +55,17 @@ from __future__ import annotations
 
 import codecs
 import logging
-import os
-import secrets
-import socket
 import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Final
 
 import attrs
 import trio
 
 from ahp.engine.hub import PACE_WINDOW, Hub
+from ahp.engine.launch import Launch, TerminalSpec, discard
 from ahp.engine.outbox import Outbox
-from ahp.engine.reap import kill_session
 from ahp.engine.subscription import Subscription
 from ahp.protocol.actions import (
     ActionOrigin,
@@ -90,12 +87,10 @@ from ahp.protocol.state import (
     TerminalInfo,
     TerminalState,
 )
-from ahp.pty import Child, ChildGone, SpawnError, SpawnSpec, spawn
-from ahp.reducers import DEFAULT_SCROLLBACK, low_water_for, reduce_terminal, trim
+from ahp.pty import Child, ChildGone, SpawnError, kill_session, spawn
+from ahp.reducers import Scrollback, reduce_terminal
 from ahp.run import DEFAULT_MAX_OUTPUT, CommandResult, run_command
-from ahp.shell import ShellLaunch, prepare_shell, remove_launch_files
 from ahp.vt import CommandTracker, Scanner, events_to_actions
-from ahp.vt.uri import local_file_uri_to_path, path_to_file_uri
 
 __all__ = [
     "EXIT_LINGER",
@@ -121,53 +116,6 @@ MAX_PENDING_INPUT: Final = 16 * 1024 * 1024
 EXIT_LINGER: Final = 0.1
 #: Window size bounds accepted from clients.
 MAX_DIMENSION: Final = 4096
-#: Default grace period between hang-up and kill on dispose.
-DISPOSE_GRACE: Final = 2.0
-
-
-def _cwd_path(cwd: str | None) -> str:
-    if cwd is None:
-        return os.path.expanduser("~")
-    if cwd.startswith("file:"):
-        try:
-            return local_file_uri_to_path(cwd, socket.gethostname())
-        except ValueError as exc:
-            raise SpawnError(f"cwd {cwd!r} is not a usable file:// URI: {exc}") from None
-    if not os.path.isabs(cwd):
-        raise SpawnError(f"cwd must be an absolute path or a file:// URI, got {cwd!r}")
-    return cwd
-
-
-def default_shell(env: Mapping[str, str]) -> str:
-    """The user's shell: ``$SHELL``, else ``/bin/sh``."""
-    return env.get("SHELL") or "/bin/sh"
-
-
-@attrs.frozen
-class TerminalSpec:
-    """How to create a terminal.
-
-    ``argv`` runs a program; without it the user's shell runs (``shell``, else
-    ``$SHELL``, else ``/bin/sh``) with command detection injected when the shell
-    is bash, zsh or fish. ``cwd`` is an absolute path or a ``file://`` URI
-    (default: the home directory). The child's environment is this process's
-    environment plus ``TERM=xterm-256color`` plus ``env``.
-    """
-
-    uri: str
-    claim: TerminalClaim
-    name: str | None = None
-    argv: tuple[str, ...] | None = None
-    shell: str | None = None
-    login: bool = False
-    cwd: str | None = None
-    env: Mapping[str, str] = attrs.field(factory=dict)
-    cols: int = 80
-    rows: int = 24
-    use_pty: bool = True
-    shell_integration: bool = True
-    scrollback: int = DEFAULT_SCROLLBACK
-    grace: float = DISPOSE_GRACE
 
 
 def _has_surrogates(text: str) -> bool:
@@ -197,8 +145,10 @@ class Terminal:
     def __init__(
         self,
         spec: TerminalSpec,
+        launch: Launch,
         hub: Hub,
         *,
+        nonce: str,
         on_info_changed: Callable[[Terminal], None],
     ) -> None:
         self.spec = spec
@@ -206,11 +156,10 @@ class Terminal:
         self._hub = hub
         self._on_info_changed = on_info_changed
         self._child: Child | None = None
-        self._launch: ShellLaunch | None = None
-        self.nonce = secrets.token_hex(16)
+        self._launch = launch
+        self.nonce = nonce
         self._state = TerminalState(title="", claim=spec.claim, content=())
-        self._length = 0
-        self._low_water = low_water_for(spec.scrollback)
+        self._scrollback = Scrollback(spec.scrollback)
         self._input: deque[bytes] = deque()
         self._input_bytes = 0
         self._input_lot = trio.lowlevel.ParkingLot()
@@ -248,11 +197,13 @@ class Terminal:
     @property
     def integrated(self) -> bool:
         """Whether command detection was injected into the shell."""
-        return self._launch is not None and self._launch.integrated
+        return self._launch.integrated
 
     def info(self) -> TerminalInfo:
         s = self._state
-        return TerminalInfo(resource=self.uri, title=s.title, claim=s.claim, exitCode=s.exitCode)
+        return TerminalInfo(
+            resource=self.uri, title=s.title, claim=s.claim, exitCode=s.exitCode, exited=s.exited
+        )
 
     def snapshot(self) -> Snapshot:
         """The state with the global ``serverSeq`` it reflects."""
@@ -349,55 +300,25 @@ class Terminal:
         """Spawn the process and run the terminal's tasks until disposed.
 
         Raises :class:`~ahp.pty.SpawnError` (before ``task_status.started``) when the
-        process cannot be started; nothing is left behind then. A crash of one of
-        the terminal's own tasks is logged and ends this terminal only.
+        process cannot be started or :meth:`close` was called meanwhile; nothing is
+        left behind then. A crash of one of the terminal's own tasks is logged and
+        ends this terminal only. Every path out of here sets :attr:`closed`.
         """
-        spec = self.spec
-        base_env = dict(os.environ)
-        base_env["TERM"] = "xterm-256color"
-        base_env.update(spec.env)
-        cwd = _cwd_path(spec.cwd)
-        if spec.argv is not None:
-            if not spec.argv:
-                raise SpawnError("argv must not be empty")
-            argv: Sequence[str] = spec.argv
-            launch = ShellLaunch(argv=tuple(argv), env=base_env, integrated=False, cleanup_paths=())
-        else:
-            shell = spec.shell or default_shell(base_env)
-            argv = (shell, "-l") if spec.login else (shell,)
-            if spec.shell_integration and spec.use_pty:
-                launch = prepare_shell(argv, base_env, nonce=self.nonce, login=spec.login)
-            else:
-                launch = ShellLaunch(
-                    argv=tuple(argv), env=base_env, integrated=False, cleanup_paths=()
-                )
-        self._launch = launch
+        spec, launch = self.spec, self._launch
+        child: Child | None = None
         try:
-            child = await spawn(
-                SpawnSpec(
-                    argv=launch.argv,
-                    cwd=cwd,
-                    env=launch.env,
-                    cols=spec.cols,
-                    rows=spec.rows,
-                    use_pty=spec.use_pty,
+            with self._cancel_scope:  # close() during the spawn cancels it too
+                child = await spawn(launch.spawn)  # SpawnError: nothing started
+                self._child = child
+                self._state = TerminalState(
+                    title=launch.title,
+                    claim=spec.claim,
+                    content=(),
+                    cwd=launch.cwd_uri,
+                    cols=spec.cols if spec.use_pty else None,
+                    rows=spec.rows if spec.use_pty else None,
+                    isPty=spec.use_pty,
                 )
-            )
-        except BaseException:
-            remove_launch_files(launch)
-            raise
-        self._child = child
-        self._state = TerminalState(
-            title=spec.name or os.path.basename(spec.argv[0] if spec.argv else launch.argv[0]),
-            claim=spec.claim,
-            content=(),
-            cwd=path_to_file_uri(cwd),
-            cols=spec.cols if spec.use_pty else None,
-            rows=spec.rows if spec.use_pty else None,
-            isPty=spec.use_pty,
-        )
-        try:
-            with self._cancel_scope:
                 try:
                     async with trio.open_nursery() as nursery:
                         self._reducing = True
@@ -410,17 +331,21 @@ class Terminal:
                     log.exception("terminal %s failed", self.uri)
                 finally:
                     self._reducing = False
+            if child is None:
+                raise SpawnError("the terminal was disposed while it was starting")
         finally:
-            with trio.CancelScope(shield=True):
-                await child.terminate(spec.grace)
-            if spec.use_pty:  # background jobs left in the terminal's session (no orphans)
-                kill_session(child.pid)
-            remove_launch_files(launch)
+            if child is not None:
+                with trio.CancelScope(shield=True):
+                    await child.terminate(spec.grace)
+                if spec.use_pty:  # background jobs left in the terminal's session (no orphans)
+                    kill_session(child.pid)
+            discard(launch)
             if not self.exited.is_set():
-                # Failed or disposed while running: the state still records an exit.
-                self._state = reduce_terminal(self._state, TerminalExited())
+                if child is not None:
+                    # Failed or disposed while running: the state still records an exit.
+                    self._state = reduce_terminal(self._state, TerminalExited())
                 self.exited.set()
-            self.closed.set()
+            self.closed.set()  # invariant: every path out of here ends in "closed"
 
     def close(self) -> None:
         """Start disposal: cancel the tasks; :meth:`run` then terminates and reaps."""
@@ -598,13 +523,7 @@ class Terminal:
 
     def _apply(self, action: StateAction, origin: ActionOrigin | None = None) -> None:
         before = self._state
-        state = reduce_terminal(before, action)
-        if isinstance(action, TerminalData):
-            self._length += len(action.data)
-            if self._length > self.spec.scrollback:
-                state, self._length = trim(state, low_water=self._low_water)
-        elif isinstance(action, TerminalCleared):
-            self._length = 0
+        state = self._scrollback.account(reduce_terminal(before, action), action)
         self._state = state
         self._hub.publish(self.uri, action, origin)
         if (

@@ -39,6 +39,7 @@ from ahp.protocol.state import (
     UnclassifiedPart,
     part_text,
 )
+from ahp.protocol.uri import file_uri_to_path, local_file_uri_to_path, path_to_file_uri
 
 __all__ = [
     "ROOT_URI",
@@ -67,7 +68,10 @@ __all__ = [
     "decode_message",
     "dumps",
     "encode_message",
+    "file_uri_to_path",
+    "local_file_uri_to_path",
     "part_text",
+    "path_to_file_uri",
     "structure",
     "unstructure",
 ]

@@ -9,6 +9,12 @@ verbatim; unknown extra keys are ignored; scalars are checked strictly (a
 :class:`ProtocolError`, which carries a JSON path such as ``$.action.cols`` for
 the ``-32602`` error data.
 
+Versions: this converter *writes* the 0.5 shape (``exitCode``; session claims
+without ``chat``; the internal ``exited`` flag never appears) and *reads* both
+families — a terminal state or catalogue entry may carry 0.5's ``exitCode`` or
+1.x's ``lifecycle``, and either sets ``exited``. The 1.x shape is written by
+:mod:`ahp.protocol.dialect`, on top of this.
+
 The converter is cattrs' orjson preconf, built once at import. Encoding returns
 ``str`` (not ``bytes``): AHP requires WebSocket *text* frames.
 """
@@ -18,12 +24,15 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, Final, TypeVar, get_args, get_origin
 
+import attrs
 import orjson
 from cattrs import ClassValidationError, IterableValidationError, transform_error
+from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 from cattrs.preconf.orjson import make_converter
 from cattrs.strategies import configure_tagged_union
 
 from ahp.protocol.actions import StateAction, UnknownAction
+from ahp.protocol.commands import ChannelRecovery
 from ahp.protocol.jsonrpc import (
     JsonRpcError,
     JsonRpcErrorObject,
@@ -32,8 +41,21 @@ from ahp.protocol.jsonrpc import (
     JsonRpcRequest,
     JsonRpcSuccess,
 )
+from ahp.protocol.parts import Parts
 from ahp.protocol.rope import Rope
-from ahp.protocol.state import ChannelState, ContentPart, RootState, TerminalClaim, TerminalState
+from ahp.protocol.state import (
+    ROOT_URI,
+    TERMINAL_SCHEME,
+    ChannelState,
+    ContentPart,
+    OpaqueState,
+    RootState,
+    SessionClaim,
+    Snapshot,
+    TerminalClaim,
+    TerminalInfo,
+    TerminalState,
+)
 
 __all__ = [
     "ProtocolError",
@@ -132,6 +154,57 @@ converter.register_structure_hook_factory(_is_homogeneous_tuple, _homogeneous_tu
 converter.register_unstructure_hook_func(lambda t: t == tuple[Any, ...], list)
 
 
+def _lifecycle_fields(value: Any) -> tuple[bool, int | None] | None:
+    """``(exited, exitCode)`` from a 1.x ``lifecycle`` object, or None when absent."""
+    if "lifecycle" not in value:
+        return None
+    lifecycle = value["lifecycle"]
+    if not isinstance(lifecycle, dict):
+        raise TypeError("expected an object at lifecycle")
+    status = lifecycle.get("status")
+    if status == "running":
+        return False, None
+    if status != "exited":
+        raise ValueError(f"lifecycle status must be 'running' or 'exited', got {status!r}")
+    code = lifecycle.get("exitCode")
+    return True, None if code is None else _strict(int, "an integer")(code, None)
+
+
+def _exit_aware(cl: type[Any]) -> None:
+    """Hooks for a class with ``exitCode`` and ``exited`` (terminal state and info):
+    ``exited`` is never written; it is read from ``lifecycle`` (1.x) or implied
+    by ``exitCode`` (0.5)."""
+    structure_fields = make_dict_structure_fn(cl, converter, exited=override(omit=True))
+
+    def structure_hook(value: Any, _: Any) -> Any:
+        if not isinstance(value, dict):
+            raise TypeError(f"expected an object, got {type(value).__name__}")
+        lifecycle = _lifecycle_fields(value)
+        obj = structure_fields(value, cl)
+        if lifecycle is not None:
+            exited, code = lifecycle
+            return attrs.evolve(obj, exited=exited, exitCode=code)
+        if obj.exitCode is not None:
+            return attrs.evolve(obj, exited=True)
+        return obj
+
+    converter.register_structure_hook(cl, structure_hook)
+    converter.register_unstructure_hook(
+        cl,
+        make_dict_unstructure_fn(
+            cl, converter, _cattrs_omit_if_default=True, exited=override(omit=True)
+        ),
+    )
+
+
+converter.register_unstructure_hook(
+    SessionClaim,
+    make_dict_unstructure_fn(
+        SessionClaim, converter, _cattrs_omit_if_default=True, chat=override(omit=True)
+    ),
+)
+
+
 def _class_tag(name: str) -> Callable[[type[Any]], str]:
     def tag(cl: type[Any]) -> str:
         value: str = getattr(cl, name)
@@ -142,6 +215,25 @@ def _class_tag(name: str) -> Callable[[type[Any]], str]:
 
 configure_tagged_union(TerminalClaim, converter, tag_name="kind", tag_generator=_class_tag("KIND"))
 configure_tagged_union(ContentPart, converter, tag_name="type", tag_generator=_class_tag("TYPE"))
+_exit_aware(TerminalState)
+_exit_aware(TerminalInfo)
+
+
+def _parts_structure(t: Any) -> Callable[[Any, Any], Any]:
+    inner: Any = tuple[ContentPart, ...]  # the only Parts on the wire
+    return lambda value, _: Parts(converter.structure(value, inner))
+
+
+def _parts_unstructure(t: Any) -> Callable[[Any], Any]:
+    return lambda value: [converter.unstructure(part, ContentPart) for part in value]
+
+
+def _is_parts(t: Any) -> bool:
+    return t is Parts or get_origin(t) is Parts
+
+
+converter.register_structure_hook_factory(_is_parts, _parts_structure)
+converter.register_unstructure_hook_factory(_is_parts, _parts_unstructure)
 
 
 def _action_tag(cl: type[Any]) -> str:
@@ -187,6 +279,32 @@ def _structure_channel_state(value: Any, _: Any) -> ChannelState:
 
 
 converter.register_structure_hook(ChannelState, _structure_channel_state)
+
+
+def _structure_snapshot(value: Any, _: Any) -> Snapshot:
+    # The channel's kind comes from its URI; a kind this host does not model (a
+    # session's, a canvas's) is kept verbatim.
+    if not isinstance(value, dict):
+        raise TypeError(f"expected an object, got {type(value).__name__}")
+    resource = _strict(str, "a string")(value.get("resource"), None)
+    state: ChannelState | OpaqueState
+    if resource == ROOT_URI:
+        state = converter.structure(value.get("state"), RootState)
+    elif resource.startswith(TERMINAL_SCHEME):
+        state = converter.structure(value.get("state"), TerminalState)
+    else:
+        state = OpaqueState(_structure_json_object(value.get("state"), None))
+    return Snapshot(
+        resource=resource, state=state, fromSeq=_strict(int, "an integer")(value["fromSeq"], None)
+    )
+
+
+converter.register_structure_hook(Snapshot, _structure_snapshot)
+converter.register_unstructure_hook(OpaqueState, lambda state: dict(state.raw))
+# (After the Snapshot hook: the union's member hooks are built here, once.)
+configure_tagged_union(
+    ChannelRecovery, converter, tag_name="kind", tag_generator=_class_tag("KIND")
+)
 
 
 def _first_error(exc: Exception) -> tuple[str, str]:

@@ -2,29 +2,66 @@
 
 Why typed: params are validated by the one codec, so every malformed field
 yields a ``-32602`` error whose ``data.path`` names it (``$.params.cols``).
-Unknown extra keys (``_meta``, ``clientInfo``, ``delivery``, ``flowControl``…)
-are ignored, as AHP requires.
+Unknown extra keys (``_meta``, ``capabilities``, ``x-`` extensions…) are
+ignored, as AHP requires.
+
+Both protocol families are modelled here: 1.x added ``clientInfo`` /
+``serverInfo``, subscribe options (``delivery``, ``view`` and the windowed
+delivery offer ``flowControl``, which this host declines by leaving it out of
+its answer), ``listSessions`` paging, and two ``reconnect`` forms — the 0.5
+shape with an optional ``windows`` (:class:`ReconnectParams`) and per-channel
+cursors (:class:`ReconnectCursorParams`, answered by
+:class:`ReconnectChannels`); :func:`structure_reconnect_params` tells them
+apart by the element type of ``subscriptions``. Results are written by the
+server through :mod:`ahp.protocol.dialect` (the states inside them differ per
+version); these classes read them back (the client, the tests).
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from attrs import frozen
 
 from ahp.protocol.state import Snapshot, TerminalClaim
 
 __all__ = [
+    "ChannelFlowControl",
+    "ChannelMissing",
+    "ChannelReceiveLimits",
+    "ChannelRecovery",
+    "ChannelReplay",
+    "ChannelReplayCursor",
+    "ChannelSnapshot",
     "CreateTerminalParams",
     "DispatchActionParams",
+    "Implementation",
     "InitializeParams",
     "InitializeResult",
+    "ListSessionsParams",
+    "ReconnectChannels",
+    "ReconnectCursorParams",
     "ReconnectParams",
     "ReconnectReplay",
     "ReconnectSnapshot",
+    "ResumedChannelSubscription",
+    "ResumedWindows",
+    "SubscribeFlowControl",
     "SubscribeParams",
     "SubscribeResult",
+    "WindowCheckpoint",
+    "WindowCheckpoints",
+    "reconnect_form",
 ]
+
+
+@frozen
+class Implementation:
+    """Who is on the other end (``clientInfo`` / ``serverInfo``); informational only."""
+
+    name: str
+    version: str | None = None
+    title: str | None = None
 
 
 @frozen
@@ -34,6 +71,7 @@ class InitializeParams:
     protocolVersions: Any = None
     initialSubscriptions: tuple[str, ...] = ()
     locale: str | None = None
+    clientInfo: Implementation | None = None
 
 
 @frozen
@@ -42,14 +80,107 @@ class InitializeResult:
     serverSeq: int
     snapshots: tuple[Snapshot, ...]
     defaultDirectory: str | None = None
+    serverInfo: Implementation | None = None
+    #: A chat feature (a prefix that turns a chat message into a terminal command):
+    #: read when a server sends it, never set by this host.
+    terminalCommandPrefix: str | None = None
+
+
+# -- windowed delivery (1.x, experimental): offered by clients, declined here -----------------
+
+
+@frozen
+class ChannelReceiveLimits:
+    windowBytes: int
+    maximumFrameBytes: int
+    maximumMessageBytes: int
+
+
+@frozen
+class SubscribeFlowControl:
+    """A client's offer of windowed delivery for one subscription."""
+
+    receive: ChannelReceiveLimits
+
+
+@frozen
+class ChannelFlowControl:
+    """An accepted offer (this host never sends one: leaving it out declines)."""
+
+    clientReceive: ChannelReceiveLimits
+    hostReceive: ChannelReceiveLimits
+
+
+@frozen
+class WindowCheckpoint:
+    channel: str
+    lastAppliedServerSeq: int | None = None
+
+
+@frozen
+class WindowCheckpoints:
+    """``reconnect.windows`` (form A): progress of windowed subscriptions."""
+
+    items: tuple[WindowCheckpoint, ...]
+
+
+@frozen
+class ResumedChannelSubscription:
+    channel: str
+    flowControl: ChannelFlowControl
+    recovery: Literal["replay", "snapshot", "live"]
+
+
+@frozen
+class ResumedWindows:
+    """A reconnect result's ``windows`` (only when the request carried ``windows``)."""
+
+    items: tuple[ResumedChannelSubscription, ...]
+
+
+# -- reconnect ----------------------------------------------------------------------------------
 
 
 @frozen
 class ReconnectParams:
+    """Form A (0.5 and 1.x): one connection-wide cursor over string subscriptions."""
+
     channel: str
     clientId: str
     lastSeenServerSeq: int
     subscriptions: tuple[str, ...] = ()
+    windows: WindowCheckpoints | None = None
+
+
+@frozen
+class ChannelReplayCursor:
+    channel: str
+    #: The newest serverSeq the client applied on this channel; 0: no baseline yet.
+    lastSeenServerSeq: int
+
+
+@frozen
+class ReconnectCursorParams:
+    """Form B (1.x): one cursor per channel."""
+
+    channel: str
+    clientId: str
+    subscriptions: tuple[ChannelReplayCursor, ...]
+
+
+def reconnect_form(params: Any) -> type[ReconnectParams] | type[ReconnectCursorParams]:
+    """Which reconnect form ``params`` (raw JSON) uses: form B when ``subscriptions``
+    holds objects, or is an empty list with no ``lastSeenServerSeq``; form A
+    otherwise (so a malformed request is reported against the 0.5 shape)."""
+    if not isinstance(params, dict):
+        return ReconnectParams
+    subscriptions = params.get("subscriptions")
+    if isinstance(subscriptions, list):
+        if subscriptions:
+            return ReconnectCursorParams if isinstance(subscriptions[0], dict) else ReconnectParams
+        if "lastSeenServerSeq" not in params:
+            return ReconnectCursorParams
+    return ReconnectParams
 
 
 @frozen
@@ -57,22 +188,73 @@ class ReconnectReplay:
     type: Literal["replay"]
     actions: tuple[Any, ...]  # encoded ActionEnvelope objects
     missing: tuple[str, ...]
+    windows: ResumedWindows | None = None
 
 
 @frozen
 class ReconnectSnapshot:
     type: Literal["snapshot"]
     snapshots: tuple[Snapshot, ...]
+    #: 1.x: requested channels that cannot be resumed (0.5 had no such field here).
+    missing: tuple[str, ...] | None = None
+    windows: ResumedWindows | None = None
+
+
+@frozen
+class ChannelReplay:
+    KIND: ClassVar[str] = "replay"
+    channel: str
+    actions: tuple[Any, ...]  # encoded ActionEnvelope objects, ascending serverSeq
+
+
+@frozen
+class ChannelSnapshot:
+    KIND: ClassVar[str] = "snapshot"
+    channel: str
+    snapshot: Snapshot
+
+
+@frozen
+class ChannelMissing:
+    KIND: ClassVar[str] = "missing"
+    channel: str
+
+
+ChannelRecovery = ChannelReplay | ChannelSnapshot | ChannelMissing
+
+
+@frozen
+class ReconnectChannels:
+    """Form B's result: exactly one recovery per requested channel."""
+
+    channels: tuple[ChannelRecovery, ...]
+
+
+# -- subscriptions and the rest ------------------------------------------------------------------
 
 
 @frozen
 class SubscribeParams:
     channel: str
+    #: Advisory bound on intentional buffering (``maxLatencyMs``); honoured trivially:
+    #: this host does not hold output back to coalesce it.
+    delivery: dict[str, Any] | None = None
+    #: Chat-only (``turns``); ignored here, as the spec allows.
+    view: dict[str, Any] | None = None
+    flowControl: SubscribeFlowControl | None = None
 
 
 @frozen
 class SubscribeResult:
-    snapshot: Snapshot
+    snapshot: Snapshot | None = None
+    flowControl: ChannelFlowControl | None = None
+
+
+@frozen
+class ListSessionsParams:
+    channel: str
+    limit: int | None = None
+    cursor: str | None = None
 
 
 @frozen

@@ -4,17 +4,27 @@ Why frozen attrs classes: reducers return new values and never mutate old ones,
 so a snapshot handed to a subscriber (or kept in the replay log) stays valid
 forever without copying. Optional fields default to ``None`` and are *omitted*
 on the wire (never written as ``null``); the codec in :mod:`ahp.protocol.codec`
-owns that rule. Part texts are :class:`~ahp.protocol.rope.Rope` values so that
-appending output stays O(chunk) while old states are alive; ``str(part.value)``
-gives the text.
+owns that rule. Part texts are :class:`~ahp.protocol.rope.Rope` values and the
+content is a :class:`~ahp.protocol.parts.Parts` sequence, so that appending
+output stays O(chunk) while old states are alive, whatever the number of parts;
+``str(part.value)`` gives the text, and the content compares equal to a tuple.
+
+One model for every protocol version: these classes hold the union of what the
+0.5 family and 1.x can say, and :mod:`ahp.protocol.dialect` projects them onto
+either wire shape. Two fields exist for that: ``exited`` (an exit is known even
+when no code was reported: 1.x says ``{"status": "exited"}``, 0.5 cannot say it)
+and a session claim's ``chat`` (required in 1.x, unknown to 0.5). Neither is
+ever written by the plain codec, which speaks the 0.5 shape.
 """
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Final
+from collections.abc import Iterable
+from typing import Any, ClassVar, Final, Literal
 
 from attrs import field, frozen
 
+from ahp.protocol.parts import Parts
 from ahp.protocol.rope import Rope
 
 ROOT_URI: Final = "ahp-root://"
@@ -23,6 +33,10 @@ TERMINAL_SCHEME: Final = "ahp-terminal:"
 
 def _rope(value: Rope | str) -> Rope:
     return value if isinstance(value, Rope) else Rope(value)
+
+
+def _parts(value: Iterable[ContentPart]) -> Parts[ContentPart]:
+    return Parts.of(value)
 
 
 @frozen
@@ -41,6 +55,8 @@ class SessionClaim:
     session: str
     turnId: str | None = None
     toolCallId: str | None = None
+    #: The chat that claimed it (1.x; None when the claim came from a 0.5 client).
+    chat: str | None = None
 
 
 TerminalClaim = ClientClaim | SessionClaim
@@ -71,6 +87,24 @@ class CommandPart:
 ContentPart = UnclassifiedPart | CommandPart
 
 
+@frozen
+class TerminalLifecycle:
+    """1.x ``TerminalLifecycleState``: running, or exited (with a code if one was reported)."""
+
+    status: Literal["running", "exited"]
+    exitCode: int | None = None
+
+
+RUNNING: Final = TerminalLifecycle(status="running")
+
+
+def lifecycle_of(exited: bool, exit_code: int | None) -> TerminalLifecycle:
+    """The lifecycle of a terminal whose state says ``exited`` / ``exitCode``."""
+    if exited or exit_code is not None:
+        return TerminalLifecycle(status="exited", exitCode=exit_code)
+    return RUNNING
+
+
 def part_text(part: ContentPart) -> Rope:
     """The text of a part, whatever its type."""
     return part.output if isinstance(part, CommandPart) else part.value
@@ -82,13 +116,19 @@ class TerminalState:
 
     title: str
     claim: TerminalClaim
-    content: tuple[ContentPart, ...]
+    content: Parts[ContentPart] = field(converter=_parts)
     cwd: str | None = None
     cols: int | None = None
     rows: int | None = None
     exitCode: int | None = None
     supportsCommandDetection: bool | None = None
     isPty: bool | None = None
+    #: The process has exited (True also when it reported no code; see the module doc).
+    exited: bool = False
+
+    @property
+    def lifecycle(self) -> TerminalLifecycle:
+        return lifecycle_of(self.exited, self.exitCode)
 
     def text(self) -> str:
         """The naive VT stream: every part's text, concatenated."""
@@ -115,6 +155,12 @@ class TerminalInfo:
     title: str
     claim: TerminalClaim
     exitCode: int | None = None
+    #: As :attr:`TerminalState.exited`.
+    exited: bool = False
+
+    @property
+    def lifecycle(self) -> TerminalLifecycle:
+        return lifecycle_of(self.exited, self.exitCode)
 
 
 @frozen
@@ -139,9 +185,17 @@ ChannelState = TerminalState | RootState
 
 
 @frozen
+class OpaqueState:
+    """The state of a channel kind this host does not model (a session's, a canvas's),
+    as received; it re-encodes verbatim."""
+
+    raw: dict[str, Any]
+
+
+@frozen
 class Snapshot:
     """A channel's state at ``fromSeq`` (later envelopes have a larger serverSeq)."""
 
     resource: str
-    state: ChannelState
+    state: ChannelState | OpaqueState
     fromSeq: int

@@ -10,7 +10,8 @@ lives here, behind a handful of names:
   :class:`SpawnError` with a message fit for a human and nothing left behind;
 * :class:`Child` reads (``read_nowait``/``wait_readable``), writes (``write``, which
   raises :class:`ChildGone`), resizes, signals, waits and always cleans up
-  (``terminate``).
+  (``terminate``);
+* :func:`kill_session` sweeps what a terminal's session leaves behind (procfs scan).
 
 No buffering happens here beyond the kernel's; the engine owns the reader/writer
 tasks and the bounds. See ``child.py`` for the Linux pty EOF/EIO facts.
@@ -18,6 +19,7 @@ tasks and the bounds. See ``child.py`` for the Linux pty EOF/EIO facts.
 
 from ahp.pty.child import DEFAULT_GRACE, SIGTERM_GRACE, WRITE_CHUNK, Child, ChildGone
 from ahp.pty.launch import spawn
+from ahp.pty.reap import kill_session, session_members
 from ahp.pty.spec import SpawnError, SpawnSpec
 
 __all__ = [
@@ -28,5 +30,7 @@ __all__ = [
     "ChildGone",
     "SpawnError",
     "SpawnSpec",
+    "kill_session",
+    "session_members",
     "spawn",
 ]

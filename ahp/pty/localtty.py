@@ -24,8 +24,11 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import re
 import signal
+import stat
 import struct
+import sys
 import termios
 import tty
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -39,6 +42,7 @@ __all__ = [
     "LocalTerminal",
     "exit_signal_receiver",
     "open_local_terminal",
+    "pending_input",
     "raw_mode",
     "window_size",
 ]
@@ -46,6 +50,14 @@ __all__ = [
 #: Signals that end an ``attach`` session cleanly (terminal restored first).
 EXIT_SIGNALS: Final = (signal.SIGTERM, signal.SIGHUP)
 _WINSIZE: Final = struct.Struct("HHHH")  # rows, cols, xpixel, ypixel
+#: Primary device attributes (DA1): every VT100-compatible terminal answers it, after
+#: answering whatever it was asked before (terminals answer in order).
+DA1_QUERY: Final = b"\x1b[c"
+_DA1_REPLY: Final = re.compile(rb"\x1b\[\?[0-9;]*c")
+#: Longest wait for the terminal's DA1 answer in :meth:`LocalTerminal.settle`.
+SETTLE_TIMEOUT: Final = 2.0
+#: Most input :meth:`LocalTerminal.settle` reads (and discards) while waiting.
+MAX_SETTLE_INPUT: Final = 64 * 1024
 
 
 def window_size(fd: int) -> tuple[int, int] | None:
@@ -60,12 +72,33 @@ def window_size(fd: int) -> tuple[int, int] | None:
     return cols, rows
 
 
+def pending_input(fd: int) -> bool:
+    """Whether ``fd`` is a pipe, socket or file (not a terminal) with data to read now.
+
+    Non-blocking and without consuming anything: the readable byte count
+    (``FIONREAD``) of a pipe or socket, the bytes after the offset of a file. A
+    terminal, a character device such as ``/dev/null`` or a closed fd: False.
+    """
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISREG(mode):
+            return os.fstat(fd).st_size > os.lseek(fd, 0, os.SEEK_CUR)
+        if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
+            count = fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0")
+            return int.from_bytes(count, sys.byteorder) > 0
+    except OSError:
+        return False
+    return False
+
+
 @contextlib.contextmanager
 def raw_mode(fd: int) -> Iterator[bool]:
     """Raw mode on ``fd`` for the block (yields whether it applied: False if not a tty).
 
-    The saved attributes are restored on exit (``TCSADRAIN``: output already
-    written is still shown), whatever ended the block.
+    The saved attributes are restored on exit, whatever ended the block, with
+    ``TCSAFLUSH``: output already written is still shown, and input nobody read
+    (a terminal's late answers to a remote program's queries) is dropped rather
+    than left for the shell.
     """
     try:
         saved = termios.tcgetattr(fd)
@@ -77,7 +110,7 @@ def raw_mode(fd: int) -> Iterator[bool]:
         yield True
     finally:
         with contextlib.suppress(termios.error, OSError):
-            termios.tcsetattr(fd, termios.TCSADRAIN, saved)
+            termios.tcsetattr(fd, termios.TCSAFLUSH, saved)
 
 
 @contextlib.contextmanager
@@ -104,6 +137,37 @@ class LocalTerminal:
     @property
     def is_terminal(self) -> bool:
         return os.isatty(self.input_fd)
+
+    async def settle(self, timeout: float = SETTLE_TIMEOUT) -> bytes:
+        """Discard whatever the terminal has sent so far; return what came after it.
+
+        Why: output written to the terminal (a replayed history) may have made it
+        answer queries; those answers are not keystrokes. This asks for the device
+        attributes (:data:`DA1_QUERY`) and reads input up to the answer, which the
+        terminal sends after every earlier answer: everything before it is
+        dropped, what follows it (keys typed meanwhile) is returned. When no
+        answer comes within ``timeout`` or :data:`MAX_SETTLE_INPUT` bytes, pending
+        input is flushed (``TCIFLUSH``) and ``b""`` returned. Only for a terminal
+        on both stdin and stdout; cancellation leaves input partly read.
+        """
+        await self.stdout.send_all(DA1_QUERY)
+        seen = b""
+        with trio.move_on_after(timeout):
+            while len(seen) < MAX_SETTLE_INPUT:
+                chunk = await self.stdin.receive_some(MAX_SETTLE_INPUT)
+                if not chunk:
+                    return b""
+                seen += chunk
+                match = _DA1_REPLY.search(seen)
+                if match is not None:
+                    return seen[match.end() :]
+        self.discard_input()
+        return b""
+
+    def discard_input(self) -> None:
+        """Drop input the terminal has received but nobody read (``TCIFLUSH``)."""
+        with contextlib.suppress(termios.error, OSError):
+            termios.tcflush(self.input_fd, termios.TCIFLUSH)
 
     def size(self) -> tuple[int, int] | None:
         """``(cols, rows)`` of the local window (stdout's terminal, else stdin's)."""

@@ -1,15 +1,20 @@
 """Bounded scrollback: trim a terminal's retained content, oldest first.
 
 Why separate from the reducer: trimming is a server policy, not protocol
-semantics (the spec leaves scrollback length to each party). The engine calls
-:func:`trim` after appending when its running character count passes the
-limit; trimming goes down to ``low_water`` so that it runs once per
-``limit - low_water`` characters of output (amortised O(1) per character).
+semantics (the spec leaves scrollback length to each party). A
+:class:`Scrollback` keeps a running count of what a state retains and trims
+when it passes either bound: ``limit`` characters (output text *and* command
+lines: 200 command lines of 100 000 characters are 20 M characters) or
+``max_parts`` parts (20 000 commands with an empty prompt are 20 000 parts
+holding almost no text). Trimming goes down to the low-water marks (80%) so
+that it runs once per 20% of either bound: amortised O(1) per character and
+per part, and O(parts dropped) each time (never a walk over all parts).
 
 Rule (the reference server's, refined to keep exactly ``low_water``): drop
 whole leading parts while the rest still holds at least ``low_water``
-characters, then slice the head of the first remaining part. Lengths are
-counted in code points.
+characters (or more parts than the parts' low water), then slice the head of
+the text of the first remaining part. Lengths are counted in code points.
+Pure: the server's terminal core and the client's mirror both use it.
 """
 
 from __future__ import annotations
@@ -18,12 +23,28 @@ from typing import Final
 
 from attrs import evolve
 
-from ahp.protocol.state import CommandPart, TerminalState, part_text
+from ahp.protocol.actions import (
+    StateAction,
+    TerminalCleared,
+    TerminalCommandExecuted,
+    TerminalData,
+)
+from ahp.protocol.state import CommandPart, ContentPart, TerminalState
 
-__all__ = ["DEFAULT_SCROLLBACK", "content_length", "low_water_for", "trim"]
+__all__ = [
+    "DEFAULT_SCROLLBACK",
+    "MAX_PARTS",
+    "Scrollback",
+    "content_length",
+    "low_water_for",
+    "part_length",
+    "trim",
+]
 
 #: Default retained characters per terminal (≈ 4 MiB of ASCII output).
 DEFAULT_SCROLLBACK: Final = 4 * 1024 * 1024
+#: Most parts (commands and the text between them) a terminal retains.
+MAX_PARTS: Final = 8192
 
 
 def low_water_for(limit: int) -> int:
@@ -31,28 +52,99 @@ def low_water_for(limit: int) -> int:
     return limit * 4 // 5
 
 
+def part_length(part: ContentPart) -> int:
+    """Characters a part holds: its text, plus its command line for a command."""
+    if isinstance(part, CommandPart):
+        return len(part.output) + len(part.commandLine)
+    return len(part.value)
+
+
 def content_length(state: TerminalState) -> int:
     """Characters held in all parts (O(number of parts))."""
-    return sum(len(part_text(p)) for p in state.content)
+    return sum(part_length(p) for p in state.content)
 
 
-def trim(state: TerminalState, *, low_water: int) -> tuple[TerminalState, int]:
-    """Trim ``state`` to at most ``low_water`` characters; return it and its new length."""
-    parts = list(state.content)
-    total = sum(len(part_text(p)) for p in parts)
-    if total <= low_water:
+def trim(
+    state: TerminalState,
+    *,
+    low_water: int,
+    length: int | None = None,
+    max_parts: int | None = None,
+) -> tuple[TerminalState, int]:
+    """Trim ``state`` to at most ``low_water`` characters (and, with ``max_parts``, to
+    at most ``low_water_for(max_parts)`` parts); return it and its new length.
+
+    Args:
+        length: ``content_length(state)`` when the caller keeps it (then the cost is
+            O(parts dropped)); computed otherwise.
+    """
+    content = state.content
+    total = content_length(state) if length is None else length
+    keep_parts = len(content) if max_parts is None else min(len(content), low_water_for(max_parts))
+    keep_parts = max(keep_parts, 1)
+    if total <= low_water and len(content) <= keep_parts:
         return state, total
     drop = 0
-    while len(parts) - drop > 1 and total - len(part_text(parts[drop])) >= low_water:
-        total -= len(part_text(parts[drop]))
-        drop += 1
-    parts = parts[drop:]
-    if total > low_water:
-        head = parts[0]
+    count = len(content)
+    for part in content:
+        if count - drop <= 1:
+            break
+        size = part_length(part)
+        if count - drop > keep_parts or total - size >= low_water:
+            total -= size
+            drop += 1
+            continue
+        break
+    content = content.drop_first(drop)
+    if total > low_water and content:
+        head = content[0]
         excess = total - low_water
         if isinstance(head, CommandPart):
-            parts[0] = evolve(head, output=head.output.drop_prefix(excess))
+            cut = min(excess, len(head.output))
+            head = evolve(head, output=head.output.drop_prefix(cut))
         else:
-            parts[0] = evolve(head, value=head.value.drop_prefix(excess))
-        total = low_water
-    return evolve(state, content=tuple(parts)), total
+            cut = min(excess, len(head.value))
+            head = evolve(head, value=head.value.drop_prefix(cut))
+        content = content.replace(0, head)
+        total -= cut
+    return evolve(state, content=content), total
+
+
+class Scrollback:
+    """The running size of one terminal state's content, and its trimming.
+
+    Args:
+        limit: characters retained (output and command lines).
+        max_parts: parts retained.
+        state: the state counted from (its content is measured once).
+    """
+
+    __slots__ = ("length", "limit", "low_water", "max_parts")
+
+    def __init__(
+        self, limit: int, *, max_parts: int = MAX_PARTS, state: TerminalState | None = None
+    ) -> None:
+        self.limit = limit
+        self.max_parts = max_parts
+        self.low_water = low_water_for(limit)
+        self.length = content_length(state) if state is not None else 0
+
+    def reset(self, state: TerminalState) -> None:
+        self.length = content_length(state)
+
+    def account(self, state: TerminalState, action: StateAction) -> TerminalState:
+        """Count what ``action`` (already applied, giving ``state``) added; trim if over."""
+        if isinstance(action, TerminalData):
+            self.length += len(action.data)
+        elif isinstance(action, TerminalCommandExecuted):
+            self.length += len(action.commandLine)
+        elif isinstance(action, TerminalCleared):
+            self.length = 0
+            return state
+        else:
+            return state
+        if self.length > self.limit or len(state.content) > self.max_parts:
+            state, self.length = trim(
+                state, low_water=self.low_water, length=self.length, max_parts=self.max_parts
+            )
+        return state

@@ -5,8 +5,11 @@ fold the same actions through this one function, so two parties that saw the
 same envelopes hold equal states. Nothing here reads a clock or touches I/O;
 timestamps arrive inside the actions (set by the server).
 
-Appending output is O(len(data)): part texts are :class:`Rope` views, so the
-tail part grows without copying even while older states are retained.
+Appending output is O(len(data)), whatever the number of parts: part texts are
+:class:`Rope` views, so the tail part grows without copying even while older
+states are retained, and the content is a :class:`~ahp.protocol.parts.Parts`
+sequence, whose last part is replaced in O(1). A ``commandFinished`` looks for
+its command from the end (it is almost always the last part).
 """
 
 from __future__ import annotations
@@ -26,8 +29,9 @@ from ahp.protocol.actions import (
     TerminalResized,
     TerminalTitleChanged,
 )
+from ahp.protocol.parts import Parts
 from ahp.protocol.rope import Rope
-from ahp.protocol.state import CommandPart, ContentPart, TerminalState, UnclassifiedPart
+from ahp.protocol.state import CommandPart, TerminalState, UnclassifiedPart
 
 __all__ = ["append_data", "reduce_terminal"]
 
@@ -37,30 +41,37 @@ def append_data(state: TerminalState, data: str) -> TerminalState:
     if not data:
         return state
     content = state.content
-    if content:
-        tail = content[-1]
+    tail = content.last
+    if tail is not None:
         if isinstance(tail, CommandPart):
             if not tail.isComplete:
-                new_tail: CommandPart | UnclassifiedPart = evolve(tail, output=tail.output + data)
-                return evolve(state, content=(*content[:-1], new_tail))
+                grown = CommandPart(
+                    commandId=tail.commandId,
+                    commandLine=tail.commandLine,
+                    output=tail.output.append(data),
+                    timestamp=tail.timestamp,
+                    isComplete=False,
+                    exitCode=tail.exitCode,
+                    durationMs=tail.durationMs,
+                )
+                return evolve(state, content=content.replace_last(grown))
         else:
-            return evolve(state, content=(*content[:-1], UnclassifiedPart(value=tail.value + data)))
-    return evolve(state, content=(*content, UnclassifiedPart(value=Rope(data))))
+            text = UnclassifiedPart(value=tail.value.append(data))
+            return evolve(state, content=content.replace_last(text))
+    return evolve(state, content=content.append(UnclassifiedPart(value=Rope(data))))
 
 
 def _finish(state: TerminalState, action: TerminalCommandFinished) -> TerminalState:
-    changed = False
-    parts: list[ContentPart] = []
-    for part in state.content:
+    content = state.content
+    index = len(content)
+    for part in reversed(content):  # the command is almost always the last part
+        index -= 1
         if isinstance(part, CommandPart) and part.commandId == action.commandId:
             done = evolve(
                 part, isComplete=True, exitCode=action.exitCode, durationMs=action.durationMs
             )
-            parts.append(done)
-            changed = True
-        else:
-            parts.append(part)
-    return evolve(state, content=tuple(parts)) if changed else state
+            return evolve(state, content=content.replace(index, done))
+    return state
 
 
 def reduce_terminal(state: TerminalState, action: StateAction) -> TerminalState:
@@ -77,16 +88,17 @@ def reduce_terminal(state: TerminalState, action: StateAction) -> TerminalState:
         case TerminalCwdChanged(cwd=cwd):
             return evolve(state, cwd=cwd)
         case TerminalExited(exitCode=code):
-            return evolve(state, exitCode=code)
+            # ``exited`` records the exit even without a code (1.x lifecycle).
+            return evolve(state, exitCode=code, exited=True)
         case TerminalCleared():
-            return evolve(state, content=())
+            return evolve(state, content=Parts())
         case TerminalCommandDetectionAvailable():
             return evolve(state, supportsCommandDetection=True)
         case TerminalCommandExecuted(commandId=cid, commandLine=line, timestamp=ts):
             part = CommandPart(
                 commandId=cid, commandLine=line, output=Rope(), timestamp=ts, isComplete=False
             )
-            return evolve(state, content=(*state.content, part), supportsCommandDetection=True)
+            return evolve(state, content=state.content.append(part), supportsCommandDetection=True)
         case TerminalCommandFinished():
             return _finish(state, action)
         case _:

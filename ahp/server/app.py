@@ -1,6 +1,6 @@
 """The sidecar: a host, its WebSocket listeners, and orderly shutdown.
 
-Why: ``python -m ahp serve`` and :meth:`ahp.Host.serve`-style embedding need
+Why: ``python -m ahp serve`` and embedding (``nursery.start(ahp.serve_host, host)``) need
 the same thing — listen, authenticate, speak AHP for the host's terminals —
 and the command line additionally needs signals: the first SIGINT/SIGTERM
 closes every connection with 1001, disposes every terminal (no orphans) and
@@ -23,8 +23,8 @@ import attrs
 import trio
 
 from ahp.engine import Host, open_host
-from ahp.engine.reap import kill_session
-from ahp.server.session import ServerState
+from ahp.pty.reap import kill_session
+from ahp.server.session import DEFAULT_MAX_TERMINALS, ServerState
 from ahp.server.websocket import ServerConfig, open_listeners, serve_connections
 
 __all__ = [
@@ -62,6 +62,8 @@ class ServeOptions:
     require_token: bool = True
     #: Serve ``wss://`` with this context (server side, certificate loaded); TCP only.
     tls: ssl.SSLContext | None = None
+    #: Terminals hosted at most (``createTerminal`` past it is refused, -32000).
+    max_terminals: int = DEFAULT_MAX_TERMINALS
 
 
 def tls_context(cert: str, key: str | None = None) -> ssl.SSLContext:
@@ -90,15 +92,22 @@ def _allowed_hosts(options: ServeOptions, port: int) -> frozenset[str]:
 
 async def serve_host(
     host: Host,
-    options: ServeOptions,
+    options: ServeOptions | None = None,
     *,
     task_status: trio.TaskStatus[Sidecar] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``host`` over WebSocket until cancelled; ``started`` gives the URL.
 
+    The front door for embedding (also ``ahp.serve_host``): use
+    ``sidecar = await nursery.start(ahp.serve_host, host, ahp.ServeOptions(port=0))``;
+    ``sidecar.url`` carries the token. It lives here, not on the engine's
+    :class:`~ahp.engine.Host`, so that the engine never imports the server.
+
     The token is ``options.token``, else ``$AHP_TOKEN``, else a random one
     (unless ``require_token`` is false).
     """
+    if options is None:
+        options = ServeOptions()
     token = options.token or os.environ.get("AHP_TOKEN") or None
     if token is None and options.require_token:
         token = secrets.token_urlsafe(24)
@@ -130,7 +139,7 @@ async def serve_host(
         allow_origins=options.allow_origins,
         allowed_hosts=_allowed_hosts(options, port or 0),
     )
-    state = ServerState(host=host)
+    state = ServerState(host=host, max_terminals=options.max_terminals)
     try:
         async with trio.open_nursery() as nursery:
             await nursery.start(serve_connections, state, config, listeners)

@@ -6,6 +6,11 @@ which channels it followed and the ``fromSeq`` of the snapshot it was given for
 each one (envelopes at or below it are already in that client's state and must
 never be replayed). Records outlive their connection for a grace period and
 are bounded in number; the oldest disconnected ones are forgotten first.
+
+A forgotten client is gone for good (it can only ``initialize`` afresh), so
+what it held must be let go: the ids of forgotten records are kept until the
+server takes them (:meth:`ClientRegistry.take_forgotten`) and releases their
+terminal claims.
 """
 
 from __future__ import annotations
@@ -42,6 +47,9 @@ class ClientRegistry:
         self.grace = grace
         self.max_records = max_records
         self._records: dict[str, ClientRecord] = {}
+        #: Ids forgotten since the last :meth:`take_forgotten` (at most one entry per
+        #: record that existed, so bounded by ``max_records`` per call in between).
+        self._forgotten: list[str] = []
 
     def __len__(self) -> int:
         return len(self._records)
@@ -69,15 +77,16 @@ class ClientRegistry:
             record.connections = 0
             record.disconnected_at = time.monotonic()
 
+    def take_forgotten(self) -> list[str]:
+        """Ids of clients forgotten since the last call that are still unknown now."""
+        self._expire_stale()
+        gone = [cid for cid in dict.fromkeys(self._forgotten) if cid not in self._records]
+        self._forgotten.clear()
+        return gone
+
     def _expire(self) -> None:
-        now = time.monotonic()
-        stale = [
-            cid
-            for cid, r in self._records.items()
-            if r.disconnected_at is not None and now - r.disconnected_at > self.grace
-        ]
-        for cid in stale:
-            del self._records[cid]
+        """Forget records past their grace, then the oldest idle ones to make room for one."""
+        self._expire_stale()
         if len(self._records) >= self.max_records:
             idle = sorted(
                 (r.disconnected_at, cid)
@@ -86,3 +95,15 @@ class ClientRegistry:
             )
             for _, cid in idle[: len(self._records) - self.max_records + 1]:
                 del self._records[cid]
+                self._forgotten.append(cid)
+
+    def _expire_stale(self) -> None:
+        now = time.monotonic()
+        stale = [
+            cid
+            for cid, r in self._records.items()
+            if r.disconnected_at is not None and now - r.disconnected_at > self.grace
+        ]
+        for cid in stale:
+            del self._records[cid]
+        self._forgotten.extend(stale)

@@ -16,10 +16,23 @@ next frame is handled normally. Only an unsupported protocol version closes
 (after the ``-32005`` answer), as AHP specifies. A client's mistake is never
 logged above DEBUG; an unexpected exception (a bug of ours) is logged with its
 traceback and answered ``-32603``, and the connection goes on.
+
+Dialects: ``initialize`` picks the highest offered version this host speaks
+(0.3.x to 0.8.x: the 0.5 dialect; 0.9.x, 0.10.x and 1.x: the 1.x dialect; see
+:mod:`ahp.protocol.dialect`) and the connection keeps it (a ``reconnect``
+resumes the record's). Everything this connection is sent — answers, replayed
+envelopes, and through :meth:`Session.project` the live envelopes the writer
+takes from the outbox — is projected onto that dialect from the one internal
+state. Envelopes are shared by every subscriber and encoded once; only the few
+that differ in 1.x (catalogue updates, session claims) are encoded again for a
+1.x connection. A session claim a 0.5 client dispatches for the session that
+already holds the terminal keeps that claim's ``chat`` (a 0.5 client narrowing
+a 1.x chat's claim does not lose the chat for 1.x viewers).
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import re
@@ -29,12 +42,14 @@ from typing import Any, Final, NoReturn
 
 import attrs
 
+from ahp import __version__
 from ahp.engine import Host, Outbox, TerminalExists, TerminalNotFound
+from ahp.engine.envelopes import Published
 from ahp.protocol.actions import (
-    ActionEnvelope,
     ActionOrigin,
     RootConfigChanged,
     StateAction,
+    TerminalClaimed,
     TerminalInput,
     UnknownAction,
     action_type,
@@ -43,6 +58,7 @@ from ahp.protocol.codec import (
     ProtocolError,
     decode_json,
     decode_message,
+    dumps_utf8,
     encode_message,
     structure,
     structure_action,
@@ -52,11 +68,22 @@ from ahp.protocol.commands import (
     ChannelParams,
     CreateTerminalParams,
     DispatchActionParams,
+    Implementation,
     InitializeParams,
     InitializeResult,
+    ListSessionsParams,
+    ReconnectCursorParams,
     ReconnectParams,
-    ReconnectReplay,
-    ReconnectSnapshot,
+    reconnect_form,
+)
+from ahp.protocol.dialect import (
+    SUPPORTED_VERSIONS,
+    Dialect,
+    dialect_of,
+    envelope_json,
+    negotiate,
+    projects,
+    snapshot_json,
 )
 from ahp.protocol.jsonrpc import (
     ErrorCode,
@@ -67,51 +94,50 @@ from ahp.protocol.jsonrpc import (
     JsonRpcRequest,
     JsonRpcSuccess,
 )
-from ahp.protocol.state import ROOT_URI, TERMINAL_SCHEME, Snapshot
+from ahp.protocol.jsonshape import MAX_DEPTH, FrameShapeError, check_shape
+from ahp.protocol.state import ROOT_URI, TERMINAL_SCHEME, ClientClaim, SessionClaim, Snapshot
+from ahp.protocol.uri import local_file_uri_to_path, path_to_file_uri
 from ahp.pty import SpawnError
 from ahp.server.clients import ClientRecord, ClientRegistry
-from ahp.vt.uri import local_file_uri_to_path, path_to_file_uri
 
-__all__ = ["SUPPORTED_VERSIONS", "ServerState", "Session", "negotiate_version"]
+__all__ = [
+    "DEFAULT_MAX_TERMINALS",
+    "MAX_CONFIG_BYTES",
+    "SERVER_LIMIT",
+    "SUPPORTED_VERSIONS",
+    "ServerState",
+    "Session",
+    "negotiate_version",
+]
 
 log = logging.getLogger("ahp.server")
 
-#: The protocol family spoken (see design.md, decision 1).
-PROTOCOL_VERSION: Final = "0.5.0"
-SUPPORTED_VERSIONS: Final = ("^0.5.0", "^0.4.0", "^0.3.0")
-MIN_MINOR: Final = 3
-MAX_MINOR: Final = 5
 MAX_DIMENSION: Final = 4096
+#: Who this server is (``serverInfo``, sent to 1.x clients).
+SERVER_INFO: Final = Implementation(name="ahp-terminals", version=__version__)
 
-#: Deepest JSON nesting accepted in a frame. orjson reads 1024 levels but writes only
-#: 254, and a client's raw JSON (an unknown action, a config) can be echoed to it or
-#: broadcast inside an envelope: deeper frames are refused as parse errors.
-MAX_NESTING: Final = 128
+#: Deepest JSON nesting accepted in a frame (see :data:`ahp.protocol.jsonshape.MAX_DEPTH`);
+#: deeper frames, and frames of more than ``MAX_ITEMS`` items, are refused as parse errors.
+MAX_NESTING: Final = MAX_DEPTH
+
+#: Terminals one server hosts at most by default (``serve --max-terminals``): each holds
+#: a process, about 3 of the server's fds (pty or pipes) and up to its scrollback.
+DEFAULT_MAX_TERMINALS: Final = 256
+#: Largest ``root/configChanged`` action accepted (encoded JSON bytes): it is broadcast to
+#: every root subscriber, so a bigger one is rejected to its sender.
+MAX_CONFIG_BYTES: Final = 64 * 1024
+#: JSON-RPC's implementation-defined server error (AHP assigns no code to this): a limit
+#: of this server was reached (terminals, file descriptors); the message says which, and
+#: the request may succeed later.
+SERVER_LIMIT: Final = -32000
+#: ``errno`` values meaning the machine or the process ran out of something.
+_EXHAUSTED: Final = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.EAGAIN})
 
 #: Methods answered before ``initialize``.
 PRE_HANDSHAKE: Final = frozenset({"initialize", "reconnect", "ping"})
 
-
-def negotiate_version(offered: Any) -> str | None:
-    """The highest offered ``0.3.x`` to ``0.5.x`` version, or None (non-lists offer nothing)."""
-    if not isinstance(offered, list):
-        return None
-    best: tuple[int, int, int] | None = None
-    chosen: str | None = None
-    for entry in offered:
-        if not isinstance(entry, str):
-            continue
-        parts = entry.split("-", 1)[0].split(".")
-        if len(parts) != 3 or not all(p.isdigit() for p in parts):
-            continue
-        version = (int(parts[0]), int(parts[1]), int(parts[2]))
-        if (
-            version[0] == 0
-            and MIN_MINOR <= version[1] <= MAX_MINOR
-            and (best is None or version > best)
-        ):
-            best, chosen = version, entry
-    return chosen
+#: The negotiation rule (kept under its old name for callers).
+negotiate_version = negotiate
 
 
 @attrs.define
@@ -122,6 +148,10 @@ class ServerState:
     clients: ClientRegistry = attrs.field(factory=ClientRegistry)
     default_directory: str = attrs.field(factory=lambda: path_to_file_uri(os.path.expanduser("~")))
     holder_only_input: bool = False
+    #: Terminals hosted at most; ``createTerminal`` past it fails with :data:`SERVER_LIMIT`.
+    max_terminals: int = DEFAULT_MAX_TERMINALS
+    #: ``createTerminal`` requests between the limit check and the terminal's registration.
+    creating: int = 0
     #: Counters: protocol errors answered (figures for tests).
     errors: int = 0
 
@@ -132,30 +162,15 @@ _CONTROL: Final = re.compile("[\x00-\x1f\x7f-\x9f]")
 _QUOTE_LIMIT: Final = 200
 
 
-def _nested_deeper_than(value: Any, limit: int) -> bool:
-    """Whether arrays/objects in ``value`` nest more than ``limit`` levels (iterative)."""
-    stack = [(value, 1)] if isinstance(value, dict | list) else []
-    while stack:
-        node, depth = stack.pop()
-        if depth > limit:
-            return True
-        children = node.values() if isinstance(node, dict) else node
-        stack.extend((c, depth + 1) for c in children if isinstance(c, dict | list))
-    return False
-
-
 def _parse(frame: str | bytes) -> dict[str, Any]:
-    """The frame's JSON object: ``-32700`` if invalid or nested too deep, else ``-32600``."""
+    """The frame's JSON object: ``-32700`` if invalid or too costly to decode
+    (:func:`~ahp.protocol.jsonshape.check_shape`, before anything is built), else
+    ``-32600``."""
+    try:
+        check_shape(frame, max_depth=MAX_NESTING)
+    except FrameShapeError as exc:
+        raise ProtocolError(f"parse error: {exc}", code=-32700) from None
     data = decode_json(frame)
-    # Each level of nesting takes an opening bracket in the text (brackets inside
-    # strings only over-count): a frame with few of them, such as every keystroke,
-    # skips the walk.
-    if isinstance(frame, str):
-        brackets = frame.count("{") + frame.count("[")
-    else:
-        brackets = frame.count(b"{") + frame.count(b"[")
-    if brackets > MAX_NESTING and _nested_deeper_than(data, MAX_NESTING):
-        raise ProtocolError(f"parse error: nested deeper than {MAX_NESTING} levels", code=-32700)
     if not isinstance(data, dict):  # (decode_message would re-parse a str as JSON)
         kind = "a batch (array)" if isinstance(data, list) else type(data).__name__
         raise ProtocolError(f"expected a JSON-RPC object, got {kind}", code=-32600)
@@ -200,12 +215,35 @@ class Session:
         self.outbox = outbox
         self.record: ClientRecord | None = None
         self.subscriptions: set[str] = set()
+        #: The wire shape of this connection (set by initialize / reconnect).
+        self.dialect = Dialect.V05
         #: Set when the connection must close after the queued frames (code, reason).
         self.close_request: tuple[int, str] | None = None
 
     @property
     def client_id(self) -> str | None:
         return self.record.client_id if self.record is not None else None
+
+    @property
+    def project(self) -> Callable[[Published], bytes] | None:
+        """How the writer encodes an envelope for this connection: None for the 0.5
+        dialect (the shared frame, as it is), else :meth:`_frame_v1`."""
+        return self._frame_v1 if self.dialect is Dialect.V1 else None
+
+    def _frame_v1(self, item: Published) -> bytes:
+        if not projects(item.envelope.action):
+            return item.frame  # the same in both dialects: the shared, cached frame
+        return dumps_utf8(
+            {
+                "jsonrpc": "2.0",
+                "method": "action",
+                "params": envelope_json(item.envelope, Dialect.V1),
+            }
+        )
+
+    def _begin(self, record: ClientRecord) -> None:
+        self.record = record
+        self.dialect = dialect_of(record.protocol_version)
 
     # -- frames ------------------------------------------------------------------------------
 
@@ -315,6 +353,23 @@ class Session:
 
     # -- requests ----------------------------------------------------------------------------
 
+    async def _release_forgotten_claims(self) -> None:
+        """Unclaim terminals held by clients the server has forgotten (gone for good).
+
+        Why: a client claim is held by a connected client; one whose holder left
+        long ago would be listed forever and refuse every other client's claim.
+        Run when a client connects (before its snapshots), so a catalogue is never
+        older than the records it is read with.
+        """
+        gone = set(self.server.clients.take_forgotten())
+        if not gone:
+            return
+        for terminal in list(self.host.terminals.values()):
+            claim = terminal.state.claim
+            if isinstance(claim, ClientClaim) and claim.clientId in gone:
+                log.info("%s: released the claim of gone client %r", terminal.uri, claim.clientId)
+                await terminal.dispatch(TerminalClaimed(claim=ClientClaim(clientId="")))
+
     async def _ping(self, params: Any) -> None:
         return None
 
@@ -322,56 +377,117 @@ class Session:
         if self.record is not None:
             raise _Fail(ErrorCode.METHOD_NOT_FOUND, "already initialized")
         p = structure(params, InitializeParams)
-        version = negotiate_version(p.protocolVersions)
+        version = negotiate(p.protocolVersions)
         if version is None:
             self.close_request = (1002, "unsupported protocol version")
             raise _Fail(
                 ErrorCode.UNSUPPORTED_PROTOCOL_VERSION,
-                f"unsupported protocol version; this host speaks {PROTOCOL_VERSION}",
+                "unsupported protocol version; this host speaks 0.3 to 0.10 and 1.x",
                 {"supportedVersions": list(SUPPORTED_VERSIONS)},
             )
-        self.record = self.server.clients.connect(p.clientId, version)
+        if p.clientInfo is not None:
+            log.debug("client %s is %s %s", p.clientId, p.clientInfo.name, p.clientInfo.version)
+        self._begin(self.server.clients.connect(p.clientId, version))
+        await self._release_forgotten_claims()
         snapshots = [s for s in map(self._subscribe, dict.fromkeys(p.initialSubscriptions)) if s]
-        result = InitializeResult(
-            protocolVersion=version,
-            serverSeq=self.host.hub.seq,
-            snapshots=tuple(snapshots),
-            defaultDirectory=self.server.default_directory,
+        result = unstructure(
+            InitializeResult(
+                protocolVersion=version,
+                serverSeq=self.host.hub.seq,
+                snapshots=(),
+                defaultDirectory=self.server.default_directory,
+                serverInfo=SERVER_INFO if self.dialect is Dialect.V1 else None,
+            )
         )
-        return unstructure(result)
+        result["snapshots"] = [snapshot_json(s, self.dialect) for s in snapshots]
+        return result
 
     async def _reconnect(self, params: Any) -> Any:
         if self.record is not None:
             raise _Fail(ErrorCode.METHOD_NOT_FOUND, "already initialized")
-        p = structure(params, ReconnectParams)
+        form = reconnect_form(params)
+        p = structure(params, form)
         record = self.server.clients.resume(p.clientId)
+        await self._release_forgotten_claims()
         if record is None:
             raise _Fail(ErrorCode.NOT_FOUND, "Reconnect client not found")
-        self.record = record
+        self._begin(record)
+        if isinstance(p, ReconnectCursorParams):
+            return self._recover_channels(p, record)
+        assert isinstance(p, ReconnectParams)
         requested = list(dict.fromkeys(p.subscriptions))
         valid = [c for c in requested if c == ROOT_URI or c in self.host]
         missing = [c for c in requested if c not in valid]
         log_ = self.host.hub.log
+        out: dict[str, Any]
         if log_.can_replay_after(p.lastSeenServerSeq):
             floors = {c: record.snapshot_seq.get(c, 0) for c in valid}
             actions = [
-                unstructure(envelope, ActionEnvelope)
+                envelope_json(envelope, self.dialect)
                 for envelope in log_.after(p.lastSeenServerSeq, valid)
                 if envelope.serverSeq > floors[envelope.channel]
             ]
             for channel in valid:
                 self.host.hub.subscribe(channel, self.outbox)
                 self.subscriptions.add(channel)
-            return unstructure(ReconnectReplay("replay", tuple(actions), tuple(missing)))
-        snapshots = [s for s in map(self._subscribe, valid) if s]
-        return unstructure(ReconnectSnapshot("snapshot", tuple(snapshots)))
+            out = {"type": "replay", "actions": actions, "missing": missing}
+        else:
+            snapshots = [s for s in map(self._subscribe, valid) if s]
+            out = {
+                "type": "snapshot",
+                "snapshots": [snapshot_json(s, self.dialect) for s in snapshots],
+            }
+            if self.dialect is Dialect.V1:
+                out["missing"] = missing
+        if p.windows is not None:
+            # Windowed delivery is never granted here, so no windowed subscription resumes.
+            out["windows"] = {"items": []}
+        return out
+
+    def _recover_channels(self, p: ReconnectCursorParams, record: ClientRecord) -> Any:
+        """Reconnect form B: one replay, snapshot or missing entry per requested channel,
+        each from its own cursor (a snapshot when the cursor is 0 or too old)."""
+        cursors: dict[str, int] = {}
+        for cursor in p.subscriptions:
+            cursors.setdefault(cursor.channel, cursor.lastSeenServerSeq)
+        log_ = self.host.hub.log
+        replayable = {
+            c: max(seq, record.snapshot_seq.get(c, 0))
+            for c, seq in cursors.items()
+            if (c == ROOT_URI or c in self.host) and seq > 0 and log_.can_replay_after(seq)
+        }
+        replays: dict[str, list[Any]] = {c: [] for c in replayable}
+        if replayable:
+            for envelope in log_.after(min(replayable.values()), replayable):
+                if envelope.serverSeq > replayable[envelope.channel]:
+                    replays[envelope.channel].append(envelope_json(envelope, self.dialect))
+        channels: list[dict[str, Any]] = []
+        for channel in cursors:
+            if channel in replays:
+                self.host.hub.subscribe(channel, self.outbox)
+                self.subscriptions.add(channel)
+                channels.append({"kind": "replay", "channel": channel, "actions": replays[channel]})
+                continue
+            snapshot = self._subscribe(channel)
+            if snapshot is None:
+                channels.append({"kind": "missing", "channel": channel})
+            else:
+                channels.append(
+                    {
+                        "kind": "snapshot",
+                        "channel": channel,
+                        "snapshot": snapshot_json(snapshot, self.dialect),
+                    }
+                )
+        return {"channels": channels}
 
     async def _subscribe_request(self, params: Any) -> Any:
         p = structure(params, ChannelParams)
         snapshot = self._subscribe(p.channel)
         if snapshot is None:
             raise _Fail(ErrorCode.NOT_FOUND, f"Resource not found: {_short(p.channel)}")
-        return {"snapshot": unstructure(snapshot)}
+        # Windowed delivery (``flowControl``) is declined by leaving it out.
+        return {"snapshot": snapshot_json(snapshot, self.dialect)}
 
     async def _create_terminal(self, params: Any) -> None:
         p = structure(params, CreateTerminalParams)
@@ -396,6 +512,15 @@ class Session:
                 )
         if p.cwd is not None:
             _check_cwd(p.cwd)
+        server = self.server
+        if len(self.host.terminals) + server.creating >= server.max_terminals:
+            raise _Fail(
+                SERVER_LIMIT,
+                f"terminal limit reached: this server hosts at most {server.max_terminals} "
+                "terminals (serve --max-terminals); dispose one first",
+                {"limit": server.max_terminals},
+            )
+        server.creating += 1
         try:
             await self.host.create_terminal(
                 p.channel,
@@ -407,8 +532,20 @@ class Session:
             )
         except TerminalExists as exc:
             raise _Fail(ErrorCode.ALREADY_EXISTS, _short(str(exc))) from None
-        except SpawnError as exc:
+        except (SpawnError, OSError) as exc:
+            cause = exc if isinstance(exc, OSError) else exc.__cause__
+            if isinstance(cause, OSError) and cause.errno in _EXHAUSTED:
+                raise _Fail(
+                    SERVER_LIMIT,
+                    f"the server is out of resources ({os.strerror(cause.errno or 0)}); "
+                    "try again later",
+                    {"errno": errno.errorcode.get(cause.errno or 0, "")},
+                ) from None
+            if isinstance(exc, OSError):
+                raise
             raise _Fail(ErrorCode.INVALID_PARAMS, _short(str(exc)), {"path": "$.params"}) from None
+        finally:
+            server.creating -= 1
 
     async def _dispose_terminal(self, params: Any) -> None:
         p = structure(params, ChannelParams)
@@ -419,6 +556,10 @@ class Session:
         self.subscriptions.discard(p.channel)
 
     async def _list_sessions(self, params: Any) -> Any:
+        p = structure(params, ListSessionsParams)
+        if p.cursor is not None:
+            # This host has no sessions, so it never hands out a cursor to come back with.
+            raise _Fail(ErrorCode.INVALID_PARAMS, "unknown cursor", {"path": "$.params.cursor"})
         return {"items": []}
 
     # -- notifications -----------------------------------------------------------------------
@@ -460,6 +601,13 @@ class Session:
             problem = f"malformed action: {exc.message}"
         hub = self.host.hub
         if channel == ROOT_URI:
+            if isinstance(action, RootConfigChanged) and len(dumps_utf8(p.action)) > (
+                MAX_CONFIG_BYTES
+            ):
+                # Refused, and echoed without its config: the sender has it, and a
+                # rejection need not cost the size of what it refuses.
+                action = RootConfigChanged(config={}, replace=action.replace)
+                problem = f"root/configChanged larger than {MAX_CONFIG_BYTES} bytes (not echoed)"
             if problem is None and isinstance(action, RootConfigChanged):
                 # A terminal host has no config: the merge is a no-op, echoed as applied.
                 hub.publish(ROOT_URI, action, origin)
@@ -477,7 +625,18 @@ class Session:
         if problem is not None:
             hub.reject(self.outbox, channel, action, origin, problem)
             return
-        await self.host.get(channel).dispatch(action, origin=origin, sender=self.outbox)
+        terminal = self.host.get(channel)
+        if (
+            self.dialect is Dialect.V05
+            and isinstance(action, TerminalClaimed)
+            and isinstance(claim := action.claim, SessionClaim)
+            and claim.chat is None
+            and isinstance(current := terminal.state.claim, SessionClaim)
+            and current.session == claim.session
+            and current.chat is not None
+        ):
+            action = TerminalClaimed(claim=attrs.evolve(claim, chat=current.chat))
+        await terminal.dispatch(action, origin=origin, sender=self.outbox)
 
 
 _REQUESTS: dict[str, Callable[[Session, Any], Awaitable[Any]]] = {

@@ -34,9 +34,10 @@ from __future__ import annotations
 import contextlib
 import hmac
 import logging
+import math
 import os
 import socket
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Final
 from urllib.parse import parse_qs, urlsplit
 
@@ -46,6 +47,12 @@ import trio
 from ahp.engine import Outbox
 from ahp.engine.envelopes import Published
 from ahp.engine.outbox import OutboxItem
+from ahp.server.admission import (
+    PendingConnections,
+    RateLimitedLog,
+    pending_limit,
+    serve_listener,
+)
 from ahp.server.session import ServerState, Session
 from ahp.server.wsconn import (
     HANDSHAKE_TIMEOUT,
@@ -91,8 +98,12 @@ class ServerConfig:
     max_message_size: int = MAX_MESSAGE_SIZE
     outbox_bytes: int = OUTBOX_BYTES
     stall_grace: float = STALL_GRACE
-    #: Seconds a peer gets to send its upgrade request before it is dropped.
+    #: Seconds a peer gets, from its connect, to be authenticated and answered (the
+    #: upgrade request, the checks, the 101 or the refusal) before it is dropped.
     handshake_timeout: float = HANDSHAKE_TIMEOUT
+    #: Unauthenticated connections held at most (None: from ``RLIMIT_NOFILE``, see
+    #: :func:`ahp.server.admission.pending_limit`); the oldest is dropped for a new one.
+    max_pending: int | None = None
 
 
 def check_upgrade(request: UpgradeRequest, config: ServerConfig) -> str | None:
@@ -120,14 +131,21 @@ def check_upgrade(request: UpgradeRequest, config: ServerConfig) -> str | None:
     return None
 
 
-def _encoded(batch: list[OutboxItem]) -> Iterator[bytes]:
+def _encoded(
+    batch: list[OutboxItem], project: Callable[[Published], bytes] | None = None
+) -> Iterator[bytes]:
     """The batch's frames, encoded one at a time as they are consumed; each item is
     dropped from ``batch`` when its frame is taken, so a merged envelope (and its
-    cached frame) is freed once written, not when the whole batch is."""
+    cached frame) is freed once written, not when the whole batch is. ``project``
+    encodes envelopes for a connection that speaks another dialect than the
+    shared frame's (:attr:`Session.project <ahp.server.session.Session.project>`)."""
     batch.reverse()
     while batch:
         item = batch.pop()
-        yield item.frame if isinstance(item, Published) else item.encode()
+        if isinstance(item, Published):
+            yield item.frame if project is None else project(item)
+        else:
+            yield item.encode()
 
 
 class _Writer:
@@ -156,7 +174,7 @@ class _Writer:
                 batch = outbox.get_nowait() if len(outbox) else await outbox.get_batch()
                 took = bool(batch)
                 if took:
-                    await ws.send_texts(_encoded(batch))  # (empties ``batch``)
+                    await ws.send_texts(_encoded(batch, session.project))  # (empties ``batch``)
                 if session.close_request is not None and not len(outbox):
                     self.close = session.close_request
                     return
@@ -183,18 +201,24 @@ async def _reader(ws: ServerWebSocket, session: Session, config: ServerConfig) -
         await session.outbox.wait_responses_below(config.outbox_bytes)
 
 
-async def _serve_one(stream: trio.abc.Stream, state: ServerState, config: ServerConfig) -> None:
-    upgrade = await read_upgrade(stream, timeout=config.handshake_timeout)
+async def _authenticate(
+    stream: trio.abc.Stream, config: ServerConfig, notes: RateLimitedLog
+) -> tuple[ServerWebSocket, UpgradeRequest] | None:
+    """Read and check the upgrade; the accepted connection, or None (answered and
+    closed: malformed, refused, or the peer left)."""
+    upgrade = await read_upgrade(stream, timeout=math.inf, note=_note_info(notes))
     if upgrade is None:
-        return
+        return None
     wsproto_conn, request = upgrade
     refusal = check_upgrade(request, config)
     # A peer may hang up during the upgrade (even before our 403 body is out): that
     # ends its own connection, never the server.
     if refusal is not None:
-        log.warning("refused connection from %s: %s", request.remote, refusal)
+        notes.log(
+            "refused", logging.WARNING, "refused connection from %s: %s", request.remote, refusal
+        )
         await reject(stream, wsproto_conn, 403, f"{refusal}\n".encode())
-        return
+        return None
     try:
         # AHP names no subprotocol; clients may offer some (for example to carry
         # credentials) and then insist on one back: the first offer is taken.
@@ -205,6 +229,38 @@ async def _serve_one(stream: trio.abc.Stream, state: ServerState, config: Server
             subprotocol=request.subprotocols[0] if request.subprotocols else None,
         )
     except ConnectionClosed:
+        return None
+    return ws, request
+
+
+def _note_info(notes: RateLimitedLog) -> Callable[..., Any]:
+    def note(kind: str, message: str, *args: Any) -> None:
+        notes.log(kind, logging.INFO, message, *args)
+
+    return note
+
+
+async def _serve_one(
+    stream: trio.abc.Stream,
+    state: ServerState,
+    config: ServerConfig,
+    pending: PendingConnections,
+    notes: RateLimitedLog,
+) -> None:
+    # Until authenticated, the connection holds a place among the pending ones, and the
+    # whole phase has one deadline; a newer connection may evict it (see admission).
+    scope = trio.move_on_after(config.handshake_timeout)
+    pending.admit(scope)
+    try:
+        with scope:
+            ws, request = await _authenticate(stream, config, notes) or (None, None)
+    finally:
+        pending.release(scope)
+    if scope.cancelled_caught:
+        why = "timed out" if trio.current_time() >= scope.deadline else "evicted by a newer one"
+        notes.log("pending", logging.INFO, "unauthenticated connection %s", why)
+        return
+    if ws is None or request is None:
         return
     # The path only: the query may carry the token.
     log.debug("accepted a connection from %s to %s", request.remote, urlsplit(request.target).path)
@@ -282,13 +338,17 @@ async def serve_connections(
     *,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Accept WebSocket connections until cancelled (each in its own task)."""
+    """Accept WebSocket connections until cancelled (each in its own task), at most
+    ``config.max_pending`` of them unauthenticated at a time (see admission)."""
+    limit = config.max_pending if config.max_pending is not None else pending_limit()
+    pending = PendingConnections(limit)
+    notes = RateLimitedLog(log)
 
     async def handler(stream: trio.abc.Stream) -> None:
         # Every handler runs in the listeners' nursery: an exception escaping one
         # connection would stop the whole server.
         try:
-            await _serve_one(stream, state, config)
+            await _serve_one(stream, state, config, pending, notes)
         except Exception:
             log.exception("connection failed")
         finally:
@@ -296,5 +356,6 @@ async def serve_connections(
                 await stream.aclose()
 
     async with trio.open_nursery() as nursery:
-        await nursery.start(trio.serve_listeners, handler, list(listeners))
+        for listener in listeners:
+            nursery.start_soon(serve_listener, listener, handler, nursery, notes)
         task_status.started()

@@ -27,8 +27,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterable
-from typing import Final
+import re
+from collections.abc import Callable, Iterable
+from typing import Any, Final
+from urllib.parse import urlsplit
 
 import attrs
 import trio
@@ -68,6 +70,8 @@ HANDSHAKE_TIMEOUT: Final = 10.0
 #: Close codes (RFC 6455 §7.4.1).
 ABNORMAL: Final = 1006
 TOO_BIG: Final = 1009
+#: What an upgrade's target and the header values the checks read may contain.
+_PRINTABLE_ASCII: Final = re.compile(r"[\x20-\x7e]*")
 
 
 class ConnectionClosed(Exception):
@@ -119,13 +123,101 @@ def _remote(stream: trio.abc.Stream) -> str:
     return "<unix socket peer>" if peer is not None else "<peer>"
 
 
+def _bad_request(why: str) -> bytes:
+    """A complete ``400`` answer (built by hand: after a parse failure wsproto's state
+    is not to be trusted)."""
+    body = f"bad upgrade request: {why}\n".encode("ascii", "replace")
+    head = (
+        "HTTP/1.1 400 Bad Request\r\n"
+        "content-type: text/plain; charset=utf-8\r\n"
+        f"content-length: {len(body)}\r\n"
+        "connection: close\r\n\r\n"
+    )
+    return head.encode("ascii") + body
+
+
+def _check_request(event: Request) -> str | None:
+    """Why an upgrade request wsproto accepted is still unusable, or None.
+
+    Everything the checks before accepting read must be printable ASCII (a
+    ``Host`` or a subprotocol with other bytes names nothing we could match) and
+    the target must split as a URL (``//[x/`` does not).
+    """
+    texts = [("target", event.target), ("Host", event.host)]
+    texts += [("Sec-WebSocket-Protocol", p) for p in event.subprotocols]
+    texts += [(k.decode("latin-1"), v.decode("latin-1")) for k, v in event.extra_headers]
+    for name, text in texts:
+        if not _PRINTABLE_ASCII.fullmatch(text):
+            return f"{_short(name)} is not printable ASCII"
+    try:
+        urlsplit(event.target)
+    except ValueError:
+        return "unusable request target"
+    return None
+
+
+def _short(text: str) -> str:
+    text = text.encode("ascii", "backslashreplace").decode("ascii")
+    return text if len(text) <= 60 else text[:60] + "..."
+
+
+class _BadUpgrade(Exception):
+    def __init__(self, why: str, answer: bytes) -> None:
+        super().__init__(why)
+        self.why = why
+        self.answer = answer
+
+
+def _feed_upgrade(ws: WSConnection, data: bytes) -> Request | None:
+    """Feed request bytes to wsproto; the request once complete and usable.
+
+    Raises:
+        _BadUpgrade: anything wrong with it, with the HTTP answer to send.
+    """
+    request = None
+    try:
+        ws.receive_data(data)
+        request = next((e for e in ws.events() if isinstance(e, Request)), None)
+    except RemoteProtocolError as exc:
+        why = _short(str(exc))
+        answer = _bad_request(why)
+        if isinstance(exc.event_hint, RejectConnection):
+            with contextlib.suppress(Exception):  # (wsproto's state after a failed parse)
+                answer = ws.send(exc.event_hint)
+        raise _BadUpgrade(why, answer) from None
+    except Exception as exc:
+        # wsproto and h11 raise UnicodeDecodeError, ValueError... on odd bytes: the peer's
+        # mistake, not ours.
+        why = _short(str(exc) if type(exc) is ValueError else type(exc).__name__)
+        raise _BadUpgrade(why, _bad_request(why)) from None
+    problem = _check_request(request) if request is not None else None
+    if problem is not None:
+        raise _BadUpgrade(problem, _bad_request(problem))
+    return request
+
+
+def _log_info(kind: str, message: str, *args: Any) -> None:
+    log.info(message, *args)
+
+
 async def read_upgrade(
-    stream: trio.abc.Stream, *, timeout: float = HANDSHAKE_TIMEOUT
+    stream: trio.abc.Stream,
+    *,
+    timeout: float = HANDSHAKE_TIMEOUT,
+    note: Callable[..., Any] = _log_info,
 ) -> tuple[WSConnection, UpgradeRequest] | None:
     """Read the HTTP upgrade request; None if the peer left, was too slow or sent
-    something that is not a WebSocket upgrade (answered with HTTP 400 or 426).
+    something that is not a usable WebSocket upgrade.
+
+    A malformed request (bad syntax, bytes that are not ASCII where the checks
+    before accepting look, a target that is no URL) is answered ``400`` (``426``
+    for an unsupported WebSocket version, as wsproto answers) and logged in one
+    short line at INFO, before any token check or protocol work; never with a
+    traceback, whatever the parser raised. Those lines go through
+    ``note(kind, message, *args)`` (the server rate-limits them per kind).
     """
     ws = WSConnection(ConnectionType.SERVER)
+    remote = _remote(stream)
     with trio.move_on_after(timeout):
         while True:
             try:
@@ -135,25 +227,22 @@ async def read_upgrade(
             if not data:
                 return None
             try:
-                ws.receive_data(bytes(data))
-                for event in ws.events():
-                    if isinstance(event, Request):
-                        request = UpgradeRequest(
-                            target=event.target,
-                            host=event.host,
-                            headers=tuple(event.extra_headers),
-                            remote=_remote(stream),
-                            subprotocols=tuple(event.subprotocols),
-                        )
-                        return ws, request
-            except RemoteProtocolError as exc:
-                log.info("bad upgrade request from %s: %s", _remote(stream), exc)
-                hint = exc.event_hint
-                if isinstance(hint, RejectConnection):
-                    with contextlib.suppress(Exception):
-                        await stream.send_all(ws.send(hint))
+                event = _feed_upgrade(ws, bytes(data))
+            except _BadUpgrade as bad:
+                note("bad request", "bad upgrade request from %s: %s", remote, bad.why)
+                with contextlib.suppress(Exception):
+                    await stream.send_all(bad.answer)
                 return None
-    log.info("upgrade request from %s timed out", _remote(stream))
+            if event is not None:
+                request = UpgradeRequest(
+                    target=event.target,
+                    host=event.host,
+                    headers=tuple(event.extra_headers),
+                    remote=remote,
+                    subprotocols=tuple(event.subprotocols),
+                )
+                return ws, request
+    note("timeout", "upgrade request from %s timed out", remote)
     return None
 
 

@@ -15,14 +15,23 @@ the shell loads the user's normal startup files and then one of our scripts
     ...command output...
     ESC ] 633 ; D ; <exit code> BEL      (then P, A, prompt, B again)
 
-The nonce is random per terminal. It reaches the shell as ``AHP_NONCE``; every script moves it into
-a non-exported shell variable before any user code runs, so programs started from the shell cannot
-read it and therefore cannot forge a trusted ``E`` (command line) sequence.
+The nonce is random per terminal, and no process's environment ever holds it: a command can read
+its ancestors' initial environments (``/proc/$PPID/environ`` keeps what ``execve`` got, whatever
+the shell unsets later), so an environment variable would let it forge command lines. Instead each
+launch gets a private directory (``mkdtemp``, mode 0700) holding a *launch file* (0600) in the
+shell's own syntax: the nonce and the launch's other settings as shell variables, not exported.
+bash reads it as its ``--init-file`` and fish through ``--init-command``, so only the file's path is
+on the command line; the file removes its directory, then sources our script. zsh has no such
+option: it finds its startup files through ``ZDOTDIR``, the one variable we must pass. Our
+``.zshenv`` (in that directory) sources the launch file, deletes it, and overwrites the
+``ZDOTDIR=`` entry of its own initial environment with NUL bytes (through ``/proc/self/mem``, with
+zsh's ``zsh/system`` module), so that nothing of ours is left there either.
 
 This module is pure launch rewriting: it never starts a process. The only I/O is creating (and, in
-:func:`remove_launch_files`, deleting) the private zsh ``ZDOTDIR``. Whoever owns the terminal owns
-the returned :class:`ShellLaunch` and must call :func:`remove_launch_files` once the shell has
-exited (calling it earlier is safe too: zsh reads those files only at start-up).
+:func:`remove_launch_files`, deleting) the private directory. Whoever owns the terminal owns the
+returned :class:`ShellLaunch` and must call :func:`remove_launch_files` once the shell has exited
+(calling it earlier is safe too once the shell has read its files; bash and fish remove theirs
+themselves at start-up).
 
 Anything we do not recognise (``sh``, ``dash``, ``python``, ``bash -c ...``, ``zsh script.zsh``) is
 returned untouched with ``integrated=False``: no command detection, but nothing breaks.
@@ -35,7 +44,7 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Final
 
@@ -56,12 +65,11 @@ BASH_SCRIPT: Final = SCRIPTS_DIR / "bash_integration.sh"
 ZSH_SCRIPT: Final = SCRIPTS_DIR / "zsh_integration.zsh"
 FISH_SCRIPT: Final = SCRIPTS_DIR / "fish_integration.fish"
 
-NONCE_ENV: Final = "AHP_NONCE"
-"""Environment variable that carries the per-terminal nonce into the shell (and no further)."""
+LAUNCH_FILE: Final = "launch"
+"""Name (plus the shell's extension) of the launch file in a launch's private directory."""
 
-# Variables only our scripts read. They are dropped from every launch we do not integrate, and the
-# scripts unset them before the user's first command.
-_PRIVATE_ENV: Final = (NONCE_ENV, "AHP_SHELL_LOGIN", "AHP_ZDOTDIR_WAS_SET", "USER_ZDOTDIR")
+# Variables earlier versions passed to the scripts: never passed on to a child now.
+_PRIVATE_ENV: Final = ("AHP_NONCE", "AHP_SHELL_LOGIN", "AHP_ZDOTDIR_WAS_SET", "USER_ZDOTDIR")
 
 _NONCE_RE: Final = re.compile(r"[A-Za-z0-9_-]{1,128}")
 
@@ -81,8 +89,9 @@ class ShellLaunch:
         env: The complete environment for the child.
         integrated: True if the launch was rewritten to load one of our scripts. False means
             the shell (or program) runs exactly as requested and will emit no OSC 633.
-        cleanup_paths: Temporary files or directories created for this launch; remove them with
-            :func:`remove_launch_files` when the terminal is disposed.
+        cleanup_paths: Temporary files or directories created for this launch (the private
+            directory with the launch file); remove them with :func:`remove_launch_files` when
+            the terminal is disposed.
     """
 
     argv: tuple[str, ...]
@@ -136,7 +145,7 @@ def prepare_shell(
 
     Raises:
         ValueError: If ``argv`` is empty or ``nonce`` is not a short token of safe characters.
-        OSError: If the temporary zsh ``ZDOTDIR`` cannot be created.
+        OSError: If the private launch directory cannot be created.
     """
     if not argv:
         raise ValueError("argv must not be empty")
@@ -182,47 +191,71 @@ def _classify_args(args: Sequence[str]) -> bool | None:
     return login
 
 
+def _launch_dir(shell: str, contents: Callable[[str], dict[str, str]]) -> str:
+    """A private directory (0700) holding ``contents(directory)`` (file name -> text), each
+    file created 0600."""
+    directory = tempfile.mkdtemp(prefix=f"ahp-{shell}-")
+    try:
+        for name, text in contents(directory).items():
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+            with open(os.open(os.path.join(directory, name), flags, 0o600), "w") as file:
+                file.write(text)
+    except BaseException:
+        shutil.rmtree(directory, ignore_errors=True)
+        raise
+    return directory
+
+
+_HEADER: Final = "# Generated by ahp for one terminal: read once at start-up, then removed.\n"
+
+
 def _prepare_bash(program: str, env: dict[str, str], nonce: str, login: bool) -> ShellLaunch:
     # A login bash never reads --init-file, so a login shell is imitated by the script instead
-    # (AHP_SHELL_LOGIN=1: /etc/profile, then ~/.bash_profile | ~/.bash_login | ~/.profile).
-    child_env = dict(env)
-    child_env[NONCE_ENV] = nonce
-    if login:
-        child_env["AHP_SHELL_LOGIN"] = "1"
+    # (__ahp_login=1: /etc/profile, then ~/.bash_profile | ~/.bash_login | ~/.profile).
+    name = LAUNCH_FILE + ".bash"
+    directory = _launch_dir(
+        "bash",
+        lambda d: {
+            name: _HEADER + f"__ahp_nonce={nonce}\n"
+            f"__ahp_login={'1' if login else ''}\n"
+            f"command rm -rf -- {_sh_quote(d)} 2>/dev/null\n"
+            f"builtin source {_sh_quote(str(BASH_SCRIPT))}\n"
+        },
+    )
     return ShellLaunch(
-        argv=(program, "--init-file", str(BASH_SCRIPT), "-i"),
-        env=child_env,
+        argv=(program, "--init-file", os.path.join(directory, name), "-i"),
+        env=dict(env),
         integrated=True,
+        cleanup_paths=(directory,),
     )
 
 
 def _prepare_zsh(program: str, env: dict[str, str], nonce: str, login: bool) -> ShellLaunch:
     # zsh has no --init-file: point ZDOTDIR at a private directory whose startup files load the
-    # user's own files (from USER_ZDOTDIR) and then our hooks. The script restores ZDOTDIR before
-    # the first prompt, so user commands and child shells see the user's original value.
-    zdotdir = tempfile.mkdtemp(prefix="ahp-zsh-")  # mode 0700, owned by us
-    try:
-        script = _zsh_quote(str(ZSH_SCRIPT))
-        for phase in ("zshenv", "zprofile", "zshrc", "zlogin"):
-            stub = Path(zdotdir, "." + phase)
-            stub.write_text(
-                f"# Generated by ahp: loads your ~/.{phase}, then ahp's command detection.\n"
-                f"typeset -g __ahp_phase={phase}\n"
-                f"builtin source {script}\n",
-                encoding="utf-8",
-            )
-    except BaseException:
-        shutil.rmtree(zdotdir, ignore_errors=True)
-        raise
-    child_env = dict(env)
+    # user's own files (from their ZDOTDIR, else HOME) and then our hooks. The script restores
+    # ZDOTDIR before the first prompt, so user commands and child shells see the user's value,
+    # and scrubs ZDOTDIR from zsh's initial environment (see the module docstring).
     user_zdotdir = env.get("ZDOTDIR", "")
-    if user_zdotdir:
-        child_env["AHP_ZDOTDIR_WAS_SET"] = "1"
-    else:
+    was_set = bool(user_zdotdir)
+    if not was_set:
         user_zdotdir = env.get("HOME", "") or os.path.expanduser("~")
-    child_env["USER_ZDOTDIR"] = user_zdotdir
+    script = _sh_quote(str(ZSH_SCRIPT))
+    files = {
+        f".{phase}": (
+            f"# Generated by ahp: loads your ~/.{phase}, then ahp's command detection.\n"
+            f"typeset -g __ahp_phase={phase}\n"
+            f"builtin source {script}\n"
+        )
+        for phase in ("zshenv", "zprofile", "zshrc", "zlogin")
+    }
+    files[LAUNCH_FILE + ".zsh"] = (
+        _HEADER + f"typeset -g __ahp_nonce={nonce}\n"
+        f"typeset -g __ahp_zd={_sh_quote(user_zdotdir)}\n"
+        f"typeset -gi __ahp_zd_set={int(was_set)}\n"
+    )
+    zdotdir = _launch_dir("zsh", lambda _: files)
+    child_env = dict(env)
     child_env["ZDOTDIR"] = zdotdir
-    child_env[NONCE_ENV] = nonce
     return ShellLaunch(
         argv=(program, "-il" if login else "-i"),
         env=child_env,
@@ -233,14 +266,22 @@ def _prepare_zsh(program: str, env: dict[str, str], nonce: str, login: bool) -> 
 
 def _prepare_fish(program: str, env: dict[str, str], nonce: str, login: bool) -> ShellLaunch:
     # --init-command runs after config.fish and conf.d, right before the first prompt.
-    child_env = dict(env)
-    child_env[NONCE_ENV] = nonce
-    init = f"source {_fish_quote(str(FISH_SCRIPT))}"
+    name = LAUNCH_FILE + ".fish"
+    directory = _launch_dir(
+        "fish",
+        lambda d: {
+            name: _HEADER + f"set -g __ahp_nonce {nonce}\n"
+            f"command rm -rf -- {_fish_quote(d)} 2>/dev/null\n"
+            f"source {_fish_quote(str(FISH_SCRIPT))}\n"
+        },
+    )
+    init = f"source {_fish_quote(os.path.join(directory, name))}"
     argv = (program, "-l", "--init-command", init) if login else (program, "--init-command", init)
-    return ShellLaunch(argv=argv, env=child_env, integrated=True)
+    return ShellLaunch(argv=argv, env=dict(env), integrated=True, cleanup_paths=(directory,))
 
 
-def _zsh_quote(text: str) -> str:
+def _sh_quote(text: str) -> str:
+    """Single-quoted for bash and zsh (any text without NUL)."""
     return "'" + text.replace("'", "'\\''") + "'"
 
 

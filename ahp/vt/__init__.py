@@ -20,7 +20,6 @@ from ahp.vt.events import (
 )
 from ahp.vt.integration import CommandTracker, events_to_actions
 from ahp.vt.scanner import MAX_PENDING_ESCAPE, MIN_PENDING_ESCAPE, Scanner, unescape_value
-from ahp.vt.uri import file_uri_to_path, path_to_file_uri
 
 __all__ = [
     "MAX_PENDING_ESCAPE",
@@ -39,7 +38,5 @@ __all__ = [
     "Text",
     "TitleChanged",
     "events_to_actions",
-    "file_uri_to_path",
-    "path_to_file_uri",
     "unescape_value",
 ]

@@ -68,6 +68,7 @@ import codecs
 import re
 from typing import Final
 
+from ahp.protocol.uri import file_uri_to_path, path_to_file_uri
 from ahp.vt.events import (
     CommandFinished,
     CommandLine,
@@ -80,7 +81,6 @@ from ahp.vt.events import (
     Text,
     TitleChanged,
 )
-from ahp.vt.uri import file_uri_to_path, path_to_file_uri
 
 __all__ = ["MAX_PENDING_ESCAPE", "MIN_PENDING_ESCAPE", "Scanner", "unescape_value"]
 

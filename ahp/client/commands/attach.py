@@ -2,7 +2,11 @@
 
 What happens: the terminal is created if it does not exist (sized like the local
 window, ``--cwd`` applied), subscribed, and its history — the snapshot's VT text
-— is written to a cleared screen. Then the local terminal goes into raw mode:
+— is written to a cleared screen, without the terminal queries in it
+(:mod:`ahp.vt.queries`: replayed, they would make the local terminal answer, and
+the answers would arrive as keystrokes). Whatever the local terminal sends
+before live input starts is discarded (:meth:`LocalTerminal.settle`). If the
+remote process has exited, attach ends there. Then the local terminal goes into raw mode:
 every keystroke (Ctrl-C and Ctrl-Z included) is sent as ``terminal/input``,
 every ``terminal/data`` is written to stdout as it arrives, and local window
 size changes (``SIGWINCH``) are sent as ``terminal/resized``. Any number of
@@ -48,11 +52,13 @@ from ahp.client.commands.common import (
     resolve_target,
     terminal_uri,
 )
-from ahp.protocol.actions import TerminalData, TerminalExited
+from ahp.protocol.actions import ActionEnvelope, TerminalData, TerminalExited
 from ahp.protocol.state import Snapshot, TerminalState
+from ahp.vt.queries import strip_queries
 
 if TYPE_CHECKING:
     from ahp.client.connection import Client
+    from ahp.client.remote import RemoteTerminal
     from ahp.pty.localtty import LocalTerminal
 
 __all__ = ["DETACH_KEY", "add_parser", "run"]
@@ -157,6 +163,25 @@ async def _ensure_terminal(
     return False
 
 
+async def _show_history(
+    remote: RemoteTerminal, local: LocalTerminal, stream: AsyncIterator[Snapshot | ActionEnvelope]
+) -> tuple[str, bytes]:
+    """Draw the history (queries removed); settle the terminal. ``(history, typed ahead)``."""
+    first = await stream.__anext__()
+    assert isinstance(first, Snapshot)
+    state = first.state
+    history = strip_queries(state.text()) if isinstance(state, TerminalState) else ""
+    is_tty = os.isatty(local.output_fd)
+    await local.stdout.send_all(
+        ((CLEAR_SCREEN if is_tty else "") + history).encode("utf-8", "replace")
+    )
+    typed = b""
+    if is_tty and local.is_terminal:
+        # Anything the terminal says before live input starts is not a keystroke.
+        typed = await local.settle()
+    return history, typed
+
+
 async def _session(
     client: Client, uri: str, local: LocalTerminal, signals: AsyncIterator[int] | None
 ) -> _Outcome:
@@ -169,88 +194,102 @@ async def _session(
     async def write(text: str) -> None:
         await local.stdout.send_all(text.encode("utf-8", "replace"))
 
-    async with trio.open_nursery() as nursery:
+    stream = remote.follow()
+    try:
+        history, typed = await _show_history(remote, local, stream)
+        alt.feed(history)
+        if remote.state.exited:
+            # No live input: the process is gone (keys would go nowhere).
+            code = remote.state.exitCode
+            outcome = _Outcome(
+                0 if code is None else code % 256,
+                f"{uri} has exited" + ("" if code is None else f" (code {code})"),
+            )
+        else:
+            async with trio.open_nursery() as nursery:
 
-        def finish(status: int, message: str) -> None:
-            nonlocal outcome
-            if outcome is None:
-                outcome = _Outcome(status, message)
-            nursery.cancel_scope.cancel()
+                def finish(status: int, message: str) -> None:
+                    nonlocal outcome
+                    if outcome is None:
+                        outcome = _Outcome(status, message)
+                    nursery.cancel_scope.cancel()
 
-        async def output() -> None:
-            first = True
-            async for item in remote.follow():
-                if isinstance(item, Snapshot):
-                    text = item.state.text() if isinstance(item.state, TerminalState) else ""
-                    if first:
-                        text = (CLEAR_SCREEN if is_tty else "") + text
+                async def output() -> None:
+                    async for item in stream:
+                        if isinstance(item, Snapshot):
+                            await write("\r\n[ahp attach: output skipped while catching up]\r\n")
+                            if remote.state.exited:
+                                code = remote.state.exitCode
+                                finish(
+                                    0 if code is None else code % 256,
+                                    f"{uri} has exited"
+                                    + ("" if code is None else f" (code {code})"),
+                                )
+                            continue
+                        action = item.action
+                        if isinstance(action, TerminalData):
+                            alt.feed(action.data)
+                            await write(action.data)
+                        elif isinstance(action, TerminalExited):
+                            code = action.exitCode
+                            finish(
+                                0 if code is None else code % 256,
+                                f"{uri} exited" + ("" if code is None else f" with code {code}"),
+                            )
+
+                async def keystrokes() -> None:
+                    decoder = codecs.getincrementaldecoder("utf-8")("replace")
+                    chunk = typed
+                    while True:
+                        if not chunk:
+                            chunk = await local.stdin.receive_some(READ_SIZE)
+                        if not chunk:
+                            text = decoder.decode(b"", final=True)
+                            if text:
+                                await remote.send_input(text)
+                            finish(0, f"end of input: detached from {uri}; it keeps running")
+                            return
+                        cut = chunk.find(DETACH_KEY)
+                        text = decoder.decode(chunk if cut < 0 else chunk[:cut], final=cut >= 0)
+                        if text:
+                            await remote.send_input(text)
+                        if cut >= 0:
+                            finish(0, f"detached from {uri}; it keeps running")
+                            return
+                        chunk = b""
+
+                async def window() -> None:
+                    state = remote.state
+                    await local.follow_window_size(remote.resize, known=(state.cols, state.rows))
+
+                async def gone() -> None:
+                    def listed() -> bool:
+                        return any(t.resource == uri for t in client.root.terminals or ())
+
+                    await client.wait_for(lambda: listed() or not client.connected)
+                    await client.wait_for(lambda: not listed() or not client.connected)
+                    if not client.connected:
+                        finish(1, "connection lost")
                     else:
-                        text = "\r\n[ahp attach: output skipped while catching up]\r\n"
-                    first = False
-                    alt.feed(text)
-                    await write(text)
-                    code = remote.state.exitCode
-                    if code is not None:
-                        finish(code % 256, f"{uri} has exited (code {code})")
-                    continue
-                action = item.action
-                if isinstance(action, TerminalData):
-                    alt.feed(action.data)
-                    await write(action.data)
-                elif isinstance(action, TerminalExited):
-                    code = action.exitCode
-                    finish(
-                        0 if code is None else code % 256,
-                        f"{uri} exited" + ("" if code is None else f" with code {code}"),
-                    )
+                        finish(1, f"{uri} was disposed")
 
-        async def keystrokes() -> None:
-            decoder = codecs.getincrementaldecoder("utf-8")("replace")
-            while True:
-                chunk = await local.stdin.receive_some(READ_SIZE)
-                if not chunk:
-                    text = decoder.decode(b"", final=True)
-                    if text:
-                        await remote.send_input(text)
-                    finish(0, f"end of input: detached from {uri}; it keeps running")
-                    return
-                cut = chunk.find(DETACH_KEY)
-                text = decoder.decode(chunk if cut < 0 else chunk[:cut], final=cut >= 0)
-                if text:
-                    await remote.send_input(text)
-                if cut >= 0:
-                    finish(0, f"detached from {uri}; it keeps running")
-                    return
+                async def exit_signals() -> None:
+                    if signals is None:
+                        return
+                    async for signum in signals:
+                        name = signal.Signals(signum).name
+                        finish(128 + signum, f"{name}: detached from {uri}; it keeps running")
+                        return
 
-        async def window() -> None:
-            state = remote.state
-            await local.follow_window_size(remote.resize, known=(state.cols, state.rows))
-
-        async def gone() -> None:
-            def listed() -> bool:
-                return any(t.resource == uri for t in client.root.terminals or ())
-
-            await client.wait_for(lambda: listed() or not client.connected)
-            await client.wait_for(lambda: not listed() or not client.connected)
-            if not client.connected:
-                finish(1, "connection lost")
-            else:
-                finish(1, f"{uri} was disposed")
-
-        async def exit_signals() -> None:
-            if signals is None:
-                return
-            async for signum in signals:
-                name = signal.Signals(signum).name
-                finish(128 + signum, f"{name}: detached from {uri}; it keeps running")
-                return
-
-        nursery.start_soon(output)
-        nursery.start_soon(keystrokes)
-        if local.size() is not None:
-            nursery.start_soon(window)
-        nursery.start_soon(gone)
-        nursery.start_soon(exit_signals)
+                nursery.start_soon(output)
+                nursery.start_soon(keystrokes)
+                if local.size() is not None:
+                    nursery.start_soon(window)
+                nursery.start_soon(gone)
+                nursery.start_soon(exit_signals)
+    finally:
+        with trio.CancelScope(shield=True):
+            await stream.aclose()
 
     if is_tty:
         # (The local terminal may be gone already: SIGHUP, EIO.)

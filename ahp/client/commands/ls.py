@@ -1,7 +1,9 @@
 """``python -m ahp ls URL``: the server's terminal catalogue, as a table or JSON.
 
 The catalogue is the root channel's ``terminals`` list (what every AHP client
-sees): URI, title, claim, and the exit code once the process has exited.
+sees): URI, title, claim, and the exit code once the process has exited. A
+client claim whose holder is gone for good is released by the server (see
+``Session._release_forgotten_claims``), so it shows as ``-``.
 """
 
 from __future__ import annotations
@@ -21,9 +23,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "ls",
         help="list the terminals of a server",
         description=(
-            "List the server's terminals: URI, title, claim (client:ID or session:ID) and "
-            "status (running, or exited N). Exit status 0, or 1 with one line on stderr "
-            "when the server cannot be reached or refuses the token."
+            "List the server's terminals: URI, title, claim (client:ID, session:ID, or - "
+            "when unclaimed) and status (running, or exited N). A client's claim is "
+            "released once the server has forgotten that client (5 minutes after it "
+            "disconnected, when it can no longer reconnect). Exit status 0, or 1 with one "
+            "line on stderr when the server cannot be reached or refuses the token."
         ),
     )
     add_connection_arguments(p)
@@ -46,7 +50,9 @@ def claim_text(claim: TerminalClaim) -> str:
 
 
 def _status(info: TerminalInfo) -> str:
-    return "running" if info.exitCode is None else f"exited {info.exitCode}"
+    if not info.exited:
+        return "running"
+    return "exited" if info.exitCode is None else f"exited {info.exitCode}"
 
 
 def format_table(terminals: tuple[TerminalInfo, ...]) -> str:
@@ -70,7 +76,7 @@ def to_json(terminals: tuple[TerminalInfo, ...]) -> list[dict[str, Any]]:
             "uri": t.resource,
             "title": t.title,
             "claim": unstructure(t.claim, TerminalClaim),
-            "running": t.exitCode is None,
+            "running": not t.exited,
             "exitCode": t.exitCode,
         }
         for t in terminals

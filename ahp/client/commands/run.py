@@ -9,7 +9,20 @@ arguments are quoted into one (``run URL -- sh -c 'echo hi; exit 3'``).
 Exit status: the command's exit code; :data:`TIMED_OUT` (124, as ``timeout(1)``)
 when ``--timeout`` expired and the command was interrupted; :data:`FAILED`
 (125) when ``run`` itself failed (bad URL, refused token, unknown terminal, lost
-connection, exit code unknown) — with one line on stderr.
+connection, exit code unknown) — with one line on stderr; 128 + N when signal N
+(SIGTERM, SIGHUP; Ctrl-C gives 130) stopped ``run``: the command is interrupted
+and a terminal created for it is disposed first, as on Ctrl-C.
+
+Output: at most ``--max-output-bytes`` bytes are printed — counted as printed
+(escape sequences removed, UTF-8) and in whole lines, the most recent ones.
+When output was dropped, one line on stderr says so. (The raw output collected
+is bounded at :data:`RAW_FACTOR` times the limit, so escape-heavy output still
+fills it.)
+
+Input: the command reads from its terminal, not from ``run``'s standard input,
+which is not forwarded. So that ``echo data | ahp run URL -- cat`` does not wait
+forever, ``run`` refuses (status 125, before connecting) when its standard
+input is a pipe, socket or file with data in it.
 """
 
 from __future__ import annotations
@@ -19,8 +32,10 @@ import json
 import os
 import secrets
 import shlex
+import signal
 import sys
-from typing import Final
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Final
 
 import attrs
 import trio
@@ -34,12 +49,33 @@ from ahp.client.commands.common import (
 )
 from ahp.run import DEFAULT_MAX_OUTPUT, CommandResult, run_command
 
-__all__ = ["FAILED", "TIMED_OUT", "add_parser", "command_line", "exit_status", "run"]
+if TYPE_CHECKING:
+    from ahp.client.connection import Client
+
+__all__ = [
+    "FAILED",
+    "TIMED_OUT",
+    "Printed",
+    "add_parser",
+    "command_line",
+    "exit_status",
+    "printed_output",
+    "run",
+]
 
 TIMED_OUT: Final = 124
 FAILED: Final = 125
 #: Bound on disposing the terminal created for the command.
 DISPOSE_TIMEOUT: Final = 10.0
+#: The raw output collected is bounded at this many times ``--max-output-bytes``
+#: (escape sequences and ``\r`` take room that the printed output does not).
+RAW_FACTOR: Final = 4
+#: Signals that stop ``run`` the way Ctrl-C does (command interrupted, terminal disposed).
+STOP_SIGNALS: Final = (signal.SIGTERM, signal.SIGHUP)
+STDIN_REFUSED: Final = (
+    "standard input is not forwarded (the command reads from its remote terminal): "
+    "put the data in the command line, or run with < /dev/null"
+)
 
 
 def _add_options(p: argparse.ArgumentParser) -> None:
@@ -63,7 +99,9 @@ def _add_options(p: argparse.ArgumentParser) -> None:
         type=int,
         default=DEFAULT_MAX_OUTPUT,
         metavar="N",
-        help=f"keep at most the last N bytes of output (default {DEFAULT_MAX_OUTPUT})",
+        help=f"print at most the last N bytes of output, in whole lines, counted as "
+        f"printed (default {DEFAULT_MAX_OUTPUT}); a line on stderr says when output "
+        "was dropped",
     )
     p.add_argument(
         "--json",
@@ -93,9 +131,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
             "Run one command in a new terminal (disposed afterwards) or in an existing one "
             "(--terminal), print its output (escape sequences removed) and exit with its exit "
             "code. One COMMAND argument is a shell command line; several are shell-quoted "
-            f"into one. Exit status: the command's; {TIMED_OUT} when --timeout expired (the "
+            "into one. The command reads from its remote terminal: run's standard input is "
+            "not forwarded, and run refuses to start when it is a pipe or file with data. "
+            f"Exit status: the command's; {TIMED_OUT} when --timeout expired (the "
             f"command is interrupted with Ctrl-C); {FAILED} when run itself failed, with one "
-            "line on stderr."
+            "line on stderr; 128+N on signal N (SIGINT, SIGTERM, SIGHUP: the command is "
+            "interrupted and a terminal created for it disposed)."
         ),
     )
     p.add_argument("url", metavar="URL", help="the server's URL, as printed by `ahp serve`")
@@ -144,6 +185,38 @@ def command_line(words: list[str]) -> str:
     return words[0] if len(words) == 1 else shlex.join(words)
 
 
+@attrs.frozen
+class Printed:
+    """The output as ``run`` prints it: at most ``limit`` bytes, whole lines."""
+
+    text: str
+    #: Bytes dropped from the start (as printed), or None when unknown (the raw
+    #: output was already cut while collected).
+    dropped: int | None
+    truncated: bool
+
+
+def printed_output(output: str, limit: int, *, cut_before: bool = False) -> Printed:
+    """The last ``limit`` UTF-8 bytes of ``output``, starting at a line start.
+
+    ``cut_before``: ``output`` is itself the end of a longer output (its first
+    line may be partial, so it is dropped too).
+    """
+    data = output.encode("utf-8", "surrogatepass")
+    start = max(0, len(data) - limit)
+    if start or cut_before:
+        # Start after a newline (whole lines); keep the partial line only if it is all.
+        newline = data.find(b"\n", start - 1 if start else 0)
+        if start and data[start - 1 : start] == b"\n":
+            newline = start - 1
+        if 0 <= newline < len(data) - 1:
+            start = newline + 1
+    if not start and not cut_before:
+        return Printed(output, 0, False)
+    text = data[start:].decode("utf-8", "ignore")
+    return Printed(text, None if cut_before else start, True)
+
+
 def exit_status(result: CommandResult) -> int:
     if result.timed_out:
         return TIMED_OUT
@@ -157,61 +230,97 @@ def run(args: argparse.Namespace) -> int:
     cwd = os.path.abspath(args.cwd) if args.cwd is not None else None
 
     async def body() -> int:
+        from ahp.pty.localtty import pending_input
+
         line = command_line(words)
         if args.timeout is not None and args.timeout <= 0:
             raise CommandFailed("--timeout must be positive")
         if args.max_output_bytes < 1:
             raise CommandFailed("--max-output-bytes must be positive")
         url, token = resolve_target(args.url, args.token)
-        async with open_client(url, token) as client:
-            from ahp.client.connection import RpcError
-            from ahp.protocol.jsonrpc import ErrorCode
-
-            if args.terminal is not None:
-                uri = terminal_uri(args.terminal)
-                try:
-                    await client.subscribe(uri)
-                except RpcError as exc:
-                    if exc.code == ErrorCode.NOT_FOUND:
-                        raise CommandFailed(f"no terminal {uri} (see `ahp ls`)") from None
-                    raise
-                if client.terminal_state(uri).exitCode is not None:
-                    raise CommandFailed(f"the process of {uri} has exited")
-                created = False
-            else:
-                uri = f"ahp-terminal:/run-{secrets.token_hex(4)}"
-                await client.create_terminal(uri, name=f"ahp run: {line}"[:80], cwd=cwd)
-                created = True
-            result: CommandResult | None = None
-            try:
-                async with trio.open_nursery() as nursery:
-
-                    async def watch() -> None:
-                        await client.wait_for(lambda: not client.connected)
-                        raise CommandFailed("connection lost while the command ran")
-
-                    nursery.start_soon(watch)
-                    result = await run_command(
-                        client.terminal(uri),
-                        line,
-                        timeout=args.timeout,
-                        max_output_bytes=args.max_output_bytes,
-                    )
-                    nursery.cancel_scope.cancel()
-            finally:
-                if created and client.connected:
-                    with trio.CancelScope(shield=True), trio.move_on_after(DISPOSE_TIMEOUT):
-                        await client.dispose_terminal(uri)
+        if pending_input(0):
+            raise CommandFailed(STDIN_REFUSED)
+        with trio.open_signal_receiver(*STOP_SIGNALS) as signals:
+            async with open_client(url, token) as client:
+                result, stopped_by = await _run_in(client, line, signals)
+        if stopped_by is not None:
+            name = signal.Signals(stopped_by).name
+            print(f"ahp run: {name}: the command was interrupted", file=sys.stderr)
+            return 128 + stopped_by
         assert result is not None
+        printed = printed_output(result.output, args.max_output_bytes, cut_before=result.truncated)
         if args.json:
-            print(json.dumps(attrs.asdict(result), indent=2))
+            shown = attrs.evolve(result, output=printed.text, truncated=printed.truncated)
+            print(json.dumps(attrs.asdict(shown), indent=2))
         else:
-            sys.stdout.write(result.output)
+            sys.stdout.write(printed.text)
             sys.stdout.flush()
+        if printed.truncated:
+            what = "earlier output" if printed.dropped is None else f"{printed.dropped} bytes"
+            print(
+                f"ahp run: output truncated: {what} dropped, printed the last "
+                f"{len(printed.text.encode('utf-8', 'surrogatepass'))} bytes "
+                f"(--max-output-bytes {args.max_output_bytes})",
+                file=sys.stderr,
+            )
         if result.timed_out:
             print(f"ahp run: timed out after {args.timeout:g} s", file=sys.stderr)
         elif result.exit_code is None:
             print("ahp run: the command's exit code is unknown", file=sys.stderr)
         return exit_status(result)
+
+    async def _run_in(
+        client: Client, line: str, signals: AsyncIterator[int]
+    ) -> tuple[CommandResult | None, int | None]:
+        """``(result, None)``, or ``(None, signum)`` when a stop signal ended it first."""
+        from ahp.client.connection import RpcError
+        from ahp.protocol.jsonrpc import ErrorCode
+
+        if args.terminal is not None:
+            uri = terminal_uri(args.terminal)
+            try:
+                await client.subscribe(uri)
+            except RpcError as exc:
+                if exc.code == ErrorCode.NOT_FOUND:
+                    raise CommandFailed(f"no terminal {uri} (see `ahp ls`)") from None
+                raise
+            if client.terminal_state(uri).exited:
+                raise CommandFailed(f"the process of {uri} has exited")
+            created = False
+        else:
+            uri = f"ahp-terminal:/run-{secrets.token_hex(4)}"
+            await client.create_terminal(uri, name=f"ahp run: {line}"[:80], cwd=cwd)
+            created = True
+        result: CommandResult | None = None
+        stopped_by: int | None = None
+        try:
+            async with trio.open_nursery() as nursery:
+
+                async def watch() -> None:
+                    await client.wait_for(lambda: not client.connected)
+                    raise CommandFailed("connection lost while the command ran")
+
+                async def stop_on_signal() -> None:
+                    nonlocal stopped_by
+                    async for signum in signals:
+                        stopped_by = signum
+                        # Cancelling run_command interrupts the command (Ctrl-C).
+                        nursery.cancel_scope.cancel()
+                        return
+
+                nursery.start_soon(watch)
+                nursery.start_soon(stop_on_signal)
+                result = await run_command(
+                    client.terminal(uri),
+                    line,
+                    timeout=args.timeout,
+                    max_output_bytes=args.max_output_bytes * RAW_FACTOR,
+                )
+                nursery.cancel_scope.cancel()
+        finally:
+            if created and client.connected:
+                with trio.CancelScope(shield=True), trio.move_on_after(DISPOSE_TIMEOUT):
+                    await client.dispose_terminal(uri)
+        return result, stopped_by
 
     return main("ahp run", body, failure=FAILED)

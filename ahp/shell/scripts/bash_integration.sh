@@ -1,7 +1,8 @@
 # shellcheck shell=bash
 # ahp command detection for interactive bash (written for ahp; see ahp/shell/__init__.py).
 #
-# Started as `bash --init-file <this file> -i`, so bash reads this file instead of ~/.bashrc.
+# Started as `bash --init-file <launch file> -i` (the launch file sources this one), so bash reads
+# it instead of ~/.bashrc.
 # We load the user's own startup files first, then install hooks that print OSC 633:
 #
 #   at each prompt  D[;status]  P;Cwd=<dir>  then PS1 is wrapped as  A <user's prompt> B
@@ -34,10 +35,11 @@
 # shells would not have).
 # bash < 4.4 (no PS0) uses the DEBUG trap alone for preexec, like bash-preexec does (untested).
 
-# 1. Take our variables out of the environment before any user code can see them.
-__ahp_nonce=${AHP_NONCE-}
-__ahp_login=${AHP_SHELL_LOGIN-}
-builtin unset AHP_NONCE AHP_SHELL_LOGIN
+# 1. Our settings: __ahp_nonce and __ahp_login come from the launch file that sourced this one
+# (and already removed itself); they are shell variables, never exported, and never were in any
+# process's environment.
+__ahp_nonce=${__ahp_nonce-}
+__ahp_login=${__ahp_login-}
 
 # 2. Define everything before the user's files run, so their aliases cannot alter our code.
 __ahp_ret() { return "$1"; }

@@ -1,7 +1,7 @@
 # ahp command detection for interactive fish >= 3.3 (written for ahp; see ahp/shell/__init__.py).
 #
-# Loaded with `fish [-l] --init-command 'source <this file>'`, i.e. after config.fish and conf.d,
-# right before the first prompt. Prints OSC 633:
+# Loaded with `fish [-l] --init-command 'source <launch file>'` (which sources this one), i.e. after
+# config.fish and conf.d, right before the first prompt. Prints OSC 633:
 #   fish_preexec   E;<command line>;<nonce>  C
 #   fish_postexec  D;<status>
 #   fish_prompt    (event) bare D if no command ran since the last prompt, then P;Cwd=<dir>
@@ -16,11 +16,10 @@ if set -q __ahp_loaded
 end
 set -g __ahp_loaded 1
 
-# Take the nonce out of the environment: commands started from here must not see it.
-set -g __ahp_nonce ''
-if set -q AHP_NONCE
-    set __ahp_nonce $AHP_NONCE
-    set -e AHP_NONCE
+# The nonce comes from the launch file that sourced this one (a global, never exported variable;
+# it never was in any process's environment).
+if not set -q __ahp_nonce
+    set -g __ahp_nonce ''
 end
 set -g __ahp_st 0 # 1 while a command runs (C sent, D not yet)
 set -g __ahp_dsent 0 # D printed since the last prompt

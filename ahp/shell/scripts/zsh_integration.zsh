@@ -1,9 +1,10 @@
 # ahp command detection for interactive zsh (written for ahp; see ahp/shell/__init__.py).
 #
 # zsh is started with ZDOTDIR pointing at a private temporary directory whose .zshenv, .zprofile,
-# .zshrc and .zlogin each set __ahp_phase and source this file. Every phase first sources the
-# user's own file of the same name from the user's ZDOTDIR (USER_ZDOTDIR: their $ZDOTDIR, else
-# $HOME), with ZDOTDIR as it would be without us (their value, or unset) while it runs. A user
+# .zshrc and .zlogin each set __ahp_phase and source this file; its launch.zsh (read and deleted
+# by the first phase) holds the nonce and the user's ZDOTDIR. Every phase first sources the
+# user's own file of the same name from the user's ZDOTDIR (their $ZDOTDIR, else $HOME), with
+# ZDOTDIR as it would be without us (their value, or unset) while it runs. A user
 # file may move ZDOTDIR (a .zshenv doing ZDOTDIR=~/.config/zsh is common); later phases then read
 # from the new place. After .zshrc (non-login) or .zlogin (login) ZDOTDIR is restored the same
 # way, so user commands and child shells never see the temporary directory.
@@ -22,14 +23,50 @@
 
 case ${__ahp_phase-} in
 zshenv)
-	# First file zsh reads from ZDOTDIR: take our variables out of the environment.
-	typeset -g __ahp_tmpdir=$ZDOTDIR
-	typeset -g __ahp_nonce=${AHP_NONCE-}
-	# Where the user's startup files live, and whether ZDOTDIR is set at all for them.
-	typeset -g __ahp_zd=${USER_ZDOTDIR:-$HOME}
+	# First file zsh reads from ZDOTDIR. Our settings are in the launch file beside it: the
+	# nonce, where the user's startup files live (__ahp_zd) and whether ZDOTDIR is set at all
+	# for them (__ahp_zd_set). Read it, delete it, and scrub ZDOTDIR from our initial
+	# environment, so that no command can find any of it (see __ahp_scrub_environ).
+	typeset -g __ahp_tmpdir=$ZDOTDIR __ahp_nonce='' __ahp_zd=$HOME
 	typeset -gi __ahp_zd_set=0
-	[[ -n ${AHP_ZDOTDIR_WAS_SET-} ]] && __ahp_zd_set=1
-	unset AHP_NONCE USER_ZDOTDIR AHP_ZDOTDIR_WAS_SET
+	if [[ -r $__ahp_tmpdir/launch.zsh ]]; then
+		builtin source "$__ahp_tmpdir/launch.zsh"
+		if zmodload -F zsh/files b:zf_rm 2>/dev/null; then
+			zf_rm -f -- "$__ahp_tmpdir/launch.zsh"
+		else
+			command rm -f -- "$__ahp_tmpdir/launch.zsh"
+		fi
+	fi
+
+	# /proc/PID/environ shows the environment a process was started with, whatever it unsets
+	# later. Overwrite our ZDOTDIR= entry there with NUL bytes, through /proc/self/mem (a
+	# process may write its own memory; zsh copied its environment at start-up and never reads
+	# these bytes again). Best effort: without zsh/system or a writable /proc/self/mem the entry
+	# stays (it names a directory that holds no secret once the launch file is gone).
+	__ahp_scrub_environ() {
+		emulate -L zsh
+		setopt no_multibyte # byte lengths and offsets
+		zmodload zsh/system 2>/dev/null || return 0
+		local stat env e fd
+		local -a f entries
+		{ stat=$(</proc/self/stat) && env=$(</proc/self/environ) } 2>/dev/null || return 0
+		f=(${=${stat##*\) }}) # fields 3.. of stat(5): env_start and env_end are 50 and 51
+		local -i start=${f[48]:-0} end=${f[49]:-0} off=0
+		(( start > 0 && end > start )) || return 0
+		sysopen -w -u fd /proc/self/mem 2>/dev/null || return 0
+		entries=("${(@0)env}")
+		for e in "${entries[@]}"; do
+			if [[ $e == (ZDOTDIR|USER_ZDOTDIR|AHP_NONCE|AHP_SHELL_LOGIN|AHP_ZDOTDIR_WAS_SET)=* ]] &&
+				(( start + off + ${#e} <= end )); then
+				sysseek -u $fd $(( start + off )) 2>/dev/null &&
+					syswrite -o $fd -- "${(pl:${#e}::\0:)}" 2>/dev/null
+			fi
+			(( off += ${#e} + 1 ))
+		done
+		exec {fd}>&-
+	}
+	__ahp_scrub_environ
+	unfunction __ahp_scrub_environ
 
 	# Give the user's files the ZDOTDIR they would have had without us (possibly unset).
 	__ahp_to_user() {

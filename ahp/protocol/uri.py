@@ -1,9 +1,10 @@
 """``file:`` URIs <-> absolute POSIX paths.
 
-Why here: AHP carries working directories as URIs (``TerminalState.cwd``,
-``createTerminal.cwd``) while shells report plain paths (``633;P;Cwd=``) or
-``file://host/path`` URIs (OSC 7). Both the scanner and the engine need one
-canonical spelling, so that "did the cwd change?" is a string comparison.
+Why in the protocol layer: AHP carries working directories as URIs
+(``TerminalState.cwd``, ``createTerminal.cwd``) while shells report plain paths
+(``633;P;Cwd=``) or ``file://host/path`` URIs (OSC 7). The scanner, the engine
+and the server all need one canonical spelling of the wire's ``cwd``, so that
+"did the cwd change?" is a string comparison; it is part of the wire model.
 
 The canonical form is ``file://`` + the path percent-encoded as VS Code does:
 every byte except the unreserved characters (``A-Z a-z 0-9 - . _ ~``) and ``/``
@@ -14,6 +15,7 @@ yields lone surrogates for such bytes) round-trip byte for byte, thanks to
 
 from __future__ import annotations
 
+import ipaddress
 from urllib.parse import quote, unquote
 
 __all__ = ["file_uri_to_path", "local_file_uri_to_path", "path_to_file_uri"]
@@ -68,16 +70,37 @@ def file_uri_to_path(uri: str) -> str:
     return unquote(rest, encoding="utf-8", errors="surrogateescape")
 
 
+def _names_this_machine(authority: str, hostname: str) -> bool:
+    """Whether a ``file:`` URI's authority (lower-cased) is this machine: empty,
+    ``localhost``, ``hostname`` or a loopback address (``127.x.y.z``, ``[::1]``)."""
+    if authority in ("", "localhost", hostname.lower()):
+        return True
+    literal = authority[1:-1] if authority.startswith("[") and authority.endswith("]") else None
+    try:
+        if literal is not None:
+            return ipaddress.IPv6Address(literal).is_loopback
+        return ipaddress.IPv4Address(authority).is_loopback
+    except ValueError:
+        return False
+
+
 def local_file_uri_to_path(uri: str, hostname: str) -> str:
     """:func:`file_uri_to_path` for a URI that must name this machine: no host,
-    ``localhost`` or ``hostname`` (``socket.gethostname()``, passed in to keep this
-    module free of I/O): a cwd asked for, rather than reported.
+    ``localhost``, ``hostname`` (``socket.gethostname()``, passed in to keep this
+    module free of I/O) or a loopback address (``127.0.0.1``, ``[::1]``): a cwd
+    asked for, rather than reported.
+
+    Stricter than :func:`file_uri_to_path`, which reads what shells write: a
+    ``?`` or ``#`` (a query or fragment, encoded ``%3F`` / ``%23`` when they are
+    part of a name) is refused rather than taken into the path.
 
     Raises:
-        ValueError: another host, or no absolute path.
+        ValueError: another host, a query or fragment, or no absolute path.
     """
-    if uri.startswith("file://"):
+    if "?" in uri or "#" in uri:
+        raise ValueError("a file: URI for a cwd must have no query or fragment")
+    if uri[:7].lower() == "file://":
         authority = uri[7:].split("/", 1)[0].lower()
-        if authority not in ("", "localhost", hostname.lower()):
+        if not _names_this_machine(authority, hostname):
             raise ValueError(f"it names another host ({authority!r})")
     return file_uri_to_path(uri)

@@ -24,7 +24,7 @@ from typing import Final
 
 __all__ = ["kill_session", "session_members"]
 
-log = logging.getLogger("ahp.engine")
+log = logging.getLogger("ahp.pty")
 
 #: Rounds of scan-and-kill (a member may fork while the previous round runs).
 KILL_ROUNDS: Final = 10

@@ -1,0 +1,221 @@
+"""The package's import rules, made executable (the layering the README describes).
+
+Rules:
+- the pure layers (``ahp.protocol``, ``ahp.vt``, ``ahp.reducers``; the engine's
+  stage cores live in the last two) import neither Trio nor any module that does
+  I/O or reads a clock, and call no I/O builtin (``open``, ``print``, ``input``);
+- the engine imports neither the server nor the client;
+- the pty layer imports nothing above it (engine, server, client);
+- there is no import cycle between modules of ``ahp``: every import counts, also
+  one inside a function (a lazy import that closes a cycle is still a cycle), but
+  not one under ``if TYPE_CHECKING:`` (annotations only; the layering rules above
+  still count those).
+
+Test rules: the import graph is read from the source (``ast``), so an import
+inside a function cannot hide; the pure layers are also imported in a fresh
+interpreter, so that whatever they load at run time is seen too.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "ahp"
+
+#: Stdlib and third-party modules that do I/O, read a clock or schedule tasks.
+IO_MODULES = frozenset(
+    {
+        "asyncio",
+        "fcntl",
+        "io",
+        "os",
+        "pathlib",
+        "pty",
+        "select",
+        "selectors",
+        "shutil",
+        "signal",
+        "socket",
+        "ssl",
+        "subprocess",
+        "sys",
+        "termios",
+        "threading",
+        "time",
+        "trio",
+        "trio_websocket",
+        "wsproto",
+    }
+)
+#: What importing a pure layer must not load at all, whoever imports it.
+RUNTIME_FORBIDDEN = frozenset(
+    {"trio", "trio_websocket", "wsproto", "socket", "fcntl", "termios", "pty", "asyncio"}
+)
+IO_BUILTINS = frozenset({"open", "print", "input"})
+PURE_PACKAGES = ("ahp.protocol", "ahp.vt", "ahp.reducers")
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _modules() -> dict[str, Path]:
+    return {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+MODULES = _modules()
+
+
+def _resolve(module: str, level: int, current: str, is_package: bool) -> str:
+    if level == 0:
+        return module
+    base = current.split(".")
+    if not is_package:
+        base = base[:-1]
+    if level > 1:
+        base = base[: -(level - 1)]
+    return ".".join([*base, module] if module else base)
+
+
+def _type_checking_nodes(tree: ast.AST) -> set[int]:
+    """ids of the nodes inside ``if TYPE_CHECKING:`` blocks."""
+    inside: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for stmt in node.body:
+                inside.update(id(n) for n in ast.walk(stmt))
+    return inside
+
+
+def _imports(name: str, *, typing_only: bool = True) -> Iterator[tuple[str, int]]:
+    """Every module ``name`` imports (absolute names; ``from pkg import sub`` is ``pkg.sub``
+    when ``sub`` is a module), with the line; ``typing_only=False`` skips imports under
+    ``if TYPE_CHECKING:``."""
+    path = MODULES[name]
+    tree = ast.parse(path.read_text(), str(path))
+    is_package = path.name == "__init__.py"
+    skip = set() if typing_only else _type_checking_nodes(tree)
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name, node.lineno
+        elif isinstance(node, ast.ImportFrom):
+            target = _resolve(node.module or "", node.level, name, is_package)
+            subs = [f"{target}.{a.name}" for a in node.names if f"{target}.{a.name}" in MODULES]
+            if subs:
+                yield from ((s, node.lineno) for s in subs)
+                if len(subs) < len(node.names):
+                    yield target, node.lineno
+            else:
+                yield target, node.lineno
+
+
+def _in(name: str, package: str) -> bool:
+    return name == package or name.startswith(package + ".")
+
+
+def _pure_modules() -> list[str]:
+    return [m for m in MODULES if any(_in(m, p) for p in PURE_PACKAGES)]
+
+
+def test_the_module_walk_sees_the_layers() -> None:
+    for required in ("ahp.protocol.codec", "ahp.vt.scanner", "ahp.reducers.terminal"):
+        assert required in MODULES
+
+
+@pytest.mark.parametrize("name", _pure_modules())
+def test_pure_layers_import_no_io(name: str) -> None:
+    bad = [
+        (target, line)
+        for target, line in _imports(name)
+        if target.split(".")[0] in IO_MODULES
+        or (_in(target, "ahp") and not any(_in(target, p) for p in PURE_PACKAGES))
+    ]
+    assert bad == [], f"{name} imports I/O or an impure layer"
+    tree = ast.parse(MODULES[name].read_text())
+    calls = [
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id in IO_BUILTINS
+    ]
+    assert calls == [], f"{name} calls an I/O builtin at lines {calls}"
+
+
+def test_pure_layers_load_no_io_at_run_time() -> None:
+    probe = (
+        "import importlib, json, sys\n"
+        "before = set(sys.modules)\n"
+        f"for name in {_pure_modules()!r}: importlib.import_module(name)\n"
+        "print(json.dumps(sorted(set(sys.modules) - before)))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    loaded = json.loads(result.stdout)
+    # The interpreter and attrs/cattrs load os, io, pathlib, threading themselves; the
+    # source check above covers our own imports of them.
+    assert not [m for m in loaded if m.split(".")[0] in RUNTIME_FORBIDDEN]
+    impure = [m for m in loaded if _in(m, "ahp") and not any(_in(m, p) for p in PURE_PACKAGES)]
+    assert impure in ([], ["ahp"])  # the root package's exports are lazy
+
+
+@pytest.mark.parametrize(
+    ("layer", "forbidden"),
+    [
+        ("ahp.engine", ("ahp.server", "ahp.client", "ahp.cli", "ahp.bench")),
+        ("ahp.pty", ("ahp.engine", "ahp.server", "ahp.client", "ahp.cli", "ahp.bench")),
+        ("ahp.server", ("ahp.client", "ahp.cli", "ahp.bench")),
+    ],
+)
+def test_layers_import_nothing_above_them(layer: str, forbidden: tuple[str, ...]) -> None:
+    bad = [
+        (name, target, line)
+        for name in MODULES
+        if _in(name, layer)
+        for target, line in _imports(name)
+        if any(_in(target, f) for f in forbidden)
+    ]
+    assert bad == []
+
+
+def test_no_import_cycles() -> None:
+    graph = {
+        name: sorted(
+            {t for t, _ in _imports(name, typing_only=False) if t in MODULES and t != name}
+        )
+        for name in MODULES
+    }
+    cycles: list[list[str]] = []
+    state: dict[str, int] = {}  # 1: on the stack, 2: done
+    stack: list[str] = []
+
+    def visit(node: str) -> None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in graph[node]:
+            if state.get(nxt) == 1:
+                cycles.append([*stack[stack.index(nxt) :], nxt])
+            elif nxt not in state:
+                visit(nxt)
+        stack.pop()
+        state[node] = 2
+
+    for node in graph:
+        if node not in state:
+            visit(node)
+    assert cycles == []
