@@ -215,10 +215,6 @@ def _class_tag(name: str) -> Callable[[type[Any]], str]:
 
 configure_tagged_union(TerminalClaim, converter, tag_name="kind", tag_generator=_class_tag("KIND"))
 configure_tagged_union(ContentPart, converter, tag_name="type", tag_generator=_class_tag("TYPE"))
-_exit_aware(TerminalState)
-_exit_aware(TerminalInfo)
-
-
 def _parts_structure(t: Any) -> Callable[[Any, Any], Any]:
     inner: Any = tuple[ContentPart, ...]  # the only Parts on the wire
     return lambda value, _: Parts(converter.structure(value, inner))
@@ -234,6 +230,10 @@ def _is_parts(t: Any) -> bool:
 
 converter.register_structure_hook_factory(_is_parts, _parts_structure)
 converter.register_unstructure_hook_factory(_is_parts, _parts_unstructure)
+# After the Parts hooks: make_dict_*_fn resolves each field's hook when it is built, so
+# built earlier a state's ``content`` (Parts) was written as the object itself.
+_exit_aware(TerminalState)
+_exit_aware(TerminalInfo)
 
 
 def _action_tag(cl: type[Any]) -> str:
