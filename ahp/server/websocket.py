@@ -5,7 +5,7 @@ Why separate from the protocol: every AHP rule lives in
 connections of :mod:`ahp.server.wsconn` (why not trio-websocket's server: see
 there).
 
-Per connection there are two tasks: a reader that receives messages and hands
+Per connection there are two tasks (and two watchdogs): a reader that receives messages and hands
 each to the session inline (it keeps reading, so pings and closes are answered
 even when the client sends nothing else) and a writer that drains the
 connection's bounded :class:`~ahp.engine.Outbox`, coalescing consecutive output
@@ -18,7 +18,18 @@ and the close handshake. If the write in flight gets out in time, the client
 gets a close frame with code 1013; if the socket stays full (the client reads
 nothing at all), the send is cancelled half-way through a frame, after which no
 close frame can be framed correctly, so the TCP stream is closed without one
-(the client sees 1006 after the last complete frame). A failure inside one
+(the client sees 1006 after the last complete frame).
+
+Answers count too: ``initialize``, ``reconnect`` and ``subscribe`` put whole
+snapshots on the outbox, which do not overflow it at once (one snapshot may be
+larger than the bound and is no backlog), but they, and everything the writer
+took and has not finished writing, count towards the bound
+(:attr:`Outbox.pending_bytes <ahp.engine.outbox.Outbox.pending_bytes>`). While
+that total is over the bound, a watchdog closes the connection (1013, or 1006 as
+above) when the client took nothing — not a byte written, not a batch taken —
+for ``stall_grace`` seconds; a client that reads a large answer slowly keeps
+making progress and stays. So a silent client can pin at most about one bound
+plus one answer, and only for the grace period. A failure inside one
 connection is logged and closes that connection (1011), never the server. Only
 the connection's ``finally`` closes it (the reader may be inside a receive).
 
@@ -184,7 +195,10 @@ class _Writer:
                 batch = outbox.get_nowait() if len(outbox) else await outbox.get_batch()
                 took = bool(batch)
                 if took:
-                    await ws.send_texts(_encoded(batch, session.project))  # (empties ``batch``)
+                    try:
+                        await ws.send_texts(_encoded(batch, session.project))  # (empties it)
+                    finally:
+                        outbox.sent()
                 if session.close_request is not None and not len(outbox):
                     self.close = session.close_request
                     return
@@ -198,6 +212,25 @@ class _Writer:
         """Bound the writer once the outbox overflows (it may be blocked in a send)."""
         await self.outbox.wait_overflowed()
         self.scope.deadline = min(self.scope.deadline, trio.current_time() + grace)
+
+    async def watch_bound(self, grace: float) -> None:
+        """Close a client that takes nothing for ``grace`` seconds while the outbox
+        accounts for more than its bound: answers (snapshots) queued or being written
+        count too, not only the output backlog that overflows at once."""
+        outbox, ws = self.outbox, self.ws
+        while True:
+            await outbox.wait_over_bound()
+            progress = (ws.bytes_sent, outbox.takes)
+            await trio.sleep(grace)
+            if outbox.over_bound and (ws.bytes_sent, outbox.takes) == progress:
+                log.info(
+                    "client %s takes nothing while %d bytes are pending: closing with 1013",
+                    self.session.client_id,
+                    outbox.pending_bytes,
+                )
+                self.close = OVERFLOW_CLOSE
+                self.scope.cancel()
+                return
 
 
 async def _reader(ws: ServerWebSocket, session: Session, config: ServerConfig) -> None:
@@ -281,7 +314,7 @@ async def _serve_one(
         return
     # The path only: the query may carry the token.
     log.debug("accepted a connection from %s to %s", request.remote, urlsplit(request.target).path)
-    outbox = Outbox(max_bytes=config.outbox_bytes)
+    outbox = Outbox(max_bytes=config.outbox_bytes, track_in_flight=True)
     session = Session(state, outbox)
     writer = _Writer(ws, outbox, session)
     close_code, close_reason = 1001, "server going away"
@@ -309,6 +342,7 @@ async def _serve_one(
             nursery.start_soon(read)
             nursery.start_soon(write)
             nursery.start_soon(writer.watch_overflow, config.stall_grace)
+            nursery.start_soon(writer.watch_bound, config.stall_grace)
     except Exception:
         # A bug of ours in one connection must not take the server (and every other
         # client and terminal) down with it: log it, close this connection with 1011.

@@ -287,6 +287,8 @@ class ServerWebSocket:
         self._closed: ConnectionClosed | None = None
         #: A send was cancelled mid-frame: the stream may only be closed now.
         self.broken = False
+        #: Bytes handed to the stream so far (progress, for the outbound watchdog).
+        self.bytes_sent = 0
 
     @property
     def closed(self) -> ConnectionClosed | None:
@@ -404,7 +406,17 @@ class ServerWebSocket:
             self.broken = True  # until every buffer is out
             try:
                 for data in buffers:
-                    await self._stream.send_all(data)
+                    if len(data) <= WRITE_CHUNK:
+                        await self._stream.send_all(data)
+                        self.bytes_sent += len(data)
+                        continue
+                    # A large payload in slices, so that progress shows (bytes_sent):
+                    # a client that reads a big answer slowly is not one that reads nothing.
+                    view = memoryview(data)
+                    for start in range(0, len(view), WRITE_CHUNK):
+                        piece = view[start : start + WRITE_CHUNK]
+                        await self._stream.send_all(piece)
+                        self.bytes_sent += len(piece)
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 self._closed = self._closed or ConnectionClosed(ABNORMAL, "connection lost")
                 raise self._closed from None
