@@ -487,6 +487,11 @@ async def test_the_accept_loop_backs_off_quietly_when_out_of_fds_and_recovers() 
                         with trio.move_on_after(0.05):
                             reply += await stream.receive_some(4096)
             first_failure = trio.current_time()
+            # A client arriving now waits in the listen backlog (Linux's accept fails with
+            # EMFILE before it looks at the queue, so the loop keeps failing meanwhile).
+            waiting = await trio.open_tcp_stream("127.0.0.1", _port(url))
+            held.append(waiting)
+            await waiting.send_all(upgrade)
             await trio.sleep(2.5)  # (the loop keeps retrying meanwhile)
             lines = _accept_failures(err)
             assert 1 <= len(lines) <= (trio.current_time() - first_failure) + 1, lines
@@ -495,7 +500,7 @@ async def test_the_accept_loop_backs_off_quietly_when_out_of_fds_and_recovers() 
             reply = b""
             with trio.fail_after(TIMEOUT):
                 while b"\r\n" not in reply:
-                    chunk = await held[-1].receive_some(4096)
+                    chunk = await waiting.receive_some(4096)
                     assert chunk, b"".join(err).decode(errors="replace")[-2000:]
                     reply += chunk
             assert reply.startswith(b"HTTP/1.1 101 "), reply[:80]
