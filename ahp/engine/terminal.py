@@ -119,14 +119,20 @@ EXIT_LINGER: Final = 0.1
 class _ClientAction:
     """A client's or the library's action on its way to the reducer."""
 
-    __slots__ = ("action", "origin", "sender")
+    __slots__ = ("action", "decided", "origin", "sender")
 
     def __init__(
-        self, action: StateAction, origin: ActionOrigin | None, sender: Outbox | None
+        self,
+        action: StateAction,
+        origin: ActionOrigin | None,
+        sender: Outbox | None,
+        decided: trio.Event | None = None,
     ) -> None:
         self.action = action
         self.origin = origin
         self.sender = sender
+        #: Set once the action was applied or rejected and the catalogue told.
+        self.decided = decided
 
 
 class _OutputEnded:
@@ -271,22 +277,36 @@ class Terminal:
         *,
         origin: ActionOrigin | None = None,
         sender: Outbox | None = None,
+        wait: bool = False,
     ) -> None:
         """Hand a client (``origin``) or library action to the reducer task.
 
         It is applied in order with everything else the reducer takes (output
         included): accepted and published, or rejected to ``sender`` only. Returns
         once the action is queued (waiting while the reducer's channel is full:
-        backpressure); it does not wait for the verdict. Ignored once the terminal
+        backpressure); with ``wait`` only once the reducer has decided on it and
+        told the catalogue (or the terminal closed). Ignored once the terminal
         is closing.
         """
         if self._accepting:
+            decided = trio.Event() if wait else None
             try:
-                await _send(self._to_reducer, _ClientAction(action, origin, sender))
+                await _send(self._to_reducer, _ClientAction(action, origin, sender, decided))
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 pass  # the reducer ended meanwhile: the terminal is closing
             else:
-                await trio.lowlevel.checkpoint()
+                if decided is None:
+                    await trio.lowlevel.checkpoint()
+                    return
+                async with trio.open_nursery() as nursery:
+
+                    async def closed() -> None:
+                        await self.closed.wait()
+                        nursery.cancel_scope.cancel()
+
+                    nursery.start_soon(closed)
+                    await decided.wait()
+                    nursery.cancel_scope.cancel()
                 return
         await trio.lowlevel.checkpoint()
 
@@ -535,8 +555,13 @@ class Terminal:
                 except trio.WouldBlock:
                     item = await inbox.receive()
                 self.reducer_batches += 1
+                decided: list[trio.Event] | None = None
                 while True:
                     self._reduce(item)
+                    if item.__class__ is _ClientAction:
+                        assert isinstance(item, _ClientAction)
+                        if item.decided is not None:
+                            decided = [*(decided or ()), item.decided]
                     try:
                         item = inbox.receive_nowait()
                     except trio.WouldBlock:
@@ -544,6 +569,8 @@ class Terminal:
                 if core.info_changed:
                     core.info_changed = False
                     self._on_info_changed(self)
+                for event in decided or ():
+                    event.set()
 
     def _reduce(self, item: _ReducerItem) -> None:
         cls = item.__class__
