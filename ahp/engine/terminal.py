@@ -222,6 +222,8 @@ class Terminal:
         self.read_batches = 0
         self.bytes_read = 0
         self.reducer_batches = 0
+        #: Times the pty-read task found the parse channel full and waited.
+        self.parse_waits = 0
 
     # -- public view -------------------------------------------------------------------------
 
@@ -433,7 +435,12 @@ class Terminal:
                 if chunks:
                     self.read_batches += 1
                     self.bytes_read += size
-                    await _send(to_parse, chunks[0] if len(chunks) == 1 else b"".join(chunks))
+                    batch = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+                    try:
+                        to_parse.send_nowait(batch)
+                    except trio.WouldBlock:
+                        self.parse_waits += 1  # the parser is behind: wait (backpressure)
+                        await to_parse.send(batch)
                 if eof:
                     return
                 if chunks:
