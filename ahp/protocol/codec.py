@@ -215,6 +215,8 @@ def _class_tag(name: str) -> Callable[[type[Any]], str]:
 
 configure_tagged_union(TerminalClaim, converter, tag_name="kind", tag_generator=_class_tag("KIND"))
 configure_tagged_union(ContentPart, converter, tag_name="type", tag_generator=_class_tag("TYPE"))
+
+
 def _parts_structure(t: Any) -> Callable[[Any, Any], Any]:
     inner: Any = tuple[ContentPart, ...]  # the only Parts on the wire
     return lambda value, _: Parts(converter.structure(value, inner))
