@@ -66,6 +66,7 @@ import trio
 from ahp.engine import Outbox
 from ahp.engine.envelopes import Published
 from ahp.engine.outbox import OutboxItem
+from ahp.protocol.actions import TerminalInput
 from ahp.server.admission import (
     PendingConnections,
     RateLimitedLog,
@@ -169,6 +170,17 @@ def _encoded(
             yield item.encode()
 
 
+def _only_input_echoes(batch: list[OutboxItem]) -> bool:
+    """Whether ``batch`` holds nothing but echoes of clients' ``terminal/input``."""
+    for item in batch:
+        if not isinstance(item, Published):
+            return False
+        envelope = item.envelope
+        if envelope.origin is None or type(envelope.action) is not TerminalInput:
+            return False
+    return True
+
+
 class _Writer:
     """Drains the outbox into the socket; see the module docstring for overflow.
 
@@ -193,6 +205,13 @@ class _Writer:
                 # checkpoint (a send is one): an echo that arrives during a send is not
                 # delayed by one more scheduler pass.
                 batch = outbox.get_nowait() if len(outbox) else await outbox.get_batch()
+                if batch and _only_input_echoes(batch):
+                    # A keystroke's echo: its output is usually read from the pty in
+                    # this very scheduler pass. One pass of waiting lets both leave in
+                    # one write (one system call and one wake-up of the client, not two).
+                    await trio.lowlevel.checkpoint()
+                    if len(outbox):
+                        batch += outbox.get_nowait()
                 took = bool(batch)
                 if took:
                     try:
@@ -248,7 +267,9 @@ async def _reader(ws: ServerWebSocket, session: Session, config: ServerConfig) -
             session.outbox.close()
             return
         # A client that does not read its answers is not read either (bounded memory).
-        await session.outbox.wait_responses_below(config.outbox_bytes)
+        # (Only when that can be the case: the receive is this loop's checkpoint.)
+        if session.outbox.queued_bytes > config.outbox_bytes:
+            await session.outbox.wait_responses_below(config.outbox_bytes)
 
 
 async def _authenticate(
@@ -277,6 +298,7 @@ async def _authenticate(
             wsproto_conn,
             max_message_size=config.max_message_size,
             subprotocol=request.subprotocols[0] if request.subprotocols else None,
+            early_data=request.early_data,
         )
     except ConnectionClosed:
         return None
