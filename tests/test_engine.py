@@ -19,21 +19,29 @@ from ahp.protocol import (
     TerminalData,
     TerminalExited,
     TerminalResized,
+    TerminalState,
     TerminalTitleChanged,
 )
 from ahp.pty import SpawnError
 from tests.helpers import TIMEOUT, children, open_fds, wait_for_state, wait_for_text, zombies
 
 
-async def collect_until_exit(terminal: Terminal) -> list[ActionEnvelope]:
+async def collect_until_exit(terminal: Terminal) -> tuple[str, list[ActionEnvelope]]:
+    """The text already in the subscription's snapshot (the terminal's tasks may have
+    read and published output before the caller subscribed), and every envelope after
+    it up to ``terminal/exited``."""
     envelopes: list[ActionEnvelope] = []
+    before = ""
     with trio.fail_after(TIMEOUT):
         async with terminal.subscribe(max_bytes=1 << 30) as sub:
             async for item in sub:
-                if isinstance(item, ActionEnvelope):
+                if isinstance(item, Snapshot):
+                    assert isinstance(item.state, TerminalState)
+                    before = item.state.text()
+                elif isinstance(item, ActionEnvelope):
                     envelopes.append(item)
                     if isinstance(item.action, TerminalExited):
-                        return envelopes
+                        return before, envelopes
     raise AssertionError("no exit")
 
 
@@ -52,8 +60,10 @@ async def test_all_output_before_exited() -> None:
         term = await host.create_terminal(
             argv=["sh", "-c", "i=0; while [ $i -lt 2000 ]; do echo line$i; i=$((i+1)); done"]
         )
-        envelopes = await collect_until_exit(term)
-        text = "".join(e.action.data for e in envelopes if isinstance(e.action, TerminalData))
+        before, envelopes = await collect_until_exit(term)
+        text = before + "".join(
+            e.action.data for e in envelopes if isinstance(e.action, TerminalData)
+        )
         assert text.endswith("line1999\r\n")
         assert text.count("\r\n") == 2000
         assert isinstance(envelopes[-1].action, TerminalExited)
@@ -196,9 +206,9 @@ async def test_batching_under_sustained_output(tmp_path: Path) -> None:
     big.write_text(("x" * 99 + "\n") * 100_000)  # 10 MB
     async with open_host() as host:
         term = await host.create_terminal(argv=["cat", str(big)])
-        envelopes = await collect_until_exit(term)
+        before, envelopes = await collect_until_exit(term)
         datas = [e for e in envelopes if isinstance(e.action, TerminalData)]
-        total = sum(len(e.action.data) for e in datas)  # type: ignore[union-attr]
+        total = len(before) + sum(len(e.action.data) for e in datas)  # type: ignore[union-attr]
         assert total == 10_100_000  # ONLCR: \n -> \r\n
         # Kernel reads are ~4 KiB; batching must make actions much larger on average.
         assert len(datas) < total / 8192, (len(datas), term.read_batches)

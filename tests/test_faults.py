@@ -32,10 +32,11 @@ import pytest
 import trio
 
 from ahp.engine import open_host
+from ahp.reducers import content_length
 from ahp.server.session import ServerState
 from ahp.server.websocket import ServerConfig, open_listeners, serve_connections
 from ahp.ws import ConnectionClosed
-from tests.helpers import TIMEOUT, kill_and_reap, stat_fields, wait_for_text
+from tests.helpers import TIMEOUT, kill_and_reap, stat_fields, wait_for_state, wait_for_text
 from tests.wire import TOKEN, Peer, peer, running_server
 
 ROOT = "ahp-root://"
@@ -280,6 +281,44 @@ async def sidecar(config: ServerConfig) -> AsyncIterator[tuple[Any, str]]:
             nursery.cancel_scope.cancel()
 
 
+@pytest.mark.parametrize("method", ["initialize", "subscribe"])
+async def test_silent_client_holding_a_large_answer_is_closed(method: str) -> None:
+    """Regression: answers (initialize's and subscribe's snapshots) did not count
+    towards the connection's outbound bound, so a client that sent one request for a
+    large snapshot and read nothing pinned it (twice: text and frame) for good. It is
+    closed after the stall grace; it can resume; the server is fine."""
+    bound = 1024 * 1024
+    config = ServerConfig(token=TOKEN, outbox_bytes=bound, stall_grace=0.2)
+    async with sidecar(config) as (state, url):
+        port = int(url.rsplit(":", 1)[1].split("/")[0])
+        host = state.host
+        big = await host.create_terminal(
+            "ahp-terminal:/big",
+            argv=["sh", "-c", "head -c 8000000 /dev/zero | tr '\\0' z; exec cat"],
+            use_pty=False,
+            scrollback=16 * 1024 * 1024,
+        )
+        await wait_for_state(big, lambda s: content_length(s) >= 8_000_000)
+        async with raw_ws(port) as silent:
+            # A small receive window: the kernel holds little of the 8 MB answer.
+            silent.socket.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 * 1024)
+            subscriptions = [big.uri] if method == "initialize" else []
+            init = {
+                "channel": ROOT,
+                "protocolVersions": ["0.5.0"],
+                "clientId": "silent",
+                "initialSubscriptions": subscriptions,
+            }
+            await silent.send_all(ws_frame(rpc("initialize", init)))
+            if method == "subscribe":
+                await silent.send_all(ws_frame(rpc("subscribe", {"channel": big.uri}, 2)))
+            await eventually(lambda: "silent" in state.clients._records)
+            await eventually(lambda: state.clients._records["silent"].connections == 0)
+        async with peer(url) as p:
+            result = await p.reconnect("silent", 0, [big.uri])
+            assert result["type"] in ("replay", "snapshot")
+
+
 async def test_client_that_never_reads() -> None:
     """Its outbox overflows and is dropped; after the stall grace the connection is cut;
     the terminal and the other client never wait for it."""
@@ -338,7 +377,8 @@ async def test_client_that_never_reads() -> None:
 
 async def test_large_client_payloads_count_in_bounds() -> None:
     """A client's big titles count at their real size: a stalled viewer is cut off and
-    the replay log stays within its byte bound (they used to count 96 bytes each)."""
+    the replay log stays within its byte bound (they used to count 96 bytes each).
+    Titles are bounded (``MAX_TITLE`` characters), so the 40 MB are many of them."""
     async with running_server() as server, peer(server.url) as a:
         host = server.state.host
         await a.initialize("a")
@@ -347,9 +387,9 @@ async def test_large_client_payloads_count_in_bounds() -> None:
             await stalled.initialize("stalled")
             await stalled.result("subscribe", {"channel": T1})
             await a.result("subscribe", {"channel": T1})
-            for i in range(40):  # 40 MB of titles
+            for i in range(40 * 256):  # 40 MB of titles
                 await a.dispatch(
-                    T1, {"type": "terminal/titleChanged", "title": f"{i:02}" + "t" * 2**20}
+                    T1, {"type": "terminal/titleChanged", "title": f"{i:05}" + "t" * 4091}
                 )
             await a.dispatch(T1, {"type": "terminal/titleChanged", "title": "last"})
             await a.action(lambda x: x["action"].get("title") == "last")
@@ -358,7 +398,11 @@ async def test_large_client_payloads_count_in_bounds() -> None:
             with pytest.raises(ConnectionClosed) as closed, trio.fail_after(TIMEOUT):
                 while True:
                     await stalled.ws.get_message()
-            assert closed.value.reason.code == 1013
+            # 1006 when the close frame could not be framed (see test_server's stalled test).
+            assert closed.value.reason.code in (1013, 1006)
+        async with peer(server.url) as again:
+            result = await again.reconnect("stalled", 0, [T1])
+            assert result["type"] in ("replay", "snapshot")
 
 
 # -- children misbehaving --------------------------------------------------------------------

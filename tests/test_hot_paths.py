@@ -12,6 +12,7 @@ from typing import Any
 
 import orjson
 import trio
+import trio.testing
 
 from ahp.engine import Outbox, Published, open_host
 from ahp.server.session import ServerState, Session
@@ -93,6 +94,8 @@ async def test_input_fast_path_matches_structuring() -> None:
         ]
         for params, accepted in cases:
             await session.handle_frame(_frame("dispatchAction", params))
+            # The terminal's reducer task decides; wait until it has (cat is blocked).
+            await trio.testing.wait_all_tasks_blocked()
             envelopes = _envelopes(outbox)
             if params["clientSeq"] is True:
                 assert envelopes == []

@@ -77,6 +77,7 @@ async def test_initialize_result_shape() -> None:
         (["1.0.0", "0.9.0"], "1.0.0"),  # the highest, whatever the order
         (["0.9.0", "1.1.0", "0.5.0"], "1.1.0"),
         (["2.0.0", "0.2.0", "0.11.0"], None),
+        (["0.9.0", "0.8.0", "0.7.0", "0.6.0", "0.5.2", "0.5.1"], "0.9.0"),  # VS Code's list
         (5, None),
         (["x", 1, None], None),
     ],
@@ -502,11 +503,20 @@ async def test_stalled_client_is_closed_1013_and_others_get_everything(tmp_path:
             assert received == 50_000 * 999
             host_outboxes = [o for o in server.state.host.hub.subscribers(T1)]
             assert all(o.queued_bytes <= 16 * 1024 * 1024 for o in host_outboxes)
-            # The stalled client was cut off with 1013 ("try again later").
+            # The stalled client was cut off: with 1013 ("try again later") when the close
+            # frame could still be framed, else (a send cancelled half-way through a
+            # frame, see ahp.server.websocket) the stream ends without one (1006). Which
+            # one depends on how much the kernel buffered: either way it may resume.
             with pytest.raises(ConnectionClosed) as info, trio.fail_after(TIMEOUT):
                 while True:
                     await stalled_ws.get_message()
-            assert info.value.reason.code == 1013
+            assert info.value.reason.code in (1013, 1006)
+        async with peer(server.url) as again:
+            result = await again.reconnect("stalled", 0, [T1])
+            assert result["type"] in ("replay", "snapshot")
+            if result["type"] == "snapshot":
+                [snapshot] = result["snapshots"]
+                assert snapshot["resource"] == T1
 
 
 async def test_library_input_that_is_not_utf8_reaches_viewers_as_valid_text() -> None:

@@ -30,7 +30,13 @@ from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Final
 
-from ahp.protocol.actions import ActionEnvelope, StateAction, TerminalData, TerminalInput
+from ahp.protocol.actions import (
+    ActionEnvelope,
+    RootTerminalsChanged,
+    StateAction,
+    TerminalData,
+    TerminalInput,
+)
 from ahp.protocol.codec import dumps_utf8, unstructure
 
 __all__ = [
@@ -75,15 +81,23 @@ class Published:
     for every other action by encoding it at once (the frame's size).
     """
 
-    __slots__ = ("_frame", "envelope", "size")
+    __slots__ = ("_frame", "envelope", "latest_wins", "size")
 
     def __init__(self, envelope: ActionEnvelope) -> None:
         self.envelope = envelope
         self._frame: bytes | None = None
         action = envelope.action
+        #: A queued envelope of this kind is superseded by a later one of its channel
+        #: (the root catalogue: each one carries the whole list).
+        self.latest_wins = False
         if isinstance(action, TerminalData | TerminalInput):
             self.size = ENVELOPE_OVERHEAD + payload_size(action.data)
         else:
+            self.latest_wins = (
+                action.__class__ is RootTerminalsChanged
+                and envelope.origin is None
+                and envelope.rejectionReason is None
+            )
             # Rare, usually small, and possibly large (a client's 10 MB title, config or
             # unknown action; a catalogue of long titles): encoded now so that outboxes
             # and the replay log bound the real size, not the 96-byte estimate.

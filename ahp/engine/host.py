@@ -7,6 +7,15 @@ it from :func:`open_host`; the WebSocket server wraps the same object
 (:func:`ahp.server.serve_host`; the engine never imports the server), so an
 agent can run commands in-process while an editor watches over the wire.
 
+The catalogue (``root/terminalsChanged``, the whole list each time) is
+published when a terminal is created or disposed, and when a terminal's
+reducer task reports that its entry (title, claim, exit) changed — which it does
+at most once per batch of work, however many titles the batch held. Each
+subscriber's outbox keeps only the newest catalogue still queued (latest wins),
+so a title storm in one terminal costs a root subscriber one small envelope per
+batch, never a backlog. Entries are cached per terminal, so a catalogue costs
+one attribute read per terminal to build.
+
 Ownership and cancellation: leaving ``async with open_host()`` disposes every
 terminal (hang-up, grace period, kill, reap, fds closed) before returning, also
 when the body raised or was cancelled.
@@ -96,6 +105,7 @@ class Host:
         self.hub.publish(ROOT_URI, action)
 
     def _on_info_changed(self, _: Terminal) -> None:
+        """A terminal's reducer task: its catalogue entry changed (once per batch)."""
         self._publish_catalogue()
 
     def subscribe_root(self) -> Subscription:

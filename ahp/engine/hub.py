@@ -13,7 +13,7 @@ once per envelope, lazily, when the first WebSocket writer asks for the frame.
 Pacing (:meth:`Hub.pacer`): a client that reads, but more slowly than the pty
 produces (or that hiccups for a few tens of milliseconds on a busy machine),
 must not be cut off merely because output is fast. So the *fastest live*
-subscriber paces the terminal's reader: when every subscriber of a channel is
+subscriber paces the terminal's pty-read task: when every subscriber of a channel is
 more than :data:`PACE_BYTES` behind (or half its bound, if smaller), the reader
 waits for the least-behind one that took a batch within the last
 :data:`PACE_WINDOW` seconds to take its next batch — ordinary flow control, as

@@ -25,16 +25,30 @@ strictly increasing. In-process subscribers take envelopes as published
 Merging while queueing (the old rule) copied the whole tail on every put:
 quadratic in the backlog.
 
+Latest wins: an envelope that replaces its channel's whole value (the root
+catalogue, :attr:`Published.latest_wins <ahp.engine.envelopes.Published>`)
+supersedes one of the same channel still queued: the older one stops counting
+towards the bound at once and is left out when the consumer takes its batch. A
+title storm in one terminal thus costs a slow root subscriber one catalogue,
+not one per change. (The root channel's state is exactly its latest catalogue,
+so dropping the older ones loses nothing; ``serverSeq`` stays increasing.)
+
 Pacing: :attr:`Outbox.taken_at` records when the consumer last took a batch,
 and :meth:`Outbox.wait_taken` waits for the next take; the terminal's reader
 uses them to let the fastest live subscriber pace the pty (see
 :meth:`ahp.engine.hub.Hub.pacer`).
 
 Responses (``str`` items: answers to the consumer's own requests, such as a
-snapshot) do not count towards the overflow bound: one snapshot of a terminal
-full of escape sequences can be larger than the bound by itself, and it is no
-backlog. They are bounded instead by the requester, who waits
-(:meth:`Outbox.wait_responses_below`) before asking for more.
+snapshot) do not trigger the immediate overflow verdict: one snapshot of a
+terminal full of escape sequences can be larger than the bound by itself, and it
+is no backlog. They count in :attr:`Outbox.pending_bytes` though, together with
+what a consumer created with ``track_in_flight=True`` (a WebSocket writer) took
+and has not finished writing (:meth:`Outbox.sent`); while that total is over the
+bound, :meth:`Outbox.wait_over_bound` returns, and the connection closes a
+client that takes nothing for its grace period (see
+:mod:`ahp.server.websocket`). The requester also waits
+(:meth:`Outbox.wait_responses_below`, responses queued or being written) before
+handling the next request.
 
 Ownership: created and consumed by one subscriber task; fed by any publisher in
 the same Trio run. Cancellation: :meth:`get_batch` is a plain checkpointed wait.
@@ -103,11 +117,24 @@ def _now() -> float:
 class Outbox:
     """Bounded queue of :data:`OutboxItem`; see the module docstring."""
 
-    def __init__(self, *, max_bytes: int = DEFAULT_OUTBOX_BYTES) -> None:
+    def __init__(
+        self, *, max_bytes: int = DEFAULT_OUTBOX_BYTES, track_in_flight: bool = False
+    ) -> None:
         self.max_bytes = max_bytes
+        #: Whether what the consumer took counts until it calls :meth:`sent`.
+        self.track_in_flight = track_in_flight
+        self._in_flight = 0  # bytes taken and not yet sent (all kinds)
+        self._in_flight_responses = 0  # of which responses
+        self._over_lot = trio.lowlevel.ParkingLot()
+        #: Batches taken (a consumer's progress, for watchdogs).
+        self.takes = 0
         self._items: deque[OutboxItem] = deque()
         self._bytes = 0  # envelopes (the backlog that can overflow)
         self._response_bytes = 0  # str items
+        #: The newest queued latest-wins envelope per channel, and how many older ones
+        #: it superseded (left out at the next take).
+        self._latest: dict[str, Published] = {}
+        self._superseded = 0
         self._lot = trio.lowlevel.ParkingLot()
         self._drained = trio.lowlevel.ParkingLot()
         self.overflowed = False
@@ -124,6 +151,16 @@ class Outbox:
         return self._bytes + self._response_bytes
 
     @property
+    def pending_bytes(self) -> int:
+        """Everything this outbox accounts for: queued envelopes and responses, and
+        what the consumer took and is still writing (``track_in_flight``)."""
+        return self._bytes + self._response_bytes + self._in_flight
+
+    @property
+    def over_bound(self) -> bool:
+        return self._bytes + self._response_bytes + self._in_flight > self.max_bytes
+
+    @property
     def backlog(self) -> int:
         """Bytes of queued envelopes (what can overflow; responses excluded)."""
         return self._bytes
@@ -138,7 +175,16 @@ class Outbox:
         self._items.append(item)
         if isinstance(item, str):
             self._response_bytes += sys.getsizeof(item)
+            if self._over_lot and self.over_bound:
+                self._over_lot.unpark_all()
         else:
+            if item.latest_wins:
+                older = self._latest.get(item.channel)
+                if older is not None:
+                    self._bytes -= older.size
+                    self._superseded += 1
+                    self.merged += 1
+                self._latest[item.channel] = item
             self._bytes += item.size
             if self._bytes > self.max_bytes:
                 self._overflow_now()
@@ -146,10 +192,16 @@ class Outbox:
         self._lot.unpark_all()
         return True
 
+    def _forget_latest(self) -> None:
+        if self._latest:
+            self._latest.clear()
+        self._superseded = 0
+
     def _overflow_now(self) -> None:
         self.overflowed = True
         self._overflow.set()
         self._items.clear()
+        self._forget_latest()
         self._bytes = self._response_bytes = 0
         self._lot.unpark_all()
         self._drained.unpark_all()
@@ -165,15 +217,30 @@ class Outbox:
         self.overflowed = False
         self._overflow = trio.Event()
         self._items.clear()
+        self._forget_latest()
         self._bytes = self._response_bytes = 0
         self._drained.unpark_all()
 
     async def wait_responses_below(self, limit: int) -> None:
-        """Wait while more than ``limit`` bytes of responses are queued (the producer of
-        responses calls this before handling the next request)."""
-        while self._response_bytes > limit and not (self.overflowed or self.closed):
+        """Wait while more than ``limit`` bytes of responses are queued or being written
+        (the producer of responses calls this before handling the next request)."""
+        while self._response_bytes + self._in_flight_responses > limit and not (
+            self.overflowed or self.closed
+        ):
             await self._drained.park()
         await trio.lowlevel.checkpoint()
+
+    async def wait_over_bound(self) -> None:
+        """Return once :attr:`pending_bytes` is over the bound (at once if it is now)."""
+        while not self.over_bound:
+            await self._over_lot.park()
+        await trio.lowlevel.checkpoint()
+
+    def sent(self) -> None:
+        """The consumer finished writing (or gave up on) what it took last."""
+        if self._in_flight:
+            self._in_flight = self._in_flight_responses = 0
+            self._drained.unpark_all()
 
     async def wait_taken(self) -> None:
         """Wait until the consumer takes a batch (or the outbox overflows, closes or resets)."""
@@ -191,6 +258,23 @@ class Outbox:
         ``coalesce``."""
         items = list(self._items)
         self._items.clear()
+        if self._latest:
+            if self._superseded:
+                latest = self._latest
+                items = [
+                    item
+                    for item in items
+                    if isinstance(item, str)
+                    or not item.latest_wins
+                    or latest.get(item.channel) is item
+                ]
+            self._forget_latest()
+        if self.track_in_flight:
+            self._in_flight += self._bytes + self._response_bytes
+            self._in_flight_responses += self._response_bytes
+            if self._over_lot and self.over_bound:
+                self._over_lot.unpark_all()
+        self.takes += 1
         self._bytes = self._response_bytes = 0
         self.taken_at = _now()
         self._drained.unpark_all()

@@ -1,97 +1,90 @@
-"""One terminal: a Trio nursery from a child process on a pty to published envelopes.
+"""One terminal: a Trio nursery of stage tasks joined by bounded memory channels.
 
-Why this shape: the terminal's state has exactly one writer, the *reduce step*:
-synchronous functions that apply one item — a batch of parsed output actions or
-the exit (:meth:`Terminal._reduce`), or a client action
-(:meth:`Terminal._client_action`) — to the state and publish the result through
-the hub. Because they never await, two reduce steps can never interleave, and
-items are applied whole, one at a time, in the order they are handed over. The
-reduce step is called by whichever task produced the item::
+Why this shape (``design.md``, "The shape"): each stage of a terminal is a task
+that owns one job, and the state has exactly one writer, the reducer task::
 
-    pty-read: read ──bytes──▶ parse (UTF-8, OSC scan) ──actions──▶ reduce ──▶ hub
-    dispatch (a client's or the library's task): rules ──▶ reduce ──▶ hub
-                                                     └──▶ pty write (input)
-    input-write: what a direct write could not hand to the kernel at once
-    wait (exit code) ──▶ pty-read (applies ``terminal/exited`` after the last byte)
+    child process ⇄ pty master
+      pty-read ──bytes──▶ parse ──actions──▶ reducer ──▶ hub: serverSeq, replay log,
+                                 ▲            │  │      subscriber outboxes (their
+      dispatch (clients, library)┘            │  │      writer tasks drain them)
+      exit watcher ──exit code────────────────┘  └──input──▶ input-write ──▶ pty
 
-(An earlier design ran read, parse and reduce as three tasks joined by memory
-channels, and client actions went through the reducer's channel. Each hop cost
-a pass of the scheduler: instrumented, a keystroke took 53 µs from its frame to
-the pty write and its echo 109 µs from the pty read to being applied; inline,
-15 µs and 10 µs. The stages are kept as functions; the state still changes only
-in the reduce step.)
+* **pty-read** reads the master until EAGAIN (or a batch of :data:`READ_BATCH`
+  bytes), hands the batch to the parse task and waits for readability again;
+  when every subscriber is behind, the fastest live one paces it (see
+  :meth:`~ahp.engine.hub.Hub.pacer`). At EOF (EIO), or once the process has
+  exited and the pty stayed quiet for :data:`EXIT_LINGER`, it closes its channel.
+* **parse** drives an :class:`~ahp.vt.OutputParser` (bytes in, actions out, the
+  clocks passed in): UTF-8, escape scanning, shell-integration marks, titles and
+  cwd reports. When the reader's channel ends it flushes the parser and tells
+  the reducer that the output ended.
+* **reducer** drives a :class:`~ahp.reducers.TerminalCore` (state, claim and
+  rejection rules, healing values, scrollback, catalogue changes): it applies
+  parsed output, client and library actions (:meth:`Terminal.dispatch`) and the
+  exit, publishes every applied action through the hub, sends accepted input on
+  to the input-write task and resizes the pty. ``terminal/exited`` is applied
+  once both the output ended and the exit watcher reported the exit code, so
+  every byte the process wrote is published before it. After each batch it tells
+  the host when the catalogue entry changed (at most once per batch).
+* **input-write** writes input to the pty in order, without blocking the loop
+  (:meth:`ahp.pty.Child.write`, in slices).
+* **exit watcher** waits for the process, then tells the reader (stop lingering)
+  and the reducer (the exit code).
 
-Batching without timers: the reader reads until the pty says EAGAIN (or a batch
-is full) and only then parses and applies the batch, so under sustained output
-several kernel reads (≈4 KiB each) become one ``terminal/data``, while an
-isolated keystroke echo is forwarded at once. Every batch is followed by a
-checkpoint (a wait for readability when the pty was drained, a plain checkpoint
-when the batch was full), so one busy terminal never starves the others.
+Every channel is bounded (:data:`PARSE_QUEUE`, :data:`REDUCER_QUEUE`,
+:data:`INPUT_QUEUE`). A full channel is the backpressure: when the parse or
+reducer task cannot keep up, the reader waits, the kernel's pty buffer fills
+and the child blocks in ``write``; a caller of :meth:`Terminal.dispatch` waits
+for room too. The reducer never waits on anyone: it publishes into bounded
+outboxes that decide for themselves (merge, resynchronise, overflow; see
+:mod:`ahp.engine.outbox`), and input beyond the input channel's bound (or
+:data:`~ahp.reducers.core.MAX_PENDING_INPUT` bytes) is rejected, not queued.
 
-Backpressure: while the reader parses and applies a batch it does not read, the
-kernel's pty buffer fills and the child blocks in ``write`` — ordinary terminal
-flow control. The fastest live subscriber paces the reader when every
-subscriber is behind (:meth:`~ahp.engine.hub.Hub.pacer`); a stalled or slower
-subscriber never does (see :mod:`ahp.engine.hub` and :mod:`ahp.engine.outbox`).
+Batching: each hop between tasks costs a pass of the scheduler, so every task
+first drains what is already waiting in its channel (``receive_nowait``) and
+works on the whole batch, and hands its result on with ``send_nowait`` (waiting
+only when the channel is full). Under sustained output a hop is paid once per
+batch, not per read; an isolated keystroke echo goes through at once.
 
-Input: a client's ``terminal/input`` is written to the pty by the reduce step
-with one non-blocking write when nothing is queued ahead of it (a keystroke
-reaches the kernel without waking another task); what the kernel does not take
-at once is queued for the input-write task, which keeps the order.
-
-Exit: the reader drains the pty until EOF (EIO). If the process exits while
-something else still holds the pty (a background job), the reader keeps going
-until the pty has been quiet for ``EXIT_LINGER`` seconds. Every byte read is
-published before ``terminal/exited``. The terminal keeps its state until
-disposed.
-
-Ownership: the terminal owns its :class:`~ahp.pty.Child` (process and fds) and
-its shell-integration files; :meth:`Terminal.dispose` (or cancellation of the
-host) hangs up the process group, waits ``grace`` seconds, kills, reaps and
-closes every fd — always, shielded from cancellation.
+Ownership and cancellation: the terminal owns its :class:`~ahp.pty.Child`
+(process and fds), its channels and its launch's files. :meth:`Terminal.close`
+(dispose, or the host's shutdown) cancels the nursery, also while the process
+is still being spawned; then the process group is hung up, given ``grace``
+seconds, killed, reaped and every fd closed — always, shielded from
+cancellation — and :attr:`Terminal.closed` is set on every path. A crash of one
+of the tasks ends this terminal only (:attr:`Terminal.failure`).
 """
 
 from __future__ import annotations
 
-import codecs
 import contextlib
 import logging
 import os
 import signal
 import time
-from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Final
+from typing import Final, TypeVar
 
-import attrs
 import trio
 
 from ahp.engine.hub import PACE_WINDOW, Hub
-from ahp.engine.launch import Launch, TerminalSpec, discard
+from ahp.engine.launch import Launch, TerminalSpec
+from ahp.engine.launch import discard as discard_launch
 from ahp.engine.outbox import Outbox
 from ahp.engine.subscription import Subscription
 from ahp.protocol.actions import (
     ActionOrigin,
     StateAction,
     TerminalClaimed,
-    TerminalCleared,
-    TerminalData,
     TerminalExited,
     TerminalInput,
     TerminalResized,
-    TerminalTitleChanged,
     action_type,
 )
-from ahp.protocol.state import (
-    ClientClaim,
-    SessionClaim,
-    Snapshot,
-    TerminalClaim,
-    TerminalInfo,
-    TerminalState,
-)
+from ahp.protocol.state import Snapshot, TerminalClaim, TerminalInfo, TerminalState
 from ahp.pty import Child, ChildGone, SpawnError, kill_session, procfs, spawn
-from ahp.reducers import Scrollback, reduce_terminal
+from ahp.reducers import Rejected, TerminalCore
+from ahp.reducers.core import MAX_DIMENSION, MAX_PENDING_INPUT
 from ahp.run import (
     DEFAULT_INPUT_QUIET,
     FOLLOW_BYTES,
@@ -102,52 +95,88 @@ from ahp.run import (
     run_command,
     start_command,
 )
-from ahp.vt import CommandTracker, Scanner, events_to_actions
+from ahp.vt import OutputParser
 from ahp.vt.screen import Screen, ScreenModel
 
 __all__ = [
     "EXIT_LINGER",
+    "INPUT_QUEUE",
+    "MAX_DIMENSION",
     "MAX_PENDING_INPUT",
+    "PARSE_QUEUE",
     "READ_BATCH",
+    "REDUCER_QUEUE",
     "Terminal",
     "TerminalSpec",
 ]
 
 log = logging.getLogger("ahp.engine")
 
+_T = TypeVar("_T")
+
 #: One kernel read (the pty hands out ~4 KiB at a time whatever we ask for).
 READ_SIZE: Final = 64 * 1024
-#: Reads are gathered until EAGAIN or until this many bytes: one action per batch.
-#: About what the pty buffers (Linux: ~17 KB from the child to the master): while a
-#: batch is parsed and applied nobody reads, and once the buffer is full the child
-#: blocks. Batches of 16 KiB keep those pauses short enough that the child rarely
-#: does (64 KiB batches: ~10% less throughput in-process, measured).
+#: Reads are gathered until EAGAIN or until this many bytes: one batch for the parser.
+#: About what the pty buffers (Linux: ~17 KB from the child to the master).
 READ_BATCH: Final = 16 * 1024
-#: Input bytes accepted but not yet written to the pty; beyond it input is rejected.
-MAX_PENDING_INPUT: Final = 16 * 1024 * 1024
+#: Batches queued from pty-read to parse (at most READ_BATCH bytes each).
+PARSE_QUEUE: Final = 4
+#: Items queued for the reducer: parsed batches, client and library actions, the exit.
+REDUCER_QUEUE: Final = 64
+#: Input chunks queued for the input-write task (bytes bounded by MAX_PENDING_INPUT).
+INPUT_QUEUE: Final = 1024
 #: After the process exits, a pty still held open is read until quiet this long.
 EXIT_LINGER: Final = 0.1
 #: How long a command's jobs may take to ``exec`` before they are reported as they are.
 JOB_SETTLE: Final = 0.5
 JOB_SETTLE_POLL: Final = 0.02
-#: Window size bounds accepted from clients.
-MAX_DIMENSION: Final = 4096
 
 
-def _has_surrogates(text: str) -> bool:
-    """Whether ``text`` holds lone surrogates (it cannot be encoded as UTF-8)."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return True
-    return False
-
-
-@attrs.frozen
 class _ClientAction:
-    action: StateAction
-    origin: ActionOrigin | None
-    sender: Outbox | None
+    """A client's or the library's action on its way to the reducer."""
+
+    __slots__ = ("action", "decided", "origin", "sender")
+
+    def __init__(
+        self,
+        action: StateAction,
+        origin: ActionOrigin | None,
+        sender: Outbox | None,
+        decided: trio.Event | None = None,
+    ) -> None:
+        self.action = action
+        self.origin = origin
+        self.sender = sender
+        #: Set once the action was applied or rejected and the catalogue told.
+        self.decided = decided
+
+
+class _OutputEnded:
+    """The parse task's last item: every byte of output has been parsed."""
+
+
+class _ProcessExited:
+    """The exit watcher's item: the process's exit code (None: killed by a signal)."""
+
+    __slots__ = ("code",)
+
+    def __init__(self, code: int | None) -> None:
+        self.code = code
+
+
+_OUTPUT_ENDED: Final = _OutputEnded()
+
+#: What the reducer receives: a parsed batch, an action to decide on, or an end.
+_ReducerItem = Sequence[StateAction] | _ClientAction | _OutputEnded | _ProcessExited
+
+
+async def _send(channel: trio.MemorySendChannel[_T], item: _T) -> None:
+    """Hand ``item`` on without a scheduler pass when there is room (the receiver is
+    woken either way); wait for room otherwise (backpressure)."""
+    try:
+        channel.send_nowait(item)
+    except trio.WouldBlock:
+        await channel.send(item)
 
 
 class Terminal:
@@ -174,16 +203,31 @@ class Terminal:
         self._child: Child | None = None
         self._launch = launch
         self.nonce = nonce
-        self._state = TerminalState(title="", claim=spec.claim, content=())
-        self._scrollback = Scrollback(spec.scrollback)
-        self._input: deque[bytes] = deque()
-        self._input_bytes = 0
-        self._input_lot = trio.lowlevel.ParkingLot()
-        self._input_busy = False  # the write task is in Child.write
+        self._core = TerminalCore(
+            TerminalState(
+                title=launch.title,
+                claim=spec.claim,
+                content=(),
+                cwd=launch.cwd_uri,
+                cols=spec.cols if spec.use_pty else None,
+                rows=spec.rows if spec.use_pty else None,
+                isPty=spec.use_pty,
+            ),
+            uri=spec.uri,
+            scrollback=spec.scrollback,
+            use_pty=spec.use_pty,
+        )
+        self._to_reducer, self._reducer_inbox = trio.open_memory_channel[_ReducerItem](
+            REDUCER_QUEUE
+        )
+        #: Whether dispatched actions are taken: from the start of the tasks until the
+        #: reducer ends.
+        self._accepting = False
+        self._to_writer: trio.MemorySendChannel[bytes] | None = None
+        self._pending_input = 0  # bytes accepted for the pty and not yet written
         self._input_gone = False  # the child's input side is gone: input is dropped
-        #: Whether the reduce step may run: from the start of the tasks until they end
-        #: (or the reduce step failed).
-        self._reducing = False
+        self._output_ended = False
+        self._exit_code: _ProcessExited | None = None
         self._cancel_scope = trio.CancelScope()
         self._wait_scope: trio.CancelScope | None = None
         self._tasks: trio.Nursery | None = None  # command collectors (ahp.run)
@@ -191,20 +235,22 @@ class Terminal:
         #: Recent commands by id (:meth:`command`).
         self.commands = CommandRegistry()
         self._process_exited = trio.Event()
-        self._exit_code: int | None = None
         self.exited = trio.Event()
         self.closed = trio.Event()
         self.failure: BaseException | None = None
         #: Figures for tests and benchmarks.
         self.read_batches = 0
         self.bytes_read = 0
+        self.reducer_batches = 0
+        #: Times the pty-read task found the parse channel full and waited.
+        self.parse_waits = 0
 
     # -- public view -------------------------------------------------------------------------
 
     @property
     def state(self) -> TerminalState:
         """The current state (immutable; later changes produce new values)."""
-        return self._state
+        return self._core.state
 
     @property
     def pid(self) -> int | None:
@@ -220,14 +266,12 @@ class Terminal:
         return self._launch.integrated
 
     def info(self) -> TerminalInfo:
-        s = self._state
-        return TerminalInfo(
-            resource=self.uri, title=s.title, claim=s.claim, exitCode=s.exitCode, exited=s.exited
-        )
+        """The terminal's catalogue entry."""
+        return self._core.info()
 
     def snapshot(self) -> Snapshot:
         """The state with the global ``serverSeq`` it reflects."""
-        return Snapshot(resource=self.uri, state=self._state, fromSeq=self._hub.seq)
+        return Snapshot(resource=self.uri, state=self._core.state, fromSeq=self._hub.seq)
 
     def subscribe(self, *, max_bytes: int | None = None) -> Subscription:
         """Follow this terminal: a :class:`Snapshot`, then every later envelope.
@@ -255,18 +299,37 @@ class Terminal:
         *,
         origin: ActionOrigin | None = None,
         sender: Outbox | None = None,
+        wait: bool = False,
     ) -> None:
-        """Apply a client action now (accepted, or rejected to ``sender``).
+        """Hand a client (``origin``) or library action to the reducer task.
 
-        Runs the reduce step in the caller's task (a checkpoint follows). A failure
-        of the reduce step ends this terminal, as a crash of one of its tasks
-        would; the caller does not see it. Ignored once the terminal is closing.
+        It is applied in order with everything else the reducer takes (output
+        included): accepted and published, or rejected to ``sender`` only. Returns
+        once the action is queued (waiting while the reducer's channel is full:
+        backpressure); with ``wait`` only once the reducer has decided on it and
+        told the catalogue (or the terminal closed). Ignored once the terminal
+        is closing.
         """
-        if self._reducing:
+        if self._accepting:
+            decided = trio.Event() if wait else None
             try:
-                self._client_action(_ClientAction(action, origin, sender))
-            except Exception as exc:
-                self._reduce_failed(exc)
+                await _send(self._to_reducer, _ClientAction(action, origin, sender, decided))
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                pass  # the reducer ended meanwhile: the terminal is closing
+            else:
+                if decided is None:
+                    await trio.lowlevel.checkpoint()
+                    return
+                async with trio.open_nursery() as nursery:
+
+                    async def closed() -> None:
+                        await self.closed.wait()
+                        nursery.cancel_scope.cancel()
+
+                    nursery.start_soon(closed)
+                    await decided.wait()
+                    nursery.cancel_scope.cancel()
+                return
         await trio.lowlevel.checkpoint()
 
     async def send_input(self, data: str | bytes) -> None:
@@ -280,7 +343,7 @@ class Terminal:
     async def wait_exited(self) -> int | None:
         """Wait until the process has exited and every byte is published; its exit code."""
         await self.exited.wait()
-        return self._state.exitCode
+        return self._core.state.exitCode
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -356,7 +419,7 @@ class Terminal:
         """The visible screen now (rendered on demand: see :mod:`ahp.vt.screen`)."""
         if self._screen is None:
             self._screen = ScreenModel(self.spec.cols, self.spec.rows)
-        return self._screen.update(self._state)
+        return self._screen.update(self.state)
 
     def tty_status(self) -> procfs.TtyStatus | None:
         """The pty's foreground process group, echo flag and the processes blocked
@@ -443,44 +506,44 @@ class Terminal:
             with self._cancel_scope:  # close() during the spawn cancels it too
                 child = await spawn(launch.spawn)  # SpawnError: nothing started
                 self._child = child
-                self._state = TerminalState(
-                    title=launch.title,
-                    claim=spec.claim,
-                    content=(),
-                    cwd=launch.cwd_uri,
-                    cols=spec.cols if spec.use_pty else None,
-                    rows=spec.rows if spec.use_pty else None,
-                    isPty=spec.use_pty,
-                )
                 try:
-                    async with trio.open_nursery() as nursery:
-                        self._tasks = nursery
-                        self._reducing = True
-                        nursery.start_soon(self._read_loop)
-                        nursery.start_soon(self._write_loop)
-                        nursery.start_soon(self._wait_loop)
-                        task_status.started(self)
+                    await self._run_stages(child, task_status)
                 except Exception as exc:  # one terminal's failure ends that terminal only
                     self.failure = exc
                     log.exception("terminal %s failed", self.uri)
-                finally:
-                    self._reducing = False
-                    self._tasks = None
             if child is None:
                 raise SpawnError("the terminal was disposed while it was starting")
         finally:
+            self._accepting = False
+            self._tasks = None
+            self._reducer_inbox.close()  # callers waiting for room give up
             if child is not None:
                 with trio.CancelScope(shield=True):
                     await child.terminate(spec.grace)
                 if spec.use_pty:  # background jobs left in the terminal's session (no orphans)
                     kill_session(child.pid)
-            discard(launch)
+            discard_launch(launch)
             if not self.exited.is_set():
                 if child is not None:
                     # Failed or disposed while running: the state still records an exit.
-                    self._state = reduce_terminal(self._state, TerminalExited())
+                    self._core.apply(TerminalExited())
                 self.exited.set()
             self.closed.set()  # invariant: every path out of here ends in "closed"
+
+    async def _run_stages(self, child: Child, task_status: trio.TaskStatus[Terminal]) -> None:
+        """The terminal's nursery: one task per stage, joined by bounded channels."""
+        to_parse, parse_inbox = trio.open_memory_channel[bytes](PARSE_QUEUE)
+        to_writer, writer_inbox = trio.open_memory_channel[bytes](INPUT_QUEUE)
+        self._to_writer = to_writer
+        async with trio.open_nursery() as nursery:
+            self._tasks = nursery
+            nursery.start_soon(self._reducer_task, self._reducer_inbox)
+            nursery.start_soon(self._parse_task, parse_inbox)
+            nursery.start_soon(self._read_task, child, to_parse)
+            nursery.start_soon(self._write_task, child, writer_inbox)
+            nursery.start_soon(self._exit_task, child)
+            self._accepting = True
+            task_status.started(self)
 
     @property
     def closing(self) -> bool:
@@ -488,257 +551,233 @@ class Terminal:
         return self._cancel_scope.cancel_called or self.closed.is_set()
 
     def close(self) -> None:
-        """Start disposal: cancel the tasks; :meth:`run` then terminates and reaps."""
+        """Start disposal: cancel the tasks; :meth:`lifetime` then terminates and reaps."""
         self._cancel_scope.cancel()
 
-    # -- tasks -------------------------------------------------------------------------------
+    # -- pty-read ------------------------------------------------------------------------------
 
-    async def _read_loop(self) -> None:
-        child = self._child
-        assert child is not None
-        feed, close = self._parser()
-        while True:
-            chunks: list[bytes] = []
-            size = 0
-            eof = False
-            while size < READ_BATCH:
-                data = child.read_nowait(READ_SIZE)
-                if data is None:
-                    break
-                if not data:
-                    eof = True
-                    break
-                chunks.append(data)
-                size += len(data)
-            if chunks:
-                self.read_batches += 1
-                self.bytes_read += size
-                actions = feed(chunks[0] if len(chunks) == 1 else b"".join(chunks))
-                if actions:
-                    self._reduce(actions)
-            if eof:
-                break
-            if chunks:
-                pacer = self._hub.pacer(self.uri)
-                if pacer is not None:
-                    with trio.move_on_after(PACE_WINDOW):
-                        await pacer.wait_taken()
+    async def _read_task(self, child: Child, to_parse: trio.MemorySendChannel[bytes]) -> None:
+        """Read until EAGAIN or a full batch, hand the batch on, wait; close at the end."""
+        async with to_parse:
+            while True:
+                chunks: list[bytes] = []
+                size = 0
+                eof = False
+                while size < READ_BATCH:
+                    data = child.read_nowait(READ_SIZE)
+                    if data is None:
+                        break
+                    if not data:
+                        eof = True
+                        break
+                    chunks.append(data)
+                    size += len(data)
+                if chunks:
+                    self.read_batches += 1
+                    self.bytes_read += size
+                    batch = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+                    try:
+                        to_parse.send_nowait(batch)
+                    except trio.WouldBlock:
+                        self.parse_waits += 1  # the parser is behind: wait (backpressure)
+                        await to_parse.send(batch)
+                if eof:
+                    return
+                if chunks:
+                    pacer = self._hub.pacer(self.uri)
+                    if pacer is not None:
+                        with trio.move_on_after(PACE_WINDOW):
+                            await pacer.wait_taken()
+                        continue
+                    if size >= READ_BATCH:
+                        await trio.lowlevel.checkpoint()  # fairness: one batch at a time
+                        continue
+                    # Drained (EAGAIN): the wait below is the checkpoint (reading again
+                    # first would cost a read, EAGAIN mostly, per batch).
+                if self._process_exited.is_set():
+                    # The process is gone but something still holds the pty open.
+                    with trio.move_on_after(EXIT_LINGER) as linger:
+                        await child.wait_readable()
+                    if linger.cancelled_caught:
+                        return
                     continue
-                if size >= READ_BATCH:
-                    await trio.lowlevel.checkpoint()  # fairness: one batch at a time
-                    continue
-                # Drained (EAGAIN): wait below, which is also a checkpoint. Reading
-                # again after a checkpoint would cost a read (EAGAIN, mostly) per
-                # batch, and delay whoever sends what this batch published.
-            if self._process_exited.is_set():
-                # The process is gone but something still holds the pty open.
-                with trio.move_on_after(EXIT_LINGER) as linger:
+                with trio.CancelScope() as self._wait_scope:
                     await child.wait_readable()
-                if linger.cancelled_caught:
+                self._wait_scope = None
+
+    # -- parse -------------------------------------------------------------------------------
+
+    async def _parse_task(self, inbox: trio.MemoryReceiveChannel[bytes]) -> None:
+        """Bytes in, actions out: feed every batch waiting to the parser at once."""
+        parser = OutputParser(
+            use_pty=self.spec.use_pty, nonce=self.nonce if self.integrated else None
+        )
+        to_reducer = self._to_reducer
+        async with inbox:
+            while True:
+                try:
+                    data = inbox.receive_nowait()
+                except trio.WouldBlock:
+                    try:
+                        data = await inbox.receive()
+                    except trio.EndOfChannel:
+                        break
+                except trio.EndOfChannel:
                     break
-                continue
-            with trio.CancelScope() as self._wait_scope:
-                await child.wait_readable()
-            self._wait_scope = None
-        tail = close()
+                more: list[bytes] | None = None
+                while True:  # drain: one parse and one hop for everything waiting
+                    try:
+                        extra = inbox.receive_nowait()
+                    except (trio.WouldBlock, trio.EndOfChannel):
+                        break
+                    if more is None:
+                        more = [data]
+                    more.append(extra)
+                if more is not None:
+                    data = b"".join(more)
+                actions = parser.feed(
+                    data, wall_ms=int(time.time() * 1000), mono_ms=time.monotonic() * 1000
+                )
+                if actions:
+                    await _send(to_reducer, actions)
+        tail = parser.close(wall_ms=int(time.time() * 1000), mono_ms=time.monotonic() * 1000)
         if tail:
-            self._reduce(tail)
-        await self._process_exited.wait()
-        self._reduce([TerminalExited(exitCode=self._exit_code)])
-        self.exited.set()
+            await _send(to_reducer, tail)
+        await _send(to_reducer, _OUTPUT_ENDED)
 
-    def _parser(
-        self,
-    ) -> tuple[Callable[[bytes], Sequence[StateAction]], Callable[[], Sequence[StateAction]]]:
-        """``feed(chunk)`` and ``close()`` turning output bytes into actions."""
-        if self.spec.use_pty:
-            scanner = Scanner()
-            # Our own OSC 633 hooks are authoritative: a shell's OSC 133 (fish 4) must
-            # not report every command a second time.
-            tracker = CommandTracker(
-                nonce=self.nonce if self.integrated else None, osc133=not self.integrated
-            )
+    # -- exit watcher ------------------------------------------------------------------------
 
-            def feed(chunk: bytes) -> Sequence[StateAction]:
-                return events_to_actions(
-                    tracker,
-                    scanner.feed(chunk),
-                    wall_ms=int(time.time() * 1000),
-                    mono_ms=time.monotonic() * 1000,
-                )
-
-            def close() -> Sequence[StateAction]:
-                return events_to_actions(
-                    tracker,
-                    scanner.close(),
-                    wall_ms=int(time.time() * 1000),
-                    mono_ms=time.monotonic() * 1000,
-                )
-
-            return feed, close
-
-        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-
-        def decode(chunk: bytes) -> Sequence[StateAction]:
-            text = decoder.decode(chunk)
-            return [TerminalData(data=text)] if text else []
-
-        def flush() -> Sequence[StateAction]:
-            text = decoder.decode(b"", final=True)
-            return [TerminalData(data=text)] if text else []
-
-        return decode, flush
-
-    async def _wait_loop(self) -> None:
-        child = self._child
-        assert child is not None
-        self._exit_code = await child.wait()
+    async def _exit_task(self, child: Child) -> None:
+        code = await child.wait()
         self._process_exited.set()
         if self._wait_scope is not None:
-            self._wait_scope.cancel()
+            self._wait_scope.cancel()  # the reader lingers for what is left, then ends
+        await _send(self._to_reducer, _ProcessExited(code))
 
-    async def _write_loop(self) -> None:
-        child = self._child
-        assert child is not None
-        while True:
-            while not self._input:
-                await self._input_lot.park()
-            data = self._input.popleft()
-            self._input_busy = True
-            try:
-                await child.write(data)
-            except (ChildGone, trio.ClosedResourceError):
-                self._input_gone = True
-                self._input.clear()
-                self._input_bytes = len(data)  # zero after the finally clause
-                return
-            finally:
-                self._input_busy = False
-                self._input_bytes -= len(data)
+    # -- input-write -------------------------------------------------------------------------
 
-    def _write_input(self, data: bytes) -> None:
-        """Input for the pty, in order: written at once when nothing is queued (a
-        keystroke reaches the kernel without waking the write task), else — and
-        for whatever the kernel did not take — queued for the write task."""
-        if self._input_gone:
-            return
-        child = self._child
-        if not self._input and not self._input_busy and child is not None:
-            try:
-                written = child.write_nowait(data)
-            except (ChildGone, trio.ClosedResourceError):
-                self._input_gone = True
-                return
-            if written == len(data):
-                return
-            data = data[written:]
-        self._input.append(data)
-        self._input_bytes += len(data)
-        self._input_lot.unpark_all()
+    async def _write_task(self, child: Child, inbox: trio.MemoryReceiveChannel[bytes]) -> None:
+        """Write input to the pty in order: everything waiting, in one write."""
+        async with inbox:
+            while True:
+                try:
+                    data = inbox.receive_nowait()
+                except trio.WouldBlock:
+                    data = await inbox.receive()
+                more: list[bytes] | None = None
+                while True:
+                    try:
+                        extra = inbox.receive_nowait()
+                    except trio.WouldBlock:
+                        break
+                    if more is None:
+                        more = [data]
+                    more.append(extra)
+                if more is not None:
+                    data = b"".join(more)
+                try:
+                    # One write(2) first: a keystroke is in the kernel without the
+                    # checkpoint that write() takes after each slice (a scheduler pass
+                    # per keystroke); what the kernel did not take goes through write().
+                    written = child.write_nowait(data)
+                    if written < len(data):
+                        await child.write(data[written:] if written else data)
+                except (ChildGone, trio.ClosedResourceError):
+                    self._input_gone = True  # later input is published but not written
+                    self._pending_input = 0
+                    return
+                finally:
+                    self._pending_input -= len(data)
 
-    # -- the reduce step -----------------------------------------------------------------------
+    # -- reducer -------------------------------------------------------------------------------
 
-    def _reduce(self, actions: Sequence[StateAction]) -> None:
-        """Apply a batch of parsed output, or the exit (called by the read task; a
-        failure propagates and ends the terminal)."""
-        if not self._reducing:
-            return
-        try:
-            for action in actions:
+    async def _reducer_task(self, inbox: trio.MemoryReceiveChannel[_ReducerItem]) -> None:
+        """The only writer of the state: apply everything waiting, then tell the host
+        once if the catalogue entry changed."""
+        core = self._core
+        async with inbox:
+            while True:
+                try:
+                    item = inbox.receive_nowait()
+                except trio.WouldBlock:
+                    item = await inbox.receive()
+                self.reducer_batches += 1
+                decided: list[trio.Event] | None = None
+                while True:
+                    self._reduce(item)
+                    if item.__class__ is _ClientAction:
+                        assert isinstance(item, _ClientAction)
+                        if item.decided is not None:
+                            decided = [*(decided or ()), item.decided]
+                    try:
+                        item = inbox.receive_nowait()
+                    except trio.WouldBlock:
+                        break
+                if core.info_changed:
+                    core.info_changed = False
+                    self._on_info_changed(self)
+                for event in decided or ():
+                    event.set()
+
+    def _reduce(self, item: _ReducerItem) -> None:
+        cls = item.__class__
+        if cls is _ClientAction:
+            assert isinstance(item, _ClientAction)
+            self._client_action(item.action, item.origin, item.sender)
+        elif cls is _ProcessExited:
+            assert isinstance(item, _ProcessExited)
+            self._exit_code = item
+            self._maybe_exited()
+        elif cls is _OutputEnded:
+            self._output_ended = True
+            self._maybe_exited()
+        else:
+            assert not isinstance(item, _ClientAction | _ProcessExited | _OutputEnded)
+            for action in item:
                 self._apply(action)
-        except BaseException:
-            self._reducing = False
-            raise
-
-    def _reduce_failed(self, exc: Exception) -> None:
-        """The reduce step failed in a dispatching task: end this terminal, as a
-        crash of one of its own tasks would."""
-        self._reducing = False
-        if self.failure is None:
-            self.failure = exc
-        log.error("terminal %s failed", self.uri, exc_info=exc)
-        self.close()
-
-    # -- reducing (the only writer of self._state; synchronous) ----------------------------------
 
     def _apply(self, action: StateAction, origin: ActionOrigin | None = None) -> None:
-        before = self._state
-        state = self._scrollback.account(reduce_terminal(before, action), action)
-        self._state = state
+        """Apply an action to the state and publish it (the reducer task only)."""
+        self._core.apply(action)
         self._hub.publish(self.uri, action, origin)
-        if (
-            state.title != before.title
-            or state.claim != before.claim
-            or state.exitCode != before.exitCode
-            or isinstance(action, TerminalExited)
-        ):
-            self._on_info_changed(self)
 
-    def _client_action(self, item: _ClientAction) -> None:
-        action, origin, sender = item.action, item.origin, item.sender
-        reason = self._rejection(action, origin)
-        if reason is None:
-            if isinstance(action, TerminalInput):
-                data = action.data.encode("utf-8", "surrogateescape")
-                if data:
-                    self._write_input(data)
-                if not action.data.isascii() and _has_surrogates(action.data):
-                    # Bytes that are not UTF-8 (``send_input(b"\xff")``) went to the pty
-                    # as they are; the echo must be valid Unicode to be sent anywhere.
-                    action = TerminalInput(data=data.decode("utf-8", "replace"))
-            elif (
-                isinstance(action, TerminalResized)
-                and self._child is not None
-                and not self.exited.is_set()
-            ):
-                self._child.resize(action.cols, action.rows)
-            self._apply(action, origin)
-            return
-        if origin is None:  # an in-process caller: nobody to echo to
-            log.info("terminal %s: %s rejected: %s", self.uri, action_type(action), reason)
-            return
-        self._hub.reject(sender, self.uri, action, origin, reason)
-        # Some clients' mirrors apply even rejected echoes: send them the true value.
-        state = self._state
-        heal: StateAction | None = None
-        if (
-            isinstance(action, TerminalResized)
-            and state.cols is not None
-            and state.rows is not None
-        ):
-            heal = TerminalResized(cols=state.cols, rows=state.rows)
-        elif isinstance(action, TerminalClaimed):
-            heal = TerminalClaimed(claim=state.claim)
-        elif isinstance(action, TerminalTitleChanged):
-            heal = TerminalTitleChanged(title=state.title)
-        if heal is not None:
-            self._hub.send_to(sender, self.uri, heal)
+    def _maybe_exited(self) -> None:
+        """Apply ``terminal/exited`` once the output ended and the exit code is known."""
+        if self._output_ended and self._exit_code is not None and not self.exited.is_set():
+            self._apply(TerminalExited(exitCode=self._exit_code.code))
+            self.exited.set()
 
-    def _rejection(self, action: StateAction, origin: ActionOrigin | None) -> str | None:
-        match action:
-            case TerminalInput(data=data):
-                if self.exited.is_set():
-                    return "the terminal's process has exited"
-                if self._input_bytes + len(data) > MAX_PENDING_INPUT:
-                    return f"input buffer full ({MAX_PENDING_INPUT} bytes pending)"
-                return None
-            case TerminalResized(cols=cols, rows=rows):
-                if not self.spec.use_pty:
-                    return "not a pty: it cannot be resized"
-                if not (1 <= cols <= MAX_DIMENSION and 1 <= rows <= MAX_DIMENSION):
-                    return f"cols and rows must be between 1 and {MAX_DIMENSION}"
-                return None
-            case TerminalClaimed():
-                current = self._state.claim
-                if origin is None or isinstance(current, SessionClaim):
-                    return None
-                if isinstance(current, ClientClaim) and current.clientId == origin.clientId:
-                    return None
-                return f"the terminal is claimed by client {current.clientId!r}"
-            case TerminalTitleChanged() | TerminalCleared():
-                return None
-            case _:
-                return f"{action_type(action)!r} cannot be dispatched by a client"
+    def _client_action(
+        self, action: StateAction, origin: ActionOrigin | None, sender: Outbox | None
+    ) -> None:
+        verdict = self._core.decide(action, origin, pending_input=self._pending_input)
+        if verdict.__class__ is Rejected:
+            assert isinstance(verdict, Rejected)
+            if origin is None:  # an in-process caller: nobody to echo to
+                log.info(
+                    "terminal %s: %s rejected: %s", self.uri, action_type(action), verdict.reason
+                )
+                return
+            self._hub.reject(sender, self.uri, action, origin, verdict.reason)
+            if verdict.heal is not None:
+                # Some clients' mirrors apply even rejected echoes: send them the true value.
+                self._hub.send_to(sender, self.uri, verdict.heal)
+            return
+        assert not isinstance(verdict, Rejected)
+        if verdict.write is not None and not self._input_gone:
+            writer = self._to_writer
+            assert writer is not None
+            try:
+                writer.send_nowait(verdict.write)
+            except (trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
+                if origin is not None:
+                    reason = f"input queue full ({INPUT_QUEUE} writes pending)"
+                    self._hub.reject(sender, self.uri, action, origin, reason)
+                return
+            self._pending_input += len(verdict.write)
+        if verdict.resize is not None and self._child is not None:
+            self._child.resize(*verdict.resize)
+        self._apply(verdict.action, origin)
 
 
 class _LocalDriver:

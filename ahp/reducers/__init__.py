@@ -1,6 +1,8 @@
-"""Pure reducers for the terminal and root channels, and the scrollback policy."""
+"""Pure reducers for the terminal and root channels, the scrollback policy, and the
+terminal core (the reducer stage's rules, :mod:`ahp.reducers.core`)."""
 
 from ahp.protocol.state import RootState, TerminalState
+from ahp.reducers.core import Accepted, Rejected, TerminalCore, Verdict
 from ahp.reducers.root import reduce_root
 from ahp.reducers.scrollback import (
     DEFAULT_SCROLLBACK,
@@ -14,6 +16,10 @@ from ahp.reducers.scrollback import (
 from ahp.reducers.terminal import append_data, reduce_terminal
 
 __all__ = [
+    "Accepted",
+    "Rejected",
+    "TerminalCore",
+    "Verdict",
     "DEFAULT_SCROLLBACK",
     "MAX_PARTS",
     "RootState",

@@ -1,17 +1,240 @@
-"""The terminal core: the reducer stage's rules, sans I/O.
+"""The terminal core: the reducer stage's state and rules, sans I/O.
 
-Why: a terminal's policy (what a client may dispatch, how long a title may be)
-must be testable without a pty or Trio; the engine's reducer task only drives
-it. (This module grows into the whole core: see the engine's docstrings.)
+Why: the reducer task of a terminal (:mod:`ahp.engine.terminal`) is the only
+writer of its state, but *what* it writes — which client action is accepted,
+which is rejected and with which healing value, how scrollback is bounded,
+when the root catalogue must be told — is policy that must be testable without
+a pty, a clock or Trio. A :class:`TerminalCore` holds the state and applies
+those rules; the task drives it and carries out the effects it returns:
+
+* :meth:`TerminalCore.apply` — an action the server itself produced (parsed
+  output, the exit) or one already accepted: the state moves (reducer plus
+  scrollback), and :attr:`TerminalCore.info_changed` records whether the
+  catalogue entry (title, claim, exit) changed;
+* :meth:`TerminalCore.decide` — a client or library action: :class:`Accepted`
+  (with the input to write and the window size to set, if any) or
+  :class:`Rejected` (the reason, and the action that heals a mirror that
+  applied the rejected echo anyway). Deciding changes nothing; the task applies
+  an accepted action once its effects were carried out.
+
+Claim rules (``design.md`` decision 3): ``terminal/claimed`` is accepted from an
+in-process caller, when the terminal is held by a session, or when the current
+client claim is the dispatching client's own. ``input``, ``resized``,
+``titleChanged`` and ``cleared`` are open to every client; input is rejected
+once the process has exited or while too much is pending; sizes and titles have
+bounds. Everything else is not for clients to dispatch.
 """
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Final, NamedTuple
 
-__all__ = ["MAX_TITLE"]
+from ahp.protocol.actions import (
+    ActionOrigin,
+    StateAction,
+    TerminalClaimed,
+    TerminalCleared,
+    TerminalData,
+    TerminalExited,
+    TerminalInput,
+    TerminalResized,
+    TerminalTitleChanged,
+    action_type,
+)
+from ahp.protocol.state import ClientClaim, SessionClaim, TerminalInfo, TerminalState
+from ahp.reducers.scrollback import MAX_PARTS, Scrollback
+from ahp.reducers.terminal import reduce_terminal
+
+__all__ = [
+    "MAX_DIMENSION",
+    "MAX_PENDING_INPUT",
+    "MAX_TITLE",
+    "Accepted",
+    "Rejected",
+    "TerminalCore",
+    "Verdict",
+]
 
 #: Longest title (characters) a terminal accepts from a client (``terminal/titleChanged``,
 #: ``createTerminal.name``), like the shell's OSC 0/2 titles, which the scanner bounds at
 #: ``MAX_PENDING_ESCAPE`` (4096) bytes. Longer ones are rejected.
 MAX_TITLE: Final = 4096
+#: Window size bounds accepted from clients.
+MAX_DIMENSION: Final = 4096
+#: Input accepted but not yet written to the pty; beyond it input is rejected.
+MAX_PENDING_INPUT: Final = 16 * 1024 * 1024
+
+
+class Accepted(NamedTuple):
+    """Apply ``action`` (publish it with its origin) once these effects are done."""
+
+    action: StateAction
+    #: Bytes for the pty (``terminal/input``), in order after earlier input.
+    write: bytes | None = None
+    #: New window size for the pty (``terminal/resized``).
+    resize: tuple[int, int] | None = None
+
+
+class Rejected(NamedTuple):
+    """Echo the action to its sender only, with ``reason``; then send ``heal`` to it."""
+
+    reason: str
+    heal: StateAction | None = None
+
+
+Verdict = Accepted | Rejected
+
+
+def _has_surrogates(text: str) -> bool:
+    """Whether ``text`` holds lone surrogates (it cannot be encoded as UTF-8)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+class TerminalCore:
+    """One terminal's state and rules; see the module docstring.
+
+    Args:
+        state: the initial state.
+        uri: the terminal's URI (for its catalogue entry).
+        scrollback: characters retained (output and command lines).
+        use_pty: whether the terminal is a pty (pipes cannot be resized).
+        max_parts: parts retained.
+    """
+
+    def __init__(
+        self,
+        state: TerminalState,
+        *,
+        uri: str,
+        scrollback: int,
+        use_pty: bool,
+        max_parts: int = MAX_PARTS,
+    ) -> None:
+        self.state = state
+        self.uri = uri
+        self.use_pty = use_pty
+        self.scrollback = Scrollback(scrollback, max_parts=max_parts, state=state)
+        #: Whether the process has exited (``terminal/exited`` was applied).
+        self.exited = False
+        #: Set when the catalogue entry (title, claim, exit) changed; the driver
+        #: clears it once it told the catalogue (at most once per batch).
+        self.info_changed = False
+        self._info: TerminalInfo | None = None
+
+    # -- applying ------------------------------------------------------------------------------
+
+    def apply(self, action: StateAction) -> TerminalState:
+        """Apply a server action (or an accepted one); returns the new state."""
+        before = self.state
+        state = self.scrollback.account(reduce_terminal(before, action), action)
+        self.state = state
+        if action.__class__ is TerminalData:  # the hot path: output changes no entry
+            return state
+        if isinstance(action, TerminalExited):
+            self.exited = True
+            self.info_changed = True
+            self._info = None
+        elif (
+            state.title != before.title
+            or state.claim != before.claim
+            or state.exitCode != before.exitCode
+        ):
+            self.info_changed = True
+            self._info = None
+        return state
+
+    def info(self) -> TerminalInfo:
+        """The catalogue entry (cached until it changes)."""
+        info = self._info
+        if info is None:
+            s = self.state
+            info = TerminalInfo(
+                resource=self.uri,
+                title=s.title,
+                claim=s.claim,
+                exitCode=s.exitCode,
+                exited=s.exited,
+            )
+            self._info = info
+        return info
+
+    def take_info_changed(self) -> bool:
+        """Whether the catalogue entry changed since the last call."""
+        changed = self.info_changed
+        self.info_changed = False
+        return changed
+
+    # -- deciding ------------------------------------------------------------------------------
+
+    def decide(
+        self, action: StateAction, origin: ActionOrigin | None, *, pending_input: int = 0
+    ) -> Verdict:
+        """The verdict on a client (``origin``) or library (``origin=None``) action.
+
+        Args:
+            pending_input: bytes accepted earlier but not yet written to the pty.
+        """
+        reason = self._rejection(action, origin, pending_input)
+        if reason is not None:
+            return Rejected(reason, self._heal(action))
+        match action:
+            case TerminalInput(data=text):
+                data = text.encode("utf-8", "surrogateescape")
+                if not text.isascii() and _has_surrogates(text):
+                    # Bytes that are not UTF-8 (``send_input(b"\xff")``) go to the pty as
+                    # they are; the echo must be valid Unicode to be sent anywhere.
+                    action = TerminalInput(data=data.decode("utf-8", "replace"))
+                return Accepted(action, write=data or None)
+            case TerminalResized(cols=cols, rows=rows) if not self.exited:
+                return Accepted(action, resize=(cols, rows))
+            case _:
+                return Accepted(action)
+
+    def _rejection(
+        self, action: StateAction, origin: ActionOrigin | None, pending_input: int
+    ) -> str | None:
+        match action:
+            case TerminalInput(data=data):
+                if self.exited:
+                    return "the terminal's process has exited"
+                if pending_input + len(data) > MAX_PENDING_INPUT:
+                    return f"input buffer full ({MAX_PENDING_INPUT} bytes pending)"
+                return None
+            case TerminalResized(cols=cols, rows=rows):
+                if not self.use_pty:
+                    return "not a pty: it cannot be resized"
+                if not (1 <= cols <= MAX_DIMENSION and 1 <= rows <= MAX_DIMENSION):
+                    return f"cols and rows must be between 1 and {MAX_DIMENSION}"
+                return None
+            case TerminalClaimed():
+                current = self.state.claim
+                if origin is None or isinstance(current, SessionClaim):
+                    return None
+                if isinstance(current, ClientClaim) and current.clientId == origin.clientId:
+                    return None
+                return f"the terminal is claimed by client {current.clientId!r}"
+            case TerminalTitleChanged(title=title):
+                if len(title) > MAX_TITLE:
+                    return f"a title is at most {MAX_TITLE} characters"
+                return None
+            case TerminalCleared():
+                return None
+            case _:
+                return f"{action_type(action)!r} cannot be dispatched by a client"
+
+    def _heal(self, action: StateAction) -> StateAction | None:
+        """The true value for a mirror that applied a rejected state-setting action."""
+        state = self.state
+        if isinstance(action, TerminalResized):
+            if state.cols is not None and state.rows is not None:
+                return TerminalResized(cols=state.cols, rows=state.rows)
+            return None
+        if isinstance(action, TerminalClaimed):
+            return TerminalClaimed(claim=state.claim)
+        if isinstance(action, TerminalTitleChanged):
+            return TerminalTitleChanged(title=state.title)
+        return None

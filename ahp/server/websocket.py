@@ -5,7 +5,7 @@ Why separate from the protocol: every AHP rule lives in
 connections of :mod:`ahp.server.wsconn` (why not trio-websocket's server: see
 there).
 
-Per connection there are two tasks: a reader that receives messages and hands
+Per connection there are two tasks (and two watchdogs): a reader that receives messages and hands
 each to the session inline (it keeps reading, so pings and closes are answered
 even when the client sends nothing else) and a writer that drains the
 connection's bounded :class:`~ahp.engine.Outbox`, coalescing consecutive output
@@ -18,7 +18,18 @@ and the close handshake. If the write in flight gets out in time, the client
 gets a close frame with code 1013; if the socket stays full (the client reads
 nothing at all), the send is cancelled half-way through a frame, after which no
 close frame can be framed correctly, so the TCP stream is closed without one
-(the client sees 1006 after the last complete frame). A failure inside one
+(the client sees 1006 after the last complete frame).
+
+Answers count too: ``initialize``, ``reconnect`` and ``subscribe`` put whole
+snapshots on the outbox, which do not overflow it at once (one snapshot may be
+larger than the bound and is no backlog), but they, and everything the writer
+took and has not finished writing, count towards the bound
+(:attr:`Outbox.pending_bytes <ahp.engine.outbox.Outbox.pending_bytes>`). While
+that total is over the bound, a watchdog closes the connection (1013, or 1006 as
+above) when the client took nothing — not a byte written, not a batch taken —
+for ``stall_grace`` seconds; a client that reads a large answer slowly keeps
+making progress and stays. So a silent client can pin at most about one bound
+plus one answer, and only for the grace period. A failure inside one
 connection is logged and closes that connection (1011), never the server. Only
 the connection's ``finally`` closes it (the reader may be inside a receive).
 
@@ -26,7 +37,15 @@ The upgrade is refused with HTTP 403 before any protocol work when the token is
 missing or wrong (compared in constant time), when the request carries an
 ``Origin`` that is not allow-listed (cross-site WebSocket hijacking), or when
 the server is bound to loopback and ``Host`` names something else (DNS
-rebinding). The token is never logged.
+rebinding); a malformed one gets 400 (:func:`~ahp.server.wsconn.read_upgrade`).
+The token is never logged. Until authenticated, a connection is one of at most
+``max_pending`` and has one deadline for the whole phase; the accept loop backs
+off when out of fds, and lines about unauthenticated peers are rate-limited
+(:mod:`ahp.server.admission`).
+
+An inbound frame of :data:`LARGE_FRAME` or more is cost-checked and decoded in two
+steps with a checkpoint between (each takes tens of milliseconds at 16 MiB), and
+the reader drops it before receiving the next.
 """
 
 from __future__ import annotations
@@ -47,6 +66,7 @@ import trio
 from ahp.engine import Outbox
 from ahp.engine.envelopes import Published
 from ahp.engine.outbox import OutboxItem
+from ahp.protocol.actions import TerminalInput
 from ahp.server.admission import (
     PendingConnections,
     RateLimitedLog,
@@ -77,6 +97,8 @@ log = logging.getLogger("ahp.server")
 
 #: Largest inbound message accepted; larger ones close the connection with 1009.
 MAX_MESSAGE_SIZE: Final = 16 * 1024 * 1024
+#: Inbound frames from this size on are checked, then decoded, with a checkpoint between.
+LARGE_FRAME: Final = 1024 * 1024
 #: Outbound bytes queued per connection before it is closed with 1013.
 OUTBOX_BYTES: Final = 16 * 1024 * 1024
 #: Seconds an overflowed connection gets to finish the write in flight and the close
@@ -148,6 +170,17 @@ def _encoded(
             yield item.encode()
 
 
+def _only_input_echoes(batch: list[OutboxItem]) -> bool:
+    """Whether ``batch`` holds nothing but echoes of clients' ``terminal/input``."""
+    for item in batch:
+        if not isinstance(item, Published):
+            return False
+        envelope = item.envelope
+        if envelope.origin is None or type(envelope.action) is not TerminalInput:
+            return False
+    return True
+
+
 class _Writer:
     """Drains the outbox into the socket; see the module docstring for overflow.
 
@@ -172,9 +205,19 @@ class _Writer:
                 # checkpoint (a send is one): an echo that arrives during a send is not
                 # delayed by one more scheduler pass.
                 batch = outbox.get_nowait() if len(outbox) else await outbox.get_batch()
+                if batch and _only_input_echoes(batch):
+                    # A keystroke's echo: its output is usually read from the pty in
+                    # this very scheduler pass. One pass of waiting lets both leave in
+                    # one write (one system call and one wake-up of the client, not two).
+                    await trio.lowlevel.checkpoint()
+                    if len(outbox):
+                        batch += outbox.get_nowait()
                 took = bool(batch)
                 if took:
-                    await ws.send_texts(_encoded(batch, session.project))  # (empties ``batch``)
+                    try:
+                        await ws.send_texts(_encoded(batch, session.project))  # (empties it)
+                    finally:
+                        outbox.sent()
                 if session.close_request is not None and not len(outbox):
                     self.close = session.close_request
                     return
@@ -189,16 +232,44 @@ class _Writer:
         await self.outbox.wait_overflowed()
         self.scope.deadline = min(self.scope.deadline, trio.current_time() + grace)
 
+    async def watch_bound(self, grace: float) -> None:
+        """Close a client that takes nothing for ``grace`` seconds while the outbox
+        accounts for more than its bound: answers (snapshots) queued or being written
+        count too, not only the output backlog that overflows at once."""
+        outbox, ws = self.outbox, self.ws
+        while True:
+            await outbox.wait_over_bound()
+            progress = (ws.bytes_sent, outbox.takes)
+            await trio.sleep(grace)
+            if outbox.over_bound and (ws.bytes_sent, outbox.takes) == progress:
+                log.info(
+                    "client %s takes nothing while %d bytes are pending: closing with 1013",
+                    self.session.client_id,
+                    outbox.pending_bytes,
+                )
+                self.close = OVERFLOW_CLOSE
+                self.scope.cancel()
+                return
+
 
 async def _reader(ws: ServerWebSocket, session: Session, config: ServerConfig) -> None:
     while True:
         message = await ws.receive()
-        await session.handle_frame(message)
+        if len(message) < LARGE_FRAME:
+            await session.handle_frame(message)
+        elif session.check_frame(message):
+            # Checking and decoding a frame of megabytes take tens of milliseconds each:
+            # other clients' keystrokes get a turn in between.
+            await trio.lowlevel.checkpoint()
+            await session.handle_frame(message, checked=True)
+        del message  # (not held while the next one arrives: a frame may be 16 MiB)
         if session.close_request is not None:
             session.outbox.close()
             return
         # A client that does not read its answers is not read either (bounded memory).
-        await session.outbox.wait_responses_below(config.outbox_bytes)
+        # (Only when that can be the case: the receive is this loop's checkpoint.)
+        if session.outbox.queued_bytes > config.outbox_bytes:
+            await session.outbox.wait_responses_below(config.outbox_bytes)
 
 
 async def _authenticate(
@@ -227,6 +298,7 @@ async def _authenticate(
             wsproto_conn,
             max_message_size=config.max_message_size,
             subprotocol=request.subprotocols[0] if request.subprotocols else None,
+            early_data=request.early_data,
         )
     except ConnectionClosed:
         return None
@@ -264,7 +336,7 @@ async def _serve_one(
         return
     # The path only: the query may carry the token.
     log.debug("accepted a connection from %s to %s", request.remote, urlsplit(request.target).path)
-    outbox = Outbox(max_bytes=config.outbox_bytes)
+    outbox = Outbox(max_bytes=config.outbox_bytes, track_in_flight=True)
     session = Session(state, outbox)
     writer = _Writer(ws, outbox, session)
     close_code, close_reason = 1001, "server going away"
@@ -292,6 +364,7 @@ async def _serve_one(
             nursery.start_soon(read)
             nursery.start_soon(write)
             nursery.start_soon(writer.watch_overflow, config.stall_grace)
+            nursery.start_soon(writer.watch_bound, config.stall_grace)
     except Exception:
         # A bug of ours in one connection must not take the server (and every other
         # client and terminal) down with it: log it, close this connection with 1011.

@@ -19,11 +19,13 @@ from ahp.vt.events import (
     TitleChanged,
 )
 from ahp.vt.integration import CommandTracker, events_to_actions
+from ahp.vt.parser import OutputParser
 from ahp.vt.scanner import MAX_PENDING_ESCAPE, MIN_PENDING_ESCAPE, Scanner, unescape_value
 
 __all__ = [
     "MAX_PENDING_ESCAPE",
     "MIN_PENDING_ESCAPE",
+    "OutputParser",
     "CommandFinished",
     "CommandLine",
     "CommandStart",

@@ -1,0 +1,75 @@
+"""The parse stage's core: a terminal's output bytes in, AHP actions out.
+
+Why one object: the engine's parse task should only move data — take the
+batches the pty-read task queued, hand them here with the time, pass the
+actions on. Everything between (incremental UTF-8 decoding, escape scanning
+across chunk boundaries, stripping shell-integration sequences, command
+tracking, titles and cwd reports) is state of this object, sans I/O, in the
+way h11 splits a protocol from its transport: :meth:`OutputParser.feed` and
+:meth:`OutputParser.close` are plain function calls, the clocks are arguments,
+and the output for a given byte stream does not depend on how it was split.
+
+A pty terminal gets the full scanner (:class:`~ahp.vt.scanner.Scanner` plus a
+:class:`~ahp.vt.integration.CommandTracker`); a pipes terminal (``isPty:
+false``) only decodes UTF-8: nothing there speaks escape sequences to us.
+
+Buffering: at most the scanner's bound on a pending (unterminated) escape
+sequence, plus an incomplete UTF-8 character. Ownership: one parser per
+terminal, driven by that terminal's parse task only.
+"""
+
+from __future__ import annotations
+
+import codecs
+from collections.abc import Sequence
+
+from ahp.protocol.actions import StateAction, TerminalData
+from ahp.vt.integration import CommandTracker, events_to_actions
+from ahp.vt.scanner import Scanner
+
+__all__ = ["OutputParser"]
+
+
+class OutputParser:
+    """Bytes in, actions out; see the module docstring.
+
+    Args:
+        use_pty: whether the output comes from a pty (escape sequences and shell
+            integration are scanned) or from pipes (UTF-8 only).
+        nonce: the terminal's shell-integration nonce when our hooks were injected
+            (command lines are then trusted only with it); ``None`` otherwise.
+    """
+
+    def __init__(self, *, use_pty: bool, nonce: str | None) -> None:
+        self._decoder = None if use_pty else codecs.getincrementaldecoder("utf-8")("replace")
+        self._scanner = Scanner()
+        # Our own OSC 633 hooks are authoritative: a shell's OSC 133 (fish 4) must not
+        # report every command a second time.
+        self._tracker = CommandTracker(nonce=nonce, osc133=nonce is None)
+        self.closed = False
+
+    def feed(self, data: bytes, *, wall_ms: int, mono_ms: float) -> Sequence[StateAction]:
+        """The actions that ``data`` (the next bytes of output) completes, in order.
+
+        Args:
+            wall_ms: wall-clock milliseconds, stamped on commands started in ``data``.
+            mono_ms: monotonic milliseconds, for the durations of commands ending in it.
+        """
+        decoder = self._decoder
+        if decoder is not None:
+            text = decoder.decode(data)
+            return [TerminalData(data=text)] if text else []
+        return events_to_actions(
+            self._tracker, self._scanner.feed(data), wall_ms=wall_ms, mono_ms=mono_ms
+        )
+
+    def close(self, *, wall_ms: int, mono_ms: float) -> Sequence[StateAction]:
+        """End of output: whatever was held back (an incomplete character or sequence)."""
+        self.closed = True
+        decoder = self._decoder
+        if decoder is not None:
+            text = decoder.decode(b"", final=True)
+            return [TerminalData(data=text)] if text else []
+        return events_to_actions(
+            self._tracker, self._scanner.close(), wall_ms=wall_ms, mono_ms=mono_ms
+        )

@@ -1,0 +1,115 @@
+"""The terminal's channel bounds, exceeded: waiting producers, rejected input, nothing lost.
+
+Test rules (see conftest): real ptys and processes; every wait under
+``fail_after``. Filling a channel relies on Trio's scheduling only: tasks started
+together run in one batch before a task they wake (the reducer) runs.
+"""
+
+from __future__ import annotations
+
+import pytest
+import trio
+
+from ahp.engine import Outbox, Terminal, open_host
+from ahp.engine.envelopes import Published
+from ahp.engine.terminal import INPUT_QUEUE, PARSE_QUEUE, REDUCER_QUEUE
+from ahp.protocol import ActionEnvelope, TerminalData, TerminalExited
+from ahp.protocol.actions import ActionOrigin, TerminalInput, TerminalTitleChanged
+from tests.helpers import TIMEOUT, wait_for_state
+
+
+async def test_callers_beyond_the_reducer_queue_wait_and_all_apply() -> None:
+    async with open_host() as host:
+        term = await host.create_terminal(argv=["cat"])
+        sender = Outbox(max_bytes=1 << 30)
+        host.hub.subscribe(term.uri, sender)
+        count = 4 * REDUCER_QUEUE
+        used: list[int] = []
+
+        async def dispatch(i: int) -> None:
+            used.append(term._to_reducer.statistics().current_buffer_used)
+            await term.dispatch(
+                TerminalTitleChanged(title=f"t{i}"),
+                origin=ActionOrigin(clientId="c", clientSeq=i),
+                sender=sender,
+            )
+
+        with trio.fail_after(TIMEOUT):
+            async with trio.open_nursery() as nursery:
+                for i in range(count):
+                    nursery.start_soon(dispatch, i)
+            await wait_for_state(term, lambda _: len(sender) >= count)
+        assert max(used) == REDUCER_QUEUE  # the channel was full: later callers waited
+        titles = [
+            item.envelope
+            for item in sender.get_nowait(coalesce=False)
+            if isinstance(item, Published)
+            and isinstance(item.envelope.action, TerminalTitleChanged)
+        ]
+        assert len(titles) == count and all(e.rejectionReason is None for e in titles)
+        assert sorted(e.origin.clientSeq for e in titles if e.origin) == list(range(count))
+        assert term.state.title == titles[-1].action.title  # type: ignore[attr-defined]
+
+
+async def test_input_beyond_the_input_queue_is_rejected_and_the_terminal_lives() -> None:
+    async with open_host() as host:
+        # The program never reads: the pty's input buffer fills and the writer waits.
+        term = await host.create_terminal(
+            argv=["sh", "-c", "stty -icanon -echo; echo ready; exec sleep 600"], grace=0.2
+        )
+        await wait_for_state(term, lambda s: "ready" in s.text())
+        sender = Outbox(max_bytes=1 << 30)
+        host.hub.subscribe(term.uri, sender)
+        await term.send_input("y" * 65536)  # more than the kernel takes
+        extra = INPUT_QUEUE + 100
+        for i in range(extra):
+            await term.dispatch(TerminalInput(data="x"), origin=ActionOrigin("c", i), sender=sender)
+        # The reducer takes items in order: once this is applied, every input was decided.
+        await term.dispatch(TerminalTitleChanged(title="decided"))
+        await wait_for_state(term, lambda s: s.title == "decided")
+        echoes = [
+            item.envelope
+            for item in sender.get_nowait(coalesce=False)
+            if isinstance(item, Published) and item.envelope.origin is not None
+        ]
+        rejected = [e for e in echoes if e.rejectionReason]
+        assert len(echoes) == extra
+        # (the writer may have taken the first x along with the y's before it waited)
+        assert len(rejected) >= extra - INPUT_QUEUE - 1
+        assert all("input queue full" in (e.rejectionReason or "") for e in rejected)
+        assert term.running
+        await term.dispatch(TerminalTitleChanged(title="still here"))  # (after the rejections)
+        await wait_for_state(term, lambda s: s.title == "still here")
+
+
+async def test_a_parser_that_falls_behind_stops_the_reader_and_loses_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A full parse channel is the backpressure: the reader stops reading (the kernel's
+    pty buffer fills and the program blocks) until the parser takes again; no byte is
+    lost or reordered. The parse task is held back at its start until the reader has
+    found the channel full."""
+    original = Terminal._parse_task
+
+    async def held_back(self: Terminal, inbox: trio.MemoryReceiveChannel[bytes]) -> None:
+        while self.parse_waits == 0:  # noqa: ASYNC110 (the reader's wait is silent)
+            await trio.sleep(0.01)
+        await original(self, inbox)
+
+    monkeypatch.setattr(Terminal, "_parse_task", held_back)
+    async with open_host() as host:
+        term = await host.create_terminal(argv=["seq", "1", "200000"])
+        text: list[str] = []
+        with trio.fail_after(4 * TIMEOUT):
+            async with term.subscribe(max_bytes=1 << 30) as sub:
+                async for item in sub:
+                    if not isinstance(item, ActionEnvelope):
+                        text.append(item.state.text())  # type: ignore[union-attr]
+                    elif isinstance(item.action, TerminalData):
+                        text.append(item.action.data)
+                    elif isinstance(item.action, TerminalExited):
+                        break
+        assert term.parse_waits > 0
+        assert term.read_batches >= PARSE_QUEUE
+        lines = "".join(text).split("\r\n")
+        assert lines == [*(str(n) for n in range(1, 200_001)), ""]
