@@ -371,3 +371,20 @@ async def test_a_collector_that_falls_behind_still_sees_the_end(
             result = await term.run("seq 1 200000; (exit 3)")
     assert result.status == "finished" and result.exit_code == 3
     assert result.total_lines < 200000  # the gap
+
+
+async def test_a_pager_in_an_interactive_terminal_is_caught_waiting() -> None:
+    """Without the defaults (interactive=True) a pager waits for keys: the run still
+    returns, waiting for input on the alternate screen, and q ends it."""
+    async with ahp.open_host() as host:
+        term = await host.create_terminal(
+            shell="/bin/bash", interactive=True, env={"LESS": "", "PAGER": "less"}
+        )
+        with trio.fail_after(TIMEOUT):
+            shown = await term.run("seq 1 500 | less")
+            assert shown.status == "waiting_for_input" and shown.handle is not None
+            screen = term.screen()
+            assert screen.alternate_screen and screen.lines[0] == "1"
+            await shown.handle.send_input("q")
+            done = await shown.handle.wait()
+    assert done.status == "finished" and done.alternate_screen and done.output == ""
