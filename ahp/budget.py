@@ -18,6 +18,7 @@ Pure: no I/O.
 
 from __future__ import annotations
 
+import itertools
 from collections import deque
 from collections.abc import Sequence
 from typing import Final
@@ -132,13 +133,15 @@ class OutputBudget:
             self.dropped_bytes += old
 
     def finished_lines(self, start: int) -> list[str]:
-        """Retained finished lines from index ``start`` on (earlier ones may be dropped)."""
-        first = max(0, start - self.dropped_lines)
-        return (
-            [line for line, _ in list(self._retained)[first:]]
-            if first < len(self._retained)
-            else []
-        )
+        """Retained finished lines from index ``start`` on (earlier ones may be dropped).
+
+        Costs O(lines returned), not O(lines retained)."""
+        count = min(len(self._retained), self.lines - max(0, start))
+        if count <= 0:
+            return []
+        newest = [line for line, _ in itertools.islice(reversed(self._retained), count)]
+        newest.reverse()
+        return newest
 
     def retained_text(self, live: Sequence[str] = ()) -> str:
         """Every retained line, then ``live`` (lines not finished yet), each with ``\\n``."""
@@ -182,15 +185,14 @@ class OutputBudget:
         tail: list[str] = []
         tail_size = 0
         tail_whole = 0
-        candidates: list[tuple[str, int]] = list(
-            zip(live[live_start:], live_sizes[live_start:], strict=False)
+        # Newest first, and lazily: the walk stops as soon as the tail is full (a
+        # render costs O(tail), not O(retained)).
+        after_head = max(0, self.lines - max(head_count, self.dropped_lines))
+        newest_first = itertools.chain(
+            reversed(list(zip(live[live_start:], live_sizes[live_start:], strict=True))),
+            itertools.islice(reversed(self._retained), after_head),
         )
-        first_finished_after_head = (
-            max(0, head_count - self.dropped_lines) if head_count <= self.lines else None
-        )
-        if first_finished_after_head is not None:
-            candidates = list(self._retained)[first_finished_after_head:] + candidates
-        for line, size in reversed(candidates):
+        for line, size in newest_first:
             if tail_size + size <= self.tail_bytes:
                 tail.append(line + "\n")
                 tail_size += size

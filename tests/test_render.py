@@ -287,3 +287,13 @@ def test_command_line_is_bounded() -> None:
     finally:
         proc.communicate(b"")
     assert procfs.process_info(proc.pid) is None
+
+
+def test_budget_finished_lines_from_an_index() -> None:
+    budget = OutputBudget(10, 10, retain_bytes=30)
+    for i in range(10):
+        budget.add(f"line{i}")  # 6 bytes each: 5 retained
+    assert budget.dropped_lines == 5
+    assert budget.finished_lines(8) == ["line8", "line9"]
+    assert budget.finished_lines(0) == [f"line{i}" for i in range(5, 10)]  # the rest dropped
+    assert budget.finished_lines(10) == []
