@@ -143,8 +143,11 @@ class InputEvidence:
         readers: pids of the terminal's foreground process group blocked in a read
             of the terminal (empty for the remote heuristic).
         echo: the terminal echoes input (``False``: a password prompt).
-        source: ``"procfs"`` (seen in ``/proc``) or ``"heuristic"`` (quiet output
-            ending in a prompt-like line).
+        source: ``"procfs"`` (a read of the terminal, seen in ``/proc``),
+            ``"poll"`` (in-process: the job sleeps in poll/select/epoll, as Node's
+            readline or vim do, *and* the screen shows a prompt-like last line or a
+            full-screen program), or ``"heuristic"`` (remote: quiet output ending in
+            a prompt-like line, or a full-screen program).
     """
 
     readers: tuple[int, ...]
@@ -773,15 +776,23 @@ class CommandHandle:
         if self._ended_in_state():
             return None
         if self._driver.sees_processes:
-            return self._driver.input_evidence()
+            evidence = self._driver.input_evidence()
+            if evidence is None or evidence.source != "poll":
+                return evidence
+            # Sleeping in poll/select/epoll (Node's readline, vim): on the terminal,
+            # or on anything else. Taken only with the screen's word for it.
+            if self._renderer.alternate or self._prompt_shown():
+                return evidence
+            return None
         # Remote: quiet, and either a full-screen program (it reads keys) or a last
         # line that looks like a prompt.
-        if self._renderer.alternate:
-            return InputEvidence(readers=(), echo=True, source="heuristic")
-        live = self._live()
-        if live and looks_like_prompt(live[-1]):
+        if self._renderer.alternate or self._prompt_shown():
             return InputEvidence(readers=(), echo=True, source="heuristic")
         return None
+
+    def _prompt_shown(self) -> bool:
+        live = self._live()
+        return bool(live) and looks_like_prompt(live[-1])
 
 
 async def start_command(

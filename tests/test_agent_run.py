@@ -388,3 +388,25 @@ async def test_a_pager_in_an_interactive_terminal_is_caught_waiting() -> None:
             await shown.handle.send_input("q")
             done = await shown.handle.wait()
     assert done.status == "finished" and done.alternate_screen and done.output == ""
+
+
+async def test_a_prompt_read_through_select_is_caught_in_process() -> None:
+    """Node's readline and friends wait in poll/select, not in read: /proc shows the
+    sleep (not on what), and a prompt-like last line completes the evidence."""
+    program = (
+        "import select, sys; print('Ok to proceed? (y) ', end='', flush=True); "
+        "select.select([sys.stdin], [], []); print('got', sys.stdin.readline().strip())"
+    )
+    async with ahp.open_host() as host:
+        term = await host.create_terminal(shell="/bin/bash")
+        with trio.fail_after(TIMEOUT):
+            result = await term.run(f'python3 -c "{program}"')
+            assert result.status == "waiting_for_input" and result.handle is not None
+            evidence = result.handle.input_evidence
+            assert evidence is not None and evidence.source == "poll"
+            await result.handle.send_input("y\r")
+            final = await result.handle.wait()
+            # Sleeping in select without a prompt is not enough.
+            quiet = await term.run("python3 -c 'import select; select.select([], [], [], 2)'")
+    assert final.status == "finished" and final.output.endswith("got y\n")
+    assert quiet.status == "finished"

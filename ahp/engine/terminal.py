@@ -831,9 +831,13 @@ class _LocalDriver:
 
     def input_evidence(self) -> InputEvidence | None:
         status = self._terminal.tty_status()
-        if status is None or not status.readers or status.unread:
+        if status is None or status.unread:
             return None
-        return InputEvidence(readers=status.readers, echo=status.echo, source="procfs")
+        if status.readers:
+            return InputEvidence(readers=status.readers, echo=status.echo, source="procfs")
+        if status.pollers:
+            return InputEvidence(readers=status.pollers, echo=status.echo, source="poll")
+        return None
 
     def job_mark(self) -> object:
         return self._terminal.job_mark()

@@ -48,6 +48,14 @@ TTY_READ_WCHANS: Final = frozenset({"n_tty_read"})
 _READ_SYSCALL: Final = {"x86_64": 0, "aarch64": 63, "riscv64": 63, "i686": 3, "armv7l": 3}.get(
     platform.machine()
 )
+#: The multiplexing waits (poll, select, epoll), per machine: a program that waits for
+#: its terminal this way (Node's readline, vim) cannot be told from one waiting for
+#: anything else; the caller weighs it together with the screen.
+_POLL_SYSCALLS: Final = {
+    "x86_64": frozenset({7, 23, 232, 270, 271, 281, 441}),
+    "aarch64": frozenset({22, 72, 73, 441}),
+}.get(platform.machine(), frozenset())
+_POLL_WCHANS: Final = frozenset({"do_select", "do_sys_poll", "poll_schedule_timeout", "ep_poll"})
 #: Clock ticks per second (``/proc/PID/stat``'s times are in ticks).
 _CLK_TCK: Final = os.sysconf("SC_CLK_TCK")
 #: Bound on the command line reported for one process.
@@ -198,6 +206,22 @@ def reads_tty(info: ProcessInfo) -> bool:
         return False
 
 
+def polls(info: ProcessInfo) -> bool:
+    """Whether the process sleeps in poll, select or epoll (on what, cannot be seen)."""
+    if info.state != "S":
+        return False
+    wchan = _read(f"/proc/{info.pid}/wchan")
+    if wchan is not None and wchan.decode(errors="replace").strip() in _POLL_WCHANS:
+        return True
+    syscall = _read(f"/proc/{info.pid}/syscall")
+    if not syscall:
+        return False
+    try:
+        return int(syscall.split()[0]) in _POLL_SYSCALLS
+    except ValueError:
+        return False
+
+
 @attrs.frozen
 class TtyStatus:
     """The state of a pty as its processes see it.
@@ -208,12 +232,15 @@ class TtyStatus:
         readers: pids of the foreground group that sleep in a read of the tty.
         unread: bytes the processes wrote that the master has not read yet
             (``FIONREAD``): while there are some, nobody can conclude "quiet".
+        pollers: pids of the foreground group that sleep in poll/select/epoll
+            (maybe on the terminal, maybe on anything else).
     """
 
     foreground_pgrp: int
     echo: bool
     readers: tuple[int, ...]
     unread: int = 0
+    pollers: tuple[int, ...] = ()
 
 
 def _unread(master_fd: int) -> int:
@@ -235,7 +262,9 @@ def tty_status(master_fd: int) -> TtyStatus | None:
     unread = _unread(master_fd)
     if pgrp <= 0:
         return TtyStatus(foreground_pgrp=0, echo=echo, readers=(), unread=unread)
-    readers = tuple(
-        sorted(info.pid for info in _all_processes() if info.pgrp == pgrp and reads_tty(info))
+    group = [info for info in _all_processes() if info.pgrp == pgrp]
+    readers = tuple(sorted(info.pid for info in group if reads_tty(info)))
+    pollers = () if readers else tuple(sorted(info.pid for info in group if polls(info)))
+    return TtyStatus(
+        foreground_pgrp=pgrp, echo=echo, readers=readers, unread=unread, pollers=pollers
     )
-    return TtyStatus(foreground_pgrp=pgrp, echo=echo, readers=readers, unread=unread)
