@@ -7,6 +7,8 @@ together run in one batch before a task they wake (the reducer) runs.
 
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
 import trio
 
@@ -113,3 +115,21 @@ async def test_a_parser_that_falls_behind_stops_the_reader_and_loses_nothing(
         assert term.read_batches >= PARSE_QUEUE
         lines = "".join(text).split("\r\n")
         assert lines == [*(str(n) for n in range(1, 200_001)), ""]
+
+
+async def test_dispatch_can_wait_for_the_verdict_and_is_released_on_dispose() -> None:
+    async with open_host() as host:
+        term = await host.create_terminal(argv=["cat"], grace=0.2)
+        await term.dispatch(TerminalTitleChanged(title="applied"), wait=True)
+        assert term.state.title == "applied"  # no wait for an envelope needed
+        await term.dispatch(TerminalTitleChanged(title="x" * 10**5), wait=True)  # rejected
+        assert term.state.title == "applied"
+        # Callers waiting for a verdict while the terminal is disposed are released.
+        with trio.fail_after(TIMEOUT):
+            async with trio.open_nursery() as nursery:
+                for i in range(4 * REDUCER_QUEUE):
+                    nursery.start_soon(
+                        partial(term.dispatch, TerminalTitleChanged(title=f"{i}"), wait=True)
+                    )
+                nursery.start_soon(host.dispose, term.uri)
+        assert term.closed.is_set()

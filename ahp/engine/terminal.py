@@ -117,16 +117,22 @@ EXIT_LINGER: Final = 0.1
 
 
 class _ClientAction:
-    """A client's or the library's action on its way to the reducer."""
+    """A client's or the library's action on its way to the reducer; ``decided`` (if
+    any) is set once the reducer has accepted or rejected it, or the terminal closed."""
 
-    __slots__ = ("action", "origin", "sender")
+    __slots__ = ("action", "decided", "origin", "sender")
 
     def __init__(
-        self, action: StateAction, origin: ActionOrigin | None, sender: Outbox | None
+        self,
+        action: StateAction,
+        origin: ActionOrigin | None,
+        sender: Outbox | None,
+        decided: trio.Event | None = None,
     ) -> None:
         self.action = action
         self.origin = origin
         self.sender = sender
+        self.decided = decided
 
 
 class _OutputEnded:
@@ -273,22 +279,28 @@ class Terminal:
         *,
         origin: ActionOrigin | None = None,
         sender: Outbox | None = None,
+        wait: bool = False,
     ) -> None:
         """Hand a client (``origin``) or library action to the reducer task.
 
         It is applied in order with everything else the reducer takes (output
         included): accepted and published, or rejected to ``sender`` only. Returns
         once the action is queued (waiting while the reducer's channel is full:
-        backpressure); it does not wait for the verdict. Ignored once the terminal
-        is closing.
+        backpressure), or with ``wait=True`` once the reducer has decided on it (so
+        that :attr:`state` reflects it; it costs the caller one more wake-up).
+        Ignored once the terminal is closing.
         """
         if self._accepting:
+            decided = trio.Event() if wait else None
             try:
-                await _send(self._to_reducer, _ClientAction(action, origin, sender))
+                await _send(self._to_reducer, _ClientAction(action, origin, sender, decided))
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 pass  # the reducer ended meanwhile: the terminal is closing
             else:
-                await trio.lowlevel.checkpoint()
+                if decided is not None:
+                    await decided.wait()  # (set on every path: see lifetime's finally)
+                else:
+                    await trio.lowlevel.checkpoint()
                 return
         await trio.lowlevel.checkpoint()
 
@@ -362,7 +374,7 @@ class Terminal:
                 raise SpawnError("the terminal was disposed while it was starting")
         finally:
             self._accepting = False
-            self._reducer_inbox.close()  # callers waiting for room give up
+            self._forget_queued()
             if child is not None:
                 with trio.CancelScope(shield=True):
                     await child.terminate(spec.grace)
@@ -389,6 +401,19 @@ class Terminal:
             nursery.start_soon(self._exit_task, child)
             self._accepting = True
             task_status.started(self)
+
+    def _forget_queued(self) -> None:
+        """The reducer is gone: release whoever waits for a verdict on a queued action,
+        and close the channel (callers waiting for room give up)."""
+        inbox = self._reducer_inbox
+        while True:
+            try:
+                item = inbox.receive_nowait()
+            except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+                break
+            if isinstance(item, _ClientAction) and item.decided is not None:
+                item.decided.set()
+        inbox.close()
 
     def close(self) -> None:
         """Start disposal: cancel the tasks; :meth:`lifetime` then terminates and reaps."""
@@ -535,28 +560,33 @@ class Terminal:
         """The only writer of the state: apply everything waiting, then tell the host
         once if the catalogue entry changed."""
         core = self._core
-        async with inbox:
+        # (The inbox is closed by lifetime's finally, after what is still queued has been
+        # released: callers may be waiting for a verdict.)
+        while True:
+            try:
+                item = inbox.receive_nowait()
+            except trio.WouldBlock:
+                item = await inbox.receive()
+            self.reducer_batches += 1
             while True:
+                self._reduce(item)
                 try:
                     item = inbox.receive_nowait()
                 except trio.WouldBlock:
-                    item = await inbox.receive()
-                self.reducer_batches += 1
-                while True:
-                    self._reduce(item)
-                    try:
-                        item = inbox.receive_nowait()
-                    except trio.WouldBlock:
-                        break
-                if core.info_changed:
-                    core.info_changed = False
-                    self._on_info_changed(self)
+                    break
+            if core.info_changed:
+                core.info_changed = False
+                self._on_info_changed(self)
 
     def _reduce(self, item: _ReducerItem) -> None:
         cls = item.__class__
         if cls is _ClientAction:
             assert isinstance(item, _ClientAction)
-            self._client_action(item.action, item.origin, item.sender)
+            try:
+                self._client_action(item.action, item.origin, item.sender)
+            finally:
+                if item.decided is not None:
+                    item.decided.set()
         elif cls is _ProcessExited:
             assert isinstance(item, _ProcessExited)
             self._exit_code = item

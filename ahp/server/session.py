@@ -368,7 +368,7 @@ class Session:
             claim = terminal.state.claim
             if isinstance(claim, ClientClaim) and claim.clientId in gone:
                 log.info("%s: released the claim of gone client %r", terminal.uri, claim.clientId)
-                await terminal.dispatch(TerminalClaimed(claim=ClientClaim(clientId="")))
+                await terminal.dispatch(TerminalClaimed(claim=ClientClaim(clientId="")), wait=True)
 
     async def _ping(self, params: Any) -> None:
         return None
