@@ -549,10 +549,11 @@ class Terminal:
                         await child.write(data[written:] if written else data)
                 except (ChildGone, trio.ClosedResourceError):
                     self._input_gone = True  # later input is published but not written
-                    self._pending_input = 0
                     return
                 finally:
-                    self._pending_input -= len(data)
+                    # Nothing is pending once the input side is gone (what is still
+                    # queued is dropped with the channel).
+                    self._pending_input = 0 if self._input_gone else self._pending_input - len(data)
 
     # -- reducer -------------------------------------------------------------------------------
 
