@@ -14,6 +14,7 @@ import importlib
 import logging
 import os
 import shutil
+import socket
 import sys
 from collections.abc import Callable, Sequence
 from typing import Final
@@ -145,6 +146,7 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "ahp.client.commands.ls",
     "ahp.client.commands.run",
     "ahp.client.commands.rm",
+    "ahp.mcp.command",
 )
 
 
@@ -168,6 +170,12 @@ def _serve(args: argparse.Namespace) -> int:
     except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
         print(f"ahp serve: cannot load the TLS certificate: {exc}", file=sys.stderr)
         return USAGE
+    if args.unix is None:
+        problem = _address_problem(args.host)
+        if problem is not None:
+            # Before anything is logged: the whole failure is this one line.
+            print(f"ahp serve: cannot listen on {args.host}: {problem}", file=sys.stderr)
+            return 1
     options = ServeOptions(
         host=args.host,
         port=args.port,
@@ -207,6 +215,28 @@ def _serve(args: argparse.Namespace) -> int:
         else:
             print(f"ahp serve: cannot listen on {where}: {why}", file=sys.stderr)
         return 1
+
+
+def _address_problem(host: str) -> str | None:
+    """Why ``host`` cannot be listened on here (unknown name, not this machine's), or None.
+
+    A trial ``bind`` to port 0 of each address the name resolves to, closed at
+    once; the real listeners are opened later (a port in use is found then).
+    """
+    try:
+        infos = socket.getaddrinfo(host, 0, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        return exc.strerror or str(exc)
+    problem = "no address"
+    for family, kind, proto, _, address in infos:
+        try:
+            with socket.socket(family, kind, proto) as trial:
+                trial.bind(address)
+        except OSError as exc:
+            problem = exc.strerror or str(exc)
+        else:
+            return None
+    return problem
 
 
 def _leaves(exc: BaseException) -> list[BaseException]:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from ahp.bench.cclient import client_missing
 from ahp.cli import main
 
 SECTIONS = (
@@ -85,6 +86,15 @@ def test_bench_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
         assert results["echo"][path]["round_trips"] == 50
     for path in ("bare_pty_idle", "sidecar_idle"):
         assert results["echo"][path]["round_trips"] == 3
+    # The independent C client's rows, or the reason they are missing.
+    c_e2e = results["end_to_end"]["c_client"]
+    if client_missing() is None:
+        assert _is_figure(c_e2e["throughput"])
+        assert c_e2e["complete"] == [True]
+        assert results["echo"]["sidecar_c"]["round_trips"] == 50
+        assert results["echo"]["sidecar_c_idle"]["round_trips"] == 3
+    else:
+        assert c_e2e["skipped"] == client_missing()
     assert _is_figure(results["memory"]["per_terminal_kb"])
     assert _is_figure(results["memory"]["large_output"]["rss_after_mb"])
     assert results["append"]["ratio"] > 0

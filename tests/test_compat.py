@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import signal
 from collections.abc import Callable
 from typing import Any
@@ -457,7 +458,7 @@ async def test_the_client_falls_back_to_0_5_when_1x_is_refused() -> None:
         await ws.send_message(
             orjson.dumps({"jsonrpc": "2.0", "id": message["id"], "result": result}).decode()
         )
-        with trio.move_on_after(TIMEOUT):
+        with trio.move_on_after(TIMEOUT), contextlib.suppress(trio_websocket.ConnectionClosed):
             while True:
                 await ws.get_message()
 
@@ -594,3 +595,81 @@ async def test_reconnect_beyond_the_replay_log_gives_snapshots_in_each_dialect()
             (entry,) = recovered["channels"]
             assert entry["kind"] == "snapshot"
             assert entry["snapshot"]["state"]["lifecycle"] == {"status": "exited", "exitCode": 2}
+
+
+async def test_the_client_switches_to_cursors_when_a_1x_host_refuses_form_a() -> None:
+    """Against a 1.x host that knows only per-channel cursors (a real WebSocket server)."""
+    requests: list[dict[str, Any]] = []
+    root = {"resource": ROOT, "state": {"agents": [], "terminals": []}, "fromSeq": 3}
+
+    async def cursor_host(request: trio_websocket.WebSocketRequest) -> None:
+        ws = await request.accept()
+        with trio.move_on_after(TIMEOUT), contextlib.suppress(trio_websocket.ConnectionClosed):
+            while True:
+                message = orjson.loads(await ws.get_message())
+                requests.append(message)
+                params = message["params"]
+                answer: dict[str, Any] = {"jsonrpc": "2.0", "id": message["id"]}
+                if message["method"] == "initialize":
+                    answer["result"] = {
+                        "protocolVersion": "1.0.0",
+                        "serverSeq": 3,
+                        "snapshots": [root],
+                    }
+                elif "lastSeenServerSeq" in params:
+                    answer["error"] = {"code": -32602, "message": "subscriptions must be cursors"}
+                else:
+                    assert params["subscriptions"] == [{"channel": ROOT, "lastSeenServerSeq": 3}]
+                    renamed = {
+                        **root,
+                        "state": {
+                            "agents": [],
+                            "terminals": [
+                                {
+                                    "resource": T1,
+                                    "title": "t",
+                                    "claim": {"kind": "client", "clientId": "x"},
+                                    "lifecycle": {"status": "exited"},
+                                }
+                            ],
+                        },
+                        "fromSeq": 9,
+                    }
+                    answer["result"] = {
+                        "channels": [{"kind": "snapshot", "channel": ROOT, "snapshot": renamed}]
+                    }
+                await ws.send_message(orjson.dumps(answer).decode())
+
+    async with trio.open_nursery() as nursery:
+        listener = await nursery.start(
+            trio_websocket.serve_websocket, cursor_host, "127.0.0.1", 0, None
+        )
+        async with connect(f"ws://127.0.0.1:{listener.port}/") as client:
+            assert client.dialect is Dialect.V1 and client.reconnect_form == "watermark"
+            await client.drop_connection()
+            await client.wait_for(lambda: client.reconnects == 1, timeout=TIMEOUT)
+            assert client.reconnect_form == "cursors"
+            (info,) = client.root.terminals or ()
+            assert info.exited and info.exitCode is None and info.lifecycle.status == "exited"
+        nursery.cancel_scope.cancel()
+    methods = [(m["method"], "lastSeenServerSeq" in m["params"]) for m in requests]
+    assert methods == [("initialize", False), ("reconnect", True), ("reconnect", False)]
+
+
+async def test_rejections_and_heals_reach_a_1x_client_in_its_dialect() -> None:
+    async with running_server() as server, peer(server.url) as owner, peer(server.url) as other:
+        await init(owner, "owner", ["0.5.0"])
+        await init(other, "other", MODERN)
+        owned = {"kind": "client", "clientId": "owner"}
+        assert await owner.result("createTerminal", {"channel": T1, "claim": owned}) is None
+        await other.result("subscribe", {"channel": T1})
+        # a 1.x client claims a terminal another client holds, for a session without a chat
+        seq = await other.dispatch(
+            T1, {"type": "terminal/claimed", "claim": {"kind": "session", "session": "s:/1"}}
+        )
+        echo = await other.action(of_type("terminal/claimed"))
+        assert echo["origin"]["clientSeq"] == seq and echo["rejectionReason"]
+        assert echo["action"]["claim"] == {"kind": "session", "session": "s:/1", "chat": "s:/1"}
+        heal = await other.action(of_type("terminal/claimed"))
+        assert "origin" not in heal and heal["action"]["claim"] == owned
+        assert host_state(server, T1).claim.KIND == "client"

@@ -240,3 +240,51 @@ def test_a_malformed_lifecycle_is_a_clear_error(lifecycle: Any) -> None:
     data = {"title": "t", "content": [], "claim": {"kind": "client", "clientId": "c"}}
     with pytest.raises(ProtocolError):
         structure({**data, "lifecycle": lifecycle}, TerminalState)
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+
+
+lifecycles = st.one_of(
+    json_values,
+    st.fixed_dictionaries(
+        {"status": st.sampled_from(["running", "exited", "Exited", ""])},
+        optional={"exitCode": st.one_of(st.integers(-300, 300), json_values), "x": json_values},
+    ),
+)
+
+
+@given(lifecycle=lifecycles, exit_code=json_values)
+def test_any_lifecycle_is_read_or_refused_clearly(lifecycle: Any, exit_code: Any) -> None:
+    data = {
+        "title": "t",
+        "content": [],
+        "claim": {"kind": "client", "clientId": "c"},
+        "lifecycle": lifecycle,
+        "exitCode": exit_code,
+    }
+    for cl in (TerminalState, TerminalInfo):
+        value = {**data, "resource": "ahp-terminal:/x"} if cl is TerminalInfo else data
+        try:
+            state = structure(value, cl)
+        except ProtocolError:
+            continue
+        # Read: lifecycle decides (the exitCode beside it is ignored), and says exited.
+        assert isinstance(lifecycle, dict)
+        assert state.exited == (lifecycle["status"] == "exited")
+        assert state.lifecycle.status == lifecycle["status"]
+        wire = terminal_info_json(state, V1) if cl is TerminalInfo else state_json(state, V1)
+        assert wire["lifecycle"] == lifecycle_expected(lifecycle)
+
+
+def lifecycle_expected(lifecycle: dict[str, Any]) -> dict[str, Any]:
+    out = {"status": lifecycle["status"]}
+    if lifecycle["status"] == "exited" and lifecycle.get("exitCode") is not None:
+        out["exitCode"] = int(lifecycle["exitCode"])
+    return out

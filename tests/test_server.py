@@ -77,6 +77,7 @@ async def test_initialize_result_shape() -> None:
         (["1.0.0", "0.9.0"], "1.0.0"),  # the highest, whatever the order
         (["0.9.0", "1.1.0", "0.5.0"], "1.1.0"),
         (["2.0.0", "0.2.0", "0.11.0"], None),
+        (["0.9.0", "0.8.0", "0.7.0", "0.6.0", "0.5.2", "0.5.1"], "0.9.0"),  # VS Code's list
         (5, None),
         (["x", 1, None], None),
     ],

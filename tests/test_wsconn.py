@@ -377,3 +377,100 @@ async def test_writes_past_the_write_chunk_keep_every_frame_whole_and_in_order()
         nursery.start_soon(conn.send_texts, iter(payloads))
         got = [await frames.next() for _ in payloads]
     assert got == [(1, p) for p in payloads]
+
+
+# -- the parser for simple client frames (the keystroke path) -------------------------------------
+
+
+@st.composite
+def _simple_frames_and_chunks(draw: st.DrawFn) -> tuple[list[str], list[bytes]]:
+    """Single-frame text messages around the header's length boundaries (125/126,
+    65535/65536 and the parser's own limit, FAST_FRAME_MAX), the stream cut anywhere."""
+    lengths = st.sampled_from([0, 1, 124, 125, 126, 127, 200, 65535, 65536, 65537, 70000])
+    texts = st.builds(lambda n, c: c * n, lengths, st.sampled_from(["x", "é", "🎉", "\n"]))
+    messages: list[str] = draw(st.lists(texts | st.text(max_size=50), min_size=1, max_size=5))
+    wire = b"".join(frame(m.encode()) for m in messages)
+    splits = sorted(set(draw(st.lists(st.integers(1, max(1, len(wire) - 1)), max_size=8))))
+    chunks = [wire[a:b] for a, b in zip([0, *splits], [*splits, len(wire)], strict=True)]
+    return messages, [c for c in chunks if c]
+
+
+@settings(max_examples=60, deadline=None)
+@given(_simple_frames_and_chunks())
+def test_simple_frames_come_out_whole_at_every_length(case: tuple[list[str], list[bytes]]) -> None:
+    """Final masked text frames are parsed without wsproto up to FAST_FRAME_MAX bytes
+    (multi-byte characters by the thousand included), by wsproto beyond: the same
+    messages come out, in order, however the stream is cut."""
+    messages, chunks = case
+
+    async def main() -> None:
+        ours, theirs = trio.testing.memory_stream_pair()
+        ws = WSConnection(ConnectionType.SERVER)
+        ws.initiate_upgrade_connection(HANDSHAKE_HEADERS, "/")
+        list(ws.events())
+        ws.send(AcceptConnection())
+        conn = ServerWebSocket(ours, ws, max_message_size=1024 * 1024)
+        got: list[str | bytes] = []
+        async with trio.open_nursery() as nursery:
+
+            async def feed() -> None:
+                for chunk in chunks:
+                    await theirs.send_all(chunk)
+                    await trio.lowlevel.checkpoint()
+
+            nursery.start_soon(feed)
+            with trio.fail_after(TIMEOUT):
+                for _ in messages:
+                    got.append(await conn.receive())
+            nursery.cancel_scope.cancel()
+        assert got == messages
+
+    trio.run(main)
+
+
+async def test_a_frame_sent_with_the_upgrade_request_is_answered() -> None:
+    """A client that sends a frame before the answer (RFC 6455 says it must wait;
+    wsproto's server dropped it): the frame is kept and answered, before the next one."""
+    async with server() as port:
+        stream = await trio.open_tcp_stream("127.0.0.1", port)
+        async with stream:
+            request = (
+                f"GET /?tkn={TOKEN} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\n"
+                "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+                "Sec-WebSocket-Version: 13\r\n\r\n"
+            ).encode()
+            first = frame(rpc("ping", {"channel": ROOT}, msg_id=1))
+            await stream.send_all(request + first)
+            frames = Frames(stream)
+            with trio.fail_after(TIMEOUT):
+                while b"\r\n\r\n" not in frames.buf:
+                    frames.buf += await stream.receive_some(4096)
+            frames.buf = frames.buf.split(b"\r\n\r\n", 1)[1]
+            await stream.send_all(frame(rpc("ping", {"channel": ROOT}, msg_id=2)))
+            ids = [orjson.loads((await _message(frames))[1])["id"] for _ in range(2)]
+            assert ids == [1, 2]
+
+
+async def test_a_flood_of_small_frames_does_not_starve_other_tasks() -> None:
+    """Frames that are all there at once are handled with a checkpoint each (one read
+    of many frames costs no fewer): another task keeps running meanwhile, and every
+    request is answered."""
+    count = 2000
+    async with server() as port, raw_ws(port) as stream:
+        frames = Frames(stream)
+        ticks = 0
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while True:
+                await trio.lowlevel.checkpoint()
+                ticks += 1
+
+        flood = b"".join(frame(rpc("ping", {"channel": ROOT}, msg_id=i)) for i in range(count))
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(ticker)
+            await stream.send_all(flood)
+            ids = [orjson.loads((await _message(frames))[1])["id"] for _ in range(count)]
+            nursery.cancel_scope.cancel()
+        assert ids == list(range(count))
+        assert ticks >= count // 2, f"the other task ran {ticks} times for {count} frames"

@@ -59,6 +59,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "sidecar to cut it off (default 12, or 0 below 20 MB: no overflow to wait for)",
     )
     p.add_argument("--peers", action="store_true", help="also measure terminado")
+    p.add_argument(
+        "--no-c-client",
+        action="store_true",
+        help="skip the rows measured by the independent C client (ahp/bench/wsclient.c, "
+        "compiled with cc -O2 when a C compiler exists)",
+    )
     p.add_argument("--no-chart", action="store_true", help="do not write the PNG chart")
     p.add_argument("--out", type=Path, default=Path("bench-results"), help="results directory")
     p.set_defaults(handler=run)
@@ -92,6 +98,7 @@ def run(args: argparse.Namespace) -> int:
         if args.stall_hold is not None
         else (12.0 if args.size_mb >= 20 else 0.0),
         peers=args.peers,
+        c_client=not args.no_c_client,
         folded_mb=args.scanner_mb if args.scanner_mb is not None else min(args.size_mb, 20.0),
         command=shown,
     )

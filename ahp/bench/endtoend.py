@@ -17,11 +17,13 @@ the stalled client resumes reading, which shows how the server treated it
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, Literal, Protocol
 
 import attrs
 import trio
 
+from ahp.bench.cclient import CStreamRun, c_echo, c_stream
 from ahp.bench.processes import RssSampler, SidecarWorker
 from ahp.bench.workload import Workload
 from ahp.bench.wsclient import (
@@ -34,7 +36,17 @@ from ahp.bench.wsclient import (
     stream_throughput,
 )
 
-__all__ = ["AhpServer", "Measured", "PairRun", "ServerUnderTest", "echo_run", "pair_run"]
+__all__ = [
+    "AhpServer",
+    "CMeasured",
+    "Measured",
+    "PairRun",
+    "ServerUnderTest",
+    "c_echo_run",
+    "c_stream_run",
+    "echo_run",
+    "pair_run",
+]
 
 TerminalKind = Literal["gate", "echo"]
 
@@ -44,8 +56,14 @@ class ServerUnderTest(Protocol):
 
     pid: int
 
+    #: The dialect's name for the independent C client (``ahp`` or ``terminado``).
+    dialect_name: str
+
     async def terminal(self, kind: TerminalKind) -> tuple[str, Callable[[], Dialect], Any]:
         """A new terminal: its URL, a dialect factory, and a handle for :meth:`release`."""
+
+    def channel(self, handle: Any) -> str | None:
+        """The terminal's AHP channel (None for servers without channels)."""
 
     async def release(self, handle: Any) -> None: ...
 
@@ -59,6 +77,8 @@ class ServerUnderTest(Protocol):
 class AhpServer:
     """The sidecar worker as a :class:`ServerUnderTest` (terminals created in-process)."""
 
+    dialect_name = "ahp"
+
     def __init__(self, worker: SidecarWorker, workload: Workload) -> None:
         self.worker = worker
         self.pid = worker.pid
@@ -69,6 +89,9 @@ class AhpServer:
         reply = await self.worker.call("create", argv=argv, cwd=str(self._workload.path.parent))
         uri: str = reply["uri"]
         return self.worker.url, lambda: AhpDialect(uri), uri
+
+    def channel(self, handle: Any) -> str | None:
+        return str(handle)
 
     async def release(self, handle: Any) -> None:
         await self.worker.call("dispose", uri=handle)
@@ -178,5 +201,43 @@ async def echo_run(server: ServerUnderTest, count: int, *, pause: float = 0.0) -
     url, dialect, handle = await server.terminal("echo")
     try:
         return await echo_round_trips(url, dialect(), count, pause=pause)
+    finally:
+        await server.release(handle)
+
+
+@attrs.frozen
+class CMeasured:
+    """One run of the independent C client with the server's CPU time around it."""
+
+    run: CStreamRun
+    server_cpu_seconds: float
+
+
+async def c_stream_run(server: ServerUnderTest, binary: Path) -> CMeasured:
+    """The workload through ``server`` to the independent C client (a fresh gate terminal)."""
+    url, _, handle = await server.terminal("gate")
+    try:
+        cpu = server.cpu_seconds()
+        run = await c_stream(binary, url, server.dialect_name, server.channel(handle))
+        return CMeasured(run=run, server_cpu_seconds=server.cpu_seconds() - cpu)
+    finally:
+        await server.release(handle)
+
+
+async def c_echo_run(
+    server: ServerUnderTest, binary: Path, count: int, *, warmup: int, pause: float = 0.0
+) -> list[float]:
+    """``count`` keystroke round trips measured by the C client (a fresh ``cat`` terminal)."""
+    url, _, handle = await server.terminal("echo")
+    try:
+        return await c_echo(
+            binary,
+            url,
+            server.dialect_name,
+            server.channel(handle),
+            count,
+            warmup=warmup,
+            pause=pause,
+        )
     finally:
         await server.release(handle)

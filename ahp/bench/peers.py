@@ -10,6 +10,15 @@ can share one terminal (the stalled-client run) and each run gets a fresh one.
 It speaks terminado's own protocol (``["stdin", text]`` in; ``["setup", {}]``,
 ``["stdout", text]``, ``["disconnect", 1]`` out), handled by
 :class:`~ahp.bench.wsclient.TerminadoDialect`.
+
+Set up as Jupyter deploys it: ``NamedTermManager`` (Jupyter's terminal manager
+is one), ``TERM=xterm-256color`` (terminado's default), and a socket handler that,
+like Jupyter's, records last-activity timestamps on every message in and out.
+The one difference kept on purpose is the program: the benchmark's gate rather
+than ``$SHELL -l``, because terminado starts the program when the WebSocket
+opens, so a login shell's start-up (0.26 s to the prompt on the development
+machine, with its rc files) would land inside the timed run; the gate measured
+the same as ``exec cat`` typed at a shell's prompt (benchmarks/README.md).
 """
 
 from __future__ import annotations
@@ -30,9 +39,31 @@ from ahp.bench.wsclient import Dialect, TerminadoDialect
 __all__ = ["TERMINADO_SCRIPT", "TerminadoServer", "open_terminado", "terminado_missing"]
 
 TERMINADO_SCRIPT = """
-import asyncio, json, sys
+import asyncio, datetime, json, sys
 import tornado.httpserver, tornado.netutil, tornado.web
 from terminado import NamedTermManager, TermSocket
+
+def utcnow():
+    return datetime.datetime.now(datetime.timezone.utc)
+
+class DeployedTermSocket(TermSocket):
+    # What Jupyter's TermSocket (jupyter_server_terminals) adds to every message in
+    # and out: the server's and the terminal's last-activity timestamps.
+    def on_message(self, message):
+        result = super().on_message(message)
+        self._update_activity()
+        return result
+
+    def write_message(self, message, binary=False):
+        result = super().write_message(message, binary=binary)
+        self._update_activity()
+        return result
+
+    def _update_activity(self):
+        self.application.settings["terminal_last_activity"] = utcnow()
+        terminal = self.term_manager.terminals.get(self.term_name)
+        if terminal is not None:
+            terminal.last_activity = utcnow()
 
 async def main():
     gate = json.loads(sys.argv[1])
@@ -41,8 +72,8 @@ async def main():
     gate_terms = NamedTermManager(shell_command=gate, term_settings=settings)
     echo_terms = NamedTermManager(shell_command=["cat"], term_settings=settings)
     app = tornado.web.Application([
-        (r"/gate/(\\w+)", TermSocket, {"term_manager": gate_terms}),
-        (r"/echo/(\\w+)", TermSocket, {"term_manager": echo_terms}),
+        (r"/gate/(\\w+)", DeployedTermSocket, {"term_manager": gate_terms}),
+        (r"/echo/(\\w+)", DeployedTermSocket, {"term_manager": echo_terms}),
     ])
     sockets = tornado.netutil.bind_sockets(0, "127.0.0.1")
     server = tornado.httpserver.HTTPServer(app)
@@ -74,6 +105,8 @@ def terminado_version() -> str:
 class TerminadoServer:
     """A terminado child process as a :class:`~ahp.bench.endtoend.ServerUnderTest`."""
 
+    dialect_name = "terminado"
+
     def __init__(self, server: ChildServer) -> None:
         self.server = server
         self.pid = server.pid
@@ -83,6 +116,9 @@ class TerminadoServer:
     async def terminal(self, kind: TerminalKind) -> tuple[str, Callable[[], Dialect], Any]:
         url = f"ws://127.0.0.1:{self.port}/{kind}/t{next(self._names)}"
         return url, TerminadoDialect, None
+
+    def channel(self, handle: Any) -> str | None:
+        return None
 
     async def release(self, handle: Any) -> None:
         """Nothing to do: a gate terminal ends with its ``cat``; echo ones with the server."""

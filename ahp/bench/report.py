@@ -142,6 +142,20 @@ def render_table(results: dict[str, Any], targets: list[Target]) -> str:
         "engine": one["complete"] and ten["complete"],
         "end to end": all(e2e["alone"]["complete"]) and all(e2e["with_stalled"]["complete"]),
     }
+    c_ours = e2e.get("c_client", {})
+    if "throughput" in c_ours:
+        lines.append(
+            _row(
+                "3 sidecar -> independent C client",
+                _fig(c_ours["throughput"]),
+                f"{_ratio(c_ours['throughput'], ceiling)} ceiling; server "
+                f"{_med(c_ours['server_cpu_s_per_100mb']) or 0:.2f} CPU-s per 100 MB"
+                + cpu(c_ours, "server_cpu_cores", "server"),
+            )
+        )
+        complete["C client"] = all(c_ours["complete"])
+    else:
+        lines.append(f"  3 independent C client: skipped: {c_ours.get('skipped', 'not run')}")
     broken = [k for k, ok in complete.items() if not ok]
     if broken:
         lines.append(f"  WARNING: incomplete output in: {', '.join(broken)} (see JSON)")
@@ -162,6 +176,17 @@ def render_table(results: dict[str, Any], targets: list[Target]) -> str:
                 + cpu(td["with_stalled"], "server_cpu_cores", "server"),
             ),
         ]
+        c_td = td.get("c_client", {})
+        if "throughput" in c_td and "throughput" in c_ours:
+            lines.append(
+                _row(
+                    "7 terminado -> independent C client",
+                    _fig(c_td["throughput"]),
+                    f"ours {_ratio(c_ours['throughput'], c_td['throughput'])} terminado; server "
+                    f"{_med(c_td['server_cpu_s_per_100mb']) or 0:.2f} CPU-s per 100 MB"
+                    + cpu(c_td, "server_cpu_cores", "server"),
+                )
+            )
     else:
         lines.append(f"  7 peers: skipped: {peers.get('skipped', 'not run')}")
 
@@ -182,6 +207,17 @@ def render_table(results: dict[str, Any], targets: list[Target]) -> str:
         ]
         if td and "echo_idle" in td:
             rows.append((f"terminado, {idle}", td["echo_idle"]))
+    if "median_ms" in echo.get("sidecar_c", {}):
+        idle = f"after {echo['idle_pause_s']} s idle"
+        rows += [
+            ("sidecar -> independent C client", echo["sidecar_c"]),
+            (f"sidecar -> C client, {idle}", echo["sidecar_c_idle"]),
+        ]
+        if td and "echo_c" in td:
+            rows += [
+                ("terminado -> independent C client", td["echo_c"]),
+                (f"terminado -> C client, {idle}", td["echo_c_idle"]),
+            ]
     for label, node in rows:
         lines.append(
             _row(f"4 {label}", _fig(node["median_ms"], 3), f"p99 {_fig(node['p99_ms'], 3)}")

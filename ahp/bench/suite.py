@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import statistics
+import subprocess
 import tempfile
 import time
 from collections.abc import Callable
@@ -22,8 +23,17 @@ import attrs
 import trio
 
 from ahp.bench import append as append_bench
+from ahp.bench.cclient import CClientError, build_client
 from ahp.bench.ceiling import BareRun, bare_echo, bare_read
-from ahp.bench.endtoend import AhpServer, PairRun, echo_run, pair_run
+from ahp.bench.endtoend import (
+    AhpServer,
+    CMeasured,
+    PairRun,
+    c_echo_run,
+    c_stream_run,
+    echo_run,
+    pair_run,
+)
 from ahp.bench.folded import FOLDED, run_folded
 from ahp.bench.inprocess import EngineRun, engine_echo, engine_run
 from ahp.bench.memory import IdleRun, LargeOutputRun, idle_run, large_output_run
@@ -33,6 +43,7 @@ from ahp.bench.procfs import machine_info
 from ahp.bench.progress import Progress
 from ahp.bench.stats import percentile, summarize
 from ahp.bench.workload import Workload, generate
+from ahp.bench.wsclient import ECHO_WARMUP, IDLE_WARMUP
 from ahp.engine import open_host
 
 __all__ = ["Config", "run_suite"]
@@ -51,6 +62,8 @@ class Config:
     terminals: int = 50
     stall_hold: float = 12.0
     peers: bool = False
+    #: Also measure with the independent C client (skipped without a C compiler).
+    c_client: bool = True
     folded_mb: float = 20.0
     command: str = "python -m ahp bench"
 
@@ -131,6 +144,51 @@ def _client_json(workload: Workload, measured: list[Any]) -> dict[str, Any]:
     }
 
 
+def _c_json(workload: Workload, runs: list[CMeasured]) -> dict[str, Any]:
+    """Figures of the independent C client's runs (see :mod:`ahp.bench.cclient`)."""
+    return {
+        "throughput": _fig(
+            [_mb_s(_delivered_bytes(workload, m.run.chars), m.run.seconds) for m in runs],
+            "MB/s",
+        ),
+        "server_cpu_cores": _fig([m.server_cpu_seconds / m.run.seconds for m in runs], "cores"),
+        "server_cpu_s_per_100mb": _fig(
+            [
+                m.server_cpu_seconds / (_delivered_bytes(workload, m.run.chars) / (100 * MB))
+                for m in runs
+            ],
+            "s",
+        ),
+        "client_cpu_cores": _fig([m.run.client_cpu_seconds / m.run.seconds for m in runs], "cores"),
+        "machine_busy_cores": _fig([m.run.machine_cores for m in runs], "cores"),
+        "frames": _fig([float(m.run.frames) for m in runs], "frames"),
+        "complete": [m.run.ended and m.run.chars == workload.gated_chars() for m in runs],
+    }
+
+
+class _CClient:
+    """The compiled C client, or why it is not measured (built once per benchmark)."""
+
+    def __init__(self, config: Config) -> None:
+        self.binary: Path | None = None
+        self.missing: str | None = None if config.c_client else "not requested (--no-c-client)"
+
+    async def build(self, progress: Progress) -> None:
+        if self.missing is not None or self.binary is not None:
+            return
+        progress.update("compiling the independent C client")
+        try:
+            self.binary = await trio.to_thread.run_sync(build_client)
+        except (CClientError, OSError, subprocess.SubprocessError) as exc:
+            self.missing = str(exc)
+            progress.note(f"independent C client: skipped: {exc}")
+
+    def fail(self, progress: Progress, exc: Exception) -> None:
+        self.missing = f"the C client failed: {type(exc).__name__}: {exc}"
+        self.binary = None
+        progress.note(self.missing)
+
+
 def _pairs_json(workload: Workload, pairs: list[PairRun]) -> dict[str, Any]:
     alone = [p.alone for p in pairs]
     stalled = [p.with_stalled for p in pairs]
@@ -185,6 +243,10 @@ async def _throughput(
     ten: list[EngineRun] = []
     ours: list[PairRun] = []
     theirs: list[PairRun] = []
+    c_ours: list[CMeasured] = []
+    c_theirs: list[CMeasured] = []
+    cclient = _CClient(config)
+    await cclient.build(progress)
     async with open_host() as host:
         for i in range(config.runs):
             run = f"run {i + 1}/{config.runs}"
@@ -196,23 +258,44 @@ async def _throughput(
             ten.append(await engine_run(host, workload, 10))
             progress.update(f"{run}: sidecar over WebSocket, alone then beside a stalled client")
             async with open_worker() as worker:
-                ours.append(
-                    await pair_run(AhpServer(worker, workload), stall_hold=config.stall_hold)
-                )
+                sidecar = AhpServer(worker, workload)
+                ours.append(await pair_run(sidecar, stall_hold=config.stall_hold))
+                if cclient.binary is not None:
+                    progress.update(f"{run}: sidecar -> independent C client")
+                    try:
+                        c_ours.append(await c_stream_run(sidecar, cclient.binary))
+                    except (CClientError, OSError) as exc:
+                        cclient.fail(progress, exc)
             if missing is None:
                 progress.update(f"{run}: terminado, alone then beside a stalled client")
                 try:
                     async with open_terminado(workload) as terminado:
                         theirs.append(await pair_run(terminado, stall_hold=config.stall_hold))
+                        if cclient.binary is not None:
+                            progress.update(f"{run}: terminado -> independent C client")
+                            try:
+                                c_theirs.append(await c_stream_run(terminado, cclient.binary))
+                            except (CClientError, OSError) as exc:
+                                cclient.fail(progress, exc)
                 except Exception as exc:  # a peer's failure must not lose our figures
                     missing = f"terminado failed: {type(exc).__name__}: {exc}"
                     progress.note(missing)
     results["ceiling"] = _ceiling_json(workload, ceiling)
     results["engine"] = {"one": _engine_json(workload, one), "ten": _engine_json(workload, ten)}
     results["end_to_end"] = _pairs_json(workload, ours)
+    c_skipped = {"skipped": cclient.missing or "not run"}
+    results["end_to_end"]["c_client"] = (
+        _c_json(workload, c_ours) if len(c_ours) == config.runs else c_skipped
+    )
     if missing is None:
         results["peers"] = {
-            "terminado": {"version": terminado_version(), **_pairs_json(workload, theirs)}
+            "terminado": {
+                "version": terminado_version(),
+                **_pairs_json(workload, theirs),
+                "c_client": _c_json(workload, c_theirs)
+                if len(c_theirs) == config.runs
+                else c_skipped,
+            }
         }
     else:
         results["peers"] = {"skipped": missing}
@@ -244,6 +327,15 @@ async def _echo(
     bare_idle: list[list[float]] = []
     ours_idle: list[list[float]] = []
     theirs_idle: list[list[float]] = []
+    # The independent C client: back to back and after the pause, ours and terminado's.
+    c_runs: dict[str, list[list[float]]] = {
+        "ours": [],
+        "ours_idle": [],
+        "theirs": [],
+        "theirs_idle": [],
+    }
+    cclient = _CClient(config)
+    await cclient.build(progress)
     peers = config.peers and terminado_missing() is None
     async with AsyncExitStack() as stack:
         host = await stack.enter_async_context(open_host())
@@ -262,6 +354,41 @@ async def _echo(
             bare_idle.append(await bare_echo(config.idle_count, cwd, pause=config.idle_pause))
             progress.update(f"{run}: sidecar after {config.idle_pause} s idle")
             ours_idle.append(await echo_run(server, config.idle_count, pause=config.idle_pause))
+            if cclient.binary is not None:
+                progress.update(f"{run}: sidecar, independent C client")
+                try:
+                    c_runs["ours"].append(
+                        await c_echo_run(
+                            server, cclient.binary, config.echo_count, warmup=ECHO_WARMUP
+                        )
+                    )
+                    c_runs["ours_idle"].append(
+                        await c_echo_run(
+                            server,
+                            cclient.binary,
+                            config.idle_count,
+                            warmup=IDLE_WARMUP,
+                            pause=config.idle_pause,
+                        )
+                    )
+                    if terminado is not None:
+                        progress.update(f"{run}: terminado, independent C client")
+                        c_runs["theirs"].append(
+                            await c_echo_run(
+                                terminado, cclient.binary, config.echo_count, warmup=ECHO_WARMUP
+                            )
+                        )
+                        c_runs["theirs_idle"].append(
+                            await c_echo_run(
+                                terminado,
+                                cclient.binary,
+                                config.idle_count,
+                                warmup=IDLE_WARMUP,
+                                pause=config.idle_pause,
+                            )
+                        )
+                except (CClientError, OSError) as exc:
+                    cclient.fail(progress, exc)
             if terminado is not None:
                 progress.update(f"{run}: terminado")
                 try:
@@ -281,10 +408,19 @@ async def _echo(
         "bare_pty_idle": _echo_json(bare_idle),
         "sidecar_idle": _echo_json(ours_idle),
     }
+    complete = len(c_runs["ours"]) == config.runs and len(c_runs["ours_idle"]) == config.runs
+    if complete:
+        results["echo"]["sidecar_c"] = _echo_json(c_runs["ours"])
+        results["echo"]["sidecar_c_idle"] = _echo_json(c_runs["ours_idle"])
+    else:
+        results["echo"]["sidecar_c"] = {"skipped": cclient.missing or "not run"}
     if theirs and "terminado" in results.get("peers", {}):
         results["peers"]["terminado"]["echo"] = _echo_json(theirs)
         if theirs_idle:
             results["peers"]["terminado"]["echo_idle"] = _echo_json(theirs_idle)
+        if complete and len(c_runs["theirs_idle"]) == config.runs:
+            results["peers"]["terminado"]["echo_c"] = _echo_json(c_runs["theirs"])
+            results["peers"]["terminado"]["echo_c_idle"] = _echo_json(c_runs["theirs_idle"])
 
 
 # -- memory -----------------------------------------------------------------------------------

@@ -81,6 +81,14 @@ def evaluate(results: dict[str, Any]) -> list[Target]:
     their_med = m("peers", "terminado", "echo", "median_ms")
     their_p99 = m("peers", "terminado", "echo", "p99_ms")
     idle_med = m("echo", "sidecar_idle", "median_ms")
+    c_e2e = m("end_to_end", "c_client", "throughput")
+    c_terminado = m("peers", "terminado", "c_client", "throughput")
+    c_ours_med = m("echo", "sidecar_c", "median_ms")
+    c_ours_p99 = m("echo", "sidecar_c", "p99_ms")
+    c_idle_med = m("echo", "sidecar_c_idle", "median_ms")
+    c_their_med = m("peers", "terminado", "echo_c", "median_ms")
+    c_their_p99 = m("peers", "terminado", "echo_c", "p99_ms")
+    c_missing = _get(results, "end_to_end", "c_client", "skipped") or peers_missing
     return [
         Target(
             "engine_vs_ceiling",
@@ -168,6 +176,55 @@ def evaluate(results: dict[str, Any]) -> list[Target]:
             "<=",
             1.5,
             _div(idle_med, ours_med),
+        ),
+        Target(
+            "e2e_vs_ceiling_c",
+            "end to end, independent C client / bare reader",
+            ">=",
+            0.75,
+            _div(c_e2e, ceiling),
+            why_missing=_get(results, "end_to_end", "c_client", "skipped"),
+        ),
+        Target(
+            "server_cpu_per_100mb_c",
+            "sidecar CPU per 100 MB, independent C client",
+            "<=",
+            0.9,
+            m("end_to_end", "c_client", "server_cpu_s_per_100mb"),
+            unit="s",
+            why_missing=_get(results, "end_to_end", "c_client", "skipped"),
+        ),
+        Target(
+            "e2e_vs_terminado_c",
+            "end to end / terminado's, both with the independent C client",
+            ">=",
+            1.3,
+            _div(c_e2e, c_terminado),
+            why_missing=c_missing,
+        ),
+        Target(
+            "echo_vs_terminado_c",
+            "echo median / terminado's, both with the independent C client",
+            "<=",
+            1.0,
+            _div(c_ours_med, c_their_med),
+            why_missing=c_missing,
+        ),
+        Target(
+            "echo_p99_vs_terminado_c",
+            "echo p99 / terminado's, both with the independent C client",
+            "<=",
+            1.0,
+            _div(c_ours_p99, c_their_p99),
+            why_missing=c_missing,
+        ),
+        Target(
+            "echo_idle_vs_back_to_back_c",
+            "echo median after 150 ms idle / back-to-back, independent C client",
+            "<=",
+            1.5,
+            _div(c_idle_med, c_ours_med),
+            why_missing=_get(results, "end_to_end", "c_client", "skipped"),
         ),
         Target(
             "idle_per_terminal",

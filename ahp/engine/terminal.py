@@ -132,6 +132,7 @@ class _ClientAction:
         self.action = action
         self.origin = origin
         self.sender = sender
+        #: Set once the action was applied or rejected and the catalogue told.
         self.decided = decided
 
 
@@ -286,9 +287,9 @@ class Terminal:
         It is applied in order with everything else the reducer takes (output
         included): accepted and published, or rejected to ``sender`` only. Returns
         once the action is queued (waiting while the reducer's channel is full:
-        backpressure), or with ``wait=True`` once the reducer has decided on it (so
-        that :attr:`state` reflects it; it costs the caller one more wake-up).
-        Ignored once the terminal is closing.
+        backpressure); with ``wait`` only once the reducer has decided on it and
+        told the catalogue (or the terminal closed). Ignored once the terminal
+        is closing.
         """
         if self._accepting:
             decided = trio.Event() if wait else None
@@ -297,10 +298,18 @@ class Terminal:
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 pass  # the reducer ended meanwhile: the terminal is closing
             else:
-                if decided is not None:
-                    await decided.wait()  # (set on every path: see lifetime's finally)
-                else:
+                if decided is None:
                     await trio.lowlevel.checkpoint()
+                    return
+                async with trio.open_nursery() as nursery:
+
+                    async def closed() -> None:
+                        await self.closed.wait()
+                        nursery.cancel_scope.cancel()
+
+                    nursery.start_soon(closed)
+                    await decided.wait()
+                    nursery.cancel_scope.cancel()
                 return
         await trio.lowlevel.checkpoint()
 
@@ -569,25 +578,31 @@ class Terminal:
             except trio.WouldBlock:
                 item = await inbox.receive()
             self.reducer_batches += 1
-            while True:
-                self._reduce(item)
-                try:
-                    item = inbox.receive_nowait()
-                except trio.WouldBlock:
-                    break
-            if core.info_changed:
-                core.info_changed = False
-                self._on_info_changed(self)
+            decided: list[trio.Event] | None = None
+            try:
+                while True:
+                    self._reduce(item)
+                    if item.__class__ is _ClientAction:
+                        assert isinstance(item, _ClientAction)
+                        if item.decided is not None:
+                            decided = [*(decided or ()), item.decided]
+                    try:
+                        item = inbox.receive_nowait()
+                    except trio.WouldBlock:
+                        break
+                if core.info_changed:
+                    core.info_changed = False
+                    self._on_info_changed(self)
+            finally:
+                # Verdicts are given once the batch is applied and the catalogue told.
+                for event in decided or ():
+                    event.set()
 
     def _reduce(self, item: _ReducerItem) -> None:
         cls = item.__class__
         if cls is _ClientAction:
             assert isinstance(item, _ClientAction)
-            try:
-                self._client_action(item.action, item.origin, item.sender)
-            finally:
-                if item.decided is not None:
-                    item.decided.set()
+            self._client_action(item.action, item.origin, item.sender)
         elif cls is _ProcessExited:
             assert isinstance(item, _ProcessExited)
             self._exit_code = item

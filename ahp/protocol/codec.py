@@ -173,14 +173,26 @@ def _lifecycle_fields(value: Any) -> tuple[bool, int | None] | None:
 def _exit_aware(cl: type[Any]) -> None:
     """Hooks for a class with ``exitCode`` and ``exited`` (terminal state and info):
     ``exited`` is never written; it is read from ``lifecycle`` (1.x) or implied
-    by ``exitCode`` (0.5)."""
-    structure_fields = make_dict_structure_fn(cl, converter, exited=override(omit=True))
+    by ``exitCode`` (0.5).
+
+    The field-by-field functions are generated on first use, not here: they
+    capture the hooks of the fields' types (claims, content parts) as they are
+    at generation time, so this may be called before those are registered.
+    """
+    generated: dict[str, Callable[..., Any]] = {}
+
+    def structure_fields(value: Any) -> Any:
+        fn = generated.get("structure")
+        if fn is None:
+            fn = make_dict_structure_fn(cl, converter, exited=override(omit=True))
+            generated["structure"] = fn
+        return fn(value, cl)
 
     def structure_hook(value: Any, _: Any) -> Any:
         if not isinstance(value, dict):
             raise TypeError(f"expected an object, got {type(value).__name__}")
         lifecycle = _lifecycle_fields(value)
-        obj = structure_fields(value, cl)
+        obj = structure_fields(value)
         if lifecycle is not None:
             exited, code = lifecycle
             return attrs.evolve(obj, exited=exited, exitCode=code)
@@ -188,13 +200,17 @@ def _exit_aware(cl: type[Any]) -> None:
             return attrs.evolve(obj, exited=True)
         return obj
 
+    def unstructure_hook(value: Any) -> Any:
+        fn = generated.get("unstructure")
+        if fn is None:
+            fn = make_dict_unstructure_fn(
+                cl, converter, _cattrs_omit_if_default=True, exited=override(omit=True)
+            )
+            generated["unstructure"] = fn
+        return fn(value)
+
     converter.register_structure_hook(cl, structure_hook)
-    converter.register_unstructure_hook(
-        cl,
-        make_dict_unstructure_fn(
-            cl, converter, _cattrs_omit_if_default=True, exited=override(omit=True)
-        ),
-    )
+    converter.register_unstructure_hook(cl, unstructure_hook)
 
 
 converter.register_unstructure_hook(
@@ -233,7 +249,7 @@ def _is_parts(t: Any) -> bool:
 
 converter.register_structure_hook_factory(_is_parts, _parts_structure)
 converter.register_unstructure_hook_factory(_is_parts, _parts_unstructure)
-# After the part and Parts hooks: the generated functions bind their fields' hooks now.
+# (Here, after the part and Parts hooks, though the field functions are made on first use.)
 _exit_aware(TerminalState)
 _exit_aware(TerminalInfo)
 

@@ -12,8 +12,9 @@ keystroke, every request a client normally sends) is done after a few
 ``bytes.count`` calls, which over-count (strings included) and so err on the
 safe side. A larger one is read exactly with C-speed byte operations only:
 escaped backslashes and quotes are dropped (every quote left then delimits a
-string), a frame with more quotes than the bound allows strings is refused, the
-strings are cut out with one ``split``, and what is left is counted; only when
+string), one ``translate`` keeps only brackets, commas and quotes, a frame with
+more quotes than the bound allows strings is refused, the strings' share is cut
+out with one ``split``, and what is left is counted; only when
 there are few enough brackets is the depth measured, over the brackets alone.
 The work is a few passes over the frame plus O(:data:`MAX_ITEMS`) in Python,
 whatever the frame holds (figures in ``docs/threat-model.md``).
@@ -41,6 +42,8 @@ MAX_ITEMS: Final = 65_536
 
 #: Frames up to this many characters are first checked with plain counts (upper bounds).
 _SMALL: Final = 16 * 1024
+#: Every byte but brackets, commas and quotes.
+_NOT_STRUCTURE: Final = bytes(b for b in range(256) if b not in b'[]{},"')
 #: Every byte but the four brackets (deleted to measure the depth).
 _NOT_BRACKETS: Final = bytes(b for b in range(256) if b not in b"[]{}")
 #: +1 for an opening bracket, -1 for a closing one, by byte value.
@@ -49,6 +52,18 @@ _STEP: Final = tuple(1 if b in b"[{" else -1 for b in range(256))
 
 class FrameShapeError(ValueError):
     """The frame would cost too much to decode; ``str()`` says which bound it passes."""
+
+
+def _count(data: str | bytes, char: str) -> int:
+    """Occurrences of the ASCII ``char`` in ``data`` (text or UTF-8)."""
+    return data.count(char) if isinstance(data, str) else data.count(char.encode())
+
+
+def _too_many(max_items: int) -> FrameShapeError:
+    # (A new exception each time, never one held in a local: a local would make a cycle
+    # exception -> traceback -> frame -> local, keeping the frame's 16 MiB buffers alive
+    # until the garbage collector happens to run.)
+    return FrameShapeError(f"more than {max_items} items")
 
 
 def check_shape(
@@ -76,26 +91,35 @@ def check_shape(
             openings, commas = frame.count(b"[") + frame.count(b"{"), frame.count(b",")
         if openings <= max_depth and openings + commas <= max_items:
             return
-    data = frame.encode("utf-8", "surrogatepass") if isinstance(frame, str) else frame
-    too_many = FrameShapeError(f"more than {max_items} items")
-    bare = data
-    if b'"' in data:
+    bare: str | bytes = frame
+    if ('"' in frame) if isinstance(frame, str) else (b'"' in frame):
+        data = frame.encode("utf-8", "surrogatepass") if isinstance(frame, str) else frame
         if b"\\" in data:
             # Drop escaped backslashes, then escaped quotes: every quote left is a
             # string's delimiter.
             data = data.replace(b"\\\\", b"").replace(b'\\"', b"")
+        # Only brackets, commas and quotes matter from here: one pass keeps just those
+        # (in order, so quotes still delimit the strings' share of them).
+        data = data.translate(None, _NOT_STRUCTURE)
         # Strings are keys or values: at most one key and one value per item, plus one.
         if data.count(b'"') > 4 * max_items + 2:
-            raise too_many
+            raise _too_many(max_items)
         bare = b"".join(data.split(b'"')[::2])
-    del data
-    openings = bare.count(b"[") + bare.count(b"{")
-    if openings + bare.count(b",") > max_items:
-        raise too_many
+        del data
+    # One count at a time: a costly frame is refused after the first pass.
+    openings = 0
+    for char in "[{":
+        openings += _count(bare, char)
+        if openings > max_items:
+            raise _too_many(max_items)
+    if openings + _count(bare, ",") > max_items:
+        raise _too_many(max_items)
     if openings <= max_depth:
         return
+    if isinstance(bare, str):
+        bare = bare.encode("utf-8", "surrogatepass")
     brackets = bare.translate(None, _NOT_BRACKETS)
     if len(brackets) > 2 * max_items:  # (more closings than openings: not JSON either)
-        raise too_many
+        raise _too_many(max_items)
     if max(accumulate(map(_STEP.__getitem__, brackets))) > max_depth:
         raise FrameShapeError(f"nested deeper than {max_depth} levels")

@@ -140,11 +140,13 @@ async def serve_listener(
 ) -> None:
     """Accept connections until cancelled, each handled in a task of ``nursery``.
 
-    When ``accept`` fails for lack of fds or memory, wait (backing off) and try
-    again, logging at most one line a second; other errors end the loop (and the
-    server). The listener is closed on the way out.
+    When ``accept`` fails for lack of fds or memory, wait (backing off, then until
+    a client is waiting) and try again, logging at most one line a second; other
+    errors end the loop (and the server). The listener is closed on the way out.
     """
     backoff = ACCEPT_BACKOFF
+    transport = getattr(listener, "transport_listener", listener)  # (under TLS)
+    sock = getattr(transport, "socket", None)
     async with listener:
         while True:
             try:
@@ -161,6 +163,10 @@ async def serve_listener(
                 )
                 await trio.sleep(backoff)
                 backoff = min(backoff * 2, ACCEPT_BACKOFF_MAX)
+                # Linux fails accept with EMFILE before looking at the queue: without a
+                # client waiting, retrying would only fail (and log) again.
+                if sock is not None:
+                    await trio.lowlevel.wait_readable(sock)
                 continue
             backoff = ACCEPT_BACKOFF
             nursery.start_soon(handler, stream)

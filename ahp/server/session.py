@@ -162,14 +162,20 @@ _CONTROL: Final = re.compile("[\x00-\x1f\x7f-\x9f]")
 _QUOTE_LIMIT: Final = 200
 
 
-def _parse(frame: str | bytes) -> dict[str, Any]:
-    """The frame's JSON object: ``-32700`` if invalid or too costly to decode
-    (:func:`~ahp.protocol.jsonshape.check_shape`, before anything is built), else
-    ``-32600``."""
+def _check_cost(frame: str | bytes) -> None:
+    """``-32700`` if the frame would cost too much to decode (checked before anything is
+    built: :func:`~ahp.protocol.jsonshape.check_shape`)."""
     try:
         check_shape(frame, max_depth=MAX_NESTING)
     except FrameShapeError as exc:
         raise ProtocolError(f"parse error: {exc}", code=-32700) from None
+
+
+def _parse(frame: str | bytes, *, checked: bool = False) -> dict[str, Any]:
+    """The frame's JSON object: ``-32700`` if invalid or too costly to decode (unless
+    ``checked`` already), else ``-32600``."""
+    if not checked:
+        _check_cost(frame)
     data = decode_json(frame)
     if not isinstance(data, dict):  # (decode_message would re-parse a str as JSON)
         kind = "a batch (array)" if isinstance(data, list) else type(data).__name__
@@ -247,10 +253,22 @@ class Session:
 
     # -- frames ------------------------------------------------------------------------------
 
-    async def handle_frame(self, frame: str | bytes) -> None:
+    def check_frame(self, frame: str | bytes) -> bool:
+        """The decoding-cost check of :meth:`handle_frame` on its own; False when the
+        frame is refused (answered ``-32700``). A transport may run it, let other tasks
+        run, then call ``handle_frame(frame, checked=True)``: for a large frame each
+        step takes tens of milliseconds."""
+        try:
+            _check_cost(frame)
+        except ProtocolError as exc:
+            self._error(None, exc.code, exc.message, {"path": exc.path})
+            return False
+        return True
+
+    async def handle_frame(self, frame: str | bytes, *, checked: bool = False) -> None:
         """Handle one inbound frame; answers (if any) are queued on the outbox."""
         try:
-            message = decode_message(_parse(frame))
+            message = decode_message(_parse(frame, checked=checked))
         except ProtocolError as exc:
             self._error(None, exc.code, exc.message, {"path": exc.path})
             return

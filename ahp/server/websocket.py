@@ -37,7 +37,15 @@ The upgrade is refused with HTTP 403 before any protocol work when the token is
 missing or wrong (compared in constant time), when the request carries an
 ``Origin`` that is not allow-listed (cross-site WebSocket hijacking), or when
 the server is bound to loopback and ``Host`` names something else (DNS
-rebinding). The token is never logged.
+rebinding); a malformed one gets 400 (:func:`~ahp.server.wsconn.read_upgrade`).
+The token is never logged. Until authenticated, a connection is one of at most
+``max_pending`` and has one deadline for the whole phase; the accept loop backs
+off when out of fds, and lines about unauthenticated peers are rate-limited
+(:mod:`ahp.server.admission`).
+
+An inbound frame of :data:`LARGE_FRAME` or more is cost-checked and decoded in two
+steps with a checkpoint between (each takes tens of milliseconds at 16 MiB), and
+the reader drops it before receiving the next.
 """
 
 from __future__ import annotations
@@ -58,6 +66,7 @@ import trio
 from ahp.engine import Outbox
 from ahp.engine.envelopes import Published
 from ahp.engine.outbox import OutboxItem
+from ahp.protocol.actions import TerminalInput
 from ahp.server.admission import (
     PendingConnections,
     RateLimitedLog,
@@ -88,6 +97,8 @@ log = logging.getLogger("ahp.server")
 
 #: Largest inbound message accepted; larger ones close the connection with 1009.
 MAX_MESSAGE_SIZE: Final = 16 * 1024 * 1024
+#: Inbound frames from this size on are checked, then decoded, with a checkpoint between.
+LARGE_FRAME: Final = 1024 * 1024
 #: Outbound bytes queued per connection before it is closed with 1013.
 OUTBOX_BYTES: Final = 16 * 1024 * 1024
 #: Seconds an overflowed connection gets to finish the write in flight and the close
@@ -159,6 +170,17 @@ def _encoded(
             yield item.encode()
 
 
+def _only_input_echoes(batch: list[OutboxItem]) -> bool:
+    """Whether ``batch`` holds nothing but echoes of clients' ``terminal/input``."""
+    for item in batch:
+        if not isinstance(item, Published):
+            return False
+        envelope = item.envelope
+        if envelope.origin is None or type(envelope.action) is not TerminalInput:
+            return False
+    return True
+
+
 class _Writer:
     """Drains the outbox into the socket; see the module docstring for overflow.
 
@@ -183,6 +205,13 @@ class _Writer:
                 # checkpoint (a send is one): an echo that arrives during a send is not
                 # delayed by one more scheduler pass.
                 batch = outbox.get_nowait() if len(outbox) else await outbox.get_batch()
+                if batch and _only_input_echoes(batch):
+                    # A keystroke's echo: its output is usually read from the pty in
+                    # this very scheduler pass. One pass of waiting lets both leave in
+                    # one write (one system call and one wake-up of the client, not two).
+                    await trio.lowlevel.checkpoint()
+                    if len(outbox):
+                        batch += outbox.get_nowait()
                 took = bool(batch)
                 if took:
                     try:
@@ -226,12 +255,21 @@ class _Writer:
 async def _reader(ws: ServerWebSocket, session: Session, config: ServerConfig) -> None:
     while True:
         message = await ws.receive()
-        await session.handle_frame(message)
+        if len(message) < LARGE_FRAME:
+            await session.handle_frame(message)
+        elif session.check_frame(message):
+            # Checking and decoding a frame of megabytes take tens of milliseconds each:
+            # other clients' keystrokes get a turn in between.
+            await trio.lowlevel.checkpoint()
+            await session.handle_frame(message, checked=True)
+        del message  # (not held while the next one arrives: a frame may be 16 MiB)
         if session.close_request is not None:
             session.outbox.close()
             return
         # A client that does not read its answers is not read either (bounded memory).
-        await session.outbox.wait_responses_below(config.outbox_bytes)
+        # (Only when that can be the case: the receive is this loop's checkpoint.)
+        if session.outbox.queued_bytes > config.outbox_bytes:
+            await session.outbox.wait_responses_below(config.outbox_bytes)
 
 
 async def _authenticate(
@@ -260,6 +298,7 @@ async def _authenticate(
             wsproto_conn,
             max_message_size=config.max_message_size,
             subprotocol=request.subprotocols[0] if request.subprotocols else None,
+            early_data=request.early_data,
         )
     except ConnectionClosed:
         return None

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import re
 from collections.abc import Callable, Iterable
 from typing import Any, Final
@@ -63,6 +64,9 @@ log = logging.getLogger("ahp.server")
 
 #: Bytes asked of the socket per read.
 RECEIVE_SIZE: Final = 64 * 1024
+#: Largest client frame parsed here rather than by wsproto (see ``_fast_message``):
+#: keystrokes and requests; bigger frames are rare and go through wsproto.
+FAST_FRAME_MAX: Final = 64 * 1024
 #: Frames are gathered into writes of about this many bytes (see ``send_texts``).
 WRITE_CHUNK: Final = 256 * 1024
 #: Seconds a peer gets to send its whole upgrade request.
@@ -94,6 +98,10 @@ class UpgradeRequest:
     remote: str
     #: ``Sec-WebSocket-Protocol`` offers, in the client's order.
     subprotocols: tuple[str, ...] = ()
+    #: Bytes that followed the request head in the same reads: frames a client sent
+    #: before the answer (RFC 6455 says it must wait; wsproto's server drops them).
+    #: :func:`accept` hands them to the connection, which parses them first.
+    early_data: bytes = b""
 
     def header(self, name: bytes) -> str | None:
         for key, value in self.headers:
@@ -218,6 +226,9 @@ async def read_upgrade(
     """
     ws = WSConnection(ConnectionType.SERVER)
     remote = _remote(stream)
+    # Everything read until the request is complete (bounded: h11 refuses a head over
+    # 16 KiB, so this holds at most that plus one read).
+    received = bytearray()
     with trio.move_on_after(timeout):
         while True:
             try:
@@ -226,6 +237,7 @@ async def read_upgrade(
                 return None
             if not data:
                 return None
+            received += data
             try:
                 event = _feed_upgrade(ws, bytes(data))
             except _BadUpgrade as bad:
@@ -240,6 +252,9 @@ async def read_upgrade(
                     headers=tuple(event.extra_headers),
                     remote=remote,
                     subprotocols=tuple(event.subprotocols),
+                    early_data=bytes(received[received.find(b"\r\n\r\n") + 4 :])
+                    if b"\r\n\r\n" in received
+                    else b"",
                 )
                 return ws, request
     note("timeout", "upgrade request from %s timed out", remote)
@@ -261,23 +276,32 @@ async def accept(
     *,
     max_message_size: int,
     subprotocol: str | None = None,
+    early_data: bytes = b"",
 ) -> ServerWebSocket:
     """Accept the upgrade (no extensions: compression stays off).
 
     ``subprotocol`` must be one the client offered: browsers and most client
     libraries fail a handshake that offered subprotocols and got none back.
+    ``early_data``: :attr:`UpgradeRequest.early_data`, parsed before anything else.
     """
     try:
         await stream.send_all(ws.send(AcceptConnection(subprotocol=subprotocol)))
     except (trio.BrokenResourceError, trio.ClosedResourceError):
         raise ConnectionClosed(ABNORMAL, "peer left during the handshake") from None
-    return ServerWebSocket(stream, ws, max_message_size=max_message_size)
+    return ServerWebSocket(stream, ws, max_message_size=max_message_size, received=early_data)
 
 
 class ServerWebSocket:
     """An accepted connection; see the module docstring for tasks and ownership."""
 
-    def __init__(self, stream: trio.abc.Stream, ws: WSConnection, *, max_message_size: int) -> None:
+    def __init__(
+        self,
+        stream: trio.abc.Stream,
+        ws: WSConnection,
+        *,
+        max_message_size: int,
+        received: bytes = b"",
+    ) -> None:
         self._stream = stream
         self._ws = ws
         self._max = max_message_size
@@ -289,6 +313,15 @@ class ServerWebSocket:
         self.broken = False
         #: Bytes handed to the stream so far (progress, for the outbound watchdog).
         self.bytes_sent = 0
+        #: The socket under a plain TCP or Unix stream (read and written directly, see
+        #: :meth:`_read` and :meth:`_write_all`); None under TLS.
+        self._sock = stream.socket if isinstance(stream, trio.SocketStream) else None
+        #: Bytes received but not yet parsed, while frames are parsed here (see
+        #: :meth:`_fast_message`); once anything else arrives, everything goes to wsproto.
+        self._pending = bytearray(received)
+        self._wsproto_frames = False
+        #: A message was returned and no checkpoint has happened since.
+        self._owes_checkpoint = False
 
     @property
     def closed(self) -> ConnectionClosed | None:
@@ -302,32 +335,131 @@ class ServerWebSocket:
         Pings are answered and a peer's close is answered and raised as
         :class:`ConnectionClosed`, as is a protocol violation (after closing with
         its code: 1002, 1007 invalid UTF-8, 1009 too big).
+
+        Checkpoints: waiting for data is one; a message whose bytes were already
+        there is returned after a plain checkpoint, so a client that floods frames
+        cannot starve other tasks, while a message that had to be waited for costs
+        no second pass of the scheduler (see :meth:`_deliver`).
         """
         ws = self._ws
         while True:
-            for event in ws.events():
-                if isinstance(event, TextMessage | BytesMessage):
-                    message = self._assemble(event)
-                    if message is not None:
-                        return message
-                    if self._size > self._max:
-                        await self.aclose(TOO_BIG, "message too big")
-                elif isinstance(event, Ping):
-                    await self._send_control(event.response())
-                elif isinstance(event, CloseConnection):
-                    await self._on_close(event)
-                if self._closed is not None:
-                    raise self._closed
+            if not self._wsproto_frames:
+                fast = self._fast_message()
+                if fast is not None:
+                    return await self._deliver(fast)
+            if self._wsproto_frames:
+                for event in ws.events():
+                    if isinstance(event, TextMessage | BytesMessage):
+                        message = self._assemble(event)
+                        if message is not None:
+                            return await self._deliver(message)
+                        if self._size > self._max:
+                            await self.aclose(TOO_BIG, "message too big")
+                    elif isinstance(event, Ping):
+                        await self._send_control(event.response())
+                    elif isinstance(event, CloseConnection):
+                        await self._on_close(event)
+                    if self._closed is not None:
+                        raise self._closed
             if self._closed is not None:
                 raise self._closed
-            try:
-                data = await self._stream.receive_some(RECEIVE_SIZE)
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                data = b""
+            data = await self._read()
             if not data:
                 self._closed = ConnectionClosed(ABNORMAL, "connection lost")
                 raise self._closed
-            ws.receive_data(bytes(data))
+            if self._wsproto_frames:
+                ws.receive_data(data)
+            else:
+                self._pending += data
+
+    async def _deliver(self, message: str | bytes) -> str | bytes:
+        if self._owes_checkpoint:  # no wait since the last message: yield once
+            await trio.lowlevel.checkpoint()
+        self._owes_checkpoint = True
+        return message
+
+    def _fast_message(self) -> str | None:
+        """The next message if the pending bytes start with a whole simple frame (final,
+        masked, text, no extension bits, at most :data:`FAST_FRAME_MAX` bytes, valid
+        UTF-8), else None: more bytes are needed, or the frame is anything else, and
+        then every pending byte goes to wsproto, which handles the rest of the
+        connection (fragments, control frames, binary, big or invalid frames and
+        their close codes) exactly as before. wsproto has seen no frame until then,
+        so nothing is parsed twice or out of order.
+        """
+        buf = self._pending
+        if len(buf) < 2:
+            return None
+        length = buf[1] & 0x7F
+        if buf[0] != 0x81 or not buf[1] & 0x80 or length == 127:
+            self._to_wsproto()
+            return None
+        start = 2
+        if length == 126:
+            if len(buf) < 4:
+                return None
+            length = (buf[2] << 8) | buf[3]
+            start = 4
+        if length > FAST_FRAME_MAX or length > self._max:
+            self._to_wsproto()
+            return None
+        end = start + 4 + length
+        if len(buf) < end:
+            return None
+        mask = int.from_bytes(bytes(buf[start : start + 4]) * ((length + 3) // 4 or 1), "little")
+        payload = int.from_bytes(buf[start + 4 : end], "little") ^ mask
+        try:
+            text = (payload & ((1 << (8 * length)) - 1)).to_bytes(length, "little").decode()
+        except UnicodeDecodeError:
+            self._to_wsproto()  # (wsproto closes with 1007)
+            return None
+        del buf[:end]
+        return text
+
+    def _to_wsproto(self) -> None:
+        self._wsproto_frames = True
+        if self._pending:
+            self._ws.receive_data(bytes(self._pending))
+            self._pending.clear()
+
+    async def _read(self) -> bytes:
+        """Up to :data:`RECEIVE_SIZE` bytes; ``b""`` once the peer is gone.
+
+        On a plain socket this is a direct non-blocking ``read`` of its descriptor,
+        waiting for readability only when there is nothing. Trio's socket wrapper adds
+        a scheduler pass to every successful call; here bytes that had to be waited
+        for cost none, and bytes that were already there cost one (a checkpoint after
+        the read), so a client sending without pause takes turns with the writer and
+        everyone else, as before.
+        """
+        sock = self._sock
+        if sock is None:
+            try:
+                return bytes(await self._stream.receive_some(RECEIVE_SIZE))
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                return b""
+        waited = False
+        while True:
+            fd = sock.fileno()
+            if fd < 0:  # closed by this side (a closed descriptor's number may be reused)
+                return b""
+            try:
+                data = os.read(fd, RECEIVE_SIZE)
+            except BlockingIOError:
+                pass
+            except OSError:  # reset by the peer, and the like
+                return b""
+            else:
+                if waited:
+                    self._owes_checkpoint = False
+                else:
+                    await trio.lowlevel.checkpoint()
+                return data
+            try:
+                await trio.lowlevel.wait_readable(sock)
+            except trio.ClosedResourceError:
+                return b""
+            waited = True
 
     def _assemble(self, event: TextMessage | BytesMessage) -> str | bytes | None:
         data: str | bytes = event.data if isinstance(event.data, str | bytes) else bytes(event.data)
@@ -395,8 +527,17 @@ class ServerWebSocket:
     async def _send_raw(self, *buffers: bytes, data_frame: bool) -> None:
         """Write ``buffers`` in order, as one unit: the connection counts as broken
         from the first byte until the last is out (cancelled between them, the
-        stream holds part of a frame)."""
-        async with self._send_lock:
+        stream holds part of a frame).
+
+        Not a checkpoint when the lock is free and the socket takes everything at
+        once (the caller's loop has its own: the writer parks for its next batch).
+        """
+        lock = self._send_lock
+        try:
+            lock.acquire_nowait()
+        except trio.WouldBlock:
+            await lock.acquire()
+        try:
             if self.broken:
                 raise ConnectionClosed(ABNORMAL, "connection broken")
             if data_frame and (
@@ -406,21 +547,42 @@ class ServerWebSocket:
             self.broken = True  # until every buffer is out
             try:
                 for data in buffers:
-                    if len(data) <= WRITE_CHUNK:
-                        await self._stream.send_all(data)
-                        self.bytes_sent += len(data)
-                        continue
-                    # A large payload in slices, so that progress shows (bytes_sent):
-                    # a client that reads a big answer slowly is not one that reads nothing.
-                    view = memoryview(data)
-                    for start in range(0, len(view), WRITE_CHUNK):
-                        piece = view[start : start + WRITE_CHUNK]
-                        await self._stream.send_all(piece)
-                        self.bytes_sent += len(piece)
+                    await self._write_all(data)
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 self._closed = self._closed or ConnectionClosed(ABNORMAL, "connection lost")
                 raise self._closed from None
             self.broken = False
+        finally:
+            lock.release()
+
+    async def _write_all(self, data: bytes) -> None:
+        """All of ``data``: on a plain socket, direct non-blocking writes of its
+        descriptor, waiting for writability only when the kernel's buffer is full."""
+        sock = self._sock
+        view = memoryview(data)
+        if sock is None:
+            # In slices, so that progress shows (bytes_sent): a client that reads a big
+            # answer slowly is not one that reads nothing.
+            for start in range(0, len(view), WRITE_CHUNK):
+                piece = view[start : start + WRITE_CHUNK]
+                await self._stream.send_all(piece)
+                self.bytes_sent += len(piece)
+            return
+        sent, size = 0, len(view)
+        while sent < size:
+            fd = sock.fileno()
+            if fd < 0:
+                raise trio.ClosedResourceError("the connection's socket is closed")
+            try:
+                written = os.write(fd, view[sent:])
+                sent += written
+                self.bytes_sent += written
+                continue
+            except BlockingIOError:
+                pass
+            except OSError as exc:  # EPIPE, ECONNRESET...
+                raise trio.BrokenResourceError(str(exc)) from exc
+            await trio.lowlevel.wait_writable(sock)
 
     # -- closing -----------------------------------------------------------------------------
 
@@ -451,12 +613,15 @@ class ServerWebSocket:
             await self._close_stream()
 
     async def _drain_until_closed(self) -> None:
+        self._to_wsproto()  # (the peer's close frame may be among the pending bytes)
         ws = self._ws
+        for _ in ws.events():
+            pass
         while ws.state is ConnectionState.LOCAL_CLOSING:
-            data = await self._stream.receive_some(RECEIVE_SIZE)
+            data = await self._read()
             if not data:
                 return
-            ws.receive_data(bytes(data))
+            ws.receive_data(data)
             for _ in ws.events():
                 pass
 

@@ -47,6 +47,17 @@ _STRING_STOP: Final = re.compile(r"[\x07\x18\x1a\x1b]")
 #: A complete CSI sequence: parameters, intermediates, final byte.
 _CSI: Final = re.compile(r"\x1b\[([\x30-\x3f]*)([\x20-\x2f]*)([\x40-\x7e])")
 _CSI_PARTIAL: Final = re.compile(r"\x1b\[[\x30-\x3f]*[\x20-\x2f]*\Z")
+#: The fast path: text and complete sequences that are never queries (CSI without
+#: prefix or intermediates and a final other than c, n, t, x; DEC private modes;
+#: charset designations; two-character escapes other than ESC Z). Matching them in
+#: one regex run keeps colour-heavy output from going through Python per sequence.
+_HARMLESS: Final = re.compile(
+    r"(?:[^\x1b\x05]+"
+    r"|\x1b\[[0-9;:]*[@-bd-mo-su-wyz{|}~]"
+    r"|\x1b\[\?[0-9;]*[hlr]"
+    r"|\x1b[()*+][0-9A-Za-z]"
+    r"|\x1b[=>78DEHM])+"
+)
 _WINDOW_REPORTS: Final = frozenset({"11", "13", "14", "15", "16", "18", "19", "20", "21"})
 
 
@@ -110,11 +121,13 @@ class QueryFilter:
             self._passing = False
             i = end
         while i < n:
-            j = _next_special(data, i)
-            if j < 0:
-                out.append(data[i:])
-                break
-            out.append(data[i:j])
+            harmless = _HARMLESS.match(data, i)
+            if harmless is not None:
+                out.append(harmless.group())
+                i = harmless.end()
+                if i >= n:
+                    break
+            j = i  # an ESC or ENQ that starts something else
             if data[j] == _ENQ:
                 i = j + 1
                 continue
@@ -164,12 +177,6 @@ class QueryFilter:
         if kind == _ESC or kind < " ":
             return j + 1, False  # a lone ESC: what follows is read afresh
         return j + 2, False  # any other two-character escape (or ESC + intermediate + final)
-
-
-def _next_special(data: str, start: int) -> int:
-    esc = data.find(_ESC, start)
-    enq = data.find(_ENQ, start, esc if esc >= 0 else len(data))
-    return enq if enq >= 0 else esc
 
 
 def _string_end(data: str, start: int) -> int | None:

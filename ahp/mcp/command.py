@@ -1,0 +1,122 @@
+"""``python -m ahp mcp``: the MCP server's command line.
+
+Why a module of its own: the subcommand registers itself like the client's
+commands (``add_parser`` + ``run``, listed in ``ahp.cli``), and the MCP SDK is
+imported only when the command runs, so ``--help`` and the other commands stay
+fast and work without it. Errors a person can cause (an unreachable
+``--connect`` URL, a busy ``--port``, the SDK not installed) are one line on
+stderr and exit status 1 or 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import logging
+import os
+import sys
+
+__all__ = ["add_parser", "run"]
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from ahp.server.app import DEFAULT_PORT
+
+    p = sub.add_parser(
+        "mcp",
+        help="serve terminals as MCP tools on stdio (for Claude Code, Codex, Cursor, …)",
+        description=(
+            "An MCP server on stdin/stdout whose tools run commands in terminals: run, read "
+            "new output, wait, send input and keys, interrupt, kill, list, screen, create, "
+            "close. By default it hosts its own terminals; --serve also serves them over AHP "
+            "so a person can `python -m ahp attach` and watch; --connect drives the terminals "
+            "of a running `python -m ahp serve` instead. Logs go to stderr."
+        ),
+    )
+    source = p.add_mutually_exclusive_group()
+    source.add_argument(
+        "--connect",
+        metavar="URL",
+        help="use the terminals of this sidecar (ws://HOST:PORT/?tkn=…, as `serve` prints)",
+    )
+    source.add_argument(
+        "--serve",
+        action="store_true",
+        help="also serve the terminals over AHP (the URL is printed on stderr)",
+    )
+    p.add_argument(
+        "--token",
+        help="AHP token: for --connect (default: the URL's tkn, else $AHP_TOKEN) or for "
+        "--serve (default: $AHP_TOKEN, else random)",
+    )
+    p.add_argument("--host", default="127.0.0.1", help="--serve: address to bind (127.0.0.1)")
+    p.add_argument(
+        "--port",
+        type=int,
+        default=DEFAULT_PORT,
+        help=f"--serve: TCP port (default {DEFAULT_PORT}; 0 = any free port)",
+    )
+    p.add_argument("--unix", metavar="PATH", help="--serve: listen on a Unix socket (mode 0600)")
+    p.add_argument(
+        "--cwd",
+        metavar="PATH",
+        help="where new terminals start (default: the current directory; with --connect: "
+        "the sidecar's default)",
+    )
+    p.add_argument("--shell", help="shell for new terminals (default: $SHELL, else /bin/sh)")
+    p.add_argument("--scrollback", type=int, help="characters retained per terminal")
+    p.add_argument(
+        "--log-level",
+        default="warning",
+        choices=["debug", "info", "warning", "error"],
+        help="stderr log level (default warning)",
+    )
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if importlib.util.find_spec("mcp") is None:
+        print(
+            "ahp mcp: the MCP SDK is not installed: pip install 'ahp-terminals[mcp]'",
+            file=sys.stderr,
+        )
+        return 2
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    from ahp.client.commands.common import main, resolve_target
+    from ahp.mcp.server import McpOptions, run_mcp
+    from ahp.server.app import ServeOptions, Sidecar
+
+    def serving(sidecar: Sidecar) -> None:
+        print(
+            f"ahp mcp: terminals served at {sidecar.url}\n"
+            f"ahp mcp: watch with: python -m ahp attach '{sidecar.url}' main",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    cwd = os.path.abspath(args.cwd) if args.cwd is not None else None
+
+    async def body() -> int:
+        if args.connect is not None:
+            url, token = resolve_target(args.connect, args.token)
+            options = McpOptions(connect=url, token=token, cwd=cwd)
+        else:
+            serve = None
+            if args.serve:
+                serve = ServeOptions(
+                    host=args.host, port=args.port, unix=args.unix, token=args.token
+                )
+            options = McpOptions(
+                serve=serve,
+                shell=args.shell,
+                scrollback=args.scrollback,
+                cwd=cwd or os.getcwd(),
+                on_serving=serving,
+            )
+        return await run_mcp(options)
+
+    return main("ahp mcp", body)

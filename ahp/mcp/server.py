@@ -1,0 +1,222 @@
+"""``python -m ahp mcp``: the terminals as MCP tools, over stdio, on Trio.
+
+Why this shape:
+
+* **The official SDK's low-level server** (``mcp.server.Server``), not its
+  decorator layer (``MCPServer``): the tools' JSON schemas and descriptions are
+  written by hand for a model to read (:mod:`ahp.mcp.tools`), the answers carry
+  text *and* ``structuredContent`` with a declared output schema, and errors
+  are tool results with ``isError`` — all of which the low-level handlers give
+  directly, without deriving schemas from Python signatures.
+* **Trio through anyio's Trio backend.** The SDK is written against anyio, so
+  its server, session and stdio transport run unchanged inside ``trio.run``;
+  ``tests/test_mcp.py`` drives both the low-level server and ``MCPServer`` on
+  Trio to show it. One part does not fit: the SDK reads stdin in a worker
+  thread that cannot be cancelled, so stopping the server on a signal hung
+  while the client held stdin open. We keep the SDK's transport and pass it a
+  Trio reader of stdin instead (see :mod:`ahp.mcp.stdio`); its stdout writer
+  is the SDK's (a write blocks only if the client stops reading our answers).
+* **One engine, two audiences.** By default the process hosts its own engine
+  (:func:`ahp.open_host`); ``--serve`` also serves that host over AHP so a
+  person can ``python -m ahp attach`` to the terminal the agent is using, and
+  ``--connect URL`` drives an existing sidecar's terminals through
+  :mod:`ahp.client` instead of hosting any.
+
+Lifetime: the server runs until the client closes our stdin, or SIGINT/SIGTERM;
+then every terminal it hosts is disposed (hang-up, grace, kill, reaped). Nothing
+but MCP messages is written to stdout; logs and the ``--serve`` URL go to stderr.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any, Final
+
+import attrs
+import trio
+
+from ahp import __version__
+from ahp.mcp.backend import Backend, ClientBackend, HostBackend
+from ahp.mcp.stdio import claim_stdin
+from ahp.mcp.toolbox import Toolbox
+from ahp.mcp.tools import TOOLS, ToolSpec
+
+if TYPE_CHECKING:
+    import mcp_types
+    from mcp.server import Server, ServerRequestContext
+
+    from ahp.server.app import ServeOptions, Sidecar
+
+__all__ = ["INSTRUCTIONS", "McpOptions", "build_server", "run_mcp", "serve_stdio"]
+
+log = logging.getLogger("ahp.mcp")
+
+#: Seconds allowed to reach a sidecar for ``--connect`` (TCP, upgrade, initialize).
+CONNECT_TIMEOUT: Final = 15.0
+
+#: Seconds between progress notifications during a long tool call.
+PROGRESS_INTERVAL: Final = 3.0
+
+#: Told to the model once, at initialization.
+INSTRUCTIONS: Final = (
+    "Terminals on the user's machine: each is a persistent bash shell on a real pty; state "
+    "(cwd, environment, running servers) persists between calls. run_command runs a command "
+    "line and returns its exit code and rendered output; it returns early when the command "
+    "waits for input (answer with send_input) or is still running after yield_after seconds "
+    "(follow with read_output / wait_command, stop with interrupt / kill_command). Run long-lived "
+    "processes (dev servers, watchers) in their own named terminal. A person may be watching "
+    "the terminals live."
+)
+
+
+@attrs.frozen
+class McpOptions:
+    """How ``python -m ahp mcp`` gets its terminals."""
+
+    #: Drive this sidecar's terminals instead of hosting our own.
+    connect: str | None = None
+    token: str | None = None
+    #: Also serve our own host over AHP (ignored with ``connect``).
+    serve: ServeOptions | None = None
+    shell: str | None = None
+    scrollback: int | None = None
+    #: Where new terminals start (None: the home directory of the terminals' host).
+    cwd: str | None = None
+    #: Called once the ``serve`` listener is up (the CLI prints the URL on stderr).
+    on_serving: Callable[[Sidecar], None] | None = None
+
+
+def _tool(spec: ToolSpec) -> mcp_types.Tool:
+    import mcp_types
+
+    return mcp_types.Tool(
+        name=spec.name,
+        title=spec.title,
+        description=spec.description,
+        input_schema=dict(spec.input_schema),
+        output_schema=dict(spec.output_schema) if spec.output_schema is not None else None,
+        annotations=mcp_types.ToolAnnotations(
+            title=spec.title,
+            read_only_hint=spec.read_only,
+            destructive_hint=spec.destructive,
+            open_world_hint=False,
+        ),
+    )
+
+
+def build_server(toolbox: Toolbox) -> Server[Any]:
+    """The SDK low-level server with the tools of ``toolbox``."""
+    import mcp_types
+    from mcp.server import Server
+
+    tools = [_tool(spec) for spec in TOOLS]
+
+    async def list_tools(
+        ctx: ServerRequestContext[Any], params: mcp_types.PaginatedRequestParams | None
+    ) -> mcp_types.ListToolsResult:
+        return mcp_types.ListToolsResult(tools=tools)
+
+    async def call_tool(
+        ctx: ServerRequestContext[Any], params: mcp_types.CallToolRequestParams
+    ) -> mcp_types.CallToolResult:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_report_progress, ctx, params.name)
+            output = await toolbox.call(params.name, params.arguments)
+            nursery.cancel_scope.cancel()
+        return mcp_types.CallToolResult(
+            content=[mcp_types.TextContent(type="text", text=output.text)],
+            structured_content=output.data,
+            is_error=output.is_error,
+        )
+
+    return Server(
+        "ahp-terminals",
+        version=__version__,
+        title="Terminals (ahp-terminals)",
+        instructions=INSTRUCTIONS,
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
+    )
+
+
+async def _report_progress(ctx: ServerRequestContext[Any], tool: str) -> None:
+    """Every :data:`PROGRESS_INTERVAL` s of a call, a progress notification (seconds
+    so far), so that a client which resets its timeout on progress keeps waiting.
+    Sends nothing when the client gave no progress token; stops at the first failure."""
+    started = trio.current_time()
+    while True:
+        await trio.sleep(PROGRESS_INTERVAL)
+        elapsed = trio.current_time() - started
+        try:
+            await ctx.session.report_progress(round(elapsed, 1), message=f"{tool}: {elapsed:.0f} s")
+        except Exception:  # the client went away: the call itself will notice
+            log.debug("progress report failed", exc_info=True)
+            return
+
+
+async def serve_stdio(toolbox: Toolbox) -> None:
+    """Serve MCP on this process's stdin/stdout until the client closes stdin."""
+    from mcp.server.stdio import stdio_server
+
+    server = build_server(toolbox)
+    stdin = claim_stdin()
+    try:
+        # The SDK types its stdin as an anyio file; it only iterates it line by line.
+        async with stdio_server(stdin=stdin) as (read_stream, write_stream):  # type: ignore[arg-type]
+            await server.run(read_stream, write_stream, server.create_initialization_options())
+    finally:
+        stdin.release()
+
+
+@asynccontextmanager
+async def open_backend(options: McpOptions) -> AsyncIterator[Backend]:
+    """The terminals' source: our own host (and its AHP listener), or a sidecar client."""
+    if options.connect is not None:
+        from ahp.client.connection import connect
+
+        async with connect(
+            options.connect, token=options.token, connect_timeout=CONNECT_TIMEOUT
+        ) as client:
+            yield ClientBackend(client)
+        return
+    from ahp.engine import open_host
+    from ahp.server.app import serve_host
+
+    kwargs = {} if options.scrollback is None else {"scrollback": options.scrollback}
+    async with open_host(shell=options.shell, **kwargs) as host, trio.open_nursery() as nursery:
+        if options.serve is not None:
+            sidecar = await nursery.start(serve_host, host, options.serve)
+            if options.on_serving is not None:
+                options.on_serving(sidecar)
+        yield HostBackend(host)
+        nursery.cancel_scope.cancel()
+
+
+async def run_mcp(options: McpOptions) -> int:
+    """The ``mcp`` command: serve until stdin closes or a signal, then clean up; exit status."""
+    # Terminals inherit our environment: the sidecar token is not theirs to see.
+    env_token = os.environ.pop("AHP_TOKEN", None) or None
+    if options.serve is not None:
+        options = attrs.evolve(
+            options, serve=attrs.evolve(options.serve, token=options.serve.token or env_token)
+        )
+    elif options.connect is not None:
+        options = attrs.evolve(options, token=options.token or env_token)
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with open_backend(options) as backend, trio.open_nursery() as nursery:
+
+            async def stop_on_signal() -> None:
+                async for signum in signals:
+                    log.info("%s: shutting down", signal.Signals(signum).name)
+                    nursery.cancel_scope.cancel()
+                    return
+
+            nursery.start_soon(stop_on_signal)
+            await serve_stdio(Toolbox(backend, default_cwd=options.cwd))
+            log.info("the client closed stdin: shutting down")
+            nursery.cancel_scope.cancel()
+    return 0

@@ -1,0 +1,564 @@
+"""The tools' behaviour: each MCP tool call mapped onto the agent-facing command API.
+
+Why a module of its own: this is the whole of what the MCP server *does* — pick
+or create the terminal, start the command, wait as long as the model allowed,
+keep the handle so a later call can read, wait, type or kill — written against
+:mod:`ahp.mcp.contract` and a :class:`~ahp.mcp.backend.Backend`, with no MCP SDK
+types, so it is tested in-process as well as through the real server.
+
+Errors: every failure a call can meet (bad arguments, an unknown terminal or
+command, a busy terminal, a process that cannot start, a lost sidecar) becomes
+a :class:`ToolOutput` with ``is_error`` and a message saying what to do; an
+unexpected exception is logged with its traceback and reported the same way.
+A tool call never takes the server down.
+
+Bounds: :data:`MAX_TRACKED_COMMANDS` handles are kept (the oldest finished
+ones are forgotten first; when all are running a new command is refused), and
+at most :data:`MAX_TERMINALS` terminals are created through the tools.
+
+Cancellation: when the client cancels ``run_command`` while it waits, the
+command is interrupted (``run()`` does that) — the person pressed stop.
+Cancelling ``wait_command`` only stops waiting.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shlex
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Final
+
+import attrs
+import trio
+
+from ahp.mcp.backend import Backend, NoSuchTerminal
+from ahp.mcp.contract import Handle, Result
+from ahp.mcp.keys import keys_text
+from ahp.mcp.render import (
+    MARK,
+    NAME,
+    cwd_text,
+    display_name,
+    format_result,
+    result_data,
+    status_lines,
+    tail_text,
+)
+from ahp.mcp.tools import NAME_PATTERN_TEXT, ArgumentError, check_arguments, tool
+from ahp.protocol.state import TERMINAL_SCHEME, CommandPart
+
+__all__ = [
+    "DEFAULT_TERMINAL",
+    "MAX_TERMINALS",
+    "MAX_TRACKED_COMMANDS",
+    "CommandTable",
+    "ToolError",
+    "ToolOutput",
+    "Toolbox",
+    "terminal_uri",
+]
+
+log = logging.getLogger("ahp.mcp")
+
+#: Commands whose handles are kept for read_output / wait_command / kill_command.
+MAX_TRACKED_COMMANDS: Final = 256
+#: Terminals that may exist before run_command / create_terminal refuse to make more.
+MAX_TERMINALS: Final = 32
+#: The terminal run_command uses when none is named.
+DEFAULT_TERMINAL: Final = "main"
+#: Seconds interrupt / kill_command wait for the command to end before answering.
+STOP_WAIT: Final = 10.0
+#: Size of terminals the tools create (wide enough that tables and paths do not wrap).
+DEFAULT_COLS: Final = 120
+DEFAULT_ROWS: Final = 40
+
+
+class ToolError(Exception):
+    """A call that cannot be done; the message is shown to the model as is."""
+
+
+@attrs.frozen
+class ToolOutput:
+    """What a tool call answers: text for the model, optional structured data, error flag."""
+
+    text: str
+    data: dict[str, Any] | None = None
+    is_error: bool = False
+
+
+def terminal_uri(name: str) -> str:
+    """The terminal URI for a name the model gave (a bare name or an ``ahp-terminal:`` URI)."""
+    if name.startswith(TERMINAL_SCHEME):
+        # A URI as listed (terminals made by other clients may use other characters).
+        rest = name[len(TERMINAL_SCHEME) :]
+        if rest.strip("/") and rest.isprintable() and not any(c.isspace() for c in rest):
+            return name
+    elif NAME.fullmatch(name):
+        return f"{TERMINAL_SCHEME}/{name}"
+    raise ToolError(f"bad terminal name {name!r}: use {NAME_PATTERN_TEXT}")
+
+
+@attrs.define
+class Tracked:
+    """A command started through the tools: its handle while it runs, else its last result."""
+
+    command_id: str
+    uri: str
+    command: str  # as the model wrote it (without a ``cd`` we put in front)
+    handle: Handle | None  # None: it was over when run() returned
+    last: Result
+    #: read_output has returned the output of a command that had no handle.
+    consumed: bool = False
+
+    @property
+    def terminal(self) -> str:
+        return display_name(self.uri)
+
+    @property
+    def done(self) -> bool:
+        return self.handle is None or self.handle.done
+
+    def result(self) -> Result:
+        """The result so far, without waiting."""
+        if self.handle is not None:
+            self.last = self.handle.result()
+        return self.last
+
+    async def wait(self, timeout: float) -> Result:
+        """Until the command ends, waits for input, or ``timeout`` s pass (never stops it)."""
+        if self.handle is not None:
+            self.last = await self.handle.wait(timeout=timeout)
+        return self.last
+
+
+class CommandTable:
+    """Started commands by id, bounded by ``limit`` (oldest finished ones evicted first).
+
+    Not thread-safe; used from one Trio thread. No I/O.
+    """
+
+    def __init__(self, limit: int = MAX_TRACKED_COMMANDS) -> None:
+        self.limit = limit
+        self._by_id: OrderedDict[str, Tracked] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._by_id)
+
+    def check_room(self) -> None:
+        """Make room for one more command, or raise ``ToolError`` when all are running."""
+        while len(self._by_id) >= self.limit:
+            victim = next((cid for cid, t in self._by_id.items() if t.done), None)
+            if victim is None:
+                raise ToolError(
+                    f"{len(self._by_id)} commands are running, the most this server tracks; "
+                    "stop some with kill_command or close_terminal first"
+                )
+            del self._by_id[victim]
+
+    def add(self, tracked: Tracked) -> None:
+        self.check_room()
+        self._by_id[tracked.command_id] = tracked
+
+    def get(self, command_id: str) -> Tracked:
+        tracked = self._by_id.get(command_id)
+        if tracked is None:
+            raise ToolError(
+                f"no command {command_id!r}: use the command_id a run_command result gave "
+                "(list_terminals shows the running ones)"
+            )
+        return tracked
+
+    def running_in(self, uri: str) -> Tracked | None:
+        """The newest unfinished command started in terminal ``uri``."""
+        for tracked in reversed(self._by_id.values()):
+            if tracked.uri == uri and not tracked.done:
+                return tracked
+        return None
+
+    def forget_terminal(self, uri: str) -> None:
+        for cid in [cid for cid, t in self._by_id.items() if t.uri == uri]:
+            del self._by_id[cid]
+
+
+def _foreign_busy(backend: Backend, uri: str) -> bool:
+    """The terminal's shell reports a command in progress (one not started by the tools)."""
+    state = backend.state(uri)
+    if state is None or not state.content:
+        return False
+    last = state.content[-1]
+    return isinstance(last, CommandPart) and not last.isComplete
+
+
+class Toolbox:
+    """Every tool, bound to one backend; :meth:`call` is the single entry point."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        *,
+        commands: CommandTable | None = None,
+        max_terminals: int = MAX_TERMINALS,
+        default_cwd: str | None = None,
+    ) -> None:
+        self.backend = backend
+        #: Where new terminals start unless a call names a directory (None: the backend's
+        #: default, the home directory); relative ``cwd`` arguments are taken from here.
+        self.default_cwd = default_cwd
+        self.max_terminals = max_terminals
+        self.commands = commands or CommandTable()
+        # Picking/creating a terminal and starting a command in it is one step, so that two
+        # concurrent run_command calls never pick the same idle terminal.
+        self._setup_lock = trio.Lock()
+        #: Terminals a run_command call is typing into (not yet in ``commands``).
+        self._starting: set[str] = set()
+        self._handlers: dict[str, Callable[[dict[str, Any]], Awaitable[ToolOutput]]] = {
+            "run_command": self.run_command,
+            "read_output": self.read_output,
+            "wait_command": self.wait_command,
+            "send_input": self.send_input,
+            "interrupt": self.interrupt,
+            "kill_command": self.kill_command,
+            "list_terminals": self.list_terminals,
+            "read_screen": self.read_screen,
+            "create_terminal": self.create_terminal,
+            "close_terminal": self.close_terminal,
+        }
+
+    async def call(self, name: str, arguments: Mapping[str, Any] | None) -> ToolOutput:
+        """Run tool ``name``; every failure becomes an error output (never an exception)."""
+        try:
+            args = check_arguments(tool(name), arguments)
+            return await self._handlers[name](args)
+        except (ToolError, ArgumentError) as exc:
+            return ToolOutput(str(exc), is_error=True)
+        except NoSuchTerminal as exc:
+            return ToolOutput(
+                f"no terminal {display_name(str(exc))!r}; list_terminals shows the terminals",
+                is_error=True,
+            )
+        except Exception as exc:
+            log.exception("tool %s failed", name)
+            return ToolOutput(f"{name} failed: {_describe(exc)}", is_error=True)
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _busy_error(self, uri: str) -> ToolError:
+        running = self.commands.running_in(uri)
+        what = (
+            f"command {running.command_id} (`{running.command}`)"
+            if running is not None
+            else "another command (one being started by another call, or typed by someone else)"
+        )
+        return ToolError(
+            f"terminal {display_name(uri)!r} is busy running {what}. Wait for it "
+            "(wait_command), stop it (interrupt / kill_command), or run in another terminal "
+            "(terminal='<new name>' creates one)"
+        )
+
+    def _exited(self, uri: str) -> bool:
+        return any(i.resource == uri and i.exitCode is not None for i in self.backend.list())
+
+    def _busy(self, uri: str) -> bool:
+        return (
+            uri in self._starting
+            or self.commands.running_in(uri) is not None
+            or _foreign_busy(self.backend, uri)
+        )
+
+    async def _create(self, uri: str, *, cwd: str | None, cols: int, rows: int) -> None:
+        if len(self.backend.list()) >= self.max_terminals:
+            raise ToolError(
+                f"there are already {self.max_terminals} terminals, the most allowed; close "
+                "some with close_terminal"
+            )
+        cwd = self._absolute(cwd) if cwd is not None else self.default_cwd
+        await self._check_cwd(cwd)
+        try:
+            await self.backend.create(uri, cwd=cwd, cols=cols, rows=rows)
+        except Exception as exc:
+            raise ToolError(
+                f"cannot create terminal {display_name(uri)!r}: {_describe(exc)}"
+            ) from exc
+
+    def _absolute(self, cwd: str) -> str:
+        """``cwd`` made absolute against :attr:`default_cwd` (a new terminal needs that)."""
+        if os.path.isabs(cwd):
+            return cwd
+        if self.default_cwd is None:
+            raise ToolError(f"cwd must be an absolute path here, got {cwd!r}")
+        return os.path.normpath(os.path.join(self.default_cwd, cwd))
+
+    async def _check_cwd(self, cwd: str | None) -> None:
+        """A local ``cwd`` must be a directory (remote ones are the sidecar's to check)."""
+        if cwd is not None and self.backend.local and not await trio.Path(cwd).is_dir():
+            raise ToolError(f"cwd {cwd!r} is not a directory")
+
+    def _pick_default(self) -> str:
+        """``main`` when it is free (or absent), else ``main-2``, ``main-3``…"""
+        for n in range(1, MAX_TERMINALS + 2):
+            name = DEFAULT_TERMINAL if n == 1 else f"{DEFAULT_TERMINAL}-{n}"
+            uri = terminal_uri(name)
+            if not self.backend.exists(uri) or not self._busy(uri):
+                return uri
+        raise ToolError("every default terminal is busy; name a terminal or stop a command")
+
+    def _command_output(self, result: Result, tracked: Tracked) -> ToolOutput:
+        return ToolOutput(
+            format_result(result, tracked.terminal, tracked.command),
+            result_data(result, tracked.terminal, tracked.command),
+        )
+
+    def _target(self, args: dict[str, Any]) -> tuple[Tracked | None, str]:
+        """(tracked command or None, terminal URI) from exactly one of command_id / terminal."""
+        command_id: str | None = args.get("command_id")
+        name: str | None = args.get("terminal")
+        if command_id is not None and name is None:
+            tracked = self.commands.get(command_id)
+            return tracked, tracked.uri
+        if name is None or command_id is not None:
+            raise ToolError("give exactly one of command_id or terminal")
+        uri = terminal_uri(name)
+        if not self.backend.exists(uri):
+            raise NoSuchTerminal(uri)
+        return self.commands.running_in(uri), uri
+
+    # -- tools -----------------------------------------------------------------------------
+
+    async def run_command(self, args: dict[str, Any]) -> ToolOutput:
+        command: str = args["command"]
+        cwd: str | None = args["cwd"]
+        async with self._setup_lock:
+            if args["terminal"] is not None:
+                uri = terminal_uri(args["terminal"])
+            else:
+                uri = self._pick_default()
+            line = command
+            if self._exited(uri):
+                # Its shell is gone (``exit``, a crash): replace it by a fresh one.
+                await self.backend.close(uri)
+                self.commands.forget_terminal(uri)
+            if not self.backend.exists(uri):
+                await self._create(uri, cwd=cwd, cols=DEFAULT_COLS, rows=DEFAULT_ROWS)
+            else:
+                if self._busy(uri):
+                    raise self._busy_error(uri)
+                if cwd is not None:
+                    if os.path.isabs(cwd):  # a relative one is the shell's to resolve
+                        await self._check_cwd(cwd)
+                    line = f"cd -- {shlex.quote(cwd)} && {command}"
+            self.commands.check_room()
+            terminal = await self.backend.terminal(uri)
+            self._starting.add(uri)
+        try:
+            # Cancelling this call (the client gave up) interrupts the command: run() does.
+            result = await terminal.run(
+                line,
+                timeout=args["timeout"],
+                yield_after=args["yield_after"],
+                head_bytes=args["head_bytes"],
+                tail_bytes=args["tail_bytes"],
+            )
+        finally:
+            self._starting.discard(uri)
+        tracked = Tracked(
+            command_id=result.command_id,
+            uri=uri,
+            command=command,
+            handle=result.handle,
+            last=result,
+        )
+        self.commands.add(tracked)
+        return self._command_output(result, tracked)
+
+    async def read_output(self, args: dict[str, Any]) -> ToolOutput:
+        tracked = self.commands.get(args["command_id"])
+        handle = tracked.handle
+        if handle is not None:
+            text = handle.output() if args["all"] else handle.read_new()
+        else:  # over before run() returned: its result holds the (budgeted) output
+            text = tracked.last.output if args["all"] or not tracked.consumed else ""
+            tracked.consumed = True
+        shown, dropped = tail_text(text, args["tail_bytes"])
+        result = tracked.result()
+        lines = [
+            f"$ {tracked.command}",
+            f"{MARK} terminal {tracked.terminal!r}, command_id {tracked.command_id}",
+        ]
+        shown = shown.rstrip("\n")
+        lines.append(shown if shown else ("(no output)" if args["all"] else "(no new output)"))
+        if dropped:
+            lines.append(
+                f"{MARK} showing the last {args['tail_bytes']} bytes; {dropped} earlier bytes "
+                "not shown"
+            )
+        remarks = status_lines(result, tracked.terminal)
+        # The result's own truncation is about its budgeted output, not this read.
+        lines.extend(f"{MARK} {r}" for r in remarks if not r.startswith("output truncated"))
+        data = result_data(result, tracked.terminal, tracked.command)
+        data.update(
+            output=shown,
+            truncated=dropped > 0,
+            omitted_bytes=dropped,
+            omitted_lines=text.count("\n") - shown.count("\n") if dropped else 0,
+        )
+        return ToolOutput("\n".join(lines), data)
+
+    async def wait_command(self, args: dict[str, Any]) -> ToolOutput:
+        tracked = self.commands.get(args["command_id"])
+        result = await tracked.wait(timeout=args["timeout"])
+        return self._command_output(result, tracked)
+
+    async def send_input(self, args: dict[str, Any]) -> ToolOutput:
+        text: str = args["text"] or ""
+        keys: list[str] = args["keys"] or []
+        if not text and not keys:
+            raise ToolError("nothing to send: give text, keys, or both")
+        try:
+            data = text + keys_text(keys)
+        except ValueError as exc:
+            raise ToolError(str(exc)) from None
+        tracked, uri = self._target(args)
+        if args["command_id"] is not None:
+            assert tracked is not None
+            if tracked.handle is None or tracked.handle.done:
+                result = tracked.result()
+                raise ToolError(
+                    f"command {tracked.command_id} has already ended ({result.status}, exit "
+                    f"code {result.exit_code}); to type at the shell prompt use "
+                    f"terminal={tracked.terminal!r}"
+                )
+            await tracked.handle.send_input(data)
+            if args["wait"] > 0:
+                result = await tracked.wait(timeout=args["wait"])
+                return self._command_output(result, tracked)
+        else:
+            if args["wait"] > 0:
+                raise ToolError("wait needs command_id (a terminal has nothing to wait for)")
+            terminal = await self.backend.terminal(uri)
+            await terminal.send_input(data)
+        where = f"command {args['command_id']}" if args["command_id"] else display_name(uri)
+        return ToolOutput(
+            f"sent {len(data)} characters to {where}; use read_output, wait_command or "
+            "read_screen to see the effect"
+        )
+
+    async def interrupt(self, args: dict[str, Any]) -> ToolOutput:
+        tracked, uri = self._target(args)
+        if tracked is None or tracked.handle is None or tracked.handle.done:
+            if tracked is not None and args["command_id"] is not None:
+                return self._command_output(tracked.result(), tracked)
+            terminal = await self.backend.terminal(uri)
+            await terminal.interrupt()
+            return ToolOutput(f"sent Ctrl-C to terminal {display_name(uri)!r}")
+        await tracked.handle.interrupt()
+        result = await tracked.wait(timeout=STOP_WAIT)
+        return self._command_output(result, tracked)
+
+    async def kill_command(self, args: dict[str, Any]) -> ToolOutput:
+        tracked = self.commands.get(args["command_id"])
+        if tracked.handle is not None and not tracked.handle.done:
+            await tracked.handle.kill()
+        result = await tracked.wait(timeout=STOP_WAIT)
+        return self._command_output(result, tracked)
+
+    async def list_terminals(self, args: dict[str, Any]) -> ToolOutput:
+        rows: list[dict[str, Any]] = []
+        for info in self.backend.list():
+            uri = info.resource
+            state = self.backend.state(uri)
+            running = self.commands.running_in(uri)
+            if info.exitCode is not None:
+                kind = "exited"
+            elif self._busy(uri):
+                kind = "busy"
+            else:
+                kind = "idle"
+            rows.append(
+                {
+                    "terminal": display_name(uri),
+                    "uri": uri,
+                    "state": kind,
+                    "title": info.title,
+                    "cwd": cwd_text(state.cwd) if state is not None else None,
+                    "exit_code": info.exitCode,
+                    "command_id": running.command_id if running else None,
+                    "command": running.command if running else None,
+                    "command_status": running.result().status if running else None,
+                }
+            )
+        if not rows:
+            return ToolOutput(
+                "no terminals yet; run_command creates one ('main' by default)", {"terminals": []}
+            )
+        lines = []
+        for row in rows:
+            line = f"{row['terminal']}: {row['state']}"
+            if row["command_id"]:
+                line += f", {row['command_status']} {row['command_id']} `{row['command']}`"
+            if row["exit_code"] is not None:
+                line += f" (exit code {row['exit_code']})"
+            if row["cwd"]:
+                line += f" · cwd {row['cwd']}"
+            if row["title"]:
+                line += f" · title {row['title']!r}"
+            lines.append(line)
+        return ToolOutput("\n".join(lines), {"terminals": rows})
+
+    async def read_screen(self, args: dict[str, Any]) -> ToolOutput:
+        uri = terminal_uri(args["terminal"])
+        terminal = await self.backend.terminal(uri)
+        screen = terminal.screen()
+        name = display_name(uri)
+        text = screen.text()
+        mode = "full-screen (alternate) display" if screen.alternate_screen else "normal display"
+        body = "\n".join(
+            [
+                f"{MARK} screen of terminal {name!r} ({mode}); cursor at row "
+                f"{screen.cursor_row}, column {screen.cursor_col}",
+                text if text else "(blank screen)",
+            ]
+        )
+        data = {
+            "terminal": name,
+            "text": text,
+            "cursor_row": screen.cursor_row,
+            "cursor_col": screen.cursor_col,
+            "alternate_screen": screen.alternate_screen,
+        }
+        return ToolOutput(body, data)
+
+    async def create_terminal(self, args: dict[str, Any]) -> ToolOutput:
+        if args["terminal"] is not None:
+            uri = terminal_uri(args["terminal"])
+        else:
+            uri = next(
+                (
+                    terminal_uri(f"term-{n}")
+                    for n in range(1, MAX_TERMINALS + 2)
+                    if not self.backend.exists(terminal_uri(f"term-{n}"))
+                ),
+                terminal_uri(f"term-{MAX_TERMINALS + 2}"),
+            )
+        async with self._setup_lock:
+            if self.backend.exists(uri):
+                raise ToolError(f"terminal {display_name(uri)!r} already exists")
+            await self._create(uri, cwd=args["cwd"], cols=args["cols"], rows=args["rows"])
+        return ToolOutput(
+            f"created terminal {display_name(uri)!r} ({args['cols']}x{args['rows']}); run "
+            f"commands in it with run_command(terminal={display_name(uri)!r}, …)"
+        )
+
+    async def close_terminal(self, args: dict[str, Any]) -> ToolOutput:
+        uri = terminal_uri(args["terminal"])
+        await self.backend.close(uri)
+        self.commands.forget_terminal(uri)
+        return ToolOutput(f"closed terminal {display_name(uri)!r}")
+
+
+def _describe(exc: BaseException) -> str:
+    """One line for an exception (the first leaf of a group)."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return str(exc) or type(exc).__name__

@@ -1,0 +1,221 @@
+"""The benchmark's independent C client (``ahp/bench/wsclient.c``) against real servers.
+
+A scripted WebSocket server (wsproto over a real TCP socket on port 0) sends
+what a well-behaved but awkward server may: a message split into fragments
+with pings between them, multi-byte UTF-8 and JSON escapes (also a surrogate
+pair), a close in the middle of the output, a refused upgrade. The client must
+answer the pings, count characters and bytes exactly, and report how the
+connection ended. The AHP dialect runs against the real sidecar (the bench's
+worker) with a tiny workload. Skipped, with the reason, without a C compiler.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from functools import partial
+from pathlib import Path
+
+import orjson
+import pytest
+import trio
+from wsproto import ConnectionType, WSConnection
+from wsproto.events import (
+    AcceptConnection,
+    CloseConnection,
+    Message,
+    Ping,
+    Pong,
+    RejectConnection,
+    Request,
+    TextMessage,
+)
+
+from ahp.bench.cclient import CClientError, build_client, c_echo, c_stream, client_missing
+from ahp.bench.endtoend import AhpServer, c_echo_run, c_stream_run
+from ahp.bench.processes import open_worker
+from ahp.bench.workload import generate
+from tests.helpers import TIMEOUT
+
+pytestmark = pytest.mark.skipif(client_missing() is not None, reason=str(client_missing()))
+
+#: Output with multi-byte UTF-8, a non-BMP character and characters JSON escapes.
+TEXT = 'héllo wörld 🎉 "quoted" back\\slash\ttab\r\n'
+
+
+class Scripted:
+    """One accepted connection of the scripted server, seen from the server side."""
+
+    def __init__(self, stream: trio.SocketStream, ws: WSConnection) -> None:
+        self.stream = stream
+        self.ws = ws
+        self.pongs: list[bytes] = []
+        self.closed_with: int | None = None
+
+    async def send(self, *events: Message | Ping | CloseConnection) -> None:
+        await self.stream.send_all(b"".join(self.ws.send(e) for e in events))
+
+    async def receive_text(self) -> str | None:
+        """The next text message (pongs are recorded; None once the client closes)."""
+        parts: list[str] = []
+        while True:
+            for event in self.ws.events():
+                if isinstance(event, Pong):
+                    self.pongs.append(bytes(event.payload))
+                elif isinstance(event, TextMessage):
+                    parts.append(event.data)
+                    if event.message_finished:
+                        return "".join(parts)
+                elif isinstance(event, CloseConnection):
+                    self.closed_with = event.code
+                    return None
+            data = await self.stream.receive_some(65536)
+            if not data:
+                return None
+            self.ws.receive_data(data)
+
+
+Script = Callable[[Scripted], Awaitable[None]]
+
+
+@asynccontextmanager
+async def scripted_server(script: Script, *, refuse: bool = False) -> AsyncIterator[str]:
+    """A WebSocket server on 127.0.0.1:0 that runs ``script`` for each connection."""
+    done: list[Scripted] = []
+
+    async def handler(stream: trio.SocketStream) -> None:
+        ws = WSConnection(ConnectionType.SERVER)
+        while True:
+            data = await stream.receive_some(65536)
+            if not data:
+                return
+            ws.receive_data(data)
+            if any(isinstance(e, Request) for e in ws.events()):
+                break
+        if refuse:
+            await stream.send_all(ws.send(RejectConnection(status_code=403)))
+            await stream.aclose()
+            return
+        await stream.send_all(ws.send(AcceptConnection()))
+        conn = Scripted(stream, ws)
+        await script(conn)
+        done.append(conn)
+        # Wait for the client's close (its answer to ours, or its own) before closing.
+        with trio.move_on_after(TIMEOUT):
+            while conn.closed_with is None and await conn.receive_text() is not None:
+                pass
+        await stream.aclose()
+
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(partial(trio.serve_tcp, handler, 0, host="127.0.0.1"))
+        port = listeners[0].socket.getsockname()[1]
+        yield f"ws://127.0.0.1:{port}/term/t1"
+        nursery.cancel_scope.cancel()
+
+
+def _stdout(text: str) -> str:
+    return json.dumps(["stdout", text])  # (ASCII-escaped, as terminado sends it)
+
+
+@pytest.fixture(scope="module")
+def binary() -> Path:
+    return build_client()
+
+
+async def test_stream_fragments_pings_and_escapes(binary: Path) -> None:
+    seen: list[str | None] = []
+
+    async def script(conn: Scripted) -> None:
+        await conn.send(Message(data='["setup", {}]'))
+        seen.append(await conn.receive_text())  # the release
+        whole = _stdout(TEXT)
+        a, b, c = whole[:5], whole[5:20], whole[20:]
+        await conn.send(
+            Ping(payload=b"p1"),
+            Message(data=a, message_finished=False),
+            Ping(payload=b"p2"),
+            Message(data=b, message_finished=False),
+            Message(data=c, message_finished=True),
+            Message(data=orjson.dumps(["stdout", TEXT]).decode()),  # raw UTF-8 this time
+            Message(data='["disconnect", 1]'),
+        )
+        with trio.fail_after(TIMEOUT):
+            while len(conn.pongs) < 2:
+                await conn.receive_text()
+        seen.extend(p.decode() for p in conn.pongs)
+
+    async with scripted_server(script) as url:
+        with trio.fail_after(TIMEOUT):
+            run = await c_stream(binary, url, "terminado", None)
+    assert seen[0] is not None
+    assert orjson.loads(seen[0]) == ["stdin", "\r"]
+    assert seen[1:] == ["p1", "p2"]
+    assert run.ended
+    assert run.close_code == 0
+    assert run.chars == 2 * len(TEXT)
+    assert run.text_bytes == 2 * len(TEXT.encode())
+    assert run.frames == 3  # two outputs and the disconnect (pings are not messages)
+
+
+async def test_stream_reports_a_close_before_the_end(binary: Path) -> None:
+    async def script(conn: Scripted) -> None:
+        await conn.send(Message(data='["setup", {}]'))
+        await conn.receive_text()
+        await conn.send(Message(data=_stdout("partial")), CloseConnection(code=1011))
+
+    async with scripted_server(script) as url:
+        with trio.fail_after(TIMEOUT):
+            run = await c_stream(binary, url, "terminado", None)
+    assert not run.ended
+    assert run.close_code == 1011
+    assert run.chars == len("partial")
+
+
+async def test_echo_waits_for_the_echo_and_types_the_release(binary: Path) -> None:
+    typed: list[str] = []
+
+    async def script(conn: Scripted) -> None:
+        await conn.send(Message(data='["setup", {}]'))
+        while (message := await conn.receive_text()) is not None:
+            typed.append(message)
+            if len(typed) == 6:  # 1 warm-up + 5 measured
+                break
+            # Unrelated output first: the client must keep waiting for the "x".
+            await conn.send(Message(data=_stdout("no")), Message(data=_stdout("x")))
+        await conn.send(Message(data=_stdout("x")))
+
+    async with scripted_server(script) as url:
+        with trio.fail_after(TIMEOUT):
+            samples = await c_echo(binary, url, "terminado", None, 5, warmup=1)
+    assert len(samples) == 5
+    assert all(0 < s < TIMEOUT for s in samples)
+    assert [orjson.loads(t) for t in typed] == [["stdin", "x"]] * 6
+
+
+async def test_refused_upgrade_is_an_error(binary: Path) -> None:
+    async def script(conn: Scripted) -> None:
+        raise AssertionError("never accepted")
+
+    async with scripted_server(script, refuse=True) as url:
+        with pytest.raises(CClientError, match=r"upgrade refused: HTTP/1\.1 403"):
+            await c_stream(binary, url, "terminado", None)
+
+
+async def test_ahp_dialect_against_the_sidecar(binary: Path) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        workload = generate(Path(tmp), 0.2)
+        async with open_worker() as worker:
+            server = AhpServer(worker, workload)
+            with trio.fail_after(TIMEOUT * 2):
+                measured = await c_stream_run(server, binary)
+                samples = await c_echo_run(server, binary, 10, warmup=2)
+                idle = await c_echo_run(server, binary, 2, warmup=1, pause=0.05)
+    run = measured.run
+    assert run.ended
+    assert run.chars == workload.gated_chars()
+    assert run.text_bytes == workload.gated_bytes()
+    assert measured.server_cpu_seconds > 0
+    assert len(samples) == 10
+    assert len(idle) == 2

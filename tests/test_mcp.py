@@ -1,0 +1,740 @@
+"""The MCP server (``python -m ahp mcp``): pure layers, the SDK on Trio, and the real
+server driven as a subprocess through the official MCP client over stdio.
+
+Every wait on the subprocess sits under a generous ``trio.fail_after``; tool calls
+that wait on a command are event-driven on the server side (``wait_command`` returns
+as soon as the command ends), so nothing here depends on the machine's speed.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import attrs
+import pytest
+import trio
+import trio.lowlevel
+import trio.testing
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ahp.mcp import keys, render, tools
+from ahp.mcp.stdio import MAX_LINE_BYTES, TOO_LONG, StdinLines
+from ahp.mcp.toolbox import CommandTable, ToolError, Tracked, terminal_uri
+
+ROOT = Path(__file__).resolve().parents[1]
+#: Generous bound for anything involving the subprocess on a loaded machine.
+TIMEOUT = 120.0
+
+# -- keys (pure) ---------------------------------------------------------------------------
+
+
+def test_named_keys() -> None:
+    assert keys.key_bytes("enter") == "\r"
+    assert keys.key_bytes("ctrl-c") == "\x03"
+    assert keys.key_bytes("Ctrl+C") == "\x03"
+    assert keys.key_bytes("^C") == "\x03"
+    assert keys.key_bytes("C-d") == "\x04"
+    assert keys.key_bytes("up") == "\x1b[A"
+    assert keys.key_bytes("escape") == "\x1b"
+    assert keys.key_bytes("alt-b") == "\x1bb"
+    assert keys.key_bytes("Page-Down") == "\x1b[6~"
+    assert keys.keys_text(["ctrl-a", "ctrl-k", "enter"]) == "\x01\x0b\r"
+
+
+def test_unknown_key_lists_the_known_ones() -> None:
+    with pytest.raises(ValueError, match=r"unknown key 'ctrl-shift-x'.*enter, tab"):
+        keys.key_bytes("ctrl-shift-x")
+
+
+def test_too_many_keys_refused() -> None:
+    with pytest.raises(ValueError, match="too many keys"):
+        keys.keys_text(["enter"] * (keys.MAX_KEYS + 1))
+    assert keys.keys_text(["enter"] * keys.MAX_KEYS) == "\r" * keys.MAX_KEYS
+
+
+@given(st.sampled_from(sorted(keys.KEYS)))
+def test_canonical_names_are_fixed_points(name: str) -> None:
+    assert keys.normalise_key(name) == name
+    assert keys.normalise_key(name.upper()) == name
+    assert keys.key_bytes(name) == keys.KEYS[name]
+
+
+@given(st.text(max_size=20))
+def test_any_key_name_either_maps_or_raises_value_error(name: str) -> None:
+    try:
+        data = keys.key_bytes(name)
+    except ValueError as exc:
+        assert "unknown key" in str(exc)
+    else:
+        assert data
+
+
+# -- tool schemas and argument checks (pure) ------------------------------------------------
+
+
+def test_every_tool_has_a_description_and_an_object_schema() -> None:
+    names = [spec.name for spec in tools.TOOLS]
+    assert len(set(names)) == len(names)
+    for spec in tools.TOOLS:
+        assert len(spec.description) > 60, spec.name
+        assert spec.input_schema["type"] == "object"
+        assert spec.input_schema["additionalProperties"] is False
+        for name, prop in spec.input_schema["properties"].items():
+            assert "type" in prop, (spec.name, name)
+        # Defaults satisfy the schema (the checker accepts them back).
+        defaults = {
+            k: v["default"] for k, v in spec.input_schema["properties"].items() if "default" in v
+        }
+        required = {k: "x" for k in spec.input_schema.get("required", ())}
+        tools.check_arguments(spec, {**defaults, **required})
+
+
+def test_arguments_checked_with_clear_messages() -> None:
+    run = tools.tool("run_command")
+    args = tools.check_arguments(run, {"command": "ls"})
+    assert args["yield_after"] == tools.DEFAULT_YIELD_AFTER
+    assert args["head_bytes"] == tools.DEFAULT_HEAD_BYTES
+    assert args["timeout"] is None and args["terminal"] is None
+    # JSON null is "not given"; a whole float is an integer.
+    assert (
+        tools.check_arguments(run, {"command": "ls", "cwd": None, "head_bytes": 10.0})["head_bytes"]
+        == 10
+    )
+    cases = {
+        "missing required parameter 'command'": {},
+        "unknown parameter 'cmd'": {"cmd": "ls"},
+        "'command' must be a string, got a number": {"command": 3},
+        "'command' must not be empty": {"command": ""},
+        "'timeout' must be a number, got a string": {"command": "ls", "timeout": "5"},
+        "'timeout' must be greater than 0": {"command": "ls", "timeout": 0},
+        "'timeout' must be at most": {"command": "ls", "timeout": 1e9},
+        "'timeout' must be a number, got a boolean": {"command": "ls", "timeout": True},
+        "'head_bytes' must be a whole number": {"command": "ls", "head_bytes": 1.5},
+        "'head_bytes' must be at least 0": {"command": "ls", "head_bytes": -1},
+        "'command' is too long": {"command": "x" * (tools.MAX_COMMAND_CHARS + 1)},
+        "must not contain NUL": {"command": "ls\x00"},
+        "'timeout' must be a finite number": {"command": "ls", "timeout": float("nan")},
+    }
+    for message, arguments in cases.items():
+        with pytest.raises(tools.ArgumentError, match=message):
+            tools.check_arguments(run, arguments)
+    send = tools.tool("send_input")
+    with pytest.raises(tools.ArgumentError, match=r"'keys'\[1\] must be a string"):
+        tools.check_arguments(send, {"keys": ["enter", 5]})
+    with pytest.raises(tools.ArgumentError, match="'keys' has too many items"):
+        tools.check_arguments(send, {"keys": ["enter"] * (keys.MAX_KEYS + 1)})
+    with pytest.raises(tools.ArgumentError, match="unknown tool 'rm_rf'"):
+        tools.tool("rm_rf")
+
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=10),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner),
+    max_leaves=8,
+)
+
+
+@given(
+    st.sampled_from([spec.name for spec in tools.TOOLS]),
+    st.dictionaries(
+        st.sampled_from(["command", "terminal", "timeout", "keys", "text", "x", "all"]), _json
+    ),
+)
+def test_arbitrary_arguments_are_accepted_or_refused_cleanly(name: str, arguments: Any) -> None:
+    spec = tools.tool(name)
+    try:
+        checked = tools.check_arguments(spec, arguments)
+    except tools.ArgumentError as exc:
+        assert str(exc).startswith(f"{name}: ")
+    else:
+        assert set(checked) == set(spec.input_schema["properties"])
+
+
+def test_terminal_names() -> None:
+    assert terminal_uri("main") == "ahp-terminal:/main"
+    assert terminal_uri("ahp-terminal:/build-2") == "ahp-terminal:/build-2"
+    assert terminal_uri("ahp-terminal:/vscode/1:2") == "ahp-terminal:/vscode/1:2"
+    for bad in ("../x", "a b", "x" * 65, "ahp-terminal:/", "ahp-terminal:/a b", "tab\t"):
+        with pytest.raises(ToolError, match="bad terminal name"):
+            terminal_uri(bad)
+    assert render.display_name("ahp-terminal:/main") == "main"
+    assert render.display_name("ahp-terminal:/vscode/1") == "ahp-terminal:/vscode/1"
+
+
+# -- rendering (pure) ------------------------------------------------------------------------
+
+
+@attrs.frozen
+class _Bg:
+    pid: int
+    command_line: str
+
+
+@attrs.frozen
+class _Result:
+    """A result value as the command API returns it (plain data)."""
+
+    command_line: str = "make"
+    status: str = "finished"
+    output: str = "ok\n"
+    exit_code: int | None = 0
+    duration_ms: int = 1500
+    truncated: bool = False
+    omitted_bytes: int = 0
+    omitted_lines: int = 0
+    timed_out: bool = False
+    waiting_for_input: bool = False
+    alternate_screen: bool = False
+    shell_exited: bool = False
+    background: tuple[_Bg, ...] = ()
+    command_id: str = "c1"
+
+
+def test_results_state_outcomes_plainly() -> None:
+    text = render.format_result(_Result(), "main")
+    assert text.splitlines() == [
+        "$ make",
+        "── terminal 'main', command_id c1",
+        "ok",
+        "── exit code 0 · 1.5 s",
+    ]
+    text = render.format_result(
+        _Result(truncated=True, omitted_bytes=1234, omitted_lines=56, exit_code=2), "main"
+    )
+    assert "output truncated: 1234 bytes (56 lines) left out" in text
+    assert "exit code 2" in text
+    text = render.format_result(_Result(status="running", exit_code=None), "b")
+    assert "STILL RUNNING after 1.5 s (command_id c1)" in text
+    assert 'wait_command(command_id="c1")' in text
+    text = render.format_result(
+        _Result(status="waiting_for_input", exit_code=None, waiting_for_input=True), "b"
+    )
+    assert "WAITING FOR INPUT" in text and 'send_input(command_id="c1"' in text
+    text = render.format_result(_Result(status="timed_out", exit_code=130, timed_out=True), "b")
+    assert "TIMED OUT after 1.5 s: interrupted with Ctrl-C; exit code 130" in text
+    text = render.format_result(
+        _Result(background=(_Bg(42, "sleep 1000 &"),), alternate_screen=True, output=""), "b"
+    )
+    assert "(no output)" in text
+    assert "left running in the background: pid 42 `sleep 1000 &`" in text
+    assert 'read_screen(terminal="b")' in text
+    for status, word in (
+        ("interrupted", "INTERRUPTED"),
+        ("killed", "KILLED"),
+        ("shell_exited", "EXITED"),
+    ):
+        assert word in render.format_result(_Result(status=status), "b")
+    data = render.result_data(_Result(background=(_Bg(42, "x"),)), "main", "make all")
+    assert data["command"] == "make all" and data["background"] == [
+        {"pid": 42, "command_line": "x"}
+    ]
+    assert set(data) <= set(tools.COMMAND_RESULT_SCHEMA["properties"])
+
+
+@given(st.text(max_size=300), st.integers(min_value=0, max_value=400))
+def test_tail_text_keeps_at_most_the_limit(text: str, limit: int) -> None:
+    shown, dropped = render.tail_text(text, limit)
+    size = len(text.encode("utf-8", "surrogatepass"))
+    assert len(shown.encode("utf-8", "surrogatepass")) <= limit or dropped == 0
+    assert text.endswith(shown)
+    assert (dropped == 0) == (size <= limit)
+
+
+# -- the command table's bound (pure) -------------------------------------------------------
+
+
+@attrs.define
+class _Handle:
+    """The identity and completion flag of a command (all the table looks at)."""
+
+    id: str
+    done: bool = False
+
+
+def _tracked(cid: str, *, done: bool) -> Tracked:
+    return Tracked(
+        command_id=cid,
+        uri="ahp-terminal:/main",
+        command="true",
+        handle=_Handle(cid, done=done),  # type: ignore[arg-type]
+        last=_Result(command_id=cid),
+    )
+
+
+def test_command_table_is_bounded() -> None:
+    table = CommandTable(limit=3)
+    table.add(_tracked("a", done=True))
+    table.add(_tracked("b", done=False))
+    table.add(_tracked("c", done=True))
+    table.add(_tracked("d", done=False))  # over the limit: the oldest finished one goes
+    assert len(table) == 3
+    with pytest.raises(ToolError, match="no command 'a'"):
+        table.get("a")
+    table.add(_tracked("e", done=False))  # then the next finished one
+    with pytest.raises(ToolError, match="no command 'c'"):
+        table.get("c")
+    with pytest.raises(ToolError, match="3 commands are running"):
+        table.add(_tracked("f", done=False))  # all running: refused, nothing lost
+    assert [table.get(c).command_id for c in "bde"] == ["b", "d", "e"]
+    assert table.running_in("ahp-terminal:/main") is table.get("e")
+    table.forget_terminal("ahp-terminal:/main")
+    assert len(table) == 0
+
+
+def test_default_command_bound_is_named() -> None:
+    from ahp.mcp.toolbox import MAX_TRACKED_COMMANDS
+
+    table = CommandTable()
+    assert table.limit == MAX_TRACKED_COMMANDS
+    for n in range(MAX_TRACKED_COMMANDS + 10):
+        table.add(_tracked(str(n), done=True))
+    assert len(table) == MAX_TRACKED_COMMANDS
+
+
+# -- the stdin reader, and why the SDK's own one is not used --------------------------------
+
+
+async def test_stdin_lines_split_bounded_and_eof() -> None:
+    r, w = os.pipe()
+    lines = StdinLines(r)
+    try:
+        os.write(w, b'{"a": 1}\n{"b"')
+        assert await lines.__anext__() == '{"a": 1}\n'
+        os.write(w, b": 2}\n\xff\n")
+        assert await lines.__anext__() == '{"b": 2}\n'
+        assert await lines.__anext__() == "\ufffd\n"  # undecodable bytes replaced, not fatal
+        # A line over the bound is dropped up to its newline and reported once.
+        big = b"x" * (MAX_LINE_BYTES + 100_000) + b"\n" + b'{"c": 3}\n'
+
+        async def feed() -> None:
+            await trio.to_thread.run_sync(os.write, w, big)
+            os.write(w, b"tail")
+            os.close(w)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(feed)
+            with trio.fail_after(TIMEOUT):
+                assert await lines.__anext__() == TOO_LONG
+                assert await lines.__anext__() == '{"c": 3}\n'
+                assert await lines.__anext__() == "tail"  # a last line without newline
+                with pytest.raises(StopAsyncIteration):
+                    await lines.__anext__()
+    finally:
+        lines.release()
+
+
+async def test_stdin_lines_read_is_cancellable() -> None:
+    r, w = os.pipe()
+    lines = StdinLines(r)
+    finished = trio.Event()
+    try:
+        async with trio.open_nursery() as nursery:
+
+            async def read() -> None:
+                with trio.CancelScope() as scope:
+                    nursery_scopes.append(scope)
+                    await lines.__anext__()
+                finished.set()
+
+            nursery_scopes: list[trio.CancelScope] = []
+            nursery.start_soon(read)
+            await trio.testing.wait_all_tasks_blocked()
+            nursery_scopes[0].cancel()
+            with trio.fail_after(TIMEOUT):
+                await finished.wait()  # returns without any input arriving
+    finally:
+        lines.release()
+        os.close(w)
+
+
+async def test_sdk_stdin_reader_blocks_cancellation() -> None:
+    """Evidence for ahp.mcp.stdio: the SDK's stdio_server, reading stdin through anyio's
+    thread-backed file, cannot be cancelled until a line (or EOF) arrives."""
+    from mcp.server.stdio import stdio_server
+
+    r, w = os.pipe()
+    stdin = anyio.wrap_file(os.fdopen(r, encoding="utf-8"))
+    stdout = anyio.wrap_file(os.fdopen(os.open(os.devnull, os.O_WRONLY), "w", encoding="utf-8"))
+    exited = trio.Event()
+    scope = trio.CancelScope()
+
+    async def serve() -> None:
+        with scope:
+            async with stdio_server(stdin=stdin, stdout=stdout) as (read_stream, write_stream):
+                write_stream.close()
+                try:
+                    async for _ in read_stream:
+                        pass
+                finally:
+                    read_stream.close()
+        exited.set()
+
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(serve)
+            await trio.testing.wait_all_tasks_blocked()
+            scope.cancel()
+            await trio.testing.wait_all_tasks_blocked()
+            assert not exited.is_set()  # cancelled, yet still inside: the thread holds it
+            os.close(w)  # only EOF (or a line) lets it finish
+            w = -1
+            with trio.fail_after(TIMEOUT):
+                await exited.wait()
+    finally:
+        if w >= 0:
+            os.close(w)
+        await stdout.aclose()
+        await stdin.aclose()
+
+
+# -- the SDK's servers run on Trio ----------------------------------------------------------
+
+
+async def test_sdk_servers_run_on_trio() -> None:
+    """Both SDK server layers, and the SDK client, run inside trio (through anyio)."""
+    import mcp_types
+    import sniffio
+    from mcp.client.session import ClientSession
+    from mcp.server import MCPServer, Server
+
+    seen: list[str] = []
+
+    async def list_tools(ctx: Any, params: Any) -> mcp_types.ListToolsResult:
+        return mcp_types.ListToolsResult(
+            tools=[mcp_types.Tool(name="lib", input_schema={"type": "object"})]
+        )
+
+    async def call_tool(ctx: Any, params: Any) -> mcp_types.CallToolResult:
+        await trio.lowlevel.checkpoint()  # a Trio primitive inside a handler
+        seen.append(sniffio.current_async_library())
+        return mcp_types.CallToolResult(content=[mcp_types.TextContent(type="text", text="ok")])
+
+    lowlevel = Server("probe", on_list_tools=list_tools, on_call_tool=call_tool)
+    fast = MCPServer("fprobe")
+
+    @fast.tool()
+    async def lib() -> str:
+        await trio.lowlevel.checkpoint()
+        seen.append(sniffio.current_async_library())
+        return "ok"
+
+    for server in (lowlevel, fast._lowlevel_server):
+        c2s_send, c2s_recv = anyio.create_memory_object_stream[Any](10)
+        s2c_send, s2c_recv = anyio.create_memory_object_stream[Any](10)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(
+                server.run, c2s_recv, s2c_send, server.create_initialization_options()
+            )
+            with trio.fail_after(TIMEOUT):
+                async with ClientSession(s2c_recv, c2s_send) as session:
+                    await session.initialize()
+                    listed = await session.list_tools()
+                    assert [t.name for t in listed.tools] == ["lib"]
+                    result = await session.call_tool("lib", {})
+                    assert not result.is_error
+            nursery.cancel_scope.cancel()
+    assert seen == ["trio", "trio"]
+
+
+# -- the real server over stdio ------------------------------------------------------------
+
+
+def _text(result: Any) -> str:
+    return "\n".join(block.text for block in result.content if block.type == "text")
+
+
+@asynccontextmanager
+async def mcp_session(tmp_path: Path, *args: str) -> AsyncIterator[Any]:
+    """``python -m ahp mcp ARGS`` as a subprocess, with an initialized SDK client session."""
+    from mcp.client.session import ClientSession
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "ahp", "mcp", *args],
+        env={"PYTHONPATH": str(ROOT), "SHELL": "/bin/bash", "HOME": os.environ["HOME"]},
+        cwd=str(tmp_path),
+    )
+    errlog = os.fdopen(os.open(tmp_path / "mcp-stderr.log", os.O_WRONLY | os.O_CREAT), "w")
+    with errlog:
+        try:
+            with trio.fail_after(TIMEOUT):
+                async with (
+                    stdio_client(params, errlog=errlog) as (read, write),
+                    ClientSession(read, write) as session,
+                ):
+                    await session.initialize()
+                    yield session
+        finally:
+            errlog.flush()
+            log = (tmp_path / "mcp-stderr.log").read_text()
+            assert "Traceback" not in log, log
+
+
+async def test_lists_the_tools(tmp_path: Path) -> None:
+    async with mcp_session(tmp_path) as session:
+        listed = await session.list_tools()
+        by_name = {tool.name: tool for tool in listed.tools}
+        assert set(by_name) == {spec.name for spec in tools.TOOLS}
+        run = by_name["run_command"]
+        assert run.input_schema["required"] == ["command"]
+        assert {"terminal", "cwd", "timeout", "yield_after", "head_bytes", "tail_bytes"} <= set(
+            run.input_schema["properties"]
+        )
+        assert run.output_schema is not None
+        assert "waiting_for_input" in run.description
+        assert by_name["list_terminals"].annotations.read_only_hint is True
+        assert session.initialize_result.instructions
+
+
+async def test_bad_arguments_are_tool_errors_and_the_server_lives_on(tmp_path: Path) -> None:
+    async with mcp_session(tmp_path) as session:
+        calls: list[tuple[str, dict[str, Any], str]] = [
+            ("run_command", {}, "missing required parameter 'command'"),
+            ("run_command", {"command": "ls", "timeout": "soon"}, "'timeout' must be a number"),
+            ("run_command", {"command": "ls", "terminal": "../etc"}, "bad terminal name"),
+            ("run_command", {"command": "ls", "shell": "zsh"}, "unknown parameter 'shell'"),
+            ("send_input", {"terminal": "main", "keys": ["hyper-x"]}, "unknown key 'hyper-x'"),
+            ("send_input", {"terminal": "nowhere", "text": "x"}, "no terminal 'nowhere'"),
+            ("send_input", {"text": "x"}, "exactly one of command_id or terminal"),
+            ("wait_command", {"command_id": "c999"}, "no command 'c999'"),
+            ("read_screen", {"terminal": "nowhere"}, "no terminal 'nowhere'"),
+            ("close_terminal", {"terminal": "nowhere"}, "no terminal 'nowhere'"),
+            ("create_terminal", {"cwd": str(tmp_path / "missing")}, "is not a directory"),
+            ("rm_rf", {}, "unknown tool 'rm_rf'"),
+        ]
+        for name, arguments, message in calls:
+            result = await session.call_tool(name, arguments)
+            assert result.is_error, (name, arguments)
+            assert message in _text(result), (name, _text(result))
+        listed = await session.call_tool("list_terminals", {})
+        assert not listed.is_error
+        assert listed.structured_content == {"terminals": []}
+
+
+async def test_create_list_type_and_close_terminals(tmp_path: Path) -> None:
+    async with mcp_session(tmp_path) as session:
+        created = await session.call_tool(
+            "create_terminal", {"terminal": "work", "cwd": str(tmp_path)}
+        )
+        assert not created.is_error, _text(created)
+        assert "created terminal 'work'" in _text(created)
+        again = await session.call_tool("create_terminal", {"terminal": "work"})
+        assert again.is_error and "already exists" in _text(again)
+        listed = await session.call_tool("list_terminals", {})
+        (row,) = listed.structured_content["terminals"]
+        assert row["terminal"] == "work" and row["state"] == "idle"
+        assert row["cwd"] == str(tmp_path)
+        # Without cwd a terminal starts where the server was started; relative cwds too.
+        (tmp_path / "sub").mkdir()
+        for name, arguments in (("plain", {}), ("rel", {"cwd": "sub"})):
+            created = await session.call_tool("create_terminal", {"terminal": name, **arguments})
+            assert not created.is_error, _text(created)
+        listed = await session.call_tool("list_terminals", {})
+        cwds = {r["terminal"]: r["cwd"] for r in listed.structured_content["terminals"]}
+        assert cwds == {"work": str(tmp_path), "plain": str(tmp_path), "rel": str(tmp_path / "sub")}
+        for name in ("plain", "rel"):
+            assert not (await session.call_tool("close_terminal", {"terminal": name})).is_error
+        sent = await session.call_tool(
+            "send_input", {"terminal": "work", "text": "echo hi", "keys": ["enter"]}
+        )
+        assert not sent.is_error and "sent 8 characters" in _text(sent)
+        closed = await session.call_tool("close_terminal", {"terminal": "work"})
+        assert not closed.is_error
+        listed = await session.call_tool("list_terminals", {})
+        assert listed.structured_content == {"terminals": []}
+
+
+async def test_sigterm_with_stdin_open_disposes_terminals_and_exits(tmp_path: Path) -> None:
+    """The Trio stdin reader lets a signal stop the server while the client holds stdin."""
+    import json
+
+    from tests.helpers import kill_and_reap, stat_fields
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = await trio.lowlevel.open_process(
+        [sys.executable, "-m", "ahp", "mcp"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        env=env,
+        cwd=str(tmp_path),
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    buffer = b""
+
+    async def request(message: dict[str, Any]) -> dict[str, Any] | None:
+        nonlocal buffer
+        await proc.stdin.send_all(json.dumps(message).encode() + b"\n")  # type: ignore[union-attr]
+        if "id" not in message:
+            return None
+        while True:
+            while b"\n" in buffer:
+                line, buffer = buffer.split(b"\n", 1)
+                answer = json.loads(line)
+                if answer.get("id") == message["id"]:
+                    return answer  # type: ignore[no-any-return]
+            chunk = await proc.stdout.receive_some()  # type: ignore[union-attr]
+            assert chunk, "the server closed stdout"
+            buffer += chunk
+
+    try:
+        with trio.fail_after(TIMEOUT):
+            await request(
+                {
+                    "jsonrpc": "2.0",
+                    "id": 1,
+                    "method": "initialize",
+                    "params": {
+                        "protocolVersion": "2025-06-18",
+                        "capabilities": {},
+                        "clientInfo": {"name": "test", "version": "1"},
+                    },
+                }
+            )
+            await request({"jsonrpc": "2.0", "method": "notifications/initialized"})
+            answer = await request(
+                {
+                    "jsonrpc": "2.0",
+                    "id": 2,
+                    "method": "tools/call",
+                    "params": {"name": "create_terminal", "arguments": {"terminal": "t"}},
+                }
+            )
+            assert answer is not None and not answer["result"]["isError"], answer
+            shells = [
+                int(pid)
+                for pid in os.listdir("/proc")
+                if pid.isdigit()
+                and (fields := stat_fields(int(pid))) is not None
+                and int(fields[1]) == proc.pid
+            ]
+            assert shells, "the terminal's shell is a child of the server"
+            proc.terminate()  # stdin stays open
+            assert await proc.wait() == 0
+        for pid in shells:
+            fields = stat_fields(pid)
+            assert fields is None or fields[0] == "Z", f"shell {pid} outlived the server"
+    finally:
+        await kill_and_reap(proc)
+        await proc.stdin.aclose()
+
+
+async def test_serve_lets_a_watcher_attach_over_ahp(tmp_path: Path) -> None:
+    """``--serve``: a person's client sees, live, what the agent types in its terminal."""
+    from ahp.client import connect
+
+    sock = tmp_path / "ahp.sock"
+    async with mcp_session(tmp_path, "--serve", "--unix", str(sock), "--token", "tkn-1") as session:
+        # The listener is up before the MCP handshake completes.
+        created = await session.call_tool("create_terminal", {"terminal": "main"})
+        assert not created.is_error, _text(created)
+        async with connect(f"ws+unix://{sock}:/?tkn=tkn-1", auto_reconnect=False) as watcher:
+            uri = "ahp-terminal:/main"
+            assert uri in {t.resource for t in watcher.root.terminals or ()}
+            await watcher.subscribe(uri)
+            sent = await session.call_tool(
+                "send_input", {"terminal": "main", "text": "echo agent-$((6*7))", "keys": ["enter"]}
+            )
+            assert not sent.is_error, _text(sent)
+            await watcher.wait_for(
+                lambda: "agent-42" in watcher.terminal_state(uri).text(), timeout=TIMEOUT
+            )
+
+
+async def test_connect_drives_an_existing_sidecar(tmp_path: Path) -> None:
+    """``--connect URL``: the tools act on a running sidecar's terminals (none hosted)."""
+    from ahp.engine import open_host
+    from ahp.server import ServeOptions, serve_host
+    from tests.helpers import wait_for_text
+
+    sock = tmp_path / "side.sock"
+    async with open_host() as host, trio.open_nursery() as nursery:
+        sidecar = await nursery.start(serve_host, host, ServeOptions(unix=str(sock), token="tkn-2"))
+        existing = await host.create_terminal("ahp-terminal:/theirs", cwd=str(tmp_path))
+        async with mcp_session(tmp_path, "--connect", sidecar.url) as session:
+            listed = await session.call_tool("list_terminals", {})
+            assert [row["terminal"] for row in listed.structured_content["terminals"]] == ["theirs"]
+            sent = await session.call_tool(
+                "send_input", {"terminal": "theirs", "text": "echo remote-$((6*7))\r"}
+            )
+            assert not sent.is_error, _text(sent)
+            await wait_for_text(existing, "remote-42", timeout=TIMEOUT)
+            created = await session.call_tool("create_terminal", {"terminal": "mine"})
+            assert not created.is_error, _text(created)
+            assert "ahp-terminal:/mine" in host
+            closed = await session.call_tool("close_terminal", {"terminal": "mine"})
+            assert not closed.is_error, _text(closed)
+            assert "ahp-terminal:/mine" not in host
+        nursery.cancel_scope.cancel()
+
+
+async def test_startup_errors_are_one_line(tmp_path: Path) -> None:
+    """An unreachable --connect, a busy --serve port: one stderr line, nothing on stdout."""
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        for args, message in (
+            (["--connect", f"ws+unix://{tmp_path}/none.sock:/"], "ahp mcp: "),
+            (["--serve", "--port", str(port)], "ahp mcp: Address already in use"),
+        ):
+            with trio.fail_after(TIMEOUT):
+                result = await trio.run_process(
+                    [sys.executable, "-m", "ahp", "mcp", *args],
+                    env={**os.environ, "PYTHONPATH": str(ROOT)},
+                    stdin=subprocess.DEVNULL,
+                    capture_stdout=True,
+                    capture_stderr=True,
+                    check=False,
+                )
+            assert result.returncode == 1
+            assert result.stdout == b""
+            (line,) = result.stderr.decode().splitlines()
+            assert line.startswith(message), line
+
+
+# -- the toolbox in-process, on a real host -------------------------------------------------
+
+
+async def test_terminal_count_is_bounded(tmp_path: Path) -> None:
+    from ahp.engine import open_host
+    from ahp.mcp.backend import HostBackend
+    from ahp.mcp.toolbox import MAX_TERMINALS, Toolbox
+
+    assert Toolbox.__init__.__kwdefaults__["max_terminals"] == MAX_TERMINALS
+    async with open_host() as host:
+        box = Toolbox(HostBackend(host), max_terminals=2)
+        with trio.fail_after(TIMEOUT):
+            for name in ("a", "b"):
+                assert not (await box.call("create_terminal", {"terminal": name})).is_error
+            refused = await box.call("create_terminal", {"terminal": "c"})
+            assert refused.is_error and "already 2 terminals" in refused.text
+            assert sorted(host.terminals) == ["ahp-terminal:/a", "ahp-terminal:/b"]
+            assert not (await box.call("close_terminal", {"terminal": "a"})).is_error
+            assert not (await box.call("create_terminal", {})).is_error  # a fresh name
+            assert sorted(host.terminals) == ["ahp-terminal:/b", "ahp-terminal:/term-1"]
+
+
+async def test_a_terminal_that_cannot_start_is_a_tool_error() -> None:
+    from ahp.engine import open_host
+    from ahp.mcp.backend import HostBackend
+    from ahp.mcp.toolbox import Toolbox
+
+    async with open_host(shell="/nonexistent/shell") as host:
+        box = Toolbox(HostBackend(host))
+        with trio.fail_after(TIMEOUT):
+            out = await box.call("create_terminal", {"terminal": "x"})
+            assert out.is_error and out.text.startswith("cannot create terminal 'x': ")
+            out = await box.call("run_command", {"command": "true"})
+            assert out.is_error and out.text.startswith("cannot create terminal 'main': ")
+        assert not host.terminals
