@@ -41,10 +41,18 @@ outboxes that decide for themselves (merge, resynchronise, overflow; see
 :data:`~ahp.reducers.core.MAX_PENDING_INPUT` bytes) is rejected, not queued.
 
 Batching: each hop between tasks costs a pass of the scheduler, so every task
-first drains what is already waiting in its channel (``receive_nowait``) and
-works on the whole batch, and hands its result on with ``send_nowait`` (waiting
-only when the channel is full). Under sustained output a hop is paid once per
-batch, not per read; an isolated keystroke echo goes through at once.
+first drains what is already waiting in its channel (``receive_nowait``, which
+also takes the items of producers waiting for room) and works on the whole
+batch, and hands its result on with ``send_nowait`` (waiting only when the
+channel is full). Under sustained output a hop is paid once per batch, not per
+read; an isolated keystroke echo goes through at once. Because consumers drain
+everything, a channel fills only when its consumer cannot run for a while (a
+parse task waiting for room at the reducer, many callers in one pass); the
+bounds then hold memory and stop the producers.
+
+Callers: :meth:`Terminal.dispatch` returns once the action is queued; with
+``wait=True``, once the reducer decided on it and told the catalogue (the
+server uses that where a client must read the result at once).
 
 Ownership and cancellation: the terminal owns its :class:`~ahp.pty.Child`
 (process and fds), its channels and its launch's files. :meth:`Terminal.close`
