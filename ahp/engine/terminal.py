@@ -295,9 +295,9 @@ class Terminal:
         It is applied in order with everything else the reducer takes (output
         included): accepted and published, or rejected to ``sender`` only. Returns
         once the action is queued (waiting while the reducer's channel is full:
-        backpressure); with ``wait`` only once the reducer has decided on it and
-        told the catalogue (or the terminal closed). Ignored once the terminal
-        is closing.
+        backpressure; without a checkpoint when it was queued at once); with
+        ``wait`` only once the reducer has decided on it and told the catalogue (or
+        the terminal closed). Ignored once the terminal is closing.
         """
         if self._accepting:
             decided = trio.Event() if wait else None
@@ -307,7 +307,10 @@ class Terminal:
                 pass  # the reducer ended meanwhile: the terminal is closing
             else:
                 if decided is None:
-                    await trio.lowlevel.checkpoint()
+                    # No checkpoint: the reducer runs next anyway, and a caller's own
+                    # scheduler pass per keystroke is a wake-up the card does not need
+                    # (a caller that loops without other awaits yields once the channel
+                    # is full, after REDUCER_QUEUE actions).
                     return
                 async with trio.open_nursery() as nursery:
 
