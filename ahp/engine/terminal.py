@@ -117,7 +117,8 @@ EXIT_LINGER: Final = 0.1
 
 
 class _ClientAction:
-    """A client's or the library's action on its way to the reducer."""
+    """A client's or the library's action on its way to the reducer; ``decided`` (if
+    any) is set once the reducer has accepted or rejected it, or the terminal closed."""
 
     __slots__ = ("action", "decided", "origin", "sender")
 
@@ -382,7 +383,7 @@ class Terminal:
                 raise SpawnError("the terminal was disposed while it was starting")
         finally:
             self._accepting = False
-            self._reducer_inbox.close()  # callers waiting for room give up
+            self._forget_queued()
             if child is not None:
                 with trio.CancelScope(shield=True):
                     await child.terminate(spec.grace)
@@ -409,6 +410,19 @@ class Terminal:
             nursery.start_soon(self._exit_task, child)
             self._accepting = True
             task_status.started(self)
+
+    def _forget_queued(self) -> None:
+        """The reducer is gone: release whoever waits for a verdict on a queued action,
+        and close the channel (callers waiting for room give up)."""
+        inbox = self._reducer_inbox
+        while True:
+            try:
+                item = inbox.receive_nowait()
+            except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+                break
+            if isinstance(item, _ClientAction) and item.decided is not None:
+                item.decided.set()
+        inbox.close()
 
     def close(self) -> None:
         """Start disposal: cancel the tasks; :meth:`lifetime` then terminates and reaps."""
@@ -544,10 +558,11 @@ class Terminal:
                         await child.write(data[written:] if written else data)
                 except (ChildGone, trio.ClosedResourceError):
                     self._input_gone = True  # later input is published but not written
-                    self._pending_input = 0
                     return
                 finally:
-                    self._pending_input -= len(data)
+                    # Nothing is pending once the input side is gone (what is still
+                    # queued is dropped with the channel).
+                    self._pending_input = 0 if self._input_gone else self._pending_input - len(data)
 
     # -- reducer -------------------------------------------------------------------------------
 
@@ -555,14 +570,16 @@ class Terminal:
         """The only writer of the state: apply everything waiting, then tell the host
         once if the catalogue entry changed."""
         core = self._core
-        async with inbox:
-            while True:
-                try:
-                    item = inbox.receive_nowait()
-                except trio.WouldBlock:
-                    item = await inbox.receive()
-                self.reducer_batches += 1
-                decided: list[trio.Event] | None = None
+        # (The inbox is closed by lifetime's finally, after what is still queued has been
+        # released: callers may be waiting for a verdict.)
+        while True:
+            try:
+                item = inbox.receive_nowait()
+            except trio.WouldBlock:
+                item = await inbox.receive()
+            self.reducer_batches += 1
+            decided: list[trio.Event] | None = None
+            try:
                 while True:
                     self._reduce(item)
                     if item.__class__ is _ClientAction:
@@ -576,6 +593,8 @@ class Terminal:
                 if core.info_changed:
                     core.info_changed = False
                     self._on_info_changed(self)
+            finally:
+                # Verdicts are given once the batch is applied and the catalogue told.
                 for event in decided or ():
                     event.set()
 
