@@ -41,10 +41,18 @@ outboxes that decide for themselves (merge, resynchronise, overflow; see
 :data:`~ahp.reducers.core.MAX_PENDING_INPUT` bytes) is rejected, not queued.
 
 Batching: each hop between tasks costs a pass of the scheduler, so every task
-first drains what is already waiting in its channel (``receive_nowait``) and
-works on the whole batch, and hands its result on with ``send_nowait`` (waiting
-only when the channel is full). Under sustained output a hop is paid once per
-batch, not per read; an isolated keystroke echo goes through at once.
+first drains what is already waiting in its channel (``receive_nowait``, which
+also takes the items of producers waiting for room) and works on the whole
+batch, and hands its result on with ``send_nowait`` (waiting only when the
+channel is full). Under sustained output a hop is paid once per batch, not per
+read; an isolated keystroke echo goes through at once. Because consumers drain
+everything, a channel fills only when its consumer cannot run for a while (a
+parse task waiting for room at the reducer, many callers in one pass); the
+bounds then hold memory and stop the producers.
+
+Callers: :meth:`Terminal.dispatch` returns once the action is queued; with
+``wait=True``, once the reducer decided on it and told the catalogue (the
+server uses that where a client must read the result at once).
 
 Ownership and cancellation: the terminal owns its :class:`~ahp.pty.Child`
 (process and fds), its channels and its launch's files. :meth:`Terminal.close`
@@ -133,7 +141,8 @@ JOB_SETTLE_POLL: Final = 0.02
 
 
 class _ClientAction:
-    """A client's or the library's action on its way to the reducer."""
+    """A client's or the library's action on its way to the reducer; ``decided`` (if
+    any) is set once the reducer has accepted or rejected it, or the terminal closed."""
 
     __slots__ = ("action", "decided", "origin", "sender")
 
@@ -306,9 +315,9 @@ class Terminal:
         It is applied in order with everything else the reducer takes (output
         included): accepted and published, or rejected to ``sender`` only. Returns
         once the action is queued (waiting while the reducer's channel is full:
-        backpressure); with ``wait`` only once the reducer has decided on it and
-        told the catalogue (or the terminal closed). Ignored once the terminal
-        is closing.
+        backpressure; without a checkpoint when it was queued at once); with
+        ``wait`` only once the reducer has decided on it and told the catalogue (or
+        the terminal closed). Ignored once the terminal is closing.
         """
         if self._accepting:
             decided = trio.Event() if wait else None
@@ -318,7 +327,10 @@ class Terminal:
                 pass  # the reducer ended meanwhile: the terminal is closing
             else:
                 if decided is None:
-                    await trio.lowlevel.checkpoint()
+                    # No checkpoint: the reducer runs next anyway, and a caller's own
+                    # scheduler pass per keystroke is a wake-up the card does not need
+                    # (a caller that loops without other awaits yields once the channel
+                    # is full, after REDUCER_QUEUE actions).
                     return
                 async with trio.open_nursery() as nursery:
 
@@ -516,7 +528,7 @@ class Terminal:
         finally:
             self._accepting = False
             self._tasks = None
-            self._reducer_inbox.close()  # callers waiting for room give up
+            self._forget_queued()
             if child is not None:
                 with trio.CancelScope(shield=True):
                     await child.terminate(spec.grace)
@@ -549,6 +561,19 @@ class Terminal:
     def closing(self) -> bool:
         """Disposal has started (or the terminal's tasks have ended)."""
         return self._cancel_scope.cancel_called or self.closed.is_set()
+
+    def _forget_queued(self) -> None:
+        """The reducer is gone: release whoever waits for a verdict on a queued action,
+        and close the channel (callers waiting for room give up)."""
+        inbox = self._reducer_inbox
+        while True:
+            try:
+                item = inbox.receive_nowait()
+            except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+                break
+            if isinstance(item, _ClientAction) and item.decided is not None:
+                item.decided.set()
+        inbox.close()
 
     def close(self) -> None:
         """Start disposal: cancel the tasks; :meth:`lifetime` then terminates and reaps."""
@@ -684,10 +709,11 @@ class Terminal:
                         await child.write(data[written:] if written else data)
                 except (ChildGone, trio.ClosedResourceError):
                     self._input_gone = True  # later input is published but not written
-                    self._pending_input = 0
                     return
                 finally:
-                    self._pending_input -= len(data)
+                    # Nothing is pending once the input side is gone (what is still
+                    # queued is dropped with the channel).
+                    self._pending_input = 0 if self._input_gone else self._pending_input - len(data)
 
     # -- reducer -------------------------------------------------------------------------------
 
@@ -695,14 +721,16 @@ class Terminal:
         """The only writer of the state: apply everything waiting, then tell the host
         once if the catalogue entry changed."""
         core = self._core
-        async with inbox:
-            while True:
-                try:
-                    item = inbox.receive_nowait()
-                except trio.WouldBlock:
-                    item = await inbox.receive()
-                self.reducer_batches += 1
-                decided: list[trio.Event] | None = None
+        # (The inbox is closed by lifetime's finally, after what is still queued has been
+        # released: callers may be waiting for a verdict.)
+        while True:
+            try:
+                item = inbox.receive_nowait()
+            except trio.WouldBlock:
+                item = await inbox.receive()
+            self.reducer_batches += 1
+            decided: list[trio.Event] | None = None
+            try:
                 while True:
                     self._reduce(item)
                     if item.__class__ is _ClientAction:
@@ -716,6 +744,8 @@ class Terminal:
                 if core.info_changed:
                     core.info_changed = False
                     self._on_info_changed(self)
+            finally:
+                # Verdicts are given once the batch is applied and the catalogue told.
                 for event in decided or ():
                     event.set()
 
