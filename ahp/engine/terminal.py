@@ -106,6 +106,8 @@ READ_SIZE: Final = 64 * 1024
 #: Reads are gathered until EAGAIN or until this many bytes: one batch for the parser.
 #: About what the pty buffers (Linux: ~17 KB from the child to the master).
 READ_BATCH: Final = 16 * 1024
+#: A first read shorter than this ends its batch at once (see the pty-read task).
+SMALL_READ: Final = 256
 #: Batches queued from pty-read to parse (at most READ_BATCH bytes each).
 PARSE_QUEUE: Final = 4
 #: Items queued for the reducer: parsed batches, client and library actions, the exit.
@@ -432,6 +434,11 @@ class Terminal:
                         break
                     chunks.append(data)
                     size += len(data)
+                    if size < SMALL_READ:
+                        # A keystroke's echo, a prompt: hand it on now. Reading again
+                        # would almost always find the pty empty (one more system call
+                        # on the echo's path); if more came, the wait below says so.
+                        break
                 if chunks:
                     self.read_batches += 1
                     self.bytes_read += size

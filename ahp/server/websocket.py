@@ -104,6 +104,10 @@ OUTBOX_BYTES: Final = 16 * 1024 * 1024
 #: Seconds an overflowed connection gets to finish the write in flight and the close
 #: handshake (1013); a client that reads nothing at all is then dropped without one.
 STALL_GRACE: Final = 1.0
+#: Seconds a lone keystroke echo waits for the output it causes, to share its write
+#: (see _Writer). The output is sent as soon as it is there; only an echo whose input
+#: prints nothing (a password, a key the program ignores) waits this long.
+ECHO_PAIR_WAIT: Final = 0.002
 #: Seconds the close handshake may take when the server closes a connection.
 CLOSE_TIMEOUT: Final = 1.0
 #: The close reason sent to a client whose outbox overflowed.
@@ -206,12 +210,12 @@ class _Writer:
                 # delayed by one more scheduler pass.
                 batch = outbox.get_nowait() if len(outbox) else await outbox.get_batch()
                 if batch and _only_input_echoes(batch):
-                    # A keystroke's echo: its output is usually read from the pty in
-                    # this very scheduler pass. One pass of waiting lets both leave in
-                    # one write (one system call and one wake-up of the client, not two).
-                    await trio.lowlevel.checkpoint()
-                    if len(outbox):
-                        batch += outbox.get_nowait()
+                    # A keystroke's echo: its output follows a few scheduler passes later
+                    # (input-write, the kernel's echo, pty-read, parse, reducer). Waiting
+                    # for it lets both leave in one write, and keeps this write off the
+                    # output's path (one system call and one wake-up of the client).
+                    with trio.move_on_after(ECHO_PAIR_WAIT):
+                        batch += await outbox.get_batch()  # (parked: no spinning)
                 took = bool(batch)
                 if took:
                     try:
