@@ -282,6 +282,7 @@ class Terminal:
         origin: ActionOrigin | None = None,
         sender: Outbox | None = None,
         wait: bool = False,
+        checkpoint: bool = True,
     ) -> None:
         """Hand a client (``origin``) or library action to the reducer task.
 
@@ -291,6 +292,10 @@ class Terminal:
         backpressure); with ``wait`` only once the reducer has decided on it and
         told the catalogue (or the terminal closed). Ignored once the terminal
         is closing.
+
+        ``checkpoint=False`` is for a caller whose own loop checkpoints (a
+        connection's reader, which waits for the next frame next): queued at once,
+        the call then returns without a second pass of the scheduler for its task.
         """
         if self._accepting:
             decided = trio.Event() if wait else None
@@ -300,7 +305,8 @@ class Terminal:
                 pass  # the reducer ended meanwhile: the terminal is closing
             else:
                 if decided is None:
-                    await trio.lowlevel.checkpoint()
+                    if checkpoint:
+                        await trio.lowlevel.checkpoint()
                     return
                 async with trio.open_nursery() as nursery:
 
