@@ -72,6 +72,7 @@ from ahp.protocol.actions import (
     TerminalExited,
 )
 from ahp.protocol.state import CommandPart, Snapshot, TerminalClaim, TerminalState
+from ahp.pty.procfs import TtyStatus
 from ahp.result import FINAL_STATUSES, BackgroundProcess, CommandResult
 from ahp.vt.render import LineRenderer
 
@@ -86,6 +87,7 @@ __all__ = [
     "CommandResult",
     "InputEvidence",
     "TerminalDriver",
+    "evidence_of",
     "as_completed",
     "looks_like_prompt",
     "run_command",
@@ -188,7 +190,7 @@ class TerminalDriver(Protocol):
         """Where the terminal's recent command handles are kept."""
         ...
 
-    def input_evidence(self) -> InputEvidence | None:
+    async def input_evidence(self) -> InputEvidence | None:
         """Evidence that the terminal's foreground job is blocked reading input, or
         ``None`` when there is none (or nothing can be seen from here)."""
         ...
@@ -198,7 +200,7 @@ class TerminalDriver(Protocol):
         """Whether :meth:`input_evidence` and :meth:`jobs_since` see processes."""
         ...
 
-    def job_mark(self) -> object:
+    async def job_mark(self) -> object:
         """An opaque mark of the terminal's jobs now (before a command is typed)."""
         ...
 
@@ -216,6 +218,21 @@ class TerminalDriver(Protocol):
         """Kill the running command's process groups: the foreground job and every
         job started since ``mark``."""
         ...
+
+
+def evidence_of(status: TtyStatus | None) -> InputEvidence | None:
+    """What a pty's status says about its foreground job waiting for input: a read
+    of the tty (``procfs``), or a poll (``poll``, to be weighed with the screen);
+    nothing while output is still unread (the job may just have written a prompt
+    and gone on). One rule for the in-process driver and for a remote one whose
+    server reports the status (:mod:`ahp.protocol.processes`)."""
+    if status is None or status.unread:
+        return None
+    if status.readers:
+        return InputEvidence(readers=status.readers, echo=status.echo, source="procfs")
+    if status.pollers:
+        return InputEvidence(readers=status.pollers, echo=status.echo, source="poll")
+    return None
 
 
 def looks_like_prompt(line: str) -> bool:
@@ -759,7 +776,7 @@ class CommandHandle:
                 with trio.move_on_at(due if now < due else now + INPUT_POLL):
                     await self._output_event.wait()
                 continue
-            evidence = self._evidence()
+            evidence = await self._evidence()
             if evidence is not None and not self.done:
                 self._waiting = evidence
                 self._episode += 1
@@ -783,11 +800,11 @@ class CommandHandle:
         markers = self._markers
         return markers is not None and markers.find_end(state.tail(MARKER_TAIL)) is not None
 
-    def _evidence(self) -> InputEvidence | None:
+    async def _evidence(self) -> InputEvidence | None:
         if self._ended_in_state():
             return None
         if self._driver.sees_processes:
-            evidence = self._driver.input_evidence()
+            evidence = await self._driver.input_evidence()
             if evidence is None or evidence.source != "poll":
                 return evidence
             # Sleeping in poll/select/epoll (Node's readline, vim): on the terminal,
@@ -869,7 +886,7 @@ async def start_command(
                 f"printf '\\n__AHP_END_{token}_%s__\\n' \"$?\""
             )
         if driver.sees_processes:
-            handle._job_mark = driver.job_mark()
+            handle._job_mark = await driver.job_mark()
         known = frozenset(p.commandId for p in driver.state.content if isinstance(p, CommandPart))
         handle._started = time.monotonic()
         await driver.send_input(typed.replace("\n", "\r") + "\r")

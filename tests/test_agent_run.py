@@ -1,9 +1,11 @@
 """Agent-grade commands on real programs and real ptys, in-process and remote.
 
 Each scenario runs twice: against an in-process :class:`ahp.engine.Terminal` and
-against a :class:`ahp.client.RemoteTerminal` of a real server on port 0. Where
-the remote path cannot see the server's processes (waiting for input without a
-prompt, background processes, SIGKILL), the test states what it does instead.
+against a :class:`ahp.client.RemoteTerminal` of a real server on port 0. The
+server answers the client's ``x-ahp-terminals/*`` requests with its ``/proc``
+evidence, so both see the same (waiting for input without a prompt, background
+processes, SIGKILL); ``tests/test_remote_processes.py`` covers the extension
+itself and the heuristics against a server without it.
 """
 
 from __future__ import annotations
@@ -108,10 +110,9 @@ async def test_input_prompt_is_detected_and_answered(mode: str) -> None:
             assert result.output == "name?\n" and result.exit_code is None
             handle = result.handle
             assert isinstance(handle, CommandHandle) and not handle.done
-            if mode == "local":
-                evidence = handle.input_evidence
-                assert evidence is not None and evidence.source == "procfs" and evidence.echo
-                assert evidence.readers
+            evidence = handle.input_evidence
+            assert evidence is not None and evidence.source == "procfs" and evidence.echo
+            assert evidence.readers
             await handle.send_input("agent\r")
             final = await handle.wait()
     assert final.status == "finished" and final.exit_code == 0
@@ -125,33 +126,41 @@ async def test_silent_password_read(mode: str) -> None:
         with trio.fail_after(TIMEOUT):
             result = await term.run("read -s -p 'Password: ' pw; echo; echo got ${#pw} chars")
             assert result.status == "waiting_for_input"
-            if mode == "local":
-                assert result.handle is not None
-                evidence = result.handle.input_evidence
-                assert evidence is not None and evidence.echo is False
             assert result.handle is not None
+            evidence = result.handle.input_evidence
+            assert evidence is not None and evidence.echo is False
+            assert evidence.source == "procfs"
             await result.handle.send_input("s3cret\r")
             final = await result.handle.wait()
     assert final.status == "finished"
     assert "got 6 chars" in final.output and "s3cret" not in final.output
 
 
-async def test_silent_read_without_prompt_is_seen_only_in_process() -> None:
-    """No prompt at all: /proc still shows the blocked read; a client cannot know."""
-    async with terminal("local") as term:
+@pytest.mark.parametrize("mode", MODES)
+async def test_silent_read_without_prompt(mode: str) -> None:
+    """No prompt at all: /proc still shows the blocked read (remotely: the server's)."""
+    async with terminal(mode) as term:
         with trio.fail_after(TIMEOUT):
             result = await term.run("python3 -c 'input()'")
-            assert result.status == "waiting_for_input"
+            assert result.status == "waiting_for_input" and result.output == ""
             assert result.handle is not None
+            evidence = result.handle.input_evidence
+            assert evidence is not None and evidence.source == "procfs" and evidence.echo
             await result.handle.send_input("\r")
             assert (await result.handle.wait()).status == "finished"
-    async with terminal("remote") as term:
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_silent_password_read_without_prompt(mode: str) -> None:
+    async with terminal(mode) as term:
         with trio.fail_after(TIMEOUT):
-            result = await term.run("python3 -c 'input()'", yield_after=2)
-            assert result.status == "running"  # the remote heuristic sees only silence
-            assert result.handle is not None
-            await result.handle.send_input("\r")
-            assert (await result.handle.wait()).status == "finished"
+            result = await term.run("read -s pw; echo got ${#pw}")
+            assert result.status == "waiting_for_input" and result.handle is not None
+            evidence = result.handle.input_evidence
+            assert evidence is not None and evidence.echo is False
+            await result.handle.send_input("abc\r")
+            final = await result.handle.wait()
+    assert final.status == "finished" and final.output.endswith("got 3\n")
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -183,18 +192,16 @@ async def test_wait_timeout_interrupt_and_kill(mode: str) -> None:
             await handle.interrupt()
             interrupted = await handle.wait()
             assert interrupted.status == "interrupted" and interrupted.exit_code == 130
-            # In-process: a job that ignores Ctrl-C; kill takes its whole process group.
-            # Remotely kill is Ctrl-C, then Ctrl-\\ (a client cannot send SIGKILL).
+            # A job that ignores Ctrl-C; kill takes its whole process group (remotely:
+            # the server does, asked through the x-ahp-terminals/signal request).
             handle = await term.start(
                 "bash -c \"trap '' INT; (sleep 100; echo never) & sleep 100; wait\""
-                if mode == "local"
-                else "sleep 100; echo never"
             )
             await handle.wait(timeout=0.5)
             await handle.kill()
             killed = await handle.wait()
     assert killed.status == "killed"
-    assert killed.exit_code == (137 if mode == "local" else 130)
+    assert killed.exit_code == 137
     assert "never" not in killed.output and killed.background == ()
 
 
@@ -217,9 +224,6 @@ async def test_background_process_left_behind(mode: str) -> None:
             later = await term.run("echo unrelated")
     assert result.status == "finished" and result.output.endswith("started\n")
     assert later.background == ()  # only what a command itself started
-    if mode == "remote":
-        assert result.background == ()  # a client cannot see the server's processes
-        return
     assert len(result.background) == 1
     leftover = result.background[0]
     assert leftover.command_line == "sleep 1000"

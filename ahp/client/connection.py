@@ -41,6 +41,7 @@ from urllib.parse import SplitResult, parse_qs, urlencode, urlsplit, urlunsplit
 import trio
 
 from ahp import __version__
+from ahp.client.errors import ClientError, ConnectionLost, RpcError
 from ahp.client.mirror import Mirror
 from ahp.client.remote import RemoteTerminal
 from ahp.protocol.actions import ActionEnvelope, StateAction, TerminalInput
@@ -91,24 +92,6 @@ RECEIVE_BUFFER: Final = 256 * 1024
 #: Seconds to open the transport, finish TLS and the WebSocket upgrade.
 CONNECT_TIMEOUT: Final = 10.0
 RECONNECT_DELAYS: Final = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0)
-
-
-class ClientError(Exception):
-    """The client could not connect or was refused (one clear message)."""
-
-
-class ConnectionLost(ClientError):
-    """The connection dropped before a request was answered."""
-
-
-class RpcError(ClientError):
-    """The server answered a request with a JSON-RPC error."""
-
-    def __init__(self, code: int, message: str, data: Any = None) -> None:
-        super().__init__(f"{message} ({code})")
-        self.code = code
-        self.message = message
-        self.data = data
 
 
 def _first_leaf(exc: BaseException) -> BaseException:
@@ -174,6 +157,10 @@ class Client:
         self.screen_models: dict[str, ScreenModel] = {}
         #: Recent command handles of :meth:`RemoteTerminal.command`, per channel.
         self.command_registries: dict[str, CommandRegistry] = {}
+        #: Whether the server answers the ``x-ahp-terminals/*`` process requests
+        #: (:mod:`ahp.protocol.processes`): None until the first one is answered,
+        #: and again after a reconnect (the server may have changed).
+        self.process_extension: bool | None = None
         self._listeners: list[Callable[[ActionEnvelope], None]] = []
         self._released: dict[int, tuple[trio.Event, trio.Event]] = {}
 
@@ -545,6 +532,7 @@ class Client:
                 },
             )
         else:
+            self.process_extension = None
             try:
                 result = await self._call_on(ws, "reconnect", self._reconnect_params())
             except RpcError as exc:

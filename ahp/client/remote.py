@@ -9,7 +9,14 @@ Buffering: :meth:`RemoteTerminal.follow` queues at most ``FOLLOW_QUEUE``
 envelopes for its consumer; if the consumer falls further behind it receives
 a fresh snapshot of the mirror instead of the missed envelopes (no silent gap).
 
-What a client cannot see: the server's processes. So remotely
+Processes: a client cannot see the server's processes, so it asks. Against a
+server with the ``x-ahp-terminals/*`` extension (:mod:`ahp.protocol.processes`;
+this project's server), *waiting for input*, ``background`` and ``kill`` use the
+server's ``/proc`` evidence exactly as in-process: the same functions answer.
+The client learns whether the server has the extension from its first request
+(``-32601``: it has not; remembered in :attr:`Client.process_extension
+<ahp.client.connection.Client.process_extension>` until a reconnect). Against
+a server without it:
 
 * *waiting for input* is a heuristic: the output has been quiet for
   ``input_quiet`` seconds and its last line looks like a prompt
@@ -20,26 +27,37 @@ What a client cannot see: the server's processes. So remotely
 * :meth:`CommandHandle.kill <ahp.run.CommandHandle.kill>` sends Ctrl-C and, if the
   command is still running after :data:`KILL_GRACE`, Ctrl-\\ (SIGQUIT) — not SIGKILL.
 
+An extension request that fails otherwise (the connection dropped, no answer
+within :data:`EXTENSION_TIMEOUT`) counts as "nothing seen" for evidence and jobs,
+and makes ``kill`` fall back to the keys.
+
 Command collectors (handles) run in the client connection's nursery: they end
 with the command or when the client closes.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 import trio
 
+from ahp.client.errors import ClientError, RpcError
+from ahp.protocol import processes as xp
 from ahp.protocol.actions import ActionEnvelope, TerminalClaimed, TerminalInput, TerminalResized
+from ahp.protocol.codec import ProtocolError, structure, unstructure
+from ahp.protocol.jsonrpc import ErrorCode
 from ahp.protocol.state import CommandPart, Snapshot, TerminalClaim, TerminalState
+from ahp.pty.procfs import TtyStatus
 from ahp.run import (
     DEFAULT_INPUT_QUIET,
     CommandHandle,
     CommandRegistry,
     CommandResult,
     InputEvidence,
+    evidence_of,
     run_command,
     start_command,
 )
@@ -48,13 +66,18 @@ from ahp.vt.screen import Screen, ScreenModel
 if TYPE_CHECKING:
     from ahp.client.connection import Client
 
+log = logging.getLogger("ahp.client")
+
 __all__ = ["FOLLOW_QUEUE", "RemoteTerminal"]
 
 FOLLOW_QUEUE: Final = 10_000
 #: A remote shell may announce command detection a little after creation.
 DETECTION_WAIT: Final = 3.0
-#: ``kill`` remotely: Ctrl-C, then Ctrl-\\ if the command still runs after this long.
+#: ``kill`` without the extension: Ctrl-C, then Ctrl-\\ if the command still runs after this long.
 KILL_GRACE: Final = 2.0
+#: Longest wait for the answer to one ``x-ahp-terminals/*`` request (a ``jobs``
+#: request may take the server up to half a second on its own).
+EXTENSION_TIMEOUT: Final = 10.0
 
 
 class RemoteTerminal:
@@ -172,29 +195,106 @@ class RemoteTerminal:
 
     @property
     def sees_processes(self) -> bool:
-        return False
+        """True unless the server is known to lack the process extension."""
+        return self.client.process_extension is not False
 
-    def input_evidence(self) -> InputEvidence | None:
+    async def _ask(self, method: str, **params: Any) -> Any:
+        """One extension request; ``None`` when it failed (and, on ``-32601``, the
+        client remembers the server lacks the extension)."""
+        client = self.client
+        if client.process_extension is False or self._gone():
+            await trio.lowlevel.checkpoint()
+            return None
+        try:
+            with trio.move_on_after(EXTENSION_TIMEOUT):
+                result = await client.request(method, {"channel": self.uri, **params})
+                client.process_extension = True
+                return result
+            log.info("%s: no answer to %s within %g s", self.uri, method, EXTENSION_TIMEOUT)
+        except RpcError as exc:
+            if exc.code == ErrorCode.METHOD_NOT_FOUND:
+                log.info("the server has no process extension: using the remote heuristics")
+                client.process_extension = False
+            else:
+                log.info("%s: %s failed: %s", self.uri, method, exc)
+        except ClientError as exc:
+            log.info("%s: %s failed: %s", self.uri, method, exc)
         return None
+
+    async def input_evidence(self) -> InputEvidence | None:
+        """The server's ``/proc`` evidence (:func:`ahp.run.evidence_of`, as in-process)."""
+        answer = await self._ask(xp.TTY_STATUS)
+        try:
+            result = structure(answer, xp.TtyStatusResult) if answer is not None else None
+        except ProtocolError as exc:
+            log.info("%s: a malformed %s answer: %s", self.uri, xp.TTY_STATUS, exc)
+            return None
+        if result is None or result.status is None:
+            return None
+        wire = result.status
+        return evidence_of(
+            TtyStatus(
+                foreground_pgrp=wire.foregroundPgrp,
+                echo=wire.echo,
+                readers=wire.readers,
+                unread=wire.unread,
+                pollers=wire.pollers,
+            )
+        )
+
+    async def job_mark(self) -> object:
+        """The server's mark of the terminal's jobs (the wire form, handed back later)."""
+        answer = await self._ask(xp.JOB_MARK)
+        try:
+            result = structure(answer, xp.JobMarkResult) if answer is not None else None
+        except ProtocolError as exc:
+            log.info("%s: a malformed %s answer: %s", self.uri, xp.JOB_MARK, exc)
+            return None
+        return None if result is None else result.mark
 
     @property
     def ended(self) -> bool:
         return self._gone() or self.state.exited
 
-    def job_mark(self) -> object:
-        return None
-
     async def background_jobs(self, mark: object) -> dict[int, str]:
-        await trio.lowlevel.checkpoint()
-        return {}
+        """The jobs started since ``mark`` still running on the server (empty without
+        the extension)."""
+        answer = await self._ask(xp.JOBS, **_since(mark))
+        try:
+            result = structure(answer, xp.JobsResult) if answer is not None else None
+        except ProtocolError as exc:
+            log.info("%s: a malformed %s answer: %s", self.uri, xp.JOBS, exc)
+            return {}
+        return {} if result is None else {job.pid: job.commandLine for job in result.jobs}
 
     async def kill_command(self, mark: object = None) -> None:
-        """Ctrl-C, then Ctrl-\\ if a command is still running after :data:`KILL_GRACE`."""
+        """SIGKILL the command's process groups on the server (as in-process); without
+        the extension, Ctrl-C, then Ctrl-\\ if a command is still running after
+        :data:`KILL_GRACE`."""
+        if await self.signal_command("SIGKILL", mark) is not None:
+            return
         await self.send_input("\x03")
         with trio.move_on_after(KILL_GRACE):
             await self.client.wait_for(lambda: not _running(self.state) or self._gone())
             return
         await self.send_input("\x1c")
+
+    async def signal_command(self, signal: str, mark: object = None) -> xp.SignalResult | None:
+        """``signal`` (``SIGINT``, ``SIGTERM`` or ``SIGKILL``) to the foreground job and
+        the jobs started since ``mark`` (see :meth:`ahp.engine.Terminal.signal_command`);
+        ``None`` when the server did not do it (no extension, or the request failed).
+
+        Raises:
+            ValueError: an unknown signal name.
+        """
+        if signal not in xp.SIGNALS:
+            raise ValueError(f"signal must be one of {', '.join(xp.SIGNALS)}")
+        answer = await self._ask(xp.SIGNAL, signal=signal, **_since(mark))
+        try:
+            return structure(answer, xp.SignalResult) if answer is not None else None
+        except ProtocolError as exc:
+            log.info("%s: a malformed %s answer: %s", self.uri, xp.SIGNAL, exc)
+            return None
 
     async def wait_exited(self, timeout: float = math.inf) -> int | None:
         with trio.fail_after(timeout):
@@ -210,6 +310,11 @@ def _forget_unsubscribed(per_channel: dict[str, Any], mirrors: Mapping[str, obje
     by the subscribed channels, plus the one about to be added)."""
     for uri in [uri for uri in per_channel if uri not in mirrors]:
         del per_channel[uri]
+
+
+def _since(mark: object) -> dict[str, Any]:
+    """A mark from :meth:`RemoteTerminal.job_mark` as the ``since`` param."""
+    return {"since": unstructure(mark)} if isinstance(mark, xp.JobMarkWire) else {}
 
 
 def _running(state: TerminalState) -> bool:

@@ -100,6 +100,7 @@ from ahp.run import (
     CommandRegistry,
     CommandResult,
     InputEvidence,
+    evidence_of,
     run_command,
     start_command,
 )
@@ -482,20 +483,36 @@ class Terminal:
         """SIGKILL the foreground job and every job started in the session since
         ``mark``, each by its whole process group. If the shell itself is in the
         foreground (a builtin such as ``read`` or ``wait``), it gets Ctrl-C too."""
+        await self.signal_command(signal.SIGKILL, mark)
+
+    async def signal_command(
+        self, signum: int, mark: procfs.JobMark | None = None
+    ) -> tuple[frozenset[int], bool]:
+        """Send ``signum`` to the foreground job and to every job started in the
+        session since ``mark``, each by its whole process group; never to the
+        shell's own group. If the shell itself is in the foreground (a builtin such
+        as ``read`` or ``wait``), it gets Ctrl-C instead.
+
+        Returns the process groups signalled and whether the shell was in the
+        foreground (without a pty: nothing signalled, Ctrl-C typed, ``True``).
+        """
         child = self._child
         status = self.tty_status()
         if child is None or status is None:
             await self.send_input("\x03")
-            return
+            return frozenset(), True
         groups = {pgrp for pgrp, _ in procfs.jobs_since(child.pid, mark).values()}
         if status.foreground_pgrp not in (0, child.pid):
             groups.add(status.foreground_pgrp)
+        groups.discard(child.pid)
         for pgrp in groups:
             with contextlib.suppress(OSError):
-                os.killpg(pgrp, signal.SIGKILL)
-        if status.foreground_pgrp == child.pid:
+                os.killpg(pgrp, signum)
+        shell_foreground = status.foreground_pgrp == child.pid
+        if shell_foreground:
             await self.send_input("\x03")
         await trio.lowlevel.checkpoint()
+        return frozenset(groups), shell_foreground
 
     def spawn_task(self, fn: Callable[[], Awaitable[None]]) -> None:
         """Run ``fn`` in this terminal's nursery (cancelled on dispose); ``fn`` must not raise."""
@@ -869,17 +886,12 @@ class _LocalDriver:
     def sees_processes(self) -> bool:
         return self._terminal.spec.use_pty
 
-    def input_evidence(self) -> InputEvidence | None:
-        status = self._terminal.tty_status()
-        if status is None or status.unread:
-            return None
-        if status.readers:
-            return InputEvidence(readers=status.readers, echo=status.echo, source="procfs")
-        if status.pollers:
-            return InputEvidence(readers=status.pollers, echo=status.echo, source="poll")
-        return None
+    async def input_evidence(self) -> InputEvidence | None:
+        await trio.lowlevel.checkpoint()
+        return evidence_of(self._terminal.tty_status())
 
-    def job_mark(self) -> object:
+    async def job_mark(self) -> object:
+        await trio.lowlevel.checkpoint()
         return self._terminal.job_mark()
 
     async def background_jobs(self, mark: object) -> dict[int, str]:

@@ -99,6 +99,7 @@ from ahp.protocol.state import ROOT_URI, TERMINAL_SCHEME, ClientClaim, SessionCl
 from ahp.protocol.uri import local_file_uri_to_path, path_to_file_uri
 from ahp.pty import SpawnError
 from ahp.server.clients import ClientRecord, ClientRegistry
+from ahp.server.processes import PROCESS_REQUESTS, Refused
 
 __all__ = [
     "DEFAULT_MAX_TERMINALS",
@@ -308,7 +309,7 @@ class Session:
             return
         try:
             result = await handler(self, request.params if request.params is not None else {})
-        except _Fail as fail:
+        except (_Fail, Refused) as fail:
             self._error(request.id, fail.code, fail.message, fail.data)
         except ProtocolError as exc:
             path = "$.params" + exc.path[1:]
@@ -666,6 +667,8 @@ _REQUESTS: dict[str, Callable[[Session, Any], Awaitable[Any]]] = {
     "createTerminal": Session._create_terminal,
     "disposeTerminal": Session._dispose_terminal,
     "listSessions": Session._list_sessions,
+    # The x-ahp-terminals/* process extension (ahp.server.processes).
+    **PROCESS_REQUESTS,
 }
 _NOTIFICATIONS: dict[str, Callable[[Session, Any], Awaitable[None]]] = {
     "unsubscribe": Session._unsubscribe,
