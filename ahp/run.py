@@ -31,14 +31,17 @@ What an agent gets beyond that (see ``README.md``, "Commands for agents"):
   ``read_new``, ``interrupt`` and ``kill`` work at any time, and several commands
   in several terminals run at once (:func:`wait_any`, :func:`as_completed`).
 * **Waiting for input**: after ``input_quiet`` seconds without output the driver
-  is asked for evidence (in-process: the foreground process group blocked in a
-  tty read, from ``/proc``; remote: the screen heuristic, see
-  :func:`looks_like_prompt`); the command's status becomes
+  is asked for evidence (the foreground process group blocked in a tty read,
+  from ``/proc``: in-process directly, remotely through the server's
+  ``x-ahp-terminals/ttyStatus``; against a server without it, or a terminal
+  without a pty, the screen heuristic, see :func:`looks_like_prompt`); the
+  command's status becomes
   ``waiting_for_input`` and ``run`` returns early.
 * **Honest completion**: ``finished`` / ``shell_exited`` / ``timed_out`` /
   ``interrupted`` / ``killed`` / ``lost`` (the handle stopped following: its client
-  closed), and the jobs the command left behind (in-process: processes of the
-  terminal's session, outside the shell's process group, started meanwhile).
+  closed), and the jobs the command left behind (processes of the terminal's
+  session, outside the shell's process group, started meanwhile; remotely as
+  the server reports them).
 * **Lookup**: each terminal keeps its last :data:`MAX_COMMANDS_KEPT` handles
   (:class:`CommandRegistry`), so ``result.command_id`` is enough to come back.
 
@@ -143,12 +146,13 @@ class InputEvidence:
 
     Attributes:
         readers: pids of the terminal's foreground process group blocked in a read
-            of the terminal (empty for the remote heuristic).
+            of the terminal (empty for the screen heuristic).
         echo: the terminal echoes input (``False``: a password prompt).
         source: ``"procfs"`` (a read of the terminal, seen in ``/proc``),
             ``"poll"`` (in-process: the job sleeps in poll/select/epoll, as Node's
             readline or vim do, *and* the screen shows a prompt-like last line or a
-            full-screen program), or ``"heuristic"`` (remote: quiet output ending in
+            full-screen program), or ``"heuristic"`` (nothing to see: a remote
+            server without the process extension, or no pty; quiet output ending in
             a prompt-like line, or a full-screen program).
     """
 
@@ -586,8 +590,8 @@ class CommandHandle:
         await self._driver.send_input("\x03")
 
     async def kill(self) -> None:
-        """Kill the command's whole process group (SIGKILL in-process; remotely Ctrl-C
-        then Ctrl-\\, as a client cannot signal the server's processes)."""
+        """Kill the command's whole process group: SIGKILL (remotely sent by the
+        server; against a server without the process extension, Ctrl-C then Ctrl-\\)."""
         if self.done:
             return
         self._killed = True
@@ -812,8 +816,8 @@ class CommandHandle:
             if self._renderer.alternate or self._prompt_shown():
                 return evidence
             return None
-        # Remote: quiet, and either a full-screen program (it reads keys) or a last
-        # line that looks like a prompt.
+        # Nothing to see (a remote server without the extension, no pty): quiet, and
+        # either a full-screen program (it reads keys) or a prompt-like last line.
         if self._renderer.alternate or self._prompt_shown():
             return InputEvidence(readers=(), echo=True, source="heuristic")
         return None

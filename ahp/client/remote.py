@@ -86,6 +86,9 @@ class RemoteTerminal:
     def __init__(self, client: Client, uri: str) -> None:
         self.client = client
         self.uri = uri
+        #: The server reported no tty status for a live terminal (no pty): nothing to
+        #: see there, so the heuristics apply, as in-process.
+        self._no_tty = False
 
     @property
     def state(self) -> TerminalState:
@@ -195,8 +198,9 @@ class RemoteTerminal:
 
     @property
     def sees_processes(self) -> bool:
-        """True unless the server is known to lack the process extension."""
-        return self.client.process_extension is not False
+        """True unless the server is known to lack the process extension (or the
+        terminal has no pty)."""
+        return self.client.process_extension is not False and not self._no_tty
 
     async def _ask(self, method: str, **params: Any) -> Any:
         """One extension request; ``None`` when it failed (and, on ``-32601``, the
@@ -229,7 +233,10 @@ class RemoteTerminal:
         except ProtocolError as exc:
             log.info("%s: a malformed %s answer: %s", self.uri, xp.TTY_STATUS, exc)
             return None
-        if result is None or result.status is None:
+        if result is None:
+            return None
+        if result.status is None:
+            self._no_tty = not self.ended
             return None
         wire = result.status
         return evidence_of(

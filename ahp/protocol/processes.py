@@ -138,7 +138,7 @@ class JobWire:
 @frozen
 class JobsResult:
     jobs: tuple[JobWire, ...]
-    truncated: bool = False
+    truncated: bool
 
 
 @frozen
