@@ -465,9 +465,10 @@ class Terminal:
 
     async def background_jobs(self, mark: procfs.JobMark | None = None) -> dict[int, str]:
         """:meth:`jobs_since`, once the jobs have started their programs: a job that
-        still shows the shell's own command line (forked, not yet ``exec``-ed) is
-        looked at again every :data:`JOB_SETTLE_POLL` s, for at most
-        :data:`JOB_SETTLE` s (a subshell job ``( … ) &`` keeps it for good)."""
+        still shows the shell's own command line (forked, not yet ``exec``-ed) or no
+        arguments at all (in the middle of ``exec``: ``[sleep]``) is looked at again
+        every :data:`JOB_SETTLE_POLL` s, for at most :data:`JOB_SETTLE` s (a
+        subshell job ``( … ) &`` keeps the shell's line for good)."""
         child = self._child
         if child is None:
             return {}
@@ -475,7 +476,8 @@ class Terminal:
         while True:
             jobs = self.jobs_since(mark)
             shell_line = procfs.command_line(child.pid)
-            if shell_line not in jobs.values() or trio.current_time() >= deadline:
+            settled = not any(line == shell_line or line.startswith("[") for line in jobs.values())
+            if settled or trio.current_time() >= deadline:
                 return jobs
             await trio.sleep(JOB_SETTLE_POLL)
 
