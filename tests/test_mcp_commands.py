@@ -10,22 +10,12 @@ the session's generous ``fail_after``.
 
 from __future__ import annotations
 
-import inspect
 from pathlib import Path
 from typing import Any
 
-import pytest
 import trio
 
-from ahp.engine import Terminal
 from tests.test_mcp import TIMEOUT, _text, mcp_session
-
-# These drive the agent-facing command API of issue 14 (run with yield_after, handles,
-# screen). Until it is on the branch they are reported as skipped, never as passing.
-pytestmark = pytest.mark.skipif(
-    "yield_after" not in inspect.signature(Terminal.run).parameters,
-    reason="needs the agent command API (issue 14: Terminal.run(yield_after=), handles)",
-)
 
 
 async def _call(session: Any, name: str, **arguments: Any) -> Any:
