@@ -225,7 +225,9 @@ def test_results_state_outcomes_plainly() -> None:
     )
     assert "(no output)" in text
     assert "left running in the background: pid 42 `sleep 1000 &`" in text
-    assert 'read_screen(terminal="b")' in text
+    assert "used the full-screen (alternate) display" in text
+    text = render.format_result(_Result(status="running", alternate_screen=True), "b")
+    assert 'read_screen(terminal="b") shows it' in text
     for status, word in (
         ("interrupted", "INTERRUPTED"),
         ("killed", "KILLED"),
