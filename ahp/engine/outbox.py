@@ -58,11 +58,13 @@ from __future__ import annotations
 
 import sys
 from collections import deque
+from collections.abc import Callable
 from typing import Final
 
 import trio
 
 from ahp.engine.envelopes import MERGE_LIMIT, Published
+from ahp.protocol.actions import TerminalInput
 
 __all__ = ["DEFAULT_OUTBOX_BYTES", "Outbox", "OutboxItem", "coalesce_runs"]
 
@@ -114,6 +116,16 @@ def _now() -> float:
         return float("-inf")
 
 
+def _is_input_echo(item: Published) -> bool:
+    """A client's accepted ``terminal/input``, echoed back (``origin`` set)."""
+    envelope = item.envelope
+    return (
+        envelope.origin is not None
+        and envelope.rejectionReason is None
+        and envelope.action.__class__ is TerminalInput
+    )
+
+
 class Outbox:
     """Bounded queue of :data:`OutboxItem`; see the module docstring."""
 
@@ -145,6 +157,10 @@ class Outbox:
         #: Counters for tests and figures.
         self.merged = 0
         self.delivered = 0
+        #: A consumer's hook for a lone keystroke echo (see :meth:`put`): called
+        #: instead of waking the consumer while only such echoes are queued.
+        self.on_lone_echo: Callable[[], None] | None = None
+        self._echoes_only = True  # everything queued is a client's input echo
 
     @property
     def queued_bytes(self) -> int:
@@ -189,6 +205,12 @@ class Outbox:
             if self._bytes > self.max_bytes:
                 self._overflow_now()
                 return False
+            if self._echoes_only and self.on_lone_echo is not None and _is_input_echo(item):
+                # The output this keystroke causes follows shortly: the consumer may
+                # let the echo wait for it (one write for both, no wake-up now).
+                self.on_lone_echo()
+                return True
+        self._echoes_only = False
         self._lot.unpark_all()
         return True
 
@@ -201,6 +223,7 @@ class Outbox:
         self.overflowed = True
         self._overflow.set()
         self._items.clear()
+        self._echoes_only = True
         self._forget_latest()
         self._bytes = self._response_bytes = 0
         self._lot.unpark_all()
@@ -217,6 +240,7 @@ class Outbox:
         self.overflowed = False
         self._overflow = trio.Event()
         self._items.clear()
+        self._echoes_only = True
         self._forget_latest()
         self._bytes = self._response_bytes = 0
         self._drained.unpark_all()
@@ -258,6 +282,7 @@ class Outbox:
         ``coalesce``."""
         items = list(self._items)
         self._items.clear()
+        self._echoes_only = True
         if self._latest:
             if self._superseded:
                 latest = self._latest

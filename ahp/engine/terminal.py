@@ -127,6 +127,8 @@ READ_SIZE: Final = 64 * 1024
 #: Reads are gathered until EAGAIN or until this many bytes: one batch for the parser.
 #: About what the pty buffers (Linux: ~17 KB from the child to the master).
 READ_BATCH: Final = 16 * 1024
+#: A first read shorter than this ends its batch at once (see the pty-read task).
+SMALL_READ: Final = 256
 #: Batches queued from pty-read to parse (at most READ_BATCH bytes each).
 PARSE_QUEUE: Final = 4
 #: Items queued for the reducer: parsed batches, client and library actions, the exit.
@@ -309,15 +311,20 @@ class Terminal:
         origin: ActionOrigin | None = None,
         sender: Outbox | None = None,
         wait: bool = False,
+        checkpoint: bool = True,
     ) -> None:
         """Hand a client (``origin``) or library action to the reducer task.
 
         It is applied in order with everything else the reducer takes (output
         included): accepted and published, or rejected to ``sender`` only. Returns
         once the action is queued (waiting while the reducer's channel is full:
-        backpressure; without a checkpoint when it was queued at once); with
-        ``wait`` only once the reducer has decided on it and told the catalogue (or
-        the terminal closed). Ignored once the terminal is closing.
+        backpressure); with ``wait`` only once the reducer has decided on it and
+        told the catalogue (or the terminal closed). Ignored once the terminal
+        is closing.
+
+        ``checkpoint=False`` is for a caller whose own loop checkpoints (a
+        connection's reader, which waits for the next frame next): queued at once,
+        the call then returns without a second pass of the scheduler for its task.
         """
         if self._accepting:
             decided = trio.Event() if wait else None
@@ -327,10 +334,8 @@ class Terminal:
                 pass  # the reducer ended meanwhile: the terminal is closing
             else:
                 if decided is None:
-                    # No checkpoint: the reducer runs next anyway, and a caller's own
-                    # scheduler pass per keystroke is a wake-up the card does not need
-                    # (a caller that loops without other awaits yields once the channel
-                    # is full, after REDUCER_QUEUE actions).
+                    if checkpoint:
+                        await trio.lowlevel.checkpoint()
                     return
                 async with trio.open_nursery() as nursery:
 
@@ -597,6 +602,11 @@ class Terminal:
                         break
                     chunks.append(data)
                     size += len(data)
+                    if size < SMALL_READ:
+                        # A keystroke's echo, a prompt: hand it on now. Reading again
+                        # would almost always find the pty empty (one more system call
+                        # on the echo's path); if more came, the wait below says so.
+                        break
                 if chunks:
                     self.read_batches += 1
                     self.bytes_read += size

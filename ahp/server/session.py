@@ -604,8 +604,9 @@ class Session:
             and channel in self.host
         ):
             origin = ActionOrigin(clientId=self.record.client_id, clientSeq=client_seq)
+            # (The connection's reader checkpoints when it waits for the next frame.)
             await self.host.get(channel).dispatch(
-                TerminalInput(data=data), origin=origin, sender=self.outbox
+                TerminalInput(data=data), origin=origin, sender=self.outbox, checkpoint=False
             )
             return
         p = structure(params, DispatchActionParams)

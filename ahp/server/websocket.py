@@ -66,7 +66,6 @@ import trio
 from ahp.engine import Outbox
 from ahp.engine.envelopes import Published
 from ahp.engine.outbox import OutboxItem
-from ahp.protocol.actions import TerminalInput
 from ahp.server.admission import (
     PendingConnections,
     RateLimitedLog,
@@ -104,6 +103,10 @@ OUTBOX_BYTES: Final = 16 * 1024 * 1024
 #: Seconds an overflowed connection gets to finish the write in flight and the close
 #: handshake (1013); a client that reads nothing at all is then dropped without one.
 STALL_GRACE: Final = 1.0
+#: Seconds a lone keystroke echo waits for the output it causes, to share its write
+#: (see _Writer). The output is sent as soon as it is there; only an echo whose input
+#: prints nothing (a password, a key the program ignores) waits this long.
+ECHO_PAIR_WAIT: Final = 0.002
 #: Seconds the close handshake may take when the server closes a connection.
 CLOSE_TIMEOUT: Final = 1.0
 #: The close reason sent to a client whose outbox overflowed.
@@ -170,17 +173,6 @@ def _encoded(
             yield item.encode()
 
 
-def _only_input_echoes(batch: list[OutboxItem]) -> bool:
-    """Whether ``batch`` holds nothing but echoes of clients' ``terminal/input``."""
-    for item in batch:
-        if not isinstance(item, Published):
-            return False
-        envelope = item.envelope
-        if envelope.origin is None or type(envelope.action) is not TerminalInput:
-            return False
-    return True
-
-
 class _Writer:
     """Drains the outbox into the socket; see the module docstring for overflow.
 
@@ -196,22 +188,40 @@ class _Writer:
         self.scope = trio.CancelScope()
         #: Set when the writer ended because the client must be closed: (code, reason).
         self.close: tuple[int, str] | None = None
+        #: The wait for the next batch, while the writer is in it (see _lone_echo).
+        self._wait_scope: trio.CancelScope | None = None
+        outbox.on_lone_echo = self._lone_echo
+
+    def _lone_echo(self) -> None:
+        """A keystroke's echo was queued alone, without waking this writer: its output
+        follows a few scheduler passes later (input-write, the kernel's echo,
+        pty-read, parse, reducer), and then both leave in one write, off the
+        output's path (one system call and one wake-up of the client, not two). The
+        wait ends :data:`ECHO_PAIR_WAIT` seconds after the echo at the latest, for
+        input that prints nothing."""
+        scope = self._wait_scope
+        if scope is not None:
+            scope.deadline = min(scope.deadline, trio.current_time() + ECHO_PAIR_WAIT)
+
+    async def _next_batch(self) -> list[OutboxItem]:
+        outbox = self.outbox
+        if len(outbox):
+            # Items queued while the last write went out are taken without another
+            # checkpoint (the writer's loop parks here when there is nothing).
+            return outbox.get_nowait()
+        with trio.CancelScope() as scope:
+            self._wait_scope = scope
+            try:
+                return await outbox.get_batch()
+            finally:
+                self._wait_scope = None
+        return outbox.get_nowait()  # a lone echo waited its time
 
     async def run(self) -> None:
         ws, outbox, session = self.ws, self.outbox, self.session
         with self.scope:
             while True:
-                # Items queued while the last write went out are taken without another
-                # checkpoint (a send is one): an echo that arrives during a send is not
-                # delayed by one more scheduler pass.
-                batch = outbox.get_nowait() if len(outbox) else await outbox.get_batch()
-                if batch and _only_input_echoes(batch):
-                    # A keystroke's echo: its output is usually read from the pty in
-                    # this very scheduler pass. One pass of waiting lets both leave in
-                    # one write (one system call and one wake-up of the client, not two).
-                    await trio.lowlevel.checkpoint()
-                    if len(outbox):
-                        batch += outbox.get_nowait()
+                batch = await self._next_batch()
                 took = bool(batch)
                 if took:
                     try:

@@ -322,6 +322,8 @@ class ServerWebSocket:
         self._wsproto_frames = False
         #: A message was returned and no checkpoint has happened since.
         self._owes_checkpoint = False
+        #: The last read returned less than it asked for (see :meth:`_read`).
+        self._drained = False
 
     @property
     def closed(self) -> ConnectionClosed | None:
@@ -439,6 +441,15 @@ class ServerWebSocket:
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 return b""
         waited = False
+        if self._drained:
+            # The last read took less than was asked: the socket was empty then, and a
+            # read now would mostly fail (EAGAIN). Wait for data first (Trio's epoll
+            # reports at once if some arrived meanwhile).
+            try:
+                await trio.lowlevel.wait_readable(sock)
+            except trio.ClosedResourceError:
+                return b""
+            waited = True
         while True:
             fd = sock.fileno()
             if fd < 0:  # closed by this side (a closed descriptor's number may be reused)
@@ -450,6 +461,7 @@ class ServerWebSocket:
             except OSError:  # reset by the peer, and the like
                 return b""
             else:
+                self._drained = len(data) < RECEIVE_SIZE
                 if waited:
                     self._owes_checkpoint = False
                 else:
