@@ -31,8 +31,10 @@ if TYPE_CHECKING:
         UnclassifiedPart,
     )
     from ahp.pty import SpawnError
-    from ahp.run import CommandResult
+    from ahp.result import BackgroundProcess, CommandResult
+    from ahp.run import CommandHandle
     from ahp.server import ServeOptions, Sidecar, serve_host
+    from ahp.vt.screen import Screen
 
 #: Public name -> module that defines it. Imported on first use, so that
 #: ``import ahp.vt`` (pure) or ``python -m ahp --help`` does not load Trio.
@@ -52,7 +54,10 @@ _EXPORTS = {
     "TerminalState": "ahp.protocol",
     "UnclassifiedPart": "ahp.protocol",
     "SpawnError": "ahp.pty",
-    "CommandResult": "ahp.run",
+    "BackgroundProcess": "ahp.result",
+    "CommandHandle": "ahp.run",
+    "CommandResult": "ahp.result",
+    "Screen": "ahp.vt.screen",
     "ServeOptions": "ahp.server",
     "Sidecar": "ahp.server",
     "serve_host": "ahp.server",
@@ -74,13 +79,16 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ActionEnvelope",
+    "BackgroundProcess",
     "ClientClaim",
+    "CommandHandle",
     "CommandPart",
     "CommandResult",
     "Host",
     "ServeOptions",
     "SessionClaim",
     "Sidecar",
+    "Screen",
     "Snapshot",
     "SpawnError",
     "Subscription",

@@ -73,13 +73,14 @@ async def _measure(size_mb: float, echo_count: int) -> dict[str, Any]:
 
 
 async def _steps(count: int) -> dict[str, Any]:
-    """Task steps (scheduler passes of any task) per keystroke, in-process: from
-    ``send_input`` to the subscriber holding the echo."""
+    """Task steps (scheduler passes of any task): per keystroke in-process, from
+    ``send_input`` to the subscriber holding the echo; and per MB of sustained output
+    through one in-process subscriber."""
     import trio
 
     import ahp
     from ahp.engine import open_host
-    from ahp.protocol import ActionEnvelope, TerminalData
+    from ahp.protocol import ActionEnvelope, TerminalData, TerminalExited
 
     class Counter(trio.abc.Instrument):
         steps = 0
@@ -89,25 +90,47 @@ async def _steps(count: int) -> dict[str, Any]:
 
     counter = Counter()
     per_key: list[int] = []
-    async with open_host() as host:
-        term = await host.create_terminal(argv=["cat"], cwd=tempfile.gettempdir())
-        async with term.subscribe() as sub:
-            await sub.__anext__()  # the snapshot
-            trio.lowlevel.add_instrument(counter)
-            try:
-                for _ in range(count):
-                    before = Counter.steps
-                    await term.send_input("x")
-                    while True:
-                        item = await sub.__anext__()
+    size = 5_000_000
+    with tempfile.TemporaryDirectory() as directory:
+        path = Path(directory) / "out.txt"
+        path.write_bytes((b"x" * 99 + b"\n") * (size // 100))
+        async with open_host() as host:
+            term = await host.create_terminal(argv=["cat"], cwd=directory)
+            async with term.subscribe() as sub:
+                await sub.__anext__()  # the snapshot
+                trio.lowlevel.add_instrument(counter)
+                try:
+                    for _ in range(count):
+                        before = Counter.steps
+                        await term.send_input("x")
+                        while True:
+                            item = await sub.__anext__()
+                            if isinstance(item, ActionEnvelope) and isinstance(
+                                item.action, TerminalData
+                            ):
+                                break
+                        per_key.append(Counter.steps - before)
+                finally:
+                    trio.lowlevel.remove_instrument(counter)
+            flood = await host.create_terminal(argv=["cat", str(path)], cwd=directory)
+            async with flood.subscribe(max_bytes=1 << 30) as sub:
+                trio.lowlevel.add_instrument(counter)
+                before = Counter.steps
+                try:
+                    async for item in sub:
                         if isinstance(item, ActionEnvelope) and isinstance(
-                            item.action, TerminalData
+                            item.action, TerminalExited
                         ):
                             break
-                    per_key.append(Counter.steps - before)
-            finally:
-                trio.lowlevel.remove_instrument(counter)
-    return {"ahp": str(Path(ahp.__file__).parent), "steps_per_key": statistics.median(per_key)}
+                finally:
+                    trio.lowlevel.remove_instrument(counter)
+            flood_steps = Counter.steps - before
+    return {
+        "ahp": str(Path(ahp.__file__).parent),
+        "steps_per_key": statistics.median(per_key),
+        "steps_per_mb": flood_steps / (size / 1e6),
+        "read_batches_per_mb": flood.read_batches / (size / 1e6),
+    }
 
 
 def _child_main(args: argparse.Namespace) -> None:
@@ -171,7 +194,11 @@ def main() -> None:
             results[name].append(_side(sides[name], args))
         print(f"round {i + 1}/{rounds} done", file=sys.stderr)
     keys = (
-        [("steps_per_key", "steps")]
+        [
+            ("steps_per_key", "steps"),
+            ("steps_per_mb", "steps"),
+            ("read_batches_per_mb", "reads"),
+        ]
         if args.steps_only
         else [
             ("engine_echo_ms", "ms"),

@@ -28,6 +28,7 @@ SECTIONS = (
     "peers",
     "scanner",
     "integration",
+    "render",
     "targets",
     "chart",
 )

@@ -8,6 +8,8 @@ for.
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from ahp.engine import Outbox, open_host
 from ahp.engine.envelopes import Published
@@ -96,3 +98,31 @@ async def test_client_titles_and_names_are_bounded() -> None:
         assert heal.action == TerminalTitleChanged(title="n" * MAX_TITLE) and heal.origin is None
         assert accepted.action == TerminalTitleChanged(title="ok") and accepted.origin == origin
         assert host.list_terminals()[0].title == "ok"
+
+
+@given(st.lists(st.sampled_from(["catalogue", "data", "response"]), max_size=60))
+def test_latest_wins_keeps_everything_else_in_order(kinds: list[str]) -> None:
+    outbox = Outbox(max_bytes=1 << 30)
+    queued: list[object] = []
+    for seq, kind in enumerate(kinds, 1):
+        if kind == "catalogue":
+            item: object = _catalogue(seq)
+        elif kind == "data":
+            item = Published(
+                ActionEnvelope(
+                    channel="ahp-terminal:/a",
+                    action=TerminalTitleChanged(title=str(seq)),
+                    serverSeq=seq,
+                    origin=ActionOrigin(clientId="c", clientSeq=seq),
+                )
+            )
+        else:
+            item = f"response {seq}"
+        outbox.put(item)  # type: ignore[arg-type]
+        queued.append(item)
+    catalogues = [i for i in queued if isinstance(i, Published) and i.latest_wins]
+    expected = [
+        i for i in queued if not (isinstance(i, Published) and i.latest_wins) or i is catalogues[-1]
+    ]
+    assert outbox.get_nowait(coalesce=False) == expected
+    assert outbox.backlog == 0 and not outbox.overflowed

@@ -7,8 +7,11 @@ together run in one batch before a task they wake (the reducer) runs.
 
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
 import trio
+import trio.testing
 
 from ahp.engine import Outbox, Terminal, open_host
 from ahp.engine.envelopes import Published
@@ -61,6 +64,7 @@ async def test_input_beyond_the_input_queue_is_rejected_and_the_terminal_lives()
         sender = Outbox(max_bytes=1 << 30)
         host.hub.subscribe(term.uri, sender)
         await term.send_input("y" * 65536)  # more than the kernel takes
+        await trio.testing.wait_all_tasks_blocked()  # the writer holds it, waiting
         extra = INPUT_QUEUE + 100
         for i in range(extra):
             await term.dispatch(TerminalInput(data="x"), origin=ActionOrigin("c", i), sender=sender)
@@ -74,8 +78,7 @@ async def test_input_beyond_the_input_queue_is_rejected_and_the_terminal_lives()
         ]
         rejected = [e for e in echoes if e.rejectionReason]
         assert len(echoes) == extra
-        # (the writer may have taken the first x along with the y's before it waited)
-        assert len(rejected) >= extra - INPUT_QUEUE - 1
+        assert len(rejected) == extra - INPUT_QUEUE
         assert all("input queue full" in (e.rejectionReason or "") for e in rejected)
         assert term.running
         await term.dispatch(TerminalTitleChanged(title="still here"))  # (after the rejections)
@@ -113,3 +116,21 @@ async def test_a_parser_that_falls_behind_stops_the_reader_and_loses_nothing(
         assert term.read_batches >= PARSE_QUEUE
         lines = "".join(text).split("\r\n")
         assert lines == [*(str(n) for n in range(1, 200_001)), ""]
+
+
+async def test_dispatch_can_wait_for_the_verdict_and_is_released_on_dispose() -> None:
+    async with open_host() as host:
+        term = await host.create_terminal(argv=["cat"], grace=0.2)
+        await term.dispatch(TerminalTitleChanged(title="applied"), wait=True)
+        assert term.state.title == "applied"  # no wait for an envelope needed
+        await term.dispatch(TerminalTitleChanged(title="x" * 10**5), wait=True)  # rejected
+        assert term.state.title == "applied"
+        # Callers waiting for a verdict while the terminal is disposed are released.
+        with trio.fail_after(TIMEOUT):
+            async with trio.open_nursery() as nursery:
+                for i in range(4 * REDUCER_QUEUE):
+                    nursery.start_soon(
+                        partial(term.dispatch, TerminalTitleChanged(title=f"{i}"), wait=True)
+                    )
+                nursery.start_soon(host.dispose, term.uri)
+        assert term.closed.is_set()

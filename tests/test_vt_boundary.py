@@ -13,7 +13,15 @@ import sys
 from pathlib import Path
 
 FORBIDDEN = ("trio", "os", "socket", "fcntl")
-VT_MODULES = ("ahp.vt", "ahp.vt.events", "ahp.vt.integration", "ahp.vt.queries", "ahp.vt.scanner")
+VT_MODULES = (
+    "ahp.vt",
+    "ahp.vt.events",
+    "ahp.vt.integration",
+    "ahp.vt.queries",
+    "ahp.vt.scanner",
+    "ahp.vt.render",
+    "ahp.vt.screen",
+)
 
 PROBE = """
 import importlib, json, sys, types

@@ -1,7 +1,8 @@
 """Benchmarks written next to other layers, folded into the same run.
 
-Why: the scanner and shell-integration benchmarks live in ``benchmarks/`` with
-their owners (``bench_scanner.py``, ``bench_integration.py``), each exposing
+Why: the scanner, shell-integration and run-API benchmarks live in ``benchmarks/``
+with their owners (``bench_scanner.py``, ``bench_integration.py``,
+``bench_render.py``: the screen models' MB/s and ``run()``'s overhead), each exposing
 ``run(size_mb)``. The bench command runs them in the same process tree and
 reports their figures beside the others instead of duplicating them. They are
 imported from the checkout by path (``benchmarks/`` is not a package and is
@@ -20,7 +21,11 @@ from typing import Any
 __all__ = ["FOLDED", "benchmarks_dir", "run_folded"]
 
 #: Section name -> file in ``benchmarks/``.
-FOLDED = {"scanner": "bench_scanner.py", "integration": "bench_integration.py"}
+FOLDED = {
+    "scanner": "bench_scanner.py",
+    "integration": "bench_integration.py",
+    "render": "bench_render.py",
+}
 
 
 def benchmarks_dir() -> Path:

@@ -273,7 +273,7 @@ def render_table(results: dict[str, Any], targets: list[Target]) -> str:
             f"{ap['many_commands']} {_fig(ap['many_commands_seconds'], 3)}: "
             f"{ap['commands_ratio']:.1f}x for 10x the commands"
         )
-    for name in ("scanner", "integration"):
+    for name in ("scanner", "integration", "render"):
         node = r.get(name, {})
         lines.append("")
         if "skipped" in node:

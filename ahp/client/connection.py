@@ -33,7 +33,7 @@ import itertools
 import logging
 import secrets
 import ssl
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, Final, Literal
 from urllib.parse import SplitResult, parse_qs, urlencode, urlsplit, urlunsplit
@@ -67,7 +67,8 @@ from ahp.protocol.state import (
     TerminalState,
 )
 from ahp.reducers import DEFAULT_SCROLLBACK
-from ahp.run import DEFAULT_MAX_OUTPUT, CommandResult
+from ahp.run import CommandRegistry, CommandResult
+from ahp.vt.screen import ScreenModel
 from ahp.ws import (
     ConnectionClosed,
     ConnectionRejected,
@@ -169,6 +170,10 @@ class Client:
         #: Why the connection is gone for good (no reconnect will follow), else None.
         self._lost: str | None = None
         self._nursery: trio.Nursery | None = None
+        #: Screen models of :meth:`RemoteTerminal.screen`, per channel.
+        self.screen_models: dict[str, ScreenModel] = {}
+        #: Recent command handles of :meth:`RemoteTerminal.command`, per channel.
+        self.command_registries: dict[str, CommandRegistry] = {}
         self._listeners: list[Callable[[ActionEnvelope], None]] = []
         self._released: dict[int, tuple[trio.Event, trio.Event]] = {}
 
@@ -208,6 +213,12 @@ class Client:
                 if self._lost is not None:
                     raise ConnectionLost(self._lost)
                 await self._changed.park()
+
+    def spawn_task(self, fn: Callable[[], Awaitable[None]]) -> None:
+        """Run ``fn`` in the client's nursery (cancelled when the client closes)."""
+        if self._nursery is None:
+            raise ClientError("the client is not connected")
+        self._nursery.start_soon(fn)
 
     def on_envelope(self, callback: Callable[[ActionEnvelope], None]) -> Callable[[], None]:
         """Call ``callback`` for every applied envelope; returns an unregister function."""
@@ -327,7 +338,7 @@ class Client:
         command_line: str,
         *,
         timeout: float | None = None,
-        max_output_bytes: int = DEFAULT_MAX_OUTPUT,
+        max_output_bytes: int | None = None,
     ) -> CommandResult:
         """Run one command in a subscribed terminal (see :meth:`RemoteTerminal.run`)."""
         return await self.terminal(channel).run(
@@ -757,6 +768,7 @@ async def connect(
         except trio.TooSlowError:
             setup_error = ClientError(f"no answer to initialize within {connect_timeout:g} s")
         else:
+            client._nursery = nursery
             nursery.start_soon(client._run, nursery, ws)
             try:
                 yield client

@@ -8,18 +8,42 @@ Why: an agent that talks to a sidecar over the wire wants ``run``,
 Buffering: :meth:`RemoteTerminal.follow` queues at most ``FOLLOW_QUEUE``
 envelopes for its consumer; if the consumer falls further behind it receives
 a fresh snapshot of the mirror instead of the missed envelopes (no silent gap).
+
+What a client cannot see: the server's processes. So remotely
+
+* *waiting for input* is a heuristic: the output has been quiet for
+  ``input_quiet`` seconds and its last line looks like a prompt
+  (:func:`ahp.run.looks_like_prompt`: ends in ``:``, ``?``, ``>``…). A prompt that
+  ends otherwise, or a silent read (``read`` with no prompt), is not detected: the
+  command stays ``running`` until ``yield_after`` or ``timeout``;
+* ``background`` is always empty;
+* :meth:`CommandHandle.kill <ahp.run.CommandHandle.kill>` sends Ctrl-C and, if the
+  command is still running after :data:`KILL_GRACE`, Ctrl-\\ (SIGQUIT) — not SIGKILL.
+
+Command collectors (handles) run in the client connection's nursery: they end
+with the command or when the client closes.
 """
 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Final
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Final
 
 import trio
 
 from ahp.protocol.actions import ActionEnvelope, TerminalClaimed, TerminalInput, TerminalResized
-from ahp.protocol.state import Snapshot, TerminalClaim, TerminalState
-from ahp.run import DEFAULT_MAX_OUTPUT, CommandResult, run_command
+from ahp.protocol.state import CommandPart, Snapshot, TerminalClaim, TerminalState
+from ahp.run import (
+    DEFAULT_INPUT_QUIET,
+    CommandHandle,
+    CommandRegistry,
+    CommandResult,
+    InputEvidence,
+    run_command,
+    start_command,
+)
+from ahp.vt.screen import Screen, ScreenModel
 
 if TYPE_CHECKING:
     from ahp.client.connection import Client
@@ -29,6 +53,8 @@ __all__ = ["FOLLOW_QUEUE", "RemoteTerminal"]
 FOLLOW_QUEUE: Final = 10_000
 #: A remote shell may announce command detection a little after creation.
 DETECTION_WAIT: Final = 3.0
+#: ``kill`` remotely: Ctrl-C, then Ctrl-\\ if the command still runs after this long.
+KILL_GRACE: Final = 2.0
 
 
 class RemoteTerminal:
@@ -74,13 +100,101 @@ class RemoteTerminal:
         command_line: str,
         *,
         timeout: float | None = None,
-        max_output_bytes: int = DEFAULT_MAX_OUTPUT,
+        yield_after: float | None = None,
+        head_bytes: int | None = None,
+        tail_bytes: int | None = None,
+        input_quiet: float = DEFAULT_INPUT_QUIET,
         claim: TerminalClaim | None = None,
+        max_output_bytes: int | None = None,
     ) -> CommandResult:
-        """Run one command remotely; same contract as :meth:`ahp.engine.Terminal.run`."""
+        """Run one command remotely; same contract as :meth:`ahp.engine.Terminal.run`
+        (but see the module doc for what a client cannot see)."""
         return await run_command(
-            self, command_line, timeout=timeout, max_output_bytes=max_output_bytes, claim=claim
+            self,
+            command_line,
+            timeout=timeout,
+            yield_after=yield_after,
+            head_bytes=head_bytes,
+            tail_bytes=tail_bytes,
+            input_quiet=input_quiet,
+            claim=claim,
+            max_output_bytes=max_output_bytes,
         )
+
+    async def start(
+        self,
+        command_line: str,
+        *,
+        head_bytes: int | None = None,
+        tail_bytes: int | None = None,
+        input_quiet: float = DEFAULT_INPUT_QUIET,
+        claim: TerminalClaim | None = None,
+        max_output_bytes: int | None = None,
+    ) -> CommandHandle:
+        """Start one command remotely and return its handle (see :meth:`run`)."""
+        return await start_command(
+            self,
+            command_line,
+            head_bytes=head_bytes,
+            tail_bytes=tail_bytes,
+            input_quiet=input_quiet,
+            claim=claim,
+            max_output_bytes=max_output_bytes,
+        )
+
+    def screen(self) -> Screen:
+        """The visible screen, rendered from the client's mirror (see :mod:`ahp.vt.screen`)."""
+        models = self.client.screen_models
+        model = models.get(self.uri)
+        if model is None:
+            _forget_unsubscribed(models, self.client.mirrors)
+            model = models[self.uri] = ScreenModel(self.state.cols or 80, self.state.rows or 24)
+        return model.update(self.state)
+
+    # -- TerminalDriver: what a client can and cannot do -------------------------------------
+
+    def spawn_task(self, fn: Callable[[], Awaitable[None]]) -> None:
+        self.client.spawn_task(fn)
+
+    @property
+    def commands(self) -> CommandRegistry:
+        """Recent commands started through this client in this terminal."""
+        registries = self.client.command_registries
+        registry = registries.get(self.uri)
+        if registry is None:
+            _forget_unsubscribed(registries, self.client.mirrors)
+            registry = registries[self.uri] = CommandRegistry()
+        return registry
+
+    def command(self, command_id: str) -> CommandHandle:
+        """The handle of a recent command started through this client (KeyError else)."""
+        return self.commands.get(command_id)
+
+    @property
+    def sees_processes(self) -> bool:
+        return False
+
+    def input_evidence(self) -> InputEvidence | None:
+        return None
+
+    @property
+    def ended(self) -> bool:
+        return self._gone() or self.state.exited
+
+    def job_mark(self) -> object:
+        return None
+
+    async def background_jobs(self, mark: object) -> dict[int, str]:
+        await trio.lowlevel.checkpoint()
+        return {}
+
+    async def kill_command(self, mark: object = None) -> None:
+        """Ctrl-C, then Ctrl-\\ if a command is still running after :data:`KILL_GRACE`."""
+        await self.send_input("\x03")
+        with trio.move_on_after(KILL_GRACE):
+            await self.client.wait_for(lambda: not _running(self.state) or self._gone())
+            return
+        await self.send_input("\x1c")
 
     async def wait_exited(self, timeout: float = math.inf) -> int | None:
         with trio.fail_after(timeout):
@@ -89,6 +203,21 @@ class RemoteTerminal:
 
     def _gone(self) -> bool:
         return self.uri not in self.client.mirrors
+
+
+def _forget_unsubscribed(per_channel: dict[str, Any], mirrors: Mapping[str, object]) -> None:
+    """Drop what is kept for channels the client no longer mirrors (bounds the dicts
+    by the subscribed channels, plus the one about to be added)."""
+    for uri in [uri for uri in per_channel if uri not in mirrors]:
+        del per_channel[uri]
+
+
+def _running(state: TerminalState) -> bool:
+    """A detected command is running (without detection: assumed running)."""
+    if not state.supportsCommandDetection:
+        return not state.exited
+    content = state.content
+    return bool(content) and isinstance(content[-1], CommandPart) and not content[-1].isComplete
 
 
 class _Follower:

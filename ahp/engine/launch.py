@@ -27,6 +27,7 @@ import attrs
 from ahp.protocol.state import TerminalClaim
 from ahp.protocol.uri import local_file_uri_to_path, path_to_file_uri
 from ahp.pty import SpawnError, SpawnSpec
+from ahp.pty.environment import NONINTERACTIVE_ENV
 from ahp.pty.spec import validate
 from ahp.reducers import DEFAULT_SCROLLBACK
 from ahp.reducers.core import MAX_TITLE
@@ -51,7 +52,9 @@ class TerminalSpec:
     ``$SHELL``, else ``/bin/sh``) with command detection injected when the shell
     is bash, zsh or fish. ``cwd`` is an absolute path or a ``file://`` URI
     (default: the home directory). The child's environment is this process's
-    environment plus ``TERM=xterm-256color`` plus ``env``. ``name`` (the initial
+    environment plus ``TERM=xterm-256color``, plus (unless ``interactive``) the
+    non-interactive defaults :data:`ahp.pty.environment.NONINTERACTIVE_ENV` (no
+    pagers, no credential prompts), plus ``env``. ``name`` (the initial
     title) is at most :data:`~ahp.reducers.core.MAX_TITLE` characters.
     """
 
@@ -69,6 +72,7 @@ class TerminalSpec:
     shell_integration: bool = True
     scrollback: int = DEFAULT_SCROLLBACK
     grace: float = DISPOSE_GRACE
+    interactive: bool = False
 
 
 @attrs.frozen
@@ -111,6 +115,8 @@ def prepare_launch(spec: TerminalSpec, *, nonce: str) -> Launch:
         raise SpawnError("argv must not be empty")
     base_env = dict(os.environ)
     base_env["TERM"] = "xterm-256color"
+    if not spec.interactive:
+        base_env.update(NONINTERACTIVE_ENV)
     base_env.update(spec.env)
     cwd = _cwd_path(spec.cwd)
     if spec.argv is not None:

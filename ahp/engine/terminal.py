@@ -41,10 +41,18 @@ outboxes that decide for themselves (merge, resynchronise, overflow; see
 :data:`~ahp.reducers.core.MAX_PENDING_INPUT` bytes) is rejected, not queued.
 
 Batching: each hop between tasks costs a pass of the scheduler, so every task
-first drains what is already waiting in its channel (``receive_nowait``) and
-works on the whole batch, and hands its result on with ``send_nowait`` (waiting
-only when the channel is full). Under sustained output a hop is paid once per
-batch, not per read; an isolated keystroke echo goes through at once.
+first drains what is already waiting in its channel (``receive_nowait``, which
+also takes the items of producers waiting for room) and works on the whole
+batch, and hands its result on with ``send_nowait`` (waiting only when the
+channel is full). Under sustained output a hop is paid once per batch, not per
+read; an isolated keystroke echo goes through at once. Because consumers drain
+everything, a channel fills only when its consumer cannot run for a while (a
+parse task waiting for room at the reducer, many callers in one pass); the
+bounds then hold memory and stop the producers.
+
+Callers: :meth:`Terminal.dispatch` returns once the action is queued; with
+``wait=True``, once the reducer decided on it and told the catalogue (the
+server uses that where a client must read the result at once).
 
 Ownership and cancellation: the terminal owns its :class:`~ahp.pty.Child`
 (process and fds), its channels and its launch's files. :meth:`Terminal.close`
@@ -57,9 +65,12 @@ of the tasks ends this terminal only (:attr:`Terminal.failure`).
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import signal
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Final, TypeVar
 
 import trio
@@ -79,11 +90,21 @@ from ahp.protocol.actions import (
     action_type,
 )
 from ahp.protocol.state import Snapshot, TerminalClaim, TerminalInfo, TerminalState
-from ahp.pty import Child, ChildGone, SpawnError, kill_session, spawn
+from ahp.pty import Child, ChildGone, SpawnError, kill_session, procfs, spawn
 from ahp.reducers import Rejected, TerminalCore
 from ahp.reducers.core import MAX_DIMENSION, MAX_PENDING_INPUT
-from ahp.run import DEFAULT_MAX_OUTPUT, CommandResult, run_command
+from ahp.run import (
+    DEFAULT_INPUT_QUIET,
+    FOLLOW_BYTES,
+    CommandHandle,
+    CommandRegistry,
+    CommandResult,
+    InputEvidence,
+    run_command,
+    start_command,
+)
 from ahp.vt import OutputParser
+from ahp.vt.screen import Screen, ScreenModel
 
 __all__ = [
     "EXIT_LINGER",
@@ -120,10 +141,14 @@ ECHO_SPIN_INPUT: Final = 8
 ECHO_SPIN: Final = 0.0002
 #: After the process exits, a pty still held open is read until quiet this long.
 EXIT_LINGER: Final = 0.1
+#: How long a command's jobs may take to ``exec`` before they are reported as they are.
+JOB_SETTLE: Final = 0.5
+JOB_SETTLE_POLL: Final = 0.02
 
 
 class _ClientAction:
-    """A client's or the library's action on its way to the reducer."""
+    """A client's or the library's action on its way to the reducer; ``decided`` (if
+    any) is set once the reducer has accepted or rejected it, or the terminal closed."""
 
     __slots__ = ("action", "decided", "origin", "sender")
 
@@ -220,6 +245,10 @@ class Terminal:
         self._exit_code: _ProcessExited | None = None
         self._cancel_scope = trio.CancelScope()
         self._wait_scope: trio.CancelScope | None = None
+        self._tasks: trio.Nursery | None = None  # command collectors (ahp.run)
+        self._screen: ScreenModel | None = None
+        #: Recent commands by id (:meth:`command`).
+        self.commands = CommandRegistry()
         self._process_exited = trio.Event()
         self.exited = trio.Event()
         self.closed = trio.Event()
@@ -344,26 +373,139 @@ class Terminal:
         command_line: str,
         *,
         timeout: float | None = None,
-        max_output_bytes: int = DEFAULT_MAX_OUTPUT,
+        yield_after: float | None = None,
+        head_bytes: int | None = None,
+        tail_bytes: int | None = None,
+        input_quiet: float = DEFAULT_INPUT_QUIET,
         claim: TerminalClaim | None = None,
+        max_output_bytes: int | None = None,
     ) -> CommandResult:
         """Type ``command_line`` into this terminal and return its :class:`CommandResult`.
 
-        Uses command detection when the shell reports it, else a marker-based
-        fallback (see :mod:`ahp.run`). On ``timeout`` the command is interrupted
-        (``\\x03``) and what arrived is returned with ``timed_out=True``;
-        cancelling the call interrupts the command too. Output beyond
-        ``max_output_bytes`` keeps the most recent bytes (``truncated=True``).
-        With ``claim`` (e.g. a :class:`SessionClaim` naming a tool call) the
-        terminal is claimed for the duration and the previous claim restored.
+        Returns when the command is over; early with status ``waiting_for_input``
+        when it blocks reading the terminal (seen in ``/proc`` after
+        ``input_quiet`` s of quiet; answer with ``result.handle.send_input``), or
+        with status ``running`` after ``yield_after`` s (``result.handle`` follows
+        it). On ``timeout`` the command is interrupted (``\\x03``): status
+        ``timed_out``; cancelling the call interrupts it too. ``output`` is the
+        rendered text, its first ``head_bytes`` and last ``tail_bytes``
+        (``max_output_bytes``, for compatibility, sets both: a quarter head). With
+        ``claim`` (e.g. a :class:`SessionClaim` naming a tool call) the terminal
+        is claimed until the command ends and the previous claim is restored.
+        See :mod:`ahp.run`.
         """
         return await run_command(
             _LocalDriver(self),
             command_line,
             timeout=timeout,
-            max_output_bytes=max_output_bytes,
+            yield_after=yield_after,
+            head_bytes=head_bytes,
+            tail_bytes=tail_bytes,
+            input_quiet=input_quiet,
             claim=claim,
+            max_output_bytes=max_output_bytes,
         )
+
+    async def start(
+        self,
+        command_line: str,
+        *,
+        head_bytes: int | None = None,
+        tail_bytes: int | None = None,
+        input_quiet: float = DEFAULT_INPUT_QUIET,
+        claim: TerminalClaim | None = None,
+        max_output_bytes: int | None = None,
+    ) -> CommandHandle:
+        """Type ``command_line`` and return its :class:`~ahp.run.CommandHandle` at once.
+
+        The handle's collector runs in this terminal's nursery: it ends with the
+        command or when the terminal is disposed.
+        """
+        return await start_command(
+            _LocalDriver(self),
+            command_line,
+            head_bytes=head_bytes,
+            tail_bytes=tail_bytes,
+            input_quiet=input_quiet,
+            claim=claim,
+            max_output_bytes=max_output_bytes,
+        )
+
+    def command(self, command_id: str) -> CommandHandle:
+        """The handle of a recent command (``result.command_id``); KeyError when
+        unknown or forgotten (see :data:`ahp.run.MAX_COMMANDS_KEPT`)."""
+        return self.commands.get(command_id)
+
+    def screen(self) -> Screen:
+        """The visible screen now (rendered on demand: see :mod:`ahp.vt.screen`)."""
+        if self._screen is None:
+            self._screen = ScreenModel(self.spec.cols, self.spec.rows)
+        return self._screen.update(self.state)
+
+    def tty_status(self) -> procfs.TtyStatus | None:
+        """The pty's foreground process group, echo flag and the processes blocked
+        reading it (``None`` without a pty or once closed)."""
+        child = self._child
+        if child is None or not self.spec.use_pty or child.output_fd < 0 or self.exited.is_set():
+            return None
+        return procfs.tty_status(child.output_fd)
+
+    def job_mark(self) -> procfs.JobMark | None:
+        """A cheap mark of the session's jobs now, for :meth:`jobs_since`."""
+        child = self._child
+        if child is None or not self.spec.use_pty or self.exited.is_set():
+            return None
+        return procfs.job_mark(child.pid)
+
+    def jobs_since(self, mark: procfs.JobMark | None = None) -> dict[int, str]:
+        """The jobs running in this terminal's session (started since ``mark``): pid →
+        command line (processes outside the shell's own process group, see
+        :func:`ahp.pty.procfs.jobs_since`)."""
+        child = self._child
+        if child is None or not self.spec.use_pty or self.exited.is_set():
+            return {}
+        return {pid: line for pid, (_, line) in procfs.jobs_since(child.pid, mark).items()}
+
+    async def background_jobs(self, mark: procfs.JobMark | None = None) -> dict[int, str]:
+        """:meth:`jobs_since`, once the jobs have started their programs: a job that
+        still shows the shell's own command line (forked, not yet ``exec``-ed) is
+        looked at again every :data:`JOB_SETTLE_POLL` s, for at most
+        :data:`JOB_SETTLE` s (a subshell job ``( … ) &`` keeps it for good)."""
+        child = self._child
+        if child is None:
+            return {}
+        deadline = trio.current_time() + JOB_SETTLE
+        while True:
+            jobs = self.jobs_since(mark)
+            shell_line = procfs.command_line(child.pid)
+            if shell_line not in jobs.values() or trio.current_time() >= deadline:
+                return jobs
+            await trio.sleep(JOB_SETTLE_POLL)
+
+    async def kill_command(self, mark: procfs.JobMark | None = None) -> None:
+        """SIGKILL the foreground job and every job started in the session since
+        ``mark``, each by its whole process group. If the shell itself is in the
+        foreground (a builtin such as ``read`` or ``wait``), it gets Ctrl-C too."""
+        child = self._child
+        status = self.tty_status()
+        if child is None or status is None:
+            await self.send_input("\x03")
+            return
+        groups = {pgrp for pgrp, _ in procfs.jobs_since(child.pid, mark).values()}
+        if status.foreground_pgrp not in (0, child.pid):
+            groups.add(status.foreground_pgrp)
+        for pgrp in groups:
+            with contextlib.suppress(OSError):
+                os.killpg(pgrp, signal.SIGKILL)
+        if status.foreground_pgrp == child.pid:
+            await self.send_input("\x03")
+        await trio.lowlevel.checkpoint()
+
+    def spawn_task(self, fn: Callable[[], Awaitable[None]]) -> None:
+        """Run ``fn`` in this terminal's nursery (cancelled on dispose); ``fn`` must not raise."""
+        if self._tasks is None:
+            raise RuntimeError("the terminal is not running")
+        self._tasks.start_soon(fn)
 
     async def interrupt(self) -> None:
         """Send Ctrl-C: the pty delivers SIGINT to the foreground job."""
@@ -394,7 +536,8 @@ class Terminal:
                 raise SpawnError("the terminal was disposed while it was starting")
         finally:
             self._accepting = False
-            self._reducer_inbox.close()  # callers waiting for room give up
+            self._tasks = None
+            self._forget_queued()
             if child is not None:
                 with trio.CancelScope(shield=True):
                     await child.terminate(spec.grace)
@@ -414,6 +557,7 @@ class Terminal:
         to_writer, writer_inbox = trio.open_memory_channel[bytes](INPUT_QUEUE)
         self._to_writer = to_writer
         async with trio.open_nursery() as nursery:
+            self._tasks = nursery
             nursery.start_soon(self._reducer_task, self._reducer_inbox)
             nursery.start_soon(self._parse_task, parse_inbox)
             nursery.start_soon(self._read_task, child, to_parse)
@@ -421,6 +565,24 @@ class Terminal:
             nursery.start_soon(self._exit_task, child)
             self._accepting = True
             task_status.started(self)
+
+    @property
+    def closing(self) -> bool:
+        """Disposal has started (or the terminal's tasks have ended)."""
+        return self._cancel_scope.cancel_called or self.closed.is_set()
+
+    def _forget_queued(self) -> None:
+        """The reducer is gone: release whoever waits for a verdict on a queued action,
+        and close the channel (callers waiting for room give up)."""
+        inbox = self._reducer_inbox
+        while True:
+            try:
+                item = inbox.receive_nowait()
+            except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+                break
+            if isinstance(item, _ClientAction) and item.decided is not None:
+                item.decided.set()
+        inbox.close()
 
     def close(self) -> None:
         """Start disposal: cancel the tasks; :meth:`lifetime` then terminates and reaps."""
@@ -563,10 +725,11 @@ class Terminal:
                         await self._spin_for_echo()
                 except (ChildGone, trio.ClosedResourceError):
                     self._input_gone = True  # later input is published but not written
-                    self._pending_input = 0
                     return
                 finally:
-                    self._pending_input -= len(data)
+                    # Nothing is pending once the input side is gone (what is still
+                    # queued is dropped with the channel).
+                    self._pending_input = 0 if self._input_gone else self._pending_input - len(data)
 
     async def _spin_for_echo(self) -> None:
         """After a keystroke reached the pty, keep the scheduler polling (checkpoints)
@@ -585,14 +748,16 @@ class Terminal:
         """The only writer of the state: apply everything waiting, then tell the host
         once if the catalogue entry changed."""
         core = self._core
-        async with inbox:
-            while True:
-                try:
-                    item = inbox.receive_nowait()
-                except trio.WouldBlock:
-                    item = await inbox.receive()
-                self.reducer_batches += 1
-                decided: list[trio.Event] | None = None
+        # (The inbox is closed by lifetime's finally, after what is still queued has been
+        # released: callers may be waiting for a verdict.)
+        while True:
+            try:
+                item = inbox.receive_nowait()
+            except trio.WouldBlock:
+                item = await inbox.receive()
+            self.reducer_batches += 1
+            decided: list[trio.Event] | None = None
+            try:
                 while True:
                     self._reduce(item)
                     if item.__class__ is _ClientAction:
@@ -606,6 +771,8 @@ class Terminal:
                 if core.info_changed:
                     core.info_changed = False
                     self._on_info_changed(self)
+            finally:
+                # Verdicts are given once the batch is applied and the catalogue told.
                 for event in decided or ():
                     event.set()
 
@@ -677,11 +844,15 @@ class _LocalDriver:
         self._terminal = terminal
 
     @property
+    def uri(self) -> str:
+        return self._terminal.uri
+
+    @property
     def state(self) -> TerminalState:
         return self._terminal.state
 
     def follow(self) -> Subscription:
-        return self._terminal.subscribe(max_bytes=64 * 1024 * 1024)
+        return self._terminal.subscribe(max_bytes=FOLLOW_BYTES)
 
     async def send_input(self, data: str) -> None:
         await self._terminal.send_input(data)
@@ -698,3 +869,40 @@ class _LocalDriver:
             async for _ in updates:
                 if terminal.state.claim == claim or terminal.closed.is_set():
                     break
+
+    def spawn_task(self, fn: Callable[[], Awaitable[None]]) -> None:
+        self._terminal.spawn_task(fn)
+
+    @property
+    def commands(self) -> CommandRegistry:
+        return self._terminal.commands
+
+    @property
+    def ended(self) -> bool:
+        terminal = self._terminal
+        return terminal.exited.is_set() or terminal.closing
+
+    @property
+    def sees_processes(self) -> bool:
+        return self._terminal.spec.use_pty
+
+    def input_evidence(self) -> InputEvidence | None:
+        status = self._terminal.tty_status()
+        if status is None or status.unread:
+            return None
+        if status.readers:
+            return InputEvidence(readers=status.readers, echo=status.echo, source="procfs")
+        if status.pollers:
+            return InputEvidence(readers=status.pollers, echo=status.echo, source="poll")
+        return None
+
+    def job_mark(self) -> object:
+        return self._terminal.job_mark()
+
+    async def background_jobs(self, mark: object) -> dict[int, str]:
+        assert mark is None or isinstance(mark, procfs.JobMark)
+        return await self._terminal.background_jobs(mark)
+
+    async def kill_command(self, mark: object) -> None:
+        assert mark is None or isinstance(mark, procfs.JobMark)
+        await self._terminal.kill_command(mark)

@@ -13,11 +13,12 @@ connection, exit code unknown) — with one line on stderr; 128 + N when signal 
 (SIGTERM, SIGHUP; Ctrl-C gives 130) stopped ``run``: the command is interrupted
 and a terminal created for it is disposed first, as on Ctrl-C.
 
-Output: at most ``--max-output-bytes`` bytes are printed — counted as printed
-(escape sequences removed, UTF-8) and in whole lines, the most recent ones.
-When output was dropped, one line on stderr says so. (The raw output collected
-is bounded at :data:`RAW_FACTOR` times the limit, so escape-heavy output still
-fills it.)
+Output: at most ``--max-output-bytes`` bytes of the rendered output
+(:class:`~ahp.result.CommandResult` ``output``: progress bars as their last
+state, no escapes) are printed, counted in UTF-8 and in whole lines, the most
+recent ones. When output was dropped, one line on stderr says exactly how many
+bytes and lines. (The command's output budget is :data:`RAW_FACTOR` times the
+limit, so that the tail it keeps always covers what is printed.)
 
 Input: the command reads from its terminal, not from ``run``'s standard input,
 which is not forwarded. So that ``echo data | ahp run URL -- cat`` does not wait
@@ -67,8 +68,8 @@ TIMED_OUT: Final = 124
 FAILED: Final = 125
 #: Bound on disposing the terminal created for the command.
 DISPOSE_TIMEOUT: Final = 10.0
-#: The raw output collected is bounded at this many times ``--max-output-bytes``
-#: (escape sequences and ``\r`` take room that the printed output does not).
+#: The command's output budget is this many times ``--max-output-bytes`` (a quarter
+#: head, the rest tail: the tail alone exceeds what is printed).
 RAW_FACTOR: Final = 4
 #: Signals that stop ``run`` the way Ctrl-C does (command interrupted, terminal disposed).
 STOP_SIGNALS: Final = (signal.SIGTERM, signal.SIGHUP)
@@ -106,8 +107,10 @@ def _add_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--json",
         action="store_true",
-        help="print the whole CommandResult as JSON (command_line, output, raw_output, "
-        "exit_code, duration_ms, truncated, timed_out)",
+        help="print the whole CommandResult as JSON (command_line, status, output, "
+        "raw_output, exit_code, duration_ms, truncated, omitted_bytes, omitted_lines, "
+        "total_bytes, total_lines, timed_out, waiting_for_input, alternate_screen, "
+        "shell_exited, background, command_id)",
     )
 
 
@@ -248,23 +251,35 @@ def run(args: argparse.Namespace) -> int:
             print(f"ahp run: {name}: the command was interrupted", file=sys.stderr)
             return 128 + stopped_by
         assert result is not None
-        printed = printed_output(result.output, args.max_output_bytes, cut_before=result.truncated)
+        # The result holds the whole output's head and tail (each larger than the
+        # limit) and its exact size: what is printed is a suffix of the tail.
+        printed = printed_output(result.output, args.max_output_bytes)
+        printed_bytes = len(printed.text.encode("utf-8", "surrogatepass"))
+        dropped_bytes = result.total_bytes - printed_bytes
+        dropped_lines = result.total_lines - printed.text.count("\n")
         if args.json:
-            shown = attrs.evolve(result, output=printed.text, truncated=printed.truncated)
-            print(json.dumps(attrs.asdict(shown), indent=2))
+            shown = attrs.evolve(
+                result,
+                output=printed.text,
+                truncated=printed.truncated,
+                omitted_bytes=dropped_bytes,
+                omitted_lines=dropped_lines,
+            )
+            print(json.dumps(shown.to_json(), indent=2))
         else:
             sys.stdout.write(printed.text)
             sys.stdout.flush()
         if printed.truncated:
-            what = "earlier output" if printed.dropped is None else f"{printed.dropped} bytes"
             print(
-                f"ahp run: output truncated: {what} dropped, printed the last "
-                f"{len(printed.text.encode('utf-8', 'surrogatepass'))} bytes "
+                f"ahp run: output truncated: {dropped_bytes} bytes in {dropped_lines} lines "
+                f"dropped, printed the last {printed_bytes} bytes "
                 f"(--max-output-bytes {args.max_output_bytes})",
                 file=sys.stderr,
             )
         if result.timed_out:
             print(f"ahp run: timed out after {args.timeout:g} s", file=sys.stderr)
+        elif result.waiting_for_input:
+            print("ahp run: the command is waiting for input", file=sys.stderr)
         elif result.exit_code is None:
             print("ahp run: the command's exit code is unknown", file=sys.stderr)
         return exit_status(result)

@@ -1,0 +1,218 @@
+"""Output budgets: the head and the tail of a command's rendered output, with exact counts.
+
+Why: an agent cannot read megabytes, and the usual cut (the last N bytes, or a
+2 KB preview) hides either how a command started (the first error of a build)
+or how it ended. :class:`OutputBudget` keeps the first ``head_bytes`` and the
+last ``tail_bytes`` of the rendered output, says exactly how many bytes and
+lines lie between them, and keeps the whole output (up to
+:data:`RETAINED_OUTPUT_BYTES`) so that it can be read later.
+
+Units: a line counts as its UTF-8 bytes plus one for its newline; the output text
+is every line followed by ``\\n``. Only whole lines are kept, except when a single
+line is larger than the head (its start is kept) or than the tail (its end is
+kept): such a line is *partly shown* and not counted in ``omitted_lines``;
+``omitted_bytes`` counts every byte not shown.
+
+Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import deque
+from collections.abc import Sequence
+from typing import Final
+
+import attrs
+
+__all__ = [
+    "DEFAULT_HEAD_BYTES",
+    "DEFAULT_TAIL_BYTES",
+    "RETAINED_OUTPUT_BYTES",
+    "BudgetedText",
+    "OutputBudget",
+    "omission_marker",
+]
+
+#: Default size of the head of the output shown to an agent.
+DEFAULT_HEAD_BYTES: Final = 16 * 1024
+#: Default size of the tail of the output shown to an agent.
+DEFAULT_TAIL_BYTES: Final = 48 * 1024
+#: The whole rendered output of one command is kept up to this many bytes (the
+#: oldest lines beyond it are dropped, and counted).
+RETAINED_OUTPUT_BYTES: Final = 8 * 1024 * 1024
+
+
+def _size(line: str) -> int:
+    return len(line.encode("utf-8", "surrogatepass")) + 1
+
+
+def _cut_head(line: str, limit: int) -> str:
+    return line.encode("utf-8", "surrogatepass")[:limit].decode("utf-8", "ignore")
+
+
+def _cut_tail(line: str, limit: int) -> str:
+    data = line.encode("utf-8", "surrogatepass")
+    return data[len(data) - limit :].decode("utf-8", "ignore") if limit > 0 else ""
+
+
+def omission_marker(omitted_bytes: int, omitted_lines: int) -> str:
+    """The line put between head and tail."""
+    return f"[... {omitted_bytes} bytes in {omitted_lines} lines omitted ...]"
+
+
+@attrs.frozen
+class BudgetedText:
+    """Output within a budget: head, marker line (when truncated), tail."""
+
+    text: str
+    truncated: bool
+    omitted_bytes: int
+    omitted_lines: int
+    total_bytes: int
+    total_lines: int
+
+
+class OutputBudget:
+    """Finished lines go in with :meth:`add`; :meth:`render` applies the budget.
+
+    Buffering: the head (at most ``head_bytes``) and the retained lines (at most
+    ``retain_bytes``, oldest dropped first; ``dropped_bytes`` / ``dropped_lines``
+    count them). ``tail_bytes`` must not exceed ``retain_bytes``.
+    """
+
+    def __init__(
+        self,
+        head_bytes: int = DEFAULT_HEAD_BYTES,
+        tail_bytes: int = DEFAULT_TAIL_BYTES,
+        *,
+        retain_bytes: int = RETAINED_OUTPUT_BYTES,
+    ) -> None:
+        if head_bytes < 0 or tail_bytes < 0:
+            raise ValueError("head_bytes and tail_bytes must not be negative")
+        if tail_bytes > retain_bytes:
+            raise ValueError(f"tail_bytes must not exceed {retain_bytes}")
+        self.head_bytes = head_bytes
+        self.tail_bytes = tail_bytes
+        self.retain_bytes = retain_bytes
+        self._head: list[str] = []
+        self._head_size = 0
+        self._head_full = head_bytes == 0
+        #: Lines wholly or partly in the head (the tail starts after them).
+        self._head_count = 0
+        self._retained: deque[tuple[str, int]] = deque()
+        self._retained_size = 0
+        self.dropped_lines = 0
+        self.dropped_bytes = 0
+        self.lines = 0  # finished lines added
+        self.bytes = 0
+
+    def add(self, line: str) -> None:
+        """One finished line (without its newline)."""
+        size = _size(line)
+        self.lines += 1
+        self.bytes += size
+        if not self._head_full:
+            if self._head_size + size <= self.head_bytes:
+                self._head.append(line + "\n")
+                self._head_size += size
+                self._head_count += 1
+            else:
+                self._head_full = True
+                if not self._head:  # one line larger than the head: its start
+                    part = _cut_head(line, self.head_bytes)
+                    self._head.append(part)
+                    self._head_size = len(part.encode("utf-8", "surrogatepass"))
+                    self._head_count = 1
+        self._retained.append((line, size))
+        self._retained_size += size
+        while self._retained_size > self.retain_bytes and self._retained:
+            _, old = self._retained.popleft()
+            self._retained_size -= old
+            self.dropped_lines += 1
+            self.dropped_bytes += old
+
+    def finished_lines(self, start: int) -> list[str]:
+        """Retained finished lines from index ``start`` on (earlier ones may be dropped).
+
+        Costs O(lines returned), not O(lines retained)."""
+        count = min(len(self._retained), self.lines - max(0, start))
+        if count <= 0:
+            return []
+        newest = [line for line, _ in itertools.islice(reversed(self._retained), count)]
+        newest.reverse()
+        return newest
+
+    def retained_text(self, live: Sequence[str] = ()) -> str:
+        """Every retained line, then ``live`` (lines not finished yet), each with ``\\n``."""
+        return "".join(line + "\n" for line, _ in self._retained) + "".join(
+            line + "\n" for line in live
+        )
+
+    def render(self, live: Sequence[str] = ()) -> BudgetedText:
+        """The output so far, ``live`` lines (still changing) counted as its last lines."""
+        total_lines = self.lines + len(live)
+        live_sizes = [_size(line) for line in live]
+        total_bytes = self.bytes + sum(live_sizes)
+        if total_bytes <= self.head_bytes + self.tail_bytes and self.dropped_lines == 0:
+            text = self.retained_text(live)
+            return BudgetedText(text, False, 0, 0, total_bytes, total_lines)
+        # Head: complete it from the live lines when the finished ones did not fill it.
+        head = list(self._head)
+        head_size = self._head_size
+        head_count = self._head_count
+        head_full = self._head_full
+        head_whole = head_count if not (head and not head[-1].endswith("\n")) else head_count - 1
+        live_start = 0
+        for line, size in zip(live, live_sizes, strict=True):
+            if head_full:
+                break
+            if head_size + size <= self.head_bytes:
+                head.append(line + "\n")
+                head_size += size
+                head_count += 1
+                head_whole += 1
+                live_start += 1
+            else:
+                head_full = True
+                if not head:
+                    part = _cut_head(line, self.head_bytes)
+                    head.append(part)
+                    head_size = len(part.encode("utf-8", "surrogatepass"))
+                    head_count += 1
+                    live_start += 1
+        # Tail: walk back from the end over lines after the head.
+        tail: list[str] = []
+        tail_size = 0
+        tail_whole = 0
+        # Newest first, and lazily: the walk stops as soon as the tail is full (a
+        # render costs O(tail), not O(retained)).
+        after_head = max(0, self.lines - max(head_count, self.dropped_lines))
+        newest_first = itertools.chain(
+            reversed(list(zip(live[live_start:], live_sizes[live_start:], strict=True))),
+            itertools.islice(reversed(self._retained), after_head),
+        )
+        for line, size in newest_first:
+            if tail_size + size <= self.tail_bytes:
+                tail.append(line + "\n")
+                tail_size += size
+                tail_whole += 1
+                continue
+            if not tail and self.tail_bytes > 0:
+                part = _cut_tail(line + "\n", self.tail_bytes)
+                tail.append(part)
+                tail_size = len(part.encode("utf-8", "surrogatepass"))
+            break
+        tail.reverse()
+        partial = (head_count - head_whole) + (1 if len(tail) > tail_whole else 0)
+        omitted_bytes = total_bytes - head_size - tail_size
+        omitted_lines = total_lines - head_whole - tail_whole - partial
+        if omitted_bytes <= 0:
+            return BudgetedText(
+                "".join(head) + "".join(tail), False, 0, 0, total_bytes, total_lines
+            )
+        head_text = "".join(head)
+        if head_text and not head_text.endswith("\n"):
+            head_text += "\n"
+        text = head_text + omission_marker(omitted_bytes, omitted_lines) + "\n" + "".join(tail)
+        return BudgetedText(text, True, omitted_bytes, omitted_lines, total_bytes, total_lines)

@@ -1,0 +1,113 @@
+"""What a command run returns: :class:`CommandResult` and :class:`BackgroundProcess`.
+
+Why a module of its own: the same frozen values come from an in-process
+:class:`~ahp.engine.Terminal`, a remote :class:`~ahp.client.RemoteTerminal`, the
+CLI's ``run --json`` and the MCP tools, and are the contract an agent framework
+codes against (``/work/notes`` aside, ``README.md`` shows it). Pure data.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Final
+
+import attrs
+
+if TYPE_CHECKING:
+    from ahp.run import CommandHandle
+
+__all__ = [
+    "FINAL_STATUSES",
+    "STATUSES",
+    "BackgroundProcess",
+    "CommandResult",
+]
+
+#: Every value of :attr:`CommandResult.status`.
+STATUSES: Final = (
+    "finished",
+    "running",
+    "waiting_for_input",
+    "timed_out",
+    "interrupted",
+    "killed",
+    "shell_exited",
+)
+#: Statuses after which the command is over (its handle is done).
+FINAL_STATUSES: Final = frozenset(
+    {"finished", "timed_out", "interrupted", "killed", "shell_exited"}
+)
+
+
+@attrs.frozen
+class BackgroundProcess:
+    """A process the command started that was still running when it finished."""
+
+    pid: int
+    command_line: str
+
+
+@attrs.frozen
+class CommandResult:
+    """The result of one command (see ``README.md``, "Commands for agents").
+
+    Attributes:
+        command_line: the command as submitted.
+        status: ``"finished"`` (exit code known), ``"running"`` (still running:
+            ``yield_after`` or a ``wait`` timeout passed; see :attr:`handle`),
+            ``"waiting_for_input"`` (blocked reading the terminal; answer with
+            ``handle.send_input``), ``"timed_out"`` (the hard ``timeout`` passed and
+            the command was interrupted), ``"interrupted"`` / ``"killed"`` (by the
+            handle), ``"shell_exited"`` (the terminal's shell exited first, or the
+            terminal was disposed), ``"lost"`` (the handle stopped following the
+            command while it ran: the client closed, or its collector failed).
+        output: the *rendered* output (progress bars as their last state, cursor
+            moves applied, no escapes, the alternate screen's contents left out)
+            within the budget: head, a marker line, tail.
+        raw_output: the output as the terminal printed it (VT text), the most
+            recent ``head_bytes + tail_bytes`` bytes of it.
+        exit_code: the exit code when the command finished, else ``None``.
+        duration_ms: wall time from submission to the end (or to now).
+        truncated: ``output`` left something out (see the omitted counts).
+        omitted_bytes: exactly how many bytes of rendered output were left out.
+        omitted_lines: how many whole lines were left out (a line cut at the edge
+            of the head or the tail counts as shown).
+        total_bytes: the size of the whole rendered output (UTF-8, one newline per line).
+        total_lines: its number of lines.
+        timed_out: the hard timeout passed.
+        waiting_for_input: the command is blocked reading the terminal.
+        alternate_screen: the command used the alternate screen (a pager, an
+            editor); what it showed there is not in ``output`` (see ``term.screen()``).
+        shell_exited: the terminal's shell itself exited.
+        background: processes the command left running (in-process only; a remote
+            client cannot see the server's processes and reports none).
+        command_id: the id of the command's :class:`~ahp.run.CommandHandle`.
+        handle: the handle while the command still runs, else ``None``.
+    """
+
+    command_line: str
+    status: str
+    output: str
+    raw_output: str
+    exit_code: int | None
+    duration_ms: int
+    truncated: bool
+    omitted_bytes: int
+    omitted_lines: int
+    total_bytes: int
+    total_lines: int
+    timed_out: bool
+    waiting_for_input: bool
+    alternate_screen: bool
+    shell_exited: bool
+    background: tuple[BackgroundProcess, ...]
+    command_id: str
+    handle: CommandHandle | None = attrs.field(default=None, eq=False, repr=False)
+
+    @property
+    def done(self) -> bool:
+        """The command is over (any final status)."""
+        return self.status in FINAL_STATUSES
+
+    def to_json(self) -> dict[str, object]:
+        """A JSON-ready dict of every field but :attr:`handle`."""
+        return attrs.asdict(self, filter=lambda a, _: a.name != "handle")

@@ -1,0 +1,412 @@
+"""Agent-grade commands on real programs and real ptys, in-process and remote.
+
+Each scenario runs twice: against an in-process :class:`ahp.engine.Terminal` and
+against a :class:`ahp.client.RemoteTerminal` of a real server on port 0. Where
+the remote path cannot see the server's processes (waiting for input without a
+prompt, background processes, SIGKILL), the test states what it does instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import pytest
+import trio
+
+import ahp
+from ahp.budget import omission_marker
+from ahp.client import connect
+from ahp.run import MAX_COMMANDS_KEPT, CommandHandle, as_completed, wait_any
+from tests.helpers import TIMEOUT, stat_fields
+from tests.wire import running_server
+
+MODES = ("local", "remote")
+
+
+@asynccontextmanager
+async def terminal(mode: str, **kwargs: Any) -> AsyncIterator[Any]:
+    """A bash terminal, in-process or through a real server and client."""
+    if mode == "local":
+        async with ahp.open_host() as host:
+            yield await host.create_terminal(shell="/bin/bash", **kwargs)
+        return
+    async with running_server(shell="/bin/bash") as server, connect(server.url) as client:
+        uri = "ahp-terminal:/agent"
+        await client.create_terminal(uri, cwd=kwargs.get("cwd"))
+        term = client.terminal(uri)
+        # Let the shell announce command detection (without it, run falls back to markers).
+        with trio.move_on_after(TIMEOUT):
+            await client.wait_for(lambda: term.state.supportsCommandDetection is not None)
+        yield term
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_progress_bar_renders_as_its_last_state(mode: str) -> None:
+    cmd = (
+        "for i in 10 50 100; do printf '\\r[%-10s] %3d%%' $(printf '#%.0s' $(seq $((i/10)))) $i;"
+        " done; echo; echo done"
+    )
+    async with terminal(mode) as term:
+        with trio.fail_after(TIMEOUT):
+            result = await term.run(cmd)
+    assert result.status == "finished" and result.exit_code == 0
+    assert result.output == "[##########] 100%\ndone\n"
+    assert "\r" in result.raw_output and "10%" in result.raw_output
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_cursor_moves_are_applied(mode: str) -> None:
+    # Three lines, then up two lines, right three columns, overwrite; colours dropped.
+    cmd = "printf 'aaaaaa\\nbbbbbb\\ncccccc\\n\\033[2A\\033[3C\\033[31mXY\\033[0m\\n\\n'"
+    async with terminal(mode) as term:
+        with trio.fail_after(TIMEOUT):
+            result = await term.run(cmd)
+    assert result.output == "aaaaaa\nbbbXYb\ncccccc\n"
+    assert "\x1b[2A" in result.raw_output
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_alternate_screen_is_flagged_and_left_out(mode: str) -> None:
+    cmd = "echo before; tput smcup; echo full-$((6*7))-screen; tput rmcup; echo after"
+    async with terminal(mode) as term:
+        with trio.fail_after(TIMEOUT):
+            result = await term.run(cmd)
+            plain = await term.run("echo plain")
+            screen = term.screen()
+    assert result.alternate_screen and not plain.alternate_screen
+    assert result.output == "before\nafter\n"
+    assert "full-42-screen" in result.raw_output
+    assert not screen.alternate_screen
+    assert "plain" in screen.text() and "full-42-screen" not in screen.text()
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_screen_shows_a_full_screen_program(mode: str) -> None:
+    async with terminal(mode) as term:
+        with trio.fail_after(TIMEOUT):
+            handle = await term.start("printf 'line one\\nline two\\n' | less")
+            # less reads keys from the terminal: waiting for input (remotely: its ':' prompt).
+            result = await handle.wait()
+            assert result.status == "waiting_for_input"
+            screen = term.screen()
+            assert screen.alternate_screen
+            assert "line one\nline two\n" in screen.text()
+            await handle.send_input("q")
+            final = await handle.wait()
+    assert final.status == "finished" and final.alternate_screen
+    assert term.screen().alternate_screen is False
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_input_prompt_is_detected_and_answered(mode: str) -> None:
+    async with terminal(mode) as term:
+        with trio.fail_after(TIMEOUT):
+            result = await term.run('python3 -c \'print("hello", input("name? "))\'')
+            assert result.status == "waiting_for_input" and result.waiting_for_input
+            assert result.output == "name?\n" and result.exit_code is None
+            handle = result.handle
+            assert isinstance(handle, CommandHandle) and not handle.done
+            if mode == "local":
+                evidence = handle.input_evidence
+                assert evidence is not None and evidence.source == "procfs" and evidence.echo
+                assert evidence.readers
+            await handle.send_input("agent\r")
+            final = await handle.wait()
+    assert final.status == "finished" and final.exit_code == 0
+    assert final.output.endswith("hello agent\n")
+    assert final.handle is None and handle.done
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_silent_password_read(mode: str) -> None:
+    async with terminal(mode) as term:
+        with trio.fail_after(TIMEOUT):
+            result = await term.run("read -s -p 'Password: ' pw; echo; echo got ${#pw} chars")
+            assert result.status == "waiting_for_input"
+            if mode == "local":
+                assert result.handle is not None
+                evidence = result.handle.input_evidence
+                assert evidence is not None and evidence.echo is False
+            assert result.handle is not None
+            await result.handle.send_input("s3cret\r")
+            final = await result.handle.wait()
+    assert final.status == "finished"
+    assert "got 6 chars" in final.output and "s3cret" not in final.output
+
+
+async def test_silent_read_without_prompt_is_seen_only_in_process() -> None:
+    """No prompt at all: /proc still shows the blocked read; a client cannot know."""
+    async with terminal("local") as term:
+        with trio.fail_after(TIMEOUT):
+            result = await term.run("python3 -c 'input()'")
+            assert result.status == "waiting_for_input"
+            assert result.handle is not None
+            await result.handle.send_input("\r")
+            assert (await result.handle.wait()).status == "finished"
+    async with terminal("remote") as term:
+        with trio.fail_after(TIMEOUT):
+            result = await term.run("python3 -c 'input()'", yield_after=2)
+            assert result.status == "running"  # the remote heuristic sees only silence
+            assert result.handle is not None
+            await result.handle.send_input("\r")
+            assert (await result.handle.wait()).status == "finished"
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_command_outliving_yield_after(mode: str) -> None:
+    cmd = "for i in 1 2 3 4 5 6; do echo tick $i; sleep 0.3; done; exit 3"
+    async with terminal(mode) as term:
+        with trio.fail_after(TIMEOUT):
+            result = await term.run(f"({cmd})", yield_after=0.2)
+            assert result.status == "running" and result.handle is not None
+            handle = result.handle
+            seen = handle.read_new()
+            while "tick 6" not in seen and not handle.done:
+                await handle.wait_output()
+                seen += handle.read_new()
+            final = await handle.wait()
+    assert final.status == "finished" and final.exit_code == 3
+    assert seen.count("tick 1\n") == 1 and "tick 6\n" in seen
+    assert final.output == "".join(f"tick {i}\n" for i in range(1, 7))
+    assert handle.output() == final.output
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_wait_timeout_interrupt_and_kill(mode: str) -> None:
+    async with terminal(mode) as term:
+        with trio.fail_after(TIMEOUT):
+            handle = await term.start("echo started; sleep 100")
+            partial = await handle.wait(timeout=0.5)
+            assert partial.status == "running" and partial.handle is handle
+            await handle.interrupt()
+            interrupted = await handle.wait()
+            assert interrupted.status == "interrupted" and interrupted.exit_code == 130
+            # In-process: a job that ignores Ctrl-C; kill takes its whole process group.
+            # Remotely kill is Ctrl-C, then Ctrl-\\ (a client cannot send SIGKILL).
+            handle = await term.start(
+                "bash -c \"trap '' INT; (sleep 100; echo never) & sleep 100; wait\""
+                if mode == "local"
+                else "sleep 100; echo never"
+            )
+            await handle.wait(timeout=0.5)
+            await handle.kill()
+            killed = await handle.wait()
+    assert killed.status == "killed"
+    assert killed.exit_code == (137 if mode == "local" else 130)
+    assert "never" not in killed.output and killed.background == ()
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_hard_timeout(mode: str) -> None:
+    async with terminal(mode) as term:
+        with trio.fail_after(TIMEOUT):
+            result = await term.run("echo slow; sleep 30", timeout=3)
+            after = await term.run("echo next")
+    assert result.status == "timed_out" and result.timed_out
+    assert result.output in ("slow\n", "slow\n^C\n")  # the terminal echoes ^C
+    assert after.output == "next\n"
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_background_process_left_behind(mode: str) -> None:
+    async with terminal(mode) as term:
+        with trio.fail_after(TIMEOUT):
+            result = await term.run("sleep 1000 & echo started")
+            later = await term.run("echo unrelated")
+    assert result.status == "finished" and result.output.endswith("started\n")
+    assert later.background == ()  # only what a command itself started
+    if mode == "remote":
+        assert result.background == ()  # a client cannot see the server's processes
+        return
+    assert len(result.background) == 1
+    leftover = result.background[0]
+    assert leftover.command_line == "sleep 1000"
+    # The process was real and is gone with the terminal (or a zombie awaiting init).
+    fields = stat_fields(leftover.pid)
+    assert fields is None or fields[0] in "ZX"
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_shell_exit_is_not_a_finished_command(mode: str) -> None:
+    async with terminal(mode) as term:
+        with trio.fail_after(TIMEOUT):
+            result = await term.run("echo bye; exit 5")
+    assert result.status == "shell_exited" and result.shell_exited
+    assert result.exit_code is None
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_output_over_the_budget(mode: str) -> None:
+    async with terminal(mode) as term:
+        with trio.fail_after(TIMEOUT):
+            result = await term.run("seq 1 20000", head_bytes=30, tail_bytes=40)
+            handle = await term.start("seq 1 20000")
+            await handle.wait()
+    lines = [f"{i}\n" for i in range(1, 20001)]
+    head = "".join(lines[:13])  # 1..9: 18 bytes, 10..13: 12 bytes
+    tail = "".join(lines[-6:])  # 6 bytes each: 36 <= 40
+    total = sum(len(x) for x in lines)
+    omitted = total - len(head) - len(tail)
+    assert result.truncated
+    assert (result.omitted_bytes, result.omitted_lines) == (omitted, 20000 - 13 - 6)
+    assert result.output == head + omission_marker(omitted, 20000 - 19) + "\n" + tail
+    # The whole output stays readable through the handle.
+    assert handle.output() == "".join(lines)
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_pagers_and_prompts_never_hang(mode: str, tmp_path: Any) -> None:
+    repo = tmp_path / "repo"
+    async with terminal(mode, cwd=str(tmp_path)) as term:
+        with trio.fail_after(TIMEOUT):
+            setup = await term.run(
+                f"git init -q {repo} && cd {repo} && for i in $(seq 60); do "
+                "git -c user.name=a -c user.email=a@b commit -q --allow-empty -m msg$i; done"
+            )
+            assert setup.exit_code == 0, setup.output
+            log = await term.run("git log --oneline")
+            clone = await term.run("git clone -q https://127.0.0.1:1/none.git x")
+    assert log.status == "finished" and log.output.count("msg") == 60
+    assert not log.alternate_screen
+    assert clone.status == "finished" and clone.exit_code != 0
+
+
+async def test_interactive_terminals_keep_the_environment() -> None:
+    async with ahp.open_host() as host:
+        agent = await host.create_terminal(shell="/bin/bash")
+        person = await host.create_terminal(shell="/bin/bash", interactive=True)
+        with trio.fail_after(TIMEOUT):
+            a = await agent.run("echo ${PAGER-unset} $GIT_TERMINAL_PROMPT $DEBIAN_FRONTEND")
+            p = await person.run("echo ${GIT_TERMINAL_PROMPT-unset}")
+    assert a.output == "cat 0 noninteractive\n"
+    assert p.output == "unset\n"
+
+
+async def test_several_commands_at_once() -> None:
+    async with ahp.open_host() as host:
+        terms = [await host.create_terminal(shell="/bin/bash") for _ in range(3)]
+        with trio.fail_after(TIMEOUT):
+            handles = [
+                await t.start(f"sleep {d}; echo done {d}")
+                for t, d in zip(terms, ("4", "0.1", "2"), strict=True)
+            ]
+            first = await wait_any(handles)
+            order = [r.output async for r in as_completed(handles)]
+    assert first is handles[1]
+    assert order == ["done 0.1\n", "done 2\n", "done 4\n"]
+
+
+async def test_each_wait_for_input_is_reported_once() -> None:
+    async with ahp.open_host() as host:
+        asker = await host.create_terminal(shell="/bin/bash")
+        other = await host.create_terminal(shell="/bin/bash")
+        with trio.fail_after(TIMEOUT):
+            handle = await asker.start('python3 -c \'input("a? "); input("b? ")\'')
+            assert (await handle.wait()).status == "waiting_for_input"
+            # The same prompt again: wait() does not return at once; its timeout ends it.
+            again = await handle.wait(timeout=0.5)
+            assert again.status == "waiting_for_input" and again.output == "a?\n"
+            sleeper = await other.start("sleep 0.3; echo slept")
+            assert await wait_any([handle, sleeper]) is sleeper
+            await handle.send_input("1\r")
+            second = await handle.wait()
+            assert second.status == "waiting_for_input" and second.output.endswith("b?\n")
+            assert await wait_any([handle, sleeper]) is sleeper  # over: settled for good
+            await handle.send_input("2\r")
+            final = await handle.wait()
+    assert final.status == "finished" and final.exit_code == 0
+
+
+async def test_handles_end_when_their_terminal_or_client_goes() -> None:
+    async with ahp.open_host() as host:
+        term = await host.create_terminal(shell="/bin/bash")
+        with trio.fail_after(TIMEOUT):
+            handle = await term.start("echo working; sleep 100")
+            await handle.wait(timeout=0.3)
+            await host.dispose(term.uri)
+            gone = await handle.wait()
+    assert gone.status == "shell_exited" and gone.handle is None
+    async with running_server(shell="/bin/bash") as server:
+        async with connect(server.url) as client:
+            await client.create_terminal("ahp-terminal:/r")
+            with trio.fail_after(TIMEOUT):
+                remote = await client.terminal("ahp-terminal:/r").start("sleep 100")
+                await remote.wait(timeout=0.3)
+        # The client closed: the handle no longer follows the command.
+        with trio.fail_after(TIMEOUT):
+            lost = await remote.wait()
+    assert lost.status == "lost" and remote.done
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_recent_commands_are_found_by_id(mode: str) -> None:
+    async with terminal(mode) as term:
+        with trio.fail_after(TIMEOUT):
+            results = [await term.run(f"echo n{i}") for i in range(MAX_COMMANDS_KEPT + 2)]
+            running = await term.run("sleep 0.5; echo late", yield_after=0)
+            assert running.status == "running"
+            handle = term.command(running.command_id)
+            assert handle is running.handle
+            assert (await handle.wait()).output == "late\n"
+    # The registry keeps the most recent MAX_COMMANDS_KEPT; the oldest are forgotten.
+    kept = [h.id for h in term.commands.all()]
+    assert kept[-1] == running.command_id and len(kept) == MAX_COMMANDS_KEPT
+    assert term.command(results[-1].command_id).output() == f"n{MAX_COMMANDS_KEPT + 1}\n"
+    with pytest.raises(KeyError, match="forgotten"):
+        term.command(results[0].command_id)
+
+
+@pytest.mark.parametrize("shell", ["/bin/bash", "/bin/sh"])
+async def test_a_collector_that_falls_behind_still_sees_the_end(
+    shell: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Beyond FOLLOW_BYTES the collector gets a snapshot instead of the missed
+    envelopes: the output has a gap, but the end (exit code) is found in the state."""
+    monkeypatch.setattr("ahp.engine.terminal.FOLLOW_BYTES", 1024)
+    async with ahp.open_host() as host:
+        term = await host.create_terminal(shell=shell)
+        with trio.fail_after(TIMEOUT):
+            result = await term.run("seq 1 200000; (exit 3)")
+    assert result.status == "finished" and result.exit_code == 3
+    assert result.total_lines < 200000  # the gap
+
+
+async def test_a_pager_in_an_interactive_terminal_is_caught_waiting() -> None:
+    """Without the defaults (interactive=True) a pager waits for keys: the run still
+    returns, waiting for input on the alternate screen, and q ends it."""
+    async with ahp.open_host() as host:
+        term = await host.create_terminal(
+            shell="/bin/bash", interactive=True, env={"LESS": "", "PAGER": "less"}
+        )
+        with trio.fail_after(TIMEOUT):
+            shown = await term.run("seq 1 500 | less")
+            assert shown.status == "waiting_for_input" and shown.handle is not None
+            screen = term.screen()
+            assert screen.alternate_screen and screen.lines[0] == "1"
+            await shown.handle.send_input("q")
+            done = await shown.handle.wait()
+    assert done.status == "finished" and done.alternate_screen and done.output == ""
+
+
+async def test_a_prompt_read_through_select_is_caught_in_process() -> None:
+    """Node's readline and friends wait in poll/select, not in read: /proc shows the
+    sleep (not on what), and a prompt-like last line completes the evidence."""
+    program = (
+        "import select, sys; print('Ok to proceed? (y) ', end='', flush=True); "
+        "select.select([sys.stdin], [], []); print('got', sys.stdin.readline().strip())"
+    )
+    async with ahp.open_host() as host:
+        term = await host.create_terminal(shell="/bin/bash")
+        with trio.fail_after(TIMEOUT):
+            result = await term.run(f'python3 -c "{program}"')
+            assert result.status == "waiting_for_input" and result.handle is not None
+            evidence = result.handle.input_evidence
+            assert evidence is not None and evidence.source == "poll"
+            await result.handle.send_input("y\r")
+            final = await result.handle.wait()
+            # Sleeping in select without a prompt is not enough.
+            quiet = await term.run("python3 -c 'import select; select.select([], [], [], 2)'")
+    assert final.status == "finished" and final.output.endswith("got y\n")
+    assert quiet.status == "finished"

@@ -1,0 +1,299 @@
+"""The pure parts of the run API: line renderer, screen model, budget, fallback markers.
+
+Property tests check what must hold for any input: rendering does not depend on
+how the output was split into chunks, the renderer agrees with a full emulator
+(pyte) where both apply, the budget's counts add up exactly, and every bound is
+exceeded at least once.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pyte
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ahp.budget import RETAINED_OUTPUT_BYTES, OutputBudget, omission_marker
+from ahp.protocol.state import ClientClaim, CommandPart, TerminalState, UnclassifiedPart
+from ahp.pty import procfs
+from ahp.run import _Markers, looks_like_prompt
+from ahp.vt.render import MAX_SEQUENCE, LineRenderer
+from ahp.vt.screen import SCREEN_REPLAY, ScreenModel
+
+
+def render(chunks: list[str], cols: int = 20, rows: int = 5) -> list[str]:
+    out: list[str] = []
+    renderer = LineRenderer(out.append, cols=cols, rows=rows)
+    for chunk in chunks:
+        renderer.feed(chunk)
+    return out + renderer.lines()
+
+
+# -- the line renderer ---------------------------------------------------------------------------
+
+
+def test_progress_bar_cursor_moves_wrap_and_wide_characters() -> None:
+    assert render(["0%\r50%\r100%\r\n"]) == ["100%"]
+    assert render(["abc\r\ndef\r\n\x1b[2A\x1b[1CX\r\n\r\n"]) == ["aXc", "def"]
+    assert render(["x" * 45 + "\r\n"]) == ["x" * 45]  # wrapped at 20, joined again
+    assert render(["漢字漢字漢字漢字漢字漢字\r\n"]) == ["漢字漢字漢字漢字漢字漢字"]  # 24 cells
+    assert render(["e\u0301\r\n"]) == ["e\u0301"]  # combining accent stays on its letter
+    assert render(["tab\there\r\n"]) == ["tab     here"]
+    assert render(["abc\b\bX\r\n"]) == ["aXc"]
+    assert render(["abcdef\r\x1b[3C\x1b[K\r\n"]) == ["abc"]
+
+
+def test_alternate_screen_contents_are_left_out() -> None:
+    out: list[str] = []
+    renderer = LineRenderer(out.append)
+    renderer.feed("before\r\n\x1b[?1049h\x1b[H\x1b[2Jeditor\r\nstuff")
+    assert renderer.alternate and renderer.used_alternate
+    renderer.feed("\x1b[?1049lafter\r\n")
+    assert not renderer.alternate
+    assert out + renderer.lines() == ["before", "after"]
+
+
+def test_lines_leave_the_window_and_clear_keeps_what_was_shown() -> None:
+    out: list[str] = []
+    renderer = LineRenderer(out.append, rows=3)
+    renderer.feed("".join(f"{i}\r\n" for i in range(10)))
+    assert out == [str(i) for i in range(8)]  # 8, 9 and the cursor's line remain
+    renderer.feed("\x1b[H\x1b[2Jnew\r\n")
+    assert out[-2:] == ["8", "9"] and renderer.lines() == ["new"]
+
+
+def test_overlong_escape_is_dropped_and_rendering_goes_on() -> None:
+    junk = "\x1b]0;" + "t" * (MAX_SEQUENCE + 10)  # an OSC that never ends
+    lines = render([junk[: MAX_SEQUENCE // 2], junk[MAX_SEQUENCE // 2 :], "\r\nok\r\n"], cols=80)
+    assert lines[-1] == "ok"
+    assert "\x1b" not in "".join(lines)
+
+
+_TOKENS = st.sampled_from(
+    [
+        "a",
+        "bc",
+        "漢",
+        "é",
+        "\r\n",
+        "\r",
+        "\n",
+        "\b",
+        "\t",
+        "\x1b[A",
+        "\x1b[2B",
+        "\x1b[3C",
+        "\x1b[D",
+        "\x1b[K",
+        "\x1b[1K",
+        "\x1b[2J",
+        "\x1b[2;3H",
+        "\x1b[31m",
+        "\x1b[0m",
+        "\x1b]0;title\x07",
+        "\x1b[?1049h",
+        "\x1b[?1049l",
+        "\x1b7",
+        "\x1b8",
+        "xxxxxxxxxxxxxxxxxxxxxxxxx",
+        "line\r\nline\r\n",
+    ]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_TOKENS, max_size=40), st.data())
+def test_rendering_does_not_depend_on_chunking(tokens: list[str], data: st.DataObject) -> None:
+    text = "".join(tokens)
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(text)), max_size=8)))
+    chunks = [text[a:b] for a, b in zip([0, *cuts], [*cuts, len(text)], strict=True)]
+    assert render(chunks) == render([text])
+    assert render(list(text)) == render([text])
+
+
+_SIMPLE = st.sampled_from(
+    [
+        *("a", "bcd", "\r\n", "\r", "\x1b[A", "\x1b[2A", "\x1b[B", "\x1b[3C", "\x1b[2D"),
+        *("\x1b[K", "\x1b[1K", "\x1b[2K", "\x1b[31mred\x1b[0m"),
+    ]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_SIMPLE, max_size=30))
+def test_renderer_agrees_with_pyte(tokens: list[str]) -> None:
+    """Where both apply (no scrolling, no wrapping), the line model is the emulator."""
+    text = "".join(tokens)
+    rows = 40
+    screen = pyte.Screen(200, rows)
+    pyte.Stream(screen).feed(text)
+    expected = [line.rstrip() for line in screen.display]
+    while expected and not expected[-1]:
+        expected.pop()
+    assert render([text], cols=200, rows=rows) == expected
+
+
+def test_prompt_heuristic() -> None:
+    assert looks_like_prompt("name? ")
+    assert looks_like_prompt("Password:")
+    assert looks_like_prompt("Continue [y/N]")
+    assert not looks_like_prompt("compiling foo.c")
+    assert not looks_like_prompt("")
+
+
+# -- the screen model ----------------------------------------------------------------------------
+
+
+def _state(*parts: str, command: str | None = None) -> TerminalState:
+    content: list[UnclassifiedPart | CommandPart] = [UnclassifiedPart(p) for p in parts]
+    if command is not None:
+        content.append(CommandPart("c1", "cmd", command, 0, isComplete=False))
+    return TerminalState(title="t", claim=ClientClaim(""), content=tuple(content), cols=30, rows=6)
+
+
+def test_screen_model_follows_increments_and_replays_when_lost() -> None:
+    model = ScreenModel(30, 6)
+    steps = [
+        _state("$ "),
+        _state("$ ls\r\n"),
+        _state("$ ls\r\n", command="a\r\n"),
+        _state("$ ls\r\n", command="a\r\nb\x1b[?1049hfull"),
+        _state("$ ls\r\n", command="a\r\nb\x1b[?1049hfull\x1b[?1049l!"),
+    ]
+    for state in steps:
+        got = model.update(state)
+        fresh = ScreenModel(30, 6).update(state)
+        assert got == fresh
+    assert model.replays == 1  # only the first update had to replay
+    assert got.text() == "$ ls\na\nb!" and not got.alternate_screen
+    # Content that shrank (cleared, trimmed): a replay.
+    assert model.update(_state("fresh")).lines[0] == "fresh"
+    assert model.replays == 2
+    # A backlog beyond SCREEN_REPLAY: a fresh emulator fed only the tail.
+    big = _state("fresh" + "".join(f"{i}\r\n" for i in range(SCREEN_REPLAY // 3)) + "end")
+    screen = model.update(big)
+    assert model.replays == 3 and screen.lines[screen.cursor_row] == "end"
+
+
+def test_screen_of_the_alternate_screen() -> None:
+    model = ScreenModel(20, 4)
+    model.feed("shell$ \x1b[?1049h\x1b[H\x1b[2Jvi here")
+    screen = model.screen()
+    assert screen.alternate_screen and screen.lines[0] == "vi here"
+    model.feed("\x1b[?1049l")
+    assert model.screen().lines[0] == "shell$" and not model.screen().alternate_screen
+
+
+# -- the output budget ---------------------------------------------------------------------------
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.text(st.characters(codec="utf-8", exclude_characters="\n"), max_size=30)),
+    st.integers(0, 60),
+    st.integers(0, 60),
+    st.integers(0, 5),
+)
+def test_budget_counts_are_exact(lines: list[str], head: int, tail: int, live: int) -> None:
+    budget = OutputBudget(head, tail)
+    finished, still = lines[: len(lines) - live], lines[len(lines) - live :]
+    for line in finished:
+        budget.add(line)
+    out = budget.render(still)
+    whole = "".join(line + "\n" for line in lines)
+    total = len(whole.encode())
+    assert (out.total_bytes, out.total_lines) == (total, len(lines))
+    if not out.truncated:
+        assert out.text == whole and out.omitted_bytes == 0
+        return
+    head_text, marker, tail_text = _split(out.text, out.omitted_bytes, out.omitted_lines)
+    assert marker
+    assert len(head_text.encode()) <= head + 1  # + the newline closing a cut line
+    assert len(tail_text.encode()) <= tail
+    shown = len(head_text.encode()) + len(tail_text.encode())
+    # Exact, but for the newline the head adds after a line it cut.
+    assert out.omitted_bytes + shown - total in (0, 1)
+    assert 0 <= out.omitted_lines <= len(lines)
+    assert whole.endswith(tail_text)
+    assert budget.retained_text(still) == whole
+
+
+def _split(text: str, omitted_bytes: int, omitted_lines: int) -> tuple[str, str, str]:
+    marker = omission_marker(omitted_bytes, omitted_lines) + "\n"
+    head, found, tail = text.partition(marker)
+    return head, found, tail
+
+
+def test_budget_keeps_whole_output_up_to_its_bound() -> None:
+    budget = OutputBudget(10, 10)
+    line = "x" * 99  # 100 bytes with its newline
+    count = RETAINED_OUTPUT_BYTES // 100 + 50
+    for _ in range(count):
+        budget.add(line)
+    assert budget.dropped_lines == 50 and budget.dropped_bytes == 5000
+    kept = len(budget.retained_text().encode())
+    assert RETAINED_OUTPUT_BYTES - 100 < kept <= RETAINED_OUTPUT_BYTES
+    out = budget.render()
+    assert out.truncated and out.total_lines == count
+    # The head is a cut line; the tail is a cut line; everything between is counted.
+    assert out.omitted_bytes == count * 100 - 10 - 10
+    assert out.omitted_lines == count - 2
+
+
+# -- the fallback's markers ----------------------------------------------------------------------
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=60), st.integers(0, 255), st.data())
+def test_markers_any_split(body: str, code: int, data: st.DataObject) -> None:
+    body = body.replace("__AHP", "")
+    token = "0123456789abcdef"
+    stream = (
+        f"$ printf ... __AHP_%s_{token}__ echo\r\n__AHP_BEGIN_{token}__\r\n"
+        f"{body}\r\n__AHP_END_{token}_{code}__\r\n$ "
+    )
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(stream)), max_size=6)))
+    markers = _Markers(token)
+    out = "".join(
+        markers.feed(stream[a:b]) for a, b in zip([0, *cuts], [*cuts, len(stream)], strict=True)
+    )
+    assert markers.done and markers.exit_code == code
+    assert out == body
+
+
+# -- /proc ---------------------------------------------------------------------------------------
+
+
+def test_command_line_is_bounded() -> None:
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys; print('ready', flush=True); sys.stdin.read()",
+            "x" * (2 * procfs.MAX_CMDLINE),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
+        line = procfs.command_line(proc.pid)
+        assert line.startswith(sys.executable) and len(line) <= procfs.MAX_CMDLINE
+        info = procfs.process_info(proc.pid)
+        assert info is not None and info.pid == proc.pid
+        assert not procfs.reads_tty(info)  # it reads a pipe, not a terminal
+    finally:
+        proc.communicate(b"")
+    assert procfs.process_info(proc.pid) is None
+
+
+def test_budget_finished_lines_from_an_index() -> None:
+    budget = OutputBudget(10, 10, retain_bytes=30)
+    for i in range(10):
+        budget.add(f"line{i}")  # 6 bytes each: 5 retained
+    assert budget.dropped_lines == 5
+    assert budget.finished_lines(8) == ["line8", "line9"]
+    assert budget.finished_lines(0) == [f"line{i}" for i in range(5, 10)]  # the rest dropped
+    assert budget.finished_lines(10) == []
