@@ -358,6 +358,17 @@ def _busy(state: TerminalState) -> bool:
     )
 
 
+def _before_prompt(state: TerminalState) -> bool:
+    """The last command finished and nothing was printed after it: the shell has not
+    drawn its prompt yet, so its line editor is not reading (a command typed now
+    would be echoed twice: by the kernel, then by the editor)."""
+    return (
+        bool(state.content)
+        and isinstance(state.content[-1], CommandPart)
+        and state.content[-1].isComplete
+    )
+
+
 def _budget_sizes(
     head_bytes: int | None, tail_bytes: int | None, max_output_bytes: int | None
 ) -> tuple[int, int]:
@@ -832,11 +843,13 @@ async def start_command(
         if state.exited:
             raise RuntimeError("the terminal's process has exited")
         detected = bool(state.supportsCommandDetection)
-        if detected and _busy(state):
-            # A previous command is still finishing (e.g. just interrupted): let it end.
+        if detected and (_busy(state) or _before_prompt(state)):
+            # A previous command is still finishing (e.g. just interrupted): let it end
+            # and the shell draw its prompt.
             with trio.move_on_after(INTERRUPT_GRACE):
                 async for _ in stream:
-                    if not _busy(driver.state):
+                    current = driver.state
+                    if not (_busy(current) or _before_prompt(current)):
                         break
         elif not detected:
             with trio.move_on_after(driver.detection_wait):

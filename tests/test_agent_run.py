@@ -410,3 +410,17 @@ async def test_a_prompt_read_through_select_is_caught_in_process() -> None:
             quiet = await term.run("python3 -c 'import select; select.select([], [], [], 2)'")
     assert final.status == "finished" and final.output.endswith("got y\n")
     assert quiet.status == "finished"
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_commands_typed_back_to_back_are_echoed_once(mode: str) -> None:
+    # Typed before the shell's line editor reads (right after start, or right after
+    # the previous command's end), a command is echoed by the kernel and then drawn
+    # again by the editor: the terminal's history showed every command twice.
+    async with terminal(mode) as term:
+        with trio.fail_after(4 * TIMEOUT):
+            for i in range(4):
+                result = await term.run(f"echo step-$((40+{i}))")
+                assert result.exit_code == 0 and result.output == f"step-{40 + i}\n"
+        text = term.state.text()
+    assert [text.count(f"echo step-$((40+{i}))") for i in range(4)] == [1, 1, 1, 1], text

@@ -114,8 +114,8 @@ def test_parser_strips_integration_and_uses_the_clocks_passed_in() -> None:
     )
     finished = parser.feed(b"\x1b]633;D;2\x07", wall_ms=0, mono_ms=142.0)
     assert started == [
-        TerminalCommandDetectionAvailable(),
         TerminalData(data="$ "),
+        TerminalCommandDetectionAvailable(),
         TerminalCommandExecuted(commandId="cmd-1", commandLine="make", timestamp=1_700_000_000_000),
         TerminalData(data="out"),
     ]

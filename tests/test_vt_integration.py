@@ -72,8 +72,8 @@ def test_full_cycle_in_one_read() -> None:
         b"ok\r\n\x1b]633;D;0\x07"
     )
     assert actions_for([data]) == [
-        DETECTED,
         TerminalData("$ "),
+        DETECTED,  # our own shell: announced at the end of its first prompt
         TerminalCommandExecuted(commandId="cmd-1", commandLine="make test", timestamp=0),
         TerminalData("ok\r\n"),  # output in the same read as D comes before the finish
         TerminalCommandFinished(commandId="cmd-1", exitCode=0, durationMs=0),
@@ -112,11 +112,31 @@ def test_detection_available_only_once() -> None:
     [PromptStart(), PromptEnd(), CommandStart(), CommandFinished(0), CommandLine("x", None)],
 )
 def test_any_shell_integration_event_announces_detection(first: Event) -> None:
+    assert handle(CommandTracker(nonce=None), first)[0] == DETECTED
+
+
+@pytest.mark.parametrize("first", [PromptEnd(), CommandStart(), CommandLine("x", None)])
+def test_our_shell_announces_detection_once_its_line_editor_reads(first: Event) -> None:
     assert handle(CommandTracker(nonce=NONCE), first)[0] == DETECTED
 
 
-def test_cwd_from_633_announces_detection_but_osc7_does_not() -> None:
+def test_our_shell_does_not_announce_detection_before_its_prompt_ends() -> None:
+    # The shell reports its cwd and starts a prompt before its line editor reads
+    # input: a command typed then would be echoed twice.
     tracker = CommandTracker(nonce=NONCE)
+    for event in (
+        CommandFinished(0),  # bash's first PROMPT_COMMAND reports "no command" ended
+        CwdReported("file:///a", shell_integration=True),
+        Property("k", "v"),
+        PromptStart(),
+    ):
+        assert DETECTED not in handle(tracker, event)
+    assert not tracker.detection_available
+    assert handle(tracker, PromptEnd()) == [DETECTED]
+
+
+def test_cwd_from_633_announces_detection_but_osc7_does_not() -> None:
+    tracker = CommandTracker(nonce=None)
     assert handle(tracker, CwdReported("file:///a")) == [TerminalCwdChanged(cwd="file:///a")]
     assert handle(tracker, CwdReported("file:///b", shell_integration=True)) == [
         DETECTED,
@@ -125,11 +145,14 @@ def test_cwd_from_633_announces_detection_but_osc7_does_not() -> None:
 
 
 def test_finish_without_start_does_nothing() -> None:
-    assert actions_for([b"x\x1b]633;D;0\x07y"]) == [
+    assert actions_for([b"x\x1b]633;D;0\x07y"], nonce=None) == [
         TerminalData("x"),
         DETECTED,
         TerminalData("y"),
     ]
+    # Our own shell: a D before any command is its first prompt's "no command" ended,
+    # before the line editor reads: not yet a reason to announce detection.
+    assert actions_for([b"x\x1b]633;D;0\x07y"]) == [TerminalData("xy")]
     tracker = CommandTracker(nonce=NONCE)
     handle(tracker, CommandStart())
     handle(tracker, CommandFinished(0))
@@ -207,8 +230,8 @@ def test_unescaped_command_line() -> None:
 def test_osc133_only_stream() -> None:
     data = b"\x1b]133;A\x07$ \x1b]133;B\x07\x1b]133;C\x07out\r\n\x1b]133;D;4\x07"
     assert actions_for([data]) == [
-        DETECTED,
         TerminalData("$ "),
+        DETECTED,
         TerminalCommandExecuted(commandId="cmd-1", commandLine="", timestamp=0),
         TerminalData("out\r\n"),
         TerminalCommandFinished(commandId="cmd-1", exitCode=4, durationMs=0),
@@ -220,7 +243,7 @@ def test_cwd_and_title_deduplicated() -> None:
         b"\x1b]633;P;Cwd=/home/u\x07\x1b]7;file://h/home/u\x07"
         b"\x1b]0;t\x07\x1b]2;t\x07\x1b]633;P;Cwd=/tmp\x07\x1b]0;u\x07"
     )
-    assert actions_for([data]) == [
+    assert actions_for([data], nonce=None) == [
         DETECTED,
         TerminalCwdChanged(cwd="file:///home/u"),
         TerminalData("\x1b]7;file://h/home/u\x07\x1b]0;t\x07"),
@@ -237,7 +260,7 @@ def test_text_is_not_an_action_of_the_tracker() -> None:
 
 
 def test_events_to_actions_merges_text_across_silent_events() -> None:
-    tracker = CommandTracker(nonce=NONCE)
+    tracker = CommandTracker(nonce=None)
     handle(tracker, PromptStart())
     events: list[Event] = [Text("a"), PromptStart(), Text("b"), Text(""), PromptEnd(), Text("c")]
     assert events_to_actions(tracker, events, wall_ms=0, mono_ms=0) == [TerminalData("abc")]

@@ -7,7 +7,13 @@ monotonic clock passed in by the caller, makes every rule testable with plain
 numbers. The behaviour follows the reference agent host (``ahp-wire.md`` §8.4):
 
 * the first shell-integration event of any kind (``A B C D E P``, from OSC 633
-  or OSC 133) yields ``terminal/commandDetectionAvailable``, once;
+  or OSC 133) yields ``terminal/commandDetectionAvailable``, once — except for
+  a shell we injected (the tracker knows its nonce): there the announcement
+  waits for the end of the first prompt (``B``, or a command's ``E``/``C``),
+  because the shell reports a finish, its cwd and the prompt start before its
+  line editor runs, and
+  a command typed then is echoed twice (by the kernel, then by the editor). A
+  client may type as soon as detection is announced;
 * OSC 133 marks count only while no OSC 633 has been seen, and never when the
   tracker is told ``osc133=False`` (our own 633 integration was injected). A
   shell or prompt theme with its own integration (fish 4, kitty's or iTerm2's
@@ -58,6 +64,9 @@ __all__ = ["CommandTracker", "events_to_actions"]
 
 #: The marks both OSC 633 and OSC 133 carry (``OscFamily`` tells them apart).
 _MARKS = (PromptStart, PromptEnd, CommandStart, CommandFinished)
+#: Marks a shell sends once its line editor reads input (see the module doc); before
+#: its first prompt it also reports a cwd, properties and the end of "no command" (D).
+_EDITOR_READING = (PromptEnd, CommandLine, CommandStart)
 
 
 class CommandTracker:
@@ -115,7 +124,7 @@ class CommandTracker:
                 actions: list[TerminalAction] = []
                 if via_633:
                     self._osc133 = False
-                    actions = self._announce()
+                    actions = self._announce(event)
                 if uri != self._last_cwd:
                     self._last_cwd = uri
                     actions.append(TerminalCwdChanged(cwd=uri))
@@ -125,7 +134,7 @@ class CommandTracker:
                 return []  # the same command is (or will be) reported with OSC 633
         else:
             self._osc133 = False  # everything else here came from an OSC 633 sequence
-        actions = self._announce()
+        actions = self._announce(event)
         match event:
             case CommandLine(command_line=line, nonce=nonce):
                 if self.nonce and nonce == self.nonce:
@@ -155,9 +164,11 @@ class CommandTracker:
                 pass  # PromptStart, PromptEnd, Property: detection only
         return actions
 
-    def _announce(self) -> list[TerminalAction]:
+    def _announce(self, event: Event) -> list[TerminalAction]:
         if self._detection_announced:
             return []
+        if self.nonce is not None and not isinstance(event, _EDITOR_READING):
+            return []  # our own shell: wait for the end of its first prompt
         self._detection_announced = True
         return [TerminalCommandDetectionAvailable()]
 
