@@ -611,7 +611,7 @@ CORPUS: list[Case] = [
     case(
         "action-forged-cwd",
         act({"type": "terminal/cwdChanged", "cwd": "file:///etc"}),
-        Rejected("terminal/cwdChanged"),
+        Rejected("terminal/cwdChanged", heal=True),
     ),
     case(
         "action-forged-command",
@@ -638,7 +638,7 @@ CORPUS: list[Case] = [
     case(
         "action-forged-catalogue",
         act({"type": "root/terminalsChanged", "terminals": []}, ROOT),
-        Rejected("root/terminalsChanged", ROOT),
+        Rejected("root/terminalsChanged", ROOT, heal=True),
     ),
     case(
         "action-terminal-on-root",

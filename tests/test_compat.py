@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 import orjson
+import pytest
 import trio
 import trio_websocket
 
@@ -673,3 +674,71 @@ async def test_rejections_and_heals_reach_a_1x_client_in_its_dialect() -> None:
         heal = await other.action(of_type("terminal/claimed"))
         assert "origin" not in heal and heal["action"]["claim"] == owned
         assert host_state(server, T1).claim.KIND == "client"
+
+
+def _naive_root(state: dict[str, Any], envelope: dict[str, Any]) -> dict[str, Any]:
+    """The upstream TS ``AhpStateMirror``'s root fold: every envelope, rejected or not."""
+    action = envelope["action"]
+    field = {
+        "root/terminalsChanged": "terminals",
+        "root/agentsChanged": "agents",
+        "root/activeSessionsChanged": "activeSessions",
+    }.get(action["type"])
+    return {**state, field: action[field]} if field else state
+
+
+@pytest.mark.parametrize("versions", [MODERN, ["0.8.0", "0.7.0", "0.6.0", "0.5.2", "0.5.1"]])
+async def test_a_naive_mirror_recovers_from_a_rejected_root_action(versions: list[str]) -> None:
+    """Found with the upstream TS client (0.5.1 and 0.8): its mirror applied a refused
+    ``root/terminalsChanged`` and lost the catalogue; the heal that follows restores it."""
+    async with running_server() as server, peer(server.url) as owner, peer(server.url) as naive:
+        await init(owner, "owner", MODERN)
+        owned = {"kind": "client", "clientId": "owner"}
+        assert await owner.result("createTerminal", {"channel": T1, "claim": owned}) is None
+        # the upstream client's initialize: channel, clientId, versions, initialSubscriptions
+        (snapshot,) = (await init(naive, "naive", versions))["snapshots"]
+        mirror = snapshot["state"]
+        assert [t["resource"] for t in mirror["terminals"]] == [T1]
+        forged = [
+            {"type": "root/terminalsChanged", "terminals": []},
+            {"type": "root/agentsChanged", "agents": [{"provider": "x", "models": []}]},
+        ]
+        for action in forged:
+            seq = await naive.dispatch(ROOT, action)
+            echo = await naive.action(of_type(action["type"]))
+            assert echo["origin"]["clientSeq"] == seq and echo["rejectionReason"]
+            mirror = _naive_root(mirror, echo)
+            heal = await naive.action(of_type(action["type"]))
+            assert "origin" not in heal and "rejectionReason" not in heal
+            mirror = _naive_root(mirror, heal)
+        truth = (await naive.result("subscribe", {"channel": ROOT}))["snapshot"]["state"]
+        assert mirror == truth
+        if versions == MODERN:
+            assert truth["terminals"][0]["lifecycle"] == RUNNING
+        else:
+            assert "lifecycle" not in truth["terminals"][0]
+        # the owner saw neither the forgeries nor the heals
+        await owner.dispatch(T1, {"type": "terminal/titleChanged", "title": "marker"})
+        seen = await collect(
+            owner, ROOT, lambda e: [t["title"] for t in e["action"]["terminals"]] == ["marker"]
+        )
+        assert all("rejectionReason" not in e and "origin" not in e for e in seen), seen
+        assert all([t["resource"] for t in e["action"]["terminals"]] == [T1] for e in seen)
+
+
+async def test_a_forged_cwd_is_healed_for_its_sender() -> None:
+    async with running_server() as server, peer(server.url) as p:
+        await init(p, "c", MODERN)
+        assert (
+            await p.result(
+                "createTerminal",
+                {"channel": T1, "claim": {"kind": "client", "clientId": "c"}, "cwd": "/tmp"},
+            )
+            is None
+        )
+        await p.result("subscribe", {"channel": T1})
+        await p.dispatch(T1, {"type": "terminal/cwdChanged", "cwd": "file:///nowhere"})
+        echo = await p.action(lambda a: "rejectionReason" in a)
+        assert echo["action"] == {"type": "terminal/cwdChanged", "cwd": "file:///nowhere"}
+        heal = await p.action(of_type("terminal/cwdChanged"))
+        assert heal["action"]["cwd"] == "file:///tmp" and "origin" not in heal

@@ -126,7 +126,12 @@ def test_arguments_checked_with_clear_messages() -> None:
     for message, arguments in cases.items():
         with pytest.raises(tools.ArgumentError, match=message):
             tools.check_arguments(run, arguments)
+    with pytest.raises(tools.ArgumentError, match="'tail_bytes' must be at most 1000000"):
+        tools.check_arguments(run, {"command": "ls", "tail_bytes": tools.MAX_BUDGET_BYTES + 1})
     send = tools.tool("send_input")
+    with pytest.raises(tools.ArgumentError, match="'text' is too long"):
+        tools.check_arguments(send, {"text": "y" * (tools.MAX_INPUT_CHARS + 1)})
+    assert tools.check_arguments(send, {"text": "y" * tools.MAX_INPUT_CHARS})["text"]
     with pytest.raises(tools.ArgumentError, match=r"'keys'\[1\] must be a string"):
         tools.check_arguments(send, {"keys": ["enter", 5]})
     with pytest.raises(tools.ArgumentError, match="'keys' has too many items"):
@@ -225,7 +230,9 @@ def test_results_state_outcomes_plainly() -> None:
     )
     assert "(no output)" in text
     assert "left running in the background: pid 42 `sleep 1000 &`" in text
-    assert 'read_screen(terminal="b")' in text
+    assert "used the full-screen (alternate) display" in text
+    text = render.format_result(_Result(status="running", alternate_screen=True), "b")
+    assert 'read_screen(terminal="b") shows it' in text
     for status, word in (
         ("interrupted", "INTERRUPTED"),
         ("killed", "KILLED"),

@@ -10,22 +10,12 @@ the session's generous ``fail_after``.
 
 from __future__ import annotations
 
-import inspect
 from pathlib import Path
 from typing import Any
 
-import pytest
 import trio
 
-from ahp.engine import Terminal
 from tests.test_mcp import TIMEOUT, _text, mcp_session
-
-# These drive the agent-facing command API of issue 14 (run with yield_after, handles,
-# screen). Until it is on the branch they are reported as skipped, never as passing.
-pytestmark = pytest.mark.skipif(
-    "yield_after" not in inspect.signature(Terminal.run).parameters,
-    reason="needs the agent command API (issue 14: Terminal.run(yield_after=), handles)",
-)
 
 
 async def _call(session: Any, name: str, **arguments: Any) -> Any:
@@ -304,3 +294,25 @@ async def test_long_calls_report_progress(tmp_path: Path) -> None:
         assert result.structured_content["status"] == "finished"
         assert reports and reports[0][0] > 0
         assert reports[0][1] is not None and reports[0][1].startswith("run_command: ")
+
+
+async def test_a_full_screen_program_is_seen_and_driven_with_keys(tmp_path: Path) -> None:
+    async with mcp_session(tmp_path) as session:
+        started = await _call(
+            session,
+            "run_command",
+            command="printf 'line one\\nline two\\n' | less",
+            yield_after=TIMEOUT,
+        )
+        data = started.structured_content
+        assert data["status"] == "waiting_for_input", _text(started)
+        screen = await _call(session, "read_screen", terminal="main")
+        assert screen.structured_content["alternate_screen"] is True
+        assert "line one\nline two" in screen.structured_content["text"]
+        assert "full-screen (alternate) display" in _text(screen)
+        done = await _call(
+            session, "send_input", command_id=data["command_id"], text="q", wait=TIMEOUT
+        )
+        assert done.structured_content["status"] == "finished", _text(done)
+        assert done.structured_content["alternate_screen"] is True
+        assert "used the full-screen (alternate) display" in _text(done)

@@ -21,6 +21,10 @@ from hypothesis import strategies as st
 from ahp.protocol import ClientClaim, SessionClaim, TerminalState
 from ahp.protocol.actions import (
     ActionOrigin,
+    RootActiveSessionsChanged,
+    RootAgentsChanged,
+    RootConfigChanged,
+    RootTerminalsChanged,
     StateAction,
     TerminalClaimed,
     TerminalCleared,
@@ -34,7 +38,8 @@ from ahp.protocol.actions import (
     TerminalResized,
     TerminalTitleChanged,
 )
-from ahp.reducers import Accepted, Rejected, TerminalCore, reduce_terminal
+from ahp.protocol.state import RootState, TerminalInfo
+from ahp.reducers import Accepted, Rejected, TerminalCore, heal_root, reduce_root, reduce_terminal
 from ahp.reducers.core import MAX_DIMENSION, MAX_PENDING_INPUT, MAX_TITLE
 from ahp.vt import OutputParser
 
@@ -329,3 +334,54 @@ def test_the_core_folds_exactly_the_accepted_actions(
         else:
             assert verdict.reason
         assert core.state == expected
+
+
+def test_a_forged_cwd_is_healed_with_the_true_one() -> None:
+    verdict = _core(cwd="file:///home/u").decide(TerminalCwdChanged(cwd="file:///"), origin("c"))
+    assert isinstance(verdict, Rejected)
+    assert verdict.heal == TerminalCwdChanged(cwd="file:///home/u")
+    # with no cwd known there is no value to send back
+    unknown = _core().decide(TerminalCwdChanged(cwd="file:///"), origin("c"))
+    assert isinstance(unknown, Rejected) and unknown.heal is None
+
+
+# -- the root channel's healing values ---------------------------------------------------------
+
+INFO = TerminalInfo(resource=URI, title="t", claim=ClientClaim(clientId="a"))
+FORGED_ROOT: list[StateAction] = [
+    RootTerminalsChanged(terminals=()),
+    RootTerminalsChanged(terminals=(INFO, INFO)),
+    RootAgentsChanged(agents=({"provider": "x"},)),
+    RootActiveSessionsChanged(activeSessions=7),
+]
+
+
+@pytest.mark.parametrize("forged", FORGED_ROOT)
+@pytest.mark.parametrize(
+    "state",
+    [
+        RootState(agents=(), terminals=()),
+        RootState(agents=(), terminals=(INFO,)),
+        RootState(agents=(), terminals=None),
+        RootState(agents=({"provider": "p"},), terminals=(INFO,), activeSessions=2),
+    ],
+)
+def test_a_rejected_root_action_and_its_heal_leave_a_naive_mirror_where_it_was(
+    forged: StateAction, state: RootState
+) -> None:
+    """What the upstream TS mirror does with a rejection (applies it), then the heal."""
+    heal = heal_root(state, forged)
+    mirror = reduce_root(state, forged)
+    if heal is None:
+        # only a session count the host never had cannot be set back
+        assert isinstance(forged, RootActiveSessionsChanged) and state.activeSessions is None
+        return
+    healed = reduce_root(mirror, heal)
+    assert healed.agents == state.agents and healed.activeSessions == state.activeSessions
+    assert (healed.terminals or ()) == (state.terminals or ())
+
+
+def test_configs_and_unknown_root_actions_need_no_heal() -> None:
+    state = RootState(agents=(), terminals=(INFO,))
+    assert heal_root(state, RootConfigChanged(config={"a": 1}, replace=True)) is None
+    assert heal_root(state, TerminalTitleChanged(title="not a root action")) is None

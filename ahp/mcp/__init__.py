@@ -3,7 +3,7 @@
 ``python -m ahp mcp`` is an MCP server on stdio (the official ``mcp`` SDK, run
 on Trio): tools to run commands, follow and answer them, read screens and manage
 terminals, layered thinly over the agent-facing command API
-(``Terminal.start`` / ``CommandHandle``). Layers, each its own module:
+(``Terminal.run(yield_after=)`` / ``CommandHandle``). Layers, each its own module:
 
 * :mod:`ahp.mcp.keys` — named keys to bytes (pure);
 * :mod:`ahp.mcp.tools` — tool names, descriptions, schemas, argument checks (pure);

@@ -14,7 +14,7 @@ lives.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol, cast
+from typing import TYPE_CHECKING, Protocol
 
 from ahp.protocol.state import TerminalInfo, TerminalState
 
@@ -84,7 +84,7 @@ class HostBackend:
         terminal = self.host.terminals.get(uri)
         if terminal is None:
             raise NoSuchTerminal(uri)
-        return cast("AgentTerminal", terminal)
+        return terminal
 
 
 class ClientBackend:
@@ -121,7 +121,7 @@ class ClientBackend:
             if not self.exists(uri):
                 raise NoSuchTerminal(uri)
             await self.client.subscribe(uri)
-        return cast("AgentTerminal", self.client.terminal(uri))
+        return self.client.terminal(uri)
 
 
 def _name(uri: str) -> str:

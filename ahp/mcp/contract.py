@@ -2,9 +2,9 @@
 
 Why: the tools are a thin layer over the run API that in-process terminals
 (:class:`ahp.engine.Terminal`) and remote ones (:class:`ahp.client.RemoteTerminal`)
-both expose — ``run`` (with ``yield_after``), ``CommandHandle`` (``wait``, ``read_new``, ``output``,
-``result``, ``send_input``, ``interrupt``, ``kill``), ``CommandResult`` and
-``screen()``. Naming exactly the subset used here, structurally, lets the type
+both expose — ``run`` (with ``yield_after``), ``CommandHandle`` (``wait``,
+``read_new``, ``output``, ``result``, ``send_input``, ``interrupt``, ``kill``),
+``CommandResult`` and ``screen()``. Naming exactly the subset used here, structurally, lets the type
 checker confirm that both kinds of terminal fit, and keeps the layer free of
 either implementation's internals. Nothing here runs: these are types only.
 """

@@ -107,10 +107,16 @@ def status_lines(result: Result, terminal: str) -> list[str]:
     else:
         lines.append(f"status {status}, exit code {result.exit_code} · {took}")
     if result.alternate_screen:
-        lines.append(
-            f'the command used the full-screen (alternate) display: read_screen(terminal="'
-            f'{terminal}") shows what is on it'
-        )
+        if status in ("running", "waiting_for_input"):
+            lines.append(
+                "the command uses the full-screen (alternate) display, which the output above "
+                f'leaves out: read_screen(terminal="{terminal}") shows it'
+            )
+        else:
+            lines.append(
+                "the command used the full-screen (alternate) display; what it showed there "
+                "is not in the output above"
+            )
     for process in result.background:
         lines.append(f"left running in the background: pid {process.pid} `{process.command_line}`")
     return lines

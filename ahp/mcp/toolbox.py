@@ -1,8 +1,8 @@
 """The tools' behaviour: each MCP tool call mapped onto the agent-facing command API.
 
 Why a module of its own: this is the whole of what the MCP server *does* — pick
-or create the terminal, start the command, wait as long as the model allowed,
-keep the handle so a later call can read, wait, type or kill — written against
+or create the terminal, run the command for as long as the model allowed
+(``yield_after``), keep its handle so a later call can read, wait, type or kill — written against
 :mod:`ahp.mcp.contract` and a :class:`~ahp.mcp.backend.Backend`, with no MCP SDK
 types, so it is tested in-process as well as through the real server.
 

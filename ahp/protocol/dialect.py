@@ -29,6 +29,13 @@ Projection rules (the 0.5 dialect is the plain codec's output):
   invented.
 - ``isPty`` is sent to both (the seed's 0.5 shape and 1.x both define it).
 
+Upstream clients (README, *Upstream clients tested*): the stored 1.x Go client
+decodes a snapshot's state by its top-level keys and takes any object with
+``lifecycle`` for a session, so it cannot read a 1.x terminal snapshot; that is
+its bug, and the 1.x shape is kept as the spec has it. Clients whose reducers
+predate 1.x (0.8 and older) that offer 1.x anyway get 1.x and keep ``exitCode``
+beside ``lifecycle`` in their mirror; the server answers what was offered.
+
 Pure: no I/O. Encoding a 0.5 value costs nothing extra; a 1.x value is the
 0.5 encoding with the two fields rewritten.
 """

@@ -3,7 +3,7 @@ terminal core (the reducer stage's rules, :mod:`ahp.reducers.core`)."""
 
 from ahp.protocol.state import RootState, TerminalState
 from ahp.reducers.core import Accepted, Rejected, TerminalCore, Verdict
-from ahp.reducers.root import reduce_root
+from ahp.reducers.root import heal_root, reduce_root
 from ahp.reducers.scrollback import (
     DEFAULT_SCROLLBACK,
     MAX_PARTS,
@@ -27,6 +27,7 @@ __all__ = [
     "TerminalState",
     "append_data",
     "content_length",
+    "heal_root",
     "low_water_for",
     "part_length",
     "reduce_root",

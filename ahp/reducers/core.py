@@ -34,6 +34,7 @@ from ahp.protocol.actions import (
     StateAction,
     TerminalClaimed,
     TerminalCleared,
+    TerminalCwdChanged,
     TerminalData,
     TerminalExited,
     TerminalInput,
@@ -237,4 +238,6 @@ class TerminalCore:
             return TerminalClaimed(claim=state.claim)
         if isinstance(action, TerminalTitleChanged):
             return TerminalTitleChanged(title=state.title)
+        if isinstance(action, TerminalCwdChanged) and state.cwd is not None:
+            return TerminalCwdChanged(cwd=state.cwd)
         return None

@@ -98,6 +98,7 @@ from ahp.protocol.jsonshape import MAX_DEPTH, FrameShapeError, check_shape
 from ahp.protocol.state import ROOT_URI, TERMINAL_SCHEME, ClientClaim, SessionClaim, Snapshot
 from ahp.protocol.uri import local_file_uri_to_path, path_to_file_uri
 from ahp.pty import SpawnError
+from ahp.reducers import heal_root
 from ahp.server.clients import ClientRecord, ClientRegistry
 from ahp.server.processes import PROCESS_REQUESTS, Refused
 
@@ -639,6 +640,10 @@ class Session:
                     origin,
                     problem or f"{action_type(action)!r} cannot be dispatched by a client",
                 )
+                # Mirrors that apply rejected envelopes too (the upstream TS one) get
+                # the true value back, as after a terminal rejection.
+                if (heal := heal_root(self.host.root_state, action)) is not None:
+                    hub.send_to(self.outbox, ROOT_URI, heal)
             return
         if channel not in self.host:
             return  # unknown channel: ignored, as the spec says
