@@ -33,7 +33,6 @@ Pure: types, names and bounds, no I/O.
 
 from __future__ import annotations
 
-from signal import SIGINT, SIGKILL, SIGTERM
 from typing import Final
 
 from attrs import frozen
@@ -68,8 +67,8 @@ JOBS: Final = "x-ahp-terminals/jobs"
 SIGNAL: Final = "x-ahp-terminals/signal"
 METHODS: Final = (TTY_STATUS, JOB_MARK, JOBS, SIGNAL)
 
-#: The signals a client may send to a command's process groups (name → number).
-SIGNALS: Final = {"SIGINT": int(SIGINT), "SIGTERM": int(SIGTERM), "SIGKILL": int(SIGKILL)}
+#: The signals a client may send to a command's process groups (by name).
+SIGNALS: Final = ("SIGINT", "SIGTERM", "SIGKILL")
 #: Most pids a job mark carries (the shell's children at the mark): more is refused.
 MAX_MARK_PIDS: Final = 4096
 #: Largest pid Linux hands out (``PID_MAX_LIMIT`` on 64-bit machines).

@@ -25,6 +25,7 @@ are bounded by :data:`~ahp.protocol.processes.MAX_JOBS_REPORTED` entries.
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Final
 
@@ -161,8 +162,7 @@ async def _jobs(session: Session, params: Any) -> Any:
 
 async def _signal(session: Session, params: Any) -> Any:
     p = structure(params, SignalParams)
-    signum = SIGNALS.get(p.signal)
-    if signum is None:
+    if p.signal not in SIGNALS:
         raise Refused(
             ErrorCode.INVALID_PARAMS,
             f"signal must be one of {', '.join(SIGNALS)}",
@@ -171,7 +171,7 @@ async def _signal(session: Session, params: Any) -> Any:
     terminal = _terminal(session, p.channel)
     _check_may_signal(session, terminal)
     mark = _mark(p.since)
-    groups, shell_foreground = await terminal.signal_command(signum, mark)
+    groups, shell_foreground = await terminal.signal_command(signal.Signals[p.signal], mark)
     return unstructure(
         SignalResult(
             groups=tuple(sorted(groups))[:MAX_JOBS_REPORTED], shellForeground=shell_foreground
