@@ -248,6 +248,21 @@ async def test_without_the_extension_the_client_keeps_its_heuristics(
     assert killed.status == "killed" and killed.exit_code == 130
 
 
+async def test_a_reconnect_asks_again() -> None:
+    """The server behind a URL may change across a reconnect: the client forgets what
+    it learnt and the next request finds out again."""
+    async with served() as (_, client, term):
+        with trio.fail_after(TIMEOUT):
+            assert (await term.run("true")).status == "finished"
+            assert client.process_extension is True
+            await client.drop_connection()
+            await client.wait_for(lambda: client.reconnects == 1)
+            assert client.process_extension is None
+            left = await term.run("sleep 1000 & true")
+    assert client.process_extension is True
+    assert [p.command_line for p in left.background] == ["sleep 1000"]
+
+
 @given(
     known=st.lists(st.integers(min_value=-5, max_value=xp.MAX_PID + 5), max_size=20),
     tick=st.integers(min_value=-5, max_value=xp.MAX_TICK + 5),
