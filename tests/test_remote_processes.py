@@ -127,6 +127,13 @@ async def test_tty_status_and_marks_on_the_wire() -> None:
             later = (await client.request(xp.JOB_MARK, {"channel": URI}))["mark"]
             none = await client.request(xp.JOBS, {"channel": URI, "since": later})
             assert none["jobs"] == []
+            # Once the shell has exited there is nothing to see: null, not an error.
+            await term.send_input("exit\r")
+            await client.wait_for(lambda: term.state.exited)
+            assert await client.request(xp.TTY_STATUS, {"channel": URI}) == {"status": None}
+            assert await client.request(xp.JOB_MARK, {"channel": URI}) == {"mark": None}
+            gone = await client.request(xp.SIGNAL, {"channel": URI, "signal": "SIGTERM"})
+            assert gone == {"groups": [], "shellForeground": True}
 
 
 async def test_answers_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -500,7 +500,8 @@ class Terminal:
         as ``read`` or ``wait``), it gets Ctrl-C instead.
 
         Returns the process groups signalled and whether the shell was in the
-        foreground (without a pty: nothing signalled, Ctrl-C typed, ``True``).
+        foreground (without a pty, or once exited: nothing signalled, Ctrl-C typed —
+        dropped by an exited terminal — and ``True``).
         """
         child = self._child
         status = self.tty_status()
