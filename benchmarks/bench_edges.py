@@ -16,11 +16,11 @@ server's log lines counted. Attacks:
   each reconnecting as soon as the server drops it.
 - ``bad upgrades``: 4 peers sending malformed upgrades (non-ASCII headers, a
   target that is no URL) back to back.
-- ``costly frame``: a token holder sending 15 MiB frames of 5 M empty arrays
+- ``costly frame``: a token holder sending frames of nearly ``MAX_MESSAGE_SIZE`` of empty arrays
   back to back (each refused, -32700); ``stall`` is the server's answer time.
-- ``worst accepted frame``: frames at the item bound (65 535 strings, 15 MiB),
+- ``worst accepted frame``: frames at the item bound (65 535 strings, nearly the size bound),
   each answered.
-- ``big configs``: ``root/configChanged`` of 15 MB, rejected to the sender.
+- ``big configs``: ``root/configChanged`` of nearly the size bound, rejected to the sender.
 - ``many terminals``: ``createTerminal`` back to back until the limit refuses.
 """
 
@@ -50,13 +50,14 @@ except ModuleNotFoundError:  # a checkout without `pip install -e .`
     from ahp.bench.rawws import Closed, RawWebSocket, open_raw_websocket
 from ahp.bench.wsclient import AhpDialect
 from ahp.protocol.jsonshape import MAX_ITEMS
+from ahp.server.websocket import MAX_MESSAGE_SIZE
 
 REPO = Path(__file__).resolve().parents[1]
 TOKEN = "bench-edges-token"
 NOFILE = 1024
 SLOW_PEERS = 1100
 BAD_PEERS = 4
-FRAME_BYTES = 15 * 1024 * 1024
+FRAME_BYTES = MAX_MESSAGE_SIZE - 64 * 1024  # the largest frames the server accepts
 PAUSE = 0.02
 ECHO = "ahp-terminal:/echo"
 

@@ -739,17 +739,17 @@ CORPUS: list[Case] = [
     ),
     # -- size ---------------------------------------------------------------------------------
     case(
-        "huge-string-10MB-in-params",
-        req("ping", {"channel": ROOT, "pad": "x" * (10 * MiB)}),
+        "huge-string-7MB-in-params",
+        req("ping", {"channel": ROOT, "pad": "x" * (7 * MiB)}),
         Result(None),
     ),
     case(
-        "huge-channel-10MB",
-        req("subscribe", {"channel": "ahp-terminal:/" + "x" * (10 * MiB)}),
+        "huge-channel-7MB",
+        req("subscribe", {"channel": "ahp-terminal:/" + "x" * (7 * MiB)}),
         Error(-32008),
     ),
     case("huge-cwd-1MB", create(T2, cwd="/" + "d" * MiB), bad_params()),
-    case("over-16MiB-closes-1009", "x" * (17 * MiB), closes=1009),
+    case("over-8MiB-closes-1009", "x" * (8 * MiB + 1), closes=1009),
 ]
 
 

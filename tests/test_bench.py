@@ -129,3 +129,5 @@ def test_folded_figures_have_units() -> None:
     assert folded_unit("bash_integrated") == "MB/s"
     assert folded_unit("bash_plain_cpu") == "MB per CPU second"
     assert folded_unit("integrated_ratio") == "x"
+    assert folded_unit("run_true_ms") == "ms"
+    assert folded_unit("screen_ms") == "ms"

@@ -313,6 +313,8 @@ def folded_unit(key: str) -> str:
         return "x"  # integrated / plain
     if key.endswith("_cpu"):
         return "MB per CPU second"
+    if key.endswith("_ms"):
+        return "ms"  # the render section's run() and screen() costs
     return "MB/s"
 
 

@@ -44,7 +44,7 @@ off when out of fds, and lines about unauthenticated peers are rate-limited
 (:mod:`ahp.server.admission`).
 
 An inbound frame of :data:`LARGE_FRAME` or more is cost-checked and decoded in two
-steps with a checkpoint between (each takes tens of milliseconds at 16 MiB), and
+steps with a checkpoint between (each takes tens of milliseconds at 8 MiB), and
 the reader drops it before receiving the next.
 """
 
@@ -94,8 +94,11 @@ __all__ = [
 
 log = logging.getLogger("ahp.server")
 
-#: Largest inbound message accepted; larger ones close the connection with 1009.
-MAX_MESSAGE_SIZE: Final = 16 * 1024 * 1024
+#: Largest inbound message accepted; larger ones close the connection with 1009. It
+#: bounds how long one frame holds the event loop (reading, UTF-8 and JSON decoding cost
+#: ~5 ms per MiB here): at 16 MiB, frames at the bounds delayed another client's echo by
+#: up to ~60 ms; at 8 MiB, half that (benchmarks/bench_edges.py, docs/threat-model.md).
+MAX_MESSAGE_SIZE: Final = 8 * 1024 * 1024
 #: Inbound frames from this size on are checked, then decoded, with a checkpoint between.
 LARGE_FRAME: Final = 1024 * 1024
 #: Outbound bytes queued per connection before it is closed with 1013.
@@ -272,7 +275,7 @@ async def _reader(ws: ServerWebSocket, session: Session, config: ServerConfig) -
             # other clients' keystrokes get a turn in between.
             await trio.lowlevel.checkpoint()
             await session.handle_frame(message, checked=True)
-        del message  # (not held while the next one arrives: a frame may be 16 MiB)
+        del message  # (not held while the next one arrives: a frame may be 8 MiB)
         if session.close_request is not None:
             session.outbox.close()
             return
