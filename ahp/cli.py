@@ -90,6 +90,12 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help=f"terminals hosted at most; more are refused (default {DEFAULT_MAX_TERMINALS})",
     )
     p.add_argument(
+        "--holder-only-input",
+        action="store_true",
+        help="take input (and signals) only from the client holding a terminal's claim "
+        "(default: from every client with the token)",
+    )
+    p.add_argument(
         "--log-level",
         default="info",
         choices=["debug", "info", "warning", "error"],
@@ -184,6 +190,7 @@ def _serve(args: argparse.Namespace) -> int:
         allow_origins=frozenset(args.allow_origin),
         tls=tls,
         max_terminals=args.max_terminals,
+        holder_only_input=args.holder_only_input,
     )
 
     listening = False

@@ -555,3 +555,29 @@ def test_client_registry_reports_each_forgotten_client_once() -> None:
     registry.disconnect(registry.connect("e", "0.5.0"))  # evicts "e" (idle), then returns
     assert len(registry) == 3
     assert registry.take_forgotten() == []
+
+
+async def test_holder_only_input_refuses_other_clients_input() -> None:
+    """``serve --holder-only-input``: input from a client that does not hold the terminal's
+    client claim is rejected to it only; the holder's and the library's input go through."""
+    options = ServeOptions(port=0, token=TOKEN, holder_only_input=True)
+    async with (
+        running_server(options, shell="/bin/sh") as sidecar,
+        peer(sidecar.url) as alice,
+        peer(sidecar.url) as bob,
+    ):
+        host = sidecar.state.host
+        assert host.holder_only_input
+        await alice.initialize("alice")
+        await alice.result("createTerminal", {"channel": T1, "claim": claim("alice")})
+        await alice.result("subscribe", {"channel": T1})
+        await bob.initialize("bob", [T1])
+        with trio.fail_after(TIMEOUT):
+            await bob.dispatch(T1, {"type": "terminal/input", "data": "echo bob-$((6*7))\r"})
+            refused = await bob.action(lambda p: p["action"]["type"] == "terminal/input")
+            assert "claim" in refused["rejectionReason"]
+            await alice.dispatch(T1, {"type": "terminal/input", "data": "echo alice-$((6*7))\r"})
+            await alice.text_until(T1, "alice-42")
+            await host.get(T1).send_input("echo lib-$((6*7))\r")
+            await alice.text_until(T1, "lib-42")
+        assert "bob-42" not in host.get(T1).state.text()

@@ -385,3 +385,18 @@ def test_configs_and_unknown_root_actions_need_no_heal() -> None:
     state = RootState(agents=(), terminals=(INFO,))
     assert heal_root(state, RootConfigChanged(config={"a": 1}, replace=True)) is None
     assert heal_root(state, TerminalTitleChanged(title="not a root action")) is None
+
+
+def test_holder_only_input_takes_input_from_the_claim_holder_only() -> None:
+    core = _core()
+    type_ls = TerminalInput(data="ls\r")
+    assert isinstance(core.decide(type_ls, origin("anyone")), Accepted)  # open by default
+    core.holder_only_input = True
+    assert core.decide(type_ls, origin("anyone")) == Rejected(
+        "input is taken only from the client holding the terminal's claim", None
+    )
+    assert isinstance(core.decide(type_ls, origin("owner")), Accepted)
+    assert isinstance(core.decide(type_ls, None), Accepted)  # the library's own input
+    session = _core(claim=SessionClaim(session="s"))
+    session.holder_only_input = True
+    assert isinstance(session.decide(type_ls, origin("anyone")), Rejected)

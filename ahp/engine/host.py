@@ -86,6 +86,7 @@ class Host:
         self._terminals: dict[str, Terminal] = {}
         self._root = RootState(agents=(), terminals=())
         self._counter = 0
+        self._holder_only_input = False
 
     # -- root channel ------------------------------------------------------------------------
 
@@ -129,6 +130,20 @@ class Host:
     @property
     def terminals(self) -> Mapping[str, Terminal]:
         return self._terminals
+
+    @property
+    def holder_only_input(self) -> bool:
+        """Whether every terminal takes clients' input (and signals, see
+        :mod:`ahp.server.processes`) only from the holder of its client claim
+        (``serve --holder-only-input``; design decision 3). In-process input is always
+        taken. Off by default: input is open to every authenticated client."""
+        return self._holder_only_input
+
+    @holder_only_input.setter
+    def holder_only_input(self, value: bool) -> None:
+        self._holder_only_input = value
+        for terminal in self._terminals.values():
+            terminal.holder_only_input = value
 
     def new_uri(self) -> str:
         """A fresh terminal URI (``ahp-terminal:/t<n>``) not in use."""
@@ -195,6 +210,7 @@ class Host:
         terminal = Terminal(
             spec, launch, self.hub, nonce=nonce, on_info_changed=self._on_info_changed
         )
+        terminal.holder_only_input = self._holder_only_input
         # Reserve the URI while spawning so a concurrent create cannot take it.
         self._terminals[uri] = terminal
         try:

@@ -277,6 +277,16 @@ class Terminal:
         return self._child is not None and not self.exited.is_set()
 
     @property
+    def holder_only_input(self) -> bool:
+        """Whether clients' input is refused unless they hold the terminal's client
+        claim (set by the host; in-process input is always taken)."""
+        return self._core.holder_only_input
+
+    @holder_only_input.setter
+    def holder_only_input(self, value: bool) -> None:
+        self._core.holder_only_input = value
+
+    @property
     def integrated(self) -> bool:
         """Whether command detection was injected into the shell."""
         return self._launch.integrated

@@ -121,6 +121,9 @@ class TerminalCore:
         self.scrollback = Scrollback(scrollback, max_parts=max_parts, state=state)
         #: Whether the process has exited (``terminal/exited`` was applied).
         self.exited = False
+        #: Whether clients' input is taken only from the holder of a client claim (the
+        #: library's own input, without an origin, always is).
+        self.holder_only_input = False
         #: Set when the catalogue entry (title, claim, exit) changed; the driver
         #: clears it once it told the catalogue (at most once per batch).
         self.info_changed = False
@@ -202,6 +205,10 @@ class TerminalCore:
             case TerminalInput(data=data):
                 if self.exited:
                     return "the terminal's process has exited"
+                if self.holder_only_input and origin is not None:
+                    claim = self.state.claim
+                    if not (isinstance(claim, ClientClaim) and claim.clientId == origin.clientId):
+                        return "input is taken only from the client holding the terminal's claim"
                 if pending_input + len(data) > MAX_PENDING_INPUT:
                     return f"input buffer full ({MAX_PENDING_INPUT} bytes pending)"
                 return None

@@ -64,6 +64,9 @@ class ServeOptions:
     tls: ssl.SSLContext | None = None
     #: Terminals hosted at most (``createTerminal`` past it is refused, -32000).
     max_terminals: int = DEFAULT_MAX_TERMINALS
+    #: Take clients' input and signals only from the holder of a terminal's client claim
+    #: (sets :attr:`ahp.engine.Host.holder_only_input`).
+    holder_only_input: bool = False
 
 
 def tls_context(cert: str, key: str | None = None) -> ssl.SSLContext:
@@ -140,6 +143,8 @@ async def serve_host(
         allowed_hosts=_allowed_hosts(options, port or 0),
     )
     state = ServerState(host=host, max_terminals=options.max_terminals)
+    if options.holder_only_input:
+        host.holder_only_input = True
     try:
         async with trio.open_nursery() as nursery:
             await nursery.start(serve_connections, state, config, listeners)

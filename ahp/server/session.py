@@ -149,13 +149,21 @@ class ServerState:
     host: Host
     clients: ClientRegistry = attrs.field(factory=ClientRegistry)
     default_directory: str = attrs.field(factory=lambda: path_to_file_uri(os.path.expanduser("~")))
-    holder_only_input: bool = False
     #: Terminals hosted at most; ``createTerminal`` past it fails with :data:`SERVER_LIMIT`.
     max_terminals: int = DEFAULT_MAX_TERMINALS
     #: ``createTerminal`` requests between the limit check and the terminal's registration.
     creating: int = 0
     #: Counters: protocol errors answered (figures for tests).
     errors: int = 0
+
+    @property
+    def holder_only_input(self) -> bool:
+        """Input and signals only from the claim's holder: the host's setting."""
+        return self.host.holder_only_input
+
+    @holder_only_input.setter
+    def holder_only_input(self, value: bool) -> None:
+        self.host.holder_only_input = value
 
 
 #: C0 and C1 control characters and DEL: never part of a terminal URI we accept.
