@@ -54,6 +54,7 @@ returns status ``running`` with the handle.
 
 from __future__ import annotations
 
+import abc
 import logging
 import math
 import re
@@ -88,6 +89,7 @@ __all__ = [
     "CommandHandle",
     "CommandRegistry",
     "CommandResult",
+    "CommandSurface",
     "InputEvidence",
     "TerminalDriver",
     "evidence_of",
@@ -1020,3 +1022,82 @@ async def as_completed(handles: Iterable[CommandHandle]) -> AsyncIterator[Comman
         for handle in done:
             remaining.remove(handle)
             yield handle.result()
+
+
+class CommandSurface(abc.ABC):
+    """``run``, ``start`` and ``command`` for a terminal that can hand out a
+    :class:`TerminalDriver`: one surface, in-process (:class:`ahp.engine.Terminal`)
+    and remote (:class:`ahp.client.RemoteTerminal`), over the same algorithm."""
+
+    @abc.abstractmethod
+    def _command_driver(self) -> TerminalDriver:
+        """The driver :func:`run_command` / :func:`start_command` work through."""
+
+    @property
+    @abc.abstractmethod
+    def commands(self) -> CommandRegistry:
+        """Recent commands started in this terminal (see :data:`MAX_COMMANDS_KEPT`)."""
+
+    async def run(
+        self,
+        command_line: str,
+        *,
+        timeout: float | None = None,
+        yield_after: float | None = None,
+        head_bytes: int | None = None,
+        tail_bytes: int | None = None,
+        input_quiet: float = DEFAULT_INPUT_QUIET,
+        claim: TerminalClaim | None = None,
+        max_output_bytes: int | None = None,
+    ) -> CommandResult:
+        """Type ``command_line`` into this terminal and return its :class:`CommandResult`.
+
+        Returns when the command is over; early with status ``waiting_for_input``
+        when it blocks reading the terminal (after ``input_quiet`` s of quiet; answer
+        with ``result.handle.send_input``), or with status ``running`` after
+        ``yield_after`` s (``result.handle`` follows it). On ``timeout`` the command
+        is interrupted (``\\x03``): status ``timed_out``; cancelling the call
+        interrupts it too. ``output`` is the rendered text, its first ``head_bytes``
+        and last ``tail_bytes`` (``max_output_bytes``, for compatibility, sets both:
+        a quarter head). With ``claim`` (e.g. a :class:`SessionClaim` naming a tool
+        call) the terminal is claimed until the command ends and the previous claim
+        is restored. See the module docstring.
+        """
+        return await run_command(
+            self._command_driver(),
+            command_line,
+            timeout=timeout,
+            yield_after=yield_after,
+            head_bytes=head_bytes,
+            tail_bytes=tail_bytes,
+            input_quiet=input_quiet,
+            claim=claim,
+            max_output_bytes=max_output_bytes,
+        )
+
+    async def start(
+        self,
+        command_line: str,
+        *,
+        head_bytes: int | None = None,
+        tail_bytes: int | None = None,
+        input_quiet: float = DEFAULT_INPUT_QUIET,
+        claim: TerminalClaim | None = None,
+        max_output_bytes: int | None = None,
+    ) -> CommandHandle:
+        """Type ``command_line`` and return its :class:`CommandHandle` at once (see
+        :meth:`run`); the handle's collector ends with the command or the terminal."""
+        return await start_command(
+            self._command_driver(),
+            command_line,
+            head_bytes=head_bytes,
+            tail_bytes=tail_bytes,
+            input_quiet=input_quiet,
+            claim=claim,
+            max_output_bytes=max_output_bytes,
+        )
+
+    def command(self, command_id: str) -> CommandHandle:
+        """The handle of a recent command (``result.command_id``); KeyError when
+        unknown or forgotten (see :data:`MAX_COMMANDS_KEPT`)."""
+        return self.commands.get(command_id)

@@ -52,14 +52,10 @@ from ahp.protocol.jsonrpc import ErrorCode
 from ahp.protocol.state import CommandPart, Snapshot, TerminalClaim, TerminalState
 from ahp.pty.procfs import TtyStatus
 from ahp.run import (
-    DEFAULT_INPUT_QUIET,
-    CommandHandle,
     CommandRegistry,
-    CommandResult,
+    CommandSurface,
     InputEvidence,
     evidence_of,
-    run_command,
-    start_command,
 )
 from ahp.vt.screen import Screen, ScreenModel
 
@@ -80,7 +76,7 @@ KILL_GRACE: Final = 2.0
 EXTENSION_TIMEOUT: Final = 10.0
 
 
-class RemoteTerminal:
+class RemoteTerminal(CommandSurface):
     """One terminal channel of a connected client (the client must be subscribed)."""
 
     def __init__(self, client: Client, uri: str) -> None:
@@ -121,52 +117,8 @@ class RemoteTerminal:
         await self.client.dispatch(self.uri, TerminalClaimed(claim=claim))
         await self.client.wait_for(lambda: not mirror.pending, timeout=30)
 
-    async def run(
-        self,
-        command_line: str,
-        *,
-        timeout: float | None = None,
-        yield_after: float | None = None,
-        head_bytes: int | None = None,
-        tail_bytes: int | None = None,
-        input_quiet: float = DEFAULT_INPUT_QUIET,
-        claim: TerminalClaim | None = None,
-        max_output_bytes: int | None = None,
-    ) -> CommandResult:
-        """Run one command remotely; same contract as :meth:`ahp.engine.Terminal.run`
-        (but see the module doc for what a client cannot see)."""
-        return await run_command(
-            self,
-            command_line,
-            timeout=timeout,
-            yield_after=yield_after,
-            head_bytes=head_bytes,
-            tail_bytes=tail_bytes,
-            input_quiet=input_quiet,
-            claim=claim,
-            max_output_bytes=max_output_bytes,
-        )
-
-    async def start(
-        self,
-        command_line: str,
-        *,
-        head_bytes: int | None = None,
-        tail_bytes: int | None = None,
-        input_quiet: float = DEFAULT_INPUT_QUIET,
-        claim: TerminalClaim | None = None,
-        max_output_bytes: int | None = None,
-    ) -> CommandHandle:
-        """Start one command remotely and return its handle (see :meth:`run`)."""
-        return await start_command(
-            self,
-            command_line,
-            head_bytes=head_bytes,
-            tail_bytes=tail_bytes,
-            input_quiet=input_quiet,
-            claim=claim,
-            max_output_bytes=max_output_bytes,
-        )
+    def _command_driver(self) -> RemoteTerminal:
+        return self  # what a client can and cannot see: see the module doc
 
     def screen(self) -> Screen:
         """The visible screen, rendered from the client's mirror (see :mod:`ahp.vt.screen`)."""
@@ -191,10 +143,6 @@ class RemoteTerminal:
             _forget_unsubscribed(registries, self.client.mirrors)
             registry = registries[self.uri] = CommandRegistry()
         return registry
-
-    def command(self, command_id: str) -> CommandHandle:
-        """The handle of a recent command started through this client (KeyError else)."""
-        return self.commands.get(command_id)
 
     @property
     def sees_processes(self) -> bool:

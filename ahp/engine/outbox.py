@@ -174,7 +174,7 @@ class Outbox:
 
     @property
     def over_bound(self) -> bool:
-        return self._bytes + self._response_bytes + self._in_flight > self.max_bytes
+        return self.pending_bytes > self.max_bytes
 
     @property
     def backlog(self) -> int:

@@ -94,15 +94,11 @@ from ahp.pty import Child, ChildGone, SpawnError, kill_session, procfs, spawn
 from ahp.reducers import Rejected, TerminalCore
 from ahp.reducers.core import MAX_DIMENSION, MAX_PENDING_INPUT
 from ahp.run import (
-    DEFAULT_INPUT_QUIET,
     FOLLOW_BYTES,
-    CommandHandle,
     CommandRegistry,
-    CommandResult,
+    CommandSurface,
     InputEvidence,
     evidence_of,
-    run_command,
-    start_command,
 )
 from ahp.vt import OutputParser
 from ahp.vt.screen import Screen, ScreenModel
@@ -195,7 +191,7 @@ async def _send(channel: trio.MemorySendChannel[_T], item: _T) -> None:
         await channel.send(item)
 
 
-class Terminal:
+class Terminal(CommandSurface):
     """A live terminal; create it with :meth:`ahp.engine.Host.create_terminal`.
 
     Read its state with :attr:`state` / :meth:`snapshot`; follow it with
@@ -248,8 +244,8 @@ class Terminal:
         self._wait_scope: trio.CancelScope | None = None
         self._tasks: trio.Nursery | None = None  # command collectors (ahp.run)
         self._screen: ScreenModel | None = None
-        #: Recent commands by id (:meth:`command`).
-        self.commands = CommandRegistry()
+        #: Recent commands by id (:attr:`commands`, :meth:`command`).
+        self._commands = CommandRegistry()
         self._process_exited = trio.Event()
         self.exited = trio.Event()
         self.closed = trio.Event()
@@ -379,73 +375,13 @@ class Terminal:
 
     # -- lifecycle ---------------------------------------------------------------------------
 
-    async def run(
-        self,
-        command_line: str,
-        *,
-        timeout: float | None = None,
-        yield_after: float | None = None,
-        head_bytes: int | None = None,
-        tail_bytes: int | None = None,
-        input_quiet: float = DEFAULT_INPUT_QUIET,
-        claim: TerminalClaim | None = None,
-        max_output_bytes: int | None = None,
-    ) -> CommandResult:
-        """Type ``command_line`` into this terminal and return its :class:`CommandResult`.
+    def _command_driver(self) -> _LocalDriver:
+        return _LocalDriver(self)
 
-        Returns when the command is over; early with status ``waiting_for_input``
-        when it blocks reading the terminal (seen in ``/proc`` after
-        ``input_quiet`` s of quiet; answer with ``result.handle.send_input``), or
-        with status ``running`` after ``yield_after`` s (``result.handle`` follows
-        it). On ``timeout`` the command is interrupted (``\\x03``): status
-        ``timed_out``; cancelling the call interrupts it too. ``output`` is the
-        rendered text, its first ``head_bytes`` and last ``tail_bytes``
-        (``max_output_bytes``, for compatibility, sets both: a quarter head). With
-        ``claim`` (e.g. a :class:`SessionClaim` naming a tool call) the terminal
-        is claimed until the command ends and the previous claim is restored.
-        See :mod:`ahp.run`.
-        """
-        return await run_command(
-            _LocalDriver(self),
-            command_line,
-            timeout=timeout,
-            yield_after=yield_after,
-            head_bytes=head_bytes,
-            tail_bytes=tail_bytes,
-            input_quiet=input_quiet,
-            claim=claim,
-            max_output_bytes=max_output_bytes,
-        )
-
-    async def start(
-        self,
-        command_line: str,
-        *,
-        head_bytes: int | None = None,
-        tail_bytes: int | None = None,
-        input_quiet: float = DEFAULT_INPUT_QUIET,
-        claim: TerminalClaim | None = None,
-        max_output_bytes: int | None = None,
-    ) -> CommandHandle:
-        """Type ``command_line`` and return its :class:`~ahp.run.CommandHandle` at once.
-
-        The handle's collector runs in this terminal's nursery: it ends with the
-        command or when the terminal is disposed.
-        """
-        return await start_command(
-            _LocalDriver(self),
-            command_line,
-            head_bytes=head_bytes,
-            tail_bytes=tail_bytes,
-            input_quiet=input_quiet,
-            claim=claim,
-            max_output_bytes=max_output_bytes,
-        )
-
-    def command(self, command_id: str) -> CommandHandle:
-        """The handle of a recent command (``result.command_id``); KeyError when
-        unknown or forgotten (see :data:`ahp.run.MAX_COMMANDS_KEPT`)."""
-        return self.commands.get(command_id)
+    @property
+    def commands(self) -> CommandRegistry:
+        """Recent commands run or started in this terminal."""
+        return self._commands
 
     def screen(self) -> Screen:
         """The visible screen now (rendered on demand: see :mod:`ahp.vt.screen`)."""
