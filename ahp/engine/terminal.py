@@ -282,6 +282,11 @@ class Terminal(CommandSurface):
     def holder_only_input(self, value: bool) -> None:
         self._core.holder_only_input = value
 
+    def input_refused(self, client_id: str | None) -> str | None:
+        """Why this client's input or signals are refused now (None: taken); see
+        :meth:`ahp.reducers.TerminalCore.input_refused`."""
+        return self._core.input_refused(client_id)
+
     @property
     def integrated(self) -> bool:
         """Whether command detection was injected into the shell."""

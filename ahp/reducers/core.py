@@ -198,6 +198,16 @@ class TerminalCore:
             case _:
                 return Accepted(action)
 
+    def input_refused(self, client_id: str | None) -> str | None:
+        """Why a client's input (or signal) is refused here, or None when it is taken:
+        with :attr:`holder_only_input`, only the holder of a client claim is."""
+        if not self.holder_only_input:
+            return None
+        claim = self.state.claim
+        if isinstance(claim, ClientClaim) and claim.clientId == client_id:
+            return None
+        return "input is taken only from the client holding the terminal's claim"
+
     def _rejection(
         self, action: StateAction, origin: ActionOrigin | None, pending_input: int
     ) -> str | None:
@@ -205,10 +215,8 @@ class TerminalCore:
             case TerminalInput(data=data):
                 if self.exited:
                     return "the terminal's process has exited"
-                if self.holder_only_input and origin is not None:
-                    claim = self.state.claim
-                    if not (isinstance(claim, ClientClaim) and claim.clientId == origin.clientId):
-                        return "input is taken only from the client holding the terminal's claim"
+                if origin is not None and self.holder_only_input:
+                    return self.input_refused(origin.clientId)
                 if pending_input + len(data) > MAX_PENDING_INPUT:
                     return f"input buffer full ({MAX_PENDING_INPUT} bytes pending)"
                 return None

@@ -52,7 +52,7 @@ from ahp.protocol.processes import (
     TtyStatusWire,
     mark_problem,
 )
-from ahp.protocol.state import ROOT_URI, ClientClaim
+from ahp.protocol.state import ROOT_URI
 from ahp.pty import procfs
 
 if TYPE_CHECKING:
@@ -100,16 +100,13 @@ def _mark(wire: JobMarkWire | None) -> procfs.JobMark | None:
 
 
 def _check_may_signal(session: Session, terminal: Terminal) -> None:
-    """The ``terminal/input`` rule: everyone, unless input is holder-only."""
-    if not session.server.holder_only_input:
-        return
-    claim = terminal.state.claim
-    if isinstance(claim, ClientClaim) and claim.clientId == session.client_id:
-        return
-    raise Refused(
-        ErrorCode.PERMISSION_DENIED,
-        "this server takes input and signals only from the client holding the terminal's claim",
-    )
+    """The ``terminal/input`` rule (the terminal core's): everyone, unless input is
+    holder-only."""
+    if terminal.input_refused(session.client_id) is not None:
+        raise Refused(
+            ErrorCode.PERMISSION_DENIED,
+            "this server takes input and signals only from the client holding the terminal's claim",
+        )
 
 
 def _bounded(pids: tuple[int, ...]) -> tuple[int, ...]:
