@@ -24,6 +24,7 @@ import trio
 
 from ahp.engine import Host, open_host
 from ahp.pty.reap import kill_session
+from ahp.server.http import health_routes
 from ahp.server.session import DEFAULT_MAX_TERMINALS, ServerState
 from ahp.server.websocket import ServerConfig, open_listeners, serve_connections
 
@@ -137,12 +138,13 @@ async def serve_host(
         url = f"ws+unix://{options.unix}:/"
     if token is not None:
         url += f"?tkn={token}"
+    state = ServerState(host=host, max_terminals=options.max_terminals)
     config = ServerConfig(
         token=token,
         allow_origins=options.allow_origins,
         allowed_hosts=_allowed_hosts(options, port or 0),
+        routes=health_routes(ready=lambda: not state.draining),
     )
-    state = ServerState(host=host, max_terminals=options.max_terminals)
     if options.holder_only_input:
         host.holder_only_input = True
     try:

@@ -155,6 +155,9 @@ class ServerState:
     creating: int = 0
     #: Counters: protocol errors answered (figures for tests).
     errors: int = 0
+    #: True once the server stops taking terminals (shutting down): ``/readyz``
+    #: answers 503.
+    draining: bool = False
 
     @property
     def holder_only_input(self) -> bool:
