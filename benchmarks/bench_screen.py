@@ -39,7 +39,18 @@ except ModuleNotFoundError:  # a checkout without `pip install -e .`
 
 __all__ = ["corpus", "run"]
 
-PROGRAMS = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "programs"
+#: The corpus: the checkout's, else the copy an installed wheel carries beside this file.
+PROGRAMS = next(
+    (
+        path
+        for path in (
+            Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "programs",
+            Path(__file__).resolve().parent / "programs",
+        )
+        if (path / "reference.json").exists()
+    ),
+    Path(__file__).resolve().parent / "programs",
+)
 CHUNK = 4096
 PYTE_MAX_MB = 1.0
 READS = 200
