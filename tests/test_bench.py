@@ -32,6 +32,7 @@ SECTIONS = (
     "scanner",
     "integration",
     "render",
+    "screen",
     "targets",
     "chart",
 )
@@ -150,6 +151,9 @@ def test_folded_figures_have_units() -> None:
     assert folded_unit("integrated_ratio") == "x"
     assert folded_unit("run_true_ms") == "ms"
     assert folded_unit("screen_ms") == "ms"
+    assert folded_unit("ghostty_read_us") == "µs"
+    assert folded_unit("ghostty_agree_pct") == "%"
+    assert folded_unit("pyte_raw_raised_count") == "recordings"
 
 
 def test_the_wheel_carries_the_folded_benchmarks() -> None:

@@ -2,7 +2,8 @@
 
 Why: the scanner, shell-integration and run-API benchmarks live in ``benchmarks/``
 with their owners (``bench_scanner.py``, ``bench_integration.py``,
-``bench_render.py``: the screen models' MB/s and ``run()``'s overhead), each exposing
+``bench_render.py``: the screen models' MB/s and ``run()``'s overhead;
+``bench_screen.py``: the screen model's emulators on recorded programs), each exposing
 ``run(size_mb)``. The bench command runs them in the same process tree and
 reports their figures beside the others instead of duplicating them. They are
 imported by path, defensively — from the checkout's ``benchmarks/`` when there is
@@ -27,6 +28,7 @@ FOLDED = {
     "scanner": "bench_scanner.py",
     "integration": "bench_integration.py",
     "render": "bench_render.py",
+    "screen": "bench_screen.py",
 }
 
 

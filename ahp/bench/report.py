@@ -13,6 +13,7 @@ from typing import Any
 
 import orjson
 
+from ahp.bench.folded import FOLDED
 from ahp.bench.stats import Figure
 from ahp.bench.targets import Target
 
@@ -312,7 +313,7 @@ def render_table(results: dict[str, Any], targets: list[Target]) -> str:
             f"{ap['many_commands']} {_fig(ap['many_commands_seconds'], 3)}: "
             f"{ap['commands_ratio']:.1f}x for 10x the commands"
         )
-    for name in ("scanner", "integration", "render"):
+    for name in FOLDED:
         node = r.get(name, {})
         lines.append("")
         if "skipped" in node:
@@ -354,6 +355,12 @@ def folded_unit(key: str) -> str:
         return "MB per CPU second"
     if key.endswith("_ms"):
         return "ms"  # the render section's run() and screen() costs
+    if key.endswith("_us"):
+        return "µs"  # the screen section's screen() read
+    if key.endswith("_pct"):
+        return "%"  # the screen section's rows agreeing with the reference
+    if key.endswith("_count"):
+        return "recordings"  # the screen section's per-recording counts
     return "MB/s"
 
 
