@@ -92,6 +92,7 @@ from ahp.protocol.actions import (
 )
 from ahp.protocol.state import Snapshot, TerminalClaim, TerminalInfo, TerminalState
 from ahp.pty import Child, ChildGone, SpawnError, kill_session, procfs, spawn
+from ahp.pty.pump import ReadPump
 from ahp.reducers import Rejected, TerminalCore
 from ahp.reducers.core import MAX_DIMENSION, MAX_PENDING_INPUT
 from ahp.run import (
@@ -124,6 +125,9 @@ READ_SIZE: Final = 64 * 1024
 #: Reads are gathered until EAGAIN or until this many bytes: one batch for the parser.
 #: About what the pty buffers (Linux: ~17 KB from the child to the master).
 READ_BATCH: Final = 16 * 1024
+#: Under sustained output (a batch came back full), read in a thread of the pty-read
+#: task's own while the stages work (:mod:`ahp.pty.pump`); False reads on the loop only.
+THREADED_READS: bool = os.environ.get("AHP_THREADED_READS", "1") != "0"
 #: A first read shorter than this ends its batch at once (see the pty-read task).
 SMALL_READ: Final = 256
 #: Batches queued from pty-read to parse (at most READ_BATCH bytes each).
@@ -623,6 +627,11 @@ class Terminal(CommandSurface):
                             await pacer.wait_taken()
                         continue
                     if size >= READ_BATCH:
+                        if THREADED_READS:
+                            # Sustained output: a thread reads while the stages work.
+                            if await self._pump(child, to_parse):
+                                return
+                            continue
                         await trio.lowlevel.checkpoint()  # fairness: one batch at a time
                         continue
                     # Drained (EAGAIN): the wait below is the checkpoint (reading again
@@ -638,6 +647,32 @@ class Terminal(CommandSurface):
                     self._wait_scopes.add(wait_scope)
                     await child.wait_readable(error=error)
                 self._wait_scopes.discard(wait_scope)
+
+    async def _pump(self, child: Child, to_parse: trio.MemorySendChannel[bytes]) -> bool:
+        """Read through a :class:`~ahp.pty.pump.ReadPump` until the output pauses;
+        whether it reached EOF. The pump is stopped (and its thread gone) on return."""
+        pump = ReadPump(child.output_fd, is_pty=child.is_pty)
+        pump.start()
+        try:
+            while True:
+                data = await pump.take()
+                if data is None:
+                    return False
+                if not data:
+                    return True
+                self.read_batches += 1
+                self.bytes_read += len(data)
+                try:
+                    to_parse.send_nowait(data)
+                except trio.WouldBlock:
+                    self.parse_waits += 1
+                    await to_parse.send(data)
+                pacer = self._hub.pacer(self.uri)
+                if pacer is not None:
+                    with trio.move_on_after(PACE_WINDOW):
+                        await pacer.wait_taken()
+        finally:
+            await pump.aclose()
 
     # -- parse -------------------------------------------------------------------------------
 
