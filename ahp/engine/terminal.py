@@ -629,7 +629,7 @@ class Terminal(CommandSurface):
                     if size >= READ_BATCH:
                         if THREADED_READS:
                             # Sustained output: a thread reads while the stages work.
-                            if await self._pump(child, to_parse):
+                            if await self._pump(child, to_parse, error):
                                 return
                             continue
                         await trio.lowlevel.checkpoint()  # fairness: one batch at a time
@@ -648,10 +648,13 @@ class Terminal(CommandSurface):
                     await child.wait_readable(error=error)
                 self._wait_scopes.discard(wait_scope)
 
-    async def _pump(self, child: Child, to_parse: trio.MemorySendChannel[bytes]) -> bool:
+    async def _pump(
+        self, child: Child, to_parse: trio.MemorySendChannel[bytes], error: bool = False
+    ) -> bool:
         """Read through a :class:`~ahp.pty.pump.ReadPump` until the output pauses;
-        whether it reached EOF. The pump is stopped (and its thread gone) on return."""
-        pump = ReadPump(child.output_fd, is_pty=child.is_pty)
+        whether it reached EOF. The pump is stopped (and its thread gone) on return.
+        ``error``: the child's own stderr pipe instead of its output."""
+        pump = ReadPump(child.error_fd if error else child.output_fd, is_pty=child.is_pty)
         pump.start()
         try:
             while True:
@@ -662,6 +665,8 @@ class Terminal(CommandSurface):
                     return True
                 self.read_batches += 1
                 self.bytes_read += len(data)
+                if self._on_output is not None:
+                    self._on_output(error, data)
                 try:
                     to_parse.send_nowait(data)
                 except trio.WouldBlock:
