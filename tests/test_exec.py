@@ -217,3 +217,31 @@ async def test_an_ahp_client_watches_the_exec_terminal(tmp_path: Path) -> None:
         final = client.terminal_state(uri)
     assert "hello" in final.text() and "bye" in final.text()
     assert results[0].exit_code == 4 and results[0].stderr == "bye\n"
+
+
+async def test_cwd_and_env_reach_the_command(host: Host, tmp_path: Path) -> None:
+    with trio.fail_after(TIMEOUT):
+        result = await host.exec(
+            "pwd; echo $AHP_EXEC_VALUE", cwd=str(tmp_path), env={"AHP_EXEC_VALUE": "forty-two"}
+        )
+    assert result.output == f"{tmp_path}\nforty-two\n"
+
+
+async def test_a_process_left_running_is_reported_not_killed(host: Host, tmp_path: Path) -> None:
+    pid_file = tmp_path / "pid"
+    with trio.fail_after(TIMEOUT):
+        result = await host.exec(f"sleep 60 > /dev/null 2>&1 & echo $! > {pid_file}")
+    pid = int(pid_file.read_text())
+    try:
+        assert result.status == "finished" and result.exit_code == 0
+        assert [(b.pid, b.command_line) for b in result.background] == [(pid, "sleep 60")]
+        assert alive(pid)
+    finally:
+        os.kill(pid, 9)
+
+
+async def test_closing_stdout_early_still_waits_for_the_exit(host: Host) -> None:
+    with trio.fail_after(TIMEOUT):
+        result = await host.exec("echo first; exec >&- 2>&-; sleep 0.3; exit 5")
+    assert result.exit_code == 5 and result.output == "first\n"
+    assert result.duration_ms >= 300

@@ -29,7 +29,10 @@ runs inside the read tasks and never blocks.
 Cancellation and ownership: the terminal belongs to the host. When ``timeout``
 passes, or the caller is cancelled, the process group gets ``SIGKILL`` and the
 process is reaped before :func:`exec_command` returns or raises (the wait is
-shielded, bounded by :data:`KILL_WAIT`, then the terminal is disposed). A finished
+shielded, bounded by :data:`KILL_WAIT`, then the terminal is disposed), and what
+is left of its session is killed too. After a normal exit, processes the command
+left running in its session (``server &``) are listed in ``background`` and left
+alone. A finished
 terminal stays in the catalogue, showing how it ended, until
 :data:`EXEC_TERMINALS_KEPT` later runs of the same host have finished (it is then
 disposed), or the host closes.
@@ -50,19 +53,22 @@ from typing import TYPE_CHECKING, Final
 import trio
 
 from ahp.budget import DEFAULT_HEAD_BYTES, DEFAULT_TAIL_BYTES, BudgetedText, OutputBudget
+from ahp.pty import kill_session, procfs, session_members
 from ahp.reducers.core import MAX_TITLE
-from ahp.result import CommandResult
+from ahp.result import BackgroundProcess, CommandResult
 from ahp.vt.render import LineRenderer
 
 if TYPE_CHECKING:
     from ahp.engine import Host, Terminal
 
-__all__ = ["EXEC_TERMINALS_KEPT", "KILL_WAIT", "exec_command"]
+__all__ = ["EXEC_TERMINALS_KEPT", "KILL_WAIT", "MAX_BACKGROUND_REPORTED", "exec_command"]
 
 #: Finished exec terminals a host keeps in its catalogue (the oldest is disposed beyond).
 EXEC_TERMINALS_KEPT: Final = 8
 #: Longest wait (seconds) for a process to be reaped after its group got ``SIGKILL``.
 KILL_WAIT: Final = 10.0
+#: Most leftover processes listed in ``background`` (the lowest pids).
+MAX_BACKGROUND_REPORTED: Final = 64
 #: The renderer's window: wide, so that long lines of a log are not wrapped and joined.
 _COLS: Final = 500
 
@@ -129,13 +135,24 @@ def _argv(command: str | Sequence[str]) -> tuple[tuple[str, ...], str]:
 
 
 async def _kill_and_reap(host: Host, term: Terminal) -> None:
-    """SIGKILL the process group, wait (shielded, bounded) for the published exit."""
+    """SIGKILL the process group, wait (shielded, bounded) for the published exit, then
+    kill what is left of the process's session."""
     with trio.CancelScope(shield=True):
         term.signal_process(signal.SIGKILL)
         with trio.move_on_after(KILL_WAIT):
             await term.exited.wait()
         if not term.exited.is_set() and term.uri in host:
             await host.dispose(term.uri)  # terminate(): escalates, reaps, closes every fd
+        if term.pid is not None and term.returncode is not None:  # reaped: its sid is safe
+            kill_session(term.pid)
+
+
+def _left_running(term: Terminal) -> tuple[BackgroundProcess, ...]:
+    """Processes of the command's session still running after it exited (``cmd &``)."""
+    if term.pid is None:
+        return ()
+    pids = sorted(session_members(term.pid))[:MAX_BACKGROUND_REPORTED]
+    return tuple(BackgroundProcess(pid, procfs.command_line(pid)) for pid in pids)
 
 
 async def _retire(host: Host, uri: str) -> None:
@@ -214,6 +231,7 @@ async def exec_command(
         await _kill_and_reap(host, term)
         raise
     returncode = term.returncode
+    background = () if timed_out else _left_running(term)
     await _retire(host, term.uri)
     rendered = collector.stdout.finish()
     if timed_out:
@@ -239,7 +257,7 @@ async def exec_command(
         waiting_for_input=False,
         alternate_screen=False,
         shell_exited=False,
-        background=(),
+        background=background,
         command_id=term.uri,
         stderr=collector.stderr.finish().text,
         signal=_signal_name(signum) if signum is not None else None,
