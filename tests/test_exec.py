@@ -19,13 +19,13 @@ import pytest
 import trio
 
 import ahp
-from ahp.agent.exec import EXEC_TERMINALS_KEPT
+from ahp.agent.exec import EXEC_TERMINALS_KEPT, find_exec, start_exec
 from ahp.budget import omission_marker
 from ahp.client import connect
 from ahp.engine import Host
 from ahp.protocol.state import ROOT_URI
 from ahp.pty import SpawnError, SpawnSpec, spawn
-from tests.helpers import TIMEOUT, open_fds, stat_fields, zombies
+from tests.helpers import TIMEOUT, open_fds, stat_fields, wait_for_text, zombies
 from tests.wire import running_server
 
 
@@ -245,3 +245,15 @@ async def test_closing_stdout_early_still_waits_for_the_exit(host: Host) -> None
         result = await host.exec("echo first; exec >&- 2>&-; sleep 0.3; exit 5")
     assert result.exit_code == 5 and result.output == "first\n"
     assert result.duration_ms >= 300
+
+
+async def test_disposing_the_exec_terminal_ends_the_exec(host: Host) -> None:
+    with trio.fail_after(TIMEOUT):
+        started = await start_exec(host, "echo up; exec sleep 300")
+        assert find_exec(host, started.uri) is started
+        await wait_for_text(started.term, "up")
+        await host.dispose(started.uri)
+        await started.done.wait()
+    result = started.result
+    assert result is not None and result.status == "killed" and result.exit_code is None
+    assert result.output == "up\n" and find_exec(host, started.uri) is started

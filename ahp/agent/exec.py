@@ -41,12 +41,13 @@ disposed), or the host closes.
 from __future__ import annotations
 
 import codecs
+import functools
 import itertools
+import math
 import shlex
 import signal
 import time
 import weakref
-from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Final
 
@@ -61,7 +62,15 @@ from ahp.vt.render import LineRenderer
 if TYPE_CHECKING:
     from ahp.engine import Host, Terminal
 
-__all__ = ["EXEC_TERMINALS_KEPT", "KILL_WAIT", "MAX_BACKGROUND_REPORTED", "exec_command"]
+__all__ = [
+    "EXEC_TERMINALS_KEPT",
+    "KILL_WAIT",
+    "MAX_BACKGROUND_REPORTED",
+    "Exec",
+    "exec_command",
+    "find_exec",
+    "start_exec",
+]
 
 #: Finished exec terminals a host keeps in its catalogue (the oldest is disposed beyond).
 EXEC_TERMINALS_KEPT: Final = 8
@@ -73,8 +82,11 @@ MAX_BACKGROUND_REPORTED: Final = 64
 _COLS: Final = 500
 
 _counter = itertools.count(1)
-#: Per host, the URIs of its finished exec terminals, oldest first.
-_finished: weakref.WeakKeyDictionary[Host, deque[str]] = weakref.WeakKeyDictionary()
+#: Per host, its running execs, and its finished ones still kept (oldest first).
+_running: weakref.WeakKeyDictionary[Host, dict[str, Exec]] = weakref.WeakKeyDictionary()
+_finished: weakref.WeakKeyDictionary[Host, dict[str, Exec]] = weakref.WeakKeyDictionary()
+#: Per host, finished exec terminals pushed out of the kept ones, not yet disposed.
+_stale: weakref.WeakKeyDictionary[Host, list[str]] = weakref.WeakKeyDictionary()
 
 
 class _Stream:
@@ -134,17 +146,15 @@ def _argv(command: str | Sequence[str]) -> tuple[tuple[str, ...], str]:
     return argv, shlex.join(argv)
 
 
-async def _kill_and_reap(host: Host, term: Terminal) -> None:
-    """SIGKILL the process group, wait (shielded, bounded) for the published exit, then
-    kill what is left of the process's session."""
-    with trio.CancelScope(shield=True):
-        term.signal_process(signal.SIGKILL)
-        with trio.move_on_after(KILL_WAIT):
-            await term.exited.wait()
-        if not term.exited.is_set() and term.uri in host:
-            await host.dispose(term.uri)  # terminate(): escalates, reaps, closes every fd
-        if term.pid is not None and term.returncode is not None:  # reaped: its sid is safe
-            kill_session(term.pid)
+def _kill_group(term: Terminal) -> None:
+    term.signal_process(signal.SIGKILL)
+
+
+def _sweep_session(term: Terminal) -> None:
+    """Kill what is left of the process's session (only once it is reaped: its sid is
+    then still reserved and cannot name another session)."""
+    if term.pid is not None and term.returncode is not None:
+        kill_session(term.pid)
 
 
 def _left_running(term: Terminal) -> tuple[BackgroundProcess, ...]:
@@ -155,14 +165,158 @@ def _left_running(term: Terminal) -> tuple[BackgroundProcess, ...]:
     return tuple(BackgroundProcess(pid, procfs.command_line(pid)) for pid in pids)
 
 
-async def _retire(host: Host, uri: str) -> None:
-    """Keep the finished terminal listed; dispose the oldest beyond the bound."""
-    kept = _finished.setdefault(host, deque())
-    kept.append(uri)
+class Exec:
+    """One started exec: its terminal, its collector, and its result once it ended.
+
+    Made by :func:`start_exec`; the wait runs in the terminal's own nursery (so it ends
+    when the terminal is disposed), and :attr:`done` is set once :attr:`result` is.
+    """
+
+    def __init__(
+        self, host: Host, term: Terminal, line: str, collector: _Collector, started: float
+    ) -> None:
+        self.host = host
+        self.term = term
+        self.uri = term.uri
+        self.line = line
+        self._collector = collector
+        self._started = started
+        self.timed_out = False
+        self.result: CommandResult | None = None
+        self.done = trio.Event()
+
+    async def watch(self, timeout: float | None) -> None:
+        """Wait for the exit (killing the group at ``timeout``), then finish; the
+        terminal's task (see :meth:`ahp.engine.Terminal.spawn_task`): never raises."""
+        term = self.term
+        try:
+            with trio.move_on_after(timeout if timeout is not None else math.inf) as scope:
+                await term.exited.wait()
+            if scope.cancelled_caught:
+                self.timed_out = True
+                _kill_group(term)
+                with trio.move_on_after(KILL_WAIT):  # (never dispose from inside it)
+                    await term.exited.wait()
+                _sweep_session(term)
+        finally:  # also when the terminal is disposed meanwhile (this task is cancelled)
+            self.finish()
+            _retire(self.host, self.uri)
+        with trio.CancelScope(shield=True):
+            await _dispose_stale(self.host)
+
+    def finish(self) -> CommandResult:
+        """The result from what was collected (once; synchronous: also on disposal)."""
+        if self.result is not None:
+            return self.result
+        term = self.term
+        returncode = term.returncode
+        rendered = self._collector.stdout.finish()
+        if self.timed_out:
+            status = "timed_out"
+        elif returncode is not None and returncode >= 0:
+            status = "finished"
+        else:
+            status = "killed"  # a signal, or the terminal was disposed first
+        signum = -returncode if returncode is not None and returncode < 0 else None
+        self.result = CommandResult(
+            command_line=self.line,
+            status=status,
+            output=rendered.text,
+            raw_output=self._collector.raw_output(),
+            exit_code=returncode if returncode is not None and returncode >= 0 else None,
+            duration_ms=int((time.monotonic() - self._started) * 1000),
+            truncated=rendered.truncated,
+            omitted_bytes=rendered.omitted_bytes,
+            omitted_lines=rendered.omitted_lines,
+            total_bytes=rendered.total_bytes,
+            total_lines=rendered.total_lines,
+            timed_out=self.timed_out,
+            waiting_for_input=False,
+            alternate_screen=False,
+            shell_exited=False,
+            background=() if status != "finished" else _left_running(term),
+            command_id=self.uri,
+            stderr=self._collector.stderr.finish().text,
+            signal=_signal_name(signum) if signum is not None else None,
+        )
+        self.done.set()
+        return self.result
+
+    async def kill(self) -> None:
+        """Kill the process group and wait (shielded, bounded by :data:`KILL_WAIT`) until
+        it is reaped; dispose the terminal if it is not by then."""
+        with trio.CancelScope(shield=True):
+            _kill_group(self.term)
+            with trio.move_on_after(KILL_WAIT):
+                await self.term.exited.wait()
+            if not self.term.exited.is_set() and self.uri in self.host:
+                await self.host.dispose(self.uri)  # terminate(): escalates, reaps, closes
+            _sweep_session(self.term)
+            self.finish()
+
+
+def _retire(host: Host, uri: str) -> None:
+    """The exec is over: keep it listed, mark the oldest beyond the bound for disposal."""
+    kept = _finished.setdefault(host, {})
+    done = _running.get(host, {}).pop(uri, None)
+    if done is not None:
+        kept[uri] = done
     while len(kept) > EXEC_TERMINALS_KEPT:
-        old = kept.popleft()
-        if old in host:
-            await host.dispose(old)
+        old = next(iter(kept))
+        del kept[old]
+        _stale.setdefault(host, []).append(old)
+
+
+async def _dispose_stale(host: Host) -> None:
+    stale = _stale.pop(host, [])
+    for uri in stale:
+        if uri in host:
+            await host.dispose(uri)
+
+
+def find_exec(host: Host, uri: str) -> Exec | None:
+    """The exec of ``uri`` while it runs or is still kept (see :data:`EXEC_TERMINALS_KEPT`)."""
+    return _running.get(host, {}).get(uri) or _finished.get(host, {}).get(uri)
+
+
+async def start_exec(
+    host: Host,
+    command: str | Sequence[str],
+    *,
+    cwd: str | None = None,
+    env: Mapping[str, str] | None = None,
+    timeout: float | None = None,
+    head_bytes: int = DEFAULT_HEAD_BYTES,
+    tail_bytes: int = DEFAULT_TAIL_BYTES,
+    name: str | None = None,
+    uri: str | None = None,
+) -> Exec:
+    """Start ``command`` (see :func:`exec_command`) and return once its process runs.
+
+    Raises what :func:`exec_command` raises, before anything is started.
+    """
+    argv, line = _argv(command)
+    if head_bytes < 0 or tail_bytes < 0:
+        raise ValueError("head_bytes and tail_bytes must not be negative")
+    if timeout is not None and not timeout > 0:
+        raise ValueError("timeout must be positive")
+    collector = _Collector(head_bytes, tail_bytes)
+    started = time.monotonic()
+    term = await host.create_terminal(
+        uri or f"ahp-terminal:/exec-{next(_counter)}",
+        name=name if name is not None else line[:MAX_TITLE],
+        argv=argv,
+        cwd=cwd,
+        env=env,
+        use_pty=False,
+        stdin_closed=True,
+        stderr_apart=True,
+        on_output=collector,
+    )
+    started_exec = Exec(host, term, line, collector, started)
+    _running.setdefault(host, {})[term.uri] = started_exec
+    term.spawn_task(functools.partial(started_exec.watch, timeout))
+    return started_exec
 
 
 async def exec_command(
@@ -192,76 +346,37 @@ async def exec_command(
 
     Returns:
         ``status`` is ``"finished"`` (``exit_code`` set), ``"killed"`` (a signal ended
-        it: ``signal`` names it, ``exit_code`` is ``None``) or ``"timed_out"``;
-        ``output`` is stdout and ``stderr`` stderr, each rendered within the budget;
-        ``raw_output`` is stdout's most recent ``head_bytes + tail_bytes`` bytes.
+        it: ``signal`` names it, ``exit_code`` is ``None``; also when the terminal was
+        disposed first) or ``"timed_out"``; ``output`` is stdout and ``stderr`` stderr,
+        each rendered within the budget; ``raw_output`` is stdout's most recent
+        ``head_bytes + tail_bytes`` bytes.
 
     Raises:
         ahp.pty.SpawnError: the process could not be started (bad ``cwd``, a program
             not on ``PATH``); nothing is left behind.
-        ValueError: an empty command, or a negative budget.
+        ValueError: an empty command, a negative budget, a timeout not above 0.
 
     Cancellation: the process group is killed and the process reaped before the
     cancellation propagates.
     """
-    argv, line = _argv(command)
-    if head_bytes < 0 or tail_bytes < 0:
-        raise ValueError("head_bytes and tail_bytes must not be negative")
-    collector = _Collector(head_bytes, tail_bytes)
-    started = time.monotonic()
-    term = await host.create_terminal(
-        uri or f"ahp-terminal:/exec-{next(_counter)}",
-        name=name if name is not None else line[:MAX_TITLE],
-        argv=argv,
+    started = await start_exec(
+        host,
+        command,
         cwd=cwd,
         env=env,
-        use_pty=False,
-        stdin_closed=True,
-        stderr_apart=True,
-        on_output=collector,
+        timeout=timeout,
+        head_bytes=head_bytes,
+        tail_bytes=tail_bytes,
+        name=name,
+        uri=uri,
     )
-    timed_out = False
     try:
-        with trio.move_on_after(timeout if timeout is not None else float("inf")) as scope:
-            await term.exited.wait()
-        if scope.cancelled_caught:
-            timed_out = True
-            await _kill_and_reap(host, term)
+        await started.done.wait()
     except BaseException:
-        await _kill_and_reap(host, term)
+        await started.kill()
         raise
-    returncode = term.returncode
-    background = () if timed_out else _left_running(term)
-    await _retire(host, term.uri)
-    rendered = collector.stdout.finish()
-    if timed_out:
-        status = "timed_out"
-    elif returncode is not None and returncode < 0:
-        status = "killed"
-    else:
-        status = "finished"
-    signum = -returncode if returncode is not None and returncode < 0 else None
-    return CommandResult(
-        command_line=line,
-        status=status,
-        output=rendered.text,
-        raw_output=collector.raw_output(),
-        exit_code=returncode if returncode is not None and returncode >= 0 else None,
-        duration_ms=int((time.monotonic() - started) * 1000),
-        truncated=rendered.truncated,
-        omitted_bytes=rendered.omitted_bytes,
-        omitted_lines=rendered.omitted_lines,
-        total_bytes=rendered.total_bytes,
-        total_lines=rendered.total_lines,
-        timed_out=timed_out,
-        waiting_for_input=False,
-        alternate_screen=False,
-        shell_exited=False,
-        background=background,
-        command_id=term.uri,
-        stderr=collector.stderr.finish().text,
-        signal=_signal_name(signum) if signum is not None else None,
-    )
+    assert started.result is not None
+    return started.result
 
 
 def _signal_name(signum: int) -> str:
