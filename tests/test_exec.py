@@ -19,14 +19,18 @@ import pytest
 import trio
 
 import ahp
-from ahp.agent.exec import EXEC_TERMINALS_KEPT, find_exec, start_exec
+from ahp.agent.exec import EXEC_TERMINALS_KEPT, exec_remote, find_exec, start_exec
 from ahp.budget import omission_marker
-from ahp.client import connect
+from ahp.client import RpcError, connect
 from ahp.engine import Host
+from ahp.protocol import processes as xp
+from ahp.protocol.jsonrpc import ErrorCode
+from ahp.protocol.processes import MAX_EXEC_CHARS
 from ahp.protocol.state import ROOT_URI
 from ahp.pty import SpawnError, SpawnSpec, spawn
+from ahp.server import ServeOptions
 from tests.helpers import TIMEOUT, open_fds, stat_fields, wait_for_text, zombies
-from tests.wire import running_server
+from tests.wire import TOKEN, running_server
 
 
 @pytest.fixture
@@ -257,3 +261,81 @@ async def test_disposing_the_exec_terminal_ends_the_exec(host: Host) -> None:
     result = started.result
     assert result is not None and result.status == "killed" and result.exit_code is None
     assert result.output == "up\n" and find_exec(host, started.uri) is started
+
+
+# -- over AHP: x-ahp-terminals/exec -------------------------------------------------------
+
+
+async def test_a_remote_client_execs_on_the_server(tmp_path: Path) -> None:
+    async with running_server() as server, connect(server.url) as client:
+        with trio.fail_after(TIMEOUT):
+            result = await exec_remote(
+                client, "echo out; echo err >&2; exit 6", cwd=str(tmp_path), tail_bytes=100
+            )
+            argv = await exec_remote(client, ["sh", "-c", "kill -TERM $$"])
+            timed = await exec_remote(client, "echo started; exec sleep 300", timeout=0.5)
+    assert (result.status, result.exit_code) == ("finished", 6)
+    assert (result.output, result.stderr) == ("out\n", "err\n")
+    assert result.command_id.startswith("ahp-terminal:/exec-")
+    assert (argv.status, argv.signal) == ("killed", "SIGTERM")
+    assert (timed.status, timed.signal, timed.output) == ("timed_out", "SIGKILL", "started\n")
+
+
+async def test_cancelling_a_remote_exec_disposes_it(tmp_path: Path) -> None:
+    pid_file = tmp_path / "pid"
+    async with (
+        ahp.open_host() as host,
+        running_server(host=host) as server,
+        connect(server.url) as client,
+    ):
+        with trio.move_on_after(TIMEOUT) as scope:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(exec_remote, client, f"echo $$ > {pid_file}; exec sleep 300")
+                while True:  # polled: the file is written by the command
+                    if pid_file.exists() and pid_file.read_text().strip():
+                        nursery.cancel_scope.cancel()
+                        break
+                    await trio.sleep(0.02)
+        assert not scope.cancelled_caught
+        assert await gone([int(pid_file.read_text())])
+        assert [t for t in host.list_terminals() if "exec" in t.resource] == []
+
+
+@pytest.mark.parametrize(
+    ("params", "path"),
+    [
+        ({}, "$.params.argv"),
+        ({"argv": ["true"], "command": "true"}, "$.params.argv"),
+        ({"argv": []}, "$.params.argv"),
+        ({"command": ""}, "$.params.command"),
+        ({"command": "x" * (MAX_EXEC_CHARS + 1)}, "$.params.command"),
+        ({"command": "true", "timeout": 0}, "$.params.timeout"),
+        ({"command": "true", "headBytes": -1}, "$.params.headBytes"),
+        ({"command": "true", "channel": "root"}, "$.params.channel"),
+        ({"command": "true", "cwd": "/no/such/dir"}, "$.params"),
+        ({"argv": ["no-such-program-ahp"]}, "$.params"),
+    ],
+)
+async def test_bad_exec_requests_are_refused(params: dict[str, object], path: str) -> None:
+    async with (
+        ahp.open_host() as host,
+        running_server(host=host) as server,
+        connect(server.url) as client,
+    ):
+        with pytest.raises(RpcError) as refused:
+            await client.request(xp.EXEC, params)
+        assert refused.value.code == ErrorCode.INVALID_PARAMS
+        assert refused.value.data == {"path": path}
+        assert host.list_terminals() == ()
+        with pytest.raises(RpcError, match="no exec"):
+            await client.request(xp.EXEC_RESULT, {"channel": "ahp-terminal:/nope"})
+
+
+async def test_an_exec_counts_against_the_terminal_limit() -> None:
+    options = ServeOptions(port=0, token=TOKEN, max_terminals=1)
+    async with running_server(options) as server, connect(server.url) as client:
+        with trio.fail_after(TIMEOUT):
+            await client.create_terminal("ahp-terminal:/only")
+            with pytest.raises(RpcError, match="terminal limit reached") as refused:
+                await exec_remote(client, ["true"])
+    assert refused.value.code == -32000

@@ -41,6 +41,7 @@ disposed), or the host closes.
 from __future__ import annotations
 
 import codecs
+import contextlib
 import functools
 import itertools
 import math
@@ -49,17 +50,21 @@ import signal
 import time
 import weakref
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
+import attrs
 import trio
 
 from ahp.budget import DEFAULT_HEAD_BYTES, DEFAULT_TAIL_BYTES, BudgetedText, OutputBudget
+from ahp.client.errors import ClientError
+from ahp.protocol import processes as xp
 from ahp.pty import kill_session, procfs, session_members
 from ahp.reducers.core import MAX_TITLE
 from ahp.result import BackgroundProcess, CommandResult
 from ahp.vt.render import LineRenderer
 
 if TYPE_CHECKING:
+    from ahp.client.connection import Client
     from ahp.engine import Host, Terminal
 
 __all__ = [
@@ -68,7 +73,9 @@ __all__ = [
     "MAX_BACKGROUND_REPORTED",
     "Exec",
     "exec_command",
+    "exec_remote",
     "find_exec",
+    "result_from_json",
     "start_exec",
 ]
 
@@ -377,6 +384,83 @@ async def exec_command(
         raise
     assert started.result is not None
     return started.result
+
+
+async def exec_remote(
+    client: Client,
+    command: str | Sequence[str],
+    *,
+    cwd: str | None = None,
+    env: Mapping[str, str] | None = None,
+    timeout: float | None = None,
+    head_bytes: int | None = None,
+    tail_bytes: int | None = None,
+    channel: str | None = None,
+) -> CommandResult:
+    """:func:`exec_command` on the server ``client`` is connected to (``x-ahp-terminals/exec``).
+
+    The server starts the command as an ``isPty: false`` terminal; this follows the
+    channel until ``terminal/exited`` (or its disposal), asks for the result, then
+    unsubscribes. Cancellation disposes the exec terminal (the server kills the process
+    group and reaps it) before it propagates, within :data:`KILL_WAIT` seconds.
+
+    Raises:
+        ahp.client.RpcError: the server refused (bad command or cwd, the terminal
+            limit, draining, or a server without the extension: ``-32601``).
+        ahp.client.ClientError: its answer was malformed.
+    """
+    params: dict[str, Any] = {"argv": list(command)} if not isinstance(command, str) else {}
+    if isinstance(command, str):
+        params["command"] = command
+    for key, value in (
+        ("channel", channel),
+        ("cwd", cwd),
+        ("env", dict(env) if env is not None else None),
+        ("timeout", timeout),
+        ("headBytes", head_bytes),
+        ("tailBytes", tail_bytes),
+    ):
+        if value is not None:
+            params[key] = value
+    answer = await client.request(xp.EXEC, params)
+    uri = answer.get("channel") if isinstance(answer, dict) else None
+    if not isinstance(uri, str):
+        raise ClientError(f"malformed {xp.EXEC} answer: {answer!r:.200}")
+    try:
+        await client.subscribe(uri)
+        await client.wait_for(
+            lambda: uri not in client.mirrors or client.terminal_state(uri).exited
+        )
+        data = await client.request(xp.EXEC_RESULT, {"channel": uri})
+    except BaseException:
+        with (
+            trio.CancelScope(shield=True),
+            trio.move_on_after(KILL_WAIT),
+            contextlib.suppress(Exception),
+        ):
+            await client.dispose_terminal(uri)
+        raise
+    with contextlib.suppress(Exception):
+        await client.unsubscribe(uri)
+    return result_from_json(data)
+
+
+def result_from_json(data: Any) -> CommandResult:
+    """A :class:`~ahp.result.CommandResult` from its :meth:`~ahp.result.CommandResult.to_json`.
+
+    Raises:
+        ahp.client.ClientError: ``data`` is not such a dict.
+    """
+    names = [f.name for f in attrs.fields(CommandResult) if f.name != "handle"]
+    try:
+        values = {name: data[name] for name in names if name in data}
+        values["background"] = tuple(
+            BackgroundProcess(pid=int(b["pid"]), command_line=str(b["command_line"]))
+            for b in values.get("background", ())
+        )
+        return CommandResult(**values)
+    except (TypeError, KeyError, ValueError) as exc:
+        raise ClientError(f"malformed command result: {exc}") from None
 
 
 def _signal_name(signum: int) -> str:
