@@ -10,7 +10,9 @@ Test rules:
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -22,6 +24,7 @@ import ahp
 from ahp.agent.exec import EXEC_TERMINALS_KEPT, exec_remote, find_exec, start_exec
 from ahp.budget import omission_marker
 from ahp.client import RpcError, connect
+from ahp.client.commands.exec import exec_status
 from ahp.engine import Host
 from ahp.protocol import processes as xp
 from ahp.protocol.jsonrpc import ErrorCode
@@ -339,3 +342,78 @@ async def test_an_exec_counts_against_the_terminal_limit() -> None:
             with pytest.raises(RpcError, match="terminal limit reached") as refused:
                 await exec_remote(client, ["true"])
     assert refused.value.code == -32000
+
+
+# -- the CLI: python -m ahp exec URL -- ARGV -----------------------------------------------
+
+
+REPO = str(Path(__file__).resolve().parents[1])
+#: A CLI process starts an interpreter and connects: seconds on a loaded 2-core machine.
+CLI_TIMEOUT = 120
+
+
+async def ahp_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """``python -m ahp ARGS`` with stdin from /dev/null; stdout and stderr as text."""
+    env = {k: v for k, v in os.environ.items() if k != "AHP_TOKEN"}
+    env["PYTHONPATH"] = REPO
+    with trio.fail_after(CLI_TIMEOUT):
+        done = await trio.run_process(
+            [sys.executable, "-m", "ahp", *args],
+            stdin=subprocess.DEVNULL,
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+            env=env,
+        )
+    return subprocess.CompletedProcess(
+        done.args, done.returncode, done.stdout.decode(), done.stderr.decode()
+    )
+
+
+async def test_the_cli_prints_both_streams_and_exits_with_the_code() -> None:
+    async with running_server() as server:
+        both = await ahp_cli("exec", server.url, "--", "sh", "-c", "echo out; echo err >&2; exit 3")
+        timed = await ahp_cli("exec", server.url, "--timeout", "0.5", "--json", "--", "sleep 30")
+        missing = await ahp_cli("exec", server.url, "--", "no-such-program-ahp", "x")
+    assert (both.returncode, both.stdout, both.stderr) == (3, "out\n", "err\n")
+    assert timed.returncode == 124 and "timed out after 0.5 s" in timed.stderr
+    data = json.loads(timed.stdout)
+    assert (data["status"], data["signal"], data["stderr"]) == ("timed_out", "SIGKILL", "")
+    assert missing.returncode == 125 and "not found on PATH" in missing.stderr
+    assert len(missing.stderr.strip().splitlines()) == 1
+
+
+def test_the_cli_exit_status() -> None:
+    assert exec_status(3, None, False) == 3 and exec_status(256 + 7, None, False) == 7
+    assert exec_status(None, "SIGTERM", False) == 143 and exec_status(None, "SIGKILL", True) == 124
+    assert exec_status(None, "SIG40", False) == 125  # no number known for it: a failure
+
+
+async def test_a_signal_to_the_cli_kills_the_command(tmp_path: Path) -> None:
+    pid_file = tmp_path / "pid"
+    env = {k: v for k, v in os.environ.items() if k != "AHP_TOKEN"}
+    env["PYTHONPATH"] = REPO
+    async with running_server() as server:
+        argv = [sys.executable, "-m", "ahp", "exec", server.url, "--"]
+        argv.append(f"echo $$ > {pid_file}; exec sleep 300")
+        proc = await trio.lowlevel.open_process(
+            argv, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env
+        )
+        try:
+            with trio.fail_after(CLI_TIMEOUT):
+                while True:  # polled: the file is written by the command
+                    if pid_file.exists() and pid_file.read_text().strip():
+                        break
+                    await trio.sleep(0.02)
+                proc.send_signal(15)
+                code = await proc.wait()
+        finally:
+            with trio.CancelScope(shield=True):
+                if proc.returncode is None:
+                    proc.kill()
+                    await proc.wait()
+        assert proc.stderr is not None
+        stderr = (await proc.stderr.receive_some(4096)).decode()
+        await proc.stderr.aclose()
+        assert code == 128 + 15 and "SIGTERM: the command was killed" in stderr
+        assert await gone([int(pid_file.read_text())])

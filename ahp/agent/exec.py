@@ -45,6 +45,7 @@ import contextlib
 import functools
 import itertools
 import math
+import secrets
 import shlex
 import signal
 import time
@@ -56,7 +57,7 @@ import attrs
 import trio
 
 from ahp.budget import DEFAULT_HEAD_BYTES, DEFAULT_TAIL_BYTES, BudgetedText, OutputBudget
-from ahp.client.errors import ClientError
+from ahp.client.errors import ClientError, RpcError
 from ahp.protocol import processes as xp
 from ahp.pty import kill_session, procfs, session_members
 from ahp.reducers.core import MAX_TITLE
@@ -409,11 +410,14 @@ async def exec_remote(
             limit, draining, or a server without the extension: ``-32601``).
         ahp.client.ClientError: its answer was malformed.
     """
+    # Named here, so that a cancellation while the server answers can still dispose it
+    # (the server handles a connection's requests in order: the dispose comes after).
+    uri = channel or f"ahp-terminal:/exec-{secrets.token_hex(6)}"
     params: dict[str, Any] = {"argv": list(command)} if not isinstance(command, str) else {}
     if isinstance(command, str):
         params["command"] = command
     for key, value in (
-        ("channel", channel),
+        ("channel", uri),
         ("cwd", cwd),
         ("env", dict(env) if env is not None else None),
         ("timeout", timeout),
@@ -422,27 +426,37 @@ async def exec_remote(
     ):
         if value is not None:
             params[key] = value
-    answer = await client.request(xp.EXEC, params)
-    uri = answer.get("channel") if isinstance(answer, dict) else None
-    if not isinstance(uri, str):
-        raise ClientError(f"malformed {xp.EXEC} answer: {answer!r:.200}")
     try:
+        answer = await client.request(xp.EXEC, params)
+    except RpcError:
+        raise  # refused: nothing was started
+    except BaseException:
+        await _dispose_quietly(client, uri)
+        raise
+    try:
+        if not isinstance(answer, dict) or answer.get("channel") != uri:
+            raise ClientError(f"malformed {xp.EXEC} answer: {answer!r:.200}")  # noqa: TRY301
         await client.subscribe(uri)
         await client.wait_for(
             lambda: uri not in client.mirrors or client.terminal_state(uri).exited
         )
         data = await client.request(xp.EXEC_RESULT, {"channel": uri})
     except BaseException:
-        with (
-            trio.CancelScope(shield=True),
-            trio.move_on_after(KILL_WAIT),
-            contextlib.suppress(Exception),
-        ):
-            await client.dispose_terminal(uri)
+        await _dispose_quietly(client, uri)
         raise
     with contextlib.suppress(Exception):
         await client.unsubscribe(uri)
     return result_from_json(data)
+
+
+async def _dispose_quietly(client: Client, uri: str) -> None:
+    """Dispose the exec terminal (the server kills the group and reaps), shielded, bounded."""
+    with (
+        trio.CancelScope(shield=True),
+        trio.move_on_after(KILL_WAIT),
+        contextlib.suppress(Exception),
+    ):
+        await client.dispose_terminal(uri)
 
 
 def result_from_json(data: Any) -> CommandResult:
