@@ -54,6 +54,7 @@ __all__ = [
     "Rejected",
     "TerminalCore",
     "Verdict",
+    "heal_terminal",
 ]
 
 #: Longest title (characters) a terminal accepts from a client (``terminal/titleChanged``,
@@ -244,15 +245,20 @@ class TerminalCore:
 
     def _heal(self, action: StateAction) -> StateAction | None:
         """The true value for a mirror that applied a rejected state-setting action."""
-        state = self.state
-        if isinstance(action, TerminalResized):
-            if state.cols is not None and state.rows is not None:
-                return TerminalResized(cols=state.cols, rows=state.rows)
-            return None
-        if isinstance(action, TerminalClaimed):
-            return TerminalClaimed(claim=state.claim)
-        if isinstance(action, TerminalTitleChanged):
-            return TerminalTitleChanged(title=state.title)
-        if isinstance(action, TerminalCwdChanged) and state.cwd is not None:
-            return TerminalCwdChanged(cwd=state.cwd)
+        return heal_terminal(self.state, action)
+
+
+def heal_terminal(state: TerminalState, action: StateAction) -> StateAction | None:
+    """The action that restores ``state``'s value for a mirror that applied the rejected
+    state-setting ``action`` anyway (claim, size, title, cwd), or None."""
+    if isinstance(action, TerminalResized):
+        if state.cols is not None and state.rows is not None:
+            return TerminalResized(cols=state.cols, rows=state.rows)
         return None
+    if isinstance(action, TerminalClaimed):
+        return TerminalClaimed(claim=state.claim)
+    if isinstance(action, TerminalTitleChanged):
+        return TerminalTitleChanged(title=state.title)
+    if isinstance(action, TerminalCwdChanged) and state.cwd is not None:
+        return TerminalCwdChanged(cwd=state.cwd)
+    return None
