@@ -1,7 +1,7 @@
 // The viewer page: the terminals of this server, live, in xterm.js; their commands;
 // taking over and giving back; the recordings, played with asciinema-player.
 //
-// The protocol is ahp.js; this file is the page around it. The token comes from the
+// The protocol is ahp.mjs; this file is the page around it. The token comes from the
 // URL's fragment (#tkn=… or #ro=…), which the browser never sends anywhere; it is kept
 // in this tab's sessionStorage (so a reload works) and taken out of the address bar.
 // Bounds: output waiting for xterm.js to parse is at most MAX_PENDING_WRITE characters;
@@ -21,7 +21,7 @@ import {
   holds,
   parseFragment,
   socketTarget,
-} from "./ahp.js";
+} from "./ahp.mjs";
 
 /** Characters handed to xterm.js and not yet parsed, at most (see above). */
 const MAX_PENDING_WRITE = 8 * 1024 * 1024;

@@ -147,6 +147,11 @@ export function reduceRoot(state, action) {
       return { ...state, agents: action.agents };
     case "root/activeSessionsChanged":
       return { ...state, activeSessions: action.activeSessions };
+    case "root/configChanged": {
+      if (state.config === undefined) return state;
+      const values = action.replace ? { ...action.config } : { ...state.config.values, ...action.config };
+      return { ...state, config: { ...state.config, values } };
+    }
     default:
       return state;
   }
