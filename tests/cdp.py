@@ -196,30 +196,24 @@ class Page:
                 await trio.sleep(0.05)
 
     async def type_text(self, text: str) -> None:
-        """Type into the focused element, as a keyboard would (``Input.insertText`` for
-        text, key events for Enter)."""
-        for i, chunk in enumerate(text.split("\r")):
-            if i:
-                for kind in ("keyDown", "keyUp"):
-                    await self.send(
-                        "Input.dispatchKeyEvent",
-                        {
-                            "type": kind,
-                            "key": "Enter",
-                            "code": "Enter",
-                            "windowsVirtualKeyCode": 13,
-                            **({"text": "\r"} if kind == "keyDown" else {}),
-                        },
-                    )
-            if chunk:
-                await self.send("Input.insertText", {"text": chunk})
+        """Type into the focused element key by key, as a keyboard would (each key's
+        keydown carries its text; ``\r`` is the Enter key)."""
+        for ch in text:
+            down: dict[str, Any] = {"type": "keyDown", "text": ch, "unmodifiedText": ch, "key": ch}
+            if ch == "\r":
+                down |= {"key": "Enter", "code": "Enter", "windowsVirtualKeyCode": 13}
+            await self.send("Input.dispatchKeyEvent", down)
+            await self.send("Input.dispatchKeyEvent", {"type": "keyUp", "key": down["key"]})
 
     def request_urls(self) -> list[str]:
-        return [
-            e["params"]["request"]["url"]
-            for e in self.events
-            if e.get("method") == "Network.requestWillBeSent"
-        ]
+        """Every URL the page asked for (requests, WebSockets), without fragments."""
+        urls = []
+        for event in self.events:
+            if event.get("method") == "Network.requestWillBeSent":
+                urls.append(event["params"]["request"]["url"])
+            elif event.get("method") == "Network.webSocketCreated":
+                urls.append(event["params"]["url"])
+        return urls
 
     async def screenshot(self, path: Path) -> None:
         shot = await self.send("Page.captureScreenshot", {"format": "png"})

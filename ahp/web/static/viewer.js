@@ -63,13 +63,22 @@ const term = new Terminal({
   scrollback: SCROLLBACK_LINES,
   fontSize: 13,
   fontFamily: "ui-monospace, 'DejaVu Sans Mono', monospace",
-  screenReaderMode: true,
+  // Off by default: in this mode xterm.js ignores text input events (an IME's, a phone
+  // keyboard's); the DOM renderer keeps the screen's text in the DOM either way.
+  screenReaderMode: localStorage.getItem("ahp-screen-reader") === "1",
   cursorBlink: false,
   theme: { background: "#101216", foreground: "#d8dae0" },
 });
 const fit = new FitAddon();
 term.loadAddon(fit);
 term.open($("screen"));
+
+const screenReader = $("screen-reader");
+screenReader.checked = term.options.screenReaderMode;
+screenReader.addEventListener("change", () => {
+  term.options.screenReaderMode = screenReader.checked;
+  localStorage.setItem("ahp-screen-reader", screenReader.checked ? "1" : "0");
+});
 
 const ui = {
   current: null,
