@@ -129,7 +129,7 @@ class Browser:
         message: dict[str, Any] = {"id": msg_id, "method": method, "params": params or {}}
         if session is not None:
             message["sessionId"] = session
-        done, slot = trio.Event(), []
+        done, slot = trio.Event(), list[Any]()
         self._waiting[msg_id] = (done, slot)
         await self.ws.send_message(orjson.dumps(message).decode())
         with trio.fail_after(COMMAND_TIMEOUT):

@@ -74,7 +74,8 @@ async def served(**options: Any) -> AsyncIterator[Served]:
             nursery.cancel_scope.cancel()
 
 
-async def open_page(browser: Browser, url: str) -> Page:
+async def open_page(browser: Browser, url: str | None) -> Page:
+    assert url is not None
     page = await browser.new_page()
     await page.goto(url)
     await page.wait_for("window.ahpViewer && window.ahpViewer.client.status === 'open'")
@@ -226,6 +227,7 @@ async def test_a_watching_page_never_resizes_the_pty(chromium: ChromiumProcess) 
     async with served() as s, open_browser(chromium) as browser:
         terminal = await s.host.create_terminal("ahp-terminal:/wide", claim=None, cols=200, rows=50)
         page = await browser.new_page(width=700, height=500)  # a small window
+        assert s.sidecar.page_url is not None
         await page.goto(s.sidecar.page_url)
         await page.wait_for("window.ahpViewer && window.ahpViewer.current === 'ahp-terminal:/wide'")
         # It shows the holder's size, zoomed out to fit, and leaves the pty alone.
@@ -368,6 +370,7 @@ async def test_a_recording_plays_in_the_page(chromium: ChromiumProcess, tmp_path
             "Page.addScriptToEvaluateOnNewDocument",
             {"source": VIOLATIONS},
         )
+        assert s.sidecar.page_url is not None
         await page.goto(s.sidecar.page_url)
         await page.wait_for(
             "document.querySelector('#recordings button[data-recording=\"demo.cast\"]') !== null"
@@ -448,6 +451,7 @@ async def test_chromium_lets_self_cover_the_pages_websocket(
     async with served() as s, open_browser(chromium) as browser:
         page = await browser.new_page()
         await page.send("Page.addScriptToEvaluateOnNewDocument", {"source": VIOLATIONS})
+        assert s.sidecar.page_url is not None
         await page.goto(s.sidecar.page_url)
         await page.wait_for("window.ahpViewer && window.ahpViewer.client.status === 'open'")
         assert await page.evaluate("window.__violations") == []
