@@ -41,6 +41,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Final, NoReturn
 
 import attrs
+import trio
 
 from ahp import __version__
 from ahp.engine import Host, Outbox, TerminalExists, TerminalNotFound
@@ -169,8 +170,15 @@ class ServerState:
     #: Counters: protocol errors answered (figures for tests).
     errors: int = 0
     #: True once the server stops taking terminals (shutting down): ``/readyz``
-    #: answers 503.
+    #: answers 503 and ``createTerminal`` is refused (:mod:`ahp.server.drain`).
     draining: bool = False
+    #: The connections open now (registered by the transport, for the drain's goodbye);
+    #: ``sessions_changed`` is woken when one leaves.
+    sessions: set[Session] = attrs.field(factory=set)
+    sessions_changed: trio.lowlevel.ParkingLot = attrs.field(factory=trio.lowlevel.ParkingLot)
+    #: Set by the drain's goodbye: every connection, and every new one, is closed with
+    #: this (code, reason).
+    going_away: tuple[int, str] | None = None
 
     @property
     def holder_only_input(self) -> bool:
@@ -580,6 +588,8 @@ class Session:
         if p.cwd is not None:
             _check_cwd(p.cwd)
         server = self.server
+        if server.draining:
+            raise _Fail(SERVER_LIMIT, "draining", {"reason": "the server is shutting down"})
         if len(self.host.terminals) + server.creating >= server.max_terminals:
             raise _Fail(
                 SERVER_LIMIT,

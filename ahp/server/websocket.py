@@ -434,6 +434,11 @@ async def _serve_one(
     session = Session(state, outbox, read_only=read_only)
     writer = _Writer(ws, outbox, session)
     close_code, close_reason = 1001, "server going away"
+    if state.going_away is not None:
+        # The drain said goodbye already (ahp.server.drain): no new conversation.
+        session.close_request = state.going_away
+        outbox.close()
+    state.sessions.add(session)
     try:
         async with trio.open_nursery() as nursery:
 
@@ -465,6 +470,8 @@ async def _serve_one(
         log.exception("connection of client %s failed", session.client_id)
         close_code, close_reason = 1011, "internal error"
     finally:
+        state.sessions.discard(session)
+        state.sessions_changed.unpark_all()
         session.disconnect()
         outbox.close()
         with trio.CancelScope(shield=True):
