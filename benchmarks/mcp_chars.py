@@ -1,0 +1,236 @@
+"""Characters an agent reads per task through the MCP server, beside the in-process API.
+
+Run ``python benchmarks/mcp_chars.py [--json]``. Each task is a list of steps an
+agent would take; every step is done twice:
+
+* through the real server (``python -m ahp mcp`` as a subprocess, driven by the
+  official MCP client over stdio, as ``tests/test_mcp.py`` does), counting for
+  every answer the characters of its text content (``text``), of its
+  ``structuredContent`` serialised as JSON (``structured``), and what travels in
+  all (``both``): a client that gives the model only the text reads ``text``,
+  one that gives it only the structured content (Claude Code, when the answer
+  has it) reads ``structured``, one that forwards both reads ``both``;
+* in-process through the library (``Terminal.run(yield_after=)``, then
+  ``CommandHandle.send_input`` / ``wait`` / ``read_new``), counting the output
+  the agent reads (the result's output, then only what is new): the floor.
+
+Nothing is timed; only characters are counted, so the figures do not depend on
+the machine's load (the outputs are the same on every run, but for durations in
+the answers' status lines).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+import trio
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # a checkout without `pip install -e .`
+    sys.path.insert(0, str(ROOT))
+
+__all__ = ["TASKS", "Step", "main", "measure_inprocess", "measure_mcp"]
+
+#: Generous bound for one task on a loaded machine.
+TASK_TIMEOUT = 180.0
+#: Seconds a step waits for the command (every step returns on an event well before).
+WAIT = 60.0
+
+
+@attrs.frozen
+class Step:
+    """``run`` a command, ``send`` text (Enter added) and wait, or ``wait``."""
+
+    kind: str
+    text: str = ""
+    yield_after: float = WAIT
+
+
+def _repl_lines() -> list[str]:
+    return [
+        "x = 6",
+        "y = 7",
+        "x * y",
+        "words = 'the quick brown fox jumps over the lazy dog'.split()",
+        "len(words)",
+        "sorted(words)[:3]",
+        "import math",
+        "math.sqrt(2)",
+        "def f(n): return n * n",
+        "",
+        "[f(i) for i in range(8)]",
+        "exit()",
+    ]
+
+
+def _heredoc() -> str:
+    body = "\n".join(f"line {i:04d}: " + "lorem ipsum dolor sit amet " * 2 for i in range(500))
+    return f"cat > heredoc.txt <<'EOF'\n{body}\nEOF"
+
+
+TASKS: dict[str, list[Step]] = {
+    # A REPL driven a line at a time: 13 steps (start, 12 inputs).
+    "repl-13-steps": [Step("run", "python3 -q"), *(Step("send", line) for line in _repl_lines())],
+    # A 33 kB file written with a heredoc, then checked.
+    "heredoc-33kB": [Step("run", _heredoc()), Step("run", "wc -l heredoc.txt")],
+    # A prompt answered.
+    "prompt": [
+        Step("run", "python3 -c 'n = input(\"name? \"); print(\"hello\", n)'"),
+        Step("send", "Ada"),
+    ],
+    # A long command followed by polling: 300 lines over ~3 s, read as it goes.
+    "follow-build": [
+        Step(
+            "run",
+            "for i in $(seq 1 300); do echo \"compiling unit $i of 300\"; "
+            "[ $((i % 100)) = 0 ] && sleep 1; done; echo built",
+            yield_after=0.5,
+        ),
+        Step("wait", yield_after=0.8),
+        Step("wait", yield_after=0.8),
+        Step("wait"),
+    ],
+}
+
+
+@attrs.define
+class Count:
+    text: int = 0
+    structured: int = 0
+    answers: int = 0
+
+    @property
+    def both(self) -> int:
+        return self.text + self.structured
+
+
+async def measure_mcp(task: Sequence[Step], cwd: str) -> Count:
+    """The characters of every answer of the real server over ``task``."""
+    from mcp.client.session import ClientSession
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "ahp", "mcp"],
+        env={"PYTHONPATH": str(ROOT), "SHELL": "/bin/bash", "HOME": os.environ["HOME"]},
+        cwd=cwd,
+    )
+    count = Count()
+    with open(os.devnull, "w") as errlog:
+        async with (
+            stdio_client(params, errlog=errlog) as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            command_id: str | None = None
+            for step in task:
+                if step.kind == "run":
+                    args: dict[str, Any] = {"command": step.text, "yield_after": step.yield_after}
+                    name = "run_command"
+                elif step.kind == "send":
+                    args = {
+                        "command_id": command_id,
+                        "text": step.text,
+                        "keys": ["enter"],
+                        "wait": step.yield_after,
+                    }
+                    name = "send_input"
+                else:
+                    args = {"command_id": command_id, "timeout": step.yield_after}
+                    name = "wait_command"
+                result = await session.call_tool(name, args)
+                text = "".join(block.text for block in result.content if block.type == "text")
+                if result.is_error:
+                    raise RuntimeError(f"{name} {args}: {text}")
+                count.answers += 1
+                count.text += len(text)
+                if result.structured_content is not None:
+                    count.structured += len(
+                        json.dumps(result.structured_content, ensure_ascii=False)
+                    )
+                if step.kind == "run":
+                    command_id = _command_id(result.structured_content, text)
+    return count
+
+
+def _command_id(data: dict[str, Any] | None, text: str) -> str | None:
+    if data is not None and "command_id" in data:
+        return str(data["command_id"])
+    for word in text.replace(",", " ").replace(")", " ").split():
+        if word.startswith("cmd-"):
+            return word
+    return None
+
+
+async def measure_inprocess(task: Sequence[Step], cwd: str) -> Count:
+    """The characters of output an agent reads through the library over ``task``."""
+    from ahp.engine import open_host
+
+    count = Count()
+    async with open_host(shell="/bin/bash") as host:
+        terminal = await host.create_terminal("ahp-terminal:/main", cwd=cwd, cols=120, rows=40)
+        handle = None
+        for step in task:
+            if step.kind == "run":
+                result = await terminal.run(step.text, yield_after=step.yield_after)
+                handle = result.handle
+                if handle is not None:
+                    handle.read_new()  # what the result showed is read
+                text = result.output
+            else:
+                assert handle is not None
+                if step.kind == "send":
+                    await handle.send_input(step.text + "\r")
+                await handle.wait(timeout=step.yield_after)
+                text = handle.read_new()
+            count.answers += 1
+            count.text += len(text)
+    return count
+
+
+async def _measure(json_out: bool) -> None:
+    rows: list[dict[str, Any]] = []
+    for name, task in TASKS.items():
+        with tempfile.TemporaryDirectory() as cwd, trio.fail_after(TASK_TIMEOUT):
+            mcp = await measure_mcp(task, cwd)
+        with tempfile.TemporaryDirectory() as cwd, trio.fail_after(TASK_TIMEOUT):
+            lib = await measure_inprocess(task, cwd)
+        rows.append(
+            {
+                "task": name,
+                "steps": len(task),
+                "mcp_text": mcp.text,
+                "mcp_structured": mcp.structured,
+                "mcp_both": mcp.both,
+                "library": lib.text,
+            }
+        )
+    if json_out:
+        print(json.dumps(rows, indent=1))
+        return
+    print("| task | steps | MCP text | MCP structuredContent | MCP both | library |")
+    print("|---|---|---|---|---|---|")
+    for row in rows:
+        print(
+            f"| {row['task']} | {row['steps']} | {row['mcp_text']} | {row['mcp_structured']} "
+            f"| {row['mcp_both']} | {row['library']} |"
+        )
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--json", action="store_true", help="print the rows as JSON")
+    args = parser.parse_args(argv)
+    trio.run(_measure, args.json)
+
+
+if __name__ == "__main__":
+    main()
