@@ -83,14 +83,14 @@ TASKS: dict[str, list[Step]] = {
     "heredoc-33kB": [Step("run", _heredoc()), Step("run", "wc -l heredoc.txt")],
     # A prompt answered.
     "prompt": [
-        Step("run", "python3 -c 'n = input(\"name? \"); print(\"hello\", n)'"),
+        Step("run", 'python3 -c \'n = input("name? "); print("hello", n)\''),
         Step("send", "Ada"),
     ],
     # A long command followed by polling: 300 lines over ~3 s, read as it goes.
     "follow-build": [
         Step(
             "run",
-            "for i in $(seq 1 300); do echo \"compiling unit $i of 300\"; "
+            'for i in $(seq 1 300); do echo "compiling unit $i of 300"; '
             "[ $((i % 100)) = 0 ] && sleep 1; done; echo built",
             yield_after=0.5,
         ),
@@ -124,7 +124,7 @@ async def measure_mcp(task: Sequence[Step], cwd: str) -> Count:
         cwd=cwd,
     )
     count = Count()
-    with open(os.devnull, "w") as errlog:
+    with open(os.devnull, "w") as errlog:  # noqa: ASYNC230 (opening /dev/null does not block)
         async with (
             stdio_client(params, errlog=errlog) as (read, write),
             ClientSession(read, write) as session,
