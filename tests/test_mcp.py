@@ -898,6 +898,66 @@ async def test_startup_errors_are_one_line(tmp_path: Path) -> None:
             assert line.startswith(message), line
 
 
+async def test_serve_without_a_port_takes_a_free_one_and_says_which(tmp_path: Path) -> None:
+    """Two agent sessions started from the same configuration both serve (no fixed port)."""
+    import re
+
+    first, second = tmp_path / "a", tmp_path / "b"
+    first.mkdir()
+    second.mkdir()
+    async with mcp_session(first, "--serve") as one, mcp_session(second, "--serve") as two:
+        for session in (one, two):
+            assert not (await session.call_tool("list_terminals", {})).is_error
+        ports = []
+        for where in (first, second):
+            log = (where / "mcp-stderr.log").read_text()
+            served = re.search(r"ahp mcp: terminals served at ws://127\.0\.0\.1:(\d+)/\?tkn=", log)
+            assert served is not None, log
+            ports.append(int(served.group(1)))
+            # The hint names this very Python, so it works from a venv not on PATH.
+            assert f"ahp mcp: watch with: {sys.executable} -m ahp attach 'ws://" in log, log
+        assert 0 not in ports and ports[0] != ports[1]
+
+
+async def test_a_missing_sdk_is_one_line_naming_an_install_that_works(tmp_path: Path) -> None:
+    """The package is not on an index: the hint installs the extra from the checkout."""
+    program = (
+        "import sys; sys.modules['mcp'] = None; from ahp.cli import main; "
+        "sys.argv = ['ahp', 'mcp']; raise SystemExit(main())"
+    )
+    with trio.fail_after(TIMEOUT):
+        result = await trio.run_process(
+            [sys.executable, "-c", program],
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            stdin=subprocess.DEVNULL,
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+        )
+    assert result.returncode == 2 and result.stdout == b""
+    (line,) = result.stderr.decode().splitlines()
+    assert line == (
+        "ahp mcp: the MCP SDK is not installed: pip install '.[mcp]' in the ahp-terminals "
+        "checkout (or pip install mcp)"
+    )
+    assert "ahp-terminals[mcp]" not in line
+
+
+def test_the_configuration_in_the_docs_uses_the_console_script() -> None:
+    """docs/mcp.md's client configuration: the installed script, no fixed port."""
+    import json
+    import re
+
+    text = (ROOT / "docs" / "mcp.md").read_text()
+    block = re.search(r"```json\n(.*?)```", text, re.DOTALL)
+    assert block is not None
+    config = json.loads(block.group(1))
+    (server,) = config["mcpServers"].values()
+    assert server["command"].endswith("ahp-terminals")
+    assert server["args"][0] == "mcp" and "--port" not in server["args"]
+    assert "python3" not in block.group(1)
+
+
 # -- the toolbox in-process, on a real host -------------------------------------------------
 
 

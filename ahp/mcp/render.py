@@ -163,9 +163,9 @@ def command_header(command: str) -> str:
     if len(first) > HEADER_CHARS:
         more.append(f"{len(first) - HEADER_CHARS} more characters")
         first = first[:HEADER_CHARS]
-    if rest:
-        lines = rest.count("\n") + 1
-        more.append(f"{lines} more line{'s' if lines != 1 else ''} ({len(rest) + 1} characters)")
+    if rest.strip("\n"):
+        lines = rest.rstrip("\n").count("\n") + 1
+        more.append(f"{lines} more line{'s' if lines != 1 else ''} ({len(rest)} characters)")
     suffix = f" {MARK} [{', '.join(more)} not repeated]" if more else ""
     return f"$ {first}{suffix}"
 
