@@ -1,7 +1,7 @@
 """Characters an agent reads per task through the MCP server, beside the in-process API.
 
-Run ``python benchmarks/mcp_chars.py [--json]``. Each task is a list of steps an
-agent would take; every step is done twice:
+Run ``python benchmarks/mcp_chars.py [--json] [--root CHECKOUT]``. Each task is a
+list of steps an agent would take; every step is done twice:
 
 * through the real server (``python -m ahp mcp`` as a subprocess, driven by the
   official MCP client over stdio, as ``tests/test_mcp.py`` does), counting for
@@ -10,6 +10,7 @@ agent would take; every step is done twice:
   all (``both``): a client that gives the model only the text reads ``text``,
   one that gives it only the structured content (Claude Code, when the answer
   has it) reads ``structured``, one that forwards both reads ``both``;
+  (``--root``: the server of another checkout, e.g. the code before a change);
 * in-process through the library (``Terminal.run(yield_after=)``, then
   ``CommandHandle.send_input`` / ``wait`` / ``read_new``), counting the output
   the agent reads (the result's output, then only what is new): the floor.
@@ -17,6 +18,10 @@ agent would take; every step is done twice:
 Nothing is timed; only characters are counted, so the figures do not depend on
 the machine's load (the outputs are the same on every run, but for durations in
 the answers' status lines).
+
+``--memory``: instead, the server's peak resident memory (``VmHWM``) after each of
+:data:`MEMORY_COMMANDS` (100 MB of output: lines, and one endless line), each in a
+fresh server.
 """
 
 from __future__ import annotations
@@ -45,6 +50,13 @@ TASK_TIMEOUT = 180.0
 WAIT = 60.0
 
 
+#: Commands of 100 MB of output each, for ``--memory``.
+MEMORY_COMMANDS: dict[str, str] = {
+    "100MB-lines": "yes 0123456789abcdefghijklmnopqrstuvwxyz | head -c 100000000",
+    "100MB-one-line": "head -c 100000000 /dev/zero | tr '\\0' x; echo",
+}
+
+
 @attrs.frozen
 class Step:
     """``run`` a command, ``send`` text (Enter added) and wait, or ``wait``."""
@@ -64,9 +76,9 @@ def _repl_lines() -> list[str]:
         "sorted(words)[:3]",
         "import math",
         "math.sqrt(2)",
-        "def f(n): return n * n",
-        "",
+        "f = lambda n: n * n",
         "[f(i) for i in range(8)]",
+        "sum(f(i) for i in range(100))",
         "exit()",
     ]
 
@@ -112,15 +124,15 @@ class Count:
         return self.text + self.structured
 
 
-async def measure_mcp(task: Sequence[Step], cwd: str) -> Count:
-    """The characters of every answer of the real server over ``task``."""
+async def measure_mcp(task: Sequence[Step], cwd: str, root: Path = ROOT) -> Count:
+    """The characters of every answer of the real server (of checkout ``root``) over ``task``."""
     from mcp.client.session import ClientSession
     from mcp.client.stdio import StdioServerParameters, stdio_client
 
     params = StdioServerParameters(
         command=sys.executable,
         args=["-m", "ahp", "mcp"],
-        env={"PYTHONPATH": str(ROOT), "SHELL": "/bin/bash", "HOME": os.environ["HOME"]},
+        env={"PYTHONPATH": str(root), "SHELL": "/bin/bash", "HOME": os.environ["HOME"]},
         cwd=cwd,
     )
     count = Count()
@@ -161,6 +173,52 @@ async def measure_mcp(task: Sequence[Step], cwd: str) -> Count:
     return count
 
 
+def _server_peak_kib(cwd: str) -> int:
+    """``VmHWM`` of the ``python -m ahp mcp`` child of this process started in ``cwd``."""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                ppid = int(f.read().rpartition(")")[2].split()[1])
+            if ppid != os.getpid() or os.readlink(f"/proc/{entry}/cwd") != cwd:
+                continue
+            status = Path(f"/proc/{entry}/status").read_text()
+        except OSError:
+            continue
+        for line in status.splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    raise RuntimeError("no server process found")
+
+
+async def measure_peak(command: str, cwd: str, root: Path = ROOT) -> tuple[int, int]:
+    """The server's peak memory (KiB) before and after running ``command``."""
+    from mcp.client.session import ClientSession
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "ahp", "mcp"],
+        env={"PYTHONPATH": str(root), "SHELL": "/bin/bash", "HOME": os.environ["HOME"]},
+        cwd=cwd,
+    )
+    with open(os.devnull, "w") as errlog:  # noqa: ASYNC230 (opening /dev/null does not block)
+        async with (
+            stdio_client(params, errlog=errlog) as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            await session.call_tool("run_command", {"command": "true"})
+            before = _server_peak_kib(cwd)
+            result = await session.call_tool(
+                "run_command", {"command": command, "yield_after": TASK_TIMEOUT}
+            )
+            if result.is_error:
+                raise RuntimeError(str(result.content))
+            return before, _server_peak_kib(cwd)
+
+
 def _command_id(data: dict[str, Any] | None, text: str) -> str | None:
     if data is not None and "command_id" in data:
         return str(data["command_id"])
@@ -196,11 +254,21 @@ async def measure_inprocess(task: Sequence[Step], cwd: str) -> Count:
     return count
 
 
-async def _measure(json_out: bool) -> None:
+async def _memory(root: Path) -> None:
+    print("| output | server peak before | server peak after the command |")
+    print("|---|---|---|")
+    for name, command in MEMORY_COMMANDS.items():
+        with tempfile.TemporaryDirectory() as cwd, trio.fail_after(TASK_TIMEOUT):
+            real = str(await trio.Path(cwd).resolve())
+            before, after = await measure_peak(command, real, root)
+        print(f"| {name} | {before // 1024} MiB | {after // 1024} MiB |")
+
+
+async def _measure(json_out: bool, root: Path) -> None:
     rows: list[dict[str, Any]] = []
     for name, task in TASKS.items():
         with tempfile.TemporaryDirectory() as cwd, trio.fail_after(TASK_TIMEOUT):
-            mcp = await measure_mcp(task, cwd)
+            mcp = await measure_mcp(task, cwd, root)
         with tempfile.TemporaryDirectory() as cwd, trio.fail_after(TASK_TIMEOUT):
             lib = await measure_inprocess(task, cwd)
         rows.append(
@@ -228,8 +296,17 @@ async def _measure(json_out: bool) -> None:
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--json", action="store_true", help="print the rows as JSON")
+    parser.add_argument(
+        "--root", type=Path, default=ROOT, help="checkout whose server is measured (default: this)"
+    )
+    parser.add_argument(
+        "--memory", action="store_true", help="measure the server's peak memory instead"
+    )
     args = parser.parse_args(argv)
-    trio.run(_measure, args.json)
+    if args.memory:
+        trio.run(_memory, args.root.resolve())
+    else:
+        trio.run(_measure, args.json, args.root.resolve())
 
 
 if __name__ == "__main__":
