@@ -19,6 +19,10 @@ Nothing is timed; only characters are counted, so the figures do not depend on
 the machine's load (the outputs are the same on every run, but for durations in
 the answers' status lines).
 
+``--screen``: instead, the seconds one screen render takes (what ``read_screen``
+costs the event loop) at sizes up to the 4096 x 4096 another client can set:
+64 KiB of coloured lines replayed into :class:`ahp.vt.screen.ScreenModel`.
+
 ``--memory``: instead, the server's peak resident memory (``VmHWM``) after each of
 :data:`MEMORY_COMMANDS` (100 MB of output: lines, and one endless line), each in a
 fresh server.
@@ -254,6 +258,22 @@ async def measure_inprocess(task: Sequence[Step], cwd: str) -> Count:
     return count
 
 
+def _screen_costs() -> None:
+    import time
+
+    from ahp.vt.screen import ScreenModel
+
+    data = "".join(f"\x1b[32mline {i}\x1b[0m " + "x" * 70 + "\r\n" for i in range(800))
+    print("| screen | seconds to render |")
+    print("|---|---|")
+    for cols, rows in ((120, 40), (500, 200), (1000, 400), (4096, 4096)):
+        model = ScreenModel(cols, rows)
+        started = time.perf_counter()
+        model.feed(data[: 64 * 1024])
+        model.screen()
+        print(f"| {cols}x{rows} | {time.perf_counter() - started:.2f} |")
+
+
 async def _memory(root: Path) -> None:
     print("| output | server peak before | server peak after the command |")
     print("|---|---|---|")
@@ -302,8 +322,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument(
         "--memory", action="store_true", help="measure the server's peak memory instead"
     )
+    parser.add_argument("--screen", action="store_true", help="measure screen renders instead")
     args = parser.parse_args(argv)
-    if args.memory:
+    if args.screen:
+        _screen_costs()
+    elif args.memory:
         trio.run(_memory, args.root.resolve())
     else:
         trio.run(_measure, args.json, args.root.resolve())
