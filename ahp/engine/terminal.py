@@ -75,6 +75,7 @@ from typing import Final, TypeVar
 
 import trio
 
+from ahp import keystroke
 from ahp.agent.screen import Screen, ScreenModel
 from ahp.engine.hub import PACE_WINDOW, Hub
 from ahp.engine.launch import Launch, TerminalSpec
@@ -128,8 +129,8 @@ READ_BATCH: Final = 16 * 1024
 #: Under sustained output (a batch came back full), read in a thread of the pty-read
 #: task's own while the stages work (:mod:`ahp.pty.pump`); False reads on the loop only.
 THREADED_READS: bool = os.environ.get("AHP_THREADED_READS", "1") != "0"
-#: A first read shorter than this ends its batch at once (see the pty-read task).
-SMALL_READ: Final = 256
+#: A first read shorter than this ends its batch at once (keystroke trick ``small_read``).
+SMALL_READ: Final = keystroke.SMALL_READ if keystroke.enabled("small_read") else 0
 #: Batches queued from pty-read to parse (at most READ_BATCH bytes each).
 PARSE_QUEUE: Final = 4
 #: Items queued for the reducer: parsed batches, client and library actions, the exit.
@@ -137,9 +138,9 @@ REDUCER_QUEUE: Final = 64
 #: Input chunks queued for the input-write task (bytes bounded by MAX_PENDING_INPUT).
 INPUT_QUEUE: Final = 1024
 #: Input of at most this many bytes (a keystroke) is followed by a short spin (see
-#: Terminal._spin_for_echo), at most ECHO_SPIN seconds.
-ECHO_SPIN_INPUT: Final = 8
-ECHO_SPIN: Final = 0.0002
+#: Terminal._spin_for_echo), at most ECHO_SPIN seconds (keystroke trick ``echo_spin``).
+ECHO_SPIN_INPUT: Final = keystroke.ECHO_SPIN_INPUT if keystroke.enabled("echo_spin") else -1
+ECHO_SPIN: Final = keystroke.ECHO_SPIN
 #: After the process exits, a pty still held open is read until quiet this long.
 EXIT_LINGER: Final = 0.1
 #: How long a command's jobs may take to ``exec`` before they are reported as they are.
