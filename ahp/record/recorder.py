@@ -167,8 +167,10 @@ class Recorder:
         self._buffered = 0
         self._room = trio.lowlevel.ParkingLot()  # the writer took the buffer
         self._work = trio.lowlevel.ParkingLot()  # something to write
-        self._progress = trio.lowlevel.ParkingLot()  # a chunk was written (or lost)
         self._in_flight = False
+        self._rest = memoryview(b"")  # what the write in progress has still to write
+        self._closing = False  # the writer returns once the buffer is empty
+        self._writer_done = trio.Event()
         self._ending = False
         self._failed = False  # the writer stopped after an error
         self._commands: dict[str, str] = {}
@@ -219,7 +221,21 @@ class Recorder:
 
     def _event(self, code: str, data: str) -> bool:
         self.events += 1
-        return self._add(asciicast.encode_event(self._interval(), code, data))
+        interval = self._interval()
+        line = asciicast.encode_event(interval, code, data)
+        room = self.options.max_bytes - _MARKER_RESERVE - self.size
+        if len(line) > room and code == "o":
+            # The output that still fits goes in before the last marker.
+            cut = min(len(data), room)
+            while (
+                cut > 0 and len(line := asciicast.encode_event(interval, code, data[:cut])) > room
+            ):
+                cut //= 2
+            if cut > 0:
+                self._push(line)
+            interval = 0.0
+            line = asciicast.encode_event(interval, code, data[cut:])
+        return self._add(line)
 
     def _header(self, state: TerminalState) -> None:
         header = asciicast.Header(
@@ -300,7 +316,20 @@ class Recorder:
         self._fd = os.open(self.path, flags | os.O_CREAT | os.O_TRUNC, 0o600)
 
     async def _write(self, data: bytes) -> None:
+        """Write all of ``data``; if cancelled, what is not written yet goes back to the
+        front of the buffer (for the drain)."""
         view = memoryview(data)
+        try:
+            await self._write_view(view)
+        except trio.Cancelled:
+            rest = bytes(self._rest)
+            if rest:
+                self._buffer.insert(0, rest)
+                self._buffered += len(rest)
+            raise
+
+    async def _write_view(self, view: memoryview) -> None:
+        self._rest = view
         while view:
             if self._nonblocking:
                 try:
@@ -310,30 +339,39 @@ class Recorder:
                     continue
             else:
                 written = await trio.to_thread.run_sync(os.write, self._fd, view)
-            view = view[written:]
+            view = self._rest = view[written:]
             self.written_bytes += written
 
     async def _writer(self) -> None:
-        """Take the buffer, write it, repeat (until cancelled)."""
-        while True:
-            while not self._buffer:
-                await self._work.park()
-            chunk = b"".join(self._buffer)
-            self._buffer.clear()
-            self._buffered = 0
-            self._room.unpark_all()
-            self._in_flight = True
-            try:
-                await self._write(chunk)
-            except OSError as exc:
-                log.warning("recording %s: cannot write (%s); recording stops", self.path, exc)
-                self._failed = True
-                self._ending = True
-                self._room.unpark_all()
-                return
-            finally:
-                self._in_flight = False
-                self._progress.unpark_all()
+        """Take the buffer, write it, repeat; return once closing and nothing is left
+        (or after a write error)."""
+        try:
+            while True:
+                while not self._buffer:
+                    if self._closing:
+                        return
+                    await self._work.park()
+                chunk = self._take()
+                self._in_flight = True
+                try:
+                    await self._write(chunk)
+                except OSError as exc:
+                    log.warning("recording %s: cannot write (%s); recording stops", self.path, exc)
+                    self._failed = True
+                    self._ending = True
+                    self._room.unpark_all()
+                    return
+                finally:
+                    self._in_flight = False
+        finally:
+            self._writer_done.set()
+
+    def _take(self) -> bytes:
+        chunk = b"".join(self._buffer)
+        self._buffer.clear()
+        self._buffered = 0
+        self._room.unpark_all()
+        return chunk
 
     # -- the task ----------------------------------------------------------------------------
 
@@ -388,16 +426,24 @@ class Recorder:
     async def _record(self) -> None:
         async for item in self.subscription:
             going = self._snapshot(item) if isinstance(item, Snapshot) else self._envelope(item)
-            if not going:
+            if not going or self._failed:
                 return
             if self._buffered > self.options.buffer_bytes:
                 await self._wait_for_room()
 
     async def _drain(self, nursery: trio.Nursery) -> None:
-        """Let the writer write what is buffered, for at most RECORD_CLOSE_TIMEOUT s."""
+        """Write what is buffered, for at most RECORD_CLOSE_TIMEOUT s: the writer
+        finishes the buffer and returns (if it was cancelled, what is left is written
+        here); a reader that stays stalled loses the rest."""
+        self._closing = True
+        self._work.unpark_all()
         with trio.move_on_after(RECORD_CLOSE_TIMEOUT):
-            while (self._buffer or self._in_flight) and not self._failed:
-                await self._progress.park()
+            await self._writer_done.wait()
+            while self._buffer and not self._failed:
+                try:
+                    await self._write(self._take())
+                except OSError:
+                    break
         nursery.cancel_scope.cancel()
 
     def _close(self) -> None:
