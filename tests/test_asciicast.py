@@ -249,8 +249,7 @@ async def test_sink_drops_past_its_bound_and_says_how_many(tmp_path: Path) -> No
     async with trio.open_nursery() as nursery:
         await nursery.start(sink.run)
         with trio.fail_after(10):
-            while sink.written_lines < 11:
-                await trio.sleep(0.01)
+            await sink.wait_written()
         nursery.cancel_scope.cancel()
     lines = _lines(tmp_path / "log")
     assert lines[0] == b"dropped 15"
@@ -296,10 +295,9 @@ async def test_sink_rotates_and_keeps_a_bounded_history(tmp_path: Path, scheme: 
         for n in range(95):
             sink.put(n)
             if n % 7 == 0:
-                await trio.sleep(0)
+                await trio.lowlevel.checkpoint()
         with trio.fail_after(10):
-            while sink.written_lines < 95:
-                await trio.sleep(0.01)
+            await sink.wait_written()
         nursery.cancel_scope.cancel()
     files = sorted(os.listdir(tmp_path))
     assert len(files) == 3  # the bound on files

@@ -163,9 +163,7 @@ async def test_the_size_bound_stops_the_recording_and_says_so(tmp_path: Path) ->
     bound = 4096
     async with ahp.open_host(shell="/bin/bash") as host, trio.open_nursery() as nursery:
         term = await host.create_terminal()
-        recorder = await nursery.start(
-            record_terminal, term, path, RecordOptions(max_bytes=bound)
-        )
+        recorder = await nursery.start(record_terminal, term, path, RecordOptions(max_bytes=bound))
         assert (await term.run("seq 1 5000")).exit_code == 0  # ~24 KB of output
         with trio.fail_after(TIMEOUT):
             await recorder.done.wait()  # it stopped by itself
@@ -204,6 +202,7 @@ async def test_serve_record_writes_one_file_per_terminal_and_play_replays_it(
             assert await p.result("createTerminal", params) is None
         host = server.state.host
         build = host.get("ahp-terminal:/build")
+        recorder = server.state.recorders["ahp-terminal:/build"]
         await build.send_input("printf 'played %s\\n' back\n")
         await wait_for_text(build, "played back")
         expected = build.state.text()
@@ -211,10 +210,10 @@ async def test_serve_record_writes_one_file_per_terminal_and_play_replays_it(
         files = sorted(os.listdir(tmp_path / "casts"))
         assert len(files) == 2
         assert all(re.fullmatch(r"\d{8}T\d{6}Z-[A-Za-z0-9._-]+\.cast", f) for f in files)
-    build_file = next(tmp_path / "casts" / f for f in files if f.endswith("-build.cast"))
-    with trio.fail_after(TIMEOUT):
-        while not output_of(read_cast(build_file)[1]).endswith(expected[-10:]):
-            await trio.sleep(0.05)  # (the recorder's last write lands on its way out)
+        with trio.fail_after(TIMEOUT):
+            await recorder.done.wait()  # it ends with its terminal's channel
+    build_file = tmp_path / "casts" / next(f for f in files if f.endswith("-build.cast"))
+    assert recorder.path == build_file
     _, events = read_cast(build_file)
     assert output_of(events) == expected
     # Played back in a subprocess, fast: exactly the output, nothing else.

@@ -14,14 +14,41 @@ Nothing here is on a hot path unless enabled; every queue and file is bounded.
 
 from __future__ import annotations
 
-from ahp.record.recorder import (
-    RECORD_MAX_BYTES,
-    Recorder,
-    RecordOptions,
-    record_host,
-    record_terminal,
-    recording_name,
-)
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ahp.record.recorder import (
+        RECORD_MAX_BYTES,
+        Recorder,
+        RecordOptions,
+        record_host,
+        record_terminal,
+        recording_name,
+    )
+
+#: Imported on first use, so that the pure ``ahp.record.asciicast`` loads no Trio.
+_EXPORTS = {
+    name: "ahp.record.recorder"
+    for name in (
+        "RECORD_MAX_BYTES",
+        "RecordOptions",
+        "Recorder",
+        "record_host",
+        "record_terminal",
+        "recording_name",
+    )
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'ahp.record' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "RECORD_MAX_BYTES",

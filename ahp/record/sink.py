@@ -144,6 +144,9 @@ class LineSink(Generic[T]):
         self._items: deque[T] = deque()
         self._bytes = 0
         self._lot = trio.lowlevel.ParkingLot()
+        self._progress = trio.lowlevel.ParkingLot()  # a batch was written
+        self._accepted = 0  # items put and not dropped, ever
+        self._finished = 0  # of which written (or lost at the write)
         self._fd = -1
         self._file_size = 0
         self._failures: set[str] = set()
@@ -170,6 +173,7 @@ class LineSink(Generic[T]):
             self.pending_drops += 1
             return False
         self._items.append(item)
+        self._accepted += 1
         self._bytes += size
         self.peak_bytes = max(self.peak_bytes, self._bytes)
         if len(self._items) == 1:
@@ -189,6 +193,7 @@ class LineSink(Generic[T]):
                 await self._write_batch()
         finally:
             self.running = False
+            self._progress.unpark_all()
             with trio.CancelScope(shield=True), trio.move_on_after(FLUSH_TIMEOUT):
                 if self._items or self.pending_drops:
                     await self._write_batch()
@@ -197,15 +202,34 @@ class LineSink(Generic[T]):
                     os.close(self._fd)
                 self._fd = -1
 
+    async def wait_written(self) -> None:
+        """Return once every item queued before the call has been written (or lost to
+        a failed write); returns at once when the writer is not running."""
+        target = self._accepted
+        while self._finished < target and self.running:
+            await self._progress.park()
+        await trio.lowlevel.checkpoint()
+
     async def _write_batch(self) -> None:
         items = list(self._items)
+        done = self._accepted
         self._items.clear()
         self._bytes = 0
         drops, self.pending_drops = self.pending_drops, 0
-        failed = await trio.to_thread.run_sync(self._write_items, items, drops)
+        try:
+            failed = await trio.to_thread.run_sync(self._write_items, items, drops)
+        except trio.Cancelled:
+            # Cancelled before the thread started (the write itself is not
+            # cancellable): nothing was written; the batch goes back for the flush.
+            self._items.extendleft(reversed(items))
+            self._bytes += sum(map(self._size, items))
+            self.pending_drops += drops
+            raise
         if failed:
             self.dropped += failed
             self.pending_drops += failed
+        self._finished = done
+        self._progress.unpark_all()
 
     # -- the worker thread's side ------------------------------------------------------------
 

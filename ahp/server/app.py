@@ -194,7 +194,8 @@ async def _start_records(
             directory, record = options.record_dir, options.record or RecordOptions()
 
             async def recording(*, task_status: trio.TaskStatus[None]) -> None:
-                async with record_host(state.host, directory, record):
+                async with record_host(state.host, directory, record) as recorders:
+                    state.recorders = recorders
                     task_status.started()
                     await trio.sleep_forever()
 

@@ -95,10 +95,18 @@ from ahp.protocol.jsonrpc import (
     JsonRpcSuccess,
 )
 from ahp.protocol.jsonshape import MAX_DEPTH, FrameShapeError, check_shape
-from ahp.protocol.state import ROOT_URI, TERMINAL_SCHEME, ClientClaim, SessionClaim, Snapshot
+from ahp.protocol.state import (
+    ROOT_URI,
+    TERMINAL_SCHEME,
+    ClientClaim,
+    SessionClaim,
+    Snapshot,
+    TerminalClaim,
+)
 from ahp.protocol.uri import local_file_uri_to_path, path_to_file_uri
 from ahp.pty import SpawnError
 from ahp.record.audit import AuditLog
+from ahp.record.recorder import Recorder
 from ahp.record.wirelog import WireLog
 from ahp.reducers import heal_root
 from ahp.server.clients import ClientRecord, ClientRegistry
@@ -163,6 +171,8 @@ class ServerState:
     audit: AuditLog | None = None
     #: Where every message is logged (``serve --wire-log``), if anywhere.
     wire_log: WireLog | None = None
+    #: The live recorders by terminal URI (``serve --record``; finished ones leave).
+    recorders: dict[str, Recorder] = attrs.field(factory=dict)
 
     @property
     def holder_only_input(self) -> bool:
@@ -412,8 +422,8 @@ class Session:
                         "claim",
                         terminal=terminal.uri,
                         by=None,
-                        claim=unstructure(terminal.state.claim),
-                        previous=unstructure(claim),
+                        claim=unstructure(terminal.state.claim, TerminalClaim),
+                        previous=unstructure(claim, TerminalClaim),
                         accepted=True,
                         reason="the holder is gone",
                     )
@@ -553,7 +563,7 @@ class Session:
             "by": self.client_id,
             "name": p.name,
             "cwd": p.cwd,
-            "claim": unstructure(p.claim) if p.claim is not None else None,
+            "claim": unstructure(p.claim, TerminalClaim) if p.claim is not None else None,
         }
         try:
             await self._create(p)
@@ -759,8 +769,8 @@ class Session:
             "claim",
             terminal=terminal.uri,
             by=origin.clientId,
-            claim=unstructure(action.claim),
-            previous=unstructure(previous),
+            claim=unstructure(action.claim, TerminalClaim),
+            previous=unstructure(previous, TerminalClaim),
             accepted=terminal.state.claim == action.claim,
         )
 
