@@ -10,6 +10,7 @@ when. Each line is a JSON object with ``ts`` (UTC, ISO 8601 with milliseconds),
 ``event``              fields
 =====================  ===================================================================
 ``connection``         ``peer``, ``accepted`` (bool), ``reason`` (refused: why), ``path``
+``disconnected``       ``peer``, ``clientId``, ``code`` (the close code)
 ``initialize``         ``clientId``, ``protocolVersion`` (None: refused), ``offered``,
                        ``peer``; ``reconnect`` (bool)
 ``terminal.created``   ``terminal``, ``by`` (clientId), ``name``, ``cwd``, ``claim``;
