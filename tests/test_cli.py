@@ -491,6 +491,11 @@ async def test_bad_inputs_give_one_line_and_a_non_zero_exit() -> None:
                 ("attach", server.url, "t1", "--shell", "/bin/zsh"),
                 "serve --shell",
             ),
+            "attach a typo": (("attach", server.url, "tpyo"), "no terminal ahp-terminal:/tpyo"),
+            "attach --create from /dev/null": (
+                ("attach", server.url, "t1", "--create"),
+                "standard input is not a terminal, so none is created",
+            ),
         }
         results: dict[str, subprocess.CompletedProcess[str]] = {}
 
@@ -592,8 +597,10 @@ def child_pids(pid: int) -> list[str]:
         return f.read().split()
 
 
-def attach_command(url: str, terminal: str) -> str:
-    return shlex.join([sys.executable, "-m", "ahp", "attach", url, terminal])
+def attach_command(url: str, terminal: str, *, create: bool = True) -> str:
+    return shlex.join(
+        [sys.executable, "-m", "ahp", "attach", url, terminal, *(["--create"] if create else [])]
+    )
 
 
 def last_line(screen: str) -> str:
@@ -614,8 +621,10 @@ async def test_attach_type_detach_and_reattach_sees_the_history(tmux: Tmux, tmp_
         await tmux.type("one", f"stty -g > {saved}")
         attach = attach_command(server.url, "t1") + "; echo attach-status=$?"
         await tmux.type("one", attach)
-        # The terminal was created (sized like the pane) and its prompt is shown.
-        await tmux.wait("one", lambda s: last_line(s) == "$")
+        # The terminal was created (sized like the pane) and its prompt is shown, under
+        # a banner that names it and the detach key.
+        screen = await tmux.wait("one", lambda s: last_line(s) == "$")
+        assert "[ahp attach: created and attached ahp-terminal:/t1; Ctrl-] detaches" in screen
         state = server.host.get("ahp-terminal:/t1").state
         assert (state.cols, state.rows) == (120, 40)
         await tmux.type("one", "echo hello-$((6*7))")
@@ -716,7 +725,8 @@ async def test_two_attached_panes_show_the_same_screen_and_follow_resizes(tmux: 
         screens: list[str] = []
 
         async def same() -> bool:
-            screens[:] = [await tmux.screen("a"), await tmux.screen("b")]
+            # (Below the banner, which says which pane created the terminal.)
+            screens[:] = [(await tmux.screen(n)).split("\n", 1)[1] for n in ("a", "b")]
             return screens[0] == screens[1]
 
         with trio.move_on_after(TIMEOUT):
@@ -780,6 +790,26 @@ async def test_attach_ends_cleanly_on_remote_exit_sigterm_and_connection_loss(
 
 
 # -- examples ----------------------------------------------------------------------------------
+
+
+async def test_agent_example_on_a_taken_port_says_so_in_one_line() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        with trio.fail_after(TIMEOUT * 2):
+            done = await trio.run_process(
+                [sys.executable, str(REPO / "examples" / "agent.py"), "--port", str(port)],
+                capture_stdout=True,
+                capture_stderr=True,
+                check=False,
+                env=_env(),
+                cwd=str(REPO),
+            )
+    assert done.returncode == 1
+    assert done.stderr.decode().splitlines() == [
+        f"agent.py: cannot serve on port {port}: Address already in use"
+    ]
 
 
 async def test_agent_example_runs_its_commands() -> None:

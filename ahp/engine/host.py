@@ -73,6 +73,7 @@ class Host:
         scrollback: int = DEFAULT_SCROLLBACK,
         log_envelopes: int | None = None,
         log_bytes: int | None = None,
+        user_rc: bool = True,
     ) -> None:
         self._nursery = nursery
         kwargs: dict[str, int] = {}
@@ -83,6 +84,9 @@ class Host:
         self.hub = Hub(ReplayLog(**kwargs))
         self.shell = shell
         self.scrollback = scrollback
+        #: Whether new terminals' shells load the user's startup files (``~/.bashrc``...)
+        #: before command detection (``serve --no-rc``: False); per terminal, ``user_rc=``.
+        self.user_rc = user_rc
         self._terminals: dict[str, Terminal] = {}
         self._root = RootState(agents=(), terminals=())
         self._counter = 0
@@ -204,6 +208,7 @@ class Host:
             login=login,
             shell_integration=shell_integration,
             scrollback=options.pop("scrollback", self.scrollback),
+            user_rc=options.pop("user_rc", self.user_rc),
             **options,
         )
         nonce = secrets.token_hex(16)
@@ -266,12 +271,16 @@ async def open_host(
     scrollback: int = DEFAULT_SCROLLBACK,
     log_envelopes: int | None = None,
     log_bytes: int | None = None,
+    user_rc: bool = True,
 ) -> AsyncIterator[Host]:
     """Run a :class:`Host` for the duration of the ``async with`` block.
 
     Args:
         shell: default shell for new terminals (else ``$SHELL``, else ``/bin/sh``).
         scrollback: characters retained per terminal.
+        user_rc: whether new terminals' shells load the user's startup files first
+            (False: the host's own environment reaches commands unchanged, e.g. a
+            venv's ``python`` stays first on ``PATH``; command detection still loads).
     """
     async with trio.open_nursery() as nursery:
         host = Host(
@@ -280,6 +289,7 @@ async def open_host(
             scrollback=scrollback,
             log_envelopes=log_envelopes,
             log_bytes=log_bytes,
+            user_rc=user_rc,
         )
         try:
             yield host

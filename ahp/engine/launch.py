@@ -73,6 +73,9 @@ class TerminalSpec:
     scrollback: int = DEFAULT_SCROLLBACK
     grace: float = DISPOSE_GRACE
     interactive: bool = False
+    #: Load the user's startup files (``~/.bashrc``, ...) before command detection; False
+    #: starts the shell without them (:func:`ahp.shell.prepare_shell` ``user_rc``).
+    user_rc: bool = True
 
 
 @attrs.frozen
@@ -125,7 +128,9 @@ def prepare_launch(spec: TerminalSpec, *, nonce: str) -> Launch:
         program = spec.shell or default_shell(base_env)
         argv = (program, "-l") if spec.login else (program,)
         if spec.shell_integration and spec.use_pty:
-            shell = prepare_shell(argv, base_env, nonce=nonce, login=spec.login)
+            shell = prepare_shell(
+                argv, base_env, nonce=nonce, login=spec.login, user_rc=spec.user_rc
+            )
         else:
             shell = ShellLaunch(argv=argv, env=base_env, integrated=False)
     try:

@@ -75,6 +75,7 @@ from typing import Final, TypeVar
 
 import trio
 
+from ahp.agent.screen import Screen, ScreenModel
 from ahp.engine.hub import PACE_WINDOW, Hub
 from ahp.engine.launch import Launch, TerminalSpec
 from ahp.engine.launch import discard as discard_launch
@@ -101,7 +102,6 @@ from ahp.run import (
     evidence_of,
 )
 from ahp.vt import OutputParser
-from ahp.vt.screen import Screen, ScreenModel
 
 __all__ = [
     "EXIT_LINGER",
@@ -391,7 +391,7 @@ class Terminal(CommandSurface):
         return self._commands
 
     def screen(self) -> Screen:
-        """The visible screen now (rendered on demand: see :mod:`ahp.vt.screen`)."""
+        """The visible screen now (rendered on demand: see :mod:`ahp.agent.screen`)."""
         if self._screen is None:
             self._screen = ScreenModel(self.spec.cols, self.spec.rows)
         return self._screen.update(self.state)

@@ -41,6 +41,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Final, NoReturn
 
 import attrs
+import trio
 
 from ahp import __version__
 from ahp.engine import Host, Outbox, Terminal, TerminalExists, TerminalNotFound
@@ -173,6 +174,16 @@ class ServerState:
     wire_log: WireLog | None = None
     #: The live recorders by terminal URI (``serve --record``; finished ones leave).
     recorders: dict[str, Recorder] = attrs.field(factory=dict)
+    #: True once the server stops taking terminals (shutting down): ``/readyz``
+    #: answers 503 and ``createTerminal`` is refused (:mod:`ahp.server.drain`).
+    draining: bool = False
+    #: The connections open now (registered by the transport, for the drain's goodbye);
+    #: ``sessions_changed`` is woken when one leaves.
+    sessions: set[Session] = attrs.field(factory=set)
+    sessions_changed: trio.lowlevel.ParkingLot = attrs.field(factory=trio.lowlevel.ParkingLot)
+    #: Set by the drain's goodbye: every connection, and every new one, is closed with
+    #: this (code, reason).
+    going_away: tuple[int, str] | None = None
 
     @property
     def holder_only_input(self) -> bool:
@@ -595,6 +606,8 @@ class Session:
         if p.cwd is not None:
             _check_cwd(p.cwd)
         server = self.server
+        if server.draining:
+            raise _Fail(SERVER_LIMIT, "draining", {"reason": "the server is shutting down"})
         if len(self.host.terminals) + server.creating >= server.max_terminals:
             raise _Fail(
                 SERVER_LIMIT,

@@ -73,6 +73,7 @@ from ahp.server.admission import (
     pending_limit,
     serve_listener,
 )
+from ahp.server.http import HttpResponse, PlainRequest, Routes
 from ahp.server.session import ServerState, Session
 from ahp.server.wsconn import (
     HANDSHAKE_TIMEOUT,
@@ -133,6 +134,21 @@ class ServerConfig:
     #: Unauthenticated connections held at most (None: from ``RLIMIT_NOFILE``, see
     #: :func:`ahp.server.admission.pending_limit`); the oldest is dropped for a new one.
     max_pending: int | None = None
+    #: Plain HTTP requests (no upgrade) on the same port: health probes, pages
+    #: (:mod:`ahp.server.http`); None answers every one 404.
+    routes: Routes | None = None
+
+
+def check_host(host: str | None, config: ServerConfig) -> str | None:
+    """Why ``host`` (the request's ``Host``) is refused (DNS rebinding), or None."""
+    if not config.allowed_hosts:
+        return None
+    if host is None:
+        return "missing Host header"
+    name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
+    if host.lower() not in config.allowed_hosts and name.lower() not in config.allowed_hosts:
+        return "unexpected Host header"
+    return None
 
 
 def check_upgrade(request: UpgradeRequest, config: ServerConfig) -> str | None:
@@ -140,13 +156,9 @@ def check_upgrade(request: UpgradeRequest, config: ServerConfig) -> str | None:
     origin = request.header(b"origin")
     if origin is not None and origin not in config.allow_origins:
         return "origin not allowed"
-    if config.allowed_hosts:
-        host = request.host
-        if host is None:
-            return "missing Host header"
-        name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
-        if host.lower() not in config.allowed_hosts and name.lower() not in config.allowed_hosts:
-            return "unexpected Host header"
+    refusal = check_host(request.host, config)
+    if refusal is not None:
+        return refusal
     if config.token is not None:
         offered = ""
         auth = request.header(b"authorization")
@@ -299,6 +311,28 @@ async def _reader(
             await session.outbox.wait_responses_below(config.outbox_bytes)
 
 
+async def _answer_plain(
+    stream: trio.abc.Stream, request: PlainRequest, config: ServerConfig, notes: RateLimitedLog
+) -> None:
+    """Answer a request without an upgrade (:mod:`ahp.server.http`); the caller closes."""
+    refusal = check_host(request.host, config)
+    if refusal is not None:
+        notes.log(
+            "refused", logging.WARNING, "refused request from %s: %s", request.remote, refusal
+        )
+        response = HttpResponse.text(403, refusal)
+    elif config.routes is None:
+        response = HttpResponse.text(404, "not found")
+    else:
+        try:
+            response = await config.routes.answer(request)
+        except Exception:
+            log.exception("answering %s %s failed", request.method, request.path)
+            response = HttpResponse.text(500, "internal error")
+    with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+        await stream.send_all(response.encode(head_only=request.method == "HEAD"))
+
+
 async def _authenticate(
     stream: trio.abc.Stream,
     config: ServerConfig,
@@ -306,9 +340,12 @@ async def _authenticate(
     audit: AuditLog | None = None,
 ) -> tuple[ServerWebSocket, UpgradeRequest] | None:
     """Read and check the upgrade; the accepted connection, or None (answered and
-    closed: malformed, refused, or the peer left)."""
+    closed: malformed, refused, a plain HTTP request, or the peer left)."""
     upgrade = await read_upgrade(stream, timeout=math.inf, note=_note_info(notes))
     if upgrade is None:
+        return None
+    if isinstance(upgrade, PlainRequest):
+        await _answer_plain(stream, upgrade, config, notes)
         return None
     wsproto_conn, request = upgrade
     refusal = check_upgrade(request, config)
@@ -377,6 +414,11 @@ async def _serve_one(
     connection_id = state.wire_log.connection_id() if state.wire_log is not None else ""
     writer = _Writer(ws, outbox, session, connection_id)
     close_code, close_reason = 1001, "server going away"
+    if state.going_away is not None:
+        # The drain said goodbye already (ahp.server.drain): no new conversation.
+        session.close_request = state.going_away
+        outbox.close()
+    state.sessions.add(session)
     try:
         async with trio.open_nursery() as nursery:
 
@@ -408,6 +450,8 @@ async def _serve_one(
         log.exception("connection of client %s failed", session.client_id)
         close_code, close_reason = 1011, "internal error"
     finally:
+        state.sessions.discard(session)
+        state.sessions_changed.unpark_all()
         session.disconnect()
         outbox.close()
         with trio.CancelScope(shield=True):

@@ -50,6 +50,8 @@ from wsproto.events import (
 )
 from wsproto.utilities import RemoteProtocolError
 
+from ahp.server.http import PlainRequest, plain_request
+
 __all__ = [
     "HANDSHAKE_TIMEOUT",
     "RECEIVE_SIZE",
@@ -69,6 +71,8 @@ RECEIVE_SIZE: Final = 64 * 1024
 FAST_FRAME_MAX: Final = 64 * 1024
 #: Frames are gathered into writes of about this many bytes (see ``send_texts``).
 WRITE_CHUNK: Final = 256 * 1024
+#: Longest request head looked at as a plain HTTP request (h11's own bound).
+MAX_HEAD: Final = 16 * 1024
 #: Seconds a peer gets to send its whole upgrade request.
 HANDSHAKE_TIMEOUT: Final = 10.0
 #: Close codes (RFC 6455 §7.4.1).
@@ -213,9 +217,12 @@ async def read_upgrade(
     *,
     timeout: float = HANDSHAKE_TIMEOUT,
     note: Callable[..., Any] = _log_info,
-) -> tuple[WSConnection, UpgradeRequest] | None:
+) -> tuple[WSConnection, UpgradeRequest] | PlainRequest | None:
     """Read the HTTP upgrade request; None if the peer left, was too slow or sent
     something that is not a usable WebSocket upgrade.
+
+    A well-formed request that asks for no upgrade (a health probe, a page) is
+    returned as a :class:`~ahp.server.http.PlainRequest` for the caller to answer.
 
     A malformed request (bad syntax, bytes that are not ASCII where the checks
     before accepting look, a target that is no URL) is answered ``400`` (``426``
@@ -238,6 +245,12 @@ async def read_upgrade(
             if not data:
                 return None
             received += data
+            end = received.find(b"\r\n\r\n")
+            if 0 <= end <= MAX_HEAD and end + 4 > len(received) - len(data):
+                # The head just became complete: a plain request is answered elsewhere.
+                plain = plain_request(bytes(received[: end + 4]), remote)
+                if plain is not None:
+                    return plain
             try:
                 event = _feed_upgrade(ws, bytes(data))
             except _BadUpgrade as bad:

@@ -297,7 +297,7 @@ def run(args: argparse.Namespace) -> int:
                 await client.subscribe(uri)
             except RpcError as exc:
                 if exc.code == ErrorCode.NOT_FOUND:
-                    raise CommandFailed(f"no terminal {uri} (see `ahp ls`)") from None
+                    raise CommandFailed(f"no terminal {uri} (see `python -m ahp ls URL`)") from None
                 raise
             if client.terminal_state(uri).exited:
                 raise CommandFailed(f"the process of {uri} has exited")
