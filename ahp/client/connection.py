@@ -41,6 +41,7 @@ from urllib.parse import SplitResult, parse_qs, urlencode, urlsplit, urlunsplit
 import trio
 
 from ahp import __version__
+from ahp.agent.screen import ScreenModel
 from ahp.client.errors import ClientError, ConnectionLost, RpcError
 from ahp.client.mirror import Mirror
 from ahp.client.remote import RemoteTerminal
@@ -69,7 +70,6 @@ from ahp.protocol.state import (
 )
 from ahp.reducers import DEFAULT_SCROLLBACK
 from ahp.run import CommandRegistry, CommandResult
-from ahp.vt.screen import ScreenModel
 from ahp.ws import (
     ConnectionClosed,
     ConnectionRejected,
