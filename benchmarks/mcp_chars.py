@@ -21,7 +21,8 @@ the answers' status lines).
 
 ``--screen``: instead, the seconds one screen render takes (what ``read_screen``
 costs the event loop) at sizes up to the 4096 x 4096 another client can set:
-64 KiB of coloured lines replayed into :class:`ahp.vt.screen.ScreenModel`.
+64 KiB of coloured lines replayed into :class:`ahp.agent.screen.ScreenModel`
+(its default emulator; ``--screen-emulator pyte`` for the other).
 
 ``--memory``: instead, the server's peak resident memory (``VmHWM``) after each of
 :data:`MEMORY_COMMANDS` (100 MB of output: lines, and one endless line), each in a
@@ -258,16 +259,16 @@ async def measure_inprocess(task: Sequence[Step], cwd: str) -> Count:
     return count
 
 
-def _screen_costs() -> None:
+def _screen_costs(emulator: str | None) -> None:
     import time
 
-    from ahp.vt.screen import ScreenModel
+    from ahp.agent.screen import ScreenModel
 
     data = "".join(f"\x1b[32mline {i}\x1b[0m " + "x" * 70 + "\r\n" for i in range(800))
-    print("| screen | seconds to render |")
+    print(f"| screen ({ScreenModel(emulator=emulator).emulator}) | seconds to render |")
     print("|---|---|")
     for cols, rows in ((120, 40), (500, 200), (1000, 400), (4096, 4096)):
-        model = ScreenModel(cols, rows)
+        model = ScreenModel(cols, rows, emulator=emulator)
         started = time.perf_counter()
         model.feed(data[: 64 * 1024])
         model.screen()
@@ -323,9 +324,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--memory", action="store_true", help="measure the server's peak memory instead"
     )
     parser.add_argument("--screen", action="store_true", help="measure screen renders instead")
+    parser.add_argument("--screen-emulator", help="--screen: the emulator (default: the best here)")
     args = parser.parse_args(argv)
     if args.screen:
-        _screen_costs()
+        _screen_costs(args.screen_emulator)
     elif args.memory:
         trio.run(_memory, args.root.resolve())
     else:

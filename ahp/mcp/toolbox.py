@@ -66,7 +66,7 @@ from ahp.mcp.tools import (
 from ahp.protocol.state import TERMINAL_SCHEME, CommandPart, TerminalState
 
 if TYPE_CHECKING:
-    from ahp.vt.screen import ScreenModel
+    from ahp.agent.screen import ScreenModel
 
 __all__ = [
     "DEFAULT_TERMINAL",
@@ -95,9 +95,10 @@ STOP_WAIT: Final = 10.0
 DEFAULT_COLS: Final = 120
 DEFAULT_ROWS: Final = 40
 #: read_screen renders at most this many columns and rows, whatever size another
-#: client gave the terminal (a screen costs time in proportion to its cells: 4096 x
-#: 4096 took 25 s of the event loop; 500 x 200, the largest create_terminal makes,
-#: 0.5 s). A larger terminal is rendered at this size, and the answer says so.
+#: client gave the terminal: with pyte a screen costs time in proportion to its cells
+#: (4096 x 4096 took 25-47 s of the event loop; 500 x 200, the largest create_terminal
+#: makes, under 1 s), and with any emulator its text grows with them (16 MB at 4096 x
+#: 4096). A larger terminal is rendered at this size, and the answer says so.
 MAX_SCREEN_COLS: Final = 500
 MAX_SCREEN_ROWS: Final = 200
 #: Capped screen models kept (one per terminal read over the cap, oldest dropped).
@@ -628,7 +629,7 @@ class Toolbox:
     def _capped_screen(self, uri: str, state: TerminalState) -> ScreenView:
         """The screen rendered at most :data:`MAX_SCREEN_COLS` x :data:`MAX_SCREEN_ROWS`
         (a model of that size per terminal, brought up to date like the terminal's own)."""
-        from ahp.vt.screen import ScreenModel
+        from ahp.agent.screen import ScreenModel
 
         cols = min(state.cols or DEFAULT_COLS, MAX_SCREEN_COLS)
         rows = min(state.rows or DEFAULT_ROWS, MAX_SCREEN_ROWS)
