@@ -42,6 +42,7 @@ from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
 
 import trio
 
+from ahp import __version__
 from ahp.client.errors import ClientError, ConnectionLost, RpcError
 from ahp.client.mirror import Mirror
 from ahp.client.remote import RemoteTerminal
@@ -127,6 +128,7 @@ class Client:
             scrollback=scrollback,
             protocol_versions=protocol_versions,
             reconnect_form=reconnect_form,
+            client_info={"name": "ahp-terminals", "version": __version__},
         )
         self.connect_timeout = connect_timeout
         #: For ``wss://`` (default: the system's trusted CAs, hostname checked).

@@ -39,7 +39,6 @@ from typing import Any, Final, Literal
 
 import attrs
 
-from ahp import __version__
 from ahp.client.mirror import Mirror
 from ahp.protocol.actions import ActionEnvelope, StateAction
 from ahp.protocol.codec import ProtocolError, decode_message, encode_message, structure
@@ -65,6 +64,7 @@ from ahp.protocol.state import ROOT_URI, ChannelState, OpaqueState, Snapshot
 from ahp.reducers import DEFAULT_SCROLLBACK
 
 __all__ = [
+    "LEGACY_VERSIONS",
     "PROTOCOL_VERSIONS",
     "RECONNECT_DELAYS",
     "Answer",
@@ -83,7 +83,7 @@ ReconnectForm = Literal["watermark", "cursors"]
 #: Seconds before each reconnect attempt (the last one repeats).
 RECONNECT_DELAYS: Final = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0)
 #: ``reconnect`` error: the host no longer knows this client (its record expired).
-CLIENT_FORGOTTEN: Final = -32008
+CLIENT_FORGOTTEN: Final = ErrorCode.NOT_FOUND
 
 
 def reconnect_delay(attempt: int) -> float:
@@ -134,8 +134,11 @@ class ClientSession:
         scrollback: int | None = DEFAULT_SCROLLBACK,
         protocol_versions: Sequence[str] = PROTOCOL_VERSIONS,
         reconnect_form: ReconnectForm = "watermark",
+        client_info: Mapping[str, str] | None = None,
     ) -> None:
         self.client_id = client_id
+        #: ``clientInfo`` of ``initialize`` (who we are; informational).
+        self.client_info = dict(client_info or {"name": "ahp-terminals"})
         self.scrollback = scrollback
         #: What ``initialize`` offers, most preferred first.
         self.protocol_versions = tuple(protocol_versions)
@@ -192,7 +195,7 @@ class ClientSession:
                 "channel": ROOT_URI,
                 "protocolVersions": list(self.protocol_versions),
                 "clientId": self.client_id,
-                "clientInfo": {"name": "ahp-terminals", "version": __version__},
+                "clientInfo": dict(self.client_info),
                 "initialSubscriptions": list(dict.fromkeys([ROOT_URI, *subscriptions])),
             },
         )
