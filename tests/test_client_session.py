@@ -1,4 +1,5 @@
-"""The client's protocol state machine without a socket (``ahp.client.session``).
+"""The client's protocol state machine without a socket (``ahp.client.session``),
+and the typed results both ends share (``ahp.protocol.dialect.result_json``).
 
 Frames in, frames out: requests and the answers that match them, the handshake's
 parameters and results (all three reconnect answers), write-ahead dispatch, the
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import attrs
 import orjson
 import pytest
 from hypothesis import given
@@ -33,8 +35,17 @@ from ahp.protocol.actions import (
     TerminalResized,
     TerminalTitleChanged,
 )
-from ahp.protocol.codec import ProtocolError, unstructure
-from ahp.protocol.dialect import Dialect, snapshot_json
+from ahp.protocol.codec import ProtocolError, structure, unstructure
+from ahp.protocol.commands import (
+    ChannelMissing,
+    ChannelSnapshot,
+    InitializeResult,
+    ListSessionsResult,
+    ReconnectChannels,
+    ReconnectSnapshot,
+    SubscribeResult,
+)
+from ahp.protocol.dialect import Dialect, result_json, snapshot_json
 from ahp.protocol.jsonrpc import JsonRpcErrorObject
 from ahp.protocol.state import (
     ROOT_URI,
@@ -260,3 +271,51 @@ def test_the_mirror_holds_exactly_the_newer_envelopes(chunks: list[tuple[int, st
             expected += text
     assert session.mirrors[T1].state.text() == expected  # type: ignore[union-attr]
     assert session.last_seen_seq == max([10, *(seq for seq, _ in chunks)])
+
+
+def _terminal_states(encoded: Any) -> Any:
+    """Every encoded terminal state (an object with ``content``) inside ``encoded``."""
+    if isinstance(encoded, dict):
+        if "content" in encoded:
+            yield encoded
+        for value in encoded.values():
+            yield from _terminal_states(value)
+    elif isinstance(encoded, list):
+        for value in encoded:
+            yield from _terminal_states(value)
+
+
+def _results(snap: Snapshot) -> list[Any]:
+    return [
+        InitializeResult(protocolVersion="1.0.0", serverSeq=5, snapshots=(snap,)),
+        SubscribeResult(snapshot=snap),
+        ReconnectSnapshot(type="snapshot", snapshots=(snap,), missing=("x",)),
+        ReconnectChannels(
+            channels=(
+                ChannelSnapshot(channel=snap.resource, snapshot=snap),
+                ChannelMissing(channel="ahp-terminal:/gone"),
+            )
+        ),
+        ListSessionsResult(items=()),
+    ]
+
+
+@pytest.mark.parametrize("dialect", list(Dialect))
+def test_typed_results_are_encoded_per_dialect_and_read_back(dialect: Dialect) -> None:
+    exited = attrs.evolve(terminal(), exitCode=3, exited=True)
+    snap = Snapshot(resource=T1, state=exited, fromSeq=4)
+    for result in _results(snap):
+        encoded = result_json(result, dialect)
+        if isinstance(result, ListSessionsResult):
+            assert encoded == {"items": []}
+            continue
+        # 1.x: a lifecycle wherever a terminal state is, inside any result; 0.5: exitCode.
+        states = list(_terminal_states(encoded))
+        assert len(states) == 1
+        if dialect is Dialect.V1:
+            assert "exitCode" not in states[0]
+            assert states[0]["lifecycle"] == {"status": "exited", "exitCode": 3}
+        else:
+            assert "lifecycle" not in states[0] and states[0]["exitCode"] == 3
+        # Read back through the same converter: the same typed value.
+        assert structure(encoded, type(result)) == result
