@@ -84,6 +84,13 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="shell for new terminals, a path or a name on $PATH (default: $SHELL, else /bin/sh)",
     )
     p.add_argument(
+        "--no-rc",
+        action="store_true",
+        help="start shells without the user's startup files (~/.bashrc, ~/.profile, "
+        "~/.zshrc, config.fish): commands see this process's environment, e.g. a venv's "
+        "python first on PATH; command detection still loads",
+    )
+    p.add_argument(
         "--scrollback",
         type=_positive,
         metavar="CHARS",
@@ -248,7 +255,11 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         return trio.run(
             lambda: run_sidecar(
-                options, shell=args.shell, scrollback=args.scrollback, on_ready=ready
+                options,
+                shell=args.shell,
+                scrollback=args.scrollback,
+                user_rc=not args.no_rc,
+                on_ready=ready,
             )
         )
     except BaseException as exc:

@@ -326,6 +326,15 @@ async def test_run_without_command_detection() -> None:
     assert (result["output"], result["exit_code"]) == ("plain\n", 6)
 
 
+@pytest.mark.parametrize("limit", ["3000000", "0"])
+async def test_run_takes_large_output_limits_and_zero_for_the_bound(limit: str) -> None:
+    async with served() as server:
+        done = await cli("run", server.url, "--max-output-bytes", limit, "--", "seq 1 200000")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "".join(f"{n}\n" for n in range(1, 200001))
+    assert done.stderr == ""
+
+
 @pytest.mark.parametrize("count", [3000, 30000])
 async def test_run_says_when_it_truncates_and_counts_what_it_prints(count: int) -> None:
     async with served() as server:
@@ -487,6 +496,10 @@ async def test_bad_inputs_give_one_line_and_a_non_zero_exit() -> None:
             "attach malformed": (("attach", "http://x/", "t1"), "malformed URL"),
             "run no command": (("run", server.url), "no command"),
             "run bad cwd": (("run", server.url, "--cwd", "/nonexistent", "--", "true"), "cwd"),
+            "run output bound": (
+                ("run", server.url, "--max-output-bytes", "30000000", "--", "true"),
+                "--max-output-bytes 30000000 is out of range: 0 to 8388608",
+            ),
             "attach --shell": (
                 ("attach", server.url, "t1", "--shell", "/bin/zsh"),
                 "serve --shell",

@@ -43,6 +43,7 @@ from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
 import trio
 
 from ahp import __version__
+from ahp.agent.screen import ScreenModel
 from ahp.client.errors import ClientError, ConnectionLost, RpcError
 from ahp.client.mirror import Mirror
 from ahp.client.remote import RemoteTerminal
@@ -69,7 +70,6 @@ from ahp.protocol.jsonrpc import JsonRpcErrorObject
 from ahp.protocol.state import ROOT_URI, ChannelState, RootState, TerminalState
 from ahp.reducers import DEFAULT_SCROLLBACK
 from ahp.run import CommandRegistry, CommandResult
-from ahp.vt.screen import ScreenModel
 
 __all__ = [
     "CONNECT_TIMEOUT",

@@ -231,6 +231,7 @@ async def run_sidecar(
     *,
     shell: str | None = None,
     scrollback: int | None = None,
+    user_rc: bool = True,
     on_ready: Callable[[Sidecar], None] | None = None,
 ) -> int:
     """The ``serve`` command: run until a signal, then drain or shut down (see the
@@ -244,7 +245,7 @@ async def run_sidecar(
     options = attrs.evolve(options, token=options.token or env_token)
     kwargs = {} if scrollback is None else {"scrollback": scrollback}
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async with open_host(shell=shell, **kwargs) as host:
+        async with open_host(shell=shell, user_rc=user_rc, **kwargs) as host:
             async with trio.open_nursery() as nursery:
                 sidecar = await nursery.start(serve_host, host, options)
                 if on_ready is not None:
