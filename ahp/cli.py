@@ -37,6 +37,7 @@ def _positive_int(text: str) -> int:
 
 
 def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from ahp.record.recorder import RECORD_MAX_BYTES
     from ahp.reducers.scrollback import DEFAULT_SCROLLBACK
     from ahp.server.app import DEFAULT_PORT
     from ahp.server.drain import DEFAULT_DRAIN_TIMEOUT
@@ -108,6 +109,41 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         action="store_true",
         help="take input (and signals) only from the client holding a terminal's claim "
         "(default: from every client with the token)",
+    )
+    p.add_argument(
+        "--record",
+        metavar="DIR",
+        help="record every terminal into DIR, one asciicast v3 file each (play: "
+        "ahp-terminals play FILE)",
+    )
+    p.add_argument(
+        "--record-input",
+        action="store_true",
+        help="record input too (off by default: input may hold passwords)",
+    )
+    p.add_argument(
+        "--record-max-bytes",
+        type=_positive,
+        metavar="BYTES",
+        help=f"size bound of each recording (default {RECORD_MAX_BYTES}); the recording "
+        "stops there, saying so",
+    )
+    p.add_argument(
+        "--audit-log",
+        metavar="FILE",
+        help="log privileged events (connections, terminals, claims, input sizes, signals) "
+        "to FILE as JSON lines, rotated",
+    )
+    p.add_argument(
+        "--audit-input",
+        action="store_true",
+        help="log the text of input in the audit log, not only its size",
+    )
+    p.add_argument(
+        "--wire-log",
+        metavar="DIR",
+        help="log every JSON-RPC message into DIR as JSONL with VS Code's _ahpLog field "
+        "(rotated at 75 MiB x 5, tokens redacted)",
     )
     p.add_argument(
         "--drain-timeout",
@@ -186,12 +222,14 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "ahp.client.commands.run",
     "ahp.client.commands.rm",
     "ahp.mcp.command",
+    "ahp.record.play",
 )
 
 
 def _serve(args: argparse.Namespace) -> int:
     import trio
 
+    from ahp.record import RecordOptions
     from ahp.server.app import (
         ServeOptions,
         Sidecar,
@@ -230,6 +268,14 @@ def _serve(args: argparse.Namespace) -> int:
             # Before anything is logged: the whole failure is this one line.
             print(f"ahp serve: cannot listen on {args.host}: {problem}", file=sys.stderr)
             return 1
+    try:
+        record = RecordOptions(
+            record_input=args.record_input,
+            **({"max_bytes": args.record_max_bytes} if args.record_max_bytes else {}),
+        )
+    except ValueError as exc:
+        print(f"ahp serve: {exc}", file=sys.stderr)
+        return USAGE
     options = ServeOptions(
         host=args.host,
         port=args.port,
@@ -239,6 +285,11 @@ def _serve(args: argparse.Namespace) -> int:
         tls=tls,
         max_terminals=args.max_terminals,
         holder_only_input=args.holder_only_input,
+        record_dir=args.record,
+        record=record,
+        audit_log=args.audit_log,
+        audit_input=args.audit_input,
+        wire_log=args.wire_log,
         drain_timeout=args.drain_timeout,
     )
 
@@ -270,7 +321,7 @@ def _serve(args: argparse.Namespace) -> int:
         if failure is None:
             raise
         why = failure.strerror or str(failure)
-        if listening:
+        if listening or type(failure).__name__ == "RecordSetupError":
             print(f"ahp serve: {why}", file=sys.stderr)
         else:
             print(f"ahp serve: cannot listen on {where}: {why}", file=sys.stderr)

@@ -308,11 +308,13 @@ class Terminal(CommandSurface):
         """The state with the global ``serverSeq`` it reflects."""
         return Snapshot(resource=self.uri, state=self._core.state, fromSeq=self._hub.seq)
 
-    def subscribe(self, *, max_bytes: int | None = None) -> Subscription:
+    def subscribe(self, *, max_bytes: int | None = None, paces: bool = True) -> Subscription:
         """Follow this terminal: a :class:`Snapshot`, then every later envelope.
 
         Buffering: up to ``max_bytes`` queued (default 4 MiB); a consumer that falls
         further behind gets a fresh snapshot instead of the missed envelopes.
+        ``paces=False``: this consumer never paces the pty (see
+        :meth:`ahp.engine.hub.Hub.pacer`), it only falls behind.
         """
 
         def attach(outbox: Outbox) -> Snapshot | None:
@@ -325,8 +327,8 @@ class Terminal(CommandSurface):
             self._hub.unsubscribe(self.uri, outbox)
 
         if max_bytes is None:
-            return Subscription(attach, detach)
-        return Subscription(attach, detach, max_bytes=max_bytes)
+            return Subscription(attach, detach, paces=paces)
+        return Subscription(attach, detach, max_bytes=max_bytes, paces=paces)
 
     async def dispatch(
         self,

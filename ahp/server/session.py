@@ -44,7 +44,7 @@ import attrs
 import trio
 
 from ahp import __version__
-from ahp.engine import Host, Outbox, TerminalExists, TerminalNotFound
+from ahp.engine import Host, Outbox, Terminal, TerminalExists, TerminalNotFound
 from ahp.engine.envelopes import Published
 from ahp.protocol.actions import (
     ActionOrigin,
@@ -105,9 +105,19 @@ from ahp.protocol.jsonrpc import (
     JsonRpcSuccess,
 )
 from ahp.protocol.jsonshape import MAX_DEPTH, FrameShapeError, check_shape
-from ahp.protocol.state import ROOT_URI, TERMINAL_SCHEME, ClientClaim, SessionClaim, Snapshot
+from ahp.protocol.state import (
+    ROOT_URI,
+    TERMINAL_SCHEME,
+    ClientClaim,
+    SessionClaim,
+    Snapshot,
+    TerminalClaim,
+)
 from ahp.protocol.uri import local_file_uri_to_path, path_to_file_uri
 from ahp.pty import SpawnError
+from ahp.record.audit import AuditLog
+from ahp.record.recorder import Recorder
+from ahp.record.wirelog import WireLog
 from ahp.reducers import heal_root
 from ahp.server.clients import ClientRecord, ClientRegistry
 from ahp.server.processes import PROCESS_REQUESTS, Refused
@@ -142,6 +152,8 @@ MAX_CONFIG_BYTES: Final = 64 * 1024
 #: of this server was reached (terminals, file descriptors); the message says which, and
 #: the request may succeed later.
 SERVER_LIMIT: Final = -32000
+#: Configuration keys named at most in one audit line.
+_AUDIT_KEYS: Final = 64
 #: ``errno`` values meaning the machine or the process ran out of something.
 _EXHAUSTED: Final = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.EAGAIN})
 
@@ -165,6 +177,12 @@ class ServerState:
     creating: int = 0
     #: Counters: protocol errors answered (figures for tests).
     errors: int = 0
+    #: Where privileged events are logged (``serve --audit-log``), if anywhere.
+    audit: AuditLog | None = None
+    #: Where every message is logged (``serve --wire-log``), if anywhere.
+    wire_log: WireLog | None = None
+    #: The live recorders by terminal URI (``serve --record``; finished ones leave).
+    recorders: dict[str, Recorder] = attrs.field(factory=dict)
     #: True once the server stops taking terminals (shutting down): ``/readyz``
     #: answers 503 and ``createTerminal`` is refused (:mod:`ahp.server.drain`).
     draining: bool = False
@@ -255,6 +273,8 @@ class Session:
         self.dialect = Dialect.V05
         #: Set when the connection must close after the queued frames (code, reason).
         self.close_request: tuple[int, str] | None = None
+        #: The peer's address, as the transport reports it (for the audit log).
+        self.peer: str | None = None
 
     @property
     def client_id(self) -> str | None:
@@ -417,6 +437,16 @@ class Session:
             if isinstance(claim, ClientClaim) and claim.clientId in gone:
                 log.info("%s: released the claim of gone client %r", terminal.uri, claim.clientId)
                 await terminal.dispatch(TerminalClaimed(claim=ClientClaim(clientId="")), wait=True)
+                if (audit := self.server.audit) is not None:
+                    audit.event(
+                        "claim",
+                        terminal=terminal.uri,
+                        by=None,
+                        claim=unstructure(terminal.state.claim, TerminalClaim),
+                        previous=unstructure(claim, TerminalClaim),
+                        accepted=True,
+                        reason="the holder is gone",
+                    )
 
     async def _ping(self, params: Any) -> None:
         return None
@@ -426,6 +456,8 @@ class Session:
             raise _Fail(ErrorCode.METHOD_NOT_FOUND, "already initialized")
         p = structure(params, InitializeParams)
         version = negotiate(p.protocolVersions)
+        if (audit := self.server.audit) is not None:
+            audit.initialize(p.clientId, version, p.protocolVersions, peer=self.peer)
         if version is None:
             self.close_request = (1002, "unsupported protocol version")
             raise _Fail(
@@ -453,6 +485,9 @@ class Session:
         form = reconnect_form(params)
         p = structure(params, form)
         record = self.server.clients.resume(p.clientId)
+        if (audit := self.server.audit) is not None:
+            version = record.protocol_version if record is not None else None
+            audit.initialize(p.clientId, version, peer=self.peer, reconnect=True)
         await self._release_forgotten_claims()
         if record is None:
             raise _Fail(ErrorCode.NOT_FOUND, "Reconnect client not found")
@@ -532,6 +567,25 @@ class Session:
 
     async def _create_terminal(self, params: Any) -> None:
         p = structure(params, CreateTerminalParams)
+        audit = self.server.audit
+        if audit is None:
+            await self._create(p)
+            return
+        fields = {
+            "terminal": p.channel,
+            "by": self.client_id,
+            "name": p.name,
+            "cwd": p.cwd,
+            "claim": unstructure(p.claim, TerminalClaim) if p.claim is not None else None,
+        }
+        try:
+            await self._create(p)
+        except _Fail as fail:
+            audit.event("terminal.created", **fields, error=fail.message)
+            raise
+        audit.event("terminal.created", **fields)
+
+    async def _create(self, p: CreateTerminalParams) -> None:
         if not p.channel.startswith(TERMINAL_SCHEME) or len(p.channel) <= len(TERMINAL_SCHEME):
             raise _Fail(
                 ErrorCode.INVALID_PARAMS,
@@ -592,11 +646,19 @@ class Session:
 
     async def _dispose_terminal(self, params: Any) -> None:
         p = structure(params, ChannelParams)
+        audit = self.server.audit
         try:
             await self.host.dispose(p.channel)
         except TerminalNotFound:
-            raise _Fail(ErrorCode.NOT_FOUND, f"no terminal {_short(p.channel)!r}") from None
+            message = f"no terminal {_short(p.channel)!r}"
+            if audit is not None:
+                audit.event(
+                    "terminal.disposed", terminal=p.channel, by=self.client_id, error=message
+                )
+            raise _Fail(ErrorCode.NOT_FOUND, message) from None
         self.subscriptions.discard(p.channel)
+        if audit is not None:
+            audit.event("terminal.disposed", terminal=p.channel, by=self.client_id)
 
     async def _list_sessions(self, params: Any) -> Any:
         p = structure(params, ListSessionsParams)
@@ -629,8 +691,12 @@ class Session:
             and channel in self.host
         ):
             origin = ActionOrigin(clientId=self.record.client_id, clientSeq=client_seq)
+            terminal = self.host.get(channel)
+            if (audit := self.server.audit) is not None:
+                refused = terminal.input_refused(origin.clientId)
+                audit.input(channel, origin.clientId, data, refused=refused)
             # (The connection's reader checkpoints when it waits for the next frame.)
-            await self.host.get(channel).dispatch(
+            await terminal.dispatch(
                 TerminalInput(data=data), origin=origin, sender=self.outbox, checkpoint=False
             )
             return
@@ -652,6 +718,14 @@ class Session:
                 # rejection need not cost the size of what it refuses.
                 action = RootConfigChanged(config={}, replace=action.replace)
                 problem = f"root/configChanged larger than {MAX_CONFIG_BYTES} bytes (not echoed)"
+            if isinstance(action, RootConfigChanged) and (audit := self.server.audit):
+                audit.event(
+                    "config",
+                    by=origin.clientId,
+                    keys=sorted(str(k) for k in action.config)[:_AUDIT_KEYS],
+                    replace=action.replace,
+                    accepted=problem is None,
+                )
             if problem is None and isinstance(action, RootConfigChanged):
                 # A terminal host has no config: the merge is a no-op, echoed as applied.
                 hub.publish(ROOT_URI, action, origin)
@@ -684,7 +758,36 @@ class Session:
             and current.chat is not None
         ):
             action = TerminalClaimed(claim=attrs.evolve(claim, chat=current.chat))
+        audit = self.server.audit
+        if audit is not None and isinstance(action, TerminalClaimed | TerminalInput):
+            await self._audited_dispatch(audit, terminal, action, origin)
+            return
         await terminal.dispatch(action, origin=origin, sender=self.outbox)
+
+    async def _audited_dispatch(
+        self,
+        audit: AuditLog,
+        terminal: Terminal,
+        action: TerminalClaimed | TerminalInput,
+        origin: ActionOrigin,
+    ) -> None:
+        """Dispatch a claim or input with its audit line: a claim is waited for, so
+        the line says whether the terminal took it."""
+        if isinstance(action, TerminalInput):
+            refused = terminal.input_refused(origin.clientId)
+            audit.input(terminal.uri, origin.clientId, action.data, refused=refused)
+            await terminal.dispatch(action, origin=origin, sender=self.outbox)
+            return
+        previous = terminal.state.claim
+        await terminal.dispatch(action, origin=origin, sender=self.outbox, wait=True)
+        audit.event(
+            "claim",
+            terminal=terminal.uri,
+            by=origin.clientId,
+            claim=unstructure(action.claim, TerminalClaim),
+            previous=unstructure(previous, TerminalClaim),
+            accepted=terminal.state.claim == action.claim,
+        )
 
 
 _REQUESTS: dict[str, Callable[[Session, Any], Awaitable[Any]]] = {
