@@ -63,6 +63,7 @@ from ahp.protocol.codec import (
     encode_message,
     structure,
     structure_action,
+    unstructure,
 )
 from ahp.protocol.commands import (
     ChannelMissing,
