@@ -43,7 +43,7 @@ from typing import Any, Final, NoReturn
 import attrs
 import trio
 
-from ahp import __version__
+from ahp import __version__, keystroke
 from ahp.engine import Host, Outbox, Terminal, TerminalExists, TerminalNotFound
 from ahp.engine.envelopes import Published
 from ahp.protocol.actions import (
@@ -205,6 +205,8 @@ class ServerState:
         self.host.holder_only_input = value
 
 
+#: Whether the reader's input dispatch takes a checkpoint (keystroke trick ``no_checkpoint``).
+_DISPATCH_CHECKPOINT: Final = not keystroke.enabled("no_checkpoint")
 #: C0 and C1 control characters and DEL: never part of a terminal URI we accept.
 _CONTROL: Final = re.compile("[\x00-\x1f\x7f-\x9f]")
 #: Longest piece of client input quoted back in an error message.
@@ -698,7 +700,10 @@ class Session:
                 audit.input(channel, origin.clientId, data, refused=refused)
             # (The connection's reader checkpoints when it waits for the next frame.)
             await terminal.dispatch(
-                TerminalInput(data=data), origin=origin, sender=self.outbox, checkpoint=False
+                TerminalInput(data=data),
+                origin=origin,
+                sender=self.outbox,
+                checkpoint=_DISPATCH_CHECKPOINT,
             )
             return
         p = structure(params, DispatchActionParams)

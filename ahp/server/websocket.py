@@ -63,6 +63,7 @@ from urllib.parse import parse_qs, urlsplit
 import attrs
 import trio
 
+from ahp import keystroke
 from ahp.engine import Outbox
 from ahp.engine.envelopes import Published
 from ahp.engine.outbox import OutboxItem
@@ -111,7 +112,7 @@ STALL_GRACE: Final = 1.0
 #: Seconds a lone keystroke echo waits for the output it causes, to share its write
 #: (see _Writer). The output is sent as soon as it is there; only an echo whose input
 #: prints nothing (a password, a key the program ignores) waits this long.
-ECHO_PAIR_WAIT: Final = 0.002
+ECHO_PAIR_WAIT: Final = keystroke.ECHO_PAIR_WAIT
 #: Seconds the close handshake may take when the server closes a connection.
 CLOSE_TIMEOUT: Final = 1.0
 #: The close reason sent to a client whose outbox overflowed.
@@ -211,7 +212,8 @@ class _Writer:
         self.close: tuple[int, str] | None = None
         #: The wait for the next batch, while the writer is in it (see _lone_echo).
         self._wait_scope: trio.CancelScope | None = None
-        outbox.on_lone_echo = self._lone_echo
+        if keystroke.enabled("echo_pairing"):
+            outbox.on_lone_echo = self._lone_echo
 
     def _lone_echo(self) -> None:
         """A keystroke's echo was queued alone, without waking this writer: its output
