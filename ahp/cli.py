@@ -240,6 +240,9 @@ def _serve(args: argparse.Namespace) -> int:
     )
 
     logging.basicConfig(level=args.log_level.upper(), format=LOG_FORMAT, stream=sys.stderr)
+    # A token read from a file (a mounted secret) is not printed: the operator has it,
+    # and stdout is a container's log.
+    from_file = bool(os.environ.get("AHP_TOKEN_FILE")) and not args.token
     try:
         env_token = take_environment_token()  # (also out of the terminals' environment)
     except TokenFileError as exc:
@@ -296,7 +299,7 @@ def _serve(args: argparse.Namespace) -> int:
     def ready(sidecar: Sidecar) -> None:
         nonlocal listening
         listening = True
-        print(sidecar.url, flush=True)
+        print(sidecar.url.split("?", 1)[0] if from_file else sidecar.url, flush=True)
         shown = args.unix or f"{args.host}:{sidecar.port}"
         logging.getLogger("ahp.server").info("listening on %s", shown)
 

@@ -66,15 +66,25 @@ from ahp.protocol.codec import (
     unstructure,
 )
 from ahp.protocol.commands import (
+    ChannelMissing,
     ChannelParams,
+    ChannelRecovery,
+    ChannelReplay,
+    ChannelSnapshot,
     CreateTerminalParams,
     DispatchActionParams,
     Implementation,
     InitializeParams,
     InitializeResult,
     ListSessionsParams,
+    ListSessionsResult,
+    ReconnectChannels,
     ReconnectCursorParams,
     ReconnectParams,
+    ReconnectReplay,
+    ReconnectSnapshot,
+    ResumedWindows,
+    SubscribeResult,
     reconnect_form,
 )
 from ahp.protocol.dialect import (
@@ -84,7 +94,7 @@ from ahp.protocol.dialect import (
     envelope_json,
     negotiate,
     projects,
-    snapshot_json,
+    result_json,
 )
 from ahp.protocol.jsonrpc import (
     ErrorCode,
@@ -463,17 +473,14 @@ class Session:
         self._begin(self.server.clients.connect(p.clientId, version))
         await self._release_forgotten_claims()
         snapshots = [s for s in map(self._subscribe, dict.fromkeys(p.initialSubscriptions)) if s]
-        result = unstructure(
-            InitializeResult(
-                protocolVersion=version,
-                serverSeq=self.host.hub.seq,
-                snapshots=(),
-                defaultDirectory=self.server.default_directory,
-                serverInfo=SERVER_INFO if self.dialect is Dialect.V1 else None,
-            )
+        result = InitializeResult(
+            protocolVersion=version,
+            serverSeq=self.host.hub.seq,
+            snapshots=tuple(snapshots),
+            defaultDirectory=self.server.default_directory,
+            serverInfo=SERVER_INFO if self.dialect is Dialect.V1 else None,
         )
-        result["snapshots"] = [snapshot_json(s, self.dialect) for s in snapshots]
-        return result
+        return result_json(result, self.dialect)
 
     async def _reconnect(self, params: Any) -> Any:
         if self.record is not None:
@@ -495,30 +502,32 @@ class Session:
         valid = [c for c in requested if c == ROOT_URI or c in self.host]
         missing = [c for c in requested if c not in valid]
         log_ = self.host.hub.log
-        out: dict[str, Any]
+        # Windowed delivery is never granted here, so no windowed subscription resumes.
+        windows = ResumedWindows(items=()) if p.windows is not None else None
+        result: ReconnectReplay | ReconnectSnapshot
         if log_.can_replay_after(p.lastSeenServerSeq):
             floors = {c: record.snapshot_seq.get(c, 0) for c in valid}
-            actions = [
+            actions = tuple(
                 envelope_json(envelope, self.dialect)
                 for envelope in log_.after(p.lastSeenServerSeq, valid)
                 if envelope.serverSeq > floors[envelope.channel]
-            ]
+            )
             for channel in valid:
                 self.host.hub.subscribe(channel, self.outbox)
                 self.subscriptions.add(channel)
-            out = {"type": "replay", "actions": actions, "missing": missing}
+            result = ReconnectReplay(
+                type="replay", actions=actions, missing=tuple(missing), windows=windows
+            )
         else:
-            snapshots = [s for s in map(self._subscribe, valid) if s]
-            out = {
-                "type": "snapshot",
-                "snapshots": [snapshot_json(s, self.dialect) for s in snapshots],
-            }
-            if self.dialect is Dialect.V1:
-                out["missing"] = missing
-        if p.windows is not None:
-            # Windowed delivery is never granted here, so no windowed subscription resumes.
-            out["windows"] = {"items": []}
-        return out
+            snapshots = tuple(s for s in map(self._subscribe, valid) if s)
+            result = ReconnectSnapshot(
+                type="snapshot",
+                snapshots=snapshots,
+                # (1.x: the channels that cannot be resumed; 0.5 had no such field here.)
+                missing=tuple(missing) if self.dialect is Dialect.V1 else None,
+                windows=windows,
+            )
+        return result_json(result, self.dialect)
 
     def _recover_channels(self, p: ReconnectCursorParams, record: ClientRecord) -> Any:
         """Reconnect form B: one replay, snapshot or missing entry per requested channel,
@@ -537,25 +546,19 @@ class Session:
             for envelope in log_.after(min(replayable.values()), replayable):
                 if envelope.serverSeq > replayable[envelope.channel]:
                     replays[envelope.channel].append(envelope_json(envelope, self.dialect))
-        channels: list[dict[str, Any]] = []
+        channels: list[ChannelRecovery] = []
         for channel in cursors:
             if channel in replays:
                 self.host.hub.subscribe(channel, self.outbox)
                 self.subscriptions.add(channel)
-                channels.append({"kind": "replay", "channel": channel, "actions": replays[channel]})
+                channels.append(ChannelReplay(channel=channel, actions=tuple(replays[channel])))
                 continue
             snapshot = self._subscribe(channel)
             if snapshot is None:
-                channels.append({"kind": "missing", "channel": channel})
+                channels.append(ChannelMissing(channel=channel))
             else:
-                channels.append(
-                    {
-                        "kind": "snapshot",
-                        "channel": channel,
-                        "snapshot": snapshot_json(snapshot, self.dialect),
-                    }
-                )
-        return {"channels": channels}
+                channels.append(ChannelSnapshot(channel=channel, snapshot=snapshot))
+        return result_json(ReconnectChannels(channels=tuple(channels)), self.dialect)
 
     async def _subscribe_request(self, params: Any) -> Any:
         p = structure(params, ChannelParams)
@@ -563,7 +566,7 @@ class Session:
         if snapshot is None:
             raise _Fail(ErrorCode.NOT_FOUND, f"Resource not found: {_short(p.channel)}")
         # Windowed delivery (``flowControl``) is declined by leaving it out.
-        return {"snapshot": snapshot_json(snapshot, self.dialect)}
+        return result_json(SubscribeResult(snapshot=snapshot), self.dialect)
 
     async def _create_terminal(self, params: Any) -> None:
         p = structure(params, CreateTerminalParams)
@@ -665,7 +668,7 @@ class Session:
         if p.cursor is not None:
             # This host has no sessions, so it never hands out a cursor to come back with.
             raise _Fail(ErrorCode.INVALID_PARAMS, "unknown cursor", {"path": "$.params.cursor"})
-        return {"items": []}
+        return result_json(ListSessionsResult(items=()), self.dialect)
 
     # -- notifications -----------------------------------------------------------------------
 
