@@ -38,6 +38,7 @@ def _positive_int(text: str) -> int:
 
 
 def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from ahp.record.recorder import RECORD_MAX_BYTES
     from ahp.reducers.scrollback import DEFAULT_SCROLLBACK
     from ahp.server.app import DEFAULT_PORT
     from ahp.server.drain import DEFAULT_DRAIN_TIMEOUT
@@ -123,6 +124,41 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "random token)",
     )
     p.add_argument(
+        "--record",
+        metavar="DIR",
+        help="record every terminal into DIR, one asciicast v3 file each (play: "
+        "ahp-terminals play FILE)",
+    )
+    p.add_argument(
+        "--record-input",
+        action="store_true",
+        help="record input too (off by default: input may hold passwords)",
+    )
+    p.add_argument(
+        "--record-max-bytes",
+        type=_positive,
+        metavar="BYTES",
+        help=f"size bound of each recording (default {RECORD_MAX_BYTES}); the recording "
+        "stops there, saying so",
+    )
+    p.add_argument(
+        "--audit-log",
+        metavar="FILE",
+        help="log privileged events (connections, terminals, claims, input sizes, signals) "
+        "to FILE as JSON lines, rotated",
+    )
+    p.add_argument(
+        "--audit-input",
+        action="store_true",
+        help="log the text of input in the audit log, not only its size",
+    )
+    p.add_argument(
+        "--wire-log",
+        metavar="DIR",
+        help="log every JSON-RPC message into DIR as JSONL with VS Code's _ahpLog field "
+        "(rotated at 75 MiB x 5, tokens redacted)",
+    )
+    p.add_argument(
         "--drain-timeout",
         type=_seconds,
         default=DEFAULT_DRAIN_TIMEOUT,
@@ -199,12 +235,14 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "ahp.client.commands.run",
     "ahp.client.commands.rm",
     "ahp.mcp.command",
+    "ahp.record.play",
 )
 
 
 def _serve(args: argparse.Namespace) -> int:
     import trio
 
+    from ahp.record import RecordOptions
     from ahp.server.app import (
         ServeOptions,
         Sidecar,
@@ -215,6 +253,9 @@ def _serve(args: argparse.Namespace) -> int:
     )
 
     logging.basicConfig(level=args.log_level.upper(), format=LOG_FORMAT, stream=sys.stderr)
+    # A token read from a file (a mounted secret) is not printed: the operator has it,
+    # and stdout is a container's log.
+    from_file = bool(os.environ.get("AHP_TOKEN_FILE")) and not args.token
     try:
         env_token = take_environment_token()  # (also out of the terminals' environment)
     except TokenFileError as exc:
@@ -240,6 +281,14 @@ def _serve(args: argparse.Namespace) -> int:
             # Before anything is logged: the whole failure is this one line.
             print(f"ahp serve: cannot listen on {args.host}: {problem}", file=sys.stderr)
             return 1
+    try:
+        record = RecordOptions(
+            record_input=args.record_input,
+            **({"max_bytes": args.record_max_bytes} if args.record_max_bytes else {}),
+        )
+    except ValueError as exc:
+        print(f"ahp serve: {exc}", file=sys.stderr)
+        return USAGE
     options = ServeOptions(
         host=args.host,
         port=args.port,
@@ -251,6 +300,11 @@ def _serve(args: argparse.Namespace) -> int:
         holder_only_input=args.holder_only_input,
         web=args.web,
         read_token=args.read_token,
+        record_dir=args.record,
+        record=record,
+        audit_log=args.audit_log,
+        audit_input=args.audit_input,
+        wire_log=args.wire_log,
         drain_timeout=args.drain_timeout,
     )
 
@@ -261,9 +315,9 @@ def _serve(args: argparse.Namespace) -> int:
         nonlocal listening
         listening = True
         if sys.stdout.isatty():
-            print(ready_lines(sidecar), flush=True)
-        else:
-            print(sidecar.url, flush=True)  # the one line programs read
+            print(ready_lines(sidecar, with_tokens=not from_file), flush=True)
+        else:  # the one line programs read
+            print(sidecar.url.split("?", 1)[0] if from_file else sidecar.url, flush=True)
         shown = args.unix or f"{args.host}:{sidecar.port}"
         logging.getLogger("ahp.server").info("listening on %s", shown)
 
@@ -285,20 +339,25 @@ def _serve(args: argparse.Namespace) -> int:
         if failure is None:
             raise
         why = failure.strerror or str(failure)
-        if listening:
+        if listening or type(failure).__name__ == "RecordSetupError":
             print(f"ahp serve: {why}", file=sys.stderr)
         else:
             print(f"ahp serve: cannot listen on {where}: {why}", file=sys.stderr)
         return 1
 
 
-def ready_lines(sidecar: Any) -> str:
+def ready_lines(sidecar: Any, *, with_tokens: bool = True) -> str:
     """What ``serve`` shows a person when ready: the URLs, each quoted for shells (a
-    ``?`` unquoted is a glob in zsh)."""
-    lines = [f"connect:   {shlex.quote(sidecar.url)}"]
-    if sidecar.page_url is not None:
-        lines.append(f"viewer:    {shlex.quote(sidecar.page_url)}")
-    if sidecar.read_only_url is not None:
+    ``?`` unquoted is a glob in zsh). Without the tokens (a token from a file is never
+    printed), the URLs are bare and the read-only one is left out."""
+    url, page = sidecar.url, sidecar.page_url
+    if not with_tokens:
+        url = url.split("?", 1)[0]
+        page = page.split("#", 1)[0] if page is not None else None
+    lines = [f"connect:   {shlex.quote(url)}"]
+    if page is not None:
+        lines.append(f"viewer:    {shlex.quote(page)}")
+    if with_tokens and sidecar.read_only_url is not None:
         lines.append(f"read-only: {shlex.quote(sidecar.read_only_url)}")
     return "\n".join(lines)
 

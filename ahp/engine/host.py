@@ -92,6 +92,10 @@ class Host:
         self._root = RootState(agents=(), terminals=())
         self._counter = 0
         self._holder_only_input = False
+        #: Called with each new terminal, synchronously, before its process starts (so
+        #: a subscriber registered here misses none of its output); a hook must not
+        #: raise. Recording (:mod:`ahp.record`) registers one.
+        self.on_terminal_created: list[Callable[[Terminal], None]] = []
 
     # -- root channel ------------------------------------------------------------------------
 
@@ -229,11 +233,14 @@ class Host:
         terminal.holder_only_input = self._holder_only_input
         # Reserve the URI while spawning so a concurrent create cannot take it.
         self._terminals[uri] = terminal
+        for hook in self.on_terminal_created:
+            hook(terminal)
         try:
             await self._nursery.start(self._run_terminal, terminal)
         except BaseException:
             if self._terminals.get(uri) is terminal:  # (a dispose may have dropped it)
                 del self._terminals[uri]
+                self.hub.drop_channel(uri)  # subscribers the hooks registered end
             raise
         self._publish_catalogue()
         return terminal

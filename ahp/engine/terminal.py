@@ -75,6 +75,7 @@ from typing import Final, TypeVar
 
 import trio
 
+from ahp import keystroke
 from ahp.agent.screen import Screen, ScreenModel
 from ahp.engine.hub import PACE_WINDOW, Hub
 from ahp.engine.launch import Launch, TerminalSpec
@@ -128,18 +129,14 @@ READ_BATCH: Final = 16 * 1024
 #: Under sustained output (a batch came back full), read in a thread of the pty-read
 #: task's own while the stages work (:mod:`ahp.pty.pump`); False reads on the loop only.
 THREADED_READS: bool = os.environ.get("AHP_THREADED_READS", "1") != "0"
-#: A first read shorter than this ends its batch at once (see the pty-read task).
-SMALL_READ: Final = 256
+#: A first read shorter than this ends its batch at once (keystroke trick ``small_read``).
+SMALL_READ: Final = keystroke.SMALL_READ if keystroke.enabled("small_read") else 0
 #: Batches queued from pty-read to parse (at most READ_BATCH bytes each).
 PARSE_QUEUE: Final = 4
 #: Items queued for the reducer: parsed batches, client and library actions, the exit.
 REDUCER_QUEUE: Final = 64
 #: Input chunks queued for the input-write task (bytes bounded by MAX_PENDING_INPUT).
 INPUT_QUEUE: Final = 1024
-#: Input of at most this many bytes (a keystroke) is followed by a short spin (see
-#: Terminal._spin_for_echo), at most ECHO_SPIN seconds.
-ECHO_SPIN_INPUT: Final = 8
-ECHO_SPIN: Final = 0.0002
 #: After the process exits, a pty still held open is read until quiet this long.
 EXIT_LINGER: Final = 0.1
 #: How long a command's jobs may take to ``exec`` before they are reported as they are.
@@ -308,11 +305,13 @@ class Terminal(CommandSurface):
         """The state with the global ``serverSeq`` it reflects."""
         return Snapshot(resource=self.uri, state=self._core.state, fromSeq=self._hub.seq)
 
-    def subscribe(self, *, max_bytes: int | None = None) -> Subscription:
+    def subscribe(self, *, max_bytes: int | None = None, paces: bool = True) -> Subscription:
         """Follow this terminal: a :class:`Snapshot`, then every later envelope.
 
         Buffering: up to ``max_bytes`` queued (default 4 MiB); a consumer that falls
         further behind gets a fresh snapshot instead of the missed envelopes.
+        ``paces=False``: this consumer never paces the pty (see
+        :meth:`ahp.engine.hub.Hub.pacer`), it only falls behind.
         """
 
         def attach(outbox: Outbox) -> Snapshot | None:
@@ -325,8 +324,8 @@ class Terminal(CommandSurface):
             self._hub.unsubscribe(self.uri, outbox)
 
         if max_bytes is None:
-            return Subscription(attach, detach)
-        return Subscription(attach, detach, max_bytes=max_bytes)
+            return Subscription(attach, detach, paces=paces)
+        return Subscription(attach, detach, max_bytes=max_bytes, paces=paces)
 
     async def dispatch(
         self,
@@ -756,8 +755,6 @@ class Terminal(CommandSurface):
                     written = child.write_nowait(data)
                     if written < len(data):
                         await child.write(data[written:] if written else data)
-                    elif len(data) <= ECHO_SPIN_INPUT:
-                        await self._spin_for_echo()
                 except (ChildGone, trio.ClosedResourceError):
                     self._input_gone = True  # later input is published but not written
                     return
@@ -765,17 +762,6 @@ class Terminal(CommandSurface):
                     # Nothing is pending once the input side is gone (what is still
                     # queued is dropped with the channel).
                     self._pending_input = 0 if self._input_gone else self._pending_input - len(data)
-
-    async def _spin_for_echo(self) -> None:
-        """After a keystroke reached the pty, keep the scheduler polling (checkpoints)
-        until the pty-read task has read its echo, for at most :data:`ECHO_SPIN`
-        seconds: the process does not go to sleep in ``epoll_wait`` only to be woken
-        by the kernel's echo tens of microseconds later (a sleep and a wake-up cost
-        more than the wait on a virtual machine)."""
-        before = self.read_batches
-        deadline = trio.current_time() + ECHO_SPIN
-        while self.read_batches == before and trio.current_time() < deadline:
-            await trio.lowlevel.checkpoint()
 
     # -- reducer -------------------------------------------------------------------------------
 

@@ -37,6 +37,9 @@ import trio
 
 from ahp.engine import Host, open_host
 from ahp.pty.reap import kill_session
+from ahp.record import RecordOptions, record_host
+from ahp.record.audit import AuditLog
+from ahp.record.wirelog import WireLog
 from ahp.server.drain import DEFAULT_DRAIN_TIMEOUT, drain
 from ahp.server.http import health_routes
 from ahp.server.session import DEFAULT_MAX_TERMINALS, ServerState
@@ -45,6 +48,7 @@ from ahp.server.websocket import ServerConfig, open_listeners, serve_connections
 
 __all__ = [
     "DEFAULT_PORT",
+    "RecordSetupError",
     "MAX_TOKEN_FILE",
     "ServeOptions",
     "Sidecar",
@@ -121,6 +125,10 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+class RecordSetupError(OSError):
+    """The audit log, the wire log or the recordings directory cannot be created."""
+
+
 @attrs.frozen
 class ServeOptions:
     host: str = "127.0.0.1"
@@ -142,8 +150,17 @@ class ServeOptions:
     #: The read-only token (watch only; ``$AHP_READ_TOKEN``, else a random one when a
     #: token is required). Never equal to the token.
     read_token: str | None = None
-    #: Directory of the terminals' recordings (``serve --record DIR``), listed by the page.
+    #: Record every terminal into this directory, one asciicast v3 file each
+    #: (:func:`ahp.record.record_host`; ``serve --record``).
     record_dir: str | None = None
+    #: How terminals are recorded (input, size bound); None: the defaults.
+    record: RecordOptions | None = None
+    #: Log privileged events to this file (:mod:`ahp.record.audit`; ``serve --audit-log``).
+    audit_log: str | None = None
+    #: Log the text of input in the audit log, not only its size (``--audit-input``).
+    audit_input: bool = False
+    #: Log every JSON-RPC message into this directory (:mod:`ahp.record.wirelog`).
+    wire_log: str | None = None
     #: Seconds running commands get to finish after SIGTERM (:func:`run_sidecar`;
     #: 0: shut down at once).
     drain_timeout: float = DEFAULT_DRAIN_TIMEOUT
@@ -273,6 +290,7 @@ async def serve_host(
         host.holder_only_input = True
     try:
         async with trio.open_nursery() as nursery:
+            await _start_records(nursery, state, options, token)
             await nursery.start(serve_connections, state, config, listeners)
             task_status.started(
                 Sidecar(
@@ -289,6 +307,35 @@ async def serve_host(
         if options.unix is not None:
             with contextlib.suppress(OSError):
                 os.unlink(options.unix)
+
+
+async def _start_records(
+    nursery: trio.Nursery, state: ServerState, options: ServeOptions, token: str | None
+) -> None:
+    """Start the audit log, the wire log and the recorder of every new terminal, as
+    ``options`` asks (each raises ``OSError`` here if its file cannot be created)."""
+    try:
+        if options.audit_log is not None:
+            what = f"the audit log {options.audit_log}"
+            state.audit = AuditLog(options.audit_log, token=token, record_input=options.audit_input)
+            await nursery.start(state.audit.run)
+        if options.wire_log is not None:
+            what = f"the wire log in {options.wire_log}"
+            state.wire_log = WireLog(options.wire_log, token=token)
+            await nursery.start(state.wire_log.run)
+        if options.record_dir is not None:
+            what = f"the recordings directory {options.record_dir}"
+            directory, record = options.record_dir, options.record or RecordOptions()
+
+            async def recording(*, task_status: trio.TaskStatus[None]) -> None:
+                async with record_host(state.host, directory, record) as recorders:
+                    state.recorders = recorders
+                    task_status.started()
+                    await trio.sleep_forever()
+
+            await nursery.start(recording)
+    except OSError as exc:
+        raise RecordSetupError(exc.errno, f"cannot create {what}: {exc.strerror or exc}") from exc
 
 
 async def run_sidecar(

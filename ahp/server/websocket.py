@@ -63,9 +63,11 @@ from urllib.parse import parse_qs, urlsplit
 import attrs
 import trio
 
+from ahp import keystroke
 from ahp.engine import Outbox
 from ahp.engine.envelopes import Published
 from ahp.engine.outbox import OutboxItem
+from ahp.record.audit import AuditLog
 from ahp.server.admission import (
     PendingConnections,
     RateLimitedLog,
@@ -112,7 +114,7 @@ STALL_GRACE: Final = 1.0
 #: Seconds a lone keystroke echo waits for the output it causes, to share its write
 #: (see _Writer). The output is sent as soon as it is there; only an echo whose input
 #: prints nothing (a password, a key the program ignores) waits this long.
-ECHO_PAIR_WAIT: Final = 0.002
+ECHO_PAIR_WAIT: Final = keystroke.ECHO_PAIR_WAIT
 #: Seconds the close handshake may take when the server closes a connection.
 CLOSE_TIMEOUT: Final = 1.0
 #: The close reason sent to a client whose outbox overflowed.
@@ -237,16 +239,22 @@ class _Writer:
     shares its system call.
     """
 
-    def __init__(self, ws: ServerWebSocket, outbox: Outbox, session: Session) -> None:
+    def __init__(
+        self, ws: ServerWebSocket, outbox: Outbox, session: Session, connection_id: str = ""
+    ) -> None:
         self.ws = ws
         self.outbox = outbox
         self.session = session
+        #: Every frame sent is logged here too (``serve --wire-log``), if set.
+        self.wire = session.server.wire_log
+        self.connection_id = connection_id
         self.scope = trio.CancelScope()
         #: Set when the writer ended because the client must be closed: (code, reason).
         self.close: tuple[int, str] | None = None
         #: The wait for the next batch, while the writer is in it (see _lone_echo).
         self._wait_scope: trio.CancelScope | None = None
-        outbox.on_lone_echo = self._lone_echo
+        if keystroke.enabled("echo_pairing"):
+            outbox.on_lone_echo = self._lone_echo
 
     def _lone_echo(self) -> None:
         """A keystroke's echo was queued alone, without waking this writer: its output
@@ -274,14 +282,17 @@ class _Writer:
         return outbox.get_nowait()  # a lone echo waited its time
 
     async def run(self) -> None:
-        ws, outbox, session = self.ws, self.outbox, self.session
+        ws, outbox, session, wire = self.ws, self.outbox, self.session, self.wire
         with self.scope:
             while True:
                 batch = await self._next_batch()
                 took = bool(batch)
                 if took:
+                    frames = _encoded(batch, session.project)  # (empties the batch)
+                    if wire is not None:  # the only cost of the wire log when it is off
+                        frames = wire.tap(frames, self.connection_id)
                     try:
-                        await ws.send_texts(_encoded(batch, session.project))  # (empties it)
+                        await ws.send_texts(frames)
                     finally:
                         outbox.sent()
                 if session.close_request is not None and not len(outbox):
@@ -318,9 +329,14 @@ class _Writer:
                 return
 
 
-async def _reader(ws: ServerWebSocket, session: Session, config: ServerConfig) -> None:
+async def _reader(
+    ws: ServerWebSocket, session: Session, config: ServerConfig, connection_id: str = ""
+) -> None:
+    wire = session.server.wire_log
     while True:
         message = await ws.receive()
+        if wire is not None:
+            wire.c2s(connection_id, message)
         if len(message) < LARGE_FRAME:
             await session.handle_frame(message)
         elif session.check_frame(message):
@@ -361,7 +377,10 @@ async def _answer_plain(
 
 
 async def _authenticate(
-    stream: trio.abc.Stream, config: ServerConfig, notes: RateLimitedLog
+    stream: trio.abc.Stream,
+    config: ServerConfig,
+    notes: RateLimitedLog,
+    audit: AuditLog | None = None,
 ) -> tuple[ServerWebSocket, UpgradeRequest, bool] | None:
     """Read and check the upgrade; the accepted connection, or None (answered and
     closed: malformed, refused, a plain HTTP request, or the peer left), with whether it
@@ -380,6 +399,9 @@ async def _authenticate(
         notes.log(
             "refused", logging.WARNING, "refused connection from %s: %s", request.remote, refusal
         )
+        if audit is not None:
+            path = urlsplit(request.target).path  # never the query: it may hold the token
+            audit.connection(request.remote, accepted=False, reason=refusal, path=path)
         await reject(stream, wsproto_conn, 403, f"{refusal}\n".encode())
         return None
     try:
@@ -415,7 +437,7 @@ async def _serve_one(
     pending.admit(scope)
     try:
         with scope:
-            ws, request, read_only = await _authenticate(stream, config, notes) or (
+            ws, request, read_only = await _authenticate(stream, config, notes, state.audit) or (
                 None,
                 None,
                 False,
@@ -432,7 +454,11 @@ async def _serve_one(
     log.debug("accepted a connection from %s to %s", request.remote, urlsplit(request.target).path)
     outbox = Outbox(max_bytes=config.outbox_bytes, track_in_flight=True)
     session = Session(state, outbox, read_only=read_only)
-    writer = _Writer(ws, outbox, session)
+    session.peer = request.remote
+    if (audit := state.audit) is not None:
+        audit.connection(request.remote, accepted=True, path=urlsplit(request.target).path)
+    connection_id = state.wire_log.connection_id() if state.wire_log is not None else ""
+    writer = _Writer(ws, outbox, session, connection_id)
     close_code, close_reason = 1001, "server going away"
     if state.going_away is not None:
         # The drain said goodbye already (ahp.server.drain): no new conversation.
@@ -444,7 +470,7 @@ async def _serve_one(
 
             async def read() -> None:
                 with contextlib.suppress(ConnectionClosed):
-                    await _reader(ws, session, config)
+                    await _reader(ws, session, config, connection_id)
                 if ws.closed is not None:
                     nursery.cancel_scope.cancel()
                 # else: the session asked to close; the writer sends what is queued first.
@@ -477,6 +503,13 @@ async def _serve_one(
         with trio.CancelScope(shield=True):
             await ws.aclose(close_code, close_reason, timeout=CLOSE_TIMEOUT)
         closed = ws.closed
+        if audit is not None:
+            audit.event(
+                "disconnected",
+                peer=request.remote,
+                clientId=session.client_id,
+                code=closed.code if closed is not None else None,
+            )
         log.debug(
             "connection from %s (client %s) closed: %s",
             request.remote,
