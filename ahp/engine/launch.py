@@ -30,7 +30,7 @@ from ahp.pty import SpawnError, SpawnSpec
 from ahp.pty.environment import NONINTERACTIVE_ENV
 from ahp.pty.spec import validate
 from ahp.reducers import DEFAULT_SCROLLBACK
-from ahp.reducers.core import MAX_TITLE
+from ahp.reducers.core import MAX_TITLE, normal_title
 from ahp.shell import ShellLaunch, prepare_shell, remove_launch_files
 
 __all__ = ["DISPOSE_GRACE", "Launch", "TerminalSpec", "default_shell", "discard", "prepare_launch"]
@@ -147,7 +147,7 @@ def prepare_launch(spec: TerminalSpec, *, nonce: str) -> Launch:
         raise
     program = spec.argv[0] if spec.argv else shell.argv[0]
     title = spec.name or os.path.basename(program)
-    return Launch(spawn=spawn, shell=shell, title=title[:MAX_TITLE], cwd_uri=cwd_uri)
+    return Launch(spawn=spawn, shell=shell, title=normal_title(title[:MAX_TITLE]), cwd_uri=cwd_uri)
 
 
 def discard(launch: Launch) -> None:

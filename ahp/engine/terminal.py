@@ -92,7 +92,7 @@ from ahp.protocol.actions import (
 from ahp.protocol.state import Snapshot, TerminalClaim, TerminalInfo, TerminalState
 from ahp.pty import Child, ChildGone, SpawnError, kill_session, procfs, spawn
 from ahp.reducers import Rejected, TerminalCore
-from ahp.reducers.core import MAX_DIMENSION, MAX_PENDING_INPUT
+from ahp.reducers.core import MAX_DIMENSION, MAX_PENDING_INPUT, rejected_echo
 from ahp.run import (
     FOLLOW_BYTES,
     CommandRegistry,
@@ -298,7 +298,7 @@ class Terminal(CommandSurface):
 
     def snapshot(self) -> Snapshot:
         """The state with the global ``serverSeq`` it reflects."""
-        return Snapshot(resource=self.uri, state=self._core.state, fromSeq=self._hub.seq)
+        return Snapshot(resource=self.uri, state=self._core.snapshot_state(), fromSeq=self._hub.seq)
 
     def subscribe(self, *, max_bytes: int | None = None) -> Subscription:
         """Follow this terminal: a :class:`Snapshot`, then every later envelope.
@@ -335,8 +335,9 @@ class Terminal(CommandSurface):
         included): accepted and published, or rejected to ``sender`` only. Returns
         once the action is queued (waiting while the reducer's channel is full:
         backpressure); with ``wait`` only once the reducer has decided on it and
-        told the catalogue (or the terminal closed). Ignored once the terminal
-        is closing.
+        told the catalogue (or the terminal closed). A client's action (``origin``)
+        that reaches a terminal not running (starting, closing) is rejected to
+        ``sender``; the library's is ignored then.
 
         ``checkpoint=False`` is for a caller whose own loop checkpoints (a
         connection's reader, which waits for the next frame next): queued at once,
@@ -347,7 +348,8 @@ class Terminal(CommandSurface):
             try:
                 await _send(self._to_reducer, _ClientAction(action, origin, sender, decided))
             except (trio.BrokenResourceError, trio.ClosedResourceError):
-                pass  # the reducer ended meanwhile: the terminal is closing
+                # The reducer ended meanwhile: the terminal is closing.
+                self._refuse_closing(action, origin, sender)
             else:
                 if decided is None:
                     if checkpoint:
@@ -363,6 +365,7 @@ class Terminal(CommandSurface):
                     await decided.wait()
                     nursery.cancel_scope.cancel()
                 return
+        self._refuse_closing(action, origin, sender)
         await trio.lowlevel.checkpoint()
 
     async def send_input(self, data: str | bytes) -> None:
@@ -551,9 +554,20 @@ class Terminal(CommandSurface):
                 item = inbox.receive_nowait()
             except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
                 break
-            if isinstance(item, _ClientAction) and item.decided is not None:
-                item.decided.set()
+            if isinstance(item, _ClientAction):
+                self._refuse_closing(item.action, item.origin, item.sender)
+                if item.decided is not None:
+                    item.decided.set()
         inbox.close()
+
+    def _refuse_closing(
+        self, action: StateAction, origin: ActionOrigin | None, sender: Outbox | None
+    ) -> None:
+        """A client's action that reached a closing terminal: rejected to its sender
+        (a client waiting for its echo must get an answer), never silently dropped."""
+        if origin is not None:
+            reason = "the terminal is not running (starting, or closing)"
+            self._hub.reject(sender, self.uri, rejected_echo(action), origin, reason)
 
     def close(self) -> None:
         """Start disposal: cancel the tasks; :meth:`lifetime` then terminates and reaps."""
@@ -766,8 +780,7 @@ class Terminal(CommandSurface):
 
     def _apply(self, action: StateAction, origin: ActionOrigin | None = None) -> None:
         """Apply an action to the state and publish it (the reducer task only)."""
-        self._core.apply(action)
-        self._hub.publish(self.uri, action, origin)
+        self._hub.publish(self.uri, self._core.apply(action), origin)
 
     def _maybe_exited(self) -> None:
         """Apply ``terminal/exited`` once the output ended and the exit code is known."""
@@ -786,7 +799,7 @@ class Terminal(CommandSurface):
                     "terminal %s: %s rejected: %s", self.uri, action_type(action), verdict.reason
                 )
                 return
-            self._hub.reject(sender, self.uri, action, origin, verdict.reason)
+            self._hub.reject(sender, self.uri, rejected_echo(action), origin, verdict.reason)
             if verdict.heal is not None:
                 # Some clients' mirrors apply even rejected echoes: send them the true value.
                 self._hub.send_to(sender, self.uri, verdict.heal)

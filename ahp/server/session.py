@@ -95,10 +95,18 @@ from ahp.protocol.jsonrpc import (
     JsonRpcSuccess,
 )
 from ahp.protocol.jsonshape import MAX_DEPTH, FrameShapeError, check_shape
-from ahp.protocol.state import ROOT_URI, TERMINAL_SCHEME, ClientClaim, SessionClaim, Snapshot
+from ahp.protocol.state import (
+    ROOT_URI,
+    TERMINAL_SCHEME,
+    ClientClaim,
+    SessionClaim,
+    Snapshot,
+    TerminalClaim,
+)
 from ahp.protocol.uri import local_file_uri_to_path, path_to_file_uri
 from ahp.pty import SpawnError
 from ahp.reducers import heal_root
+from ahp.reducers.core import MAX_CLIENT_ID, MAX_URI, claim_problem, rejected_echo
 from ahp.server.clients import ClientRecord, ClientRegistry
 from ahp.server.processes import PROCESS_REQUESTS, Refused
 
@@ -204,6 +212,24 @@ class _Fail(Exception):
         self.code = code
         self.message = message
         self.data = data
+
+
+def _check_client_id(client_id: str) -> None:
+    """``-32602`` past :data:`~ahp.reducers.core.MAX_CLIENT_ID` (issue 25: the id is
+    repeated in every echo of the client's actions and in its claims)."""
+    if len(client_id) > MAX_CLIENT_ID:
+        raise _Fail(
+            ErrorCode.INVALID_PARAMS,
+            f"clientId is longer than {MAX_CLIENT_ID} characters",
+            {"path": "$.params.clientId", "limit": MAX_CLIENT_ID},
+        )
+
+
+def _check_claim(claim: TerminalClaim, path: str) -> None:
+    problem = claim_problem(claim)
+    if problem is not None:
+        field, message = problem
+        raise _Fail(ErrorCode.INVALID_PARAMS, message, {"path": f"{path}.{field}"})
 
 
 def _check_cwd(cwd: str) -> None:
@@ -405,6 +431,7 @@ class Session:
         if self.record is not None:
             raise _Fail(ErrorCode.METHOD_NOT_FOUND, "already initialized")
         p = structure(params, InitializeParams)
+        _check_client_id(p.clientId)
         version = negotiate(p.protocolVersions)
         if version is None:
             self.close_request = (1002, "unsupported protocol version")
@@ -435,6 +462,7 @@ class Session:
             raise _Fail(ErrorCode.METHOD_NOT_FOUND, "already initialized")
         form = reconnect_form(params)
         p = structure(params, form)
+        _check_client_id(p.clientId)
         record = self.server.clients.resume(p.clientId)
         await self._release_forgotten_claims()
         if record is None:
@@ -525,6 +553,13 @@ class Session:
                 f"terminal channels use the {TERMINAL_SCHEME} scheme",
                 {"path": "$.params.channel"},
             )
+        if len(p.channel) > MAX_URI:
+            raise _Fail(
+                ErrorCode.INVALID_PARAMS,
+                f"a terminal URI is at most {MAX_URI} characters",
+                {"path": "$.params.channel", "limit": MAX_URI},
+            )
+        _check_claim(p.claim, "$.params.claim")
         if _CONTROL.search(p.channel):
             raise _Fail(
                 ErrorCode.INVALID_PARAMS,
@@ -654,7 +689,16 @@ class Session:
                     hub.send_to(self.outbox, ROOT_URI, heal)
             return
         if channel not in self.host:
-            return  # unknown channel: ignored, as the spec says
+            # Unknown (never created, or disposed): rejected to the sender, whose
+            # client may be waiting for the echo (the reference sends nothing at all).
+            hub.reject(
+                self.outbox,
+                channel,
+                rejected_echo(action),
+                origin,
+                f"no terminal {_short(channel)!r} on this server (never created, or disposed)",
+            )
+            return
         if problem is not None:
             hub.reject(self.outbox, channel, action, origin, problem)
             return
