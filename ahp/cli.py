@@ -96,6 +96,15 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "(default: from every client with the token)",
     )
     p.add_argument(
+        "--child-nice",
+        type=int,
+        default=0,
+        choices=range(20),
+        metavar="N",
+        help="run terminals' processes at niceness N (0-19; default 0): busy children "
+        "then leave the server its CPU on a machine with few cores",
+    )
+    p.add_argument(
         "--log-level",
         default="info",
         choices=["debug", "info", "warning", "error"],
@@ -191,6 +200,7 @@ def _serve(args: argparse.Namespace) -> int:
         tls=tls,
         max_terminals=args.max_terminals,
         holder_only_input=args.holder_only_input,
+        child_nice=args.child_nice,
     )
 
     listening = False

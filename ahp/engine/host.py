@@ -103,6 +103,9 @@ class Host:
         self._published_at = -math.inf
         self._counter = 0
         self._holder_only_input = False
+        #: Niceness of every new terminal's process (``serve --child-nice``): on a
+        #: machine with few cores, busy children then leave the server its CPU.
+        self.child_nice = 0
 
     # -- root channel ------------------------------------------------------------------------
 
@@ -245,6 +248,7 @@ class Host:
             login=login,
             shell_integration=shell_integration,
             scrollback=options.pop("scrollback", self.scrollback),
+            nice=options.pop("nice", self.child_nice),
             **options,
         )
         nonce = secrets.token_hex(16)

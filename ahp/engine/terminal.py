@@ -16,8 +16,12 @@ that owns one job, and the state has exactly one writer, the reducer task::
   exited and the pty stayed quiet for :data:`EXIT_LINGER`, it closes its channel.
 * **parse** drives an :class:`~ahp.vt.OutputParser` (bytes in, actions out, the
   clocks passed in): UTF-8, escape scanning, shell-integration marks, titles and
-  cwd reports. When the reader's channel ends it flushes the parser and tells
-  the reducer that the output ended.
+  cwd reports. Only the last title change of a batch is kept
+  (:func:`ahp.vt.parser.compact`); output that parses slowly (dense escape
+  sequences) is fed in slices of :data:`PARSE_SLICE` bytes with a checkpoint
+  between, so one terminal's output never holds the loop for long. When the
+  reader's channel ends it flushes the parser and tells the reducer that the
+  output ended.
 * **reducer** drives a :class:`~ahp.reducers.TerminalCore` (state, claim and
   rejection rules, healing values, scrollback, catalogue changes): it applies
   parsed output, client and library actions (:meth:`Terminal.dispatch`) and the
@@ -101,6 +105,7 @@ from ahp.run import (
     evidence_of,
 )
 from ahp.vt import OutputParser
+from ahp.vt.parser import compact
 from ahp.vt.screen import Screen, ScreenModel
 
 __all__ = [
@@ -126,6 +131,12 @@ READ_SIZE: Final = 64 * 1024
 READ_BATCH: Final = 16 * 1024
 #: A first read shorter than this ends its batch at once (see the pty-read task).
 SMALL_READ: Final = 256
+#: Output the parse task feeds in one step once parsing is slow (escape-dense output
+#: costs the scanner ~2 us a byte: 16 KB held the loop ~25 ms); between slices it
+#: checkpoints. Output that parses fast is fed whole.
+PARSE_SLICE: Final = 2048
+#: Seconds a read batch may take to parse before parsing counts as slow.
+PARSE_STEP: Final = 0.004
 #: Batches queued from pty-read to parse (at most READ_BATCH bytes each).
 PARSE_QUEUE: Final = 4
 #: Items queued for the reducer: parsed batches, client and library actions, the exit.
@@ -501,6 +512,9 @@ class Terminal(CommandSurface):
             with self._cancel_scope:  # close() during the spawn cancels it too
                 child = await spawn(launch.spawn)  # SpawnError: nothing started
                 self._child = child
+                if spec.nice:
+                    with contextlib.suppress(OSError):  # (it may have exited already)
+                        os.setpriority(os.PRIO_PROCESS, child.pid, spec.nice)
                 try:
                     await self._run_stages(child, task_status)
                 except Exception as exc:  # one terminal's failure ends that terminal only
@@ -637,6 +651,7 @@ class Terminal(CommandSurface):
             use_pty=self.spec.use_pty, nonce=self.nonce if self.integrated else None
         )
         to_reducer = self._to_reducer
+        slow = False  # the last feed was slow: feed in slices (see PARSE_SLICE)
         async with inbox:
             while True:
                 try:
@@ -659,11 +674,24 @@ class Terminal(CommandSurface):
                     more.append(extra)
                 if more is not None:
                     data = b"".join(more)
-                actions = parser.feed(
-                    data, wall_ms=int(time.time() * 1000), mono_ms=time.monotonic() * 1000
-                )
-                if actions:
-                    await _send(to_reducer, actions)
+                if slow and len(data) > PARSE_SLICE:
+                    pieces = [data[i : i + PARSE_SLICE] for i in range(0, len(data), PARSE_SLICE)]
+                else:
+                    pieces = [data]
+                for index, piece in enumerate(pieces):
+                    if index:
+                        await trio.lowlevel.checkpoint()  # (a slow slice: others get a turn)
+                    start = time.perf_counter()
+                    actions = compact(
+                        parser.feed(
+                            piece, wall_ms=int(time.time() * 1000), mono_ms=time.monotonic() * 1000
+                        )
+                    )
+                    # Slow when a whole read batch of such output would hold the loop
+                    # longer than PARSE_STEP (escape-dense output costs ~2 us a byte).
+                    slow = (time.perf_counter() - start) * READ_BATCH > PARSE_STEP * len(piece)
+                    if actions:
+                        await _send(to_reducer, actions)
         tail = parser.close(wall_ms=int(time.time() * 1000), mono_ms=time.monotonic() * 1000)
         if tail:
             await _send(to_reducer, tail)

@@ -67,6 +67,8 @@ class ServeOptions:
     #: Take clients' input and signals only from the holder of a terminal's client claim
     #: (sets :attr:`ahp.engine.Host.holder_only_input`).
     holder_only_input: bool = False
+    #: Niceness of the terminals' processes (:attr:`ahp.engine.Host.child_nice`).
+    child_nice: int = 0
 
 
 def tls_context(cert: str, key: str | None = None) -> ssl.SSLContext:
@@ -145,6 +147,7 @@ async def serve_host(
     state = ServerState(host=host, max_terminals=options.max_terminals)
     if options.holder_only_input:
         host.holder_only_input = True
+    host.child_nice = options.child_nice
     try:
         async with trio.open_nursery() as nursery:
             await nursery.start(serve_connections, state, config, listeners)
