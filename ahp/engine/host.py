@@ -40,6 +40,7 @@ import trio
 from ahp.engine.envelopes import ReplayLog
 from ahp.engine.hub import Hub
 from ahp.engine.launch import TerminalSpec, discard, prepare_launch
+from ahp.engine.memory import Trimmer
 from ahp.engine.outbox import Outbox
 from ahp.engine.subscription import Subscription
 from ahp.engine.terminal import Terminal
@@ -92,6 +93,8 @@ class Host:
         if log_bytes is not None:
             kwargs["max_bytes"] = log_bytes
         self.hub = Hub(ReplayLog(**kwargs))
+        #: Returns freed memory to the system after large frees (see ahp.engine.memory).
+        self.trimmer = Trimmer(nursery)
         self.shell = shell
         self.scrollback = scrollback
         self._terminals: dict[str, Terminal] = {}
@@ -283,8 +286,10 @@ class Host:
     async def dispose(self, uri: str) -> None:
         """Kill the terminal's process (hang-up, grace, kill), reap it, drop the terminal.
 
-        After this returns no envelope for ``uri`` is published any more and the
-        catalogue no longer lists it. Raises :class:`TerminalNotFound`.
+        After this returns no envelope for ``uri`` is published any more, the
+        catalogue no longer lists it and the replay log holds none of its envelopes;
+        the memory it held is returned to the system soon after (:class:`Trimmer`).
+        Raises :class:`TerminalNotFound`.
         """
         terminal = self.get(uri)
         del self._terminals[uri]
@@ -292,6 +297,11 @@ class Host:
         with trio.CancelScope(shield=True):
             await terminal.closed.wait()
         self.hub.drop_channel(uri)
+        # What the terminal held goes back to the system: its scrollback, and its
+        # envelopes in the replay log (up to the log's bound, of a channel nobody can
+        # replay any more).
+        self.hub.log.forget(uri)
+        self.trimmer.request()
         self._catalogue_changed()
 
     async def aclose(self) -> None:

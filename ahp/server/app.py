@@ -23,6 +23,7 @@ import attrs
 import trio
 
 from ahp.engine import Host, open_host
+from ahp.engine.memory import configure_allocator
 from ahp.pty.reap import kill_session
 from ahp.server.session import DEFAULT_MAX_TERMINALS, ServerState
 from ahp.server.websocket import ServerConfig, open_listeners, serve_connections
@@ -172,6 +173,9 @@ async def run_sidecar(
     """
     env_token = os.environ.pop("AHP_TOKEN", None) or None
     options = attrs.evolve(options, token=options.token or env_token)
+    # Large blocks (frames, snapshots, catalogues) are returned to the system when freed
+    # (ahp.engine.memory): a long-running server returns close to its baseline.
+    configure_allocator()
     kwargs = {} if scrollback is None else {"scrollback": scrollback}
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with open_host(shell=shell, **kwargs) as host:

@@ -76,6 +76,7 @@ from ahp.server.session import ServerState, Session
 from ahp.server.wsconn import (
     HANDSHAKE_TIMEOUT,
     ConnectionClosed,
+    InboundBudget,
     ServerWebSocket,
     UpgradeRequest,
     accept,
@@ -101,6 +102,10 @@ log = logging.getLogger("ahp.server")
 MAX_MESSAGE_SIZE: Final = 8 * 1024 * 1024
 #: Inbound frames from this size on are checked, then decoded, with a checkpoint between.
 LARGE_FRAME: Final = 1024 * 1024
+#: Memory all connections together may hold in inbound messages still being assembled
+#: (fragments, a large frame arriving); a connection that would pass it is closed with
+#: 1013 (:class:`~ahp.server.wsconn.InboundBudget`). Eight messages at the size bound.
+INBOUND_BUDGET: Final = 64 * 1024 * 1024
 #: Outbound bytes queued per connection before it is closed with 1013.
 OUTBOX_BYTES: Final = 16 * 1024 * 1024
 #: Seconds an overflowed connection gets to finish the write in flight and the close
@@ -124,6 +129,8 @@ class ServerConfig:
     #: Names accepted in ``Host`` when bound to loopback (empty: no check, e.g. Unix socket).
     allowed_hosts: frozenset[str] = frozenset()
     max_message_size: int = MAX_MESSAGE_SIZE
+    #: See :data:`INBOUND_BUDGET`.
+    inbound_budget: int = INBOUND_BUDGET
     outbox_bytes: int = OUTBOX_BYTES
     stall_grace: float = STALL_GRACE
     #: Seconds a peer gets, from its connect, to be authenticated and answered (the
@@ -270,11 +277,13 @@ async def _reader(ws: ServerWebSocket, session: Session, config: ServerConfig) -
         message = await ws.receive()
         if len(message) < LARGE_FRAME:
             await session.handle_frame(message)
-        elif session.check_frame(message):
-            # Checking and decoding a frame of megabytes take tens of milliseconds each:
-            # other clients' keystrokes get a turn in between.
-            await trio.lowlevel.checkpoint()
-            await session.handle_frame(message, checked=True)
+        else:
+            if session.check_frame(message):
+                # Checking and decoding a frame of megabytes take tens of milliseconds
+                # each: other clients' keystrokes get a turn in between.
+                await trio.lowlevel.checkpoint()
+                await session.handle_frame(message, checked=True)
+            session.host.trimmer.request()  # (megabytes were just freed)
         del message  # (not held while the next one arrives: a frame may be 8 MiB)
         if session.close_request is not None:
             session.outbox.close()
@@ -286,7 +295,10 @@ async def _reader(ws: ServerWebSocket, session: Session, config: ServerConfig) -
 
 
 async def _authenticate(
-    stream: trio.abc.Stream, config: ServerConfig, notes: RateLimitedLog
+    stream: trio.abc.Stream,
+    config: ServerConfig,
+    notes: RateLimitedLog,
+    budget: InboundBudget | None = None,
 ) -> tuple[ServerWebSocket, UpgradeRequest] | None:
     """Read and check the upgrade; the accepted connection, or None (answered and
     closed: malformed, refused, or the peer left)."""
@@ -312,6 +324,7 @@ async def _authenticate(
             max_message_size=config.max_message_size,
             subprotocol=request.subprotocols[0] if request.subprotocols else None,
             early_data=request.early_data,
+            budget=budget,
         )
     except ConnectionClosed:
         return None
@@ -331,6 +344,8 @@ async def _serve_one(
     config: ServerConfig,
     pending: PendingConnections,
     notes: RateLimitedLog,
+    *,
+    budget: InboundBudget | None = None,
 ) -> None:
     # Until authenticated, the connection holds a place among the pending ones, and the
     # whole phase has one deadline; a newer connection may evict it (see admission).
@@ -338,7 +353,7 @@ async def _serve_one(
     pending.admit(scope)
     try:
         with scope:
-            ws, request = await _authenticate(stream, config, notes) or (None, None)
+            ws, request = await _authenticate(stream, config, notes, budget) or (None, None)
     finally:
         pending.release(scope)
     if scope.cancelled_caught:
@@ -386,6 +401,7 @@ async def _serve_one(
     finally:
         session.disconnect()
         outbox.close()
+        state.host.trimmer.request()  # (what the connection held: its buffers, outbox)
         with trio.CancelScope(shield=True):
             await ws.aclose(close_code, close_reason, timeout=CLOSE_TIMEOUT)
         closed = ws.closed
@@ -429,12 +445,13 @@ async def serve_connections(
     limit = config.max_pending if config.max_pending is not None else pending_limit()
     pending = PendingConnections(limit)
     notes = RateLimitedLog(log)
+    budget = InboundBudget(config.inbound_budget)
 
     async def handler(stream: trio.abc.Stream) -> None:
         # Every handler runs in the listeners' nursery: an exception escaping one
         # connection would stop the whole server.
         try:
-            await _serve_one(stream, state, config, pending, notes)
+            await _serve_one(stream, state, config, pending, notes, budget=budget)
         except Exception:
             log.exception("connection failed")
         finally:
