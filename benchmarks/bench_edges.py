@@ -421,20 +421,20 @@ async def child_title_loop(port: int, url: str, note: dict[str, Any]) -> None:
 
 
 def _fragments(payload: bytes, size: int) -> bytes:
-    """``payload`` as masked (zero key) text fragments of ``size`` bytes, built once."""
-    out = bytearray()
-    for start in range(0, len(payload), size):
-        chunk = payload[start : start + size]
-        opcode = 0x1 if start == 0 else 0x0
-        final = 0x80 if start + size >= len(payload) else 0
-        n = len(chunk)
-        if n < 126:
-            out += bytes((final | opcode, 0x80 | n))
-        elif n < 65536:
-            out += bytes((final | opcode, 0x80 | 126)) + n.to_bytes(2, "big")
-        else:
-            out += bytes((final | opcode, 0x80 | 127)) + n.to_bytes(8, "big")
-        out += b"\0\0\0\0" + chunk
+    """``payload`` as masked (zero key) text fragments of ``size`` (< 126) bytes, built
+    with slice assignments (C speed: the attacker's CPU must not compete with the
+    server); the payload is padded with spaces (valid after JSON) to a multiple."""
+    assert 0 < size < 126
+    payload += b" " * (-len(payload) % size)
+    count = len(payload) // size
+    stride = 6 + size
+    out = bytearray(stride * count)  # (mask keys: zero)
+    out[0::stride] = b"\x00" * count  # continuation, not final
+    out[1::stride] = bytes((0x80 | size,)) * count
+    for k in range(size):
+        out[6 + k :: stride] = payload[k::size]
+    out[0] = 0x01  # the first frame: text
+    out[-stride] |= 0x80  # the last: final
     return bytes(out)
 
 

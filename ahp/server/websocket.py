@@ -75,6 +75,7 @@ from ahp.server.admission import (
 from ahp.server.session import ServerState, Session
 from ahp.server.wsconn import (
     HANDSHAKE_TIMEOUT,
+    MESSAGE_DEADLINE,
     ConnectionClosed,
     InboundBudget,
     ServerWebSocket,
@@ -104,8 +105,8 @@ MAX_MESSAGE_SIZE: Final = 8 * 1024 * 1024
 LARGE_FRAME: Final = 1024 * 1024
 #: Memory all connections together may hold in inbound messages still being assembled
 #: (fragments, a large frame arriving); a connection that would pass it is closed with
-#: 1013 (:class:`~ahp.server.wsconn.InboundBudget`). Eight messages at the size bound.
-INBOUND_BUDGET: Final = 64 * 1024 * 1024
+#: 1013 (:class:`~ahp.server.wsconn.InboundBudget`). Four messages at the size bound.
+INBOUND_BUDGET: Final = 32 * 1024 * 1024
 #: Outbound bytes queued per connection before it is closed with 1013.
 OUTBOX_BYTES: Final = 16 * 1024 * 1024
 #: Seconds an overflowed connection gets to finish the write in flight and the close
@@ -131,6 +132,8 @@ class ServerConfig:
     max_message_size: int = MAX_MESSAGE_SIZE
     #: See :data:`INBOUND_BUDGET`.
     inbound_budget: int = INBOUND_BUDGET
+    #: Seconds one inbound message may take (:data:`ahp.server.wsconn.MESSAGE_DEADLINE`).
+    message_deadline: float = MESSAGE_DEADLINE
     outbox_bytes: int = OUTBOX_BYTES
     stall_grace: float = STALL_GRACE
     #: Seconds a peer gets, from its connect, to be authenticated and answered (the
@@ -325,6 +328,7 @@ async def _authenticate(
             subprotocol=request.subprotocols[0] if request.subprotocols else None,
             early_data=request.early_data,
             budget=budget,
+            message_deadline=config.message_deadline,
         )
     except ConnectionClosed:
         return None

@@ -80,6 +80,11 @@ MESSAGE_DEADLINE: Final = 30.0
 #: wsproto events handled before the receive loop checkpoints (a read of 64 KiB can hold
 #: thousands of tiny frames: pings, fragments).
 EVENT_BATCH: Final = 64
+#: Bytes read (and parsed, looking for the peer's close frame) after our close frame at
+#: most: a peer still flooding tiny frames must not cost a second of parsing.
+CLOSE_DRAIN_BYTES: Final = 256 * 1024
+#: wsproto events parsed after our close frame at most (~10 us each).
+CLOSE_DRAIN_EVENTS: Final = 256
 #: Close code for a policy violation (RFC 6455 7.4.1).
 POLICY: Final = 1008
 #: Close code "try again later" (an inbound budget exhausted).
@@ -320,6 +325,7 @@ async def accept(
     subprotocol: str | None = None,
     early_data: bytes = b"",
     budget: InboundBudget | None = None,
+    message_deadline: float = MESSAGE_DEADLINE,
 ) -> ServerWebSocket:
     """Accept the upgrade (no extensions: compression stays off).
 
@@ -332,7 +338,12 @@ async def accept(
     except (trio.BrokenResourceError, trio.ClosedResourceError):
         raise ConnectionClosed(ABNORMAL, "peer left during the handshake") from None
     return ServerWebSocket(
-        stream, ws, max_message_size=max_message_size, received=early_data, budget=budget
+        stream,
+        ws,
+        max_message_size=max_message_size,
+        received=early_data,
+        budget=budget,
+        message_deadline=message_deadline,
     )
 
 
@@ -347,6 +358,7 @@ class ServerWebSocket:
         max_message_size: int,
         received: bytes = b"",
         budget: InboundBudget | None = None,
+        message_deadline: float = MESSAGE_DEADLINE,
     ) -> None:
         self._stream = stream
         self._ws = ws
@@ -361,6 +373,7 @@ class ServerWebSocket:
         self._started: float | None = None
         self._budget = budget
         self._over_budget = False
+        self._deadline = message_deadline
         self._closed: ConnectionClosed | None = None
         #: A send was cancelled mid-frame: the stream may only be closed now.
         self.broken = False
@@ -441,9 +454,9 @@ class ServerWebSocket:
         started = self._started
         if started is None:
             return await self._read()
-        with trio.move_on_at(started + MESSAGE_DEADLINE):
+        with trio.move_on_at(started + self._deadline):
             return await self._read()
-        await self.aclose(POLICY, f"a message unfinished after {MESSAGE_DEADLINE:g} s")
+        await self.aclose(POLICY, f"a message unfinished after {self._deadline:g} s")
         assert self._closed is not None
         raise self._closed
 
@@ -714,17 +727,27 @@ class ServerWebSocket:
             await self._close_stream()
 
     async def _drain_until_closed(self) -> None:
+        """Read (and parse) until the peer's close frame, at most CLOSE_DRAIN_BYTES and
+        CLOSE_DRAIN_EVENTS of it: a peer still flooding tiny frames (thousands of them
+        may wait in wsproto's buffer) costs no more than a few milliseconds."""
         self._to_wsproto()  # (the peer's close frame may be among the pending bytes)
         ws = self._ws
+        events = 0
         for _ in ws.events():
-            pass
-        while ws.state is ConnectionState.LOCAL_CLOSING:
+            events += 1
+            if events >= CLOSE_DRAIN_EVENTS:
+                return
+        drained = 0
+        while ws.state is ConnectionState.LOCAL_CLOSING and drained < CLOSE_DRAIN_BYTES:
             data = await self._read()
             if not data:
                 return
+            drained += len(data)
             ws.receive_data(data)
             for _ in ws.events():
-                pass
+                events += 1
+                if events >= CLOSE_DRAIN_EVENTS:
+                    return
 
     async def _close_stream(self) -> None:
         self._parts.clear()  # (a message never finished: not held past the close)
