@@ -19,6 +19,7 @@ Trio client).
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from ahp.agent.screen import Screen
     from ahp.engine import Host, Subscription, Terminal, TerminalExists, TerminalNotFound, open_host
     from ahp.protocol import (
         ActionEnvelope,
@@ -34,7 +35,6 @@ if TYPE_CHECKING:
     from ahp.result import BackgroundProcess, CommandResult
     from ahp.run import CommandHandle
     from ahp.server import ServeOptions, Sidecar, serve_host
-    from ahp.vt.screen import Screen
 
 #: Public name -> module that defines it. Imported on first use, so that
 #: ``import ahp.vt`` (pure) or ``python -m ahp --help`` does not load Trio.
@@ -57,7 +57,7 @@ _EXPORTS = {
     "BackgroundProcess": "ahp.result",
     "CommandHandle": "ahp.run",
     "CommandResult": "ahp.result",
-    "Screen": "ahp.vt.screen",
+    "Screen": "ahp.agent.screen",
     "ServeOptions": "ahp.server",
     "Sidecar": "ahp.server",
     "serve_host": "ahp.server",

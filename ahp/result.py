@@ -80,8 +80,14 @@ class CommandResult:
         shell_exited: the terminal's shell itself exited.
         background: processes the command left running (in-process only; a remote
             client cannot see the server's processes and reports none).
-        command_id: the id of the command's :class:`~ahp.run.CommandHandle`.
+        command_id: the id of the command's :class:`~ahp.run.CommandHandle` (of an
+            exec: its terminal's URI).
         handle: the handle while the command still runs, else ``None``.
+        stderr: a non-pty run's (``host.exec``) stderr, rendered within the same
+            budget as ``output``; empty for a terminal command (its stderr is in
+            ``output``).
+        signal: the name of the signal that ended a non-pty run (``"SIGKILL"``),
+            else ``None``.
     """
 
     command_line: str
@@ -102,6 +108,8 @@ class CommandResult:
     background: tuple[BackgroundProcess, ...]
     command_id: str
     handle: CommandHandle | None = attrs.field(default=None, eq=False, repr=False)
+    stderr: str = ""
+    signal: str | None = None
 
     @property
     def done(self) -> bool:

@@ -124,8 +124,9 @@ async def test_input_fast_path_matches_structuring() -> None:
         params = {"channel": "ahp-terminal:/nope", "clientSeq": 7, "action": params["action"]}
         await session.handle_frame(_frame("dispatchAction", params))
         (envelope,) = _envelopes(outbox)
-        assert envelope["channel"] == "ahp-terminal:/nope" and "no terminal" in (
-            envelope["rejectionReason"]
+        assert (
+            envelope["channel"] == "ahp-terminal:/nope"
+            and "no terminal" in (envelope["rejectionReason"])
         )
         session.disconnect()
 

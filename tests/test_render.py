@@ -15,12 +15,12 @@ import pyte
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ahp.agent.screen import SCREEN_REPLAY, ScreenModel
 from ahp.budget import RETAINED_OUTPUT_BYTES, OutputBudget, omission_marker
 from ahp.protocol.state import ClientClaim, CommandPart, TerminalState, UnclassifiedPart
 from ahp.pty import procfs
 from ahp.run import _Markers, looks_like_prompt
 from ahp.vt.render import MAX_SEQUENCE, LineRenderer
-from ahp.vt.screen import SCREEN_REPLAY, ScreenModel
 
 
 def render(chunks: list[str], cols: int = 20, rows: int = 5) -> list[str]:

@@ -20,7 +20,6 @@ VT_MODULES = (
     "ahp.vt.queries",
     "ahp.vt.scanner",
     "ahp.vt.render",
-    "ahp.vt.screen",
 )
 
 PROBE = """

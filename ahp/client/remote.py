@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import trio
 
+from ahp.agent.screen import Screen, ScreenModel
 from ahp.client.errors import ClientError, RpcError
 from ahp.protocol import processes as xp
 from ahp.protocol.actions import ActionEnvelope, TerminalClaimed, TerminalInput, TerminalResized
@@ -57,7 +58,6 @@ from ahp.run import (
     InputEvidence,
     evidence_of,
 )
-from ahp.vt.screen import Screen, ScreenModel
 
 if TYPE_CHECKING:
     from ahp.client.connection import Client
@@ -121,7 +121,7 @@ class RemoteTerminal(CommandSurface):
         return self  # what a client can and cannot see: see the module doc
 
     def screen(self) -> Screen:
-        """The visible screen, rendered from the client's mirror (see :mod:`ahp.vt.screen`)."""
+        """The visible screen, rendered from the client's mirror (see :mod:`ahp.agent.screen`)."""
         models = self.client.screen_models
         model = models.get(self.uri)
         if model is None:

@@ -1,0 +1,1 @@
+"""The agent layer: what an agent drives a terminal with (see ``docs/``)."""
