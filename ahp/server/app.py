@@ -36,6 +36,7 @@ import attrs
 import trio
 
 from ahp.engine import Host, open_host
+from ahp.engine.memory import configure_allocator
 from ahp.pty.reap import kill_session
 from ahp.record import RecordOptions, record_host
 from ahp.record.audit import AuditLog
@@ -150,6 +151,8 @@ class ServeOptions:
     #: The read-only token (watch only; ``$AHP_READ_TOKEN``, else a random one when a
     #: token is required). Never equal to the token.
     read_token: str | None = None
+    #: Niceness of the terminals' processes (:attr:`ahp.engine.Host.child_nice`).
+    child_nice: int = 0
     #: Record every terminal into this directory, one asciicast v3 file each
     #: (:func:`ahp.record.record_host`; ``serve --record``).
     record_dir: str | None = None
@@ -288,6 +291,7 @@ async def serve_host(
             read_only_url = page_base + f"#ro={quote(read_token, safe='')}"
     if options.holder_only_input:
         host.holder_only_input = True
+    host.child_nice = options.child_nice
     try:
         async with trio.open_nursery() as nursery:
             await _start_records(nursery, state, options, token)
@@ -361,6 +365,9 @@ async def run_sidecar(
         token=options.token or env_token,
         read_token=options.read_token or env_read_token,
     )
+    # Large blocks (frames, snapshots, catalogues) are returned to the system when freed
+    # (ahp.engine.memory): a long-running server returns close to its baseline.
+    configure_allocator()
     kwargs = {} if scrollback is None else {"scrollback": scrollback}
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with open_host(shell=shell, user_rc=user_rc, **kwargs) as host:
