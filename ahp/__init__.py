@@ -19,6 +19,7 @@ Trio client).
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from ahp.agent import BackgroundProcess, CommandHandle, CommandResult
     from ahp.engine import Host, Subscription, Terminal, TerminalExists, TerminalNotFound, open_host
     from ahp.protocol import (
         ActionEnvelope,
@@ -31,8 +32,6 @@ if TYPE_CHECKING:
         UnclassifiedPart,
     )
     from ahp.pty import SpawnError
-    from ahp.result import BackgroundProcess, CommandResult
-    from ahp.run import CommandHandle
     from ahp.server import ServeOptions, Sidecar, serve_host
     from ahp.vt.screen import Screen
 
@@ -54,9 +53,9 @@ _EXPORTS = {
     "TerminalState": "ahp.protocol",
     "UnclassifiedPart": "ahp.protocol",
     "SpawnError": "ahp.pty",
-    "BackgroundProcess": "ahp.result",
-    "CommandHandle": "ahp.run",
-    "CommandResult": "ahp.result",
+    "BackgroundProcess": "ahp.agent",
+    "CommandHandle": "ahp.agent",
+    "CommandResult": "ahp.agent",
     "Screen": "ahp.vt.screen",
     "ServeOptions": "ahp.server",
     "Sidecar": "ahp.server",

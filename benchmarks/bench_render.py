@@ -3,7 +3,7 @@
 Run ``python benchmarks/bench_render.py [size_mb]``; the bench command calls
 :func:`run`. Figures:
 
-* ``lines_*`` (MB/s): :class:`ahp.vt.render.LineRenderer`, which renders every
+* ``lines_*`` (MB/s): :class:`ahp.agent.render.LineRenderer`, which renders every
   command's output for ``CommandResult.output`` (in the command's collector, not
   in the engine), with the budget attached, in 16 KiB chunks.
 * ``pyte_*`` (MB/s): :class:`ahp.vt.screen.ScreenModel` (pyte), which renders
@@ -25,15 +25,15 @@ import time
 from pathlib import Path
 
 try:
-    from ahp.budget import OutputBudget
+    from ahp.agent.budget import OutputBudget
 except ModuleNotFoundError:  # a checkout without `pip install -e .`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from ahp.budget import OutputBudget
+    from ahp.agent.budget import OutputBudget
 
 import trio
 
+from ahp.agent.render import LineRenderer
 from ahp.engine import open_host
-from ahp.vt.render import LineRenderer
 from ahp.vt.screen import ScreenModel
 
 __all__ = ["make_plain", "make_progress", "run"]

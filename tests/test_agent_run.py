@@ -18,9 +18,9 @@ import pytest
 import trio
 
 import ahp
-from ahp.budget import omission_marker
+from ahp.agent import MAX_COMMANDS_KEPT, CommandHandle, as_completed, wait_any
+from ahp.agent.budget import omission_marker
 from ahp.client import connect
-from ahp.run import MAX_COMMANDS_KEPT, CommandHandle, as_completed, wait_any
 from tests.helpers import TIMEOUT, stat_fields
 from tests.wire import running_server
 
@@ -234,11 +234,12 @@ async def test_background_process_left_behind(mode: str) -> None:
 
 @pytest.mark.parametrize("mode", MODES)
 async def test_shell_exit_is_not_a_finished_command(mode: str) -> None:
+    """Defect 5 of issue 20: the shell's own exit code is the result's (it was lost)."""
     async with terminal(mode) as term:
         with trio.fail_after(TIMEOUT):
             result = await term.run("echo bye; exit 5")
-    assert result.status == "shell_exited" and result.shell_exited
-    assert result.exit_code is None
+    assert result.status == "shell_exited" and result.shell_exited and result.done
+    assert result.exit_code == 5 and result.handle is None
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -368,7 +369,7 @@ async def test_a_collector_that_falls_behind_still_sees_the_end(
 ) -> None:
     """Beyond FOLLOW_BYTES the collector gets a snapshot instead of the missed
     envelopes: the output has a gap, but the end (exit code) is found in the state."""
-    monkeypatch.setattr("ahp.engine.terminal.FOLLOW_BYTES", 1024)
+    monkeypatch.setattr("ahp.engine.port.FOLLOW_BYTES", 1024)
     async with ahp.open_host() as host:
         term = await host.create_terminal(shell=shell)
         with trio.fail_after(TIMEOUT):

@@ -35,12 +35,15 @@ import secrets
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, Unpack
 from urllib.parse import SplitResult, parse_qs, urlencode, urlsplit, urlunsplit
 
 import trio
 
 from ahp import __version__
+from ahp.agent.options import RunChanges, RunOptions
+from ahp.agent.registry import CommandRegistry
+from ahp.agent.result import CommandResult
 from ahp.client.errors import ClientError, ConnectionLost, RpcError
 from ahp.client.mirror import Mirror
 from ahp.client.remote import RemoteTerminal
@@ -68,7 +71,6 @@ from ahp.protocol.state import (
     TerminalState,
 )
 from ahp.reducers import DEFAULT_SCROLLBACK
-from ahp.run import CommandRegistry, CommandResult
 from ahp.vt.screen import ScreenModel
 from ahp.ws import (
     ConnectionClosed,
@@ -162,6 +164,7 @@ class Client:
         #: and again after a reconnect (the server may have changed).
         self.process_extension: bool | None = None
         self._listeners: list[Callable[[ActionEnvelope], None]] = []
+        self._connection_listeners: list[Callable[[str], None]] = []
         self._released: dict[int, tuple[trio.Event, trio.Event]] = {}
 
     # -- state -------------------------------------------------------------------------------
@@ -179,6 +182,11 @@ class Client:
     def connected(self) -> bool:
         """Whether a connection is open now (False between a drop and its reconnect)."""
         return self._ws is not None
+
+    @property
+    def lost(self) -> str | None:
+        """Why the connection is gone for good (no reconnect will follow), else None."""
+        return self._lost
 
     @property
     def root(self) -> RootState:
@@ -211,6 +219,18 @@ class Client:
         """Call ``callback`` for every applied envelope; returns an unregister function."""
         self._listeners.append(callback)
         return lambda: self._listeners.remove(callback)
+
+    def on_connection(self, callback: Callable[[str], None]) -> Callable[[], None]:
+        """Call ``callback("dropped")`` when the connection drops and a reconnect will
+        be tried, ``callback("reconnected")`` once it succeeded (after what it
+        replayed was applied), ``callback("gone")`` when the connection is gone for
+        good. Returns an unregister function."""
+        self._connection_listeners.append(callback)
+        return lambda: self._connection_listeners.remove(callback)
+
+    def _tell_connection(self, what: str) -> None:
+        for callback in list(self._connection_listeners):
+            callback(what)
 
     # -- requests ----------------------------------------------------------------------------
 
@@ -323,14 +343,12 @@ class Client:
         self,
         channel: str,
         command_line: str,
-        *,
-        timeout: float | None = None,
-        max_output_bytes: int | None = None,
+        options: RunOptions | None = None,
+        /,
+        **changes: Unpack[RunChanges],
     ) -> CommandResult:
         """Run one command in a subscribed terminal (see :meth:`RemoteTerminal.run`)."""
-        return await self.terminal(channel).run(
-            command_line, timeout=timeout, max_output_bytes=max_output_bytes
-        )
+        return await self.terminal(channel).run(command_line, options, **changes)
 
     async def send_input(self, channel: str, data: str) -> None:
         await self.dispatch(channel, TerminalInput(data=data))
@@ -638,8 +656,11 @@ class Client:
                 self._lost = "the client closed" if self._closing else "the connection was lost"
                 self._connected.set()  # requests now fail at once (no connection is coming)
                 self._changed.unpark_all()  # waiters: ConnectionLost (see wait_for)
+                self._tell_connection("gone")
                 return
+            self._tell_connection("dropped")
             ws = await self._reconnect(nursery)
+            self._tell_connection("reconnected")
 
     async def _reconnect(self, nursery: trio.Nursery) -> WebSocketConnection:
         for attempt in itertools.count():

@@ -14,7 +14,7 @@ connection, exit code unknown) — with one line on stderr; 128 + N when signal 
 and a terminal created for it is disposed first, as on Ctrl-C.
 
 Output: at most ``--max-output-bytes`` bytes of the rendered output
-(:class:`~ahp.result.CommandResult` ``output``: progress bars as their last
+(:class:`~ahp.agent.CommandResult` ``output``: progress bars as their last
 state, no escapes) are printed, counted in UTF-8 and in whole lines, the most
 recent ones. When output was dropped, one line on stderr says exactly how many
 bytes and lines. (The command's output budget is :data:`RAW_FACTOR` times the
@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Final
 import attrs
 import trio
 
+from ahp.agent import DEFAULT_MAX_OUTPUT, CommandResult, RunOptions, run_command
 from ahp.client.commands.common import (
     CommandFailed,
     main,
@@ -48,7 +49,6 @@ from ahp.client.commands.common import (
     resolve_target,
     terminal_uri,
 )
-from ahp.run import DEFAULT_MAX_OUTPUT, CommandResult, run_command
 
 if TYPE_CHECKING:
     from ahp.client.connection import Client
@@ -328,8 +328,10 @@ def run(args: argparse.Namespace) -> int:
                 result = await run_command(
                     client.terminal(uri),
                     line,
-                    timeout=args.timeout,
-                    max_output_bytes=args.max_output_bytes * RAW_FACTOR,
+                    RunOptions(
+                        timeout=args.timeout,
+                        max_output_bytes=args.max_output_bytes * RAW_FACTOR,
+                    ),
                 )
                 nursery.cancel_scope.cancel()
         finally:
