@@ -118,21 +118,19 @@ async def holder_of(port: TerminalPort, *, detected: bool) -> Holder | None:
     if running is not None:
         return Holder(running.command_line, running.id, running.status)
     state = port.state
-    if detected:
-        part = _last_command(state)
-        if part is not None and not part.isComplete:
-            return Holder(part.commandLine, None, "running")
+    part = _last_command(state) if detected else None
+    if detected and (part is None or part.isComplete):
         return None
     processes = port.processes
-    if processes is None:
+    status = await processes.tty_status() if processes is not None else None
+    waiting = "waiting_for_input" if evidence_of(status) is not None else "running"
+    if part is not None:
+        return Holder(part.commandLine, None, waiting)
+    if status is None or status.shell_foreground is not False:
         await trio.lowlevel.checkpoint()
         return None
-    status = await processes.tty_status()
-    if status is None or status.shell_foreground is not False:
-        return None
-    waiting = evidence_of(status) is not None
     line = status.programs[0] if status.programs else f"process group {status.foreground_pgrp}"
-    return Holder(line, None, "waiting_for_input" if waiting else "running")
+    return Holder(line, None, waiting)
 
 
 def _refusal_note(holder: Holder) -> str:
@@ -260,11 +258,17 @@ class _Collector:
     command_id: str | None = None
     #: The activity event current when the shell itself was last seen reading.
     shell_read_seen: trio.Event | None = None
+    #: Fallback only: after an interrupt the shell was seen back at its prompt.
+    back_at_prompt: bool = False
+    #: The collector's nursery (the watcher ends the follower through it).
+    scope: trio.CancelScope | None = None
 
     async def run(self) -> None:
         record = self.record
+        failure: str | None = None
         try:
             async with trio.open_nursery() as nursery:
+                self.scope = nursery.cancel_scope
                 nursery.start_soon(self._watch_input)
                 if self.timeout is not None:
                     nursery.start_soon(self._time_out, self.timeout)
@@ -275,25 +279,40 @@ class _Collector:
                 nursery.cancel_scope.cancel()
         except Exception as exc:  # never let a collector take down the terminal or client
             log.exception("command %s in %s: collector failed", record.id, record.terminal_uri)
-            if not record.machine.done:
-                with trio.CancelScope(shield=True):
-                    await self._end(Event.FAILED, note=f"the collector failed: {exc!r}")
+            failure = f"the collector failed: {exc!r}"
         finally:
             with trio.CancelScope(shield=True):
-                if not record.machine.done:
-                    if self.port.ended:
-                        await self._end(
-                            Event.DISPOSED,
-                            exit_code=self.port.state.exitCode,
-                            note="the terminal ended while the command ran",
-                        )
-                    else:
-                        await self._end(
-                            Event.LOST,
-                            note="the terminal can no longer be followed "
-                            "(the connection is gone or the client closed)",
-                        )
+                try:
+                    if failure is not None:
+                        await self._end(Event.FAILED, note=failure)
+                    elif not record.machine.done:
+                        await self._end_unfollowed()
+                except Exception:
+                    log.exception("command %s: ending it failed", record.id)
+                    record.apply(Event.FAILED, note="the collector failed while ending it")
                 await _close(self.stream)
+
+    async def _end_unfollowed(self) -> None:
+        """The follower ended, or the collector was cancelled or failed, before the
+        command's end was seen."""
+        if self.port.ended:
+            await self._end(
+                Event.DISPOSED,
+                exit_code=self._shell_exit_code(),
+                note="the terminal ended while the command ran",
+            )
+        else:
+            await self._end(
+                Event.LOST,
+                note="the terminal can no longer be followed "
+                "(the connection is gone or the client closed)",
+            )
+
+    def _shell_exit_code(self) -> int | None:
+        try:
+            return self.port.state.exitCode
+        except KeyError:  # a remote terminal no longer mirrored (disposed)
+            return None
 
     # -- the end -------------------------------------------------------------------------------
 
@@ -429,6 +448,15 @@ class _Collector:
             evidence = await self._evidence()
             if self._over():
                 return
+            if self.back_at_prompt:
+                await self._end(
+                    Event.ENDED,
+                    note="the shell dropped the rest of the command line (its end "
+                    "marker) when interrupted: exit code unknown",
+                )
+                if self.scope is not None:
+                    self.scope.cancel()  # the follower waits for a marker that will not come
+                return
             if activity.is_set():
                 continue  # something happened meanwhile: the evidence may be stale
             if evidence is not None:
@@ -480,6 +508,12 @@ class _Collector:
                 # nothing in between tells them apart.
                 seen, self.shell_read_seen = self.shell_read_seen, self.record.activity
                 if seen is not self.record.activity:
+                    return None
+                if self.markers is not None and self.record.machine.asked:
+                    # Interrupted in a shell without detection: an interactive shell
+                    # drops the rest of the line, end marker included; it is back at
+                    # its prompt.
+                    self.back_at_prompt = True
                     return None
             return attrs.evolve(evidence, full_screen=full_screen)
         # Nothing to see (a remote server without the extension, no pty): quiet, and

@@ -6,10 +6,12 @@ the terminal's shell through :meth:`ahp.client.RemoteTerminal.run`, so a single
 argument is a shell command line (``run URL -- 'make && ./a.out'``) and several
 arguments are quoted into one (``run URL -- sh -c 'echo hi; exit 3'``).
 
-Exit status: the command's exit code; :data:`TIMED_OUT` (124, as ``timeout(1)``)
+Exit status: the command's exit code (the shell's, when the command ended the
+shell: ``run URL -- 'exit 7'`` exits 7); :data:`TIMED_OUT` (124, as ``timeout(1)``)
 when ``--timeout`` expired and the command was interrupted; :data:`FAILED`
 (125) when ``run`` itself failed (bad URL, refused token, unknown terminal, lost
-connection, exit code unknown) — with one line on stderr; 128 + N when signal N
+connection, exit code unknown, the ``--terminal`` busy with another command:
+refused, nothing typed) — with one line on stderr; 128 + N when signal N
 (SIGTERM, SIGHUP; Ctrl-C gives 130) stopped ``run``: the command is interrupted
 and a terminal created for it is disposed first, as on Ctrl-C.
 
@@ -276,10 +278,14 @@ def run(args: argparse.Namespace) -> int:
                 f"(--max-output-bytes {args.max_output_bytes})",
                 file=sys.stderr,
             )
-        if result.timed_out:
+        if result.status == "refused":
+            print(f"ahp run: refused: {result.note}", file=sys.stderr)
+        elif result.timed_out:
             print(f"ahp run: timed out after {args.timeout:g} s", file=sys.stderr)
         elif result.waiting_for_input:
             print("ahp run: the command is waiting for input", file=sys.stderr)
+        elif result.status == "lost":
+            print(f"ahp run: lost: {result.note}", file=sys.stderr)
         elif result.exit_code is None:
             print("ahp run: the command's exit code is unknown", file=sys.stderr)
         return exit_status(result)
