@@ -330,7 +330,13 @@ class _Collector:
         if record.machine.done:
             return
         processes = self.port.processes
-        if event is Event.ENDED and processes is not None:
+        # (After a kill every job started since the mark was killed with it: what a
+        # scan finds then is still dying, not left behind.)
+        if (
+            event is Event.ENDED
+            and processes is not None
+            and Event.KILL not in record.machine.asked
+        ):
             jobs = await processes.background_jobs(record.job_mark)
             record.background = tuple(
                 BackgroundProcess(pid, line) for pid, line in sorted(jobs.items())
