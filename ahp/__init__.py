@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ahp.agent import BackgroundProcess, CommandHandle, CommandResult
+    from ahp.agent.screen import Screen
     from ahp.engine import Host, Subscription, Terminal, TerminalExists, TerminalNotFound, open_host
     from ahp.protocol import (
         ActionEnvelope,
@@ -33,7 +34,6 @@ if TYPE_CHECKING:
     )
     from ahp.pty import SpawnError
     from ahp.server import ServeOptions, Sidecar, serve_host
-    from ahp.vt.screen import Screen
 
 #: Public name -> module that defines it. Imported on first use, so that
 #: ``import ahp.vt`` (pure) or ``python -m ahp --help`` does not load Trio.
@@ -56,7 +56,7 @@ _EXPORTS = {
     "BackgroundProcess": "ahp.agent",
     "CommandHandle": "ahp.agent",
     "CommandResult": "ahp.agent",
-    "Screen": "ahp.vt.screen",
+    "Screen": "ahp.agent.screen",
     "ServeOptions": "ahp.server",
     "Sidecar": "ahp.server",
     "serve_host": "ahp.server",

@@ -7,7 +7,9 @@ Rules:
   I/O or reads a clock, and call no I/O builtin (``open``, ``print``, ``input``);
 - the agent layer imports neither the engine, the server, the client nor MCP
   (both terminals reach it through its port), and the pty layer not the agent;
-- the engine imports neither the server nor the client;
+- the engine imports neither the server nor the client (nor recording);
+- recording (``ahp.record``) imports the engine and the protocol, nothing above them;
+  its asciicast codec is a pure module;
 - the pty layer imports nothing above it (engine, server, client);
 - there is no import cycle between modules of ``ahp``: every import counts, also
   one inside a function (a lazy import that closes a cycle is still a cycle), but
@@ -63,7 +65,16 @@ RUNTIME_FORBIDDEN = frozenset(
     {"trio", "trio_websocket", "wsproto", "socket", "fcntl", "termios", "pty", "asyncio"}
 )
 IO_BUILTINS = frozenset({"open", "print", "input"})
-PURE_PACKAGES = ("ahp.protocol", "ahp.vt", "ahp.reducers")
+#: The client's protocol state machine is held to the same rule as the server's cores.
+PURE_PACKAGES = (
+    "ahp.protocol",
+    "ahp.vt",
+    "ahp.reducers",
+    "ahp.record.asciicast",
+    "ahp.client.session",
+    "ahp.client.mirror",
+    "ahp.client.errors",
+)
 #: The agent layer's pure modules (the rest of ``ahp.agent`` runs on Trio): the
 #: state machine and its table, the options, the evidence rules, the renderer.
 PURE_AGENT_MODULES = (
@@ -188,14 +199,17 @@ def test_pure_layers_load_no_io_at_run_time() -> None:
     # source check above covers our own imports of them.
     assert not [m for m in loaded if m.split(".")[0] in RUNTIME_FORBIDDEN]
     impure = [m for m in loaded if _in(m, "ahp") and not _pure(m)]
-    # The root package's and the agent package's exports are lazy.
-    assert set(impure) <= {"ahp", "ahp.agent"}
+    # The root package's exports are lazy, and so are ahp.record's (the parent package
+    # of the pure ahp.record.asciicast), ahp.client's (of the pure client session) and
+    # ahp.agent's (of the pure state machine).
+    assert set(impure) <= {"ahp", "ahp.record", "ahp.client", "ahp.agent"}
 
 
 @pytest.mark.parametrize(
     ("layer", "forbidden"),
     [
-        ("ahp.engine", ("ahp.server", "ahp.client", "ahp.cli", "ahp.bench")),
+        ("ahp.engine", ("ahp.server", "ahp.client", "ahp.cli", "ahp.bench", "ahp.record")),
+        ("ahp.record", ("ahp.server", "ahp.client", "ahp.cli", "ahp.bench", "ahp.mcp")),
         (
             "ahp.pty",
             ("ahp.agent", "ahp.engine", "ahp.server", "ahp.client", "ahp.cli", "ahp.bench"),

@@ -19,9 +19,9 @@ from ahp.agent.budget import RETAINED_OUTPUT_BYTES, OutputBudget, omission_marke
 from ahp.agent.evidence import looks_like_prompt
 from ahp.agent.markers import Markers
 from ahp.agent.render import MAX_SEQUENCE, LineRenderer
+from ahp.agent.screen import SCREEN_REPLAY, ScreenModel
 from ahp.protocol.state import ClientClaim, CommandPart, TerminalState, UnclassifiedPart
 from ahp.pty import procfs
-from ahp.vt.screen import SCREEN_REPLAY, ScreenModel
 
 
 def render(chunks: list[str], cols: int = 20, rows: int = 5) -> list[str]:

@@ -22,7 +22,9 @@ Each module holds one (``docs/agent.md`` is the guide):
 * :mod:`~ahp.agent.surface` — ``run``/``start``/``command`` once for both
   terminals, :func:`wait_any`, :func:`as_completed`;
 * :mod:`~ahp.agent.result`, :mod:`~ahp.agent.budget`, :mod:`~ahp.agent.render`
-  — the result value, the output budget and the line renderer (pure).
+  — the result value, the output budget and the line renderer (pure);
+* :mod:`~ahp.agent.screen` — the screen model (``term.screen()``);
+  :mod:`~ahp.agent.exec` — non-pty execution (``host.exec``).
 """
 
 from typing import TYPE_CHECKING, Any

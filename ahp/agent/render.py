@@ -1,6 +1,6 @@
 """Rendering a command's output as a terminal would show it, line by line.
 
-Why our own renderer and not the full emulator (:mod:`ahp.vt.screen`, pyte): a
+Why our own renderer and not the full emulator (:mod:`ahp.agent.screen`): a
 command's output can be hundreds of megabytes, and pyte renders about 1 MB/s in
 pure Python (measured, ``benchmarks/README.md``). What an agent needs from a
 command is the *final text*: a ``\\r`` progress bar as its last state, cursor

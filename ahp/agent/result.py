@@ -88,11 +88,17 @@ class CommandResult:
         shell_exited: the terminal's shell itself exited.
         background: processes the command left running (in-process only; a remote
             client cannot see the server's processes and reports none).
-        command_id: the id of the command's :class:`~ahp.agent.CommandHandle`.
+        command_id: the id of the command's :class:`~ahp.agent.CommandHandle` (of an
+            exec: its terminal's URI).
         note: one sentence for the agent: why it waits for input and how to answer,
             why it was refused, how it was lost (empty when there is nothing to say).
         holder: the command that held the terminal (``refused`` only).
         handle: the handle while the command still runs, else ``None``.
+        stderr: a non-pty run's (``host.exec``) stderr, rendered within the same
+            budget as ``output``; empty for a terminal command (its stderr is in
+            ``output``).
+        signal: the name of the signal that ended a non-pty run (``"SIGKILL"``),
+            else ``None``.
     """
 
     command_line: str
@@ -115,6 +121,8 @@ class CommandResult:
     note: str = ""
     holder: Holder | None = None
     handle: CommandHandle | None = attrs.field(default=None, eq=False, repr=False)
+    stderr: str = ""
+    signal: str | None = None
 
     @property
     def done(self) -> bool:

@@ -51,6 +51,7 @@ from typing import TYPE_CHECKING, Any, Final
 import trio
 
 from ahp.agent.registry import CommandRegistry
+from ahp.agent.screen import Screen, ScreenModel
 from ahp.agent.surface import CommandSurface
 from ahp.client.errors import ClientError, RpcError
 from ahp.protocol import processes as xp
@@ -59,7 +60,6 @@ from ahp.protocol.codec import ProtocolError, structure, unstructure
 from ahp.protocol.jsonrpc import ErrorCode
 from ahp.protocol.state import CommandPart, Snapshot, TerminalClaim, TerminalState
 from ahp.pty.procfs import TtyStatus
-from ahp.vt.screen import Screen, ScreenModel
 
 if TYPE_CHECKING:
     from ahp.client.connection import Client
@@ -126,7 +126,7 @@ class RemoteTerminal(CommandSurface):
         return self  # what a client can and cannot see: see the module doc
 
     def screen(self) -> Screen:
-        """The visible screen, rendered from the client's mirror (see :mod:`ahp.vt.screen`)."""
+        """The visible screen, rendered from the client's mirror (see :mod:`ahp.agent.screen`)."""
         models = self.client.screen_models
         model = models.get(self.uri)
         if model is None:

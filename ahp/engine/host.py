@@ -25,12 +25,13 @@ from __future__ import annotations
 
 import logging
 import secrets
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
 import trio
 
+from ahp.agent.result import CommandResult
 from ahp.engine.envelopes import ReplayLog
 from ahp.engine.hub import Hub
 from ahp.engine.launch import TerminalSpec, discard, prepare_launch
@@ -73,6 +74,7 @@ class Host:
         scrollback: int = DEFAULT_SCROLLBACK,
         log_envelopes: int | None = None,
         log_bytes: int | None = None,
+        user_rc: bool = True,
     ) -> None:
         self._nursery = nursery
         kwargs: dict[str, int] = {}
@@ -83,10 +85,17 @@ class Host:
         self.hub = Hub(ReplayLog(**kwargs))
         self.shell = shell
         self.scrollback = scrollback
+        #: Whether new terminals' shells load the user's startup files (``~/.bashrc``...)
+        #: before command detection (``serve --no-rc``: False); per terminal, ``user_rc=``.
+        self.user_rc = user_rc
         self._terminals: dict[str, Terminal] = {}
         self._root = RootState(agents=(), terminals=())
         self._counter = 0
         self._holder_only_input = False
+        #: Called with each new terminal, synchronously, before its process starts (so
+        #: a subscriber registered here misses none of its output); a hook must not
+        #: raise. Recording (:mod:`ahp.record`) registers one.
+        self.on_terminal_created: list[Callable[[Terminal], None]] = []
 
     # -- root channel ------------------------------------------------------------------------
 
@@ -168,6 +177,7 @@ class Host:
         use_pty: bool = True,
         login: bool = False,
         shell_integration: bool = True,
+        on_output: Callable[[bool, bytes], None] | None = None,
         **options: Any,
     ) -> Terminal:
         """Spawn a terminal and return it once its process runs.
@@ -176,6 +186,10 @@ class Host:
         program never registers anything); once reserved, the terminal's lifetime
         always ends in ``closed``, so a concurrent :meth:`dispose` or host shutdown
         never waits for good.
+
+        ``on_output`` (with ``use_pty=False``): called with each batch the terminal reads,
+        ``True`` for stderr when it has a pipe of its own (``stderr_apart=True``); it
+        must not block nor raise.
 
         Raises:
             TerminalExists: ``uri`` is in use.
@@ -200,6 +214,7 @@ class Host:
             login=login,
             shell_integration=shell_integration,
             scrollback=options.pop("scrollback", self.scrollback),
+            user_rc=options.pop("user_rc", self.user_rc),
             **options,
         )
         nonce = secrets.token_hex(16)
@@ -208,19 +223,43 @@ class Host:
             discard(launch)
             raise TerminalExists(f"terminal {uri!r} already exists")
         terminal = Terminal(
-            spec, launch, self.hub, nonce=nonce, on_info_changed=self._on_info_changed
+            spec,
+            launch,
+            self.hub,
+            nonce=nonce,
+            on_info_changed=self._on_info_changed,
+            on_output=on_output,
         )
         terminal.holder_only_input = self._holder_only_input
         # Reserve the URI while spawning so a concurrent create cannot take it.
         self._terminals[uri] = terminal
+        for hook in self.on_terminal_created:
+            hook(terminal)
         try:
             await self._nursery.start(self._run_terminal, terminal)
         except BaseException:
             if self._terminals.get(uri) is terminal:  # (a dispose may have dropped it)
                 del self._terminals[uri]
+                self.hub.drop_channel(uri)  # subscribers the hooks registered end
             raise
         self._publish_catalogue()
         return terminal
+
+    async def exec(
+        self,
+        command: str | Sequence[str],
+        *,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+        **options: Any,
+    ) -> CommandResult:
+        """Run ``command`` (an argv, or a line for ``/bin/sh -c``) without a terminal:
+        stdin closed, stdout and stderr apart, shown to AHP clients as an ``isPty: false``
+        terminal; see :func:`ahp.agent.exec.exec_command` (and ``docs/exec.md``)."""
+        from ahp.agent.exec import exec_command
+
+        return await exec_command(self, command, cwd=cwd, env=env, timeout=timeout, **options)
 
     async def _run_terminal(
         self, terminal: Terminal, *, task_status: trio.TaskStatus[Terminal]
@@ -259,12 +298,16 @@ async def open_host(
     scrollback: int = DEFAULT_SCROLLBACK,
     log_envelopes: int | None = None,
     log_bytes: int | None = None,
+    user_rc: bool = True,
 ) -> AsyncIterator[Host]:
     """Run a :class:`Host` for the duration of the ``async with`` block.
 
     Args:
         shell: default shell for new terminals (else ``$SHELL``, else ``/bin/sh``).
         scrollback: characters retained per terminal.
+        user_rc: whether new terminals' shells load the user's startup files first
+            (False: the host's own environment reaches commands unchanged, e.g. a
+            venv's ``python`` stays first on ``PATH``; command detection still loads).
     """
     async with trio.open_nursery() as nursery:
         host = Host(
@@ -273,6 +316,7 @@ async def open_host(
             scrollback=scrollback,
             log_envelopes=log_envelopes,
             log_bytes=log_bytes,
+            user_rc=user_rc,
         )
         try:
             yield host

@@ -73,6 +73,13 @@ class TerminalSpec:
     scrollback: int = DEFAULT_SCROLLBACK
     grace: float = DISPOSE_GRACE
     interactive: bool = False
+    #: Load the user's startup files (``~/.bashrc``, ...) before command detection; False
+    #: starts the shell without them (:func:`ahp.shell.prepare_shell` ``user_rc``).
+    user_rc: bool = True
+    #: Pipes only (``use_pty=False``): stdin is ``/dev/null``, and stderr has a pipe of its
+    #: own, read beside stdout (:class:`ahp.pty.SpawnSpec`; what :mod:`ahp.agent.exec` uses).
+    stdin_closed: bool = False
+    stderr_apart: bool = False
 
 
 @attrs.frozen
@@ -125,7 +132,9 @@ def prepare_launch(spec: TerminalSpec, *, nonce: str) -> Launch:
         program = spec.shell or default_shell(base_env)
         argv = (program, "-l") if spec.login else (program,)
         if spec.shell_integration and spec.use_pty:
-            shell = prepare_shell(argv, base_env, nonce=nonce, login=spec.login)
+            shell = prepare_shell(
+                argv, base_env, nonce=nonce, login=spec.login, user_rc=spec.user_rc
+            )
         else:
             shell = ShellLaunch(argv=argv, env=base_env, integrated=False)
     try:
@@ -136,6 +145,8 @@ def prepare_launch(spec: TerminalSpec, *, nonce: str) -> Launch:
             cols=spec.cols,
             rows=spec.rows,
             use_pty=spec.use_pty,
+            stdin_closed=spec.stdin_closed,
+            stderr_apart=spec.stderr_apart,
         )
         validate(spawn)
         cwd_uri = path_to_file_uri(cwd)

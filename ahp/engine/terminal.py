@@ -66,6 +66,7 @@ of the tasks ends this terminal only (:attr:`Terminal.failure`).
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -73,7 +74,9 @@ from typing import Final, TypeVar
 
 import trio
 
+from ahp import keystroke
 from ahp.agent.registry import CommandRegistry
+from ahp.agent.screen import Screen, ScreenModel
 from ahp.agent.surface import CommandSurface
 from ahp.engine.hub import PACE_WINDOW, Hub
 from ahp.engine.launch import Launch, TerminalSpec
@@ -92,10 +95,10 @@ from ahp.protocol.actions import (
 from ahp.protocol.state import Snapshot, TerminalInfo, TerminalState
 from ahp.pty import Child, ChildGone, SpawnError, kill_session, procfs, spawn
 from ahp.pty.jobs import Jobs
+from ahp.pty.pump import ReadPump
 from ahp.reducers import Rejected, TerminalCore
 from ahp.reducers.core import MAX_DIMENSION, MAX_PENDING_INPUT
 from ahp.vt import OutputParser
-from ahp.vt.screen import Screen, ScreenModel
 
 __all__ = [
     "EXIT_LINGER",
@@ -118,18 +121,17 @@ READ_SIZE: Final = 64 * 1024
 #: Reads are gathered until EAGAIN or until this many bytes: one batch for the parser.
 #: About what the pty buffers (Linux: ~17 KB from the child to the master).
 READ_BATCH: Final = 16 * 1024
-#: A first read shorter than this ends its batch at once (see the pty-read task).
-SMALL_READ: Final = 256
+#: Under sustained output (a batch came back full), read in a thread of the pty-read
+#: task's own while the stages work (:mod:`ahp.pty.pump`); False reads on the loop only.
+THREADED_READS: bool = os.environ.get("AHP_THREADED_READS", "1") != "0"
+#: A first read shorter than this ends its batch at once (keystroke trick ``small_read``).
+SMALL_READ: Final = keystroke.SMALL_READ if keystroke.enabled("small_read") else 0
 #: Batches queued from pty-read to parse (at most READ_BATCH bytes each).
 PARSE_QUEUE: Final = 4
 #: Items queued for the reducer: parsed batches, client and library actions, the exit.
 REDUCER_QUEUE: Final = 64
 #: Input chunks queued for the input-write task (bytes bounded by MAX_PENDING_INPUT).
 INPUT_QUEUE: Final = 1024
-#: Input of at most this many bytes (a keystroke) is followed by a short spin (see
-#: Terminal._spin_for_echo), at most ECHO_SPIN seconds.
-ECHO_SPIN_INPUT: Final = 8
-ECHO_SPIN: Final = 0.0002
 #: After the process exits, a pty still held open is read until quiet this long.
 EXIT_LINGER: Final = 0.1
 
@@ -198,11 +200,15 @@ class Terminal(CommandSurface):
         *,
         nonce: str,
         on_info_changed: Callable[[Terminal], None],
+        on_output: Callable[[bool, bytes], None] | None = None,
     ) -> None:
         self.spec = spec
         self.uri = spec.uri
         self._hub = hub
         self._on_info_changed = on_info_changed
+        #: Called by the read tasks with each batch read (``True``: from stderr, when it
+        #: has a pipe of its own); must not block nor raise (see :mod:`ahp.agent.exec`).
+        self._on_output = on_output
         self._child: Child | None = None
         self._launch = launch
         self.nonce = nonce
@@ -232,7 +238,7 @@ class Terminal(CommandSurface):
         self._output_ended = False
         self._exit_code: _ProcessExited | None = None
         self._cancel_scope = trio.CancelScope()
-        self._wait_scope: trio.CancelScope | None = None
+        self._wait_scopes: set[trio.CancelScope] = set()  # the read tasks' waits
         self._tasks: trio.Nursery | None = None  # command collectors (ahp.agent)
         self._jobs: Jobs | None = None
         self._screen: ScreenModel | None = None
@@ -296,11 +302,13 @@ class Terminal(CommandSurface):
         """The state with the global ``serverSeq`` it reflects."""
         return Snapshot(resource=self.uri, state=self._core.state, fromSeq=self._hub.seq)
 
-    def subscribe(self, *, max_bytes: int | None = None) -> Subscription:
+    def subscribe(self, *, max_bytes: int | None = None, paces: bool = True) -> Subscription:
         """Follow this terminal: a :class:`Snapshot`, then every later envelope.
 
         Buffering: up to ``max_bytes`` queued (default 4 MiB); a consumer that falls
         further behind gets a fresh snapshot instead of the missed envelopes.
+        ``paces=False``: this consumer never paces the pty (see
+        :meth:`ahp.engine.hub.Hub.pacer`), it only falls behind.
         """
 
         def attach(outbox: Outbox) -> Snapshot | None:
@@ -313,8 +321,8 @@ class Terminal(CommandSurface):
             self._hub.unsubscribe(self.uri, outbox)
 
         if max_bytes is None:
-            return Subscription(attach, detach)
-        return Subscription(attach, detach, max_bytes=max_bytes)
+            return Subscription(attach, detach, paces=paces)
+        return Subscription(attach, detach, max_bytes=max_bytes, paces=paces)
 
     async def dispatch(
         self,
@@ -385,7 +393,7 @@ class Terminal(CommandSurface):
         return self._commands
 
     def screen(self) -> Screen:
-        """The visible screen now (rendered on demand: see :mod:`ahp.vt.screen`)."""
+        """The visible screen now (rendered on demand: see :mod:`ahp.agent.screen`)."""
         if self._screen is None:
             self._screen = ScreenModel(self.spec.cols, self.spec.rows)
         return self._screen.update(self.state)
@@ -435,6 +443,18 @@ class Terminal(CommandSurface):
     async def interrupt(self) -> None:
         """Send Ctrl-C: the pty delivers SIGINT to the foreground job."""
         await self.send_input("\x03")
+
+    def signal_process(self, signum: int) -> None:
+        """Send ``signum`` to the terminal's process group (its process and whatever
+        stayed in its group); nothing before the spawn or once the process is reaped."""
+        if self._child is not None:
+            self._child.signal_group(signum)
+
+    @property
+    def returncode(self) -> int | None:
+        """The process's raw status once reaped: ``>= 0`` its exit code, ``-N`` killed by
+        signal N; ``None`` while it runs."""
+        return self._child.returncode if self._child is not None else None
 
     async def lifetime(
         self, *, task_status: trio.TaskStatus[Terminal] = trio.TASK_STATUS_IGNORED
@@ -487,6 +507,8 @@ class Terminal(CommandSurface):
             self._tasks = nursery
             nursery.start_soon(self._reducer_task, self._reducer_inbox)
             nursery.start_soon(self._parse_task, parse_inbox)
+            if child.error_fd >= 0:  # stderr apart: its own read task, into the same parse
+                nursery.start_soon(self._read_task, child, to_parse.clone(), True)
             nursery.start_soon(self._read_task, child, to_parse)
             nursery.start_soon(self._write_task, child, writer_inbox)
             nursery.start_soon(self._exit_task, child)
@@ -517,15 +539,18 @@ class Terminal(CommandSurface):
 
     # -- pty-read ------------------------------------------------------------------------------
 
-    async def _read_task(self, child: Child, to_parse: trio.MemorySendChannel[bytes]) -> None:
-        """Read until EAGAIN or a full batch, hand the batch on, wait; close at the end."""
+    async def _read_task(
+        self, child: Child, to_parse: trio.MemorySendChannel[bytes], error: bool = False
+    ) -> None:
+        """Read until EAGAIN or a full batch, hand the batch on, wait; close at the end.
+        ``error``: read the child's own stderr pipe instead of its output."""
         async with to_parse:
             while True:
                 chunks: list[bytes] = []
                 size = 0
                 eof = False
                 while size < READ_BATCH:
-                    data = child.read_nowait(READ_SIZE)
+                    data = child.read_nowait(READ_SIZE, error=error)
                     if data is None:
                         break
                     if not data:
@@ -542,6 +567,8 @@ class Terminal(CommandSurface):
                     self.read_batches += 1
                     self.bytes_read += size
                     batch = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+                    if self._on_output is not None:
+                        self._on_output(error, batch)
                     try:
                         to_parse.send_nowait(batch)
                     except trio.WouldBlock:
@@ -556,6 +583,11 @@ class Terminal(CommandSurface):
                             await pacer.wait_taken()
                         continue
                     if size >= READ_BATCH:
+                        if THREADED_READS:
+                            # Sustained output: a thread reads while the stages work.
+                            if await self._pump(child, to_parse, error):
+                                return
+                            continue
                         await trio.lowlevel.checkpoint()  # fairness: one batch at a time
                         continue
                     # Drained (EAGAIN): the wait below is the checkpoint (reading again
@@ -563,13 +595,45 @@ class Terminal(CommandSurface):
                 if self._process_exited.is_set():
                     # The process is gone but something still holds the pty open.
                     with trio.move_on_after(EXIT_LINGER) as linger:
-                        await child.wait_readable()
+                        await child.wait_readable(error=error)
                     if linger.cancelled_caught:
                         return
                     continue
-                with trio.CancelScope() as self._wait_scope:
-                    await child.wait_readable()
-                self._wait_scope = None
+                with trio.CancelScope() as wait_scope:
+                    self._wait_scopes.add(wait_scope)
+                    await child.wait_readable(error=error)
+                self._wait_scopes.discard(wait_scope)
+
+    async def _pump(
+        self, child: Child, to_parse: trio.MemorySendChannel[bytes], error: bool = False
+    ) -> bool:
+        """Read through a :class:`~ahp.pty.pump.ReadPump` until the output pauses;
+        whether it reached EOF. The pump is stopped (and its thread gone) on return.
+        ``error``: the child's own stderr pipe instead of its output."""
+        pump = ReadPump(child.error_fd if error else child.output_fd, is_pty=child.is_pty)
+        pump.start()
+        try:
+            while True:
+                data = await pump.take()
+                if data is None:
+                    return False
+                if not data:
+                    return True
+                self.read_batches += 1
+                self.bytes_read += len(data)
+                if self._on_output is not None:
+                    self._on_output(error, data)
+                try:
+                    to_parse.send_nowait(data)
+                except trio.WouldBlock:
+                    self.parse_waits += 1
+                    await to_parse.send(data)
+                pacer = self._hub.pacer(self.uri)
+                if pacer is not None:
+                    with trio.move_on_after(PACE_WINDOW):
+                        await pacer.wait_taken()
+        finally:
+            await pump.aclose()
 
     # -- parse -------------------------------------------------------------------------------
 
@@ -616,8 +680,8 @@ class Terminal(CommandSurface):
     async def _exit_task(self, child: Child) -> None:
         code = await child.wait()
         self._process_exited.set()
-        if self._wait_scope is not None:
-            self._wait_scope.cancel()  # the reader lingers for what is left, then ends
+        for scope in self._wait_scopes:
+            scope.cancel()  # each reader lingers for what is left, then ends
         await _send(self._to_reducer, _ProcessExited(code))
 
     # -- input-write -------------------------------------------------------------------------
@@ -648,8 +712,6 @@ class Terminal(CommandSurface):
                     written = child.write_nowait(data)
                     if written < len(data):
                         await child.write(data[written:] if written else data)
-                    elif len(data) <= ECHO_SPIN_INPUT:
-                        await self._spin_for_echo()
                 except (ChildGone, trio.ClosedResourceError):
                     self._input_gone = True  # later input is published but not written
                     return
@@ -657,17 +719,6 @@ class Terminal(CommandSurface):
                     # Nothing is pending once the input side is gone (what is still
                     # queued is dropped with the channel).
                     self._pending_input = 0 if self._input_gone else self._pending_input - len(data)
-
-    async def _spin_for_echo(self) -> None:
-        """After a keystroke reached the pty, keep the scheduler polling (checkpoints)
-        until the pty-read task has read its echo, for at most :data:`ECHO_SPIN`
-        seconds: the process does not go to sleep in ``epoll_wait`` only to be woken
-        by the kernel's echo tens of microseconds later (a sleep and a wake-up cost
-        more than the wait on a virtual machine)."""
-        before = self.read_batches
-        deadline = trio.current_time() + ECHO_SPIN
-        while self.read_batches == before and trio.current_time() < deadline:
-            await trio.lowlevel.checkpoint()
 
     # -- reducer -------------------------------------------------------------------------------
 

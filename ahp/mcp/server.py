@@ -186,8 +186,10 @@ async def open_backend(options: McpOptions) -> AsyncIterator[Backend]:
     from ahp.engine import open_host
     from ahp.server.app import serve_host
 
-    kwargs = {} if options.scrollback is None else {"scrollback": options.scrollback}
-    async with open_host(shell=options.shell, **kwargs) as host, trio.open_nursery() as nursery:
+    scrollback: dict[str, Any] = {}
+    if options.scrollback is not None:
+        scrollback["scrollback"] = options.scrollback
+    async with open_host(shell=options.shell, **scrollback) as host, trio.open_nursery() as nursery:
         if options.serve is not None:
             sidecar = await nursery.start(serve_host, host, options.serve)
             if options.on_serving is not None:

@@ -174,9 +174,30 @@ async def _signal(session: Session, params: Any) -> Any:
             {"path": "$.params.signal"},
         )
     terminal = _terminal(session, p.channel)
-    _check_may_signal(session, terminal)
+    audit = session.server.audit
+    try:
+        _check_may_signal(session, terminal)
+    except Refused as refused:
+        if audit is not None:
+            audit.event(
+                "signal",
+                terminal=terminal.uri,
+                by=session.client_id,
+                signal=p.signal,
+                error=refused.message,
+            )
+        raise
     mark = _mark(p.since)
     groups, shell_foreground = await terminal.signal_command(signal.Signals[p.signal], mark)
+    if audit is not None:
+        audit.event(
+            "signal",
+            terminal=terminal.uri,
+            by=session.client_id,
+            signal=p.signal,
+            groups=sorted(groups),
+            shellForeground=shell_foreground,
+        )
     return unstructure(
         SignalResult(
             groups=tuple(sorted(groups))[:MAX_JOBS_REPORTED], shellForeground=shell_foreground

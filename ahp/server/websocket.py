@@ -63,15 +63,18 @@ from urllib.parse import parse_qs, urlsplit
 import attrs
 import trio
 
+from ahp import keystroke
 from ahp.engine import Outbox
 from ahp.engine.envelopes import Published
 from ahp.engine.outbox import OutboxItem
+from ahp.record.audit import AuditLog
 from ahp.server.admission import (
     PendingConnections,
     RateLimitedLog,
     pending_limit,
     serve_listener,
 )
+from ahp.server.http import HttpResponse, PlainRequest, Routes
 from ahp.server.session import ServerState, Session
 from ahp.server.wsconn import (
     HANDSHAKE_TIMEOUT,
@@ -109,7 +112,7 @@ STALL_GRACE: Final = 1.0
 #: Seconds a lone keystroke echo waits for the output it causes, to share its write
 #: (see _Writer). The output is sent as soon as it is there; only an echo whose input
 #: prints nothing (a password, a key the program ignores) waits this long.
-ECHO_PAIR_WAIT: Final = 0.002
+ECHO_PAIR_WAIT: Final = keystroke.ECHO_PAIR_WAIT
 #: Seconds the close handshake may take when the server closes a connection.
 CLOSE_TIMEOUT: Final = 1.0
 #: The close reason sent to a client whose outbox overflowed.
@@ -132,6 +135,21 @@ class ServerConfig:
     #: Unauthenticated connections held at most (None: from ``RLIMIT_NOFILE``, see
     #: :func:`ahp.server.admission.pending_limit`); the oldest is dropped for a new one.
     max_pending: int | None = None
+    #: Plain HTTP requests (no upgrade) on the same port: health probes, pages
+    #: (:mod:`ahp.server.http`); None answers every one 404.
+    routes: Routes | None = None
+
+
+def check_host(host: str | None, config: ServerConfig) -> str | None:
+    """Why ``host`` (the request's ``Host``) is refused (DNS rebinding), or None."""
+    if not config.allowed_hosts:
+        return None
+    if host is None:
+        return "missing Host header"
+    name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
+    if host.lower() not in config.allowed_hosts and name.lower() not in config.allowed_hosts:
+        return "unexpected Host header"
+    return None
 
 
 def check_upgrade(request: UpgradeRequest, config: ServerConfig) -> str | None:
@@ -139,13 +157,9 @@ def check_upgrade(request: UpgradeRequest, config: ServerConfig) -> str | None:
     origin = request.header(b"origin")
     if origin is not None and origin not in config.allow_origins:
         return "origin not allowed"
-    if config.allowed_hosts:
-        host = request.host
-        if host is None:
-            return "missing Host header"
-        name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
-        if host.lower() not in config.allowed_hosts and name.lower() not in config.allowed_hosts:
-            return "unexpected Host header"
+    refusal = check_host(request.host, config)
+    if refusal is not None:
+        return refusal
     if config.token is not None:
         offered = ""
         auth = request.header(b"authorization")
@@ -184,16 +198,22 @@ class _Writer:
     shares its system call.
     """
 
-    def __init__(self, ws: ServerWebSocket, outbox: Outbox, session: Session) -> None:
+    def __init__(
+        self, ws: ServerWebSocket, outbox: Outbox, session: Session, connection_id: str = ""
+    ) -> None:
         self.ws = ws
         self.outbox = outbox
         self.session = session
+        #: Every frame sent is logged here too (``serve --wire-log``), if set.
+        self.wire = session.server.wire_log
+        self.connection_id = connection_id
         self.scope = trio.CancelScope()
         #: Set when the writer ended because the client must be closed: (code, reason).
         self.close: tuple[int, str] | None = None
         #: The wait for the next batch, while the writer is in it (see _lone_echo).
         self._wait_scope: trio.CancelScope | None = None
-        outbox.on_lone_echo = self._lone_echo
+        if keystroke.enabled("echo_pairing"):
+            outbox.on_lone_echo = self._lone_echo
 
     def _lone_echo(self) -> None:
         """A keystroke's echo was queued alone, without waking this writer: its output
@@ -221,14 +241,17 @@ class _Writer:
         return outbox.get_nowait()  # a lone echo waited its time
 
     async def run(self) -> None:
-        ws, outbox, session = self.ws, self.outbox, self.session
+        ws, outbox, session, wire = self.ws, self.outbox, self.session, self.wire
         with self.scope:
             while True:
                 batch = await self._next_batch()
                 took = bool(batch)
                 if took:
+                    frames = _encoded(batch, session.project)  # (empties the batch)
+                    if wire is not None:  # the only cost of the wire log when it is off
+                        frames = wire.tap(frames, self.connection_id)
                     try:
-                        await ws.send_texts(_encoded(batch, session.project))  # (empties it)
+                        await ws.send_texts(frames)
                     finally:
                         outbox.sent()
                 if session.close_request is not None and not len(outbox):
@@ -265,9 +288,14 @@ class _Writer:
                 return
 
 
-async def _reader(ws: ServerWebSocket, session: Session, config: ServerConfig) -> None:
+async def _reader(
+    ws: ServerWebSocket, session: Session, config: ServerConfig, connection_id: str = ""
+) -> None:
+    wire = session.server.wire_log
     while True:
         message = await ws.receive()
+        if wire is not None:
+            wire.c2s(connection_id, message)
         if len(message) < LARGE_FRAME:
             await session.handle_frame(message)
         elif session.check_frame(message):
@@ -285,13 +313,41 @@ async def _reader(ws: ServerWebSocket, session: Session, config: ServerConfig) -
             await session.outbox.wait_responses_below(config.outbox_bytes)
 
 
+async def _answer_plain(
+    stream: trio.abc.Stream, request: PlainRequest, config: ServerConfig, notes: RateLimitedLog
+) -> None:
+    """Answer a request without an upgrade (:mod:`ahp.server.http`); the caller closes."""
+    refusal = check_host(request.host, config)
+    if refusal is not None:
+        notes.log(
+            "refused", logging.WARNING, "refused request from %s: %s", request.remote, refusal
+        )
+        response = HttpResponse.text(403, refusal)
+    elif config.routes is None:
+        response = HttpResponse.text(404, "not found")
+    else:
+        try:
+            response = await config.routes.answer(request)
+        except Exception:
+            log.exception("answering %s %s failed", request.method, request.path)
+            response = HttpResponse.text(500, "internal error")
+    with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+        await stream.send_all(response.encode(head_only=request.method == "HEAD"))
+
+
 async def _authenticate(
-    stream: trio.abc.Stream, config: ServerConfig, notes: RateLimitedLog
+    stream: trio.abc.Stream,
+    config: ServerConfig,
+    notes: RateLimitedLog,
+    audit: AuditLog | None = None,
 ) -> tuple[ServerWebSocket, UpgradeRequest] | None:
     """Read and check the upgrade; the accepted connection, or None (answered and
-    closed: malformed, refused, or the peer left)."""
+    closed: malformed, refused, a plain HTTP request, or the peer left)."""
     upgrade = await read_upgrade(stream, timeout=math.inf, note=_note_info(notes))
     if upgrade is None:
+        return None
+    if isinstance(upgrade, PlainRequest):
+        await _answer_plain(stream, upgrade, config, notes)
         return None
     wsproto_conn, request = upgrade
     refusal = check_upgrade(request, config)
@@ -301,6 +357,9 @@ async def _authenticate(
         notes.log(
             "refused", logging.WARNING, "refused connection from %s: %s", request.remote, refusal
         )
+        if audit is not None:
+            path = urlsplit(request.target).path  # never the query: it may hold the token
+            audit.connection(request.remote, accepted=False, reason=refusal, path=path)
         await reject(stream, wsproto_conn, 403, f"{refusal}\n".encode())
         return None
     try:
@@ -338,7 +397,7 @@ async def _serve_one(
     pending.admit(scope)
     try:
         with scope:
-            ws, request = await _authenticate(stream, config, notes) or (None, None)
+            ws, request = await _authenticate(stream, config, notes, state.audit) or (None, None)
     finally:
         pending.release(scope)
     if scope.cancelled_caught:
@@ -351,14 +410,23 @@ async def _serve_one(
     log.debug("accepted a connection from %s to %s", request.remote, urlsplit(request.target).path)
     outbox = Outbox(max_bytes=config.outbox_bytes, track_in_flight=True)
     session = Session(state, outbox)
-    writer = _Writer(ws, outbox, session)
+    session.peer = request.remote
+    if (audit := state.audit) is not None:
+        audit.connection(request.remote, accepted=True, path=urlsplit(request.target).path)
+    connection_id = state.wire_log.connection_id() if state.wire_log is not None else ""
+    writer = _Writer(ws, outbox, session, connection_id)
     close_code, close_reason = 1001, "server going away"
+    if state.going_away is not None:
+        # The drain said goodbye already (ahp.server.drain): no new conversation.
+        session.close_request = state.going_away
+        outbox.close()
+    state.sessions.add(session)
     try:
         async with trio.open_nursery() as nursery:
 
             async def read() -> None:
                 with contextlib.suppress(ConnectionClosed):
-                    await _reader(ws, session, config)
+                    await _reader(ws, session, config, connection_id)
                 if ws.closed is not None:
                     nursery.cancel_scope.cancel()
                 # else: the session asked to close; the writer sends what is queued first.
@@ -384,11 +452,20 @@ async def _serve_one(
         log.exception("connection of client %s failed", session.client_id)
         close_code, close_reason = 1011, "internal error"
     finally:
+        state.sessions.discard(session)
+        state.sessions_changed.unpark_all()
         session.disconnect()
         outbox.close()
         with trio.CancelScope(shield=True):
             await ws.aclose(close_code, close_reason, timeout=CLOSE_TIMEOUT)
         closed = ws.closed
+        if audit is not None:
+            audit.event(
+                "disconnected",
+                peer=request.remote,
+                clientId=session.client_id,
+                code=closed.code if closed is not None else None,
+            )
         log.debug(
             "connection from %s (client %s) closed: %s",
             request.remote,

@@ -50,6 +50,9 @@ from wsproto.events import (
 )
 from wsproto.utilities import RemoteProtocolError
 
+from ahp import keystroke
+from ahp.server.http import PlainRequest, plain_request
+
 __all__ = [
     "HANDSHAKE_TIMEOUT",
     "RECEIVE_SIZE",
@@ -66,9 +69,11 @@ log = logging.getLogger("ahp.server")
 RECEIVE_SIZE: Final = 64 * 1024
 #: Largest client frame parsed here rather than by wsproto (see ``_fast_message``):
 #: keystrokes and requests; bigger frames are rare and go through wsproto.
-FAST_FRAME_MAX: Final = 64 * 1024
+FAST_FRAME_MAX: Final = keystroke.FAST_FRAME_MAX
 #: Frames are gathered into writes of about this many bytes (see ``send_texts``).
 WRITE_CHUNK: Final = 256 * 1024
+#: Longest request head looked at as a plain HTTP request (h11's own bound).
+MAX_HEAD: Final = 16 * 1024
 #: Seconds a peer gets to send its whole upgrade request.
 HANDSHAKE_TIMEOUT: Final = 10.0
 #: Close codes (RFC 6455 §7.4.1).
@@ -213,9 +218,12 @@ async def read_upgrade(
     *,
     timeout: float = HANDSHAKE_TIMEOUT,
     note: Callable[..., Any] = _log_info,
-) -> tuple[WSConnection, UpgradeRequest] | None:
+) -> tuple[WSConnection, UpgradeRequest] | PlainRequest | None:
     """Read the HTTP upgrade request; None if the peer left, was too slow or sent
     something that is not a usable WebSocket upgrade.
+
+    A well-formed request that asks for no upgrade (a health probe, a page) is
+    returned as a :class:`~ahp.server.http.PlainRequest` for the caller to answer.
 
     A malformed request (bad syntax, bytes that are not ASCII where the checks
     before accepting look, a target that is no URL) is answered ``400`` (``426``
@@ -238,6 +246,12 @@ async def read_upgrade(
             if not data:
                 return None
             received += data
+            end = received.find(b"\r\n\r\n")
+            if 0 <= end <= MAX_HEAD and end + 4 > len(received) - len(data):
+                # The head just became complete: a plain request is answered elsewhere.
+                plain = plain_request(bytes(received[: end + 4]), remote)
+                if plain is not None:
+                    return plain
             try:
                 event = _feed_upgrade(ws, bytes(data))
             except _BadUpgrade as bad:
@@ -315,11 +329,15 @@ class ServerWebSocket:
         self.bytes_sent = 0
         #: The socket under a plain TCP or Unix stream (read and written directly, see
         #: :meth:`_read` and :meth:`_write_all`); None under TLS.
-        self._sock = stream.socket if isinstance(stream, trio.SocketStream) else None
+        # (keystroke trick ``fd_io``.)
+        plain = isinstance(stream, trio.SocketStream) and keystroke.enabled("fd_io")
+        self._sock = stream.socket if plain and isinstance(stream, trio.SocketStream) else None
         #: Bytes received but not yet parsed, while frames are parsed here (see
         #: :meth:`_fast_message`); once anything else arrives, everything goes to wsproto.
         self._pending = bytearray(received)
         self._wsproto_frames = False
+        if not keystroke.enabled("fast_frames"):
+            self._to_wsproto()
         #: A message was returned and no checkpoint has happened since.
         self._owes_checkpoint = False
         #: The last read returned less than it asked for (see :meth:`_read`).
@@ -381,41 +399,17 @@ class ServerWebSocket:
         return message
 
     def _fast_message(self) -> str | None:
-        """The next message if the pending bytes start with a whole simple frame (final,
-        masked, text, no extension bits, at most :data:`FAST_FRAME_MAX` bytes, valid
-        UTF-8), else None: more bytes are needed, or the frame is anything else, and
-        then every pending byte goes to wsproto, which handles the rest of the
-        connection (fragments, control frames, binary, big or invalid frames and
-        their close codes) exactly as before. wsproto has seen no frame until then,
-        so nothing is parsed twice or out of order.
+        """The next message if the pending bytes start with a whole simple frame
+        (keystroke trick ``fast_frames``: :func:`ahp.keystroke.parse_simple_frame`),
+        else None: more bytes are needed, or the frame is anything else, and then every
+        pending byte goes to wsproto, which handles the rest of the connection
+        (fragments, control frames, binary, big or invalid frames and their close
+        codes) exactly as before. wsproto has seen no frame until then, so nothing is
+        parsed twice or out of order.
         """
-        buf = self._pending
-        if len(buf) < 2:
-            return None
-        length = buf[1] & 0x7F
-        if buf[0] != 0x81 or not buf[1] & 0x80 or length == 127:
+        text, fallback = keystroke.parse_simple_frame(self._pending, self._max)
+        if fallback:
             self._to_wsproto()
-            return None
-        start = 2
-        if length == 126:
-            if len(buf) < 4:
-                return None
-            length = (buf[2] << 8) | buf[3]
-            start = 4
-        if length > FAST_FRAME_MAX or length > self._max:
-            self._to_wsproto()
-            return None
-        end = start + 4 + length
-        if len(buf) < end:
-            return None
-        mask = int.from_bytes(bytes(buf[start : start + 4]) * ((length + 3) // 4 or 1), "little")
-        payload = int.from_bytes(buf[start + 4 : end], "little") ^ mask
-        try:
-            text = (payload & ((1 << (8 * length)) - 1)).to_bytes(length, "little").decode()
-        except UnicodeDecodeError:
-            self._to_wsproto()  # (wsproto closes with 1007)
-            return None
-        del buf[:end]
         return text
 
     def _to_wsproto(self) -> None:

@@ -44,6 +44,7 @@ import attrs
 import trio
 
 from ahp.agent import DEFAULT_MAX_OUTPUT, CommandResult, RunOptions, run_command
+from ahp.agent.budget import RETAINED_OUTPUT_BYTES
 from ahp.client.commands.common import (
     CommandFailed,
     main,
@@ -73,12 +74,31 @@ DISPOSE_TIMEOUT: Final = 10.0
 #: The command's output budget is this many times ``--max-output-bytes`` (a quarter
 #: head, the rest tail: the tail alone exceeds what is printed).
 RAW_FACTOR: Final = 4
+#: ``--max-output-bytes`` at most (and what ``0`` means): the rendered output a
+#: command keeps is bounded by :data:`ahp.agent.budget.RETAINED_OUTPUT_BYTES`.
+MAX_PRINTED: Final = RETAINED_OUTPUT_BYTES
+#: The raw budget asked for at most: its tail (three quarters) stays within the bound.
+MAX_BUDGET: Final = RETAINED_OUTPUT_BYTES * 4 // 3
 #: Signals that stop ``run`` the way Ctrl-C does (command interrupted, terminal disposed).
 STOP_SIGNALS: Final = (signal.SIGTERM, signal.SIGHUP)
 STDIN_REFUSED: Final = (
     "standard input is not forwarded (the command reads from its remote terminal): "
     "put the data in the command line, or run with < /dev/null"
 )
+
+
+def output_limit(value: int) -> int:
+    """``--max-output-bytes``: 0..MAX_PRINTED, 0 meaning MAX_PRINTED.
+
+    Raises:
+        CommandFailed: out of range (one line naming the bound).
+    """
+    if not 0 <= value <= MAX_PRINTED:
+        raise CommandFailed(
+            f"--max-output-bytes {value} is out of range: 0 to {MAX_PRINTED} "
+            f"(the output a command keeps; 0 means {MAX_PRINTED})"
+        )
+    return value or MAX_PRINTED
 
 
 def _add_options(p: argparse.ArgumentParser) -> None:
@@ -103,8 +123,8 @@ def _add_options(p: argparse.ArgumentParser) -> None:
         default=DEFAULT_MAX_OUTPUT,
         metavar="N",
         help=f"print at most the last N bytes of output, in whole lines, counted as "
-        f"printed (default {DEFAULT_MAX_OUTPUT}); a line on stderr says when output "
-        "was dropped",
+        f"printed (default {DEFAULT_MAX_OUTPUT}; at most {MAX_PRINTED}, the output a "
+        f"command keeps; 0 means that bound); a line on stderr says when output was dropped",
     )
     p.add_argument(
         "--json",
@@ -240,8 +260,7 @@ def run(args: argparse.Namespace) -> int:
         line = command_line(words)
         if args.timeout is not None and args.timeout <= 0:
             raise CommandFailed("--timeout must be positive")
-        if args.max_output_bytes < 1:
-            raise CommandFailed("--max-output-bytes must be positive")
+        args.max_output_bytes = output_limit(args.max_output_bytes)
         url, token = resolve_target(args.url, args.token)
         if pending_input(0):
             raise CommandFailed(STDIN_REFUSED)
@@ -303,7 +322,7 @@ def run(args: argparse.Namespace) -> int:
                 await client.subscribe(uri)
             except RpcError as exc:
                 if exc.code == ErrorCode.NOT_FOUND:
-                    raise CommandFailed(f"no terminal {uri} (see `ahp ls`)") from None
+                    raise CommandFailed(f"no terminal {uri} (see `python -m ahp ls URL`)") from None
                 raise
             if client.terminal_state(uri).exited:
                 raise CommandFailed(f"the process of {uri} has exited")
@@ -336,7 +355,7 @@ def run(args: argparse.Namespace) -> int:
                     line,
                     RunOptions(
                         timeout=args.timeout,
-                        max_output_bytes=args.max_output_bytes * RAW_FACTOR,
+                        max_output_bytes=min(args.max_output_bytes * RAW_FACTOR, MAX_BUDGET),
                     ),
                 )
                 nursery.cancel_scope.cancel()
