@@ -88,6 +88,13 @@ PURE_AGENT_MODULES = (
 )
 
 
+#: Modules of a layer that the layer's rule does not cover, and why.
+LAYER_EXCEPTIONS = {
+    # Non-pty execution runs a command on a Host (the engine), for the agent layer.
+    "ahp.agent.exec": "drives an engine Host",
+}
+
+
 def _module_name(path: Path) -> str:
     parts = list(path.relative_to(ROOT).with_suffix("").parts)
     if parts[-1] == "__init__":
@@ -225,7 +232,7 @@ def test_layers_import_nothing_above_them(layer: str, forbidden: tuple[str, ...]
     bad = [
         (name, target, line)
         for name in MODULES
-        if _in(name, layer)
+        if _in(name, layer) and name not in LAYER_EXCEPTIONS
         for target, line in _imports(name)
         if any(_in(target, f) for f in forbidden)
     ]
