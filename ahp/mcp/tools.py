@@ -173,6 +173,11 @@ COMMAND_RESULT_SCHEMA: Final = {
             "type": "integer",
             "description": "lines of typed text, echoed by the terminal, left out of output",
         },
+        "notes": {
+            "type": "array",
+            "items": {"type": "string"},
+            "description": "arguments clamped to their bounds, one sentence each",
+        },
         "truncated": {"type": "boolean"},
         "omitted_bytes": {"type": "integer"},
         "omitted_lines": {"type": "integer"},
@@ -433,6 +438,10 @@ TOOLS: Final[tuple[ToolSpec, ...]] = (
                 "cursor_row": {"type": "integer"},
                 "cursor_col": {"type": "integer"},
                 "alternate_screen": {"type": "boolean"},
+                "note": {
+                    "type": "string",
+                    "description": "present when the screen was rendered smaller than it is",
+                },
             },
             "required": ["terminal", "text", "cursor_row", "cursor_col", "alternate_screen"],
         },
