@@ -21,8 +21,8 @@ import pytest
 import trio
 
 import ahp
+from ahp.agent.budget import omission_marker
 from ahp.agent.exec import EXEC_TERMINALS_KEPT, exec_remote, find_exec, start_exec
-from ahp.budget import omission_marker
 from ahp.client import RpcError, connect
 from ahp.client.commands.exec import exec_status
 from ahp.engine import Host

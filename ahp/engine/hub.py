@@ -20,7 +20,8 @@ waits for the least-behind one that took a batch within the last
 if that client were the only viewer. A subscriber that stopped taking is not
 waited for after ``PACE_WINDOW`` (so a stalled viewer delays the pty at most
 that long, once) and is cut off by its own bound, as before; a slow viewer
-beside a faster one never slows the pty.
+beside a faster one never slows the pty. Outboxes created with ``paces=False``
+(recorders) are not considered at all.
 """
 
 from __future__ import annotations
@@ -110,7 +111,7 @@ class Hub:
         now = trio.current_time()
         best: Outbox | None = None
         for outbox in subscribers:
-            if outbox.overflowed or outbox.closed:
+            if outbox.overflowed or outbox.closed or not outbox.paces:
                 continue
             backlog = outbox.backlog
             if backlog <= min(PACE_BYTES, outbox.max_bytes // 2):
