@@ -30,6 +30,7 @@ import signal
 import ssl
 from collections.abc import AsyncIterator, Callable
 from typing import Any, Final, NoReturn
+from urllib.parse import urlencode
 
 import attrs
 import trio
@@ -225,7 +226,7 @@ async def serve_host(
     else:
         url = f"ws+unix://{options.unix}:/"
     if token is not None:
-        url += f"?tkn={token}"
+        url += "?" + urlencode({"tkn": token})  # (a token may hold '+', '/', '=')
     state = ServerState(host=host, max_terminals=options.max_terminals)
     config = ServerConfig(
         token=token,
