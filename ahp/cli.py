@@ -111,6 +111,15 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "(default: from every client with the token)",
     )
     p.add_argument(
+        "--child-nice",
+        type=int,
+        default=0,
+        choices=range(20),
+        metavar="N",
+        help="run terminals' processes at niceness N (0-19; default 0): busy children "
+        "then leave the server its CPU on a machine with few cores",
+    )
+    p.add_argument(
         "--record",
         metavar="DIR",
         help="record every terminal into DIR, one asciicast v3 file each (play: "
@@ -285,6 +294,7 @@ def _serve(args: argparse.Namespace) -> int:
         tls=tls,
         max_terminals=args.max_terminals,
         holder_only_input=args.holder_only_input,
+        child_nice=args.child_nice,
         record_dir=args.record,
         record=record,
         audit_log=args.audit_log,

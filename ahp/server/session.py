@@ -120,6 +120,7 @@ from ahp.record.audit import AuditLog
 from ahp.record.recorder import Recorder
 from ahp.record.wirelog import WireLog
 from ahp.reducers import heal_root
+from ahp.reducers.core import MAX_CLIENT_ID, MAX_URI, claim_problem, rejected_echo
 from ahp.server.clients import ClientRecord, ClientRegistry
 from ahp.server.processes import PROCESS_REQUESTS, Refused
 
@@ -245,6 +246,24 @@ class _Fail(Exception):
         self.code = code
         self.message = message
         self.data = data
+
+
+def _check_client_id(client_id: str) -> None:
+    """``-32602`` past :data:`~ahp.reducers.core.MAX_CLIENT_ID` (issue 25: the id is
+    repeated in every echo of the client's actions and in its claims)."""
+    if len(client_id) > MAX_CLIENT_ID:
+        raise _Fail(
+            ErrorCode.INVALID_PARAMS,
+            f"clientId is longer than {MAX_CLIENT_ID} characters",
+            {"path": "$.params.clientId", "limit": MAX_CLIENT_ID},
+        )
+
+
+def _check_claim(claim: TerminalClaim, path: str) -> None:
+    problem = claim_problem(claim)
+    if problem is not None:
+        field, message = problem
+        raise _Fail(ErrorCode.INVALID_PARAMS, message, {"path": f"{path}.{field}"})
 
 
 def _check_cwd(cwd: str) -> None:
@@ -458,6 +477,7 @@ class Session:
         if self.record is not None:
             raise _Fail(ErrorCode.METHOD_NOT_FOUND, "already initialized")
         p = structure(params, InitializeParams)
+        _check_client_id(p.clientId)
         version = negotiate(p.protocolVersions)
         if (audit := self.server.audit) is not None:
             audit.initialize(p.clientId, version, p.protocolVersions, peer=self.peer)
@@ -487,6 +507,7 @@ class Session:
             raise _Fail(ErrorCode.METHOD_NOT_FOUND, "already initialized")
         form = reconnect_form(params)
         p = structure(params, form)
+        _check_client_id(p.clientId)
         record = self.server.clients.resume(p.clientId)
         if (audit := self.server.audit) is not None:
             version = record.protocol_version if record is not None else None
@@ -595,6 +616,13 @@ class Session:
                 f"terminal channels use the {TERMINAL_SCHEME} scheme",
                 {"path": "$.params.channel"},
             )
+        if len(p.channel) > MAX_URI:
+            raise _Fail(
+                ErrorCode.INVALID_PARAMS,
+                f"a terminal URI is at most {MAX_URI} characters",
+                {"path": "$.params.channel", "limit": MAX_URI},
+            )
+        _check_claim(p.claim, "$.params.claim")
         if _CONTROL.search(p.channel):
             raise _Fail(
                 ErrorCode.INVALID_PARAMS,
@@ -749,7 +777,16 @@ class Session:
                     hub.send_to(self.outbox, ROOT_URI, heal)
             return
         if channel not in self.host:
-            return  # unknown channel: ignored, as the spec says
+            # Unknown (never created, or disposed): rejected to the sender, whose
+            # client may be waiting for the echo (the reference sends nothing at all).
+            hub.reject(
+                self.outbox,
+                channel,
+                rejected_echo(action),
+                origin,
+                f"no terminal {_short(channel)!r} on this server (never created, or disposed)",
+            )
+            return
         if problem is not None:
             hub.reject(self.outbox, channel, action, origin, problem)
             return
