@@ -224,7 +224,7 @@ async def test_attach_host_slash_name_picks_the_host() -> None:
 
 
 async def test_mcp_over_two_hosts(tmp_path: Path) -> None:
-    from tests.test_mcp import _text, mcp_session
+    from tests.test_mcp import _text, mcp_session, terminal_rows
 
     async with in_process_hosts(2) as hosts:
         (first, first_car), (second, second_car) = hosts
@@ -233,8 +233,7 @@ async def test_mcp_over_two_hosts(tmp_path: Path) -> None:
             tmp_path, "--connect", first_car.url, "--connect", second_car.url
         ) as session:
             listed = await session.call_tool("list_terminals", {})
-            names = sorted(row["terminal"] for row in listed.structured_content["terminals"])
-            assert names == sorted(["t1", f"ahp-terminal:/{other}/t1"])
+            assert sorted(terminal_rows(listed)) == sorted(["t1", f"ahp-terminal:/{other}/t1"])
             ran = await session.call_tool(
                 "run_command",
                 {"terminal": f"ahp-terminal:/{other}/t1", "command": "echo two-$((1+1))"},
