@@ -73,9 +73,10 @@ INSTRUCTIONS: Final = (
     "(cwd, environment, running servers) persists between calls. run_command runs a command "
     "line and returns its exit code and rendered output; it returns early when the command "
     "waits for input (answer with send_input) or is still running after yield_after seconds "
-    "(follow with read_output / wait_command, stop with interrupt / kill_command). Run long-lived "
-    "processes (dev servers, watchers) in their own named terminal. A person may be watching "
-    "the terminals live."
+    "(follow with read_output / wait_command, stop with interrupt / kill_command). Each later "
+    "answer about a command shows only the output new since the previous one (full=true for "
+    "all of it). Run long-lived processes (dev servers, watchers) in their own named terminal. "
+    "A person may be watching the terminals live."
 )
 
 
