@@ -94,6 +94,8 @@ RECORD_MAX_BYTES: Final = 64 * 1024 * 1024
 RECORD_BUFFER_BYTES: Final = 1024 * 1024
 #: Envelopes waiting for the recorder, at most (bytes of memory); past it, a resync.
 RECORD_OUTBOX_BYTES: Final = 1024 * 1024
+#: Seconds the writer gathers lines before a write (less once the buffer is half full).
+RECORD_WRITE_DELAY: Final = 0.05
 #: Seconds the recorder spends writing what is buffered when it ends or is cancelled.
 RECORD_CLOSE_TIMEOUT: Final = 2.0
 #: Room kept under the size bound for the last marker (bytes).
@@ -167,6 +169,7 @@ class Recorder:
         self._buffered = 0
         self._room = trio.lowlevel.ParkingLot()  # the writer took the buffer
         self._work = trio.lowlevel.ParkingLot()  # something to write
+        self._half = trio.lowlevel.ParkingLot()  # the buffer is half full
         self._in_flight = False
         self._rest = memoryview(b"")  # what the write in progress has still to write
         self._closing = False  # the writer returns once the buffer is empty
@@ -218,6 +221,8 @@ class Recorder:
         self.size += len(line)
         self.peak_buffered = max(self.peak_buffered, self._buffered)
         self._work.unpark_all()
+        if self._half and self._buffered * 2 >= self.options.buffer_bytes:
+            self._half.unpark_all()
 
     def _event(self, code: str, data: str) -> bool:
         self.events += 1
@@ -351,6 +356,10 @@ class Recorder:
                     if self._closing:
                         return
                     await self._work.park()
+                if not self._closing and self._buffered * 2 < self.options.buffer_bytes:
+                    # Gather: one write (one worker-thread hop) per RECORD_WRITE_DELAY.
+                    with trio.move_on_after(RECORD_WRITE_DELAY):
+                        await self._half.park()
                 chunk = self._take()
                 self._in_flight = True
                 try:
@@ -437,6 +446,7 @@ class Recorder:
         here); a reader that stays stalled loses the rest."""
         self._closing = True
         self._work.unpark_all()
+        self._half.unpark_all()
         with trio.move_on_after(RECORD_CLOSE_TIMEOUT):
             await self._writer_done.wait()
             while self._buffer and not self._failed:
