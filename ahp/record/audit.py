@@ -9,7 +9,8 @@ when. Each line is a JSON object with ``ts`` (UTC, ISO 8601 with milliseconds),
 =====================  ===================================================================
 ``event``              fields
 =====================  ===================================================================
-``connection``         ``peer``, ``accepted`` (bool), ``reason`` (refused: why), ``path``
+``connection``         ``peer``, ``accepted`` (bool), ``reason`` (refused: why; a
+                       malformed upgrade: ``bad request: …``), ``path``
 ``disconnected``       ``peer``, ``clientId``, ``code`` (the close code)
 ``initialize``         ``clientId``, ``protocolVersion`` (None: refused), ``offered``,
                        ``peer``; ``reconnect`` (bool)

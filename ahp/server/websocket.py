@@ -116,6 +116,8 @@ ECHO_PAIR_WAIT: Final = 0.002
 CLOSE_TIMEOUT: Final = 1.0
 #: The close reason sent to a client whose outbox overflowed.
 OVERFLOW_CLOSE: Final = (1013, "outbound buffer full; reconnect to resume")
+#: Longest refusal reason written to the audit log (characters).
+_AUDIT_REASON: Final = 200
 LOOPBACK_NAMES: Final = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})
 
 
@@ -341,7 +343,7 @@ async def _authenticate(
 ) -> tuple[ServerWebSocket, UpgradeRequest] | None:
     """Read and check the upgrade; the accepted connection, or None (answered and
     closed: malformed, refused, a plain HTTP request, or the peer left)."""
-    upgrade = await read_upgrade(stream, timeout=math.inf, note=_note_info(notes))
+    upgrade = await read_upgrade(stream, timeout=math.inf, note=_note_info(notes, audit))
     if upgrade is None:
         return None
     if isinstance(upgrade, PlainRequest):
@@ -375,9 +377,14 @@ async def _authenticate(
     return ws, request
 
 
-def _note_info(notes: RateLimitedLog) -> Callable[..., Any]:
+def _note_info(notes: RateLimitedLog, audit: AuditLog | None = None) -> Callable[..., Any]:
     def note(kind: str, message: str, *args: Any) -> None:
         notes.log(kind, logging.INFO, message, *args)
+        if audit is not None and args:
+            # read_upgrade's notes: (remote, why) for a malformed request, (remote,) for
+            # a timeout. Every such peer is refused (400, or dropped).
+            why = f"{kind}: {args[1]}" if len(args) > 1 else kind
+            audit.connection(str(args[0]), accepted=False, reason=why[:_AUDIT_REASON])
 
     return note
 
