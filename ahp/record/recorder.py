@@ -105,6 +105,8 @@ _NAME_LIMIT: Final = 100
 #: The last marker of a recording stopped before its terminal ended (cancelled: the
 #: server shut down, or the library's nursery was cancelled).
 STOPPED_MARKER: Final = "recording stopped before the terminal ended"
+#: Recording paths remembered as handed out (until their files exist), at most.
+_NAMES_REMEMBERED: Final = 1024
 #: Terminal type recorded in the header (what the host sets for its terminals).
 TERM_TYPE: Final = "xterm-256color"
 
@@ -132,18 +134,19 @@ class RecordOptions:
 
 
 _UNSAFE: Final = re.compile(r"[^A-Za-z0-9._-]+")
+_DOTS: Final = re.compile(r"\.{2,}")
 
 
 def recording_name(uri: str, started: float | None = None) -> str:
     """A stable, safe file name for a terminal's recording:
     ``<UTC start, to the second>-<the URI's path, sanitised>.cast``.
 
-    Only ``[A-Za-z0-9._-]`` appear (no ``/``, no leading dot), at most about
+    Only ``[A-Za-z0-9._-]`` appear (no ``/``, no leading dot, never ``..``), at most about
     120 bytes, so the name is safe in any directory and in a URL path.
     """
     when = time.gmtime(time.time() if started is None else started)
     stem = uri.split(":", 1)[-1]
-    safe = _UNSAFE.sub("-", stem).strip("-.") or "terminal"
+    safe = _DOTS.sub(".", _UNSAFE.sub("-", stem)).strip("-.") or "terminal"
     return f"{time.strftime('%Y%m%dT%H%M%SZ', when)}-{safe[:_NAME_LIMIT]}.cast"
 
 
@@ -496,6 +499,7 @@ async def record_host(
     await trio.to_thread.run_sync(lambda: folder.mkdir(mode=0o700, parents=True, exist_ok=True))
     opts = options or RecordOptions()
     recorders: dict[str, Recorder] = {}
+    handed_out: set[Path] = set()
     async with trio.open_nursery() as nursery:
 
         async def run(recorder: Recorder) -> None:
@@ -513,9 +517,14 @@ async def record_host(
             name = recording_name(terminal.uri)
             path = folder / name
             n = 1
-            while path.exists():  # (the same URI again within a second)
+            # The same name again within a second (the same URI, or two that sanitise
+            # alike): a file there, or one handed out and not opened yet.
+            while path in handed_out or path.exists():
                 n += 1
                 path = folder / name.replace(".cast", f"-{n}.cast")
+            if len(handed_out) >= _NAMES_REMEMBERED:
+                handed_out.clear()  # (older names exist as files by now)
+            handed_out.add(path)
             recorder = Recorder(terminal, path, opts)
             recorders[terminal.uri] = recorder
             nursery.start_soon(run, recorder)
