@@ -26,7 +26,7 @@ from ahp.record.asciicast import (
     parse_command_marker,
     size_bound_marker,
 )
-from ahp.record.recorder import STOPPED_MARKER
+from ahp.record.recorder import DISPOSED_MARKER, STOPPED_MARKER
 from ahp.server import ServeOptions
 from tests.helpers import TIMEOUT, open_fds, wait_for_text
 from tests.wire import TOKEN, peer, running_server
@@ -112,6 +112,7 @@ async def test_input_is_recorded_only_when_asked_and_late_start_keeps_the_screen
     _, events = read_cast(path)
     assert events[0].code == "o" and "before-recording" in events[0].data
     assert output_of(events) == expected
+    assert events[-1] == Event(events[-1].interval, "m", DISPOSED_MARKER)
     assert [e.data for e in events if e.code == "i"] == ["echo typed-123\n"]
 
 

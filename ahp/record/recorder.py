@@ -105,6 +105,8 @@ _NAME_LIMIT: Final = 100
 #: The last marker of a recording stopped before its terminal ended (cancelled: the
 #: server shut down, or the library's nursery was cancelled).
 STOPPED_MARKER: Final = "recording stopped before the terminal ended"
+#: The last marker of a terminal disposed while its process was running.
+DISPOSED_MARKER: Final = "terminal disposed while running"
 #: Recording paths remembered as handed out (until their files exist), at most.
 _NAMES_REMEMBERED: Final = 1024
 #: Terminal type recorded in the header (what the host sets for its terminals).
@@ -181,6 +183,7 @@ class Recorder:
         self._failed = False  # the writer stopped after an error
         self._commands: dict[str, str] = {}
         self._header_written = False
+        self._exited = False
         self._fd = -1
         self._nonblocking = False
         #: Bytes accepted into the file (header included), bounded by ``options.max_bytes``.
@@ -292,6 +295,7 @@ class Recorder:
             return self._event("m", asciicast.command_finished(line, action.exitCode))
         if cls is TerminalExited:
             assert isinstance(action, TerminalExited)
+            self._exited = True
             if action.exitCode is None:
                 return self._event("m", "exited without an exit code (killed by a signal)")
             return self._event("x", str(action.exitCode))
@@ -442,6 +446,9 @@ class Recorder:
                 return
             if self._buffered > self.options.buffer_bytes:
                 await self._wait_for_room()
+        if not self._exited and self._header_written and self.terminal.pid is not None:
+            # Disposed while its process ran: no exit event follows.
+            self._event("m", DISPOSED_MARKER)
 
     async def _drain(self, nursery: trio.Nursery) -> None:
         """Write what is buffered, for at most RECORD_CLOSE_TIMEOUT s: the writer
