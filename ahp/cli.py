@@ -111,6 +111,15 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "(default: from every client with the token)",
     )
     p.add_argument(
+        "--child-nice",
+        type=int,
+        default=0,
+        choices=range(20),
+        metavar="N",
+        help="run terminals' processes at niceness N (0-19; default 0): busy children "
+        "then leave the server its CPU on a machine with few cores",
+    )
+    p.add_argument(
         "--record",
         metavar="DIR",
         help="record every terminal into DIR, one asciicast v3 file each (play: "
@@ -240,6 +249,9 @@ def _serve(args: argparse.Namespace) -> int:
     )
 
     logging.basicConfig(level=args.log_level.upper(), format=LOG_FORMAT, stream=sys.stderr)
+    # A token read from a file (a mounted secret) is not printed: the operator has it,
+    # and stdout is a container's log.
+    from_file = bool(os.environ.get("AHP_TOKEN_FILE")) and not args.token
     try:
         env_token = take_environment_token()  # (also out of the terminals' environment)
     except TokenFileError as exc:
@@ -282,6 +294,7 @@ def _serve(args: argparse.Namespace) -> int:
         tls=tls,
         max_terminals=args.max_terminals,
         holder_only_input=args.holder_only_input,
+        child_nice=args.child_nice,
         record_dir=args.record,
         record=record,
         audit_log=args.audit_log,
@@ -296,7 +309,7 @@ def _serve(args: argparse.Namespace) -> int:
     def ready(sidecar: Sidecar) -> None:
         nonlocal listening
         listening = True
-        print(sidecar.url, flush=True)
+        print(sidecar.url.split("?", 1)[0] if from_file else sidecar.url, flush=True)
         shown = args.unix or f"{args.host}:{sidecar.port}"
         logging.getLogger("ahp.server").info("listening on %s", shown)
 

@@ -36,6 +36,10 @@ from ahp.client import connect
 from ahp.server import ServeOptions
 
 
+def _bytes_under(directory: Path) -> int:
+    return sum(f.stat().st_size for f in directory.rglob("*") if f.is_file())
+
+
 async def main(args: argparse.Namespace) -> None:
     scratch = Path(tempfile.mkdtemp(prefix="bench-record-"))
     options = ServeOptions(
@@ -67,7 +71,7 @@ async def main(args: argparse.Namespace) -> None:
                 await client.dispose_terminal(uri)
             nursery.cancel_scope.cancel()
         rtts.sort()
-        written = sum(f.stat().st_size for f in scratch.rglob("*") if f.is_file())
+        written = _bytes_under(scratch)
         what = [n for n in ("record", "audit_log", "wire_log") if getattr(args, n)] or ["none"]
         print(
             f"logs={'+'.join(what)} flood={args.mb / flood:.1f} MB/s "

@@ -322,7 +322,9 @@ async def test_the_token_comes_from_the_file_and_stays_out_of_ps_and_terminals(
     token_file = tmp_path / "token"
     token_file.write_text("file-token-123\n")
     async with sidecar(tmp_path, env={"AHP_TOKEN_FILE": str(token_file)}) as served:
-        assert served.token == "file-token-123"
+        # A token from a file is not printed (stdout is a container's log).
+        assert "?" not in served.url
+        served.url += "?tkn=file-token-123"
         cmdline = Path(f"/proc/{served.proc.pid}/cmdline").read_bytes()  # noqa: ASYNC240
         assert b"file-token-123" not in cmdline
         async with peer(served.url) as p:
@@ -336,6 +338,7 @@ async def test_the_token_comes_from_the_file_and_stays_out_of_ps_and_terminals(
         served.proc.send_signal(signal.SIGTERM)
         with trio.fail_after(TIMEOUT):
             assert await served.proc.wait() == 0
+        assert "file-token-123" not in served.stderr.read_text()
 
 
 @pytest.mark.parametrize(

@@ -205,12 +205,20 @@ async def test_rejections_go_to_the_sender_only_and_heal() -> None:
             await b.dispatch(T1, bad)
             got = await b.action(lambda x, t=bad["type"]: x["action"]["type"] == t)
             assert got["rejectionReason"], bad
-            assert got["action"] == bad
+            # Forged output is echoed without its text: a mirror that applies rejected
+            # echoes (the upstream ones do) keeps none of it (issue 25).
+            assert got["action"] == (
+                {"type": "terminal/data", "data": ""} if bad["type"] == "terminal/data" else bad
+            )
             if bad["type"] == "terminal/resized" and isinstance(bad.get("cols"), int):
                 heal = await b.action(lambda x: x["action"]["type"] == "terminal/resized")
                 assert heal["action"] == {"type": "terminal/resized", "cols": 80, "rows": 24}
-        # An unknown channel: ignored, no echo. Then a marker to prove nothing came before it.
-        await b.dispatch("ahp-terminal:/nope", {"type": "terminal/input", "data": "x"})
+        # An unknown channel: rejected to bob only (issue 25: never dropped). Then a marker
+        # to prove alice saw nothing of it.
+        nope = await b.dispatch("ahp-terminal:/nope", {"type": "terminal/input", "data": "x"})
+        got = await b.action(lambda x: x["channel"] == "ahp-terminal:/nope")
+        assert got["origin"] == {"clientId": "bob", "clientSeq": nope}
+        assert "no terminal" in got["rejectionReason"]
         await b.dispatch(T1, {"type": "terminal/titleChanged", "title": "marker"})
         title = await b.action(
             lambda x: x["channel"] == T1 and x["action"]["type"] == "terminal/titleChanged"

@@ -30,7 +30,7 @@ from ahp.pty import SpawnError, SpawnSpec
 from ahp.pty.environment import NONINTERACTIVE_ENV
 from ahp.pty.spec import validate
 from ahp.reducers import DEFAULT_SCROLLBACK
-from ahp.reducers.core import MAX_TITLE
+from ahp.reducers.core import MAX_TITLE, normal_title
 from ahp.shell import ShellLaunch, prepare_shell, remove_launch_files
 
 __all__ = ["DISPOSE_GRACE", "Launch", "TerminalSpec", "default_shell", "discard", "prepare_launch"]
@@ -73,6 +73,9 @@ class TerminalSpec:
     scrollback: int = DEFAULT_SCROLLBACK
     grace: float = DISPOSE_GRACE
     interactive: bool = False
+    #: Niceness added to the process (``os.setpriority`` right after the spawn; its
+    #: descendants inherit it): 0 leaves it at the server's.
+    nice: int = 0
     #: Load the user's startup files (``~/.bashrc``, ...) before command detection; False
     #: starts the shell without them (:func:`ahp.shell.prepare_shell` ``user_rc``).
     user_rc: bool = True
@@ -158,7 +161,7 @@ def prepare_launch(spec: TerminalSpec, *, nonce: str) -> Launch:
         raise
     program = spec.argv[0] if spec.argv else shell.argv[0]
     title = spec.name or os.path.basename(program)
-    return Launch(spawn=spawn, shell=shell, title=title[:MAX_TITLE], cwd_uri=cwd_uri)
+    return Launch(spawn=spawn, shell=shell, title=normal_title(title[:MAX_TITLE]), cwd_uri=cwd_uri)
 
 
 def discard(launch: Launch) -> None:

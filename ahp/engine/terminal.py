@@ -16,8 +16,12 @@ that owns one job, and the state has exactly one writer, the reducer task::
   exited and the pty stayed quiet for :data:`EXIT_LINGER`, it closes its channel.
 * **parse** drives an :class:`~ahp.vt.OutputParser` (bytes in, actions out, the
   clocks passed in): UTF-8, escape scanning, shell-integration marks, titles and
-  cwd reports. When the reader's channel ends it flushes the parser and tells
-  the reducer that the output ended.
+  cwd reports. Only the last title change of a batch is kept
+  (:func:`ahp.vt.parser.compact`); output that parses slowly (dense escape
+  sequences) is fed in slices of :data:`PARSE_SLICE` bytes with a checkpoint
+  between, so one terminal's output never holds the loop for long. When the
+  reader's channel ends it flushes the parser and tells the reducer that the
+  output ended.
 * **reducer** drives a :class:`~ahp.reducers.TerminalCore` (state, claim and
   rejection rules, healing values, scrollback, catalogue changes): it applies
   parsed output, client and library actions (:meth:`Terminal.dispatch`) and the
@@ -75,6 +79,7 @@ from typing import Final, TypeVar
 
 import trio
 
+from ahp import keystroke
 from ahp.agent.screen import Screen, ScreenModel
 from ahp.engine.hub import PACE_WINDOW, Hub
 from ahp.engine.launch import Launch, TerminalSpec
@@ -94,7 +99,7 @@ from ahp.protocol.state import Snapshot, TerminalClaim, TerminalInfo, TerminalSt
 from ahp.pty import Child, ChildGone, SpawnError, kill_session, procfs, spawn
 from ahp.pty.pump import ReadPump
 from ahp.reducers import Rejected, TerminalCore
-from ahp.reducers.core import MAX_DIMENSION, MAX_PENDING_INPUT
+from ahp.reducers.core import MAX_DIMENSION, MAX_PENDING_INPUT, rejected_echo
 from ahp.run import (
     FOLLOW_BYTES,
     CommandRegistry,
@@ -103,6 +108,7 @@ from ahp.run import (
     evidence_of,
 )
 from ahp.vt import OutputParser
+from ahp.vt.parser import compact
 
 __all__ = [
     "EXIT_LINGER",
@@ -128,18 +134,20 @@ READ_BATCH: Final = 16 * 1024
 #: Under sustained output (a batch came back full), read in a thread of the pty-read
 #: task's own while the stages work (:mod:`ahp.pty.pump`); False reads on the loop only.
 THREADED_READS: bool = os.environ.get("AHP_THREADED_READS", "1") != "0"
-#: A first read shorter than this ends its batch at once (see the pty-read task).
-SMALL_READ: Final = 256
+#: A first read shorter than this ends its batch at once (keystroke trick ``small_read``).
+SMALL_READ: Final = keystroke.SMALL_READ if keystroke.enabled("small_read") else 0
+#: Output the parse task feeds in one step once parsing is slow (escape-dense output
+#: costs the scanner ~2 us a byte: 16 KB held the loop ~25 ms); between slices it
+#: checkpoints. Output that parses fast is fed whole.
+PARSE_SLICE: Final = 2048
+#: Seconds a read batch may take to parse before parsing counts as slow.
+PARSE_STEP: Final = 0.004
 #: Batches queued from pty-read to parse (at most READ_BATCH bytes each).
 PARSE_QUEUE: Final = 4
 #: Items queued for the reducer: parsed batches, client and library actions, the exit.
 REDUCER_QUEUE: Final = 64
 #: Input chunks queued for the input-write task (bytes bounded by MAX_PENDING_INPUT).
 INPUT_QUEUE: Final = 1024
-#: Input of at most this many bytes (a keystroke) is followed by a short spin (see
-#: Terminal._spin_for_echo), at most ECHO_SPIN seconds.
-ECHO_SPIN_INPUT: Final = 8
-ECHO_SPIN: Final = 0.0002
 #: After the process exits, a pty still held open is read until quiet this long.
 EXIT_LINGER: Final = 0.1
 #: How long a command's jobs may take to ``exec`` before they are reported as they are.
@@ -306,7 +314,7 @@ class Terminal(CommandSurface):
 
     def snapshot(self) -> Snapshot:
         """The state with the global ``serverSeq`` it reflects."""
-        return Snapshot(resource=self.uri, state=self._core.state, fromSeq=self._hub.seq)
+        return Snapshot(resource=self.uri, state=self._core.snapshot_state(), fromSeq=self._hub.seq)
 
     def subscribe(self, *, max_bytes: int | None = None, paces: bool = True) -> Subscription:
         """Follow this terminal: a :class:`Snapshot`, then every later envelope.
@@ -345,8 +353,9 @@ class Terminal(CommandSurface):
         included): accepted and published, or rejected to ``sender`` only. Returns
         once the action is queued (waiting while the reducer's channel is full:
         backpressure); with ``wait`` only once the reducer has decided on it and
-        told the catalogue (or the terminal closed). Ignored once the terminal
-        is closing.
+        told the catalogue (or the terminal closed). A client's action (``origin``)
+        that reaches a terminal not running (starting, closing) is rejected to
+        ``sender``; the library's is ignored then.
 
         ``checkpoint=False`` is for a caller whose own loop checkpoints (a
         connection's reader, which waits for the next frame next): queued at once,
@@ -357,7 +366,8 @@ class Terminal(CommandSurface):
             try:
                 await _send(self._to_reducer, _ClientAction(action, origin, sender, decided))
             except (trio.BrokenResourceError, trio.ClosedResourceError):
-                pass  # the reducer ended meanwhile: the terminal is closing
+                # The reducer ended meanwhile: the terminal is closing.
+                self._refuse_closing(action, origin, sender)
             else:
                 if decided is None:
                     if checkpoint:
@@ -373,6 +383,7 @@ class Terminal(CommandSurface):
                     await decided.wait()
                     nursery.cancel_scope.cancel()
                 return
+        self._refuse_closing(action, origin, sender)
         await trio.lowlevel.checkpoint()
 
     async def send_input(self, data: str | bytes) -> None:
@@ -520,6 +531,9 @@ class Terminal(CommandSurface):
             with self._cancel_scope:  # close() during the spawn cancels it too
                 child = await spawn(launch.spawn)  # SpawnError: nothing started
                 self._child = child
+                if spec.nice:
+                    with contextlib.suppress(OSError):  # (it may have exited already)
+                        os.setpriority(os.PRIO_PROCESS, child.pid, spec.nice)
                 try:
                     await self._run_stages(child, task_status)
                 except Exception as exc:  # one terminal's failure ends that terminal only
@@ -575,9 +589,20 @@ class Terminal(CommandSurface):
                 item = inbox.receive_nowait()
             except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
                 break
-            if isinstance(item, _ClientAction) and item.decided is not None:
-                item.decided.set()
+            if isinstance(item, _ClientAction):
+                self._refuse_closing(item.action, item.origin, item.sender)
+                if item.decided is not None:
+                    item.decided.set()
         inbox.close()
+
+    def _refuse_closing(
+        self, action: StateAction, origin: ActionOrigin | None, sender: Outbox | None
+    ) -> None:
+        """A client's action that reached a closing terminal: rejected to its sender
+        (a client waiting for its echo must get an answer), never silently dropped."""
+        if origin is not None:
+            reason = "the terminal is not running (starting, or closing)"
+            self._hub.reject(sender, self.uri, rejected_echo(action), origin, reason)
 
     def close(self) -> None:
         """Start disposal: cancel the tasks; :meth:`lifetime` then terminates and reaps."""
@@ -689,6 +714,7 @@ class Terminal(CommandSurface):
             use_pty=self.spec.use_pty, nonce=self.nonce if self.integrated else None
         )
         to_reducer = self._to_reducer
+        slow = False  # the last feed was slow: feed in slices (see PARSE_SLICE)
         async with inbox:
             while True:
                 try:
@@ -711,11 +737,24 @@ class Terminal(CommandSurface):
                     more.append(extra)
                 if more is not None:
                     data = b"".join(more)
-                actions = parser.feed(
-                    data, wall_ms=int(time.time() * 1000), mono_ms=time.monotonic() * 1000
-                )
-                if actions:
-                    await _send(to_reducer, actions)
+                if slow and len(data) > PARSE_SLICE:
+                    pieces = [data[i : i + PARSE_SLICE] for i in range(0, len(data), PARSE_SLICE)]
+                else:
+                    pieces = [data]
+                for index, piece in enumerate(pieces):
+                    if index:
+                        await trio.lowlevel.checkpoint()  # (a slow slice: others get a turn)
+                    start = time.perf_counter()
+                    actions = compact(
+                        parser.feed(
+                            piece, wall_ms=int(time.time() * 1000), mono_ms=time.monotonic() * 1000
+                        )
+                    )
+                    # Slow when a whole read batch of such output would hold the loop
+                    # longer than PARSE_STEP (escape-dense output costs ~2 us a byte).
+                    slow = (time.perf_counter() - start) * READ_BATCH > PARSE_STEP * len(piece)
+                    if actions:
+                        await _send(to_reducer, actions)
         tail = parser.close(wall_ms=int(time.time() * 1000), mono_ms=time.monotonic() * 1000)
         if tail:
             await _send(to_reducer, tail)
@@ -758,8 +797,6 @@ class Terminal(CommandSurface):
                     written = child.write_nowait(data)
                     if written < len(data):
                         await child.write(data[written:] if written else data)
-                    elif len(data) <= ECHO_SPIN_INPUT:
-                        await self._spin_for_echo()
                 except (ChildGone, trio.ClosedResourceError):
                     self._input_gone = True  # later input is published but not written
                     return
@@ -767,17 +804,6 @@ class Terminal(CommandSurface):
                     # Nothing is pending once the input side is gone (what is still
                     # queued is dropped with the channel).
                     self._pending_input = 0 if self._input_gone else self._pending_input - len(data)
-
-    async def _spin_for_echo(self) -> None:
-        """After a keystroke reached the pty, keep the scheduler polling (checkpoints)
-        until the pty-read task has read its echo, for at most :data:`ECHO_SPIN`
-        seconds: the process does not go to sleep in ``epoll_wait`` only to be woken
-        by the kernel's echo tens of microseconds later (a sleep and a wake-up cost
-        more than the wait on a virtual machine)."""
-        before = self.read_batches
-        deadline = trio.current_time() + ECHO_SPIN
-        while self.read_batches == before and trio.current_time() < deadline:
-            await trio.lowlevel.checkpoint()
 
     # -- reducer -------------------------------------------------------------------------------
 
@@ -832,8 +858,7 @@ class Terminal(CommandSurface):
 
     def _apply(self, action: StateAction, origin: ActionOrigin | None = None) -> None:
         """Apply an action to the state and publish it (the reducer task only)."""
-        self._core.apply(action)
-        self._hub.publish(self.uri, action, origin)
+        self._hub.publish(self.uri, self._core.apply(action), origin)
 
     def _maybe_exited(self) -> None:
         """Apply ``terminal/exited`` once the output ended and the exit code is known."""
@@ -852,7 +877,7 @@ class Terminal(CommandSurface):
                     "terminal %s: %s rejected: %s", self.uri, action_type(action), verdict.reason
                 )
                 return
-            self._hub.reject(sender, self.uri, action, origin, verdict.reason)
+            self._hub.reject(sender, self.uri, rejected_echo(action), origin, verdict.reason)
             if verdict.heal is not None:
                 # Some clients' mirrors apply even rejected echoes: send them the true value.
                 self._hub.send_to(sender, self.uri, verdict.heal)

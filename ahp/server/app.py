@@ -35,6 +35,7 @@ import attrs
 import trio
 
 from ahp.engine import Host, open_host
+from ahp.engine.memory import configure_allocator
 from ahp.pty.reap import kill_session
 from ahp.record import RecordOptions, record_host
 from ahp.record.audit import AuditLog
@@ -142,6 +143,8 @@ class ServeOptions:
     #: Take clients' input and signals only from the holder of a terminal's client claim
     #: (sets :attr:`ahp.engine.Host.holder_only_input`).
     holder_only_input: bool = False
+    #: Niceness of the terminals' processes (:attr:`ahp.engine.Host.child_nice`).
+    child_nice: int = 0
     #: Record every terminal into this directory, one asciicast v3 file each
     #: (:func:`ahp.record.record_host`; ``serve --record``).
     record_dir: str | None = None
@@ -235,6 +238,7 @@ async def serve_host(
     )
     if options.holder_only_input:
         host.holder_only_input = True
+    host.child_nice = options.child_nice
     try:
         async with trio.open_nursery() as nursery:
             await _start_records(nursery, state, options, token)
@@ -292,6 +296,9 @@ async def run_sidecar(
     """
     env_token = take_environment_token()
     options = attrs.evolve(options, token=options.token or env_token)
+    # Large blocks (frames, snapshots, catalogues) are returned to the system when freed
+    # (ahp.engine.memory): a long-running server returns close to its baseline.
+    configure_allocator()
     kwargs = {} if scrollback is None else {"scrollback": scrollback}
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with open_host(shell=shell, user_rc=user_rc, **kwargs) as host:

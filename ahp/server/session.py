@@ -43,7 +43,7 @@ from typing import Any, Final, NoReturn
 import attrs
 import trio
 
-from ahp import __version__
+from ahp import __version__, keystroke
 from ahp.engine import Host, Outbox, Terminal, TerminalExists, TerminalNotFound
 from ahp.engine.envelopes import Published
 from ahp.protocol.actions import (
@@ -66,15 +66,25 @@ from ahp.protocol.codec import (
     unstructure,
 )
 from ahp.protocol.commands import (
+    ChannelMissing,
     ChannelParams,
+    ChannelRecovery,
+    ChannelReplay,
+    ChannelSnapshot,
     CreateTerminalParams,
     DispatchActionParams,
     Implementation,
     InitializeParams,
     InitializeResult,
     ListSessionsParams,
+    ListSessionsResult,
+    ReconnectChannels,
     ReconnectCursorParams,
     ReconnectParams,
+    ReconnectReplay,
+    ReconnectSnapshot,
+    ResumedWindows,
+    SubscribeResult,
     reconnect_form,
 )
 from ahp.protocol.dialect import (
@@ -84,7 +94,7 @@ from ahp.protocol.dialect import (
     envelope_json,
     negotiate,
     projects,
-    snapshot_json,
+    result_json,
 )
 from ahp.protocol.jsonrpc import (
     ErrorCode,
@@ -110,6 +120,7 @@ from ahp.record.audit import AuditLog
 from ahp.record.recorder import Recorder
 from ahp.record.wirelog import WireLog
 from ahp.reducers import heal_root
+from ahp.reducers.core import MAX_CLIENT_ID, MAX_URI, claim_problem, rejected_echo
 from ahp.server.clients import ClientRecord, ClientRegistry
 from ahp.server.processes import PROCESS_REQUESTS, Refused
 
@@ -195,6 +206,8 @@ class ServerState:
         self.host.holder_only_input = value
 
 
+#: Whether the reader's input dispatch takes a checkpoint (keystroke trick ``no_checkpoint``).
+_DISPATCH_CHECKPOINT: Final = not keystroke.enabled("no_checkpoint")
 #: C0 and C1 control characters and DEL: never part of a terminal URI we accept.
 _CONTROL: Final = re.compile("[\x00-\x1f\x7f-\x9f]")
 #: Longest piece of client input quoted back in an error message.
@@ -233,6 +246,24 @@ class _Fail(Exception):
         self.code = code
         self.message = message
         self.data = data
+
+
+def _check_client_id(client_id: str) -> None:
+    """``-32602`` past :data:`~ahp.reducers.core.MAX_CLIENT_ID` (issue 25: the id is
+    repeated in every echo of the client's actions and in its claims)."""
+    if len(client_id) > MAX_CLIENT_ID:
+        raise _Fail(
+            ErrorCode.INVALID_PARAMS,
+            f"clientId is longer than {MAX_CLIENT_ID} characters",
+            {"path": "$.params.clientId", "limit": MAX_CLIENT_ID},
+        )
+
+
+def _check_claim(claim: TerminalClaim, path: str) -> None:
+    problem = claim_problem(claim)
+    if problem is not None:
+        field, message = problem
+        raise _Fail(ErrorCode.INVALID_PARAMS, message, {"path": f"{path}.{field}"})
 
 
 def _check_cwd(cwd: str) -> None:
@@ -446,6 +477,7 @@ class Session:
         if self.record is not None:
             raise _Fail(ErrorCode.METHOD_NOT_FOUND, "already initialized")
         p = structure(params, InitializeParams)
+        _check_client_id(p.clientId)
         version = negotiate(p.protocolVersions)
         if (audit := self.server.audit) is not None:
             audit.initialize(p.clientId, version, p.protocolVersions, peer=self.peer)
@@ -461,23 +493,21 @@ class Session:
         self._begin(self.server.clients.connect(p.clientId, version))
         await self._release_forgotten_claims()
         snapshots = [s for s in map(self._subscribe, dict.fromkeys(p.initialSubscriptions)) if s]
-        result = unstructure(
-            InitializeResult(
-                protocolVersion=version,
-                serverSeq=self.host.hub.seq,
-                snapshots=(),
-                defaultDirectory=self.server.default_directory,
-                serverInfo=SERVER_INFO if self.dialect is Dialect.V1 else None,
-            )
+        result = InitializeResult(
+            protocolVersion=version,
+            serverSeq=self.host.hub.seq,
+            snapshots=tuple(snapshots),
+            defaultDirectory=self.server.default_directory,
+            serverInfo=SERVER_INFO if self.dialect is Dialect.V1 else None,
         )
-        result["snapshots"] = [snapshot_json(s, self.dialect) for s in snapshots]
-        return result
+        return result_json(result, self.dialect)
 
     async def _reconnect(self, params: Any) -> Any:
         if self.record is not None:
             raise _Fail(ErrorCode.METHOD_NOT_FOUND, "already initialized")
         form = reconnect_form(params)
         p = structure(params, form)
+        _check_client_id(p.clientId)
         record = self.server.clients.resume(p.clientId)
         if (audit := self.server.audit) is not None:
             version = record.protocol_version if record is not None else None
@@ -493,30 +523,32 @@ class Session:
         valid = [c for c in requested if c == ROOT_URI or c in self.host]
         missing = [c for c in requested if c not in valid]
         log_ = self.host.hub.log
-        out: dict[str, Any]
+        # Windowed delivery is never granted here, so no windowed subscription resumes.
+        windows = ResumedWindows(items=()) if p.windows is not None else None
+        result: ReconnectReplay | ReconnectSnapshot
         if log_.can_replay_after(p.lastSeenServerSeq):
             floors = {c: record.snapshot_seq.get(c, 0) for c in valid}
-            actions = [
+            actions = tuple(
                 envelope_json(envelope, self.dialect)
                 for envelope in log_.after(p.lastSeenServerSeq, valid)
                 if envelope.serverSeq > floors[envelope.channel]
-            ]
+            )
             for channel in valid:
                 self.host.hub.subscribe(channel, self.outbox)
                 self.subscriptions.add(channel)
-            out = {"type": "replay", "actions": actions, "missing": missing}
+            result = ReconnectReplay(
+                type="replay", actions=actions, missing=tuple(missing), windows=windows
+            )
         else:
-            snapshots = [s for s in map(self._subscribe, valid) if s]
-            out = {
-                "type": "snapshot",
-                "snapshots": [snapshot_json(s, self.dialect) for s in snapshots],
-            }
-            if self.dialect is Dialect.V1:
-                out["missing"] = missing
-        if p.windows is not None:
-            # Windowed delivery is never granted here, so no windowed subscription resumes.
-            out["windows"] = {"items": []}
-        return out
+            snapshots = tuple(s for s in map(self._subscribe, valid) if s)
+            result = ReconnectSnapshot(
+                type="snapshot",
+                snapshots=snapshots,
+                # (1.x: the channels that cannot be resumed; 0.5 had no such field here.)
+                missing=tuple(missing) if self.dialect is Dialect.V1 else None,
+                windows=windows,
+            )
+        return result_json(result, self.dialect)
 
     def _recover_channels(self, p: ReconnectCursorParams, record: ClientRecord) -> Any:
         """Reconnect form B: one replay, snapshot or missing entry per requested channel,
@@ -535,25 +567,19 @@ class Session:
             for envelope in log_.after(min(replayable.values()), replayable):
                 if envelope.serverSeq > replayable[envelope.channel]:
                     replays[envelope.channel].append(envelope_json(envelope, self.dialect))
-        channels: list[dict[str, Any]] = []
+        channels: list[ChannelRecovery] = []
         for channel in cursors:
             if channel in replays:
                 self.host.hub.subscribe(channel, self.outbox)
                 self.subscriptions.add(channel)
-                channels.append({"kind": "replay", "channel": channel, "actions": replays[channel]})
+                channels.append(ChannelReplay(channel=channel, actions=tuple(replays[channel])))
                 continue
             snapshot = self._subscribe(channel)
             if snapshot is None:
-                channels.append({"kind": "missing", "channel": channel})
+                channels.append(ChannelMissing(channel=channel))
             else:
-                channels.append(
-                    {
-                        "kind": "snapshot",
-                        "channel": channel,
-                        "snapshot": snapshot_json(snapshot, self.dialect),
-                    }
-                )
-        return {"channels": channels}
+                channels.append(ChannelSnapshot(channel=channel, snapshot=snapshot))
+        return result_json(ReconnectChannels(channels=tuple(channels)), self.dialect)
 
     async def _subscribe_request(self, params: Any) -> Any:
         p = structure(params, ChannelParams)
@@ -561,7 +587,7 @@ class Session:
         if snapshot is None:
             raise _Fail(ErrorCode.NOT_FOUND, f"Resource not found: {_short(p.channel)}")
         # Windowed delivery (``flowControl``) is declined by leaving it out.
-        return {"snapshot": snapshot_json(snapshot, self.dialect)}
+        return result_json(SubscribeResult(snapshot=snapshot), self.dialect)
 
     async def _create_terminal(self, params: Any) -> None:
         p = structure(params, CreateTerminalParams)
@@ -590,6 +616,13 @@ class Session:
                 f"terminal channels use the {TERMINAL_SCHEME} scheme",
                 {"path": "$.params.channel"},
             )
+        if len(p.channel) > MAX_URI:
+            raise _Fail(
+                ErrorCode.INVALID_PARAMS,
+                f"a terminal URI is at most {MAX_URI} characters",
+                {"path": "$.params.channel", "limit": MAX_URI},
+            )
+        _check_claim(p.claim, "$.params.claim")
         if _CONTROL.search(p.channel):
             raise _Fail(
                 ErrorCode.INVALID_PARAMS,
@@ -663,7 +696,7 @@ class Session:
         if p.cursor is not None:
             # This host has no sessions, so it never hands out a cursor to come back with.
             raise _Fail(ErrorCode.INVALID_PARAMS, "unknown cursor", {"path": "$.params.cursor"})
-        return {"items": []}
+        return result_json(ListSessionsResult(items=()), self.dialect)
 
     # -- notifications -----------------------------------------------------------------------
 
@@ -695,7 +728,10 @@ class Session:
                 audit.input(channel, origin.clientId, data, refused=refused)
             # (The connection's reader checkpoints when it waits for the next frame.)
             await terminal.dispatch(
-                TerminalInput(data=data), origin=origin, sender=self.outbox, checkpoint=False
+                TerminalInput(data=data),
+                origin=origin,
+                sender=self.outbox,
+                checkpoint=_DISPATCH_CHECKPOINT,
             )
             return
         p = structure(params, DispatchActionParams)
@@ -741,7 +777,16 @@ class Session:
                     hub.send_to(self.outbox, ROOT_URI, heal)
             return
         if channel not in self.host:
-            return  # unknown channel: ignored, as the spec says
+            # Unknown (never created, or disposed): rejected to the sender, whose
+            # client may be waiting for the echo (the reference sends nothing at all).
+            hub.reject(
+                self.outbox,
+                channel,
+                rejected_echo(action),
+                origin,
+                f"no terminal {_short(channel)!r} on this server (never created, or disposed)",
+            )
+            return
         if problem is not None:
             hub.reject(self.outbox, channel, action, origin, problem)
             return

@@ -63,6 +63,7 @@ from urllib.parse import parse_qs, urlsplit
 import attrs
 import trio
 
+from ahp import keystroke
 from ahp.engine import Outbox
 from ahp.engine.envelopes import Published
 from ahp.engine.outbox import OutboxItem
@@ -77,7 +78,9 @@ from ahp.server.http import HttpResponse, PlainRequest, Routes
 from ahp.server.session import ServerState, Session
 from ahp.server.wsconn import (
     HANDSHAKE_TIMEOUT,
+    MESSAGE_DEADLINE,
     ConnectionClosed,
+    InboundBudget,
     ServerWebSocket,
     UpgradeRequest,
     accept,
@@ -103,6 +106,10 @@ log = logging.getLogger("ahp.server")
 MAX_MESSAGE_SIZE: Final = 8 * 1024 * 1024
 #: Inbound frames from this size on are checked, then decoded, with a checkpoint between.
 LARGE_FRAME: Final = 1024 * 1024
+#: Memory all connections together may hold in inbound messages still being assembled
+#: (fragments, a large frame arriving); a connection that would pass it is closed with
+#: 1013 (:class:`~ahp.server.wsconn.InboundBudget`). Four messages at the size bound.
+INBOUND_BUDGET: Final = 32 * 1024 * 1024
 #: Outbound bytes queued per connection before it is closed with 1013.
 OUTBOX_BYTES: Final = 16 * 1024 * 1024
 #: Seconds an overflowed connection gets to finish the write in flight and the close
@@ -111,7 +118,7 @@ STALL_GRACE: Final = 1.0
 #: Seconds a lone keystroke echo waits for the output it causes, to share its write
 #: (see _Writer). The output is sent as soon as it is there; only an echo whose input
 #: prints nothing (a password, a key the program ignores) waits this long.
-ECHO_PAIR_WAIT: Final = 0.002
+ECHO_PAIR_WAIT: Final = keystroke.ECHO_PAIR_WAIT
 #: Seconds the close handshake may take when the server closes a connection.
 CLOSE_TIMEOUT: Final = 1.0
 #: The close reason sent to a client whose outbox overflowed.
@@ -128,6 +135,10 @@ class ServerConfig:
     #: Names accepted in ``Host`` when bound to loopback (empty: no check, e.g. Unix socket).
     allowed_hosts: frozenset[str] = frozenset()
     max_message_size: int = MAX_MESSAGE_SIZE
+    #: See :data:`INBOUND_BUDGET`.
+    inbound_budget: int = INBOUND_BUDGET
+    #: Seconds one inbound message may take (:data:`ahp.server.wsconn.MESSAGE_DEADLINE`).
+    message_deadline: float = MESSAGE_DEADLINE
     outbox_bytes: int = OUTBOX_BYTES
     stall_grace: float = STALL_GRACE
     #: Seconds a peer gets, from its connect, to be authenticated and answered (the
@@ -213,7 +224,8 @@ class _Writer:
         self.close: tuple[int, str] | None = None
         #: The wait for the next batch, while the writer is in it (see _lone_echo).
         self._wait_scope: trio.CancelScope | None = None
-        outbox.on_lone_echo = self._lone_echo
+        if keystroke.enabled("echo_pairing"):
+            outbox.on_lone_echo = self._lone_echo
 
     def _lone_echo(self) -> None:
         """A keystroke's echo was queued alone, without waking this writer: its output
@@ -298,11 +310,13 @@ async def _reader(
             wire.c2s(connection_id, message)
         if len(message) < LARGE_FRAME:
             await session.handle_frame(message)
-        elif session.check_frame(message):
-            # Checking and decoding a frame of megabytes take tens of milliseconds each:
-            # other clients' keystrokes get a turn in between.
-            await trio.lowlevel.checkpoint()
-            await session.handle_frame(message, checked=True)
+        else:
+            if session.check_frame(message):
+                # Checking and decoding a frame of megabytes take tens of milliseconds
+                # each: other clients' keystrokes get a turn in between.
+                await trio.lowlevel.checkpoint()
+                await session.handle_frame(message, checked=True)
+            session.host.trimmer.request()  # (megabytes were just freed)
         del message  # (not held while the next one arrives: a frame may be 8 MiB)
         if session.close_request is not None:
             session.outbox.close()
@@ -340,6 +354,8 @@ async def _authenticate(
     config: ServerConfig,
     notes: RateLimitedLog,
     audit: AuditLog | None = None,
+    *,
+    budget: InboundBudget | None = None,
 ) -> tuple[ServerWebSocket, UpgradeRequest] | None:
     """Read and check the upgrade; the accepted connection, or None (answered and
     closed: malformed, refused, a plain HTTP request, or the peer left)."""
@@ -371,6 +387,8 @@ async def _authenticate(
             max_message_size=config.max_message_size,
             subprotocol=request.subprotocols[0] if request.subprotocols else None,
             early_data=request.early_data,
+            budget=budget,
+            message_deadline=config.message_deadline,
         )
     except ConnectionClosed:
         return None
@@ -395,6 +413,8 @@ async def _serve_one(
     config: ServerConfig,
     pending: PendingConnections,
     notes: RateLimitedLog,
+    *,
+    budget: InboundBudget | None = None,
 ) -> None:
     # Until authenticated, the connection holds a place among the pending ones, and the
     # whole phase has one deadline; a newer connection may evict it (see admission).
@@ -402,7 +422,9 @@ async def _serve_one(
     pending.admit(scope)
     try:
         with scope:
-            ws, request = await _authenticate(stream, config, notes, state.audit) or (None, None)
+            ws, request = await _authenticate(
+                stream, config, notes, state.audit, budget=budget
+            ) or (None, None)
     finally:
         pending.release(scope)
     if scope.cancelled_caught:
@@ -461,6 +483,7 @@ async def _serve_one(
         state.sessions_changed.unpark_all()
         session.disconnect()
         outbox.close()
+        state.host.trimmer.request()  # (what the connection held: its buffers, outbox)
         with trio.CancelScope(shield=True):
             await ws.aclose(close_code, close_reason, timeout=CLOSE_TIMEOUT)
         closed = ws.closed
@@ -511,12 +534,13 @@ async def serve_connections(
     limit = config.max_pending if config.max_pending is not None else pending_limit()
     pending = PendingConnections(limit)
     notes = RateLimitedLog(log)
+    budget = InboundBudget(config.inbound_budget)
 
     async def handler(stream: trio.abc.Stream) -> None:
         # Every handler runs in the listeners' nursery: an exception escaping one
         # connection would stop the whole server.
         try:
-            await _serve_one(stream, state, config, pending, notes)
+            await _serve_one(stream, state, config, pending, notes, budget=budget)
         except Exception:
             log.exception("connection failed")
         finally:

@@ -32,7 +32,14 @@ import unicodedata
 from collections.abc import Callable
 from typing import Final
 
-__all__ = ["MAX_CSI_PARAM", "LineRenderer", "cell_width"]
+__all__ = [
+    "MAX_CSI_PARAM",
+    "MAX_JOINED_LINE",
+    "MAX_WINDOW_COLS",
+    "MAX_WINDOW_ROWS",
+    "LineRenderer",
+    "cell_width",
+]
 
 #: Numeric CSI parameters are clamped to this (a huge count is no reason to loop).
 MAX_CSI_PARAM: Final = 10_000
@@ -40,6 +47,15 @@ MAX_CSI_PARAM: Final = 10_000
 TAB_WIDTH: Final = 8
 #: A control sequence longer than this that has not ended is dropped as text.
 MAX_SEQUENCE: Final = 4096
+#: A logical line (wrapped at ``cols``) longer than this many characters is handed on
+#: in pieces of this size: the pieces scrolled above the window are held until the
+#: line ends, so without it one endless line (``tr '\\0' x < /dev/zero``) would be
+#: held whole, however the output is budgeted afterwards.
+MAX_JOINED_LINE: Final = 1024 * 1024
+#: The window is at most this many rows and columns, whatever size the terminal
+#: reports (any client may resize it): the window holds ``rows`` x ``cols`` cells.
+MAX_WINDOW_ROWS: Final = 500
+MAX_WINDOW_COLS: Final = 1000
 
 _TOKEN: Final = re.compile(
     r"(?P<text>[^\x00-\x1f\x7f-\x9f]+)"
@@ -86,16 +102,19 @@ class _Line:
 class LineRenderer:
     """Feed output text; finished lines go to ``sink``, the rest stay in the window.
 
-    Buffering: at most ``rows`` lines of ``cols`` cells, plus an unfinished escape
+    Buffering: at most ``rows`` lines of ``cols`` cells (each at most
+    :data:`MAX_WINDOW_ROWS` / :data:`MAX_WINDOW_COLS`), the scrolled-out part of
+    the current logical line (at most :data:`MAX_JOINED_LINE` characters: a longer
+    line goes to ``sink`` in pieces of that size), plus an unfinished escape
     sequence of at most :data:`MAX_SEQUENCE` characters. Each line given to ``sink``
-    has no trailing newline and no trailing spaces.
+    has no trailing newline and no trailing spaces (but for a piece of a longer line).
     """
 
     def __init__(self, sink: Callable[[str], None], *, cols: int = 80, rows: int = 24) -> None:
         if cols < 1 or rows < 1:
             raise ValueError("cols and rows must be positive")
-        self.cols = cols
-        self.rows = rows
+        self.cols = min(cols, MAX_WINDOW_COLS)
+        self.rows = min(rows, MAX_WINDOW_ROWS)
         self._sink = sink
         self._lines: list[_Line] = [_Line()]
         self._row = 0
@@ -103,6 +122,7 @@ class LineRenderer:
         self._saved = (0, 0)
         self._pending = ""  # an unfinished escape sequence
         self._wrapped_prefix: list[str] = []  # wrapped pieces already sent up
+        self._prefix_size = 0  # characters in ``_wrapped_prefix``
         #: The alternate screen is active now / was ever used.
         self.alternate = False
         self.used_alternate = False
@@ -171,6 +191,7 @@ class LineRenderer:
             self._sink(text)
         self._lines = [_Line()]
         self._wrapped_prefix = []
+        self._prefix_size = 0
         self._row = self._col = 0
 
     # -- the window ----------------------------------------------------------------------------
@@ -178,11 +199,21 @@ class LineRenderer:
     def _scroll_up(self) -> None:
         top = self._lines.pop(0)
         if top.wrapped:
-            self._wrapped_prefix.append("".join(top.cells))
+            piece = "".join(top.cells)
+            self._wrapped_prefix.append(piece)
+            self._prefix_size += len(piece)
+            if self._prefix_size >= MAX_JOINED_LINE:
+                joined = "".join(self._wrapped_prefix)
+                while len(joined) >= MAX_JOINED_LINE:
+                    self._sink(joined[:MAX_JOINED_LINE])
+                    joined = joined[MAX_JOINED_LINE:]
+                self._wrapped_prefix = [joined] if joined else []
+                self._prefix_size = len(joined)
         else:
             self._wrapped_prefix.append(top.text())
             self._sink("".join(self._wrapped_prefix))
             self._wrapped_prefix = []
+            self._prefix_size = 0
         self._row -= 1
 
     def _at_fresh_line(self) -> bool:
