@@ -19,8 +19,8 @@ import pytest
 import trio
 
 import ahp
+from ahp.agent.budget import omission_marker
 from ahp.agent.exec import EXEC_TERMINALS_KEPT
-from ahp.budget import omission_marker
 from ahp.client import connect
 from ahp.engine import Host
 from ahp.protocol.state import ROOT_URI

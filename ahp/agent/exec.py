@@ -6,8 +6,8 @@ streams. VS Code's agent host runs such commands as non-interactive child
 processes and shows them as ``isPty: false`` output terminals; this offers the
 same: the command runs with stdin at ``/dev/null`` (a read ends at once: it cannot
 wait on a prompt), its stdout and stderr kept apart, and the result is the same
-:class:`~ahp.result.CommandResult` as a terminal command's, with the same budgets
-(:class:`~ahp.budget.OutputBudget`: head, tail, exact counts), plus ``stderr`` and
+:class:`~ahp.agent.CommandResult` as a terminal command's, with the same budgets
+(:class:`~ahp.agent.budget.OutputBudget`: head, tail, exact counts), plus ``stderr`` and
 the exact exit code or ``signal``.
 
 How: the command is the process of a terminal of its own, spawned on pipes
@@ -17,12 +17,12 @@ they arrive, as any terminal's output, so an AHP client sees an ``isPty: false``
 terminal in the catalogue, its ``terminal/data``, and ``terminal/exited`` with the
 exit code once the process ended and every byte was published. The read tasks also
 hand each batch to this module (the terminal's ``on_output``), which renders each
-stream (:class:`~ahp.vt.render.LineRenderer`, so ``\\r`` progress lines show as
+stream (:class:`~ahp.agent.render.LineRenderer`, so ``\\r`` progress lines show as
 their last state) into its own budget.
 
 Buffering: per stream one incremental UTF-8 decoder, one renderer window (one
 screen of lines) and one budget (its head and a retained tail of at most
-:data:`~ahp.budget.RETAINED_OUTPUT_BYTES`), plus the most recent
+:data:`~ahp.agent.budget.RETAINED_OUTPUT_BYTES`), plus the most recent
 ``head_bytes + tail_bytes`` raw bytes of stdout for ``raw_output``. The callback
 runs inside the read tasks and never blocks.
 
@@ -49,10 +49,10 @@ from typing import TYPE_CHECKING, Final
 
 import trio
 
-from ahp.budget import DEFAULT_HEAD_BYTES, DEFAULT_TAIL_BYTES, BudgetedText, OutputBudget
+from ahp.agent.budget import DEFAULT_HEAD_BYTES, DEFAULT_TAIL_BYTES, BudgetedText, OutputBudget
+from ahp.agent.render import LineRenderer
+from ahp.agent.result import CommandResult
 from ahp.reducers.core import MAX_TITLE
-from ahp.result import CommandResult
-from ahp.vt.render import LineRenderer
 
 if TYPE_CHECKING:
     from ahp.engine import Host, Terminal
@@ -160,7 +160,7 @@ async def exec_command(
     name: str | None = None,
     uri: str | None = None,
 ) -> CommandResult:
-    """Run ``command`` without a terminal and return its :class:`~ahp.result.CommandResult`.
+    """Run ``command`` without a terminal and return its :class:`~ahp.agent.CommandResult`.
 
     Args:
         command: an argv (run as is, looked up on ``PATH``) or a command line (run by

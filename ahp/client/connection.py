@@ -37,12 +37,15 @@ import secrets
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, Unpack
 from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
 
 import trio
 
 from ahp import __version__
+from ahp.agent.options import RunChanges, RunOptions
+from ahp.agent.registry import CommandRegistry
+from ahp.agent.result import CommandResult
 from ahp.agent.screen import ScreenModel
 from ahp.client.errors import ClientError, ConnectionLost, RpcError
 from ahp.client.mirror import Mirror
@@ -69,7 +72,6 @@ from ahp.protocol.dialect import Dialect
 from ahp.protocol.jsonrpc import JsonRpcErrorObject
 from ahp.protocol.state import ROOT_URI, ChannelState, RootState, TerminalState
 from ahp.reducers import DEFAULT_SCROLLBACK
-from ahp.run import CommandRegistry, CommandResult
 
 __all__ = [
     "CONNECT_TIMEOUT",
@@ -153,6 +155,7 @@ class Client:
         #: and again after a reconnect (the server may have changed).
         self.process_extension: bool | None = None
         self._listeners: list[Callable[[ActionEnvelope], None]] = []
+        self._connection_listeners: list[Callable[[str], None]] = []
 
     # -- the session's state -------------------------------------------------------------------
 
@@ -217,6 +220,11 @@ class Client:
         return self._transport is not None
 
     @property
+    def lost(self) -> str | None:
+        """Why the connection is gone for good (no reconnect will follow), else None."""
+        return self._lost
+
+    @property
     def root(self) -> RootState:
         state = self.state(ROOT_URI)
         assert isinstance(state, RootState)
@@ -247,6 +255,18 @@ class Client:
         """Call ``callback`` for every applied envelope; returns an unregister function."""
         self._listeners.append(callback)
         return lambda: self._listeners.remove(callback)
+
+    def on_connection(self, callback: Callable[[str], None]) -> Callable[[], None]:
+        """Call ``callback("dropped")`` when the connection drops and a reconnect will
+        be tried, ``callback("reconnected")`` once it succeeded (after what it
+        replayed was applied), ``callback("gone")`` when the connection is gone for
+        good. Returns an unregister function."""
+        self._connection_listeners.append(callback)
+        return lambda: self._connection_listeners.remove(callback)
+
+    def _tell_connection(self, what: str) -> None:
+        for callback in list(self._connection_listeners):
+            callback(what)
 
     # -- requests ------------------------------------------------------------------------------
 
@@ -343,14 +363,12 @@ class Client:
         self,
         channel: str,
         command_line: str,
-        *,
-        timeout: float | None = None,
-        max_output_bytes: int | None = None,
+        options: RunOptions | None = None,
+        /,
+        **changes: Unpack[RunChanges],
     ) -> CommandResult:
         """Run one command in a subscribed terminal (see :meth:`RemoteTerminal.run`)."""
-        return await self.terminal(channel).run(
-            command_line, timeout=timeout, max_output_bytes=max_output_bytes
-        )
+        return await self.terminal(channel).run(command_line, options, **changes)
 
     async def send_input(self, channel: str, data: str) -> None:
         await self.dispatch(channel, TerminalInput(data=data))
@@ -451,8 +469,11 @@ class Client:
                 self._lost = "the client closed" if self._closing else "the connection was lost"
                 self._connected.set()  # requests now fail at once (no connection is coming)
                 self._changed.unpark_all()  # waiters: ConnectionLost (see wait_for)
+                self._tell_connection("gone")
                 return
+            self._tell_connection("dropped")
             transport = await self._reconnect(nursery)
+            self._tell_connection("reconnected")
 
     async def _reconnect(self, nursery: trio.Nursery) -> Transport:
         for attempt in itertools.count():

@@ -30,6 +30,7 @@ from typing import Any, Final
 
 import attrs
 
+from ahp.agent.status import STATUSES
 from ahp.mcp.keys import KEY_SUMMARY, MAX_KEYS
 
 __all__ = [
@@ -156,15 +157,7 @@ COMMAND_RESULT_SCHEMA: Final = {
         "command": {"type": "string"},
         "status": {
             "type": "string",
-            "enum": [
-                "finished",
-                "running",
-                "waiting_for_input",
-                "timed_out",
-                "interrupted",
-                "killed",
-                "shell_exited",
-            ],
+            "enum": list(STATUSES),
         },
         "exit_code": {"type": ["integer", "null"]},
         "duration_ms": {"type": "integer"},

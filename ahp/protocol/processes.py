@@ -43,6 +43,8 @@ __all__ = [
     "MAX_JOBS_REPORTED",
     "MAX_MARK_PIDS",
     "MAX_PID",
+    "MAX_PROGRAMS_REPORTED",
+    "MAX_PROGRAM_CHARS",
     "MAX_TICK",
     "METHODS",
     "SIGNAL",
@@ -78,6 +80,10 @@ MAX_TICK: Final = 2**63 - 1
 #: Most jobs one answer lists (and most pids in ``readers``/``pollers``); past it the
 #: answer says ``truncated``.
 MAX_JOBS_REPORTED: Final = 256
+#: Most command lines a ``ttyStatus`` answer names (``programs``), and the longest
+#: each may be (characters).
+MAX_PROGRAMS_REPORTED: Final = 8
+MAX_PROGRAM_CHARS: Final = 4096
 
 
 @frozen
@@ -114,8 +120,13 @@ class TtyStatusWire:
     shellForeground: bool
     echo: bool
     readers: tuple[int, ...]
+    #: Sleeping in poll/select/epoll on a set that could not be seen.
     pollers: tuple[int, ...]
     unread: int
+    #: Sleeping in poll/select/epoll on a set that includes the terminal.
+    ttyPollers: tuple[int, ...] = ()
+    #: The command lines of the readers (else tty pollers, else pollers).
+    programs: tuple[str, ...] = ()
 
 
 @frozen

@@ -2,10 +2,10 @@
 
 Why here and thin: the evidence a remote client lacks (is the foreground job
 blocked reading the tty, which jobs did a command leave, signalling the
-command's process groups) is what :class:`ahp.engine.Terminal` already
-computes for in-process callers (:meth:`~ahp.engine.Terminal.tty_status`,
-:meth:`~ahp.engine.Terminal.job_mark`, :meth:`~ahp.engine.Terminal.background_jobs`,
-:meth:`~ahp.engine.Terminal.signal_command`). These handlers only validate the
+command's process groups) is what a terminal's pty session already computes
+for in-process callers (:class:`ahp.pty.jobs.Jobs`, handed out by
+:attr:`ahp.engine.Terminal.jobs`, and :meth:`~ahp.engine.Terminal.signal_command`).
+These handlers only validate the
 params, check the caller may act, call those methods and shape the answer
 (:mod:`ahp.protocol.processes` names the methods, types and bounds).
 
@@ -18,7 +18,7 @@ which then covers signals too.
 
 Cost and buffering: each request is one scan of ``/proc`` (synchronous, a few
 milliseconds), answered on the connection's outbox like any other request. A
-``jobs`` request may wait up to :data:`ahp.engine.terminal.JOB_SETTLE` seconds for
+``jobs`` request may wait up to :data:`ahp.pty.jobs.JOB_SETTLE` seconds for
 a just-forked job to start its program (cancelled with the connection). Answers
 are bounded by :data:`~ahp.protocol.processes.MAX_JOBS_REPORTED` entries.
 """
@@ -37,6 +37,8 @@ from ahp.protocol.processes import (
     JOBS,
     MAX_JOBS_REPORTED,
     MAX_MARK_PIDS,
+    MAX_PROGRAM_CHARS,
+    MAX_PROGRAMS_REPORTED,
     SIGNAL,
     SIGNALS,
     TTY_STATUS,
@@ -126,13 +128,18 @@ async def _tty_status(session: Session, params: Any) -> Any:
             readers=_bounded(status.readers),
             pollers=_bounded(status.pollers),
             unread=status.unread,
+            ttyPollers=_bounded(status.tty_pollers),
+            programs=tuple(
+                line[:MAX_PROGRAM_CHARS] for line in status.programs[:MAX_PROGRAMS_REPORTED]
+            ),
         )
     return unstructure(TtyStatusResult(status=wire))
 
 
 async def _job_mark(session: Session, params: Any) -> Any:
     p = structure(params, ChannelParams)
-    mark = _terminal(session, p.channel).job_mark()
+    jobs = _terminal(session, p.channel).jobs
+    mark = jobs.mark() if jobs is not None else None
     wire = None
     if mark is not None:
         # Past the bound some children are left out of ``known``: the mark's tick
@@ -145,7 +152,8 @@ async def _job_mark(session: Session, params: Any) -> Any:
 async def _jobs(session: Session, params: Any) -> Any:
     p = structure(params, JobsParams)
     terminal = _terminal(session, p.channel)
-    jobs = await terminal.background_jobs(_mark(p.since))
+    found = terminal.jobs
+    jobs = await found.settled_since(_mark(p.since)) if found is not None else {}
     listed = sorted(jobs.items())
     return unstructure(
         JobsResult(
