@@ -118,24 +118,26 @@ async def test_input_is_recorded_only_when_asked_and_late_start_keeps_the_screen
 
 async def test_a_stalled_disk_neither_stalls_the_pty_nor_grows_memory(tmp_path: Path) -> None:
     """A FIFO that is open for reading but never read: the recorder's writes block at
-    once (the pipe holds 64 KiB). The terminal prints 4 MB meanwhile and finishes; the
+    once (the pipe holds 64 KiB). The terminal prints 8 MB meanwhile and finishes; the
     recorder holds at most its bounds; once the FIFO is read again the recording goes
     on, saying output was skipped."""
     fifo = tmp_path / "stalled.cast"
     os.mkfifo(fifo)
     reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # a reader that never reads
-    options = RecordOptions(buffer_bytes=64 * 1024, outbox_bytes=256 * 1024)
+    # (The outbox must hold the largest envelope of output, a parse batch of up to about
+    # a megabyte, or every such envelope alone would overflow it.)
+    options = RecordOptions(buffer_bytes=64 * 1024, outbox_bytes=2 * 1024 * 1024)
     received = bytearray()
     async with ahp.open_host(shell="/bin/bash") as host, trio.open_nursery() as nursery:
         term = await host.create_terminal()
         recorder = await nursery.start(record_terminal, term, fifo, options)
         result = await term.run(
-            "head -c 4000000 /dev/zero | tr '\\0' a; echo; echo done-$((6*7))", timeout=TIMEOUT * 3
+            "head -c 8000000 /dev/zero | tr '\\0' a; echo; echo done-$((6*7))", timeout=TIMEOUT * 3
         )
         assert result.exit_code == 0 and "done-42" in result.output
         # The recorder fell behind and was never waited for: bounded memory.
         assert recorder.written_bytes <= 128 * 1024  # the pipe took what it holds, no more
-        one_line = 6 * 96 * 1024  # one output event (a parse batch, JSON-escaped)
+        one_line = 2 * 1024 * 1024  # one output event (a parse batch, 'a's: no escaping)
         assert recorder.peak_buffered <= options.buffer_bytes + one_line
         assert recorder.subscription.outbox.max_bytes == options.outbox_bytes
         assert recorder.subscription.outbox.overflowed  # it fell behind: a resync follows

@@ -61,6 +61,7 @@ import attrs
 import trio
 
 from ahp.engine import Host, Terminal
+from ahp.engine.outbox import DEFAULT_OUTBOX_BYTES
 from ahp.engine.subscription import Subscription
 from ahp.protocol.actions import (
     ActionEnvelope,
@@ -92,8 +93,10 @@ log = logging.getLogger("ahp.record")
 RECORD_MAX_BYTES: Final = 64 * 1024 * 1024
 #: Encoded lines waiting for the disk, at most (bytes); past it the recorder falls behind.
 RECORD_BUFFER_BYTES: Final = 1024 * 1024
-#: Envelopes waiting for the recorder, at most (bytes of memory); past it, a resync.
-RECORD_OUTBOX_BYTES: Final = 1024 * 1024
+#: Envelopes waiting for the recorder, at most (bytes of memory); past it, a resync. As
+#: every in-process subscriber's: the envelopes are the ones all subscribers share (no
+#: copy), and one envelope of output (a parse batch) must fit with room to spare.
+RECORD_OUTBOX_BYTES: Final = DEFAULT_OUTBOX_BYTES
 #: Seconds the writer gathers lines before a write (less once the buffer is half full).
 RECORD_WRITE_DELAY: Final = 0.05
 #: Seconds the recorder spends writing what is buffered when it ends or is cancelled.
