@@ -30,11 +30,14 @@ COMMANDS = (
 )
 
 
-async def main(out: Path, chromium: ChromiumProcess) -> None:
+def demo_directory() -> None:
     demo = Path("/tmp/ahp-demo")
     demo.mkdir(exist_ok=True)
     (demo / "notes.txt").write_text("ship the viewer\nwrite the docs\n")
     (demo / "build.sh").write_text("#!/bin/sh\necho building\n")
+
+
+async def main(out: Path, chromium: ChromiumProcess) -> None:
     with tempfile.TemporaryDirectory() as records:
         async with (
             open_host(shell="/bin/bash") as host,
@@ -71,6 +74,7 @@ async def main(out: Path, chromium: ChromiumProcess) -> None:
 if __name__ == "__main__":
     target = Path(sys.argv[1] if len(sys.argv) > 1 else "docs/viewer.png").resolve()
     os.environ.setdefault("PS1", "$ ")
+    demo_directory()
     browser = ChromiumProcess()
     try:
         trio.run(main, target, browser)

@@ -4,7 +4,7 @@
 // The protocol is ahp.mjs; this file is the page around it. The token comes from the
 // URL's fragment (#tkn=… or #ro=…), which the browser never sends anywhere; it is kept
 // in this tab's sessionStorage (so a reload works) and taken out of the address bar.
-// Bounds: output waiting for xterm.js to parse is at most MAX_PENDING_WRITE characters;
+// Bounds: output waiting for xterm.js to parse is at most maxPendingWrite characters;
 // past it the page stops writing, and once xterm.js caught up it asks the server for a
 // fresh snapshot (a slow tab resynchronises instead of growing without bound).
 
@@ -23,8 +23,9 @@ import {
   socketTarget,
 } from "./ahp.mjs";
 
-/** Characters handed to xterm.js and not yet parsed, at most (see above). */
-const MAX_PENDING_WRITE = 8 * 1024 * 1024;
+/** Characters handed to xterm.js and not yet parsed, at most (see above): more than a
+ * whole snapshot (ahp.mjs's MAX_CONTENT_CHARS), so a redraw always fits. */
+let maxPendingWrite = 8 * 1024 * 1024;
 /** Lines xterm.js keeps above the screen. */
 const SCROLLBACK_LINES = 10000;
 /** Smallest zoom a watching page uses to fit the holder's size; below it, it scrolls. */
@@ -87,6 +88,8 @@ const ui = {
   markers: new Map(),
   pending: 0,
   behind: false,
+  /** Times the page fell behind and took a fresh snapshot. */
+  resyncs: 0,
   playing: false,
   readOnly: access.readOnly,
   noticeTimer: null,
@@ -102,9 +105,9 @@ const client = new AhpClient({
 
 // -- writing into xterm.js --------------------------------------------------------------
 
-function write(data) {
+function write(data, { bounded = true } = {}) {
   if (ui.behind || data.length === 0) return;
-  if (ui.pending + data.length > MAX_PENDING_WRITE) {
+  if (bounded && ui.pending + data.length > maxPendingWrite) {
     ui.behind = true;
     return;
   }
@@ -117,6 +120,7 @@ function write(data) {
 
 function resync() {
   ui.behind = false;
+  ui.resyncs += 1;
   if (ui.current !== null) client.subscribe(ui.current).catch(() => {});
 }
 
@@ -131,14 +135,14 @@ function markCommand(commandId) {
 function redraw(state) {
   term.reset();
   ui.markers.clear();
-  ui.pending = 0;
-  ui.behind = false;
+  ui.behind = false; // (writes still queued keep counting in ui.pending until parsed)
+  // (A snapshot is bounded by MAX_CONTENT_CHARS: written whole.)
   for (const part of state.content) {
     if (part.type === "command") {
       markCommand(part.commandId);
-      write(part.output);
+      write(part.output, { bounded: false });
     } else {
-      write(part.value);
+      write(part.value, { bounded: false });
     }
   }
   applySize(state);
@@ -517,6 +521,13 @@ window.ahpViewer = {
   },
   get readOnly() {
     return ui.readOnly;
+  },
+  get resyncs() {
+    return ui.resyncs;
+  },
+  /** For tests: a smaller bound on output waiting for xterm.js. */
+  setWriteBound(chars) {
+    maxPendingWrite = chars;
   },
   openTerminal,
   text: () => contentText(client.state(ui.current)?.content ?? []),
