@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import os
 import re
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import orjson
@@ -28,6 +31,7 @@ from ahp.server.web import (
 from tests.wire import TIMEOUT, TOKEN, peer, running_server, upgrade_status_line
 
 READ = "read-only-test-token"
+REPO = Path(__file__).resolve().parents[1]
 
 
 async def request(
@@ -352,3 +356,41 @@ async def test_without_a_record_dir_the_listing_says_recording_is_off() -> None:
         listing = orjson.loads((await request(sidecar.port, "/api/recordings", auth))[2])
         assert listing == {"enabled": False, "recordings": [], "leftOff": 0}
         assert (await request(sidecar.port, "/api/recordings/x.cast", auth))[0] == 404
+
+
+async def test_serve_on_a_terminal_prints_the_three_urls_quoted_for_shells() -> None:
+    """A person's ``serve``: stdout is a terminal, so the page's URLs are printed too, each
+    quoted (a pipe gets the one bare line programs read: tests/test_cli.py)."""
+    master, slave = os.openpty()
+    env = {**os.environ, "PYTHONPATH": str(REPO), "AHP_TOKEN": TOKEN, "AHP_READ_TOKEN": READ}
+    proc = await trio.lowlevel.open_process(
+        [sys.executable, "-m", "ahp", "serve", "--port", "0", "--log-level", "warning"],
+        stdout=slave,
+        stderr=subprocess.DEVNULL,
+        stdin=subprocess.DEVNULL,
+        env=env,
+        cwd=str(REPO),
+    )
+    os.close(slave)
+    try:
+        out = b""
+        async with trio.lowlevel.FdStream(master) as stream:
+            with trio.fail_after(TIMEOUT):
+                while out.count(b"\n") < 3:
+                    chunk = await stream.receive_some(4096)
+                    assert chunk, out
+                    out += chunk
+            lines = out.decode().replace("\r", "").splitlines()
+            port = re.search(r":(\d+)/", lines[0]).group(1)  # type: ignore[union-attr]
+            assert lines == [
+                f"connect:   'ws://127.0.0.1:{port}/?tkn={TOKEN}'",
+                f"viewer:    'http://127.0.0.1:{port}/#tkn={TOKEN}'",
+                f"read-only: 'http://127.0.0.1:{port}/#ro={READ}'",
+            ]
+            proc.send_signal(signal.SIGINT)
+            with trio.fail_after(TIMEOUT):
+                assert await proc.wait() == 0
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
