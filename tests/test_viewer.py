@@ -518,3 +518,22 @@ async def test_a_recording_made_by_serve_record_plays_in_the_page(
             f"document.querySelector('#recordings button[data-recording=\"{name}\"]').click()"
         )
         await page.wait_for("document.getElementById('player').innerText.includes('recorded-25')")
+
+
+async def test_a_disposed_terminal_leaves_the_page(chromium: ChromiumProcess) -> None:
+    async with (
+        served() as s,
+        open_browser(chromium) as browser,
+        connect(s.sidecar.url, client_id="agent") as agent,
+    ):
+        await agent.create_terminal("ahp-terminal:/a", name="a")
+        page = await open_page(browser, s.sidecar.page_url)
+        await page.wait_for("window.ahpViewer.current === 'ahp-terminal:/a'")
+        await agent.create_terminal("ahp-terminal:/b", name="b")
+        await page.wait_for("document.querySelectorAll('#terminals button[data-uri]').length === 2")
+        await agent.dispose_terminal("ahp-terminal:/a")
+        # The page drops it and opens the one left.
+        await page.wait_for("window.ahpViewer.current === 'ahp-terminal:/b'")
+        notice = await page.evaluate("document.getElementById('notice').textContent")
+        assert "disposed" in notice
+        assert await page.evaluate("document.querySelectorAll('#terminals button').length") == 1

@@ -25,6 +25,7 @@ from ahp.server.session import READ_ONLY_META
 from ahp.server.web import (
     MAX_RECORDING_BYTES,
     MAX_RECORDINGS_LISTED,
+    MAX_RECORDINGS_SCANNED,
     STATIC_ROOT,
     content_security_policy,
 )
@@ -328,6 +329,23 @@ async def test_recordings_need_the_full_token_in_a_header(tmp_path: Path) -> Non
             assert (await request(port, f"/api/recordings/{bad}", auth))[0] == 404, bad
 
 
+async def test_a_link_or_a_fifo_named_like_a_recording_is_not_served(tmp_path: Path) -> None:
+    secret = tmp_path / "secret.txt"
+    secret.write_text("not for the page")
+    (tmp_path / "rec").mkdir()
+    (tmp_path / "rec" / "link.cast").symlink_to(secret)
+    os.mkfifo(tmp_path / "rec" / "fifo.cast")  # (nobody writes it: a blocking open would hang)
+    async with running_server(options(record_dir=str(tmp_path / "rec"))) as sidecar:
+        port = sidecar.port
+        assert port is not None
+        auth = {"Authorization": f"Bearer {TOKEN}"}
+        for name in ("link.cast", "fifo.cast"):
+            status, _, body = await request(port, f"/api/recordings/{name}", auth)
+            assert status == 404 and b"not for the page" not in body, name
+        listing = orjson.loads((await request(port, "/api/recordings", auth))[2])
+        assert listing["recordings"] == []
+
+
 async def test_recordings_past_their_bounds(tmp_path: Path) -> None:
     big = tmp_path / "big.cast"
     with big.open("wb") as f:
@@ -347,6 +365,16 @@ async def test_recordings_past_their_bounds(tmp_path: Path) -> None:
         # The newest first: the big one (just written), then r0999 …; r0000 is left off.
         names = [r["name"] for r in listing["recordings"]]
         assert names[:2] == ["big.cast", "r0999.cast"] and "r0000.cast" not in names
+
+
+async def test_a_listing_scans_a_bounded_number_of_entries(tmp_path: Path) -> None:
+    for i in range(MAX_RECORDINGS_SCANNED + 1):
+        (tmp_path / f"x{i}.txt").touch()  # (not recordings: only the scan counts them)
+    async with running_server(options(record_dir=str(tmp_path))) as sidecar:
+        assert sidecar.port is not None
+        auth = {"Authorization": f"Bearer {TOKEN}"}
+        listing = orjson.loads((await request(sidecar.port, "/api/recordings", auth))[2])
+        assert listing["partial"] is True and listing["recordings"] == []
 
 
 async def test_without_a_record_dir_the_listing_says_recording_is_off() -> None:

@@ -109,6 +109,8 @@ function write(data, { bounded = true } = {}) {
   if (ui.behind || data.length === 0) return;
   if (bounded && ui.pending + data.length > maxPendingWrite) {
     ui.behind = true;
+    // Caught up once the writes in flight are parsed; with none, at once.
+    if (ui.pending === 0) setTimeout(resync, 0);
     return;
   }
   ui.pending += data.length;
@@ -358,12 +360,7 @@ function onEvent(kind, detail) {
     return;
   }
   if (kind === "missing") {
-    if (detail.channel === ui.current) {
-      notice("This terminal is gone.");
-      ui.current = null;
-      renderToolbar(undefined);
-      renderCommands(undefined);
-    }
+    if (detail.channel === ui.current) forgetCurrent("This terminal is gone.");
     return;
   }
   if (kind === "rejected") {
@@ -374,6 +371,17 @@ function onEvent(kind, detail) {
     return;
   }
   if (kind === "action") onAction(detail);
+}
+
+function forgetCurrent(why) {
+  client.unsubscribe(ui.current);
+  ui.current = null;
+  sessionStorage.removeItem("ahp-current");
+  term.reset();
+  ui.markers.clear();
+  renderToolbar(undefined);
+  renderCommands(undefined);
+  notice(why);
 }
 
 function autoOpen(root) {
@@ -389,6 +397,9 @@ let recordingsLoaded = 0;
 function onAction({ channel, action, state }) {
   if (channel === ROOT) {
     renderTerminals(state);
+    if (ui.current !== null && !(state.terminals ?? []).some((t) => t.resource === ui.current)) {
+      forgetCurrent("This terminal was disposed.");
+    }
     autoOpen(state);
     if (Date.now() - recordingsLoaded > 2000) loadRecordings();
     return;
@@ -450,12 +461,13 @@ async function loadRecordings() {
         ? `${listing.leftOff} older ones not listed.`
         : ""
     : "Recording is off (serve --record DIR).";
+  if (listing.partial) note.textContent += " The directory holds too many files: the listing is partial.";
   $("recordings").replaceChildren(
     ...listing.recordings.map((entry) => {
       const when = new Date(entry.modified * 1000).toLocaleString();
       const button = el(
         "button",
-        { type: "button", "data-recording": entry.name },
+        { type: "button", "data-recording": entry.name, title: entry.name },
         el("span", { class: "entry-title" }, entry.name),
         el("span", { class: "entry-detail" }, `${when} · ${Math.ceil(entry.size / 1024)} KiB`),
       );
