@@ -125,6 +125,8 @@ ECHO_PAIR_WAIT: Final = keystroke.ECHO_PAIR_WAIT
 CLOSE_TIMEOUT: Final = 1.0
 #: The close reason sent to a client whose outbox overflowed.
 OVERFLOW_CLOSE: Final = (1013, "outbound buffer full; reconnect to resume")
+#: Longest refusal reason written to the audit log (characters).
+_AUDIT_REASON: Final = 200
 LOOPBACK_NAMES: Final = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})
 
 
@@ -399,7 +401,7 @@ async def _authenticate(
     """Read and check the upgrade; the accepted connection, or None (answered and
     closed: malformed, refused, a plain HTTP request, or the peer left), with whether it
     is read-only."""
-    upgrade = await read_upgrade(stream, timeout=math.inf, note=_note_info(notes))
+    upgrade = await read_upgrade(stream, timeout=math.inf, note=_note_info(notes, audit))
     if upgrade is None:
         return None
     if isinstance(upgrade, PlainRequest):
@@ -433,9 +435,14 @@ async def _authenticate(
     return ws, request, read_only
 
 
-def _note_info(notes: RateLimitedLog) -> Callable[..., Any]:
+def _note_info(notes: RateLimitedLog, audit: AuditLog | None = None) -> Callable[..., Any]:
     def note(kind: str, message: str, *args: Any) -> None:
         notes.log(kind, logging.INFO, message, *args)
+        if audit is not None and args:
+            # read_upgrade's notes: (remote, why) for a malformed request, (remote,) for
+            # a timeout. Every such peer is refused (400, or dropped).
+            why = f"{kind}: {args[1]}" if len(args) > 1 else kind
+            audit.connection(str(args[0]), accepted=False, reason=why[:_AUDIT_REASON])
 
     return note
 
@@ -472,7 +479,8 @@ async def _serve_one(
     session = Session(state, outbox, read_only=read_only)
     session.peer = request.remote
     if (audit := state.audit) is not None:
-        audit.connection(request.remote, accepted=True, path=urlsplit(request.target).path)
+        path = urlsplit(request.target).path
+        audit.connection(request.remote, accepted=True, path=path, read_only=read_only)
     connection_id = state.wire_log.connection_id() if state.wire_log is not None else ""
     writer = _Writer(ws, outbox, session, connection_id)
     close_code, close_reason = 1001, "server going away"
