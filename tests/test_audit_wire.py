@@ -109,6 +109,10 @@ async def test_the_audit_log_has_a_line_per_privileged_event_and_never_the_token
             await p2.dispatch(ROOT, {"type": "root/configChanged", "config": {"theme": "dark"}})
             assert await p2.result("disposeTerminal", {"channel": T1}) is None
             assert (await p2.call("disposeTerminal", {"channel": T1}))["error"]["code"] < 0
+            # The library's own terminals are audited too, as in-process.
+            host = server.state.host
+            await host.create_terminal("ahp-terminal:/lib", name="lib")
+            await host.dispose("ahp-terminal:/lib")
         lines = await wait_lines(
             [log], lambda ls: sum(x["event"] == "disconnected" for x in ls) == 2
         )
@@ -132,8 +136,16 @@ async def test_the_audit_log_has_a_line_per_privileged_event_and_never_the_token
         ("c2", "0.5.0"),
     ]
     created = by_event["terminal.created"]
+    assert len(created) == 3  # each once: the clients' two, the library's one
     assert created[0] == {**created[0], "terminal": T1, "by": "c1", "claim": claim("c1")}
     assert "error" not in created[0] and "already exists" in created[1]["error"]
+    lib = {k: v for k, v in created[2].items() if k != "ts"}
+    assert lib == {
+        "event": "terminal.created",
+        "terminal": "ahp-terminal:/lib",
+        "name": "lib",
+        "inProcess": True,
+    }
     claims = by_event["claim"]
     assert [(c["by"], c["accepted"]) for c in claims] == [("c2", False), ("c1", True)]
     assert claims[0]["previous"] == claim("c1") and claims[1]["claim"] == session
@@ -148,6 +160,8 @@ async def test_the_audit_log_has_a_line_per_privileged_event_and_never_the_token
     disposed = by_event["terminal.disposed"]
     assert disposed[0]["by"] == "c2" and "error" not in disposed[0]
     assert "no terminal" in disposed[1]["error"]
+    assert disposed[2]["terminal"] == "ahp-terminal:/lib" and disposed[2]["inProcess"] is True
+    assert len(disposed) == 3
 
 
 async def test_input_text_is_not_audited_without_audit_input(tmp_path: Path) -> None:

@@ -519,6 +519,8 @@ async def record_host(
                 log.warning(
                     "cannot record %s into %s: %s", recorder.terminal.uri, recorder.path, exc
                 )
+            except Exception:  # a bug of ours ends that recording, never the host's others
+                log.exception("recording %s into %s failed", recorder.terminal.uri, recorder.path)
             finally:
                 if recorders.get(recorder.terminal.uri) is recorder:
                     del recorders[recorder.terminal.uri]
