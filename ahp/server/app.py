@@ -30,7 +30,7 @@ import signal
 import ssl
 from collections.abc import AsyncIterator, Callable
 from typing import Any, Final, NoReturn
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 import attrs
 import trio
@@ -266,7 +266,7 @@ async def serve_host(
         url = f"ws+unix://{options.unix}:/"
     page_base: str | None = None
     if token is not None:
-        url += f"?tkn={token}"
+        url += "?" + urlencode({"tkn": token})  # (a token may hold '+', '/', '=')
     state = ServerState(host=host, max_terminals=options.max_terminals)
     routes = health_routes(ready=lambda: not state.draining)
     own_origins: frozenset[str] = frozenset()
