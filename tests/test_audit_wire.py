@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 import trio
 
-from ahp.protocol.processes import SIGNAL
+from ahp.protocol.processes import EXEC, SIGNAL
 from ahp.record.asciicast import decode
 from ahp.record.audit import AuditLog
 from ahp.record.sink import REDACTED
@@ -107,6 +107,7 @@ async def test_the_audit_log_has_a_line_per_privileged_event_and_never_the_token
             answer = await p2.result(SIGNAL, {"channel": T1, "signal": "SIGINT"})
             assert "groups" in answer
             await p2.dispatch(ROOT, {"type": "root/configChanged", "config": {"theme": "dark"}})
+            ran = await p1.result(EXEC, {"argv": ["echo", "exec ran"], "env": {"MY_VAR": "v"}})
             assert await p2.result("disposeTerminal", {"channel": T1}) is None
             assert (await p2.call("disposeTerminal", {"channel": T1}))["error"]["code"] < 0
             # The library's own terminals are audited too, as in-process.
@@ -155,6 +156,10 @@ async def test_the_audit_log_has_a_line_per_privileged_event_and_never_the_token
     assert typed["text"] == f"echo {REDACTED.decode()}-typed\n"
     [signal] = by_event["signal"]
     assert (signal["by"], signal["signal"], signal["terminal"]) == ("c2", "SIGINT", T1)
+    [exec_line] = by_event["exec"]
+    assert exec_line["by"] == "c1" and exec_line["terminal"] == ran["channel"]
+    assert exec_line["command"] == "echo 'exec ran'" and exec_line["env"] == ["MY_VAR"]
+    assert b'"v"' not in log.read_bytes()  # environment values are not logged
     [config] = by_event["config"]
     assert (config["by"], config["keys"], config["accepted"]) == ("c2", ["theme"], True)
     disposed = by_event["terminal.disposed"]

@@ -26,6 +26,8 @@ when. Each line is a JSON object with ``ts`` (UTC, ISO 8601 with milliseconds),
                        ``--audit-input``; ``refused`` when the claim rule refused it
 ``signal``             ``terminal``, ``by``, ``signal``, ``groups`` (process groups);
                        ``error`` when it was refused
+``exec``               ``terminal``, ``by``, ``command`` (at most 4096 characters),
+                       ``cwd``, ``env`` (names only); ``error`` when refused
 ``config``             ``by``, ``keys`` (the configuration keys changed, never values),
                        ``replace``, ``accepted``
 ``dropped``            ``count``: lines lost because the queue was full or a write failed
