@@ -5,28 +5,36 @@ real server and client; ``ahp-terminals play`` in a subprocess."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import trio
 
 import ahp
+from ahp.protocol.actions import (
+    ActionEnvelope,
+    TerminalCommandExecuted,
+    TerminalCommandFinished,
+)
 from ahp.record import RecordOptions, record_host, record_terminal
 from ahp.record.asciicast import (
     SKIPPED_MARKER,
     Event,
     Header,
     decode,
+    decode_event,
     encode_event,
     encode_header,
     parse_command_marker,
     size_bound_marker,
 )
-from ahp.record.recorder import DISPOSED_MARKER, STOPPED_MARKER
+from ahp.record.recorder import DISPOSED_MARKER, MAX_OPEN_COMMANDS, STOPPED_MARKER, Recorder
 from ahp.server import ServeOptions
 from tests.helpers import TIMEOUT, open_fds, wait_for_text
 from tests.wire import TOKEN, peer, running_server
@@ -264,3 +272,37 @@ async def test_play_cli_speed_idle_limit_and_errors(tmp_path: Path) -> None:
     assert done.returncode == 1 and b"cannot read" in done.stderr
     done = await play(str(path), "--speed", "0")
     assert done.returncode == 2 and b"--speed" in done.stderr
+
+
+async def test_started_commands_remembered_are_bounded(tmp_path: Path) -> None:
+    async with ahp.open_host() as host:
+        term = await host.create_terminal(argv=["cat"])
+        recorder = Recorder(term, tmp_path / "x.cast", RecordOptions())
+        try:
+            seq = itertools.count(1)
+
+            def envelope(action: Any) -> ActionEnvelope:
+                return ActionEnvelope(channel=term.uri, action=action, serverSeq=next(seq))
+
+            total = MAX_OPEN_COMMANDS + 50
+            for n in range(total):  # started, never finished
+                executed = TerminalCommandExecuted(
+                    commandId=f"c{n}", commandLine=f"cmd {n}", timestamp=0
+                )
+                assert recorder._envelope(envelope(executed))
+            assert len(recorder._commands) == MAX_OPEN_COMMANDS  # the bound holds
+            newest, oldest = f"c{total - 1}", "c0"
+            for command_id in (newest, oldest):
+                recorder._envelope(
+                    envelope(TerminalCommandFinished(commandId=command_id, exitCode=0))
+                )
+        finally:
+            await recorder.subscription.aclose()
+    labels = [parse_command_marker(line_data(line)) for line in recorder._buffer]
+    ends = [m for m in labels if m and m[0] == "end"]
+    assert ends == [("end", f"cmd {total - 1}", 0), ("end", "", 0)]  # the oldest forgotten
+
+
+def line_data(line: bytes) -> str:
+    value = decode_event(line)
+    return value.data
