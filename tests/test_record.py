@@ -251,9 +251,19 @@ async def test_play_cli_speed_idle_limit_and_errors(tmp_path: Path) -> None:
     path.write_bytes(b"".join(lines))
     env = {**os.environ, "PYTHONPATH": str(REPO)}
 
-    async def play(*args: str) -> subprocess.CompletedProcess[bytes]:
+    bad = tmp_path / "bad.cast"
+    bad.write_bytes(lines[0] + lines[1] + b"[1, 2]\n")
+    runs = {
+        "capped": (str(path), "--speed", "10", "--idle-time-limit", "0.5"),
+        "bad line": (str(bad), "--speed", "1000"),
+        "missing": (str(tmp_path / "missing.cast"),),
+        "bad speed": (str(path), "--speed", "0"),
+    }
+    done: dict[str, subprocess.CompletedProcess[bytes]] = {}
+
+    async def play(name: str, args: tuple[str, ...]) -> None:
         with trio.fail_after(TIMEOUT):
-            return await trio.run_process(
+            done[name] = await trio.run_process(
                 [sys.executable, "-m", "ahp", "play", *args],
                 capture_stdout=True,
                 capture_stderr=True,
@@ -261,17 +271,15 @@ async def test_play_cli_speed_idle_limit_and_errors(tmp_path: Path) -> None:
                 env=env,
             )
 
-    done = await play(str(path), "--speed", "10", "--idle-time-limit", "0.5")
-    assert (done.returncode, done.stdout) == (0, b"one two\r\n")
-    bad = tmp_path / "bad.cast"
-    bad.write_bytes(lines[0] + lines[1] + b"[1, 2]\n")
-    done = await play(str(bad), "--speed", "1000")
-    assert done.returncode == 1 and done.stdout == b"one "
-    assert done.stderr.decode().strip().endswith("line 3: an event is a 3-element array")
-    done = await play(str(tmp_path / "missing.cast"))
-    assert done.returncode == 1 and b"cannot read" in done.stderr
-    done = await play(str(path), "--speed", "0")
-    assert done.returncode == 2 and b"--speed" in done.stderr
+    async with trio.open_nursery() as nursery:  # (at once: each is a Python start-up)
+        for name, args in runs.items():
+            nursery.start_soon(play, name, args)
+    assert (done["capped"].returncode, done["capped"].stdout) == (0, b"one two\r\n")
+    bad_line = done["bad line"]
+    assert bad_line.returncode == 1 and bad_line.stdout == b"one "
+    assert bad_line.stderr.decode().strip().endswith("line 3: an event is a 3-element array")
+    assert done["missing"].returncode == 1 and b"cannot read" in done["missing"].stderr
+    assert done["bad speed"].returncode == 2 and b"--speed" in done["bad speed"].stderr
 
 
 async def test_started_commands_remembered_are_bounded(tmp_path: Path) -> None:
