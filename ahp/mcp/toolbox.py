@@ -265,8 +265,7 @@ def exec_output(result: CommandResult, command: str) -> ToolOutput:
             "left out of the middle; the start and the end are shown"
         )
     remarks += [
-        f"left running in the background: pid {p.pid} `{p.command_line}`"
-        for p in result.background
+        f"left running in the background: pid {p.pid} `{p.command_line}`" for p in result.background
     ]
     parts += [f"{MARK} {r}" for r in remarks]
     data = result_data(result, name, command)
