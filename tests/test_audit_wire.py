@@ -355,3 +355,37 @@ async def test_an_audit_line_is_bounded_whatever_the_client_sends(tmp_path: Path
     assert value["text"] == "y" * MAX_AUDIT_TEXT + "…"
     assert value["many"] == list(range(MAX_AUDIT_ITEMS))
     assert len(queued) < 2 * MAX_AUDIT_TEXT
+
+
+async def test_serve_refuses_unusable_log_options_in_one_line(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    cases = {
+        "audit": (["--audit-log", str(blocker / "audit.log")], 1, "cannot create the audit log"),
+        "wire": (["--wire-log", str(blocker / "wire")], 1, "cannot create the wire log"),
+        "record": (["--record", str(blocker / "casts")], 1, "cannot create the recordings"),
+        "bound": (["--record-max-bytes", "10"], 2, "size bound must be at least 1024"),
+    }
+    done: dict[str, subprocess.CompletedProcess[bytes]] = {}
+
+    async def serve(name: str, args: list[str]) -> None:
+        with trio.fail_after(TIMEOUT):
+            done[name] = await trio.run_process(
+                [sys.executable, "-m", "ahp", "serve", "--port", "0", *args],
+                capture_stdout=True,
+                capture_stderr=True,
+                check=False,
+                env=env,
+            )
+
+    async with trio.open_nursery() as nursery:
+        for name, (args, _, _) in cases.items():
+            nursery.start_soon(serve, name, args)
+    for name, (_, code, message) in cases.items():
+        result = done[name]
+        lines = result.stderr.decode().strip().splitlines()
+        assert result.returncode == code, (name, result)
+        assert message in lines[-1] and lines[-1].startswith("ahp serve: "), (name, lines)
+        assert "Traceback" not in result.stderr.decode(), name
+        assert result.stdout == b"", name  # no URL printed: it never served
