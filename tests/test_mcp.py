@@ -299,6 +299,7 @@ def test_results_state_outcomes_plainly() -> None:
 @attrs.frozen
 class _Evidence:
     echo: bool = True
+    source: str = "procfs"
     programs: tuple[str, ...] = ()
     full_screen: bool = False
 
@@ -307,8 +308,10 @@ def test_waiting_says_who_waits_and_for_what() -> None:
     waiting = _Result(status="waiting_for_input", exit_code=None, waiting_for_input=True)
     cases = {
         None: "the command is blocked reading the terminal (the prompt is above)",
-        _Evidence(programs=("python3 x.py",)): "python3 x.py reads a line from the terminal",
-        _Evidence(echo=False, programs=("sudo ls",)): "sudo ls reads the terminal with echo off",
+        _Evidence(programs=("/usr/bin/python3 x.py",)): "python3 reads from the terminal",
+        _Evidence(echo=False, programs=("sudo ls",)): "sudo reads the terminal with echo off",
+        # A line editor turns echo off too, and polls: not a password.
+        _Evidence(echo=False, source="poll", programs=("node",)): "node reads from the terminal",
         _Evidence(full_screen=True, programs=("vim",)): "vim waits for keys on a full-screen",
     }
     for evidence, words in cases.items():
@@ -318,6 +321,10 @@ def test_waiting_says_who_waits_and_for_what() -> None:
     assert brief.endswith(
         "WAITING FOR INPUT (echo off) after 1.5 s: answer with send_input, or interrupt"
     )
+    brief = render.format_result(
+        waiting, "main", first=False, evidence=_Evidence(echo=False, source="poll")
+    )
+    assert brief.endswith("WAITING FOR INPUT after 1.5 s: answer with send_input, or interrupt")
 
 
 def test_follow_up_answers_are_short() -> None:

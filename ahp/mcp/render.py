@@ -21,6 +21,7 @@ Pure: no I/O, no Trio.
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Any, Final
 
@@ -171,18 +172,24 @@ def command_header(command: str) -> str:
     return f"$ {first}{suffix}"
 
 
+def _secret(evidence: Evidence | None) -> bool:
+    """A blocking read with echo off: a password prompt (a line editor such as
+    readline also turns echo off, but polls and echoes what is typed itself)."""
+    return evidence is not None and not evidence.echo and evidence.source == "procfs"
+
+
 def waiting_reason(evidence: Evidence | None) -> str:
     """Who waits for input and for what, from the evidence (the prompt otherwise)."""
     if evidence is None:
         return "the command is blocked reading the terminal (the prompt is above)"
-    who = evidence.programs[0] if evidence.programs else "the command"
-    if len(who) > HEADER_CHARS:
-        who = who[:HEADER_CHARS] + "…"
+    who = "the command"
+    if evidence.programs and evidence.programs[0].split():
+        who = os.path.basename(evidence.programs[0].split()[0])[:HEADER_CHARS] or who
     if evidence.full_screen:
         return f"{who} waits for keys on a full-screen display (read_screen shows it)"
-    if not evidence.echo:
-        return f"{who} reads the terminal with echo off (a password or a key; typing is not shown)"
-    return f"{who} reads a line from the terminal (the prompt is above)"
+    if _secret(evidence):
+        return f"{who} reads the terminal with echo off (a password? what is typed is not shown)"
+    return f"{who} reads from the terminal (the prompt, if any, is above)"
 
 
 def status_lines(
@@ -212,7 +219,7 @@ def status_lines(
             "kill_command"
         )
     elif status == "waiting_for_input" and brief:
-        echo = "" if evidence is None or evidence.echo else " (echo off)"
+        echo = " (echo off)" if _secret(evidence) else ""
         lines.append(f"WAITING FOR INPUT{echo} after {took}: answer with send_input, or interrupt")
     elif status == "waiting_for_input":
         lines.append(
