@@ -16,14 +16,18 @@ when. Each line is a JSON object with ``ts`` (UTC, ISO 8601 with milliseconds),
 ``initialize``         ``clientId``, ``protocolVersion`` (None: refused), ``offered``,
                        ``peer``; ``reconnect`` (bool)
 ``terminal.created``   ``terminal``, ``by`` (clientId), ``name``, ``cwd``, ``claim``;
-                       ``error`` when it was refused
-``terminal.disposed``  ``terminal``, ``by``; ``error`` when it was refused
+                       ``error`` when it was refused; ``inProcess`` (no ``by``) when
+                       the library created it (:meth:`AuditLog.watching`)
+``terminal.disposed``  ``terminal``, ``by``; ``error`` when it was refused;
+                       ``inProcess`` as above
 ``claim``              ``terminal``, ``by``, ``claim`` (requested), ``previous``,
                        ``accepted`` (bool, as the terminal decided)
 ``input``              ``terminal``, ``by``, ``bytes`` (UTF-8 length); ``text`` only with
                        ``--audit-input``; ``refused`` when the claim rule refused it
 ``signal``             ``terminal``, ``by``, ``signal``, ``groups`` (process groups);
                        ``error`` when it was refused
+``exec``               ``terminal``, ``by``, ``command`` (at most 4096 characters),
+                       ``cwd``, ``env`` (names only); ``error`` when refused
 ``config``             ``by``, ``keys`` (the configuration keys changed, never values),
                        ``replace``, ``accepted``
 ``dropped``            ``count``: lines lost because the queue was full or a write failed
@@ -48,17 +52,26 @@ server's nursery (:func:`ahp.server.serve_host` does with
 
 from __future__ import annotations
 
+import contextvars
 import datetime
 import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, Final
 
 import orjson
 import trio
 
+from ahp.engine import Host, Terminal
 from ahp.record.sink import LineSink, Rotation
 
-__all__ = ["AUDIT_FILES", "AUDIT_FILE_BYTES", "AuditLog", "iso_now"]
+__all__ = ["ACTOR", "AUDIT_FILES", "AUDIT_FILE_BYTES", "AuditLog", "iso_now"]
+
+#: The client on whose behalf the current task acts (set by the server around the
+#: requests it audits itself): a terminal created or disposed while it is unset was
+#: the library's doing, and is audited as ``inProcess``.
+ACTOR: contextvars.ContextVar[str | None] = contextvars.ContextVar("ahp_audit_actor", default=None)
 
 #: An audit file is rotated before it passes this size (bytes).
 AUDIT_FILE_BYTES: Final = 16 * 1024 * 1024
@@ -159,6 +172,29 @@ class AuditLog:
             peer=peer,
             reconnect=reconnect or None,
         )
+
+    @asynccontextmanager
+    async def watching(self, host: Host) -> AsyncIterator[None]:
+        """While the block runs, audit the terminals ``host`` creates and disposes
+        outside any client's request (the library's, an MCP agent's): ``by`` is absent
+        and ``inProcess`` true."""
+
+        def created(terminal: Terminal) -> None:
+            if ACTOR.get() is None:
+                name = terminal.spec.name
+                self.event("terminal.created", terminal=terminal.uri, name=name, inProcess=True)
+
+        def disposed(terminal: Terminal) -> None:
+            if ACTOR.get() is None:
+                self.event("terminal.disposed", terminal=terminal.uri, inProcess=True)
+
+        host.on_terminal_created.append(created)
+        host.on_terminal_disposed.append(disposed)
+        try:
+            yield
+        finally:
+            host.on_terminal_created.remove(created)
+            host.on_terminal_disposed.remove(disposed)
 
     def input(self, terminal: str, by: str | None, data: str, *, refused: str | None) -> None:
         size = len(data.encode("utf-8", "surrogatepass"))
