@@ -17,7 +17,7 @@ import trio
 
 from ahp.protocol.processes import EXEC, SIGNAL
 from ahp.record.asciicast import decode
-from ahp.record.audit import AuditLog
+from ahp.record.audit import MAX_AUDIT_ITEMS, MAX_AUDIT_TEXT, AuditLog
 from ahp.record.sink import REDACTED
 from ahp.record.wirelog import WireLog
 from ahp.server import ServeOptions
@@ -329,3 +329,63 @@ async def test_serve_flags_write_all_three(tmp_path: Path) -> None:
     assert any(x.get("method") == "createTerminal" for x in wire)
     for blob in (cast, tmp_path / "audit.log", *listing(tmp_path / "wire")):
         assert TOKEN.encode() not in blob.read_bytes()
+
+
+async def test_an_audit_line_is_bounded_whatever_the_client_sends(tmp_path: Path) -> None:
+    log = tmp_path / "audit.log"
+    options = ServeOptions(port=0, token=TOKEN, audit_log=str(log))
+    offered = [f"9.{n}.0" for n in range(5000)] + ["0.5.0"]
+    async with running_server(options) as server, peer(server.url) as p:
+        params = {"channel": ROOT, "clientId": "c1", "protocolVersions": offered}
+        assert (await p.result("initialize", params))["protocolVersion"] == "0.5.0"
+        audit = server.state.audit
+        assert audit is not None
+        await drained(audit.sink)
+    [line] = [x for x in read_lines([log]) if x["event"] == "initialize"]
+    assert line["offered"] == offered[:MAX_AUDIT_ITEMS]
+    assert len(log.read_bytes()) < 2 * MAX_AUDIT_TEXT
+    # Any field: strings cut, lists and objects shortened, depth bounded.
+    audit = AuditLog(tmp_path / "unit.log")
+    deep: Any = "leaf"
+    for _ in range(10):
+        deep = {"k": [deep]}
+    audit.event("x", text="y" * (MAX_AUDIT_TEXT + 10), many=list(range(1000)), deep=deep)
+    [queued] = list(audit.sink._items)
+    value = orjson.loads(queued)
+    assert value["text"] == "y" * MAX_AUDIT_TEXT + "…"
+    assert value["many"] == list(range(MAX_AUDIT_ITEMS))
+    assert len(queued) < 2 * MAX_AUDIT_TEXT
+
+
+async def test_serve_refuses_unusable_log_options_in_one_line(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    cases = {
+        "audit": (["--audit-log", str(blocker / "audit.log")], 1, "cannot create the audit log"),
+        "wire": (["--wire-log", str(blocker / "wire")], 1, "cannot create the wire log"),
+        "record": (["--record", str(blocker / "casts")], 1, "cannot create the recordings"),
+        "bound": (["--record-max-bytes", "10"], 2, "size bound must be at least 1024"),
+    }
+    done: dict[str, subprocess.CompletedProcess[bytes]] = {}
+
+    async def serve(name: str, args: list[str]) -> None:
+        with trio.fail_after(TIMEOUT):
+            done[name] = await trio.run_process(
+                [sys.executable, "-m", "ahp", "serve", "--port", "0", *args],
+                capture_stdout=True,
+                capture_stderr=True,
+                check=False,
+                env=env,
+            )
+
+    async with trio.open_nursery() as nursery:
+        for name, (args, _, _) in cases.items():
+            nursery.start_soon(serve, name, args)
+    for name, (_, code, message) in cases.items():
+        result = done[name]
+        lines = result.stderr.decode().strip().splitlines()
+        assert result.returncode == code, (name, result)
+        assert message in lines[-1] and lines[-1].startswith("ahp serve: "), (name, lines)
+        assert "Traceback" not in result.stderr.decode(), name
+        assert result.stdout == b"", name  # no URL printed: it never served

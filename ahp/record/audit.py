@@ -80,6 +80,10 @@ AUDIT_FILES: Final = 5
 #: Longest input text logged in one line with ``--audit-input`` (characters); the
 #: byte count is always exact.
 MAX_AUDIT_TEXT: Final = 4096
+#: Longest string of any field, and most items of any list or object, in one line (a
+#: longer one is cut, with "…").
+MAX_AUDIT_ITEMS: Final = 64
+_MAX_AUDIT_DEPTH: Final = 4
 
 
 def iso_now() -> str:
@@ -131,8 +135,8 @@ class AuditLog:
 
     def event(self, kind: str, **fields: Any) -> None:
         """Queue one line (never waits; dropped and counted when the queue is full)."""
-        line = {"ts": iso_now(), "event": kind}
-        line.update({k: v for k, v in fields.items() if v is not None})
+        line: dict[str, Any] = {"ts": iso_now(), "event": kind}
+        line.update({k: _bounded(v) for k, v in fields.items() if v is not None})
         self.sink.put(orjson.dumps(line, default=_plain) + b"\n")
 
     # -- the events ----------------------------------------------------------------------------
@@ -200,6 +204,22 @@ class AuditLog:
         size = len(data.encode("utf-8", "surrogatepass"))
         text = data[:MAX_AUDIT_TEXT] if self.record_input else None
         self.event("input", terminal=terminal, by=by, bytes=size, text=text, refused=refused)
+
+
+def _bounded(value: Any, depth: int = 0) -> Any:
+    """``value`` with every string cut at :data:`MAX_AUDIT_TEXT` characters and every
+    list and object at :data:`MAX_AUDIT_ITEMS` items (a client chooses its ``clientId``
+    and its offered versions: one line must not cost megabytes)."""
+    if isinstance(value, str):
+        return value if len(value) <= MAX_AUDIT_TEXT else value[:MAX_AUDIT_TEXT] + "…"
+    if depth >= _MAX_AUDIT_DEPTH:
+        return str(value)[:MAX_AUDIT_TEXT]
+    if isinstance(value, list | tuple):
+        return [_bounded(v, depth + 1) for v in value[:MAX_AUDIT_ITEMS]]
+    if isinstance(value, dict):
+        items = list(value.items())[:MAX_AUDIT_ITEMS]
+        return {str(k)[:MAX_AUDIT_TEXT]: _bounded(v, depth + 1) for k, v in items}
+    return value
 
 
 def _plain(value: Any) -> Any:
