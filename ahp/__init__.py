@@ -19,6 +19,7 @@ Trio client).
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from ahp.agent import BackgroundProcess, CommandHandle, CommandResult
     from ahp.agent.screen import Screen
     from ahp.engine import Host, Subscription, Terminal, TerminalExists, TerminalNotFound, open_host
     from ahp.protocol import (
@@ -32,8 +33,6 @@ if TYPE_CHECKING:
         UnclassifiedPart,
     )
     from ahp.pty import SpawnError
-    from ahp.result import BackgroundProcess, CommandResult
-    from ahp.run import CommandHandle
     from ahp.server import ServeOptions, Sidecar, serve_host
 
 #: Public name -> module that defines it. Imported on first use, so that
@@ -54,9 +53,9 @@ _EXPORTS = {
     "TerminalState": "ahp.protocol",
     "UnclassifiedPart": "ahp.protocol",
     "SpawnError": "ahp.pty",
-    "BackgroundProcess": "ahp.result",
-    "CommandHandle": "ahp.run",
-    "CommandResult": "ahp.result",
+    "BackgroundProcess": "ahp.agent",
+    "CommandHandle": "ahp.agent",
+    "CommandResult": "ahp.agent",
     "Screen": "ahp.agent.screen",
     "ServeOptions": "ahp.server",
     "Sidecar": "ahp.server",

@@ -3,7 +3,7 @@
 Run ``python benchmarks/bench_render.py [size_mb]``; the bench command calls
 :func:`run`. Figures:
 
-* ``lines_*`` (MB/s): :class:`ahp.vt.render.LineRenderer`, which renders every
+* ``lines_*`` (MB/s): :class:`ahp.agent.render.LineRenderer`, which renders every
   command's output for ``CommandResult.output`` (in the command's collector, not
   in the engine), with the budget attached, in 16 KiB chunks.
 * ``screen_*_mb_s`` (MB/s): :class:`ahp.agent.screen.ScreenModel` (its default
@@ -26,16 +26,16 @@ import time
 from pathlib import Path
 
 try:
-    from ahp.budget import OutputBudget
+    from ahp.agent.budget import OutputBudget
 except ModuleNotFoundError:  # a checkout without `pip install -e .`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from ahp.budget import OutputBudget
+    from ahp.agent.budget import OutputBudget
 
 import trio
 
+from ahp.agent.render import LineRenderer
 from ahp.agent.screen import ScreenModel
 from ahp.engine import open_host
-from ahp.vt.render import LineRenderer
 
 __all__ = ["make_plain", "make_progress", "run"]
 

@@ -35,12 +35,15 @@ async def main(port: int, exit_after: bool) -> None:
         print(f"serving {sidecar.url}", flush=True)
         print(f"attach with: python -m ahp attach '{sidecar.url}' agent", flush=True)
         term = await host.create_terminal("ahp-terminal:/agent", name="agent")
+        found = term.state.claim
         for i, command in enumerate(COMMANDS, 1):
             claim = ahp.SessionClaim(session="agent:/demo", toolCallId=f"call-{i}")
             result = await term.run(command, timeout=30, claim=claim)
             print(f"$ {command}", flush=True)
             print(result.output, end="", flush=True)
             print(f"-> exit {result.exit_code} in {result.duration_ms} ms", flush=True)
+        given_back = "given back" if term.state.claim == found else "NOT given back"
+        print(f"claim {given_back}: {term.state.claim!r}", flush=True)
         if exit_after:
             nursery.cancel_scope.cancel()
             return

@@ -80,6 +80,8 @@ async def test_the_audit_log_has_a_line_per_privileged_event_and_never_the_token
             port, f"/x?tkn={TOKEN}", {"Origin": "http://evil.example"}
         )
         assert b"403" in refused
+        # Refused: a malformed upgrade (400), the token in its target.
+        assert b"400" in await upgrade_status_line(port, f"//[x/?tkn={TOKEN}", {})
         # Accepted: the token in the query (c1) and in an Authorization header (c2).
         async with (
             peer(server.url) as p1,
@@ -112,10 +114,11 @@ async def test_the_audit_log_has_a_line_per_privileged_event_and_never_the_token
         by_event.setdefault(line["event"], []).append(line)
 
     connections = by_event["connection"]
-    assert [c["accepted"] for c in connections] == [False, False, True, True]
+    assert [c["accepted"] for c in connections] == [False, False, False, True, True]
     assert connections[0]["reason"] == "missing or wrong token"
     assert connections[1]["reason"] == "origin not allowed"
     assert connections[1]["path"] == "/x"  # the path, never the query
+    assert connections[2]["reason"].startswith("bad request: ")
     assert all(c["peer"].startswith("127.0.0.1:") for c in connections)
 
     assert [(i["clientId"], i["protocolVersion"]) for i in by_event["initialize"]] == [

@@ -317,6 +317,34 @@ async def test_run_in_a_named_terminal_and_timeout() -> None:
     assert "timed out" in one_line_error(slow)
 
 
+async def test_run_exits_with_the_shell_s_exit_code() -> None:
+    """Issue 20, defect 5: ``run -- 'exit 7'`` exited 125 (the code was lost)."""
+    async with served() as server:
+        done = await cli("run", "--json", server.url, "--", "echo bye; exit 7")
+    assert done.returncode == 7, done.stderr
+    result = json.loads(done.stdout)
+    assert (result["status"], result["exit_code"]) == ("shell_exited", 7)
+
+
+async def test_run_in_a_busy_terminal_is_refused() -> None:
+    """Issue 20, defect 3: a command typed into a terminal whose command waits at a
+    prompt was read by that command as its answer. Now nothing is typed."""
+    async with served() as server:
+        term = await server.host.create_terminal("ahp-terminal:/busy", name="busy")
+        with trio.fail_after(TIMEOUT):
+            first = await term.run('read -p "name? " n; echo "got $n"')
+        assert first.status == "waiting_for_input" and first.handle is not None
+        done = await cli("run", server.url, "--terminal", "busy", "--", "echo second")
+        line = one_line_error(done)
+        assert done.returncode == 125 and done.stdout == ""
+        assert line.startswith("ahp run: refused: not typed: the terminal is busy: ")
+        assert "read -p" in line and "waits for input" in line
+        with trio.fail_after(TIMEOUT):
+            await first.handle.send_input("agent\r")
+            answered = await first.handle.wait()
+    assert answered.output.endswith("got agent\n")
+
+
 async def test_run_without_command_detection() -> None:
     """A shell without integration: the marker fallback, after the detection wait."""
     async with served(shell="/bin/sh") as server:
@@ -846,6 +874,8 @@ async def test_agent_example_runs_its_commands() -> None:
     assert "python -m ahp attach 'ws://" in out and "' agent" in out
     assert "$ echo hello from the agent\nhello from the agent\n-> exit 0 in " in out
     assert "$ (exit 3)\n-> exit 3 in " in out
+    # Issue 20, defect 5: each run gave back the claim the previous one had not yet.
+    assert "\nclaim given back: ClientClaim(" in out, out
 
 
 async def test_agent_example_stops_quietly_on_ctrl_c() -> None:

@@ -345,7 +345,7 @@ def test_the_echo_of_typed_lines_is_left_out() -> None:
 
 @given(st.text(max_size=300), st.integers(0, 200), st.integers(0, 200))
 def test_budget_text_keeps_the_budget_and_counts_the_rest(text: str, head: int, tail: int) -> None:
-    from ahp.budget import omission_marker
+    from ahp.agent.budget import omission_marker
 
     shown = render.budget_text(text, head, tail)
     size = len(text.encode("utf-8", "surrogatepass"))

@@ -121,3 +121,30 @@ async def test_structured_answers_carry_the_output_once(tmp_path: Path) -> None:
         ]
         terminals = await _call(session, "list_terminals")
         assert terminals.structured_content["terminals"][0]["terminal"] == "main"
+
+
+async def test_a_remote_terminals_follow_ups_are_new_only_too(tmp_path: Path) -> None:
+    """--connect: the same cursor over a sidecar's terminal (``RemoteTerminal`` handles)."""
+    import trio
+
+    from ahp.engine import open_host
+    from ahp.server import ServeOptions, serve_host
+
+    sock = tmp_path / "side.sock"
+    async with open_host() as host, trio.open_nursery() as nursery:
+        sidecar = await nursery.start(serve_host, host, ServeOptions(unix=str(sock), token="t6"))
+        async with mcp_session(tmp_path, "--connect", sidecar.url) as session:
+            started = await _call(
+                session,
+                "run_command",
+                command="echo first-part; read -p 'name? ' n; echo \"hello $n\"",
+                yield_after=TIMEOUT,
+            )
+            data = facts(started)
+            assert data["status"] == "waiting_for_input", _text(started)
+            assert "first-part" in data["output"]
+            done = await _answer(session, data["command_id"], "Ada")
+            assert facts(done)["status"] == "finished", _text(done)
+            assert "hello Ada" in facts(done)["output"]
+            assert "first-part" not in facts(done)["output"]
+        nursery.cancel_scope.cancel()

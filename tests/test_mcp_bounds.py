@@ -17,9 +17,9 @@ from typing import Any
 
 import trio
 
+from ahp.agent.render import MAX_JOINED_LINE, LineRenderer
 from ahp.mcp import tools
 from ahp.mcp.toolbox import MAX_SCREEN_COLS, MAX_SCREEN_ROWS
-from ahp.vt.render import MAX_JOINED_LINE, LineRenderer
 from tests.test_mcp import TIMEOUT, _text, facts, mcp_session, screen_of, terminal_rows
 
 
@@ -186,7 +186,7 @@ def test_an_endless_line_goes_on_in_pieces() -> None:
 
 
 def test_the_window_is_bounded_whatever_size_is_asked() -> None:
-    from ahp.vt.render import MAX_WINDOW_COLS, MAX_WINDOW_ROWS
+    from ahp.agent.render import MAX_WINDOW_COLS, MAX_WINDOW_ROWS
 
     renderer = LineRenderer(lambda _line: None, cols=4096, rows=4096)
     assert (renderer.cols, renderer.rows) == (MAX_WINDOW_COLS, MAX_WINDOW_ROWS)

@@ -26,7 +26,7 @@ from ahp.record.asciicast import (
     parse_command_marker,
     size_bound_marker,
 )
-from ahp.record.recorder import STOPPED_MARKER
+from ahp.record.recorder import DISPOSED_MARKER, STOPPED_MARKER
 from ahp.server import ServeOptions
 from tests.helpers import TIMEOUT, open_fds, wait_for_text
 from tests.wire import TOKEN, peer, running_server
@@ -112,29 +112,32 @@ async def test_input_is_recorded_only_when_asked_and_late_start_keeps_the_screen
     _, events = read_cast(path)
     assert events[0].code == "o" and "before-recording" in events[0].data
     assert output_of(events) == expected
+    assert events[-1] == Event(events[-1].interval, "m", DISPOSED_MARKER)
     assert [e.data for e in events if e.code == "i"] == ["echo typed-123\n"]
 
 
 async def test_a_stalled_disk_neither_stalls_the_pty_nor_grows_memory(tmp_path: Path) -> None:
     """A FIFO that is open for reading but never read: the recorder's writes block at
-    once (the pipe holds 64 KiB). The terminal prints 4 MB meanwhile and finishes; the
+    once (the pipe holds 64 KiB). The terminal prints 8 MB meanwhile and finishes; the
     recorder holds at most its bounds; once the FIFO is read again the recording goes
     on, saying output was skipped."""
     fifo = tmp_path / "stalled.cast"
     os.mkfifo(fifo)
     reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # a reader that never reads
-    options = RecordOptions(buffer_bytes=64 * 1024, outbox_bytes=256 * 1024)
+    # (The outbox must hold the largest envelope of output, a parse batch of up to about
+    # a megabyte, or every such envelope alone would overflow it.)
+    options = RecordOptions(buffer_bytes=64 * 1024, outbox_bytes=2 * 1024 * 1024)
     received = bytearray()
     async with ahp.open_host(shell="/bin/bash") as host, trio.open_nursery() as nursery:
         term = await host.create_terminal()
         recorder = await nursery.start(record_terminal, term, fifo, options)
         result = await term.run(
-            "head -c 4000000 /dev/zero | tr '\\0' a; echo; echo done-$((6*7))", timeout=TIMEOUT * 3
+            "head -c 8000000 /dev/zero | tr '\\0' a; echo; echo done-$((6*7))", timeout=TIMEOUT * 3
         )
         assert result.exit_code == 0 and "done-42" in result.output
         # The recorder fell behind and was never waited for: bounded memory.
         assert recorder.written_bytes <= 128 * 1024  # the pipe took what it holds, no more
-        one_line = 6 * 96 * 1024  # one output event (a parse batch, JSON-escaped)
+        one_line = 2 * 1024 * 1024  # one output event (a parse batch, 'a's: no escaping)
         assert recorder.peak_buffered <= options.buffer_bytes + one_line
         assert recorder.subscription.outbox.max_bytes == options.outbox_bytes
         assert recorder.subscription.outbox.overflowed  # it fell behind: a resync follows
@@ -197,7 +200,7 @@ async def test_serve_record_writes_one_file_per_terminal_and_play_replays_it(
     options = ServeOptions(port=0, token=TOKEN, record_dir=str(tmp_path / "casts"))
     async with running_server(options, shell="/bin/bash") as server, peer(server.url) as p:
         await p.initialize("c1")
-        for uri in ("ahp-terminal:/build", "ahp-terminal:/a b/../c"):
+        for uri in ("ahp-terminal:/build", "ahp-terminal:/a b/../c", "ahp-terminal:/a-b-..-c"):
             params = {"channel": uri, "claim": {"kind": "client", "clientId": "c1"}}
             assert await p.result("createTerminal", params) is None
         host = server.state.host
@@ -208,7 +211,7 @@ async def test_serve_record_writes_one_file_per_terminal_and_play_replays_it(
         expected = build.state.text()
         assert await p.result("disposeTerminal", {"channel": "ahp-terminal:/build"}) is None
         files = sorted(os.listdir(tmp_path / "casts"))
-        assert len(files) == 2
+        assert len(files) == 3  # (the last two sanitise alike: "-2" for the second)
         assert all(re.fullmatch(r"\d{8}T\d{6}Z-[A-Za-z0-9._-]+\.cast", f) for f in files)
         with trio.fail_after(TIMEOUT):
             await recorder.done.wait()  # it ends with its terminal's channel

@@ -37,12 +37,15 @@ import secrets
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, Unpack
 from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
 
 import trio
 
 from ahp import __version__
+from ahp.agent.options import RunChanges, RunOptions
+from ahp.agent.registry import CommandRegistry
+from ahp.agent.result import CommandResult
 from ahp.agent.screen import ScreenModel
 from ahp.client.errors import ClientError, ConnectionLost, RpcError
 from ahp.client.mirror import Mirror
@@ -69,7 +72,6 @@ from ahp.protocol.dialect import Dialect
 from ahp.protocol.jsonrpc import JsonRpcErrorObject
 from ahp.protocol.state import ROOT_URI, ChannelState, RootState, TerminalState
 from ahp.reducers import DEFAULT_SCROLLBACK
-from ahp.run import CommandRegistry, CommandResult
 
 __all__ = [
     "CONNECT_TIMEOUT",
@@ -153,6 +155,8 @@ class Client:
         #: and again after a reconnect (the server may have changed).
         self.process_extension: bool | None = None
         self._listeners: list[Callable[[ActionEnvelope], None]] = []
+        self._change_callbacks: list[Callable[[], None]] = []
+        self._connection_listeners: list[Callable[[str], None]] = []
 
     # -- the session's state -------------------------------------------------------------------
 
@@ -217,6 +221,11 @@ class Client:
         return self._transport is not None
 
     @property
+    def lost(self) -> str | None:
+        """Why the connection is gone for good (no reconnect will follow), else None."""
+        return self._lost
+
+    @property
     def root(self) -> RootState:
         state = self.state(ROOT_URI)
         assert isinstance(state, RootState)
@@ -243,10 +252,34 @@ class Client:
             raise ClientError("the client is not connected")
         self._nursery.start_soon(fn)
 
+    def on_change(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback`` whenever :meth:`wait_for` predicates are re-checked (an
+        applied envelope or snapshot, a connection lost or regained); returns an
+        unregister function. The callback must not block."""
+        self._change_callbacks.append(callback)
+        return lambda: self._change_callbacks.remove(callback)
+
+    def _notify(self) -> None:
+        self._changed.unpark_all()
+        for callback in list(self._change_callbacks):
+            callback()
+
     def on_envelope(self, callback: Callable[[ActionEnvelope], None]) -> Callable[[], None]:
         """Call ``callback`` for every applied envelope; returns an unregister function."""
         self._listeners.append(callback)
         return lambda: self._listeners.remove(callback)
+
+    def on_connection(self, callback: Callable[[str], None]) -> Callable[[], None]:
+        """Call ``callback("dropped")`` when the connection drops and a reconnect will
+        be tried, ``callback("reconnected")`` once it succeeded (after what it
+        replayed was applied), ``callback("gone")`` when the connection is gone for
+        good. Returns an unregister function."""
+        self._connection_listeners.append(callback)
+        return lambda: self._connection_listeners.remove(callback)
+
+    def _tell_connection(self, what: str) -> None:
+        for callback in list(self._connection_listeners):
+            callback(what)
 
     # -- requests ------------------------------------------------------------------------------
 
@@ -297,7 +330,7 @@ class Client:
     async def subscribe(self, channel: str) -> ChannelState:
         result = await self.request("subscribe", {"channel": channel})
         self.session.subscribed(result)
-        self._changed.unpark_all()
+        self._notify()
         return self.state(channel)
 
     async def unsubscribe(self, channel: str) -> None:
@@ -343,14 +376,12 @@ class Client:
         self,
         channel: str,
         command_line: str,
-        *,
-        timeout: float | None = None,
-        max_output_bytes: int | None = None,
+        options: RunOptions | None = None,
+        /,
+        **changes: Unpack[RunChanges],
     ) -> CommandResult:
         """Run one command in a subscribed terminal (see :meth:`RemoteTerminal.run`)."""
-        return await self.terminal(channel).run(
-            command_line, timeout=timeout, max_output_bytes=max_output_bytes
-        )
+        return await self.terminal(channel).run(command_line, options, **changes)
 
     async def send_input(self, channel: str, data: str) -> None:
         await self.dispatch(channel, TerminalInput(data=data))
@@ -364,7 +395,7 @@ class Client:
     def _applied(self, envelope: ActionEnvelope) -> None:
         for listener in list(self._listeners):
             listener(envelope)
-        self._changed.unpark_all()
+        self._notify()
 
     def _handle(self, frame: str | bytes) -> None:
         event = self.session.receive(frame)
@@ -402,7 +433,7 @@ class Client:
         self._transport = transport
         result = await self._call_on(transport, *self.session.initialize_request(subscriptions))
         self.session.initialized(result)
-        self._changed.unpark_all()
+        self._notify()
 
     async def _reconnect_on(self, transport: Transport) -> None:
         """``reconnect`` (and the retries the session decides on)."""
@@ -424,7 +455,7 @@ class Client:
                 raise
             for envelope in self.session.reconnected(result):
                 self._applied(envelope)
-            self._changed.unpark_all()
+            self._notify()
             return
 
     def _fail_waiting(self) -> None:
@@ -447,12 +478,16 @@ class Client:
             self._transport = None
             transport.release()
             self._fail_waiting()
+            self._notify()  # (connected is False now)
             if self._closing or not self.auto_reconnect:
                 self._lost = "the client closed" if self._closing else "the connection was lost"
                 self._connected.set()  # requests now fail at once (no connection is coming)
-                self._changed.unpark_all()  # waiters: ConnectionLost (see wait_for)
+                self._notify()  # waiters: ConnectionLost (see wait_for)
+                self._tell_connection("gone")
                 return
+            self._tell_connection("dropped")
             transport = await self._reconnect(nursery)
+            self._tell_connection("reconnected")
 
     async def _reconnect(self, nursery: trio.Nursery) -> Transport:
         for attempt in itertools.count():
@@ -478,6 +513,7 @@ class Client:
                 log.info("reconnect attempt %d failed: %s", attempt + 1, exc)
                 continue
             self.reconnects += 1
+            self._notify()
             return transport
         raise AssertionError("unreachable")
 

@@ -37,6 +37,7 @@ from typing import Any, Final
 
 import trio
 
+from ahp.agent.result import CommandResult
 from ahp.engine.envelopes import ReplayLog
 from ahp.engine.hub import Hub
 from ahp.engine.launch import TerminalSpec, discard, prepare_launch
@@ -55,7 +56,6 @@ from ahp.protocol.state import (
     TerminalInfo,
 )
 from ahp.reducers import DEFAULT_SCROLLBACK, reduce_root
-from ahp.result import CommandResult
 
 __all__ = ["Host", "TerminalExists", "TerminalNotFound", "open_host"]
 

@@ -80,33 +80,29 @@ from typing import Final, TypeVar
 import trio
 
 from ahp import keystroke
+from ahp.agent.registry import CommandRegistry
 from ahp.agent.screen import Screen, ScreenModel
+from ahp.agent.surface import CommandSurface
 from ahp.engine.hub import PACE_WINDOW, Hub
 from ahp.engine.launch import Launch, TerminalSpec
 from ahp.engine.launch import discard as discard_launch
 from ahp.engine.outbox import Outbox
+from ahp.engine.port import LocalPort
 from ahp.engine.subscription import Subscription
 from ahp.protocol.actions import (
     ActionOrigin,
     StateAction,
-    TerminalClaimed,
     TerminalExited,
     TerminalInput,
     TerminalResized,
     action_type,
 )
-from ahp.protocol.state import Snapshot, TerminalClaim, TerminalInfo, TerminalState
+from ahp.protocol.state import Snapshot, TerminalInfo, TerminalState
 from ahp.pty import Child, ChildGone, SpawnError, kill_session, procfs, spawn
+from ahp.pty.jobs import Jobs
 from ahp.pty.pump import ReadPump
 from ahp.reducers import Rejected, TerminalCore
 from ahp.reducers.core import MAX_DIMENSION, MAX_PENDING_INPUT, rejected_echo
-from ahp.run import (
-    FOLLOW_BYTES,
-    CommandRegistry,
-    CommandSurface,
-    InputEvidence,
-    evidence_of,
-)
 from ahp.vt import OutputParser
 from ahp.vt.parser import compact
 
@@ -150,9 +146,6 @@ REDUCER_QUEUE: Final = 64
 INPUT_QUEUE: Final = 1024
 #: After the process exits, a pty still held open is read until quiet this long.
 EXIT_LINGER: Final = 0.1
-#: How long a command's jobs may take to ``exec`` before they are reported as they are.
-JOB_SETTLE: Final = 0.5
-JOB_SETTLE_POLL: Final = 0.02
 
 
 class _ClientAction:
@@ -258,7 +251,8 @@ class Terminal(CommandSurface):
         self._exit_code: _ProcessExited | None = None
         self._cancel_scope = trio.CancelScope()
         self._wait_scopes: set[trio.CancelScope] = set()  # the read tasks' waits
-        self._tasks: trio.Nursery | None = None  # command collectors (ahp.run)
+        self._tasks: trio.Nursery | None = None  # command collectors (ahp.agent)
+        self._jobs: Jobs | None = None
         self._screen: ScreenModel | None = None
         #: Recent commands by id (:attr:`commands`, :meth:`command`).
         self._commands = CommandRegistry()
@@ -287,6 +281,10 @@ class Terminal(CommandSurface):
     @property
     def running(self) -> bool:
         return self._child is not None and not self.exited.is_set()
+
+    def _child_running(self) -> bool:
+        child = self._child
+        return child is not None and child.output_fd >= 0 and not self.exited.is_set()
 
     @property
     def holder_only_input(self) -> bool:
@@ -401,8 +399,8 @@ class Terminal(CommandSurface):
 
     # -- lifecycle ---------------------------------------------------------------------------
 
-    def _command_driver(self) -> _LocalDriver:
-        return _LocalDriver(self)
+    def _command_port(self) -> LocalPort:
+        return LocalPort(self)
 
     @property
     def commands(self) -> CommandRegistry:
@@ -415,83 +413,41 @@ class Terminal(CommandSurface):
             self._screen = ScreenModel(self.spec.cols, self.spec.rows)
         return self._screen.update(self.state)
 
+    @property
+    def jobs(self) -> Jobs | None:
+        """The pty session's jobs (:class:`ahp.pty.jobs.Jobs`: what they do, what a
+        command left, signals); ``None`` without a pty or before the spawn."""
+        return self._jobs
+
     def tty_status(self) -> procfs.TtyStatus | None:
         """The pty's foreground process group, echo flag and the processes blocked
-        reading it (``None`` without a pty or once closed)."""
-        child = self._child
-        if child is None or not self.spec.use_pty or child.output_fd < 0 or self.exited.is_set():
-            return None
-        return procfs.tty_status(child.output_fd)
-
-    def job_mark(self) -> procfs.JobMark | None:
-        """A cheap mark of the session's jobs now, for :meth:`jobs_since`."""
-        child = self._child
-        if child is None or not self.spec.use_pty or self.exited.is_set():
-            return None
-        return procfs.job_mark(child.pid)
-
-    def jobs_since(self, mark: procfs.JobMark | None = None) -> dict[int, str]:
-        """The jobs running in this terminal's session (started since ``mark``): pid →
-        command line (processes outside the shell's own process group, see
-        :func:`ahp.pty.procfs.jobs_since`)."""
-        child = self._child
-        if child is None or not self.spec.use_pty or self.exited.is_set():
-            return {}
-        return {pid: line for pid, (_, line) in procfs.jobs_since(child.pid, mark).items()}
-
-    async def background_jobs(self, mark: procfs.JobMark | None = None) -> dict[int, str]:
-        """:meth:`jobs_since`, once the jobs have started their programs: a job that
-        still shows the shell's own command line (forked, not yet ``exec``-ed) or no
-        arguments at all (in the middle of ``exec``: ``[sleep]``) is looked at again
-        every :data:`JOB_SETTLE_POLL` s, for at most :data:`JOB_SETTLE` s (a
-        subshell job ``( … ) &`` keeps the shell's line for good)."""
-        child = self._child
-        if child is None:
-            return {}
-        deadline = trio.current_time() + JOB_SETTLE
-        while True:
-            jobs = self.jobs_since(mark)
-            shell_line = procfs.command_line(child.pid)
-            settled = not any(line == shell_line or line.startswith("[") for line in jobs.values())
-            if settled or trio.current_time() >= deadline:
-                return jobs
-            await trio.sleep(JOB_SETTLE_POLL)
-
-    async def kill_command(self, mark: procfs.JobMark | None = None) -> None:
-        """SIGKILL the foreground job and every job started in the session since
-        ``mark``, each by its whole process group. If the shell itself is in the
-        foreground (a builtin such as ``read`` or ``wait``), it gets Ctrl-C too."""
-        await self.signal_command(signal.SIGKILL, mark)
+        reading it (``None`` without a pty or once exited)."""
+        return self._jobs.tty_status() if self._jobs is not None else None
 
     async def signal_command(
         self, signum: int, mark: procfs.JobMark | None = None
     ) -> tuple[frozenset[int], bool]:
         """Send ``signum`` to the foreground job and to every job started in the
         session since ``mark``, each by its whole process group; never to the
-        shell's own group. If the shell itself is in the foreground (a builtin such
-        as ``read`` or ``wait``), it gets Ctrl-C instead.
+        shell's own group (:meth:`ahp.pty.jobs.Jobs.signal`). If the shell itself is
+        in the foreground (a builtin such as ``read`` or ``wait``), it gets Ctrl-C
+        instead.
 
         Returns the process groups signalled and whether the shell was in the
         foreground (without a pty, or once exited: nothing signalled, Ctrl-C typed —
         dropped by an exited terminal — and ``True``).
         """
-        child = self._child
-        status = self.tty_status()
-        if child is None or status is None:
-            await self.send_input("\x03")
-            return frozenset(), True
-        groups = {pgrp for pgrp, _ in procfs.jobs_since(child.pid, mark).values()}
-        if status.foreground_pgrp not in (0, child.pid):
-            groups.add(status.foreground_pgrp)
-        groups.discard(child.pid)
-        for pgrp in groups:
-            with contextlib.suppress(OSError):
-                os.killpg(pgrp, signum)
-        shell_foreground = status.foreground_pgrp == child.pid
+        groups, shell_foreground = (
+            self._jobs.signal(signum, mark) if self._jobs is not None else (frozenset(), True)
+        )
         if shell_foreground:
             await self.send_input("\x03")
         await trio.lowlevel.checkpoint()
-        return frozenset(groups), shell_foreground
+        return groups, shell_foreground
+
+    async def kill_command(self, mark: procfs.JobMark | None = None) -> None:
+        """SIGKILL the running command's jobs (see :meth:`signal_command`)."""
+        await self.signal_command(signal.SIGKILL, mark)
 
     def spawn_task(self, fn: Callable[[], Awaitable[None]]) -> None:
         """Run ``fn`` in this terminal's nursery (cancelled on dispose); ``fn`` must not raise."""
@@ -531,6 +487,8 @@ class Terminal(CommandSurface):
             with self._cancel_scope:  # close() during the spawn cancels it too
                 child = await spawn(launch.spawn)  # SpawnError: nothing started
                 self._child = child
+                if spec.use_pty:
+                    self._jobs = Jobs(child.pid, child.output_fd, self._child_running)
                 if spec.nice:
                     with contextlib.suppress(OSError):  # (it may have exited already)
                         os.setpriority(os.PRIO_PROCESS, child.pid, spec.nice)
@@ -897,69 +855,3 @@ class Terminal(CommandSurface):
         if verdict.resize is not None and self._child is not None:
             self._child.resize(*verdict.resize)
         self._apply(verdict.action, origin)
-
-
-class _LocalDriver:
-    """Adapts a :class:`Terminal` to :class:`ahp.run.TerminalDriver`."""
-
-    def __init__(self, terminal: Terminal) -> None:
-        self._terminal = terminal
-
-    @property
-    def uri(self) -> str:
-        return self._terminal.uri
-
-    @property
-    def state(self) -> TerminalState:
-        return self._terminal.state
-
-    def follow(self) -> Subscription:
-        return self._terminal.subscribe(max_bytes=FOLLOW_BYTES)
-
-    async def send_input(self, data: str) -> None:
-        await self._terminal.send_input(data)
-
-    @property
-    def detection_wait(self) -> float:
-        # Only shells we injected can announce detection; give them time to start.
-        return 10.0 if self._terminal.integrated else 0.0
-
-    async def set_claim(self, claim: TerminalClaim) -> None:
-        terminal = self._terminal
-        async with terminal.subscribe() as updates:
-            await terminal.dispatch(TerminalClaimed(claim=claim))
-            async for _ in updates:
-                if terminal.state.claim == claim or terminal.closed.is_set():
-                    break
-
-    def spawn_task(self, fn: Callable[[], Awaitable[None]]) -> None:
-        self._terminal.spawn_task(fn)
-
-    @property
-    def commands(self) -> CommandRegistry:
-        return self._terminal.commands
-
-    @property
-    def ended(self) -> bool:
-        terminal = self._terminal
-        return terminal.exited.is_set() or terminal.closing
-
-    @property
-    def sees_processes(self) -> bool:
-        return self._terminal.spec.use_pty
-
-    async def input_evidence(self) -> InputEvidence | None:
-        await trio.lowlevel.checkpoint()
-        return evidence_of(self._terminal.tty_status())
-
-    async def job_mark(self) -> object:
-        await trio.lowlevel.checkpoint()
-        return self._terminal.job_mark()
-
-    async def background_jobs(self, mark: object) -> dict[int, str]:
-        assert mark is None or isinstance(mark, procfs.JobMark)
-        return await self._terminal.background_jobs(mark)
-
-    async def kill_command(self, mark: object) -> None:
-        assert mark is None or isinstance(mark, procfs.JobMark)
-        await self._terminal.kill_command(mark)

@@ -26,7 +26,7 @@ from typing import Any, Final
 
 import attrs
 
-from ahp.budget import OutputBudget
+from ahp.agent.budget import OutputBudget
 from ahp.mcp.contract import Result
 from ahp.protocol.state import TERMINAL_SCHEME
 from ahp.protocol.uri import file_uri_to_path
@@ -108,7 +108,7 @@ class Shown:
 
 def budget_text(text: str, head_bytes: int, tail_bytes: int) -> Shown:
     """``text`` (lines ending in ``\\n``) within a head + tail budget, with exact counts
-    of what the cut leaves out (see :class:`ahp.budget.OutputBudget`)."""
+    of what the cut leaves out (see :class:`ahp.agent.budget.OutputBudget`)."""
     if len(text.encode("utf-8", "surrogatepass")) <= head_bytes + tail_bytes:
         return Shown(text, new_only=True)
     budget = OutputBudget(head_bytes, tail_bytes, retain_bytes=max(1, head_bytes + tail_bytes))

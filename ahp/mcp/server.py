@@ -73,9 +73,10 @@ INSTRUCTIONS: Final = (
     "(cwd, environment, running servers) persists between calls. run_command runs a command "
     "line and returns its exit code and rendered output; it returns early when the command "
     "waits for input (answer with send_input) or is still running after yield_after seconds "
-    "(follow with read_output / wait_command, stop with interrupt / kill_command). Run long-lived "
-    "processes (dev servers, watchers) in their own named terminal. A person may be watching "
-    "the terminals live."
+    "(follow with read_output / wait_command, stop with interrupt / kill_command). Each later "
+    "answer about a command shows only the output new since the previous one (full=true for "
+    "all of it). Run long-lived processes (dev servers, watchers) in their own named terminal. "
+    "A person may be watching the terminals live."
 )
 
 
@@ -85,6 +86,8 @@ class McpOptions:
 
     #: Drive this sidecar's terminals instead of hosting our own.
     connect: str | None = None
+    #: Or several sidecars' at once (``--connect`` repeated; :mod:`ahp.mcp.fleet`).
+    connect_many: tuple[str, ...] = ()
     token: str | None = None
     #: Also serve our own host over AHP (ignored with ``connect``).
     serve: ServeOptions | None = None
@@ -193,6 +196,15 @@ async def serve_stdio(toolbox: Toolbox, *, structured: bool = False) -> None:
 @asynccontextmanager
 async def open_backend(options: McpOptions) -> AsyncIterator[Backend]:
     """The terminals' source: our own host (and its AHP listener), or a sidecar client."""
+    if options.connect_many:
+        from ahp.client.fleet import connect_many
+        from ahp.mcp.fleet import FleetBackend
+
+        async with connect_many(
+            options.connect_many, token=options.token, connect_timeout=CONNECT_TIMEOUT
+        ) as fleet:
+            yield FleetBackend(fleet)
+        return
     if options.connect is not None:
         from ahp.client.connection import connect
 
@@ -224,7 +236,7 @@ async def run_mcp(options: McpOptions) -> int:
         options = attrs.evolve(
             options, serve=attrs.evolve(options.serve, token=options.serve.token or env_token)
         )
-    elif options.connect is not None:
+    elif options.connect is not None or options.connect_many:
         options = attrs.evolve(options, token=options.token or env_token)
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with open_backend(options) as backend, trio.open_nursery() as nursery:

@@ -611,19 +611,21 @@ class Toolbox:
             f"{screen.cursor_row}, column {screen.cursor_col}",
             text if text else "(blank screen)",
         ]
-        if capped:
-            lines.append(
-                f"{MARK} the terminal is {cols}x{rows} (set by another client), more than "
-                f"read_screen renders: shown at {min(cols, MAX_SCREEN_COLS)}x"
-                f"{min(rows, MAX_SCREEN_ROWS)}, so long lines wrap earlier than on it"
-            )
-        data = {
+        data: dict[str, Any] = {
             "terminal": name,
             "text": text,
             "cursor_row": screen.cursor_row,
             "cursor_col": screen.cursor_col,
             "alternate_screen": screen.alternate_screen,
         }
+        if capped:
+            note = (
+                f"the terminal is {cols}x{rows} (set by another client), more than "
+                f"read_screen renders: shown at {min(cols, MAX_SCREEN_COLS)}x"
+                f"{min(rows, MAX_SCREEN_ROWS)}, so long lines wrap earlier than on it"
+            )
+            lines.append(f"{MARK} {note}")
+            data["note"] = note
         return ToolOutput("\n".join(lines), data)
 
     def _capped_screen(self, uri: str, state: TerminalState) -> ScreenView:

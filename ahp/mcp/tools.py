@@ -30,6 +30,7 @@ from typing import Any, Final
 
 import attrs
 
+from ahp.agent.status import STATUSES
 from ahp.mcp.keys import KEY_SUMMARY, MAX_KEYS
 
 __all__ = [
@@ -156,15 +157,7 @@ COMMAND_RESULT_SCHEMA: Final = {
         "command": {"type": "string"},
         "status": {
             "type": "string",
-            "enum": [
-                "finished",
-                "running",
-                "waiting_for_input",
-                "timed_out",
-                "interrupted",
-                "killed",
-                "shell_exited",
-            ],
+            "enum": list(STATUSES),
         },
         "exit_code": {"type": ["integer", "null"]},
         "duration_ms": {"type": "integer"},
@@ -179,6 +172,11 @@ COMMAND_RESULT_SCHEMA: Final = {
         "echo_lines": {
             "type": "integer",
             "description": "lines of typed text, echoed by the terminal, left out of output",
+        },
+        "notes": {
+            "type": "array",
+            "items": {"type": "string"},
+            "description": "arguments clamped to their bounds, one sentence each",
         },
         "truncated": {"type": "boolean"},
         "omitted_bytes": {"type": "integer"},
@@ -440,6 +438,10 @@ TOOLS: Final[tuple[ToolSpec, ...]] = (
                 "cursor_row": {"type": "integer"},
                 "cursor_col": {"type": "integer"},
                 "alternate_screen": {"type": "boolean"},
+                "note": {
+                    "type": "string",
+                    "description": "present when the screen was rendered smaller than it is",
+                },
             },
             "required": ["terminal", "text", "cursor_row", "cursor_col", "alternate_screen"],
         },

@@ -9,7 +9,9 @@ when. Each line is a JSON object with ``ts`` (UTC, ISO 8601 with milliseconds),
 =====================  ===================================================================
 ``event``              fields
 =====================  ===================================================================
-``connection``         ``peer``, ``accepted`` (bool), ``reason`` (refused: why), ``path``
+``connection``         ``peer``, ``accepted`` (bool), ``reason`` (refused: why; a
+                       malformed upgrade: ``bad request: …``), ``path``, ``readOnly``
+                       (a read-only connection)
 ``disconnected``       ``peer``, ``clientId``, ``code`` (the close code)
 ``initialize``         ``clientId``, ``protocolVersion`` (None: refused), ``offered``,
                        ``peer``; ``reconnect`` (bool)
@@ -123,9 +125,22 @@ class AuditLog:
     # -- the events ----------------------------------------------------------------------------
 
     def connection(
-        self, peer: str, *, accepted: bool, reason: str | None = None, path: str | None = None
+        self,
+        peer: str,
+        *,
+        accepted: bool,
+        reason: str | None = None,
+        path: str | None = None,
+        read_only: bool = False,
     ) -> None:
-        self.event("connection", peer=peer, accepted=accepted, reason=reason, path=path)
+        self.event(
+            "connection",
+            peer=peer,
+            accepted=accepted,
+            reason=reason,
+            path=path,
+            readOnly=read_only or None,
+        )
 
     def initialize(
         self,

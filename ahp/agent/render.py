@@ -22,6 +22,8 @@ inside a region and absolute positions are relative to the window, not to the
 real screen (where the prompt also sits). ``ED 2`` (clear screen) first hands the
 window's lines to ``sink``: an agent gets what was shown before the clear.
 
+:func:`strip_escapes` is the plain cut: escapes and controls removed, nothing applied.
+
 Pure: no I/O, no clock; the caller feeds text and collects lines.
 """
 
@@ -39,6 +41,7 @@ __all__ = [
     "MAX_WINDOW_ROWS",
     "LineRenderer",
     "cell_width",
+    "strip_escapes",
 ]
 
 #: Numeric CSI parameters are clamped to this (a huge count is no reason to loop).
@@ -433,3 +436,17 @@ class LineRenderer:
         self.flush()
         self._goto_row(row)
         self._col = col
+
+
+_ESCAPES: Final = re.compile(
+    r"\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)"  # OSC ... BEL/ST
+    r"|\x1b[P_^X][^\x1b]*\x1b\\"  # DCS/APC/PM/SOS strings
+    r"|\x1b\[[0-?]*[ -/]*[@-~]"  # CSI
+    r"|\x1b[ -/]*[0-~]"  # other ESC sequences
+    r"|[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]"  # other controls (keep \t \n \r)
+)
+
+
+def strip_escapes(text: str) -> str:
+    """Text without escape sequences or control characters; ``\\r\\n`` becomes ``\\n``."""
+    return _ESCAPES.sub("", text).replace("\r\n", "\n")
