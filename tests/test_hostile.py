@@ -10,12 +10,14 @@ servers on loopback, real ptys; figures are in ``benchmarks/bench_edges.py``.
 
 from __future__ import annotations
 
+import gc
 import itertools
 import os
 import signal
 import subprocess
 import sys
 import time
+import weakref
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -501,6 +503,24 @@ async def test_memory_of_closed_connections_comes_back() -> None:
         assert grown > start + 12 * 1024, (start, grown)
         after = await _settled_rss(pid, start + SLACK_KB)
         assert after <= start + SLACK_KB, (start, grown, after)
+
+
+async def test_a_disposed_terminal_is_freed_without_the_garbage_collector() -> None:
+    """Regression: its jobs held a bound method of it (a cycle), so each disposed
+    terminal's scrollback stayed until the collector's next full pass."""
+    gc.collect()
+    gc.disable()
+    try:
+        async with open_host() as host:
+            terminal = await host.create_terminal(argv=["sh", "-c", "echo hello; cat"])
+            await wait_for_text(terminal, "hello")
+            ref = weakref.ref(terminal)
+            await host.dispose(terminal.uri)
+            del terminal
+            await trio.lowlevel.checkpoint()
+            assert ref() is None
+    finally:
+        gc.enable()
 
 
 def test_the_replay_log_forgets_a_disposed_channel() -> None:
