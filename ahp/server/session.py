@@ -118,7 +118,7 @@ from ahp.protocol.state import (
 )
 from ahp.protocol.uri import local_file_uri_to_path, path_to_file_uri
 from ahp.pty import SpawnError
-from ahp.record.audit import AuditLog
+from ahp.record.audit import ACTOR, AuditLog
 from ahp.record.recorder import Recorder
 from ahp.record.wirelog import WireLog
 from ahp.reducers import heal_root
@@ -673,11 +673,14 @@ class Session:
             "cwd": p.cwd,
             "claim": unstructure(p.claim, TerminalClaim) if p.claim is not None else None,
         }
+        actor = ACTOR.set(self.client_id)
         try:
             await self._create(p)
         except _Fail as fail:
             audit.event("terminal.created", **fields, error=fail.message)
             raise
+        finally:
+            ACTOR.reset(actor)
         audit.event("terminal.created", **fields)
 
     async def _create(self, p: CreateTerminalParams) -> None:
@@ -749,6 +752,7 @@ class Session:
     async def _dispose_terminal(self, params: Any) -> None:
         p = structure(params, ChannelParams)
         audit = self.server.audit
+        actor = ACTOR.set(self.client_id) if audit is not None else None
         try:
             await self.host.dispose(p.channel)
         except TerminalNotFound:
@@ -758,6 +762,9 @@ class Session:
                     "terminal.disposed", terminal=p.channel, by=self.client_id, error=message
                 )
             raise _Fail(ErrorCode.NOT_FOUND, message) from None
+        finally:
+            if actor is not None:
+                ACTOR.reset(actor)
         self.subscriptions.discard(p.channel)
         if audit is not None:
             audit.event("terminal.disposed", terminal=p.channel, by=self.client_id)
