@@ -405,10 +405,15 @@ class Toolbox:
     def _command_output(
         self, result: Result, tracked: Tracked, shown: Shown, *, first: bool = False
     ) -> ToolOutput:
-        remarks = status_lines(result, tracked.terminal, brief=True)
+        handle = tracked.handle
+        evidence = handle.input_evidence if handle is not None else None
+        remarks = status_lines(result, tracked.terminal, brief=True, evidence=evidence)
         status = next(r for r in remarks if not r.startswith("output truncated"))
+        text = format_result(
+            result, tracked.terminal, tracked.command, shown, first=first, evidence=evidence
+        )
         return ToolOutput(
-            format_result(result, tracked.terminal, tracked.command, shown, first=first),
+            text,
             result_data(result, tracked.terminal, tracked.command, shown),
             headline=f"{tracked.command_id} in terminal {tracked.terminal!r}: {status}",
         )
@@ -483,6 +488,16 @@ class Toolbox:
             )
         finally:
             self._starting.discard(uri)
+        if result.status == "refused":
+            # Typed by someone else between our look and run(): nothing was typed.
+            holder = result.holder
+            what = f"`{holder.command_line}`" if holder is not None else "another command"
+            raise ToolError(
+                f"terminal {display_name(uri)!r} is busy: {what} holds it (typed by someone "
+                "else); nothing was typed. Answer it with send_input(terminal=...), stop it "
+                "with interrupt(terminal=...), or run in another terminal (terminal='<new name>' "
+                "creates one)"
+            )
         handle = result.handle
         if handle is not None:
             # The result as it is now, and the read cursor moved past it, in one step.
