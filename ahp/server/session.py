@@ -99,6 +99,7 @@ from ahp.protocol.state import ROOT_URI, TERMINAL_SCHEME, ClientClaim, SessionCl
 from ahp.protocol.uri import local_file_uri_to_path, path_to_file_uri
 from ahp.pty import SpawnError
 from ahp.reducers import heal_root
+from ahp.reducers.policy import Change
 from ahp.server.clients import ClientRecord, ClientRegistry
 from ahp.server.processes import PROCESS_REQUESTS, Refused
 
@@ -580,6 +581,11 @@ class Session:
 
     async def _dispose_terminal(self, params: Any) -> None:
         p = structure(params, ChannelParams)
+        if p.channel in self.host:
+            # The policy table's dispose row, for this connection's own identity.
+            why = self.host.get(p.channel).refusal(Change.DISPOSE, self.client_id)
+            if why is not None:
+                raise _Fail(ErrorCode.PERMISSION_DENIED, why)
         try:
             await self.host.dispose(p.channel)
         except TerminalNotFound:
