@@ -51,7 +51,12 @@ from ahp.protocol.codec import (
     encode_message,
     structure,
 )
-from ahp.protocol.commands import ChannelMissing, ChannelReplay, ReconnectChannels
+from ahp.protocol.commands import (
+    RESUME_META,
+    ChannelMissing,
+    ChannelReplay,
+    ReconnectChannels,
+)
 from ahp.protocol.dialect import LEGACY_VERSIONS, MODERN_VERSIONS, Dialect, action_json, dialect_of
 from ahp.protocol.jsonrpc import (
     JsonRpcError,
@@ -135,6 +140,9 @@ class Client:
         self.ssl_context = ssl_context
         self.url = _with_token(url, token)
         self.client_id = client_id
+        #: The host's resume token for this client (from ``initialize``; None if the
+        #: host hands out none): presented at every reconnect.
+        self.resume_token: str | None = None
         self.auto_reconnect = auto_reconnect
         self.mirrors: dict[str, Mirror] = {}
         self.protocol_version: str | None = None
@@ -529,6 +537,9 @@ class Client:
                     "clientId": self.client_id,
                     "clientInfo": {"name": "ahp-terminals", "version": __version__},
                     "initialSubscriptions": list(dict.fromkeys([ROOT_URI, *subscriptions])),
+                    # This host's resume token (others ignore it): proof, at a reconnect,
+                    # that this connection is this client (see ahp.server.session).
+                    "_meta": {RESUME_META: self.resume_token or ""},
                 },
             )
         else:
@@ -548,6 +559,9 @@ class Client:
         for mirror in self.mirrors.values():
             mirror.pending.clear()
         if first:
+            meta = result.get("_meta")
+            token = meta.get(RESUME_META) if isinstance(meta, dict) else None
+            self.resume_token = token if isinstance(token, str) else None
             self.protocol_version = result["protocolVersion"]
             self.dialect = dialect_of(result["protocolVersion"])
             self.default_directory = result.get("defaultDirectory")
@@ -572,20 +586,25 @@ class Client:
         self._changed.unpark_all()
 
     def _reconnect_params(self) -> dict[str, Any]:
+        params: dict[str, Any]
         if self.reconnect_form == "cursors":
-            return {
+            params = {
                 "channel": ROOT_URI,
                 "clientId": self.client_id,
                 "subscriptions": [
                     {"channel": c, "lastSeenServerSeq": m.last_seq} for c, m in self.mirrors.items()
                 ],
             }
-        return {
-            "channel": ROOT_URI,
-            "clientId": self.client_id,
-            "lastSeenServerSeq": self.last_seen_seq,
-            "subscriptions": list(self.mirrors),
-        }
+        else:
+            params = {
+                "channel": ROOT_URI,
+                "clientId": self.client_id,
+                "lastSeenServerSeq": self.last_seen_seq,
+                "subscriptions": list(self.mirrors),
+            }
+        if self.resume_token is not None:
+            params["_meta"] = {RESUME_META: self.resume_token}
+        return params
 
     def _recover(self, result: ReconnectChannels) -> None:
         """Apply a form B reconnect result: per channel, a replay, a snapshot or gone."""
