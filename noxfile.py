@@ -31,11 +31,11 @@ def typecheck(session: nox.Session) -> None:
 def bench(session: nox.Session) -> None:
     """Throughput, latency and memory figures (see benchmarks/README.md).
 
-    matplotlib (the chart) and terminado (the peer of ``--peers``) are installed
-    here only: the package does not need them, so this session always passes
+    matplotlib (the chart) and terminado (the peer of ``--peers``) come from the
+    ``[bench]`` extra: the package does not need them, so this session always passes
     ``--peers``. More options go after ``--`` (``nox -s bench -- --size-mb 10 --runs 2``).
     """
-    session.install("-e", ".", "matplotlib", "terminado")
+    session.install("-e", ".[bench]")
     session.run("python", "-m", "ahp", "bench", "--peers", *session.posargs)
 
 

@@ -19,6 +19,8 @@ Trio client).
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from ahp.agent import BackgroundProcess, CommandHandle, CommandResult
+    from ahp.agent.screen import Screen
     from ahp.engine import Host, Subscription, Terminal, TerminalExists, TerminalNotFound, open_host
     from ahp.protocol import (
         ActionEnvelope,
@@ -31,10 +33,7 @@ if TYPE_CHECKING:
         UnclassifiedPart,
     )
     from ahp.pty import SpawnError
-    from ahp.result import BackgroundProcess, CommandResult
-    from ahp.run import CommandHandle
     from ahp.server import ServeOptions, Sidecar, serve_host
-    from ahp.vt.screen import Screen
 
 #: Public name -> module that defines it. Imported on first use, so that
 #: ``import ahp.vt`` (pure) or ``python -m ahp --help`` does not load Trio.
@@ -54,10 +53,10 @@ _EXPORTS = {
     "TerminalState": "ahp.protocol",
     "UnclassifiedPart": "ahp.protocol",
     "SpawnError": "ahp.pty",
-    "BackgroundProcess": "ahp.result",
-    "CommandHandle": "ahp.run",
-    "CommandResult": "ahp.result",
-    "Screen": "ahp.vt.screen",
+    "BackgroundProcess": "ahp.agent",
+    "CommandHandle": "ahp.agent",
+    "CommandResult": "ahp.agent",
+    "Screen": "ahp.agent.screen",
     "ServeOptions": "ahp.server",
     "Sidecar": "ahp.server",
     "serve_host": "ahp.server",

@@ -13,16 +13,19 @@ import argparse
 import importlib
 import logging
 import os
+import shlex
 import shutil
 import socket
 import sys
 from collections.abc import Callable, Sequence
-from typing import Final
+from typing import Any, Final
 
 from ahp import __version__
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 MAX_PORT: Final = 65535
+#: Longest ``--drain-timeout`` (a day): longer is a typo, and Trio deadlines stay finite.
+MAX_SECONDS: Final = 86400.0
 #: Exit status for a command line that cannot be used (as argparse).
 USAGE: Final = 2
 
@@ -35,8 +38,10 @@ def _positive_int(text: str) -> int:
 
 
 def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from ahp.record.recorder import RECORD_MAX_BYTES
     from ahp.reducers.scrollback import DEFAULT_SCROLLBACK
     from ahp.server.app import DEFAULT_PORT
+    from ahp.server.drain import DEFAULT_DRAIN_TIMEOUT
     from ahp.server.session import DEFAULT_MAX_TERMINALS
 
     p = sub.add_parser(
@@ -44,7 +49,8 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="run the sidecar: host terminals for AHP clients over WebSocket",
         description=(
             "Host terminals over the Agent Host Protocol. Prints one line with the connect "
-            "URL (including the token) on stdout when ready; logs go to stderr."
+            "URL (including the token) on stdout when ready; on a terminal, also the "
+            "viewer page's URLs (full and read-only), quoted for shells. Logs go to stderr."
         ),
     )
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
@@ -57,7 +63,11 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument(
         "--unix", metavar="PATH", help="listen on a Unix socket (mode 0600) instead of TCP"
     )
-    p.add_argument("--token", help="access token (default: $AHP_TOKEN, else a random token)")
+    p.add_argument(
+        "--token",
+        help="access token (default: the content of the file $AHP_TOKEN_FILE names, else "
+        "$AHP_TOKEN, else a random token; prefer the variables: an argument is visible in ps)",
+    )
     p.add_argument(
         "--tls-cert",
         metavar="PEM",
@@ -75,6 +85,13 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "--shell",
         type=_executable,
         help="shell for new terminals, a path or a name on $PATH (default: $SHELL, else /bin/sh)",
+    )
+    p.add_argument(
+        "--no-rc",
+        action="store_true",
+        help="start shells without the user's startup files (~/.bashrc, ~/.profile, "
+        "~/.zshrc, config.fish): commands see this process's environment, e.g. a venv's "
+        "python first on PATH; command detection still loads",
     )
     p.add_argument(
         "--scrollback",
@@ -96,6 +113,70 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "(default: from every client with the token)",
     )
     p.add_argument(
+        "--no-web",
+        dest="web",
+        action="store_false",
+        help="do not serve the viewer page (default: served on the same port, at /)",
+    )
+    p.add_argument(
+        "--read-token",
+        help="the read-only token, for watching only (default: $AHP_READ_TOKEN, else a "
+        "random token)",
+    )
+    p.add_argument(
+        "--child-nice",
+        type=int,
+        default=0,
+        choices=range(20),
+        metavar="N",
+        help="run terminals' processes at niceness N (0-19; default 0): busy children "
+        "then leave the server its CPU on a machine with few cores",
+    )
+    p.add_argument(
+        "--record",
+        metavar="DIR",
+        help="record every terminal into DIR, one asciicast v3 file each (play: "
+        "ahp-terminals play FILE)",
+    )
+    p.add_argument(
+        "--record-input",
+        action="store_true",
+        help="record input too (off by default: input may hold passwords)",
+    )
+    p.add_argument(
+        "--record-max-bytes",
+        type=_positive,
+        metavar="BYTES",
+        help=f"size bound of each recording (default {RECORD_MAX_BYTES}); the recording "
+        "stops there, saying so",
+    )
+    p.add_argument(
+        "--audit-log",
+        metavar="FILE",
+        help="log privileged events (connections, terminals, claims, input sizes, signals) "
+        "to FILE as JSON lines, rotated",
+    )
+    p.add_argument(
+        "--audit-input",
+        action="store_true",
+        help="log the text of input in the audit log, not only its size",
+    )
+    p.add_argument(
+        "--wire-log",
+        metavar="DIR",
+        help="log every JSON-RPC message into DIR as JSONL with VS Code's _ahpLog field "
+        "(rotated at 75 MiB x 5, tokens redacted)",
+    )
+    p.add_argument(
+        "--drain-timeout",
+        type=_seconds,
+        default=DEFAULT_DRAIN_TIMEOUT,
+        metavar="SECONDS",
+        help="on SIGTERM, refuse new terminals and let running commands finish for this "
+        f"long before disposing everything (default {DEFAULT_DRAIN_TIMEOUT:g}; 0: at once, "
+        "as on SIGINT)",
+    )
+    p.add_argument(
         "--log-level",
         default="info",
         choices=["debug", "info", "warning", "error"],
@@ -111,6 +192,16 @@ def _port(text: str) -> int:
     if not 0 <= port <= MAX_PORT:
         raise argparse.ArgumentTypeError(f"{port} is not a TCP port (0-{MAX_PORT})")
     return port
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not 0 <= value <= MAX_SECONDS:
+        raise argparse.ArgumentTypeError(f"must be between 0 and {MAX_SECONDS:g} seconds")
+    return value
 
 
 def _positive(text: str) -> int:
@@ -149,19 +240,37 @@ def build_parser() -> argparse.ArgumentParser:
 _COMMAND_MODULES: tuple[str, ...] = (
     "ahp.bench.command",
     "ahp.client.commands.attach",
+    "ahp.client.commands.exec",
     "ahp.client.commands.ls",
     "ahp.client.commands.run",
     "ahp.client.commands.rm",
     "ahp.mcp.command",
+    "ahp.record.play",
 )
 
 
 def _serve(args: argparse.Namespace) -> int:
     import trio
 
-    from ahp.server.app import ServeOptions, Sidecar, run_sidecar, tls_context
+    from ahp.record import RecordOptions
+    from ahp.server.app import (
+        ServeOptions,
+        Sidecar,
+        TokenFileError,
+        run_sidecar,
+        take_environment_token,
+        tls_context,
+    )
 
     logging.basicConfig(level=args.log_level.upper(), format=LOG_FORMAT, stream=sys.stderr)
+    # A token read from a file (a mounted secret) is not printed: the operator has it,
+    # and stdout is a container's log.
+    from_file = bool(os.environ.get("AHP_TOKEN_FILE")) and not args.token
+    try:
+        env_token = take_environment_token()  # (also out of the terminals' environment)
+    except TokenFileError as exc:
+        print(f"ahp serve: {exc}", file=sys.stderr)
+        return USAGE
     if args.tls_key and not args.tls_cert:
         print("ahp serve: --tls-key needs --tls-cert", file=sys.stderr)
         return USAGE
@@ -182,15 +291,32 @@ def _serve(args: argparse.Namespace) -> int:
             # Before anything is logged: the whole failure is this one line.
             print(f"ahp serve: cannot listen on {args.host}: {problem}", file=sys.stderr)
             return 1
+    try:
+        record = RecordOptions(
+            record_input=args.record_input,
+            **({"max_bytes": args.record_max_bytes} if args.record_max_bytes else {}),
+        )
+    except ValueError as exc:
+        print(f"ahp serve: {exc}", file=sys.stderr)
+        return USAGE
     options = ServeOptions(
         host=args.host,
         port=args.port,
         unix=args.unix,
-        token=args.token,
+        token=args.token or env_token,
         allow_origins=frozenset(args.allow_origin),
         tls=tls,
         max_terminals=args.max_terminals,
         holder_only_input=args.holder_only_input,
+        web=args.web,
+        read_token=args.read_token,
+        child_nice=args.child_nice,
+        record_dir=args.record,
+        record=record,
+        audit_log=args.audit_log,
+        audit_input=args.audit_input,
+        wire_log=args.wire_log,
+        drain_timeout=args.drain_timeout,
     )
 
     listening = False
@@ -199,14 +325,21 @@ def _serve(args: argparse.Namespace) -> int:
     def ready(sidecar: Sidecar) -> None:
         nonlocal listening
         listening = True
-        print(sidecar.url, flush=True)
+        if sys.stdout.isatty():
+            print(ready_lines(sidecar, with_tokens=not from_file), flush=True)
+        else:  # the one line programs read
+            print(sidecar.url.split("?", 1)[0] if from_file else sidecar.url, flush=True)
         shown = args.unix or f"{args.host}:{sidecar.port}"
         logging.getLogger("ahp.server").info("listening on %s", shown)
 
     try:
         return trio.run(
             lambda: run_sidecar(
-                options, shell=args.shell, scrollback=args.scrollback, on_ready=ready
+                options,
+                shell=args.shell,
+                scrollback=args.scrollback,
+                user_rc=not args.no_rc,
+                on_ready=ready,
             )
         )
     except BaseException as exc:
@@ -217,11 +350,27 @@ def _serve(args: argparse.Namespace) -> int:
         if failure is None:
             raise
         why = failure.strerror or str(failure)
-        if listening:
+        if listening or type(failure).__name__ == "RecordSetupError":
             print(f"ahp serve: {why}", file=sys.stderr)
         else:
             print(f"ahp serve: cannot listen on {where}: {why}", file=sys.stderr)
         return 1
+
+
+def ready_lines(sidecar: Any, *, with_tokens: bool = True) -> str:
+    """What ``serve`` shows a person when ready: the URLs, each quoted for shells (a
+    ``?`` unquoted is a glob in zsh). Without the tokens (a token from a file is never
+    printed), the URLs are bare and the read-only one is left out."""
+    url, page = sidecar.url, sidecar.page_url
+    if not with_tokens:
+        url = url.split("?", 1)[0]
+        page = page.split("#", 1)[0] if page is not None else None
+    lines = [f"connect:   {shlex.quote(url)}"]
+    if page is not None:
+        lines.append(f"viewer:    {shlex.quote(page)}")
+    if with_tokens and sidecar.read_only_url is not None:
+        lines.append(f"read-only: {shlex.quote(sidecar.read_only_url)}")
+    return "\n".join(lines)
 
 
 def _address_problem(host: str) -> str | None:

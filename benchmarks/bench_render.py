@@ -3,11 +3,12 @@
 Run ``python benchmarks/bench_render.py [size_mb]``; the bench command calls
 :func:`run`. Figures:
 
-* ``lines_*`` (MB/s): :class:`ahp.vt.render.LineRenderer`, which renders every
+* ``lines_*`` (MB/s): :class:`ahp.agent.render.LineRenderer`, which renders every
   command's output for ``CommandResult.output`` (in the command's collector, not
   in the engine), with the budget attached, in 16 KiB chunks.
-* ``pyte_*`` (MB/s): :class:`ahp.vt.screen.ScreenModel` (pyte), which renders
-  ``term.screen()`` on demand; measured on at most 2 MB (it is slow).
+* ``screen_*_mb_s`` (MB/s): :class:`ahp.agent.screen.ScreenModel` (its default
+  emulator, libghostty-vt; ``bench_screen.py`` compares the emulators), which
+  renders ``term.screen()`` on demand; measured on at most 2 MB.
 * ``plain``: text lines; ``progress``: a ``\\r`` progress bar with colours and
   an erase-line per update, and a cursor-up redraw every tenth line (the
   escape-heavy case of real command output).
@@ -25,21 +26,21 @@ import time
 from pathlib import Path
 
 try:
-    from ahp.budget import OutputBudget
+    from ahp.agent.budget import OutputBudget
 except ModuleNotFoundError:  # a checkout without `pip install -e .`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from ahp.budget import OutputBudget
+    from ahp.agent.budget import OutputBudget
 
 import trio
 
+from ahp.agent.render import LineRenderer
+from ahp.agent.screen import ScreenModel
 from ahp.engine import open_host
-from ahp.vt.render import LineRenderer
-from ahp.vt.screen import ScreenModel
 
 __all__ = ["make_plain", "make_progress", "run"]
 
 CHUNK = 16 * 1024
-PYTE_MAX_MB = 2.0
+SCREEN_MAX_MB = 2.0
 RUNS = 30
 
 
@@ -82,7 +83,7 @@ def _lines(text: str) -> float:
     return _mb_s(text, time.perf_counter() - start)
 
 
-def _pyte(text: str) -> float:
+def _screen(text: str) -> float:
     model = ScreenModel()
     start = time.perf_counter()
     for i in range(0, len(text), CHUNK):
@@ -114,12 +115,12 @@ async def _run_overhead() -> dict[str, float]:
 
 def run(size_mb: float) -> dict[str, float]:
     size = int(size_mb * 1e6)
-    pyte_size = int(min(size_mb, PYTE_MAX_MB) * 1e6)
+    screen_size = int(min(size_mb, SCREEN_MAX_MB) * 1e6)
     results = {
         "lines_plain_mb_s": _lines(make_plain(size)),
         "lines_progress_mb_s": _lines(make_progress(size)),
-        "pyte_plain_mb_s": _pyte(make_plain(pyte_size)),
-        "pyte_progress_mb_s": _pyte(make_progress(pyte_size)),
+        "screen_plain_mb_s": _screen(make_plain(screen_size)),
+        "screen_progress_mb_s": _screen(make_progress(screen_size)),
     }
     results.update(trio.run(_run_overhead))
     return results

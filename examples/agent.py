@@ -4,8 +4,8 @@ The host is embedded (no separate server): the agent runs commands with
 ``term.run()`` in-process while the same host is served over WebSocket, so a
 person can ``attach`` to the agent's terminal, see what it did and type into it.
 
-    python examples/agent.py              # then, in another terminal:
-    python -m ahp attach 'ws://127.0.0.1:8765/?tkn=...' agent
+    python examples/agent.py              # prints its URL; then, in another terminal:
+    python -m ahp attach 'ws://127.0.0.1:PORT/?tkn=...' agent
     python examples/agent.py --exit       # run the commands and exit (used by the tests)
 
 While a command runs the terminal carries a session claim naming the tool call
@@ -35,12 +35,15 @@ async def main(port: int, exit_after: bool) -> None:
         print(f"serving {sidecar.url}", flush=True)
         print(f"attach with: python -m ahp attach '{sidecar.url}' agent", flush=True)
         term = await host.create_terminal("ahp-terminal:/agent", name="agent")
+        found = term.state.claim
         for i, command in enumerate(COMMANDS, 1):
             claim = ahp.SessionClaim(session="agent:/demo", toolCallId=f"call-{i}")
             result = await term.run(command, timeout=30, claim=claim)
             print(f"$ {command}", flush=True)
             print(result.output, end="", flush=True)
             print(f"-> exit {result.exit_code} in {result.duration_ms} ms", flush=True)
+        given_back = "given back" if term.state.claim == found else "NOT given back"
+        print(f"claim {given_back}: {term.state.claim!r}", flush=True)
         if exit_after:
             nursery.cancel_scope.cancel()
             return
@@ -50,7 +53,9 @@ async def main(port: int, exit_after: bool) -> None:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--port", type=int, default=8765, help="TCP port (0: any free port)")
+    parser.add_argument(
+        "--port", type=int, default=0, help="TCP port (default 0: any free port, printed)"
+    )
     parser.add_argument("--exit", action="store_true", help="exit after the commands")
     args = parser.parse_args()
     try:
@@ -60,3 +65,11 @@ if __name__ == "__main__":
         # ``contextlib.suppress(KeyboardInterrupt)`` would not catch.)
         print("stopped", flush=True)
         sys.exit(130)
+    except* OSError as group:
+        # A start-up failure (the port is taken, no such address): one line, not a trace.
+        failure: BaseException = group
+        while isinstance(failure, BaseExceptionGroup):
+            failure = failure.exceptions[0]
+        why = failure.strerror if isinstance(failure, OSError) and failure.strerror else failure
+        print(f"agent.py: cannot serve on port {args.port}: {why}", file=sys.stderr)
+        sys.exit(1)

@@ -10,6 +10,7 @@ itself and the heuristics against a server without it.
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -18,11 +19,12 @@ import pytest
 import trio
 
 import ahp
-from ahp.budget import omission_marker
+from ahp.agent import MAX_COMMANDS_KEPT, CommandHandle, as_completed, wait_any
+from ahp.agent.budget import omission_marker
 from ahp.client import connect
-from ahp.run import MAX_COMMANDS_KEPT, CommandHandle, as_completed, wait_any
+from ahp.server import ServeOptions
 from tests.helpers import TIMEOUT, stat_fields
-from tests.wire import running_server
+from tests.wire import TOKEN, running_server
 
 MODES = ("local", "remote")
 
@@ -234,11 +236,12 @@ async def test_background_process_left_behind(mode: str) -> None:
 
 @pytest.mark.parametrize("mode", MODES)
 async def test_shell_exit_is_not_a_finished_command(mode: str) -> None:
+    """Defect 5 of issue 20: the shell's own exit code is the result's (it was lost)."""
     async with terminal(mode) as term:
         with trio.fail_after(TIMEOUT):
             result = await term.run("echo bye; exit 5")
-    assert result.status == "shell_exited" and result.shell_exited
-    assert result.exit_code is None
+    assert result.status == "shell_exited" and result.shell_exited and result.done
+    assert result.exit_code == 5 and result.handle is None
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -368,7 +371,7 @@ async def test_a_collector_that_falls_behind_still_sees_the_end(
 ) -> None:
     """Beyond FOLLOW_BYTES the collector gets a snapshot instead of the missed
     envelopes: the output has a gap, but the end (exit code) is found in the state."""
-    monkeypatch.setattr("ahp.engine.terminal.FOLLOW_BYTES", 1024)
+    monkeypatch.setattr("ahp.engine.port.FOLLOW_BYTES", 1024)
     async with ahp.open_host() as host:
         term = await host.create_terminal(shell=shell)
         with trio.fail_after(TIMEOUT):
@@ -428,3 +431,230 @@ async def test_commands_typed_back_to_back_are_echoed_once(mode: str) -> None:
                 assert result.exit_code == 0 and result.output == f"step-{40 + i}\n"
         text = term.state.text()
     assert [text.count(f"echo step-$((40+{i}))") for i in range(4)] == [1, 1, 1, 1], text
+
+
+# -- issue 20: regression tests, in-process and remote -----------------------------------------
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_password_read_from_dev_tty_is_waiting_for_input(mode: str) -> None:
+    """Defect 2: getpass (and so sudo, ssh, gpg) reads /dev/tty, not its stdin; it
+    was never seen waiting (``timed_out`` after the whole timeout)."""
+    cmd = "python3 -c 'import getpass; print(len(getpass.getpass(\"Passphrase: \")))'"
+    async with terminal(mode) as term:
+        with trio.fail_after(TIMEOUT):
+            result = await term.run(cmd, timeout=4 * TIMEOUT)
+            assert result.status == "waiting_for_input", result
+            assert result.handle is not None
+            evidence = result.handle.input_evidence
+            assert evidence is not None and evidence.source == "procfs"
+            assert evidence.echo is False and "getpass" in evidence.programs[0]
+            assert "echo off" in result.note and "send_input" in result.note
+            await result.handle.send_input("s3cret\r")
+            final = await result.handle.wait()
+    assert final.status == "finished" and final.output.endswith("6\n")
+    assert "s3cret" not in final.output
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_reads_without_a_prompt_are_waiting_for_input(mode: str) -> None:
+    async with terminal(mode) as term:
+        with trio.fail_after(TIMEOUT):
+            result = await term.run("cat")
+            assert result.status == "waiting_for_input" and result.output == ""
+            assert result.handle is not None
+            evidence = result.handle.input_evidence
+            assert evidence is not None and evidence.source == "procfs"
+            assert evidence.programs == ("cat",)
+            await result.handle.send_input("hello\r\x04")
+            final = await result.handle.wait()
+    assert final.status == "finished" and final.output == "hello\nhello\n"
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")
+@pytest.mark.parametrize("mode", MODES)
+async def test_node_readline_is_waiting_for_input(mode: str) -> None:
+    """Defect 2: Node's readline waits in epoll on the terminal (seen through the epoll
+    instance's fd set, not guessed from the screen)."""
+    program = (
+        'const rl = require("readline").createInterface({input: process.stdin, '
+        'output: process.stdout}); rl.question("Your name: ", a => { console.log("hi " + a); '
+        "rl.close(); })"
+    )
+    async with terminal(mode) as term:
+        with trio.fail_after(2 * TIMEOUT):
+            result = await term.run(f"node -e '{program}'")
+            assert result.status == "waiting_for_input", result
+            assert result.handle is not None
+            evidence = result.handle.input_evidence
+            assert evidence is not None and evidence.source == "poll"
+            assert evidence.programs[0].startswith("node ")
+            await result.handle.send_input("agent\r")
+            final = await result.handle.wait()
+    assert final.status == "finished" and final.output.endswith("hi agent\n")
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_pause_after_a_prompt_like_line_is_not_waiting(mode: str) -> None:
+    """Defect 2: a command that only pauses after ``name? `` is not waiting for input."""
+    async with terminal(mode) as term:
+        with trio.fail_after(TIMEOUT):
+            handle = await term.start("printf 'name? '; sleep 2; echo done", input_quiet=0.2)
+            result = await handle.wait()
+    assert result.status == "finished" and result.output == "name? done\n"
+    assert handle.record.machine.episode == 0  # never reported waiting, not even briefly
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_an_editor_opened_by_a_command_is_waiting_for_input(mode: str, tmp_path: Any) -> None:
+    """``git commit`` without ``-m`` opens an editor: full screen, polling the terminal."""
+    repo = tmp_path / "repo"
+    async with terminal(mode, cwd=str(tmp_path)) as term:
+        with trio.fail_after(2 * TIMEOUT):
+            setup = await term.run(
+                f"git init -q {repo} && cd {repo} && git config user.name a && "
+                "git config user.email a@b && touch f && git add f"
+            )
+            assert setup.exit_code == 0, setup.output
+            result = await term.run("GIT_EDITOR='vim -u NONE -N' git commit")
+            assert result.status == "waiting_for_input", result
+            assert result.handle is not None
+            evidence = result.handle.input_evidence
+            assert evidence is not None and evidence.full_screen
+            assert evidence.source in ("procfs", "poll")
+            assert "COMMIT_EDITMSG" in evidence.programs[0]
+            await result.handle.send_input("\x1b:q!\r")
+            final = await result.handle.wait()
+    assert final.status == "finished" and final.exit_code == 1
+    assert "Aborting commit" in final.output
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_busy_terminal_refuses_a_new_command(mode: str) -> None:
+    """Defect 3: ``run("echo second")`` while ``read -p`` waits typed into the prompt
+    (the first command read it as its answer). Now it is refused at once, naming the
+    command that holds the terminal and how to answer it."""
+    async with terminal(mode) as term:
+        with trio.fail_after(TIMEOUT):
+            first = await term.run('read -p "name? " n; echo "got $n"')
+            assert first.status == "waiting_for_input" and first.handle is not None
+            second = await term.run("echo second")
+            assert second.status == "refused" and second.done and second.handle is None
+            assert second.holder is not None
+            assert second.holder.command_id == first.command_id
+            assert second.holder.status == "waiting_for_input"
+            assert "read -p" in second.note and "send_input" in second.note
+            started = await term.start("echo third")
+            assert started.done and started.status == "refused"
+            assert first.handle.status == "waiting_for_input"  # untouched
+            await first.handle.send_input("agent\r")
+            answered = await first.handle.wait()
+            after = await term.run("echo second")
+    assert answered.status == "finished" and answered.output.endswith("got agent\n")
+    assert after.status == "finished" and after.output == "second\n"
+    assert "echo second" not in answered.raw_output
+
+
+async def test_a_command_typed_by_someone_else_holds_the_terminal() -> None:
+    """Another client's command (seen through command detection) holds it too."""
+    async with (
+        running_server(shell="/bin/bash") as server,
+        connect(server.url) as person,
+        connect(server.url) as agent,
+    ):
+        uri = "ahp-terminal:/shared"
+        await person.create_terminal(uri)
+        await agent.subscribe(uri)
+        term = agent.terminal(uri)
+        with trio.fail_after(TIMEOUT):
+            await agent.wait_for(lambda: term.state.supportsCommandDetection is not None)
+            await person.send_input(uri, "sleep 30\r")
+            await agent.wait_for(lambda: "sleep 30" in term.state.text())
+            await agent.wait_for(
+                lambda: (
+                    bool(term.state.content) and isinstance(term.state.content[-1], ahp.CommandPart)
+                )
+            )
+            refused = await term.run("echo mine")
+            await term.interrupt()
+            await agent.wait_for(
+                lambda: all(
+                    p.isComplete for p in term.state.content if isinstance(p, ahp.CommandPart)
+                )
+            )
+            after = await term.run("echo mine")
+    assert refused.status == "refused" and refused.holder is not None
+    assert refused.holder.command_line == "sleep 30" and refused.holder.command_id is None
+    assert "interrupt" in refused.note
+    assert after.status == "finished" and after.output == "mine\n"
+
+
+async def test_a_remote_command_whose_connection_is_lost_ends_lost() -> None:
+    """Defect 4: it stayed ``running`` with ``done == False`` for ever."""
+    async with (
+        running_server(shell="/bin/bash") as server,
+        connect(server.url, auto_reconnect=False) as client,
+    ):
+        await client.create_terminal("ahp-terminal:/r")
+        term = client.terminal("ahp-terminal:/r")
+        with trio.fail_after(TIMEOUT):
+            handle = await term.start("echo started; sleep 100")
+            await handle.wait(timeout=0.3)
+            await client.drop_connection()
+            lost = await handle.wait()
+    assert lost.status == "lost" and lost.done and handle.done and lost.handle is None
+    assert lost.status in ahp.agent.FINAL_STATUSES and "connection" in lost.note
+
+
+async def test_a_remote_command_survives_a_reconnect() -> None:
+    """A drop the client recovers from is not a loss: the command is followed to its end."""
+    async with running_server(shell="/bin/bash") as server, connect(server.url) as client:
+        await client.create_terminal("ahp-terminal:/r")
+        term = client.terminal("ahp-terminal:/r")
+        with trio.fail_after(TIMEOUT):
+            handle = await term.start("sleep 1; echo end; (exit 4)")
+            await handle.wait(timeout=0.2)
+            await client.drop_connection()
+            final = await handle.wait()
+    assert final.status == "finished" and final.exit_code == 4
+    assert client.reconnects == 1
+
+
+async def test_a_remote_command_is_lost_when_reconnecting_takes_too_long(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The server went away: reconnects fail; after LOST_AFTER the command is lost."""
+    monkeypatch.setattr("ahp.client.remote.LOST_AFTER", 0.5)
+    async with ahp.open_host() as host, trio.open_nursery() as nursery:
+        serving = trio.CancelScope()
+
+        async def serve(task_status: trio.TaskStatus[ahp.Sidecar]) -> None:
+            with serving:
+                await ahp.serve_host(
+                    host, ServeOptions(port=0, token=TOKEN), task_status=task_status
+                )
+
+        sidecar: ahp.Sidecar = await nursery.start(serve)
+        async with connect(sidecar.url) as client:
+            await client.create_terminal("ahp-terminal:/r")
+            term = client.terminal("ahp-terminal:/r")
+            with trio.fail_after(TIMEOUT):
+                handle = await term.start("sleep 100")
+                await handle.wait(timeout=0.2)
+                serving.cancel()  # the server is gone: every reconnect fails
+                lost = await handle.wait()
+    assert lost.status == "lost" and lost.done and client.reconnects == 0
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_run_with_a_claim_gives_back_the_claim_it_found(mode: str) -> None:
+    """Defect 5: the claim was given back after the result, so the next run found the
+    previous run's claim and gave back that one: the terminal stayed claimed."""
+    async with terminal(mode) as term:
+        with trio.fail_after(TIMEOUT):
+            found = term.state.claim
+            for i in range(3):
+                claim = ahp.SessionClaim(session="agent:/t", toolCallId=f"call-{i}")
+                result = await term.run(f"echo {i}", claim=claim)
+                assert result.status == "finished"
+                assert term.state.claim == found, i

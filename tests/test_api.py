@@ -6,9 +6,9 @@ import pytest
 import trio
 
 import ahp
+from ahp.agent.render import strip_escapes
 from ahp.client import connect
 from ahp.protocol import ActionEnvelope, ClientClaim, SessionClaim, TerminalClaimed
-from ahp.run import strip_escapes
 from ahp.server import ServeOptions
 from tests.helpers import TIMEOUT
 

@@ -699,22 +699,27 @@ CORPUS: list[Case] = [
         act({"type": "terminal/titleChanged", "title": None}),
         Rejected("terminal/titleChanged"),
     ),
-    # -- dispatchAction: unknown or disposed terminals are ignored (no echo) -------------------
+    # -- dispatchAction: unknown or disposed terminals: rejected to the sender (issue 25) -------
     case(
         "action-unknown-terminal",
         act({"type": "terminal/input", "data": "x"}, "ahp-terminal:/nope"),
+        Rejected("terminal/input", channel="ahp-terminal:/nope"),
     ),
     case(
         "action-disposed-terminal",
         act({"type": "terminal/input", "data": "x"}, T2),
+        Rejected("terminal/input", channel=T2),
         setup=_dispose_t2,
     ),
     case(
         "action-odd-scheme-channel",
         act({"type": "terminal/input", "data": "x"}, "javascript:alert(1)"),
+        Rejected("terminal/input", channel="javascript:alert(1)"),
     ),
     case(
-        "action-channel-control-chars", act({"type": "terminal/input", "data": "x"}, T1 + "\u0000")
+        "action-channel-control-chars",
+        act({"type": "terminal/input", "data": "x"}, T1 + "\u0000"),
+        Rejected("terminal/input", channel=T1 + "\u0000"),
     ),
     # -- unsubscribe --------------------------------------------------------------------------
     case("unsubscribe-no-channel", note("unsubscribe", {})),
@@ -732,6 +737,7 @@ CORPUS: list[Case] = [
             "dispatchAction",
             {"channel": "ahp-terminal:/nope", "clientSeq": 1, "action": {"type": "x"}},
         ),
+        Rejected("x", channel="ahp-terminal:/nope"),
         Result(None),
     ),
     case(

@@ -8,6 +8,8 @@ produced well-formed results, quickly.
 from __future__ import annotations
 
 import json
+import re
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -24,11 +26,13 @@ SECTIONS = (
     "end_to_end",
     "echo",
     "memory",
+    "many",
     "append",
     "peers",
     "scanner",
     "integration",
     "render",
+    "screen",
     "targets",
     "chart",
 )
@@ -56,6 +60,8 @@ def test_bench_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
             "3",
             "--terminals",
             "5",
+            "--many",
+            "3",
             "--scanner-mb",
             "0.5",
             "--no-chart",
@@ -113,7 +119,21 @@ def test_bench_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     } <= keys
     assert "append_commands_scaling" in keys
 
-    table = capsys.readouterr().out
+    many = results["many"]
+    assert many["ours"]["terminals"] == 3 and many["ours"]["complete"]
+    for key in ("aggregate_throughput", "fairness_min_over_max", "server_cpu_cores"):
+        assert _is_figure(many["ours"][key]), key
+    assert many["terminado"] == {"skipped": "not requested (use --peers)"}
+
+    captured = capsys.readouterr()
+    table = captured.out
+    # One run per figure: the report says so.
+    assert "NOTE: 1 run(s) per figure" in table
+    assert "6 3 terminals at once" in table
+    # The progress line never counts past its total ("[bench 8/7]" once).
+    steps = re.findall(r"^\[bench (\d+)/(\d+) ", captured.err, re.MULTILINE)
+    assert steps and all(int(n) <= int(total) for n, total in steps), steps
+    assert int(steps[-1][0]) == int(steps[-1][1])
     assert "Throughput" in table
     assert "The project's targets (reported, not asserted)" in table
     assert "issue" not in table
@@ -131,3 +151,27 @@ def test_folded_figures_have_units() -> None:
     assert folded_unit("integrated_ratio") == "x"
     assert folded_unit("run_true_ms") == "ms"
     assert folded_unit("screen_ms") == "ms"
+    assert folded_unit("ghostty_read_us") == "µs"
+    assert folded_unit("ghostty_agree_pct") == "%"
+    assert folded_unit("pyte_raw_raised_count") == "recordings"
+
+
+def test_the_wheel_carries_the_folded_benchmarks() -> None:
+    """An installed package runs the whole bench: every folded file is force-included
+    beside ``ahp/bench/folded.py``, where :func:`benchmarks_dir` looks outside a checkout."""
+    from ahp.bench.folded import FOLDED, benchmarks_dir
+
+    root = Path(__file__).resolve().parents[1]
+    config = tomllib.loads((root / "pyproject.toml").read_text())
+    included = config["tool"]["hatch"]["build"]["targets"]["wheel"]["force-include"]
+    for name in FOLDED.values():
+        assert included[f"benchmarks/{name}"] == f"ahp/bench/_benchmarks/{name}"
+        assert (root / "benchmarks" / name).exists()
+    assert benchmarks_dir() == root / "benchmarks"
+
+
+def test_results_of_two_runs_the_same_day_do_not_collide() -> None:
+    from ahp.bench.report import result_stem
+
+    assert result_stem(0) != result_stem(1)
+    assert re.fullmatch(r"bench-\d{4}-\d{2}-\d{2}-\d{6}", result_stem())

@@ -317,6 +317,34 @@ async def test_run_in_a_named_terminal_and_timeout() -> None:
     assert "timed out" in one_line_error(slow)
 
 
+async def test_run_exits_with_the_shell_s_exit_code() -> None:
+    """Issue 20, defect 5: ``run -- 'exit 7'`` exited 125 (the code was lost)."""
+    async with served() as server:
+        done = await cli("run", "--json", server.url, "--", "echo bye; exit 7")
+    assert done.returncode == 7, done.stderr
+    result = json.loads(done.stdout)
+    assert (result["status"], result["exit_code"]) == ("shell_exited", 7)
+
+
+async def test_run_in_a_busy_terminal_is_refused() -> None:
+    """Issue 20, defect 3: a command typed into a terminal whose command waits at a
+    prompt was read by that command as its answer. Now nothing is typed."""
+    async with served() as server:
+        term = await server.host.create_terminal("ahp-terminal:/busy", name="busy")
+        with trio.fail_after(TIMEOUT):
+            first = await term.run('read -p "name? " n; echo "got $n"')
+        assert first.status == "waiting_for_input" and first.handle is not None
+        done = await cli("run", server.url, "--terminal", "busy", "--", "echo second")
+        line = one_line_error(done)
+        assert done.returncode == 125 and done.stdout == ""
+        assert line.startswith("ahp run: refused: not typed: the terminal is busy: ")
+        assert "read -p" in line and "waits for input" in line
+        with trio.fail_after(TIMEOUT):
+            await first.handle.send_input("agent\r")
+            answered = await first.handle.wait()
+    assert answered.output.endswith("got agent\n")
+
+
 async def test_run_without_command_detection() -> None:
     """A shell without integration: the marker fallback, after the detection wait."""
     async with served(shell="/bin/sh") as server:
@@ -324,6 +352,15 @@ async def test_run_without_command_detection() -> None:
     assert done.returncode == 6, done.stderr
     result = json.loads(done.stdout)
     assert (result["output"], result["exit_code"]) == ("plain\n", 6)
+
+
+@pytest.mark.parametrize("limit", ["3000000", "0"])
+async def test_run_takes_large_output_limits_and_zero_for_the_bound(limit: str) -> None:
+    async with served() as server:
+        done = await cli("run", server.url, "--max-output-bytes", limit, "--", "seq 1 200000")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "".join(f"{n}\n" for n in range(1, 200001))
+    assert done.stderr == ""
 
 
 @pytest.mark.parametrize("count", [3000, 30000])
@@ -487,15 +524,29 @@ async def test_bad_inputs_give_one_line_and_a_non_zero_exit() -> None:
             "attach malformed": (("attach", "http://x/", "t1"), "malformed URL"),
             "run no command": (("run", server.url), "no command"),
             "run bad cwd": (("run", server.url, "--cwd", "/nonexistent", "--", "true"), "cwd"),
+            "run output bound": (
+                ("run", server.url, "--max-output-bytes", "30000000", "--", "true"),
+                "--max-output-bytes 30000000 is out of range: 0 to 8388608",
+            ),
             "attach --shell": (
                 ("attach", server.url, "t1", "--shell", "/bin/zsh"),
                 "serve --shell",
             ),
+            "attach a typo": (("attach", server.url, "tpyo"), "no terminal ahp-terminal:/tpyo"),
+            "attach --create from /dev/null": (
+                ("attach", server.url, "t1", "--create"),
+                "standard input is not a terminal, so none is created",
+            ),
         }
         results: dict[str, subprocess.CompletedProcess[str]] = {}
 
+        # A few at a time: twenty Python start-ups at once on a loaded 2-core machine
+        # took longer than one command's timeout.
+        limit = trio.CapacityLimiter(4)
+
         async def one(name: str, args: tuple[str, ...]) -> None:
-            results[name] = await cli(*args)
+            async with limit:
+                results[name] = await cli(*args)
 
         async with trio.open_nursery() as nursery:
             for name, (args, _) in cases.items():
@@ -592,8 +643,10 @@ def child_pids(pid: int) -> list[str]:
         return f.read().split()
 
 
-def attach_command(url: str, terminal: str) -> str:
-    return shlex.join([sys.executable, "-m", "ahp", "attach", url, terminal])
+def attach_command(url: str, terminal: str, *, create: bool = True) -> str:
+    return shlex.join(
+        [sys.executable, "-m", "ahp", "attach", url, terminal, *(["--create"] if create else [])]
+    )
 
 
 def last_line(screen: str) -> str:
@@ -614,8 +667,10 @@ async def test_attach_type_detach_and_reattach_sees_the_history(tmux: Tmux, tmp_
         await tmux.type("one", f"stty -g > {saved}")
         attach = attach_command(server.url, "t1") + "; echo attach-status=$?"
         await tmux.type("one", attach)
-        # The terminal was created (sized like the pane) and its prompt is shown.
-        await tmux.wait("one", lambda s: last_line(s) == "$")
+        # The terminal was created (sized like the pane) and its prompt is shown, under
+        # a banner that names it and the detach key.
+        screen = await tmux.wait("one", lambda s: last_line(s) == "$")
+        assert "[ahp attach: created and attached ahp-terminal:/t1; Ctrl-] detaches" in screen
         state = server.host.get("ahp-terminal:/t1").state
         assert (state.cols, state.rows) == (120, 40)
         await tmux.type("one", "echo hello-$((6*7))")
@@ -716,7 +771,8 @@ async def test_two_attached_panes_show_the_same_screen_and_follow_resizes(tmux: 
         screens: list[str] = []
 
         async def same() -> bool:
-            screens[:] = [await tmux.screen("a"), await tmux.screen("b")]
+            # (Below the banner, which says which pane created the terminal.)
+            screens[:] = [(await tmux.screen(n)).split("\n", 1)[1] for n in ("a", "b")]
             return screens[0] == screens[1]
 
         with trio.move_on_after(TIMEOUT):
@@ -782,6 +838,26 @@ async def test_attach_ends_cleanly_on_remote_exit_sigterm_and_connection_loss(
 # -- examples ----------------------------------------------------------------------------------
 
 
+async def test_agent_example_on_a_taken_port_says_so_in_one_line() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        with trio.fail_after(TIMEOUT * 2):
+            done = await trio.run_process(
+                [sys.executable, str(REPO / "examples" / "agent.py"), "--port", str(port)],
+                capture_stdout=True,
+                capture_stderr=True,
+                check=False,
+                env=_env(),
+                cwd=str(REPO),
+            )
+    assert done.returncode == 1
+    assert done.stderr.decode().splitlines() == [
+        f"agent.py: cannot serve on port {port}: Address already in use"
+    ]
+
+
 async def test_agent_example_runs_its_commands() -> None:
     with trio.fail_after(TIMEOUT * 2):
         done = await trio.run_process(
@@ -798,6 +874,8 @@ async def test_agent_example_runs_its_commands() -> None:
     assert "python -m ahp attach 'ws://" in out and "' agent" in out
     assert "$ echo hello from the agent\nhello from the agent\n-> exit 0 in " in out
     assert "$ (exit 3)\n-> exit 3 in " in out
+    # Issue 20, defect 5: each run gave back the claim the previous one had not yet.
+    assert "\nclaim given back: ClientClaim(" in out, out
 
 
 async def test_agent_example_stops_quietly_on_ctrl_c() -> None:

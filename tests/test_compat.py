@@ -347,6 +347,8 @@ async def test_mixed_room_reconnects_and_an_exit_with_a_code() -> None:
         await host.get(T1).send_input("exit 7\r")
         with trio.fail_after(TIMEOUT):
             await host.get(T1).exited.wait()
+            while host.catalogue_pending:  # noqa: ASYNC110 (published within CATALOGUE_INTERVAL)
+                await trio.sleep(0.01)
         async with peer(server.url) as old, peer(server.url) as new:
             replay = await old.reconnect("old", cursors["old"], [ROOT, T1])
             assert replay["type"] == "replay"

@@ -120,10 +120,14 @@ async def test_input_fast_path_matches_structuring() -> None:
         await session.handle_frame(_frame("dispatchAction", params))
         (envelope,) = _envelopes(outbox)
         assert envelope["channel"] == ROOT and "rejectionReason" in envelope
-        # An unknown channel is ignored.
+        # An unknown channel is rejected to the sender (issue 25: never dropped).
         params = {"channel": "ahp-terminal:/nope", "clientSeq": 7, "action": params["action"]}
         await session.handle_frame(_frame("dispatchAction", params))
-        assert _envelopes(outbox) == []
+        (envelope,) = _envelopes(outbox)
+        assert (
+            envelope["channel"] == "ahp-terminal:/nope"
+            and "no terminal" in (envelope["rejectionReason"])
+        )
         session.disconnect()
 
 

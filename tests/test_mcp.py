@@ -114,20 +114,15 @@ def test_arguments_checked_with_clear_messages() -> None:
         "'command' must be a string, got a number": {"command": 3},
         "'command' must not be empty": {"command": ""},
         "'timeout' must be a number, got a string": {"command": "ls", "timeout": "5"},
-        "'timeout' must be greater than 0": {"command": "ls", "timeout": 0},
-        "'timeout' must be at most": {"command": "ls", "timeout": 1e9},
         "'timeout' must be a number, got a boolean": {"command": "ls", "timeout": True},
         "'head_bytes' must be a whole number": {"command": "ls", "head_bytes": 1.5},
-        "'head_bytes' must be at least 0": {"command": "ls", "head_bytes": -1},
         "'command' is too long": {"command": "x" * (tools.MAX_COMMAND_CHARS + 1)},
         "must not contain NUL": {"command": "ls\x00"},
-        "'timeout' must be a finite number": {"command": "ls", "timeout": float("nan")},
+        "'timeout' must be a number, got NaN": {"command": "ls", "timeout": float("nan")},
     }
     for message, arguments in cases.items():
         with pytest.raises(tools.ArgumentError, match=message):
             tools.check_arguments(run, arguments)
-    with pytest.raises(tools.ArgumentError, match="'tail_bytes' must be at most 1000000"):
-        tools.check_arguments(run, {"command": "ls", "tail_bytes": tools.MAX_BUDGET_BYTES + 1})
     send = tools.tool("send_input")
     with pytest.raises(tools.ArgumentError, match="'text' is too long"):
         tools.check_arguments(send, {"text": "y" * (tools.MAX_INPUT_CHARS + 1)})
@@ -140,6 +135,55 @@ def test_arguments_checked_with_clear_messages() -> None:
         tools.tool("rm_rf")
 
 
+def test_numbers_beyond_their_bounds_are_clamped_and_said() -> None:
+    """Every number is a time or a size with named bounds: out of them it is clamped to
+    the nearest one (never refused, never taken as is), and each clamp is one note."""
+    run = tools.tool("run_command")
+    cases = [
+        ("timeout", 1e-300, tools.MIN_TIMEOUT, "below the least"),
+        ("timeout", 0, tools.MIN_TIMEOUT, "below the least"),
+        ("timeout", -5, tools.MIN_TIMEOUT, "below the least"),
+        ("timeout", 1e300, tools.MAX_SECONDS, "above the most"),
+        ("timeout", float("inf"), tools.MAX_SECONDS, "above the most"),
+        ("yield_after", -1, 0.0, "below the least"),
+        ("yield_after", tools.MAX_SECONDS * 2, tools.MAX_SECONDS, "above the most"),
+        ("head_bytes", -1, 0, "below the least"),
+        ("tail_bytes", 10**12, tools.MAX_BUDGET_BYTES, "above the most"),
+        ("tail_bytes", 1e300, tools.MAX_BUDGET_BYTES, "above the most"),
+    ]
+    for name, given_value, used, side in cases:
+        notes: list[str] = []
+        args = tools.check_arguments(run, {"command": "ls", name: given_value}, notes)
+        assert args[name] == used, (name, given_value)
+        assert notes == [f"{name!r} {given_value!r} is {side} allowed: {used!r} was used"]
+    notes = []
+    args = tools.check_arguments(run, {"command": "ls", "timeout": 5, "tail_bytes": 10}, notes)
+    assert (args["timeout"], args["tail_bytes"], notes) == (5, 10, [])
+    wait = tools.tool("wait_command")
+    notes = []
+    assert tools.check_arguments(wait, {"command_id": "c", "timeout": -1}, notes)["timeout"] == 0
+    assert len(notes) == 1
+    create = tools.tool("create_terminal")
+    notes = []
+    args = tools.check_arguments(create, {"cols": 4096, "rows": 1}, notes)
+    assert (args["cols"], args["rows"]) == (500, 5) and len(notes) == 2
+
+
+@given(
+    st.sampled_from(["timeout", "yield_after", "head_bytes", "tail_bytes"]),
+    st.floats(allow_nan=False) | st.integers(min_value=-(10**30), max_value=10**30),
+)
+def test_any_number_ends_within_its_bounds(name: str, value: float) -> None:
+    run = tools.tool("run_command")
+    prop = run.input_schema["properties"][name]
+    try:
+        args = tools.check_arguments(run, {"command": "ls", name: value}, [])
+    except tools.ArgumentError as exc:
+        assert "whole number" in str(exc)  # a fraction where a count is meant
+        return
+    assert prop["minimum"] <= args[name] <= prop["maximum"]
+
+
 _json = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=10),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner),
@@ -150,7 +194,7 @@ _json = st.recursive(
 @given(
     st.sampled_from([spec.name for spec in tools.TOOLS]),
     st.dictionaries(
-        st.sampled_from(["command", "terminal", "timeout", "keys", "text", "x", "all"]), _json
+        st.sampled_from(["command", "terminal", "timeout", "keys", "text", "x", "full"]), _json
     ),
 )
 def test_arbitrary_arguments_are_accepted_or_refused_cleanly(name: str, arguments: Any) -> None:
@@ -201,6 +245,8 @@ class _Result:
     shell_exited: bool = False
     background: tuple[_Bg, ...] = ()
     command_id: str = "c1"
+    note: str = ""
+    holder: Any = None
 
 
 def test_results_state_outcomes_plainly() -> None:
@@ -239,6 +285,10 @@ def test_results_state_outcomes_plainly() -> None:
         ("shell_exited", "EXITED"),
     ):
         assert word in render.format_result(_Result(status=status), "b")
+    text = render.format_result(_Result(status="lost", note="the connection is gone"), "b")
+    assert "LOST after 1.5 s: the connection is gone; it may still run in terminal 'b'" in text
+    text = render.format_result(_Result(status="lost"), "b")
+    assert "LOST after 1.5 s: the command can no longer be followed" in text
     data = render.result_data(_Result(background=(_Bg(42, "x"),)), "main", "make all")
     assert data["command"] == "make all" and data["background"] == [
         {"pid": 42, "command_line": "x"}
@@ -246,13 +296,111 @@ def test_results_state_outcomes_plainly() -> None:
     assert set(data) <= set(tools.COMMAND_RESULT_SCHEMA["properties"])
 
 
-@given(st.text(max_size=300), st.integers(min_value=0, max_value=400))
-def test_tail_text_keeps_at_most_the_limit(text: str, limit: int) -> None:
-    shown, dropped = render.tail_text(text, limit)
+@attrs.frozen
+class _Evidence:
+    echo: bool = True
+    source: str = "procfs"
+    programs: tuple[str, ...] = ()
+    full_screen: bool = False
+
+
+def test_waiting_says_who_waits_and_for_what() -> None:
+    waiting = _Result(status="waiting_for_input", exit_code=None, waiting_for_input=True)
+    cases = {
+        None: "the command is blocked reading the terminal (the prompt is above)",
+        _Evidence(programs=("/usr/bin/python3 x.py",)): "python3 reads from the terminal",
+        _Evidence(echo=False, programs=("sudo ls",)): "sudo reads the terminal with echo off",
+        # A line editor turns echo off too, and polls: not a password.
+        _Evidence(echo=False, source="poll", programs=("node",)): "node reads from the terminal",
+        _Evidence(full_screen=True, programs=("vim",)): "vim waits for keys on a full-screen",
+    }
+    for evidence, words in cases.items():
+        text = render.format_result(waiting, "main", evidence=evidence)
+        assert f"WAITING FOR INPUT after 1.5 s: {words}" in text, text
+    brief = render.format_result(waiting, "main", first=False, evidence=_Evidence(echo=False))
+    assert brief.endswith(
+        "WAITING FOR INPUT (echo off) after 1.5 s: answer with send_input, or interrupt"
+    )
+    brief = render.format_result(
+        waiting, "main", first=False, evidence=_Evidence(echo=False, source="poll")
+    )
+    assert brief.endswith("WAITING FOR INPUT after 1.5 s: answer with send_input, or interrupt")
+
+
+def test_follow_up_answers_are_short() -> None:
+    """A follow-up has a one-line header and brief hints; new output only, said so."""
+    waiting = _Result(status="waiting_for_input", exit_code=None, waiting_for_input=True)
+    shown = render.Shown(">>> 1+1\n2\n>>>\n", new_only=True)
+    text = render.format_result(waiting, "main", "python3", shown, first=False)
+    assert text.splitlines() == [
+        "── c1 in terminal 'main', new output:",
+        ">>> 1+1",
+        "2",
+        ">>>",
+        "── WAITING FOR INPUT after 1.5 s: answer with send_input, or interrupt",
+    ]
+    nothing = render.format_result(_Result(), "main", shown=render.Shown("", new_only=True))
+    assert "(no new output)" in nothing
+    cut = render.Shown("a\n", truncated=True, omitted_bytes=9, omitted_lines=3, new_only=True)
+    text = render.format_result(_Result(truncated=False), "main", shown=cut, first=False)
+    assert "output truncated: 9 bytes (3 lines)" in text
+    text = render.format_result(_Result(status="running"), "main", first=False)
+    assert text.endswith("── STILL RUNNING after 1.5 s")
+
+
+def test_the_command_header_is_its_first_line() -> None:
+    """A heredoc's body (or a long line) is counted, not sent back."""
+    body = "\n".join(f"line {i}" for i in range(500))
+    heredoc = f"cat > f.txt <<'EOF'\n{body}\nEOF"
+    header = render.command_header(heredoc)
+    assert header.startswith("$ cat > f.txt <<'EOF' ── [501 more lines (")
+    assert header.endswith(" characters) not repeated]")
+    assert len(header) < 100
+    assert render.command_header("ls -l") == "$ ls -l"
+    long = "echo " + "x" * 1000
+    assert render.command_header(long) == (
+        f"$ {long[: render.HEADER_CHARS]} ── [{1005 - render.HEADER_CHARS} more characters "
+        "not repeated]"
+    )
+    text = render.format_result(_Result(command_line=heredoc), "main")
+    assert "line 1\n" not in text
+
+
+def test_the_echo_of_typed_lines_is_left_out() -> None:
+    typed = "def f(n):\r    return n * n\r\r"
+    output = ">>> def f(n):\n...     return n * n\n...\n>>>\n"
+    assert render.elide_echo(output, typed) == (output, 0)  # two lines: kept
+    lines = [f"row {i}" for i in range(50)]
+    typed = "cat > x <<'EOF'\r" + "\r".join(lines) + "\rEOF\r"
+    echoed = "$ cat > x <<'EOF'\n" + "".join(f"> {line}\n" for line in lines) + "> EOF\nok\n"
+    text, left_out = render.elide_echo(echoed, typed)
+    assert left_out == 51
+    assert text == "$ cat > x <<'EOF'\n── [51 more lines you typed, echoed by the terminal]\nok\n"
+    # Output that does not echo the text is not touched.
+    assert render.elide_echo("other\nthings\n", typed) == ("other\nthings\n", 0)
+
+
+@given(st.text(max_size=300), st.integers(0, 200), st.integers(0, 200))
+def test_budget_text_keeps_the_budget_and_counts_the_rest(text: str, head: int, tail: int) -> None:
+    from ahp.agent.budget import omission_marker
+
+    shown = render.budget_text(text, head, tail)
     size = len(text.encode("utf-8", "surrogatepass"))
-    assert len(shown.encode("utf-8", "surrogatepass")) <= limit or dropped == 0
-    assert text.endswith(shown)
-    assert (dropped == 0) == (size <= limit)
+    assert shown.new_only
+    if size <= head + tail:
+        assert shown.text == text and not shown.truncated
+        return
+    whole = text if text.endswith("\n") else text + "\n"
+    if not shown.truncated:  # the last line's newline was all that did not fit
+        assert shown.text == whole
+        return
+    marker = omission_marker(shown.omitted_bytes, shown.omitted_lines) + "\n"
+    before, found, after = shown.text.partition(marker)
+    assert found and shown.omitted_bytes > 0
+    assert whole.endswith(after)
+    assert whole.startswith(before) or whole.startswith(before[:-1])
+    kept = len((before + after).encode("utf-8", "surrogatepass"))
+    assert kept <= head + tail + 1
 
 
 # -- the command table's bound (pure) -------------------------------------------------------
@@ -458,6 +606,82 @@ def _text(result: Any) -> str:
     return "\n".join(block.text for block in result.content if block.type == "text")
 
 
+_STATUS_WORDS = (
+    ("exit code ", "finished"),
+    ("STILL RUNNING", "running"),
+    ("WAITING FOR INPUT", "waiting_for_input"),
+    ("TIMED OUT", "timed_out"),
+    ("INTERRUPTED", "interrupted"),
+    ("KILLED", "killed"),
+    ("the terminal's shell EXITED", "shell_exited"),
+    ("LOST", "lost"),
+)
+
+
+def facts(result: Any) -> dict[str, Any]:
+    """A command answer's facts, read back from its text as a model reads them (the
+    server sends nothing else by default: asserted here)."""
+    import re
+
+    assert result.structured_content is None, "the output must travel once: text only"
+    lines = _text(result).splitlines()
+    remarks: list[str] = []
+    while lines and lines[-1].startswith(render.MARK + " "):
+        remarks.insert(0, lines.pop()[len(render.MARK) + 1 :])
+    if lines[0].startswith("$ "):
+        header = re.fullmatch(r"── terminal '(.+)', command_id (\S+)", lines[1])
+        body = lines[2:]
+    else:
+        header = re.fullmatch(r"── (\S+) in terminal '(.+)', (?:new )?output:", lines[0])
+        body = lines[1:]
+    assert header is not None, lines[:2]
+    terminal, command_id = header.groups() if lines[0].startswith("$ ") else header.groups()[::-1]
+    output = "" if body in (["(no output)"], ["(no new output)"]) else "\n".join(body) + "\n"
+    status = next(s for r in remarks for word, s in _STATUS_WORDS if r.startswith(word))
+    code = next((re.search(r"(?:exit code|with code) (-?\d+)", r) for r in remarks), None)
+    cut = next((m for r in remarks if (m := re.match(r"output truncated: (\d+) bytes", r))), None)
+    return {
+        "terminal": terminal,
+        "command_id": command_id,
+        "status": status,
+        "exit_code": int(code.group(1)) if code else None,
+        "output": output,
+        "truncated": cut is not None,
+        "omitted_bytes": int(cut.group(1)) if cut else 0,
+        "remarks": remarks,
+    }
+
+
+def terminal_rows(result: Any) -> dict[str, dict[str, Any]]:
+    """list_terminals' answer, read back from its text: name -> state, cwd, command_id."""
+    import re
+
+    assert result.structured_content is None
+    rows: dict[str, dict[str, Any]] = {}
+    text = _text(result)
+    if text.startswith("no terminals yet"):
+        return rows
+    for line in text.splitlines():
+        name, _, rest = line.partition(": ")
+        fields = rest.split(" · ")
+        cwd = next((f[4:] for f in fields if f.startswith("cwd ")), None)
+        command = re.search(r" (cmd-\S+) `", fields[0])
+        rows[name] = {
+            "state": fields[0].split(",")[0],
+            "cwd": cwd,
+            "command_id": command.group(1) if command else None,
+        }
+    return rows
+
+
+def screen_of(result: Any) -> tuple[str, bool]:
+    """read_screen's answer: the screen's text and whether the alternate screen is on."""
+    assert result.structured_content is None
+    first, _, rest = _text(result).partition("\n")
+    lines = [line for line in rest.splitlines() if not line.startswith(render.MARK + " ")]
+    return "\n".join(lines), "full-screen (alternate) display" in first
+
+
 @asynccontextmanager
 async def mcp_session(tmp_path: Path, *args: str) -> AsyncIterator[Any]:
     """``python -m ahp mcp ARGS`` as a subprocess, with an initialized SDK client session."""
@@ -496,7 +720,9 @@ async def test_lists_the_tools(tmp_path: Path) -> None:
         assert {"terminal", "cwd", "timeout", "yield_after", "head_bytes", "tail_bytes"} <= set(
             run.input_schema["properties"]
         )
-        assert run.output_schema is not None
+        assert run.output_schema is None  # text only: see docs/mcp.md
+        assert {"full", "timeout"} <= set(by_name["wait_command"].input_schema["properties"])
+        assert "full" in by_name["send_input"].input_schema["properties"]
         assert "waiting_for_input" in run.description
         assert by_name["list_terminals"].annotations.read_only_hint is True
         assert session.initialize_result.instructions
@@ -524,7 +750,7 @@ async def test_bad_arguments_are_tool_errors_and_the_server_lives_on(tmp_path: P
             assert message in _text(result), (name, _text(result))
         listed = await session.call_tool("list_terminals", {})
         assert not listed.is_error
-        assert listed.structured_content == {"terminals": []}
+        assert terminal_rows(listed) == {}
 
 
 async def test_create_list_type_and_close_terminals(tmp_path: Path) -> None:
@@ -537,16 +763,16 @@ async def test_create_list_type_and_close_terminals(tmp_path: Path) -> None:
         again = await session.call_tool("create_terminal", {"terminal": "work"})
         assert again.is_error and "already exists" in _text(again)
         listed = await session.call_tool("list_terminals", {})
-        (row,) = listed.structured_content["terminals"]
-        assert row["terminal"] == "work" and row["state"] == "idle"
-        assert row["cwd"] == str(tmp_path)
+        rows = terminal_rows(listed)
+        assert list(rows) == ["work"] and rows["work"]["state"] == "idle"
+        assert rows["work"]["cwd"] == str(tmp_path)
         # Without cwd a terminal starts where the server was started; relative cwds too.
         (tmp_path / "sub").mkdir()
         for name, arguments in (("plain", {}), ("rel", {"cwd": "sub"})):
             created = await session.call_tool("create_terminal", {"terminal": name, **arguments})
             assert not created.is_error, _text(created)
         listed = await session.call_tool("list_terminals", {})
-        cwds = {r["terminal"]: r["cwd"] for r in listed.structured_content["terminals"]}
+        cwds = {name: r["cwd"] for name, r in terminal_rows(listed).items()}
         assert cwds == {"work": str(tmp_path), "plain": str(tmp_path), "rel": str(tmp_path / "sub")}
         for name in ("plain", "rel"):
             assert not (await session.call_tool("close_terminal", {"terminal": name})).is_error
@@ -557,7 +783,7 @@ async def test_create_list_type_and_close_terminals(tmp_path: Path) -> None:
         closed = await session.call_tool("close_terminal", {"terminal": "work"})
         assert not closed.is_error
         listed = await session.call_tool("list_terminals", {})
-        assert listed.structured_content == {"terminals": []}
+        assert terminal_rows(listed) == {}
 
 
 async def test_sigterm_with_stdin_open_disposes_terminals_and_exits(tmp_path: Path) -> None:
@@ -668,7 +894,7 @@ async def test_connect_drives_an_existing_sidecar(tmp_path: Path) -> None:
         existing = await host.create_terminal("ahp-terminal:/theirs", cwd=str(tmp_path))
         async with mcp_session(tmp_path, "--connect", sidecar.url) as session:
             listed = await session.call_tool("list_terminals", {})
-            assert [row["terminal"] for row in listed.structured_content["terminals"]] == ["theirs"]
+            assert list(terminal_rows(listed)) == ["theirs"]
             sent = await session.call_tool(
                 "send_input", {"terminal": "theirs", "text": "echo remote-$((6*7))\r"}
             )
@@ -708,6 +934,66 @@ async def test_startup_errors_are_one_line(tmp_path: Path) -> None:
             assert result.stdout == b""
             (line,) = result.stderr.decode().splitlines()
             assert line.startswith(message), line
+
+
+async def test_serve_without_a_port_takes_a_free_one_and_says_which(tmp_path: Path) -> None:
+    """Two agent sessions started from the same configuration both serve (no fixed port)."""
+    import re
+
+    first, second = tmp_path / "a", tmp_path / "b"
+    first.mkdir()
+    second.mkdir()
+    async with mcp_session(first, "--serve") as one, mcp_session(second, "--serve") as two:
+        for session in (one, two):
+            assert not (await session.call_tool("list_terminals", {})).is_error
+        ports = []
+        for where in (first, second):
+            log = (where / "mcp-stderr.log").read_text()
+            served = re.search(r"ahp mcp: terminals served at ws://127\.0\.0\.1:(\d+)/\?tkn=", log)
+            assert served is not None, log
+            ports.append(int(served.group(1)))
+            # The hint names this very Python, so it works from a venv not on PATH.
+            assert f"ahp mcp: watch with: {sys.executable} -m ahp attach 'ws://" in log, log
+        assert 0 not in ports and ports[0] != ports[1]
+
+
+async def test_a_missing_sdk_is_one_line_naming_an_install_that_works(tmp_path: Path) -> None:
+    """The package is not on an index: the hint installs the extra from the checkout."""
+    program = (
+        "import sys; sys.modules['mcp'] = None; from ahp.cli import main; "
+        "sys.argv = ['ahp', 'mcp']; raise SystemExit(main())"
+    )
+    with trio.fail_after(TIMEOUT):
+        result = await trio.run_process(
+            [sys.executable, "-c", program],
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            stdin=subprocess.DEVNULL,
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+        )
+    assert result.returncode == 2 and result.stdout == b""
+    (line,) = result.stderr.decode().splitlines()
+    assert line == (
+        "ahp mcp: the MCP SDK is not installed: pip install '.[mcp]' in the ahp-terminals "
+        "checkout (or pip install mcp)"
+    )
+    assert "ahp-terminals[mcp]" not in line
+
+
+def test_the_configuration_in_the_docs_uses_the_console_script() -> None:
+    """docs/mcp.md's client configuration: the installed script, no fixed port."""
+    import json
+    import re
+
+    text = (ROOT / "docs" / "mcp.md").read_text()
+    block = re.search(r"```json\n(.*?)```", text, re.DOTALL)
+    assert block is not None
+    config = json.loads(block.group(1))
+    (server,) = config["mcpServers"].values()
+    assert server["command"].endswith("ahp-terminals")
+    assert server["args"][0] == "mcp" and "--port" not in server["args"]
+    assert "python3" not in block.group(1)
 
 
 # -- the toolbox in-process, on a real host -------------------------------------------------

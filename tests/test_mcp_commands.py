@@ -15,7 +15,7 @@ from typing import Any
 
 import trio
 
-from tests.test_mcp import TIMEOUT, _text, mcp_session
+from tests.test_mcp import TIMEOUT, _text, facts, mcp_session, screen_of, terminal_rows
 
 
 async def _call(session: Any, name: str, **arguments: Any) -> Any:
@@ -27,7 +27,7 @@ async def _call(session: Any, name: str, **arguments: Any) -> Any:
 async def test_exit_codes_output_cwd_and_persistence(tmp_path: Path) -> None:
     async with mcp_session(tmp_path) as session:
         result = await _call(session, "run_command", command="printf 'a\\nb\\n'; false")
-        data = result.structured_content
+        data = facts(result)
         assert data["terminal"] == "main"
         assert data["status"] == "finished" and data["exit_code"] == 1
         assert data["output"].split() == ["a", "b"]
@@ -35,27 +35,27 @@ async def test_exit_codes_output_cwd_and_persistence(tmp_path: Path) -> None:
         # The shell persists: variables and the directory survive between calls.
         await _call(session, "run_command", command=f"export GREETING=hi; cd {tmp_path}")
         result = await _call(session, "run_command", command='echo "$GREETING from $PWD"')
-        assert result.structured_content["output"].strip() == f"hi from {tmp_path}"
+        assert facts(result)["output"].strip() == f"hi from {tmp_path}"
         # cwd: a new terminal starts there; an existing one changes there first.
         (tmp_path / "sub").mkdir()
         result = await _call(
             session, "run_command", command="pwd", terminal="other", cwd=str(tmp_path / "sub")
         )
-        assert result.structured_content["output"].strip() == str(tmp_path / "sub")
+        assert facts(result)["output"].strip() == str(tmp_path / "sub")
         result = await _call(session, "run_command", command="pwd", cwd="/")
-        assert result.structured_content["output"].strip() == "/"
-        assert result.structured_content["command"] == "pwd"
+        assert facts(result)["output"].strip() == "/"
+        assert _text(result).startswith("$ pwd\n")  # the command as given, not the cd
 
 
 async def test_timeout_interrupts_and_the_terminal_stays_usable(tmp_path: Path) -> None:
     async with mcp_session(tmp_path) as session:
         result = await _call(session, "run_command", command="sleep 600", timeout=2)
-        data = result.structured_content
-        assert data["status"] == "timed_out" and data["timed_out"] is True
+        data = facts(result)
+        assert data["status"] == "timed_out"
         assert "TIMED OUT" in _text(result)
         result = await _call(session, "run_command", command="echo after")
-        assert result.structured_content["exit_code"] == 0
-        assert result.structured_content["terminal"] == "main"
+        assert facts(result)["exit_code"] == 0
+        assert facts(result)["terminal"] == "main"
 
 
 async def test_a_prompt_is_answered_through_send_input(tmp_path: Path) -> None:
@@ -66,9 +66,8 @@ async def test_a_prompt_is_answered_through_send_input(tmp_path: Path) -> None:
             command='python3 -c \'n = input("name? "); print("hello", n)\'',
             yield_after=TIMEOUT,
         )
-        data = result.structured_content
+        data = facts(result)
         assert data["status"] == "waiting_for_input", _text(result)
-        assert data["waiting_for_input"] is True
         assert "name?" in data["output"]
         assert "WAITING FOR INPUT" in _text(result)
         result = await _call(
@@ -79,7 +78,7 @@ async def test_a_prompt_is_answered_through_send_input(tmp_path: Path) -> None:
             keys=["enter"],
             wait=TIMEOUT,
         )
-        data = result.structured_content
+        data = facts(result)
         assert data["status"] == "finished" and data["exit_code"] == 0
         assert "hello bob" in data["output"]
 
@@ -94,15 +93,15 @@ async def test_background_command_read_later_beside_others(tmp_path: Path) -> No
             terminal="bg",
             yield_after=1,
         )
-        data = started.structured_content
+        data = facts(started)
         assert data["status"] == "running", _text(started)
         assert "STILL RUNNING" in _text(started)
         command_id = data["command_id"]
         # Other commands run meanwhile, in the default terminal.
         other = await _call(session, "run_command", command="echo meanwhile")
-        assert other.structured_content["terminal"] == "main"
+        assert facts(other)["terminal"] == "main"
         listed = await _call(session, "list_terminals")
-        rows = {row["terminal"]: row for row in listed.structured_content["terminals"]}
+        rows = terminal_rows(listed)
         assert rows["bg"]["state"] == "busy" and rows["bg"]["command_id"] == command_id
         assert rows["main"]["state"] == "idle"
         # Running in a busy terminal is refused with the way out.
@@ -110,31 +109,33 @@ async def test_background_command_read_later_beside_others(tmp_path: Path) -> No
         assert busy.is_error and "is busy running command" in _text(busy)
         await trio.Path(go).touch()
         done = await _call(session, "wait_command", command_id=command_id, timeout=TIMEOUT)
-        assert done.structured_content["status"] == "finished"
-        read = await _call(session, "read_output", command_id=command_id)
-        assert "done-42" in read.structured_content["output"]
+        assert facts(done)["status"] == "finished"
+        # Only what is new since the last answer: run_command showed "waiting".
+        assert facts(done)["output"] == "done-42\n", _text(done)
         again = await _call(session, "read_output", command_id=command_id)
-        assert again.structured_content["output"] == ""
+        assert facts(again)["output"] == ""
         assert "(no new output)" in _text(again)
-        everything = await _call(session, "read_output", command_id=command_id, all=True)
-        assert "waiting" in everything.structured_content["output"]
+        everything = await _call(session, "read_output", command_id=command_id, full=True)
+        assert facts(everything)["output"] == "waiting\ndone-42\n"
+        whole = await _call(session, "wait_command", command_id=command_id, full=True)
+        assert facts(whole)["output"] == "waiting\ndone-42\n"
 
 
 async def test_kill_and_interrupt(tmp_path: Path) -> None:
     async with mcp_session(tmp_path) as session:
         started = await _call(session, "run_command", command="sleep 600", yield_after=1)
-        command_id = started.structured_content["command_id"]
+        command_id = facts(started)["command_id"]
         killed = await _call(session, "kill_command", command_id=command_id)
-        assert killed.structured_content["status"] == "killed", _text(killed)
+        assert facts(killed)["status"] == "killed", _text(killed)
         started = await _call(session, "run_command", command="sleep 600", yield_after=1)
-        command_id = started.structured_content["command_id"]
+        command_id = facts(started)["command_id"]
         stopped = await _call(session, "interrupt", command_id=command_id)
-        assert stopped.structured_content["status"] in ("interrupted", "finished"), _text(stopped)
-        assert stopped.structured_content["status"] != "running"
+        assert facts(stopped)["status"] in ("interrupted", "finished"), _text(stopped)
+        assert facts(stopped)["status"] != "running"
         late = await session.call_tool("send_input", {"command_id": command_id, "text": "x"})
         assert late.is_error and "has already ended" in _text(late)
         after = await _call(session, "run_command", command="echo still-here")
-        assert after.structured_content["exit_code"] == 0
+        assert facts(after)["exit_code"] == 0
 
 
 async def test_budget_screen_and_exited_shell(tmp_path: Path) -> None:
@@ -142,18 +143,18 @@ async def test_budget_screen_and_exited_shell(tmp_path: Path) -> None:
         result = await _call(
             session, "run_command", command="seq 1 20000", head_bytes=100, tail_bytes=100
         )
-        data = result.structured_content
+        data = facts(result)
         assert data["truncated"] is True and data["omitted_bytes"] > 0
         assert data["output"].startswith("1\n") and data["output"].rstrip().endswith("20000")
         assert f"output truncated: {data['omitted_bytes']} bytes" in _text(result)
         await _call(session, "run_command", command="clear; printf 'screen-%s\\n' x")
         screen = await _call(session, "read_screen", terminal="main")
-        assert "screen-x" in screen.structured_content["text"]
-        assert screen.structured_content["alternate_screen"] is False
+        text, alternate = screen_of(screen)
+        assert "screen-x" in text and alternate is False
         gone = await _call(session, "run_command", command="exit 3", terminal="ex")
-        assert gone.structured_content["status"] == "shell_exited", _text(gone)
+        assert facts(gone)["status"] == "shell_exited", _text(gone)
         back = await _call(session, "run_command", command="echo back", terminal="ex")
-        assert back.structured_content["exit_code"] == 0
+        assert facts(back)["exit_code"] == 0
 
 
 async def test_watcher_over_ahp_sees_the_agents_command(tmp_path: Path) -> None:
@@ -167,7 +168,7 @@ async def test_watcher_over_ahp_sees_the_agents_command(tmp_path: Path) -> None:
             uri = "ahp-terminal:/main"
             await watcher.subscribe(uri)
             result = await _call(session, "run_command", command="echo watched-$((6*7))")
-            assert result.structured_content["exit_code"] == 0
+            assert facts(result)["exit_code"] == 0
 
             def seen() -> bool:
                 return any(
@@ -216,7 +217,7 @@ async def test_cancelling_run_command_interrupts_the_command(tmp_path: Path) -> 
             finished = part()
             assert finished is not None and finished.exitCode not in (None, 0)
             after = await _call(session, "run_command", command="echo usable")
-            assert after.structured_content["exit_code"] == 0
+            assert facts(after)["exit_code"] == 0
 
 
 async def test_concurrent_calls_get_separate_default_terminals(tmp_path: Path) -> None:
@@ -264,13 +265,13 @@ async def test_connect_runs_commands_in_the_sidecars_terminals(tmp_path: Path) -
                 command="echo remote; exit_code() { return 3; }; exit_code",
                 terminal="theirs",
             )
-            data = result.structured_content
+            data = facts(result)
             assert data["status"] == "finished" and data["exit_code"] == 3
             assert "remote" in data["output"]
             result = await _call(session, "run_command", command="pwd")  # creates 'main' there
             assert "ahp-terminal:/main" in host
             screen = await _call(session, "read_screen", terminal="theirs")
-            assert "remote" in screen.structured_content["text"]
+            assert "remote" in screen_of(screen)[0]
         nursery.cancel_scope.cancel()
 
 
@@ -291,7 +292,7 @@ async def test_long_calls_report_progress(tmp_path: Path) -> None:
             progress_callback=on_progress,
         )
         assert not result.is_error, _text(result)
-        assert result.structured_content["status"] == "finished"
+        assert facts(result)["status"] == "finished"
         assert reports and reports[0][0] > 0
         assert reports[0][1] is not None and reports[0][1].startswith("run_command: ")
 
@@ -304,15 +305,15 @@ async def test_a_full_screen_program_is_seen_and_driven_with_keys(tmp_path: Path
             command="printf 'line one\\nline two\\n' | less",
             yield_after=TIMEOUT,
         )
-        data = started.structured_content
+        data = facts(started)
         assert data["status"] == "waiting_for_input", _text(started)
         screen = await _call(session, "read_screen", terminal="main")
-        assert screen.structured_content["alternate_screen"] is True
-        assert "line one\nline two" in screen.structured_content["text"]
+        text, alternate = screen_of(screen)
+        assert alternate is True
+        assert "line one\nline two" in text
         assert "full-screen (alternate) display" in _text(screen)
         done = await _call(
             session, "send_input", command_id=data["command_id"], text="q", wait=TIMEOUT
         )
-        assert done.structured_content["status"] == "finished", _text(done)
-        assert done.structured_content["alternate_screen"] is True
+        assert facts(done)["status"] == "finished", _text(done)
         assert "used the full-screen (alternate) display" in _text(done)

@@ -15,12 +15,13 @@ import pyte
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ahp.budget import RETAINED_OUTPUT_BYTES, OutputBudget, omission_marker
+from ahp.agent.budget import RETAINED_OUTPUT_BYTES, OutputBudget, omission_marker
+from ahp.agent.evidence import looks_like_prompt
+from ahp.agent.markers import Markers
+from ahp.agent.render import MAX_SEQUENCE, LineRenderer
+from ahp.agent.screen import SCREEN_REPLAY, ScreenModel
 from ahp.protocol.state import ClientClaim, CommandPart, TerminalState, UnclassifiedPart
 from ahp.pty import procfs
-from ahp.run import _Markers, looks_like_prompt
-from ahp.vt.render import MAX_SEQUENCE, LineRenderer
-from ahp.vt.screen import SCREEN_REPLAY, ScreenModel
 
 
 def render(chunks: list[str], cols: int = 20, rows: int = 5) -> list[str]:
@@ -255,7 +256,7 @@ def test_markers_any_split(body: str, code: int, data: st.DataObject) -> None:
         f"{body}\r\n__AHP_END_{token}_{code}__\r\n$ "
     )
     cuts = sorted(data.draw(st.lists(st.integers(0, len(stream)), max_size=6)))
-    markers = _Markers(token)
+    markers = Markers(token)
     out = "".join(
         markers.feed(stream[a:b]) for a, b in zip([0, *cuts], [*cuts, len(stream)], strict=True)
     )

@@ -207,14 +207,22 @@ async def test_rejections_go_to_the_sender_only_and_heal() -> None:
                 lambda x, t=bad["type"]: x["action"]["type"] == t and "origin" in x
             )
             assert got["rejectionReason"], bad
-            assert got["action"] == bad
+            # Forged output is echoed without its text: a mirror that applies rejected
+            # echoes (the upstream ones do) keeps none of it (issue 25).
+            assert got["action"] == (
+                {"type": "terminal/data", "data": ""} if bad["type"] == "terminal/data" else bad
+            )
             if bad["type"] == "terminal/resized" and isinstance(bad.get("cols"), int):
                 heal = await b.action(lambda x: x["action"]["type"] == "terminal/resized")
                 assert heal["action"] == {"type": "terminal/resized", "cols": 80, "rows": 24}
-        # An unknown channel: ignored, no echo. Then a marker to prove nothing came before it
-        # (input: open to every client by default, unlike the title of alice's terminal).
+        # An unknown channel: rejected to bob only (issue 25: never dropped). Then a marker
+        # to prove alice saw nothing of it (input: open to every client by default, unlike
+        # the title of alice's terminal).
+        nope = await b.dispatch("ahp-terminal:/nope", {"type": "terminal/input", "data": "x"})
+        got = await b.action(lambda x: x["channel"] == "ahp-terminal:/nope")
+        assert got["origin"] == {"clientId": "bob", "clientSeq": nope}
+        assert "no terminal" in got["rejectionReason"]
         marker = {"type": "terminal/input", "data": " "}
-        await b.dispatch("ahp-terminal:/nope", {"type": "terminal/input", "data": "x"})
         await b.dispatch(T1, marker)
         echo = await b.action(
             lambda x: x["channel"] == T1 and x["action"]["type"] == "terminal/input"

@@ -515,3 +515,27 @@ async def wait_foreground(term: Terminal, comm: str) -> None:
             if tpgid != pid and name == comm:
                 return
             await trio.sleep(0.01)
+
+
+@pytest.mark.parametrize("name", SHELLS)
+@pytest.mark.parametrize("user_rc", [True, False], ids=["rc", "no-rc"])
+async def test_a_shell_can_start_without_the_users_rc_files(
+    name: str, user_rc: bool, tmp_path: Path
+) -> None:
+    """``user_rc=False`` (``serve --no-rc``): the user's startup files are not read, so
+    what they put in the environment (a PATH entry ahead of a venv's) is not there;
+    command detection still loads and reports the command."""
+    program = shell_path(name)
+    env = write_home(name, tmp_path)
+    (tmp_path / ".bashrc").write_text("export AHP_TEST_RC=loaded\n")
+    (tmp_path / ".zshrc").write_text("export AHP_TEST_RC=loaded\n")
+    (tmp_path / ".zshenv").write_text("export AHP_TEST_RC_ENV=loaded\n")
+    (tmp_path / ".config" / "fish" / "config.fish").write_text("set -gx AHP_TEST_RC loaded\n")
+    async with open_host(user_rc=user_rc) as host:
+        with trio.fail_after(TIMEOUT):
+            term = await host.create_terminal(shell=program, cwd=str(tmp_path), env=env)
+            result = await term.run("env | grep -c '^AHP_TEST_RC.*=loaded'", timeout=TIMEOUT)
+        assert term.integrated and term.state.supportsCommandDetection
+        expected = ({"zsh": 2}.get(name, 1)) if user_rc else 0
+        assert result.output.strip() == str(expected), result
+        assert result.exit_code == (0 if user_rc else 1)

@@ -244,8 +244,8 @@ def test_claim_rules() -> None:
     assert isinstance(core.decide(take, None), Accepted)  # the library may
     session = _core(claim=SessionClaim(session="s"))
     assert isinstance(session.decide(take, origin("anyone")), Accepted)  # a person takes over
-    unclaimed = _core(claim=ClientClaim(""))  # (createTerminal without a claim)
-    assert isinstance(unclaimed.decide(take, origin("anyone")), Accepted)
+    released = _core(claim=ClientClaim(""))
+    assert isinstance(released.decide(take, origin("anyone")), Accepted)  # held by nobody
 
 
 def test_titles_are_bounded_and_healed() -> None:

@@ -19,8 +19,6 @@ VT_MODULES = (
     "ahp.vt.integration",
     "ahp.vt.queries",
     "ahp.vt.scanner",
-    "ahp.vt.render",
-    "ahp.vt.screen",
 )
 
 PROBE = """

@@ -16,7 +16,7 @@ __all__ = ["chart_unavailable", "write_chart"]
 
 def chart_unavailable() -> str | None:
     if importlib.util.find_spec("matplotlib") is None:
-        return "matplotlib is not installed (pip install matplotlib, or run nox -s bench)"
+        return "matplotlib is not installed (pip install '.[bench]' in a checkout, or nox -s bench)"
     return None
 
 

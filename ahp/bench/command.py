@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
-import time
 from pathlib import Path
 
 __all__ = ["add_parser", "run"]
@@ -30,7 +29,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
             "(the ceiling), the engine in-process, the sidecar over loopback WebSocket "
             "(alone and beside a stalled client), echo latency, memory, reducer append "
             "scaling, the scanner benchmarks and, with --peers, terminado. Prints a table "
-            "on stdout (progress on stderr) and writes JSON and a PNG chart."
+            "on stdout (progress on stderr) and writes JSON and, when matplotlib is installed "
+            "(pip install '.[bench]' in a checkout, or nox -s bench), a PNG chart; each run's "
+            "files are named by date and time, so runs do not overwrite each other."
         ),
     )
     p.add_argument("--size-mb", type=float, default=100.0, help="workload size (default 100)")
@@ -45,6 +46,13 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="keystrokes per run typed after 150 ms of idleness each (default 30)",
     )
     p.add_argument("--terminals", type=int, default=50, help="idle terminals for the memory figure")
+    p.add_argument(
+        "--many",
+        type=int,
+        default=16,
+        help="terminals streaming at once in the many-terminals figure, each SIZE/N MB "
+        "(default 16; 0 skips it)",
+    )
     p.add_argument(
         "--scanner-mb",
         type=float,
@@ -73,12 +81,15 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 def run(args: argparse.Namespace) -> int:
     # Imported here so that ``python -m ahp --help`` does not load the engine.
     from ahp.bench.chart import chart_unavailable, write_chart
-    from ahp.bench.report import render_table, write_json
+    from ahp.bench.report import render_table, result_stem, write_json
     from ahp.bench.suite import Config, run_suite
     from ahp.bench.targets import evaluate
 
-    if args.runs < 1 or args.size_mb <= 0 or args.terminals < 1:
-        print("ahp bench: --runs, --size-mb and --terminals must be positive", file=sys.stderr)
+    if args.runs < 1 or args.size_mb <= 0 or args.terminals < 1 or args.many < 0:
+        print(
+            "ahp bench: --runs, --size-mb and --terminals must be positive, --many at least 0",
+            file=sys.stderr,
+        )
         return 2
     if not 1 <= args.echo_count <= MAX_ECHO_COUNT:
         print(f"ahp bench: --echo-count must be 1..{MAX_ECHO_COUNT}", file=sys.stderr)
@@ -94,6 +105,7 @@ def run(args: argparse.Namespace) -> int:
         echo_count=args.echo_count,
         idle_count=args.idle_count,
         terminals=args.terminals,
+        many=args.many,
         stall_hold=args.stall_hold
         if args.stall_hold is not None
         else (12.0 if args.size_mb >= 20 else 0.0),
@@ -106,6 +118,7 @@ def run(args: argparse.Namespace) -> int:
     targets = evaluate(results)
     results["targets"] = [t.to_json() for t in targets]
     out: Path = args.out
+    stem = result_stem()
     chart_note: str
     if args.no_chart:
         results["chart"] = {"skipped": "--no-chart"}
@@ -114,10 +127,10 @@ def run(args: argparse.Namespace) -> int:
         results["chart"] = {"skipped": missing}
         chart_note = f"chart: skipped: {missing}"
     else:
-        png = write_chart(results, out / f"bench-{time.strftime('%Y-%m-%d')}.png")
+        png = write_chart(results, out / f"{stem}.png")
         results["chart"] = {"path": str(png)}
         chart_note = f"chart: {png}"
-    path = write_json(results, out)
+    path = write_json(results, out, stem)
     print(render_table(results, targets))
     print()
     print(f"results: {path}")

@@ -25,6 +25,7 @@ import trio
 
 from ahp.bench.cclient import CStreamRun, c_echo, c_stream
 from ahp.bench.processes import RssSampler, SidecarWorker
+from ahp.bench.procfs import MachineCpu
 from ahp.bench.workload import Workload
 from ahp.bench.wsclient import (
     AhpDialect,
@@ -39,12 +40,14 @@ from ahp.bench.wsclient import (
 __all__ = [
     "AhpServer",
     "CMeasured",
+    "ManyRun",
     "Measured",
     "PairRun",
     "ServerUnderTest",
     "c_echo_run",
     "c_stream_run",
     "echo_run",
+    "many_run",
     "pair_run",
 ]
 
@@ -241,3 +244,96 @@ async def c_echo_run(
         )
     finally:
         await server.release(handle)
+
+
+@attrs.frozen
+class ManyRun:
+    """``terminals`` gated terminals released at once, each followed by its own client."""
+
+    terminals: int
+    #: From the first release to the last terminal's end.
+    seconds: float
+    #: Each terminal's own throughput (its bytes over its own time), MB/s.
+    per_terminal_mb_s: list[float]
+    total_bytes: float
+    server_cpu_seconds: float
+    machine_cores: float
+    #: Runs that did not receive the whole output (closed early, timed out).
+    incomplete: int
+
+
+async def many_run(
+    server: ServerUnderTest, workload: Workload, terminals: int, binary: Path | None
+) -> ManyRun:
+    """``terminals`` terminals streaming ``workload`` at once through ``server``.
+
+    Every terminal is created and its client connected first; then all gates are
+    released together. With ``binary`` (the independent C client) each terminal is
+    followed by its own client process, so the benchmark's own Python process is
+    not what bounds the aggregate; without it, by in-process Python clients.
+    """
+    handles: list[Any] = []
+    try:
+        targets = []
+        for _ in range(terminals):
+            url, dialect, handle = await server.terminal("gate")
+            handles.append(handle)
+            targets.append((url, dialect, handle))
+        per: list[float] = []
+        total = 0.0
+        incomplete = 0
+        expected = workload.gated_bytes()
+        go = trio.Event()
+        all_connected = trio.Event()
+        waiting = terminals
+
+        async def connected(ready: trio.Event) -> None:
+            nonlocal waiting
+            await ready.wait()
+            waiting -= 1
+            if waiting == 0:
+                all_connected.set()
+
+        async def follow(url: str, dialect: Callable[[], Dialect], handle: Any) -> None:
+            nonlocal total, incomplete
+            if binary is not None:
+                await go.wait()
+                c = await c_stream(binary, url, server.dialect_name, server.channel(handle))
+                nbytes = expected * c.chars / workload.gated_chars()
+                complete = c.ended and c.chars == workload.gated_chars()
+                seconds = c.seconds
+            else:
+                ready = trio.Event()
+                async with trio.open_nursery() as inner:
+                    inner.start_soon(connected, ready)
+                    run = await stream_throughput(url, dialect(), connected=ready, go=go)
+                nbytes = expected * run.chars / workload.gated_chars()
+                complete = run.closed is None and run.chars == workload.gated_chars()
+                seconds = run.seconds
+            total += nbytes
+            per.append(nbytes / seconds / 1e6)
+            if not complete:
+                incomplete += 1
+
+        machine = MachineCpu()
+        cpu = server.cpu_seconds()
+        async with trio.open_nursery() as nursery:
+            for url, dialect, handle in targets:
+                nursery.start_soon(follow, url, dialect, handle)
+            if binary is None:
+                await all_connected.wait()
+            start = trio.current_time()
+            go.set()
+        seconds = trio.current_time() - start
+        return ManyRun(
+            terminals=terminals,
+            seconds=seconds,
+            per_terminal_mb_s=per,
+            total_bytes=total,
+            server_cpu_seconds=server.cpu_seconds() - cpu,
+            machine_cores=machine.stop(),
+            incomplete=incomplete,
+        )
+    finally:
+        for handle in handles:
+            await server.release(handle)

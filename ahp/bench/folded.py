@@ -2,11 +2,14 @@
 
 Why: the scanner, shell-integration and run-API benchmarks live in ``benchmarks/``
 with their owners (``bench_scanner.py``, ``bench_integration.py``,
-``bench_render.py``: the screen models' MB/s and ``run()``'s overhead), each exposing
+``bench_render.py``: the screen models' MB/s and ``run()``'s overhead;
+``bench_screen.py``: the screen model's emulators on recorded programs), each exposing
 ``run(size_mb)``. The bench command runs them in the same process tree and
 reports their figures beside the others instead of duplicating them. They are
-imported from the checkout by path (``benchmarks/`` is not a package and is
-not installed), defensively: a missing file or a failure becomes a note in the
+imported by path, defensively — from the checkout's ``benchmarks/`` when there is
+one, else from the copy the wheel carries in ``ahp/bench/_benchmarks/`` (see
+``[tool.hatch.build.targets.wheel.force-include]`` in ``pyproject.toml``), so an
+installed package runs the whole bench: a missing file or a failure becomes a note in the
 report, never a crash of the whole run.
 """
 
@@ -25,13 +28,18 @@ FOLDED = {
     "scanner": "bench_scanner.py",
     "integration": "bench_integration.py",
     "render": "bench_render.py",
+    "screen": "bench_screen.py",
 }
 
 
 def benchmarks_dir() -> Path:
+    """The checkout's ``benchmarks/``, else the installed copy beside this module."""
     import ahp
 
-    return Path(ahp.__file__).resolve().parents[1] / "benchmarks"
+    checkout = Path(ahp.__file__).resolve().parents[1] / "benchmarks"
+    if all((checkout / name).exists() for name in FOLDED.values()):
+        return checkout
+    return Path(__file__).resolve().parent / "_benchmarks"
 
 
 def _jsonable(value: Any) -> Any:

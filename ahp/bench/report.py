@@ -13,10 +13,14 @@ from typing import Any
 
 import orjson
 
+from ahp.bench.folded import FOLDED
 from ahp.bench.stats import Figure
 from ahp.bench.targets import Target
 
-__all__ = ["folded_unit", "render_table", "stalled_outcome", "write_json"]
+__all__ = ["folded_unit", "render_table", "result_stem", "stalled_outcome", "write_json"]
+
+#: Fewer runs per figure than this and the report says its figures are noisy.
+NOISY_RUNS = 3
 
 
 def _fig(node: Any, digits: int = 1) -> str:
@@ -79,6 +83,13 @@ def render_table(results: dict[str, Any], targets: list[Target]) -> str:
         f"mean {wl['mean_line_bytes']:.0f} B/line, some multi-byte UTF-8) = "
         f"{wl['pty_bytes'] / 1e6:.1f} MB out of the pty; {cfg['runs']} runs per figure, "
         "median (min-max); MB = 10^6 bytes",
+    ]
+    if cfg["runs"] < NOISY_RUNS:
+        lines.append(
+            f"NOTE: {cfg['runs']} run(s) per figure: a single run is noisy on a shared machine; "
+            "compare figures from --runs 5 (the default)"
+        )
+    lines += [
         "",
         "Throughput",
     ]
@@ -190,6 +201,35 @@ def render_table(results: dict[str, Any], targets: list[Target]) -> str:
     else:
         lines.append(f"  7 peers: skipped: {peers.get('skipped', 'not run')}")
 
+    many = r.get("many", {})
+    if "ours" in many:
+        mine = many["ours"]
+        label = f"6 {mine['terminals']} terminals at once (x {many['mb_per_terminal']:g} MB)"
+        lines.append(
+            _row(
+                label,
+                _fig(mine["aggregate_throughput"]),
+                f"aggregate; fairness {_fig(mine['fairness_min_over_max'], 2)} min/max; "
+                f"server {_med(mine['server_cpu_cores']) or 0:.2f} cores, "
+                f"{_med(mine['server_cpu_s_per_100mb']) or 0:.2f} CPU-s per 100 MB; "
+                f"machine {_med(mine['machine_busy_cores']) or 0:.1f}/{cores} ({many['client']})",
+            )
+        )
+        theirs = many.get("terminado", {})
+        if "aggregate_throughput" in theirs:
+            lines.append(
+                _row(
+                    "  terminado, same",
+                    _fig(theirs["aggregate_throughput"]),
+                    f"ours {many['ours_over_terminado']:.2f}x terminado; fairness "
+                    f"{_fig(theirs['fairness_min_over_max'], 2)}",
+                )
+            )
+        if not mine["complete"]:
+            lines.append("  WARNING: incomplete output in the many-terminals runs (see JSON)")
+    elif many:
+        lines.append(f"  6 many terminals: skipped: {many.get('skipped', 'not run')}")
+
     echo = r["echo"]
     lines += ["", f"Echo latency ({cfg['echo_count']} keystrokes per run; median, p99 in ms)"]
     rows = [
@@ -273,7 +313,7 @@ def render_table(results: dict[str, Any], targets: list[Target]) -> str:
             f"{ap['many_commands']} {_fig(ap['many_commands_seconds'], 3)}: "
             f"{ap['commands_ratio']:.1f}x for 10x the commands"
         )
-    for name in ("scanner", "integration", "render"):
+    for name in FOLDED:
         node = r.get(name, {})
         lines.append("")
         if "skipped" in node:
@@ -315,12 +355,23 @@ def folded_unit(key: str) -> str:
         return "MB per CPU second"
     if key.endswith("_ms"):
         return "ms"  # the render section's run() and screen() costs
+    if key.endswith("_us"):
+        return "µs"  # the screen section's screen() read
+    if key.endswith("_pct"):
+        return "%"  # the screen section's rows agreeing with the reference
+    if key.endswith("_count"):
+        return "recordings"  # the screen section's per-recording counts
     return "MB/s"
 
 
-def write_json(results: dict[str, Any], out_dir: Path) -> Path:
-    """``out_dir/bench-<date>.json``; returns the path."""
+def result_stem(when: float | None = None) -> str:
+    """``bench-<date>-<time>``: a second run the same day does not overwrite the first."""
+    return "bench-" + time.strftime("%Y-%m-%d-%H%M%S", time.localtime(when))
+
+
+def write_json(results: dict[str, Any], out_dir: Path, stem: str | None = None) -> Path:
+    """``out_dir/<stem>.json`` (default :func:`result_stem`); returns the path."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / f"bench-{time.strftime('%Y-%m-%d')}.json"
+    path = out_dir / f"{stem or result_stem()}.json"
     path.write_bytes(orjson.dumps(results, option=orjson.OPT_INDENT_2) + b"\n")
     return path

@@ -28,10 +28,12 @@ from ahp.bench.ceiling import BareRun, bare_echo, bare_read
 from ahp.bench.endtoend import (
     AhpServer,
     CMeasured,
+    ManyRun,
     PairRun,
     c_echo_run,
     c_stream_run,
     echo_run,
+    many_run,
     pair_run,
 )
 from ahp.bench.folded import FOLDED, run_folded
@@ -65,6 +67,9 @@ class Config:
     #: Also measure with the independent C client (skipped without a C compiler).
     c_client: bool = True
     folded_mb: float = 20.0
+    #: Terminals streaming at once in the many-terminals section (0: skip it); each
+    #: streams ``size_mb / many`` MB (at least 1 MB), so the section moves ``size_mb``.
+    many: int = 16
     command: str = "python -m ahp bench"
 
 
@@ -301,6 +306,69 @@ async def _throughput(
         results["peers"] = {"skipped": missing}
 
 
+# -- many terminals at once ---------------------------------------------------------------------
+
+
+def _many_json(runs: list[ManyRun]) -> dict[str, Any]:
+    return {
+        "terminals": runs[0].terminals,
+        "aggregate_throughput": _fig([r.total_bytes / r.seconds / MB for r in runs], "MB/s"),
+        "per_terminal_median": _fig([statistics.median(r.per_terminal_mb_s) for r in runs], "MB/s"),
+        # min/max of the terminals' own throughputs in a run: 1.0 is perfectly fair.
+        "fairness_min_over_max": _fig(
+            [min(r.per_terminal_mb_s) / max(r.per_terminal_mb_s) for r in runs], "ratio"
+        ),
+        "server_cpu_cores": _fig([r.server_cpu_seconds / r.seconds for r in runs], "cores"),
+        "server_cpu_s_per_100mb": _fig(
+            [r.server_cpu_seconds / (r.total_bytes / (100 * MB)) for r in runs], "s"
+        ),
+        "machine_busy_cores": _fig([r.machine_cores for r in runs], "cores"),
+        "complete": all(r.incomplete == 0 for r in runs),
+    }
+
+
+async def _many(config: Config, tmp: Path, progress: Progress, results: dict[str, Any]) -> None:
+    """``config.many`` terminals streaming at once, through the sidecar (and terminado)."""
+    progress.begin(f"{config.many} terminals at once")
+    if config.many < 1:
+        results["many"] = {"skipped": "--many 0"}
+        return
+    per_mb = max(1.0, config.size_mb / config.many)
+    directory = tmp / "many"
+    directory.mkdir()
+    workload = generate(directory, per_mb)
+    cclient = _CClient(config)
+    await cclient.build(progress)
+    missing = terminado_missing() if config.peers else "not requested (use --peers)"
+    ours: list[ManyRun] = []
+    theirs: list[ManyRun] = []
+    for i in range(config.runs):
+        run = f"run {i + 1}/{config.runs}"
+        progress.update(f"{run}: sidecar, {config.many} x {per_mb:g} MB")
+        async with open_worker() as worker:
+            ours.append(
+                await many_run(AhpServer(worker, workload), workload, config.many, cclient.binary)
+            )
+        if missing is None:
+            progress.update(f"{run}: terminado, {config.many} x {per_mb:g} MB")
+            try:
+                async with open_terminado(workload) as terminado:
+                    theirs.append(await many_run(terminado, workload, config.many, cclient.binary))
+            except Exception as exc:  # a peer's failure must not lose our figures
+                missing = f"terminado failed: {type(exc).__name__}: {exc}"
+                progress.note(missing)
+    client = "independent C client, one process per terminal" if cclient.binary else "Python"
+    results["many"] = {"mb_per_terminal": per_mb, "client": client, "ours": _many_json(ours)}
+    if missing is None and theirs:
+        results["many"]["terminado"] = _many_json(theirs)
+        results["many"]["ours_over_terminado"] = (
+            results["many"]["ours"]["aggregate_throughput"]["median"]
+            / results["many"]["terminado"]["aggregate_throughput"]["median"]
+        )
+    else:
+        results["many"]["terminado"] = {"skipped": missing}
+
+
 # -- echo -------------------------------------------------------------------------------------
 
 
@@ -502,7 +570,9 @@ def _folded(config: Config, progress: Progress, name: str) -> dict[str, Any]:
 
 # -- the run ----------------------------------------------------------------------------------
 
-SECTIONS = 7
+#: Sections counted by the progress line: generating the workload, throughput, many
+#: terminals, echo, memory, append, and each folded benchmark.
+SECTIONS = 6 + len(FOLDED)
 
 
 def run_suite(
@@ -538,6 +608,7 @@ def run_suite(
 
         async def main() -> None:
             await _throughput(config, workload, progress, results)
+            await _many(config, Path(tmp), progress, results)
             await _echo(config, workload, progress, results)
             await _memory(config, workload, progress, results)
 

@@ -1,15 +1,60 @@
-"""A Trio AHP client with per-channel state mirrors and automatic reconnect."""
+"""A Trio AHP client with per-channel state mirrors and automatic reconnect.
 
-from ahp.client.connection import Client, ClientError, ConnectionLost, RpcError, connect
-from ahp.client.mirror import Mirror
-from ahp.client.remote import RemoteTerminal
+The exports are imported on first use, so that the pure parts
+(:mod:`ahp.client.session`, :mod:`ahp.client.mirror`) load without Trio.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ahp.client.connection import Client, connect
+    from ahp.client.errors import ClientError, ConnectionLost, RpcError
+    from ahp.client.fleet import Fleet, HostDown, HostTerminal, connect_many
+    from ahp.client.mirror import Mirror
+    from ahp.client.remote import RemoteTerminal
+    from ahp.client.session import ClientSession
+
+#: Public name -> module that defines it.
+_EXPORTS = {
+    "Client": "ahp.client.connection",
+    "connect": "ahp.client.connection",
+    "ClientError": "ahp.client.errors",
+    "ConnectionLost": "ahp.client.errors",
+    "RpcError": "ahp.client.errors",
+    "Fleet": "ahp.client.fleet",
+    "HostDown": "ahp.client.fleet",
+    "HostTerminal": "ahp.client.fleet",
+    "connect_many": "ahp.client.fleet",
+    "Mirror": "ahp.client.mirror",
+    "RemoteTerminal": "ahp.client.remote",
+    "ClientSession": "ahp.client.session",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'ahp.client' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "Client",
     "ClientError",
+    "ClientSession",
     "ConnectionLost",
+    "Fleet",
+    "HostDown",
+    "HostTerminal",
     "Mirror",
     "RemoteTerminal",
     "RpcError",
     "connect",
+    "connect_many",
 ]

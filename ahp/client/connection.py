@@ -1,20 +1,22 @@
-"""A Trio AHP client: handshake, requests, channel mirrors, automatic reconnect.
+"""A Trio AHP client: the session's frames moved, its waiters woken, reconnects run.
 
 Why: tests, the ``attach``/``ls``/``run`` commands and remote agents all need
-the same careful client — one that matches responses to requests, keeps a
-mirror per subscribed channel folded with the project's own reducers, and
-survives a dropped connection by ``reconnect``-ing with the last
-``serverSeq`` it saw (the server answers with a replay or fresh snapshots).
+the same careful client. Its rules — request ids and answers, the handshake,
+mirrors folded with the project's reducers, what to do when a host refuses
+something — are the pure :class:`~ahp.client.session.ClientSession`; its
+connection is a :class:`~ahp.client.transport.Transport`. This module joins the
+two: it sends what the session writes, feeds it what arrives, wakes the task
+waiting for an answer, and runs the reconnect loop the session decides on.
 
 Tasks and ownership: :func:`connect` owns a nursery with one connection task
-(connect, read, reconnect) for the lifetime of the ``async with`` block. A
-request whose connection drops before its answer raises
+(read, reconnect) and the transport's holding task, for the lifetime of the
+``async with`` block. A request whose connection drops before its answer raises
 :class:`ConnectionLost` (it may or may not have been applied); dispatched
 actions that were pending are dropped on reconnect, as AHP specifies.
 
 Buffering: inbound frames are applied as they arrive (no queue beyond the
-WebSocket library's one-message buffer); :meth:`Client.changes` waiters are
-woken after each applied envelope.
+transport's one-message buffer); :meth:`Client.changes` waiters are woken after
+each applied envelope.
 
 Versions: ``initialize`` offers the 1.x family first and the 0.5 family after
 it (``["1.0.0", "0.9.0", "0.5.0"]``): a host picks the highest it speaks. A host
@@ -35,83 +37,75 @@ import secrets
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, Final, Literal
-from urllib.parse import SplitResult, parse_qs, urlencode, urlsplit, urlunsplit
+from typing import Any, Unpack
+from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
 
 import trio
 
 from ahp import __version__
+from ahp.agent.options import RunChanges, RunOptions
+from ahp.agent.registry import CommandRegistry
+from ahp.agent.result import CommandResult
+from ahp.agent.screen import ScreenModel
 from ahp.client.errors import ClientError, ConnectionLost, RpcError
 from ahp.client.mirror import Mirror
 from ahp.client.remote import RemoteTerminal
-from ahp.protocol.actions import ActionEnvelope, StateAction, TerminalInput
-from ahp.protocol.codec import (
-    ProtocolError,
-    decode_message,
-    encode_message,
-    structure,
+from ahp.client.session import (
+    PROTOCOL_VERSIONS,
+    RECONNECT_DELAYS,
+    Answer,
+    Applied,
+    ClientSession,
+    ReconnectForm,
+    reconnect_delay,
 )
-from ahp.protocol.commands import (
-    RESUME_META,
-    ChannelMissing,
-    ChannelReplay,
-    ReconnectChannels,
-)
-from ahp.protocol.dialect import LEGACY_VERSIONS, MODERN_VERSIONS, Dialect, action_json, dialect_of
-from ahp.protocol.jsonrpc import (
-    JsonRpcError,
-    JsonRpcNotification,
-    JsonRpcRequest,
-    JsonRpcSuccess,
-)
-from ahp.protocol.state import (
-    ROOT_URI,
-    ChannelState,
-    OpaqueState,
-    RootState,
-    Snapshot,
-    TerminalState,
-)
-from ahp.reducers import DEFAULT_SCROLLBACK
-from ahp.run import CommandRegistry, CommandResult
-from ahp.vt.screen import ScreenModel
-from ahp.ws import (
+from ahp.client.transport import (
+    CONNECT_TIMEOUT,
+    MAX_MESSAGE_SIZE,
+    RECEIVE_BUFFER,
     ConnectionClosed,
-    ConnectionRejected,
-    HandshakeError,
-    WebSocketConnection,
-    close_transport,
-    wrap_client_stream,
+    Transport,
+    open_transport,
 )
+from ahp.protocol.actions import ActionEnvelope, StateAction, TerminalInput
+from ahp.protocol.dialect import Dialect
+from ahp.protocol.jsonrpc import JsonRpcErrorObject
+from ahp.protocol.state import ROOT_URI, ChannelState, RootState, TerminalState
+from ahp.reducers import DEFAULT_SCROLLBACK
 
-__all__ = ["Client", "ClientError", "ConnectionLost", "RpcError", "connect"]
+__all__ = [
+    "CONNECT_TIMEOUT",
+    "MAX_MESSAGE_SIZE",
+    "PROTOCOL_VERSIONS",
+    "RECEIVE_BUFFER",
+    "RECONNECT_DELAYS",
+    "Client",
+    "ClientError",
+    "ConnectionLost",
+    "RpcError",
+    "connect",
+    "with_token",
+]
 
 log = logging.getLogger("ahp.client")
 
-#: What ``initialize`` offers: the 1.x family first, then the 0.5 family.
-PROTOCOL_VERSIONS: Final = (*MODERN_VERSIONS, *LEGACY_VERSIONS)
-ReconnectForm = Literal["watermark", "cursors"]
-#: Largest inbound message (a big snapshot or replay); the server's default outbox is 16 MiB.
-MAX_MESSAGE_SIZE: Final = 512 * 1024 * 1024
-RECEIVE_BUFFER: Final = 256 * 1024
-#: Seconds to open the transport, finish TLS and the WebSocket upgrade.
-CONNECT_TIMEOUT: Final = 10.0
-RECONNECT_DELAYS: Final = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0)
 
-
-def _first_leaf(exc: BaseException) -> BaseException:
-    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
-        exc = exc.exceptions[0]
-    return exc
-
-
-def _with_token(url: str, token: str | None) -> str:
+def with_token(url: str, token: str | None) -> str:
+    """``url`` with ``tkn=token`` in its query (replacing one there), or as it is."""
     if token is None:
         return url
     parts = urlsplit(url)
     query = {k: v[0] for k, v in parse_qs(parts.query).items()}
     query["tkn"] = token
     return urlunsplit(parts._replace(query=urlencode(query)))
+
+
+def _rpc_error(error: JsonRpcErrorObject) -> RpcError:
+    return RpcError(error.code, error.message, error.data)
+
+
+class _Forgotten(Exception):
+    """The host no longer knows this client: ``initialize`` afresh (see _reconnect)."""
 
 
 class Client:
@@ -130,31 +124,22 @@ class Client:
         protocol_versions: Sequence[str] = PROTOCOL_VERSIONS,
         reconnect_form: ReconnectForm = "watermark",
     ) -> None:
-        self.scrollback = scrollback
-        #: What ``initialize`` offers, most preferred first.
-        self.protocol_versions = tuple(protocol_versions)
-        #: ``reconnect`` form: one connection-wide cursor, or one cursor per channel (1.x).
-        self.reconnect_form: ReconnectForm = reconnect_form
+        #: The protocol side (ids, mirrors, handshake, decisions).
+        self.session = ClientSession(
+            client_id,
+            scrollback=scrollback,
+            protocol_versions=protocol_versions,
+            reconnect_form=reconnect_form,
+            client_info={"name": "ahp-terminals", "version": __version__},
+        )
         self.connect_timeout = connect_timeout
         #: For ``wss://`` (default: the system's trusted CAs, hostname checked).
         self.ssl_context = ssl_context
-        self.url = _with_token(url, token)
-        self.client_id = client_id
-        #: The host's resume token for this client (from ``initialize``; None if the
-        #: host hands out none): presented at every reconnect.
-        self.resume_token: str | None = None
+        self.url = with_token(url, token)
         self.auto_reconnect = auto_reconnect
-        self.mirrors: dict[str, Mirror] = {}
-        self.protocol_version: str | None = None
-        #: The wire shape negotiated (how actions are written).
-        self.dialect = Dialect.V05
-        self.default_directory: str | None = None
-        self.last_seen_seq = 0
         self.reconnects = 0
-        self._ids = itertools.count(1)
-        self._client_seq = itertools.count(1)
-        self._waiting: dict[int, tuple[trio.Event, list[Any]]] = {}
-        self._ws: WebSocketConnection | None = None
+        self._waiting: dict[int, tuple[trio.Event, list[Answer | ConnectionLost]]] = {}
+        self._transport: Transport | None = None
         self._connected = trio.Event()
         self._changed = trio.lowlevel.ParkingLot()
         self._closing = False
@@ -170,9 +155,61 @@ class Client:
         #: and again after a reconnect (the server may have changed).
         self.process_extension: bool | None = None
         self._listeners: list[Callable[[ActionEnvelope], None]] = []
-        self._released: dict[int, tuple[trio.Event, trio.Event]] = {}
+        self._change_callbacks: list[Callable[[], None]] = []
+        self._connection_listeners: list[Callable[[str], None]] = []
 
-    # -- state -------------------------------------------------------------------------------
+    # -- the session's state -------------------------------------------------------------------
+
+    @property
+    def client_id(self) -> str:
+        return self.session.client_id
+
+    @property
+    def scrollback(self) -> int | None:
+        return self.session.scrollback
+
+    @property
+    def resume_token(self) -> str | None:
+        """The host's resume token for this client (presented at every reconnect)."""
+        return self.session.resume_token
+
+    @property
+    def mirrors(self) -> dict[str, Mirror]:
+        return self.session.mirrors
+
+    @property
+    def protocol_version(self) -> str | None:
+        return self.session.protocol_version
+
+    @property
+    def dialect(self) -> Dialect:
+        """The wire shape negotiated (how actions are written)."""
+        return self.session.dialect
+
+    @property
+    def default_directory(self) -> str | None:
+        return self.session.default_directory
+
+    @property
+    def last_seen_seq(self) -> int:
+        return self.session.last_seen_seq
+
+    @property
+    def protocol_versions(self) -> tuple[str, ...]:
+        """What ``initialize`` offers, most preferred first."""
+        return self.session.protocol_versions
+
+    @protocol_versions.setter
+    def protocol_versions(self, value: Sequence[str]) -> None:
+        self.session.protocol_versions = tuple(value)
+
+    @property
+    def reconnect_form(self) -> ReconnectForm:
+        return self.session.reconnect_form
+
+    @reconnect_form.setter
+    def reconnect_form(self, value: ReconnectForm) -> None:
+        self.session.reconnect_form = value
 
     def state(self, channel: str) -> ChannelState:
         """The mirrored state of a subscribed channel (KeyError if not subscribed)."""
@@ -186,7 +223,12 @@ class Client:
     @property
     def connected(self) -> bool:
         """Whether a connection is open now (False between a drop and its reconnect)."""
-        return self._ws is not None
+        return self._transport is not None
+
+    @property
+    def lost(self) -> str | None:
+        """Why the connection is gone for good (no reconnect will follow), else None."""
+        return self._lost
 
     @property
     def root(self) -> RootState:
@@ -215,86 +257,94 @@ class Client:
             raise ClientError("the client is not connected")
         self._nursery.start_soon(fn)
 
+    def on_change(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback`` whenever :meth:`wait_for` predicates are re-checked (an
+        applied envelope or snapshot, a connection lost or regained); returns an
+        unregister function. The callback must not block."""
+        self._change_callbacks.append(callback)
+        return lambda: self._change_callbacks.remove(callback)
+
+    def _notify(self) -> None:
+        self._changed.unpark_all()
+        for callback in list(self._change_callbacks):
+            callback()
+
     def on_envelope(self, callback: Callable[[ActionEnvelope], None]) -> Callable[[], None]:
         """Call ``callback`` for every applied envelope; returns an unregister function."""
         self._listeners.append(callback)
         return lambda: self._listeners.remove(callback)
 
-    # -- requests ----------------------------------------------------------------------------
+    def on_connection(self, callback: Callable[[str], None]) -> Callable[[], None]:
+        """Call ``callback("dropped")`` when the connection drops and a reconnect will
+        be tried, ``callback("reconnected")`` once it succeeded (after what it
+        replayed was applied), ``callback("gone")`` when the connection is gone for
+        good. Returns an unregister function."""
+        self._connection_listeners.append(callback)
+        return lambda: self._connection_listeners.remove(callback)
 
-    async def _send(self, text: str) -> None:
+    def _tell_connection(self, what: str) -> None:
+        for callback in list(self._connection_listeners):
+            callback(what)
+
+    # -- requests ------------------------------------------------------------------------------
+
+    async def _send(self, frame: str) -> None:
         """Send once connected; during a reconnect this waits for it. Raises
         :class:`ConnectionLost` when there will be no connection any more."""
         await self._connected.wait()
-        ws = self._ws
-        if ws is None:  # closed for good (closing, or no automatic reconnect)
+        transport = self._transport
+        if transport is None:  # closed for good (closing, or no automatic reconnect)
             raise ConnectionLost("connection closed")
         try:
-            await ws.send_message(text)
+            await transport.send(frame)
         except ConnectionClosed:
             raise ConnectionLost("connection closed") from None
 
     async def request(self, method: str, params: Mapping[str, Any] | None = None) -> Any:
         """Send a request and return its result; raises :class:`RpcError` on an error answer."""
         await self._connected.wait()
-        return await self._request_now(method, dict(params or {}))
-
-    async def _request_now(self, method: str, params: dict[str, Any]) -> Any:
-        msg_id = next(self._ids)
+        transport = self._transport
+        if transport is None:
+            raise ConnectionLost("not connected")
+        msg_id, frame = self.session.request(method, params)
         done = trio.Event()
-        slot: list[Any] = []
+        slot: list[Answer | ConnectionLost] = []
         self._waiting[msg_id] = (done, slot)
         try:
-            ws = self._ws
-            if ws is None:
-                raise ConnectionLost("not connected")
             try:
-                await ws.send_message(
-                    encode_message(JsonRpcRequest(id=msg_id, method=method, params=params))
-                )
+                await transport.send(frame)
             except ConnectionClosed:
                 raise ConnectionLost("connection closed") from None
             await done.wait()
         finally:
             self._waiting.pop(msg_id, None)
+            self.session.awaiting.discard(msg_id)
         answer = slot[0]
-        if isinstance(answer, JsonRpcError):
-            raise RpcError(answer.error.code, answer.error.message, answer.error.data)
         if isinstance(answer, ConnectionLost):
             raise answer
-        assert isinstance(answer, JsonRpcSuccess)
+        if answer.error is not None:
+            raise _rpc_error(answer.error)
         return answer.result
 
     async def notify(self, method: str, params: Mapping[str, Any]) -> None:
-        await self._send(encode_message(JsonRpcNotification(method=method, params=dict(params))))
+        await self._send(self.session.notification(method, params))
 
     async def ping(self) -> None:
         await self.request("ping", {"channel": ROOT_URI})
 
     async def subscribe(self, channel: str) -> ChannelState:
         result = await self.request("subscribe", {"channel": channel})
-        snapshot = structure(result["snapshot"], Snapshot)
-        self._install(snapshot)
+        self.session.subscribed(result)
+        self._notify()
         return self.state(channel)
 
     async def unsubscribe(self, channel: str) -> None:
-        self.mirrors.pop(channel, None)
-        await self.notify("unsubscribe", {"channel": channel})
+        await self._send(self.session.unsubscribe(channel))
 
     async def dispatch(self, channel: str, action: StateAction) -> int:
         """Dispatch a client action (write-ahead: applied to :meth:`state` until echoed)."""
-        client_seq = next(self._client_seq)
-        mirror = self.mirrors.get(channel)
-        if mirror is not None:
-            mirror.add_pending(client_seq, action)
-        await self.notify(
-            "dispatchAction",
-            {
-                "channel": channel,
-                "clientSeq": client_seq,
-                "action": action_json(action, self.dialect),
-            },
-        )
+        client_seq, frame = self.session.dispatch(channel, action)
+        await self._send(frame)
         return client_seq
 
     async def create_terminal(
@@ -331,363 +381,145 @@ class Client:
         self,
         channel: str,
         command_line: str,
-        *,
-        timeout: float | None = None,
-        max_output_bytes: int | None = None,
+        options: RunOptions | None = None,
+        /,
+        **changes: Unpack[RunChanges],
     ) -> CommandResult:
         """Run one command in a subscribed terminal (see :meth:`RemoteTerminal.run`)."""
-        return await self.terminal(channel).run(
-            command_line, timeout=timeout, max_output_bytes=max_output_bytes
-        )
+        return await self.terminal(channel).run(command_line, options, **changes)
 
     async def send_input(self, channel: str, data: str) -> None:
         await self.dispatch(channel, TerminalInput(data=data))
 
     async def dispose_terminal(self, channel: str) -> None:
         await self.request("disposeTerminal", {"channel": channel})
-        self.mirrors.pop(channel, None)
+        self.session.disposed(channel)
 
-    # -- inbound -----------------------------------------------------------------------------
+    # -- inbound -------------------------------------------------------------------------------
 
-    def _install(self, snapshot: Snapshot) -> None:
-        state = snapshot.state
-        if isinstance(state, OpaqueState):
-            log.warning("ignored a snapshot of an unsupported channel %r", snapshot.resource)
-            return
-        mirror = self.mirrors.get(snapshot.resource)
-        if mirror is None:
-            self.mirrors[snapshot.resource] = Mirror(
-                snapshot.resource,
-                state,
-                snapshot.fromSeq,
-                self.client_id,
-                scrollback=self.scrollback,
-            )
-        else:
-            mirror.reset(state, snapshot.fromSeq)
-        self._changed.unpark_all()
-
-    def _apply(self, envelope: ActionEnvelope) -> None:
-        self.last_seen_seq = max(self.last_seen_seq, envelope.serverSeq)
-        mirror = self.mirrors.get(envelope.channel)
-        if mirror is not None:
-            mirror.apply(envelope)
+    def _applied(self, envelope: ActionEnvelope) -> None:
         for listener in list(self._listeners):
             listener(envelope)
-        self._changed.unpark_all()
+        self._notify()
 
     def _handle(self, frame: str | bytes) -> None:
-        try:
-            message = decode_message(frame)
-        except ProtocolError as exc:
-            log.warning("ignored a malformed frame from the server: %s", exc)
-            return
-        if isinstance(message, JsonRpcSuccess | JsonRpcError):
-            waiter = self._waiting.get(message.id) if isinstance(message.id, int) else None
+        event = self.session.receive(frame)
+        if isinstance(event, Applied):
+            self._applied(event.envelope)
+        elif isinstance(event, Answer):
+            waiter = self._waiting.get(event.id)
             if waiter is not None:
-                waiter[1].append(message)
+                waiter[1].append(event)
                 waiter[0].set()
-        elif isinstance(message, JsonRpcNotification) and message.method == "action":
-            try:
-                envelope = structure(message.params, ActionEnvelope)
-            except ProtocolError as exc:
-                log.warning("ignored a malformed envelope: %s", exc)
-                return
-            self._apply(envelope)
+        elif event.why.startswith("malformed"):
+            log.warning("ignored a %s", event.why)
 
-    # -- connection --------------------------------------------------------------------------
+    # -- connection ----------------------------------------------------------------------------
 
-    async def _open(self, nursery: trio.Nursery) -> WebSocketConnection:
-        """Open one WebSocket connection, held by a task in ``nursery``.
-
-        The connection lives in its own inner nursery, so a refused or failed
-        handshake surfaces here as one :class:`ClientError`, never as an
-        exception group escaping into the caller's nursery.
-        """
-        ws: WebSocketConnection = await nursery.start(self._hold_connection)
-        return ws
-
-    async def _open_transport(
-        self, parts: SplitResult
-    ) -> tuple[trio.SocketStream | trio.SSLStream[trio.SocketStream], str, str]:
-        """The stream for ``parts`` (TLS handshake done), its ``Host`` and target."""
-        query = f"?{parts.query}" if parts.query else ""
-        target = (parts.path or "/") + query
-        host_header = parts.netloc.rpartition("@")[2]
-        if parts.scheme == "ws+unix":
-            path, _, resource = (parts.netloc or parts.path).partition(":")
-            return await trio.open_unix_socket(path), "localhost", (resource or "/") + query
-        if parts.scheme == "ws" and parts.hostname:
-            return await trio.open_tcp_stream(parts.hostname, parts.port or 80), host_header, target
-        if parts.scheme == "wss" and parts.hostname:
-            tls = await trio.open_ssl_over_tcp_stream(
-                parts.hostname,
-                parts.port or 443,
-                ssl_context=self.ssl_context or ssl.create_default_context(),
-                https_compatible=True,
-            )
-            try:
-                # Here, not lazily inside trio-websocket: its handshake waits forever
-                # when the first write fails (as it does for a certificate that does
-                # not verify).
-                await tls.do_handshake()
-            except BaseException:
-                with trio.CancelScope(shield=True):
-                    await tls.aclose()
-                raise
-            return tls, host_header, target
-        raise ClientError(f"unsupported URL {parts.scheme}://…: use ws://, wss:// or ws+unix://")
-
-    async def _hold_connection(self, *, task_status: trio.TaskStatus[WebSocketConnection]) -> None:
-        parts = urlsplit(self.url)
-        started = False
-        stream: trio.abc.Stream | None = None
-        try:
-            async with trio.open_nursery() as inner:
-                # We open the transport ourselves so that a refused handshake closes it.
-                with trio.fail_after(self.connect_timeout):
-                    stream, host_header, target = await self._open_transport(parts)
-                    ws = await wrap_client_stream(
-                        inner,
-                        stream,
-                        host_header,
-                        target,
-                        max_message_size=MAX_MESSAGE_SIZE,
-                        receive_buffer_size=RECEIVE_BUFFER,
-                    )
-                done = trio.Event()
-                finished = trio.Event()
-                self._released[id(ws)] = (done, finished)
-                started = True
-                task_status.started(ws)
-                try:
-                    await done.wait()
-                finally:
-                    with trio.CancelScope(shield=True):
-                        with trio.move_on_after(1):
-                            await ws.aclose()  # the close handshake, while the reader runs
-                        await close_transport(ws)
-                    self._released.pop(id(ws), None)
-                    finished.set()
-                    inner.cancel_scope.cancel()
-        except (
-            ExceptionGroup,
-            ConnectionRejected,
-            HandshakeError,
-            OSError,
-            ConnectionClosed,
-            trio.BrokenResourceError,  # e.g. a TLS certificate that does not verify
-            trio.TooSlowError,
-        ) as exc:
-            if stream is not None and not started:
-                with trio.CancelScope(shield=True):
-                    await stream.aclose()
-            leaf = _first_leaf(exc)
-            if not isinstance(
-                leaf,
-                ConnectionRejected
-                | HandshakeError
-                | OSError
-                | ConnectionClosed
-                | trio.BrokenResourceError
-                | trio.TooSlowError,
-            ):
-                raise
-            if started:
-                return  # the connection broke later: the reader reports it
-            if isinstance(leaf, ConnectionRejected):
-                body = (leaf.body or b"").decode(errors="replace").strip()
-                raise ClientError(
-                    f"connection refused by the server: HTTP {leaf.status_code} {body}"
-                ) from None
-            where = f"{parts.scheme}://{parts.netloc or parts.path}"
-            if isinstance(leaf, trio.TooSlowError):
-                why = f"no answer within {self.connect_timeout:g} s"
-            elif isinstance(leaf, trio.BrokenResourceError):
-                why = str(leaf.__cause__ or leaf)
-            else:
-                why = str(leaf)
-            raise ClientError(f"cannot connect to {where}: {why}") from None
-
-    def _release(self, ws: WebSocketConnection) -> None:
-        """Let the task holding ``ws`` close it (handshake, then the transport)."""
-        entry = self._released.get(id(ws))
-        if entry is not None:
-            entry[0].set()
-
-    async def _release_and_wait(self, ws: WebSocketConnection) -> None:
-        entry = self._released.get(id(ws))
-        if entry is not None:
-            entry[0].set()
-            await entry[1].wait()
-
-    async def _handshake(
-        self, ws: WebSocketConnection, first: bool, subscriptions: Sequence[str] = (ROOT_URI,)
-    ) -> None:
-        """initialize (first time, subscribed to ``subscriptions``) or reconnect;
-        installs snapshots / replays."""
-        self._ws = ws
-        if first:
-            result = await self._call_on(
-                ws,
-                "initialize",
-                {
-                    "channel": ROOT_URI,
-                    "protocolVersions": list(self.protocol_versions),
-                    "clientId": self.client_id,
-                    "clientInfo": {"name": "ahp-terminals", "version": __version__},
-                    "initialSubscriptions": list(dict.fromkeys([ROOT_URI, *subscriptions])),
-                    # This host's resume token (others ignore it): proof, at a reconnect,
-                    # that this connection is this client (see ahp.server.session).
-                    "_meta": {RESUME_META: self.resume_token or ""},
-                },
-            )
-        else:
-            self.process_extension = None
-            try:
-                result = await self._call_on(ws, "reconnect", self._reconnect_params())
-            except RpcError as exc:
-                if not (
-                    exc.code == -32602
-                    and self.dialect is Dialect.V1
-                    and self.reconnect_form == "watermark"
-                ):
-                    raise
-                log.info("the host refused a form A reconnect: retrying with per-channel cursors")
-                self.reconnect_form = "cursors"
-                result = await self._call_on(ws, "reconnect", self._reconnect_params())
-        for mirror in self.mirrors.values():
-            mirror.pending.clear()
-        if first:
-            meta = result.get("_meta")
-            token = meta.get(RESUME_META) if isinstance(meta, dict) else None
-            self.resume_token = token if isinstance(token, str) else None
-            self.protocol_version = result["protocolVersion"]
-            self.dialect = dialect_of(result["protocolVersion"])
-            self.default_directory = result.get("defaultDirectory")
-            self.last_seen_seq = max(self.last_seen_seq, result["serverSeq"])
-            for raw in result["snapshots"]:
-                self._install(structure(raw, Snapshot))
-        elif "channels" in result:
-            self._recover(structure(result, ReconnectChannels))
-        elif result["type"] == "replay":
-            for channel in result.get("missing", []):
-                self.mirrors.pop(channel, None)
-            for raw in result["actions"]:
-                self._apply(structure(raw, ActionEnvelope))
-        else:
-            snapshots = [structure(raw, Snapshot) for raw in result["snapshots"]]
-            kept = {s.resource for s in snapshots}
-            for channel in list(self.mirrors):
-                if channel not in kept:
-                    del self.mirrors[channel]
-            for snapshot in snapshots:
-                self._install(snapshot)
-        self._changed.unpark_all()
-
-    def _reconnect_params(self) -> dict[str, Any]:
-        params: dict[str, Any]
-        if self.reconnect_form == "cursors":
-            params = {
-                "channel": ROOT_URI,
-                "clientId": self.client_id,
-                "subscriptions": [
-                    {"channel": c, "lastSeenServerSeq": m.last_seq} for c, m in self.mirrors.items()
-                ],
-            }
-        else:
-            params = {
-                "channel": ROOT_URI,
-                "clientId": self.client_id,
-                "lastSeenServerSeq": self.last_seen_seq,
-                "subscriptions": list(self.mirrors),
-            }
-        if self.resume_token is not None:
-            params["_meta"] = {RESUME_META: self.resume_token}
-        return params
-
-    def _recover(self, result: ReconnectChannels) -> None:
-        """Apply a form B reconnect result: per channel, a replay, a snapshot or gone."""
-        for recovery in result.channels:
-            if isinstance(recovery, ChannelMissing):
-                self.mirrors.pop(recovery.channel, None)
-            elif isinstance(recovery, ChannelReplay):
-                for raw in recovery.actions:
-                    self._apply(structure(raw, ActionEnvelope))
-            else:
-                self._install(recovery.snapshot)
-
-    async def _call_on(self, ws: WebSocketConnection, method: str, params: dict[str, Any]) -> Any:
-        """A handshake request on ``ws`` before the reader runs (envelopes that arrive
-        first are applied); its result, or :class:`RpcError`."""
-        msg_id = next(self._ids)
-        await ws.send_message(
-            encode_message(JsonRpcRequest(id=msg_id, method=method, params=params))
+    async def _open(self, nursery: trio.Nursery) -> Transport:
+        return await open_transport(
+            nursery, self.url, ssl_context=self.ssl_context, connect_timeout=self.connect_timeout
         )
+
+    async def _call_on(self, transport: Transport, msg_id: int, frame: str) -> Any:
+        """A handshake request on ``transport`` before the reader runs (envelopes that
+        arrive first are applied); its result, or :class:`RpcError`."""
+        await transport.send(frame)
         while True:
-            message = decode_message(await ws.get_message())
-            if isinstance(message, JsonRpcNotification) and message.method == "action":
-                self._apply(structure(message.params, ActionEnvelope))
-                continue
-            if isinstance(message, JsonRpcError) and message.id == msg_id:
-                raise RpcError(message.error.code, message.error.message, message.error.data)
-            if isinstance(message, JsonRpcSuccess) and message.id == msg_id:
-                return message.result
+            event = self.session.receive(await transport.receive())
+            if isinstance(event, Applied):
+                self._applied(event.envelope)
+            elif isinstance(event, Answer) and event.id == msg_id:
+                if event.error is not None:
+                    raise _rpc_error(event.error)
+                return event.result
+
+    async def _initialize(self, transport: Transport, subscriptions: Sequence[str]) -> None:
+        self._transport = transport
+        result = await self._call_on(transport, *self.session.initialize_request(subscriptions))
+        self.session.initialized(result)
+        self._notify()
+
+    async def _reconnect_on(self, transport: Transport) -> None:
+        """``reconnect`` (and the retries the session decides on)."""
+        self._transport = transport
+        self.process_extension = None
+        while True:
+            msg_id, frame = self.session.reconnect_request()
+            try:
+                result = await self._call_on(transport, msg_id, frame)
+            except RpcError as exc:
+                step = self.session.retry_reconnect(
+                    JsonRpcErrorObject(code=exc.code, message=exc.message, data=exc.data)
+                )
+                if step == "cursors":
+                    log.info("the host refused a form A reconnect: retrying with cursors")
+                    continue
+                if step == "initialize":
+                    raise _Forgotten from None
+                raise
+            for envelope in self.session.reconnected(result):
+                self._applied(envelope)
+            self._notify()
+            return
 
     def _fail_waiting(self) -> None:
+        self.session.lost()
         for done, slot in self._waiting.values():
             if not done.is_set():
                 slot.append(ConnectionLost("connection lost before the answer"))
                 done.set()
 
-    async def _run(self, nursery: trio.Nursery, first_ws: WebSocketConnection) -> None:
-        ws = first_ws
+    async def _run(self, nursery: trio.Nursery, first: Transport) -> None:
+        transport = first
         while True:
             self._connected.set()
             try:
                 while True:
-                    self._handle(await ws.get_message())
+                    self._handle(await transport.receive())
             except ConnectionClosed:
                 pass
             self._connected = trio.Event()
-            self._ws = None
-            self._release(ws)
+            self._transport = None
+            transport.release()
             self._fail_waiting()
+            self._notify()  # (connected is False now)
             if self._closing or not self.auto_reconnect:
                 self._lost = "the client closed" if self._closing else "the connection was lost"
                 self._connected.set()  # requests now fail at once (no connection is coming)
-                self._changed.unpark_all()  # waiters: ConnectionLost (see wait_for)
+                self._notify()  # waiters: ConnectionLost (see wait_for)
+                self._tell_connection("gone")
                 return
-            ws = await self._reconnect(nursery)
+            self._tell_connection("dropped")
+            transport = await self._reconnect(nursery)
+            self._tell_connection("reconnected")
 
-    async def _reconnect(self, nursery: trio.Nursery) -> WebSocketConnection:
+    async def _reconnect(self, nursery: trio.Nursery) -> Transport:
         for attempt in itertools.count():
-            await trio.sleep(RECONNECT_DELAYS[min(attempt, len(RECONNECT_DELAYS) - 1)])
-            ws = None
+            await trio.sleep(reconnect_delay(attempt))
+            transport = None
             try:
-                ws = await self._open(nursery)
+                transport = await self._open(nursery)
                 try:
                     with trio.fail_after(self.connect_timeout):
-                        await self._handshake(ws, first=False)
-                except RpcError as exc:
-                    if exc.code != -32008:
-                        raise
+                        await self._reconnect_on(transport)
+                except _Forgotten:
                     # (Its record expired: a disconnection longer than its grace.) The
                     # subscriptions are asked for again; channels that are gone are not.
                     log.info("server forgot this client: initializing afresh")
-                    self._release(ws)
-                    ws = await self._open(nursery)
-                    channels = list(self.mirrors)
-                    self.mirrors.clear()
+                    transport.release()
+                    transport = await self._open(nursery)
                     with trio.fail_after(self.connect_timeout):
-                        await self._handshake(ws, first=True, subscriptions=channels)
+                        await self._initialize(transport, self.session.resubscriptions())
             except (ClientError, ConnectionClosed, trio.TooSlowError) as exc:
-                if ws is not None:
-                    self._release(ws)
+                if transport is not None:
+                    transport.release()
+                self._transport = None
                 log.info("reconnect attempt %d failed: %s", attempt + 1, exc)
                 continue
             self.reconnects += 1
-            return ws
+            self._notify()
+            return transport
         raise AssertionError("unreachable")
 
     async def drop_connection(self) -> None:
@@ -697,15 +529,15 @@ class Client:
         A close handshake would wait for the server's close frame behind everything
         the server had queued for this client (up to its outbox bound).
         """
-        ws = self._ws
-        if ws is not None:
-            await close_transport(ws)
+        transport = self._transport
+        if transport is not None:
+            await transport.abort()
 
     async def aclose(self) -> None:
         self._closing = True
-        ws = self._ws
-        if ws is not None:
-            await self._release_and_wait(ws)
+        transport = self._transport
+        if transport is not None:
+            await transport.aclose()
 
 
 @asynccontextmanager
@@ -744,28 +576,27 @@ async def connect(
     setup_error: ClientError | None = None
     async with trio.open_nursery() as nursery:
         try:
-            ws = await client._open(nursery)
+            transport = await client._open(nursery)
             try:
                 with trio.fail_after(connect_timeout):
-                    await client._handshake(ws, first=True)
+                    await client._initialize(transport, ())
             except RpcError as exc:
-                client._release(ws)
-                if exc.code != -32005 or client.protocol_versions == LEGACY_VERSIONS:
+                transport.release()
+                refusal = JsonRpcErrorObject(code=exc.code, message=exc.message, data=exc.data)
+                offered = client.protocol_versions
+                if not client.session.retry_initialize(refusal):
                     raise
                 # A host that refused the whole offer: once more with the 0.5 family alone.
-                log.info(
-                    "the host refused %s: offering %s", client.protocol_versions, LEGACY_VERSIONS
-                )
-                client.protocol_versions = LEGACY_VERSIONS
-                ws = await client._open(nursery)
+                log.info("the host refused %s: offering %s", offered, client.protocol_versions)
+                transport = await client._open(nursery)
                 try:
                     with trio.fail_after(connect_timeout):
-                        await client._handshake(ws, first=True)
+                        await client._initialize(transport, ())
                 except BaseException:
-                    client._release(ws)
+                    transport.release()
                     raise
             except BaseException:
-                client._release(ws)
+                transport.release()
                 raise
         except ClientError as exc:
             # Raised after the nursery, so callers get the error itself, not a group.
@@ -776,7 +607,7 @@ async def connect(
             setup_error = ClientError(f"no answer to initialize within {connect_timeout:g} s")
         else:
             client._nursery = nursery
-            nursery.start_soon(client._run, nursery, ws)
+            nursery.start_soon(client._run, nursery, transport)
             try:
                 yield client
             finally:

@@ -3,11 +3,16 @@
 Why: an agent that talks to a sidecar over the wire wants ``run``,
 ``send_input``, ``resize`` and ``state`` exactly like an embedded one. A
 :class:`RemoteTerminal` adapts the client's mirror of one terminal channel to
-:class:`ahp.run.TerminalDriver`, so :func:`ahp.run.run_command` serves both.
+:class:`ahp.agent.port.TerminalPort`, so :mod:`ahp.agent` serves both.
 
 Buffering: :meth:`RemoteTerminal.follow` queues at most ``FOLLOW_QUEUE``
 envelopes for its consumer; if the consumer falls further behind it receives
 a fresh snapshot of the mirror instead of the missed envelopes (no silent gap).
+
+A lost connection: the follower hands out a fresh snapshot once the client has
+reconnected (what the reconnect replayed or re-sent is in it), and ends — the
+command ends ``lost`` — when the connection is gone for good (no automatic
+reconnect, the client closing) or has been down for :data:`LOST_AFTER` seconds.
 
 Processes: a client cannot see the server's processes, so it asks. Against a
 server with the ``x-ahp-terminals/*`` extension (:mod:`ahp.protocol.processes`;
@@ -20,11 +25,11 @@ a server without it:
 
 * *waiting for input* is a heuristic: the output has been quiet for
   ``input_quiet`` seconds and its last line looks like a prompt
-  (:func:`ahp.run.looks_like_prompt`: ends in ``:``, ``?``, ``>``…). A prompt that
+  (:func:`ahp.agent.evidence.looks_like_prompt`: ends in ``:``, ``?``, ``>``…). A prompt that
   ends otherwise, or a silent read (``read`` with no prompt), is not detected: the
   command stays ``running`` until ``yield_after`` or ``timeout``;
 * ``background`` is always empty;
-* :meth:`CommandHandle.kill <ahp.run.CommandHandle.kill>` sends Ctrl-C and, if the
+* :meth:`CommandHandle.kill <ahp.agent.CommandHandle.kill>` sends Ctrl-C and, if the
   command is still running after :data:`KILL_GRACE`, Ctrl-\\ (SIGQUIT) — not SIGKILL.
 
 An extension request that fails otherwise (the connection dropped, no answer
@@ -37,6 +42,7 @@ with the command or when the client closes.
 
 from __future__ import annotations
 
+import enum
 import logging
 import math
 from collections.abc import Awaitable, Callable, Mapping
@@ -44,6 +50,9 @@ from typing import TYPE_CHECKING, Any, Final
 
 import trio
 
+from ahp.agent.registry import CommandRegistry
+from ahp.agent.screen import Screen, ScreenModel
+from ahp.agent.surface import CommandSurface
 from ahp.client.errors import ClientError, RpcError
 from ahp.protocol import processes as xp
 from ahp.protocol.actions import ActionEnvelope, TerminalClaimed, TerminalInput, TerminalResized
@@ -51,13 +60,6 @@ from ahp.protocol.codec import ProtocolError, structure, unstructure
 from ahp.protocol.jsonrpc import ErrorCode
 from ahp.protocol.state import CommandPart, Snapshot, TerminalClaim, TerminalState
 from ahp.pty.procfs import TtyStatus
-from ahp.run import (
-    CommandRegistry,
-    CommandSurface,
-    InputEvidence,
-    evidence_of,
-)
-from ahp.vt.screen import Screen, ScreenModel
 
 if TYPE_CHECKING:
     from ahp.client.connection import Client
@@ -74,6 +76,9 @@ KILL_GRACE: Final = 2.0
 #: Longest wait for the answer to one ``x-ahp-terminals/*`` request (a ``jobs``
 #: request may take the server up to half a second on its own).
 EXTENSION_TIMEOUT: Final = 10.0
+#: A follower whose client has been disconnected this long (reconnecting) ends: its
+#: command is reported ``lost`` rather than ``running`` for ever.
+LOST_AFTER: Final = 30.0
 
 
 class RemoteTerminal(CommandSurface):
@@ -117,11 +122,11 @@ class RemoteTerminal(CommandSurface):
         await self.client.dispatch(self.uri, TerminalClaimed(claim=claim))
         await self.client.wait_for(lambda: not mirror.pending, timeout=30)
 
-    def _command_driver(self) -> RemoteTerminal:
+    def _command_port(self) -> RemoteTerminal:
         return self  # what a client can and cannot see: see the module doc
 
     def screen(self) -> Screen:
-        """The visible screen, rendered from the client's mirror (see :mod:`ahp.vt.screen`)."""
+        """The visible screen, rendered from the client's mirror (see :mod:`ahp.agent.screen`)."""
         models = self.client.screen_models
         model = models.get(self.uri)
         if model is None:
@@ -129,7 +134,7 @@ class RemoteTerminal(CommandSurface):
             model = models[self.uri] = ScreenModel(self.state.cols or 80, self.state.rows or 24)
         return model.update(self.state)
 
-    # -- TerminalDriver: what a client can and cannot do -------------------------------------
+    # -- TerminalPort: what a client can and cannot do ---------------------------------------
 
     def spawn_task(self, fn: Callable[[], Awaitable[None]]) -> None:
         self.client.spawn_task(fn)
@@ -145,10 +150,12 @@ class RemoteTerminal(CommandSurface):
         return registry
 
     @property
-    def sees_processes(self) -> bool:
-        """True unless the server is known to lack the process extension (or the
-        terminal has no pty)."""
-        return self.client.process_extension is not False and not self._no_tty
+    def processes(self) -> RemoteTerminal | None:
+        """This terminal (it asks the server), unless the server is known to lack the
+        process extension or the terminal has no pty."""
+        if self.client.process_extension is False or self._no_tty:
+            return None
+        return self
 
     async def _ask(self, method: str, **params: Any) -> Any:
         """One extension request; ``None`` when it failed (and, on ``-32601``, the
@@ -173,8 +180,9 @@ class RemoteTerminal(CommandSurface):
             log.info("%s: %s failed: %s", self.uri, method, exc)
         return None
 
-    async def input_evidence(self) -> InputEvidence | None:
-        """The server's ``/proc`` evidence (:func:`ahp.run.evidence_of`, as in-process)."""
+    async def tty_status(self) -> TtyStatus | None:
+        """The server's ``/proc`` status of the pty (judged by
+        :func:`ahp.agent.evidence.evidence_of`, as in-process)."""
         answer = await self._ask(xp.TTY_STATUS)
         try:
             result = structure(answer, xp.TtyStatusResult) if answer is not None else None
@@ -187,14 +195,15 @@ class RemoteTerminal(CommandSurface):
             self._no_tty = not self.ended
             return None
         wire = result.status
-        return evidence_of(
-            TtyStatus(
-                foreground_pgrp=wire.foregroundPgrp,
-                echo=wire.echo,
-                readers=wire.readers,
-                unread=wire.unread,
-                pollers=wire.pollers,
-            )
+        return TtyStatus(
+            foreground_pgrp=wire.foregroundPgrp,
+            echo=wire.echo,
+            readers=wire.readers,
+            unread=wire.unread,
+            pollers=wire.pollers,
+            tty_pollers=wire.ttyPollers,
+            programs=wire.programs,
+            shell_foreground=wire.shellForeground,
         )
 
     async def job_mark(self) -> object:
@@ -280,21 +289,42 @@ def _running(state: TerminalState) -> bool:
     return bool(content) and isinstance(content[-1], CommandPart) and not content[-1].isComplete
 
 
+class _Connection(enum.Enum):
+    """What the client told a follower about its connection (queued among envelopes)."""
+
+    DROPPED = "dropped"
+    RECONNECTED = "reconnected"
+    GONE = "gone"
+
+
 class _Follower:
-    """Envelopes of one channel, queued from the client's envelope callback."""
+    """Envelopes of one channel, queued from the client's envelope callback, with
+    the connection's drops and reconnects among them (see the module doc)."""
 
     def __init__(self, terminal: RemoteTerminal) -> None:
         self._terminal = terminal
-        self._send, self._receive = trio.open_memory_channel[ActionEnvelope](FOLLOW_QUEUE)
+        self._send, self._receive = trio.open_memory_channel[ActionEnvelope | _Connection](
+            FOLLOW_QUEUE
+        )
         self._lagged = False
         self._first = True
-        self._unregister = terminal.client.on_envelope(self._on_envelope)
+        #: When the connection dropped (a reconnect is being tried), else None.
+        self._dropped_at: float | None = None
+        client = terminal.client
+        self._unregister = client.on_envelope(self._on_envelope)
+        self._unregister_connection = client.on_connection(self._on_connection)
 
     def _on_envelope(self, envelope: ActionEnvelope) -> None:
         if envelope.channel != self._terminal.uri or self._lagged:
             return
+        self._queue(envelope)
+
+    def _on_connection(self, what: str) -> None:
+        self._queue(_Connection(what))
+
+    def _queue(self, item: ActionEnvelope | _Connection) -> None:
         try:
-            self._send.send_nowait(envelope)
+            self._send.send_nowait(item)
         except trio.WouldBlock:
             self._lagged = True
 
@@ -307,21 +337,40 @@ class _Follower:
         return self
 
     async def __anext__(self) -> Snapshot | ActionEnvelope:
+        client = self._terminal.client
         if self._first:
             self._first = False
             await trio.lowlevel.checkpoint()
             return self._snapshot()
         if self._lagged:
+            gone = False
             while True:
                 try:
-                    self._receive.receive_nowait()
+                    gone = self._receive.receive_nowait() is _Connection.GONE or gone
                 except trio.WouldBlock:
                     break
             self._lagged = False
+            if gone or client.lost is not None or self._terminal.uri not in client.mirrors:
+                raise StopAsyncIteration
             await trio.lowlevel.checkpoint()
             return self._snapshot()
-        return await self._receive.receive()
+        while True:
+            # While reconnecting, wait at most until LOST_AFTER past the drop (a
+            # reconnect's replay arrives as envelopes before "reconnected").
+            deadline = math.inf if self._dropped_at is None else self._dropped_at + LOST_AFTER
+            with trio.move_on_at(deadline):
+                item = await self._receive.receive()
+                if isinstance(item, ActionEnvelope):
+                    return item
+                if item is _Connection.DROPPED:
+                    self._dropped_at = trio.current_time()
+                    continue
+                if item is _Connection.RECONNECTED and self._terminal.uri in client.mirrors:
+                    self._dropped_at = None
+                    return self._snapshot()  # what the reconnect re-sent is in it
+            raise StopAsyncIteration  # gone for good, unsubscribed, or down too long
 
     async def aclose(self) -> None:
         self._unregister()
+        self._unregister_connection()
         await trio.lowlevel.checkpoint()

@@ -215,6 +215,19 @@ class ReplayLog:
             self._bytes -= sizes.popleft()
             self.evicted_through = old.serverSeq
 
+    def forget(self, channel: str) -> int:
+        """Drop every envelope of ``channel`` (a disposed terminal: nobody can replay it
+        any more, a reconnect lists it as missing); returns the bytes freed. O(log)."""
+        items, sizes = self._items, self._sizes
+        if not any(envelope.channel == channel for envelope in items):
+            return 0
+        kept = [(e, n) for e, n in zip(items, sizes, strict=True) if e.channel != channel]
+        freed = self._bytes - sum(n for _, n in kept)
+        self._items = deque(e for e, _ in kept)
+        self._sizes = deque(n for _, n in kept)
+        self._bytes -= freed
+        return freed
+
     def can_replay_after(self, seq: int) -> bool:
         """Whether every envelope newer than ``seq`` is still here."""
         return seq >= self.evicted_through

@@ -7,14 +7,19 @@ it from :func:`open_host`; the WebSocket server wraps the same object
 (:func:`ahp.server.serve_host`; the engine never imports the server), so an
 agent can run commands in-process while an editor watches over the wire.
 
-The catalogue (``root/terminalsChanged``, the whole list each time) is
-published when a terminal is created or disposed, and when a terminal's
-reducer task reports that its entry (title, claim, exit) changed — which it does
-at most once per batch of work, however many titles the batch held. Each
-subscriber's outbox keeps only the newest catalogue still queued (latest wins),
-so a title storm in one terminal costs a root subscriber one small envelope per
-batch, never a backlog. Entries are cached per terminal, so a catalogue costs
-one attribute read per terminal to build.
+The catalogue (``root/terminalsChanged``, the whole list each time) changes
+when a terminal is created or disposed, and when a terminal's reducer task
+reports that its entry (title, claim, exit) changed (at most once per batch of
+work, however many titles the batch held). A change only marks the catalogue
+stale (O(1)); :attr:`Host.root_state` is rebuilt when read, and one task
+publishes the catalogue at most once per :data:`CATALOGUE_INTERVAL`: the first
+change after a quiet interval goes out at the next scheduler pass, later ones
+are merged into one envelope at the end of the interval (issue 25: a title
+storm over 200 terminals with 4096-character titles published a 1 MB catalogue
+per change, 2000 times, and stalled every client for seconds). Each
+subscriber's outbox keeps only the newest catalogue still queued (latest wins).
+Entries are cached per terminal, so a catalogue costs one attribute read per
+terminal to build, plus its encoding.
 
 Ownership and cancellation: leaving ``async with open_host()`` disposes every
 terminal (hang-up, grace period, kill, reap, fds closed) before returning, also
@@ -24,16 +29,19 @@ when the body raised or was cancelled.
 from __future__ import annotations
 
 import logging
+import math
 import secrets
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, Final
 
 import trio
 
+from ahp.agent.result import CommandResult
 from ahp.engine.envelopes import ReplayLog
 from ahp.engine.hub import Hub
 from ahp.engine.launch import TerminalSpec, discard, prepare_launch
+from ahp.engine.memory import Trimmer
 from ahp.engine.outbox import Outbox
 from ahp.engine.subscription import Subscription
 from ahp.engine.terminal import Terminal
@@ -52,6 +60,11 @@ from ahp.reducers import DEFAULT_SCROLLBACK, reduce_root
 __all__ = ["Host", "TerminalExists", "TerminalNotFound", "open_host"]
 
 log = logging.getLogger("ahp.engine")
+
+#: Seconds between two catalogues published (changes meanwhile are merged into the next).
+#: At most 20 a second: with 256 terminals of 4096-character titles (1 MB each, ~2 ms
+#: to encode) a storm costs the loop under 5 % of a core.
+CATALOGUE_INTERVAL: Final = 0.05
 
 
 class TerminalExists(Exception):
@@ -73,6 +86,7 @@ class Host:
         scrollback: int = DEFAULT_SCROLLBACK,
         log_envelopes: int | None = None,
         log_bytes: int | None = None,
+        user_rc: bool = True,
     ) -> None:
         self._nursery = nursery
         kwargs: dict[str, int] = {}
@@ -81,33 +95,81 @@ class Host:
         if log_bytes is not None:
             kwargs["max_bytes"] = log_bytes
         self.hub = Hub(ReplayLog(**kwargs))
+        #: Returns freed memory to the system after large frees (see ahp.engine.memory).
+        self.trimmer = Trimmer(nursery)
         self.shell = shell
         self.scrollback = scrollback
+        #: Whether new terminals' shells load the user's startup files (``~/.bashrc``...)
+        #: before command detection (``serve --no-rc``: False); per terminal, ``user_rc=``.
+        self.user_rc = user_rc
         self._terminals: dict[str, Terminal] = {}
         self._root = RootState(agents=(), terminals=())
+        #: The catalogue changed since ``_root`` was built / since it was published.
+        self._root_stale = False
+        self._unpublished = False
+        self._catalogue_task = False  # a publishing task is scheduled
+        self._published_at = -math.inf
         self._counter = 0
         self._holder_only_input = False
+        #: Niceness of every new terminal's process (``serve --child-nice``): on a
+        #: machine with few cores, busy children then leave the server its CPU.
+        self.child_nice = 0
+        #: Called with each new terminal, synchronously, before its process starts (so
+        #: a subscriber registered here misses none of its output); a hook must not
+        #: raise. Recording (:mod:`ahp.record`) registers one.
+        self.on_terminal_created: list[Callable[[Terminal], None]] = []
+        #: Called with each terminal whose disposal starts (synchronously); must not raise.
+        self.on_terminal_disposed: list[Callable[[Terminal], None]] = []
 
     # -- root channel ------------------------------------------------------------------------
 
     @property
     def root_state(self) -> RootState:
+        """The root state now (rebuilt when the catalogue changed since the last read)."""
+        if self._root_stale:
+            self._root_stale = False
+            action = RootTerminalsChanged(
+                terminals=tuple(t.info() for t in self._terminals.values())
+            )
+            self._root = reduce_root(self._root, action)
         return self._root
 
     def root_snapshot(self) -> Snapshot:
-        return Snapshot(resource=ROOT_URI, state=self._root, fromSeq=self.hub.seq)
+        return Snapshot(resource=ROOT_URI, state=self.root_state, fromSeq=self.hub.seq)
 
     def list_terminals(self) -> tuple[TerminalInfo, ...]:
-        return self._root.terminals or ()
+        return self.root_state.terminals or ()
 
-    def _publish_catalogue(self) -> None:
-        action = RootTerminalsChanged(terminals=tuple(t.info() for t in self._terminals.values()))
-        self._root = reduce_root(self._root, action)
-        self.hub.publish(ROOT_URI, action)
+    @property
+    def catalogue_pending(self) -> bool:
+        """Whether a catalogue change is still to be published (it will be, within
+        :data:`CATALOGUE_INTERVAL`)."""
+        return self._unpublished
+
+    def _catalogue_changed(self) -> None:
+        """The catalogue changed: mark it stale and make sure it is published (O(1))."""
+        self._root_stale = self._unpublished = True
+        if not self._catalogue_task:
+            self._catalogue_task = True
+            self._nursery.start_soon(self._publish_catalogue)
+
+    async def _publish_catalogue(self) -> None:
+        """Publish the catalogue once, at most :data:`CATALOGUE_INTERVAL` after the last."""
+        try:
+            delay = self._published_at + CATALOGUE_INTERVAL - trio.current_time()
+            if delay > 0:
+                await trio.sleep(delay)
+        finally:
+            self._catalogue_task = False
+        if self._unpublished:
+            self._unpublished = False
+            self._published_at = trio.current_time()
+            root = self.root_state
+            self.hub.publish(ROOT_URI, RootTerminalsChanged(terminals=root.terminals or ()))
 
     def _on_info_changed(self, _: Terminal) -> None:
         """A terminal's reducer task: its catalogue entry changed (once per batch)."""
-        self._publish_catalogue()
+        self._catalogue_changed()
 
     def subscribe_root(self) -> Subscription:
         def attach(outbox: Outbox) -> Snapshot:
@@ -168,6 +230,7 @@ class Host:
         use_pty: bool = True,
         login: bool = False,
         shell_integration: bool = True,
+        on_output: Callable[[bool, bytes], None] | None = None,
         **options: Any,
     ) -> Terminal:
         """Spawn a terminal and return it once its process runs.
@@ -176,6 +239,10 @@ class Host:
         program never registers anything); once reserved, the terminal's lifetime
         always ends in ``closed``, so a concurrent :meth:`dispose` or host shutdown
         never waits for good.
+
+        ``on_output`` (with ``use_pty=False``): called with each batch the terminal reads,
+        ``True`` for stderr when it has a pipe of its own (``stderr_apart=True``); it
+        must not block nor raise.
 
         Raises:
             TerminalExists: ``uri`` is in use.
@@ -200,6 +267,8 @@ class Host:
             login=login,
             shell_integration=shell_integration,
             scrollback=options.pop("scrollback", self.scrollback),
+            nice=options.pop("nice", self.child_nice),
+            user_rc=options.pop("user_rc", self.user_rc),
             **options,
         )
         nonce = secrets.token_hex(16)
@@ -208,19 +277,43 @@ class Host:
             discard(launch)
             raise TerminalExists(f"terminal {uri!r} already exists")
         terminal = Terminal(
-            spec, launch, self.hub, nonce=nonce, on_info_changed=self._on_info_changed
+            spec,
+            launch,
+            self.hub,
+            nonce=nonce,
+            on_info_changed=self._on_info_changed,
+            on_output=on_output,
         )
         terminal.holder_only_input = self._holder_only_input
         # Reserve the URI while spawning so a concurrent create cannot take it.
         self._terminals[uri] = terminal
+        for hook in self.on_terminal_created:
+            hook(terminal)
         try:
             await self._nursery.start(self._run_terminal, terminal)
         except BaseException:
             if self._terminals.get(uri) is terminal:  # (a dispose may have dropped it)
                 del self._terminals[uri]
+                self.hub.drop_channel(uri)  # subscribers the hooks registered end
             raise
-        self._publish_catalogue()
+        self._catalogue_changed()
         return terminal
+
+    async def exec(
+        self,
+        command: str | Sequence[str],
+        *,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+        **options: Any,
+    ) -> CommandResult:
+        """Run ``command`` (an argv, or a line for ``/bin/sh -c``) without a terminal:
+        stdin closed, stdout and stderr apart, shown to AHP clients as an ``isPty: false``
+        terminal; see :func:`ahp.agent.exec.exec_command` (and ``docs/exec.md``)."""
+        from ahp.agent.exec import exec_command
+
+        return await exec_command(self, command, cwd=cwd, env=env, timeout=timeout, **options)
 
     async def _run_terminal(
         self, terminal: Terminal, *, task_status: trio.TaskStatus[Terminal]
@@ -234,16 +327,25 @@ class Host:
     async def dispose(self, uri: str) -> None:
         """Kill the terminal's process (hang-up, grace, kill), reap it, drop the terminal.
 
-        After this returns no envelope for ``uri`` is published any more and the
-        catalogue no longer lists it. Raises :class:`TerminalNotFound`.
+        After this returns no envelope for ``uri`` is published any more, the
+        catalogue no longer lists it and the replay log holds none of its envelopes;
+        the memory it held is returned to the system soon after (:class:`Trimmer`).
+        Raises :class:`TerminalNotFound`.
         """
         terminal = self.get(uri)
         del self._terminals[uri]
+        for hook in self.on_terminal_disposed:
+            hook(terminal)
         terminal.close()
         with trio.CancelScope(shield=True):
             await terminal.closed.wait()
         self.hub.drop_channel(uri)
-        self._publish_catalogue()
+        # What the terminal held goes back to the system: its scrollback, and its
+        # envelopes in the replay log (up to the log's bound, of a channel nobody can
+        # replay any more).
+        self.hub.log.forget(uri)
+        self.trimmer.request()
+        self._catalogue_changed()
 
     async def aclose(self) -> None:
         """Dispose every terminal (concurrently)."""
@@ -259,12 +361,16 @@ async def open_host(
     scrollback: int = DEFAULT_SCROLLBACK,
     log_envelopes: int | None = None,
     log_bytes: int | None = None,
+    user_rc: bool = True,
 ) -> AsyncIterator[Host]:
     """Run a :class:`Host` for the duration of the ``async with`` block.
 
     Args:
         shell: default shell for new terminals (else ``$SHELL``, else ``/bin/sh``).
         scrollback: characters retained per terminal.
+        user_rc: whether new terminals' shells load the user's startup files first
+            (False: the host's own environment reaches commands unchanged, e.g. a
+            venv's ``python`` stays first on ``PATH``; command detection still loads).
     """
     async with trio.open_nursery() as nursery:
         host = Host(
@@ -273,6 +379,7 @@ async def open_host(
             scrollback=scrollback,
             log_envelopes=log_envelopes,
             log_bytes=log_bytes,
+            user_rc=user_rc,
         )
         try:
             yield host

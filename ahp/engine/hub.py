@@ -20,13 +20,15 @@ waits for the least-behind one that took a batch within the last
 if that client were the only viewer. A subscriber that stopped taking is not
 waited for after ``PACE_WINDOW`` (so a stalled viewer delays the pty at most
 that long, once) and is cut off by its own bound, as before; a slow viewer
-beside a faster one never slows the pty.
+beside a faster one never slows the pty. Outboxes created with ``paces=False``
+(recorders) are not considered at all.
 
 The flood rule (:meth:`Hub.wait_readers`) is the same idea for what clients
 send: a client whose actions fill the outboxes of a channel's readers (an input
 flood echoed to every viewer, actions carrying a large identity) waits before
 its next frame is read, while a reader that keeps taking is more than
-:data:`FLOOD_BYTES` behind. The sender pays; the reader is not cut off.
+:data:`FLOOD_BYTES` behind. The sender pays; the reader is not cut off
+(recorders, ``paces=False``, are not waited for either).
 """
 
 from __future__ import annotations
@@ -126,7 +128,7 @@ class Hub:
         now = trio.current_time()
         best: Outbox | None = None
         for outbox in subscribers:
-            if outbox.overflowed or outbox.closed:
+            if outbox.overflowed or outbox.closed or not outbox.paces:
                 continue
             backlog = outbox.backlog
             if backlog <= min(PACE_BYTES, outbox.max_bytes // 2):
@@ -144,7 +146,7 @@ class Hub:
             return None
         now: float | None = None
         for outbox in subscribers:
-            if outbox.overflowed or outbox.closed:
+            if outbox.overflowed or outbox.closed or not outbox.paces:
                 continue
             if outbox.pending_bytes <= min(FLOOD_BYTES, outbox.max_bytes // 4):
                 continue

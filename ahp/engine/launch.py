@@ -30,7 +30,7 @@ from ahp.pty import SpawnError, SpawnSpec
 from ahp.pty.environment import NONINTERACTIVE_ENV
 from ahp.pty.spec import validate
 from ahp.reducers import DEFAULT_SCROLLBACK
-from ahp.reducers.core import MAX_TITLE
+from ahp.reducers.core import MAX_TITLE, normal_title
 from ahp.shell import ShellLaunch, prepare_shell, remove_launch_files
 
 __all__ = ["DISPOSE_GRACE", "Launch", "TerminalSpec", "default_shell", "discard", "prepare_launch"]
@@ -73,6 +73,16 @@ class TerminalSpec:
     scrollback: int = DEFAULT_SCROLLBACK
     grace: float = DISPOSE_GRACE
     interactive: bool = False
+    #: Niceness added to the process (``os.setpriority`` right after the spawn; its
+    #: descendants inherit it): 0 leaves it at the server's.
+    nice: int = 0
+    #: Load the user's startup files (``~/.bashrc``, ...) before command detection; False
+    #: starts the shell without them (:func:`ahp.shell.prepare_shell` ``user_rc``).
+    user_rc: bool = True
+    #: Pipes only (``use_pty=False``): stdin is ``/dev/null``, and stderr has a pipe of its
+    #: own, read beside stdout (:class:`ahp.pty.SpawnSpec`; what :mod:`ahp.agent.exec` uses).
+    stdin_closed: bool = False
+    stderr_apart: bool = False
 
 
 @attrs.frozen
@@ -125,7 +135,9 @@ def prepare_launch(spec: TerminalSpec, *, nonce: str) -> Launch:
         program = spec.shell or default_shell(base_env)
         argv = (program, "-l") if spec.login else (program,)
         if spec.shell_integration and spec.use_pty:
-            shell = prepare_shell(argv, base_env, nonce=nonce, login=spec.login)
+            shell = prepare_shell(
+                argv, base_env, nonce=nonce, login=spec.login, user_rc=spec.user_rc
+            )
         else:
             shell = ShellLaunch(argv=argv, env=base_env, integrated=False)
     try:
@@ -136,6 +148,8 @@ def prepare_launch(spec: TerminalSpec, *, nonce: str) -> Launch:
             cols=spec.cols,
             rows=spec.rows,
             use_pty=spec.use_pty,
+            stdin_closed=spec.stdin_closed,
+            stderr_apart=spec.stderr_apart,
         )
         validate(spawn)
         cwd_uri = path_to_file_uri(cwd)
@@ -147,7 +161,7 @@ def prepare_launch(spec: TerminalSpec, *, nonce: str) -> Launch:
         raise
     program = spec.argv[0] if spec.argv else shell.argv[0]
     title = spec.name or os.path.basename(program)
-    return Launch(spawn=spawn, shell=shell, title=title[:MAX_TITLE], cwd_uri=cwd_uri)
+    return Launch(spawn=spawn, shell=shell, title=normal_title(title[:MAX_TITLE]), cwd_uri=cwd_uri)
 
 
 def discard(launch: Launch) -> None:

@@ -36,7 +36,9 @@ so dropping the older ones loses nothing; ``serverSeq`` stays increasing.)
 Pacing: :attr:`Outbox.taken_at` records when the consumer last took a batch,
 and :meth:`Outbox.wait_taken` waits for the next take; the terminal's reader
 uses them to let the fastest live subscriber pace the pty (see
-:meth:`ahp.engine.hub.Hub.pacer`).
+:meth:`ahp.engine.hub.Hub.pacer`). An outbox created with ``paces=False`` (a
+recorder: a slow disk must never slow the terminal) is left out of that choice;
+it falls behind and resynchronises instead.
 
 Responses (``str`` items: answers to the consumer's own requests, such as a
 snapshot) do not trigger the immediate overflow verdict: one snapshot of a
@@ -130,9 +132,16 @@ class Outbox:
     """Bounded queue of :data:`OutboxItem`; see the module docstring."""
 
     def __init__(
-        self, *, max_bytes: int = DEFAULT_OUTBOX_BYTES, track_in_flight: bool = False
+        self,
+        *,
+        max_bytes: int = DEFAULT_OUTBOX_BYTES,
+        track_in_flight: bool = False,
+        paces: bool = True,
     ) -> None:
         self.max_bytes = max_bytes
+        #: Whether this consumer may pace the producer (:meth:`ahp.engine.hub.Hub.pacer`);
+        #: False for one that must never slow the pty, such as a recorder writing to disk.
+        self.paces = paces
         #: Whether what the consumer took counts until it calls :meth:`sent`.
         self.track_in_flight = track_in_flight
         self._in_flight = 0  # bytes taken and not yet sent (all kinds)

@@ -38,6 +38,8 @@ class Subscription:
         attach: registers an outbox and returns the snapshot it starts after
             (called again on resynchronisation).
         detach: unregisters the outbox.
+        paces: whether this consumer may pace the producer (see
+            :attr:`Outbox.paces <ahp.engine.outbox.Outbox.paces>`).
     """
 
     def __init__(
@@ -46,10 +48,11 @@ class Subscription:
         detach: Callable[[Outbox], None],
         *,
         max_bytes: int = DEFAULT_OUTBOX_BYTES,
+        paces: bool = True,
     ) -> None:
         self._attach = attach
         self._detach = detach
-        self.outbox = Outbox(max_bytes=max_bytes)
+        self.outbox = Outbox(max_bytes=max_bytes, paces=paces)
         self._ready: deque[SubscriptionItem] = deque()
         self.resyncs = 0
         snapshot = attach(self.outbox)

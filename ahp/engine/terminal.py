@@ -16,8 +16,12 @@ that owns one job, and the state has exactly one writer, the reducer task::
   exited and the pty stayed quiet for :data:`EXIT_LINGER`, it closes its channel.
 * **parse** drives an :class:`~ahp.vt.OutputParser` (bytes in, actions out, the
   clocks passed in): UTF-8, escape scanning, shell-integration marks, titles and
-  cwd reports. When the reader's channel ends it flushes the parser and tells
-  the reducer that the output ended.
+  cwd reports. Only the last title change of a batch is kept
+  (:func:`ahp.vt.parser.compact`); output that parses slowly (dense escape
+  sequences) is fed in slices of :data:`PARSE_SLICE` bytes with a checkpoint
+  between, so one terminal's output never holds the loop for long. When the
+  reader's channel ends it flushes the parser and tells the reducer that the
+  output ended.
 * **reducer** drives a :class:`~ahp.reducers.TerminalCore` (state, claim and
   rejection rules, healing values, scrollback, catalogue changes): it applies
   parsed output, client and library actions (:meth:`Terminal.dispatch`) and the
@@ -75,34 +79,33 @@ from typing import Final, TypeVar
 
 import trio
 
+from ahp import keystroke
+from ahp.agent.registry import CommandRegistry
+from ahp.agent.screen import Screen, ScreenModel
+from ahp.agent.surface import CommandSurface
 from ahp.engine.hub import PACE_WINDOW, Hub
 from ahp.engine.launch import Launch, TerminalSpec
 from ahp.engine.launch import discard as discard_launch
 from ahp.engine.outbox import Outbox
+from ahp.engine.port import LocalPort
 from ahp.engine.subscription import Subscription
 from ahp.protocol.actions import (
     ActionOrigin,
     StateAction,
-    TerminalClaimed,
     TerminalExited,
     TerminalInput,
     TerminalResized,
     action_type,
 )
-from ahp.protocol.state import Snapshot, TerminalClaim, TerminalInfo, TerminalState
+from ahp.protocol.state import Snapshot, TerminalInfo, TerminalState
 from ahp.pty import Child, ChildGone, SpawnError, kill_session, procfs, spawn
+from ahp.pty.jobs import Jobs
+from ahp.pty.pump import ReadPump
 from ahp.reducers import Rejected, TerminalCore
-from ahp.reducers.core import MAX_DIMENSION, MAX_PENDING_INPUT
+from ahp.reducers.core import MAX_DIMENSION, MAX_PENDING_INPUT, rejected_echo
 from ahp.reducers.policy import Change
-from ahp.run import (
-    FOLLOW_BYTES,
-    CommandRegistry,
-    CommandSurface,
-    InputEvidence,
-    evidence_of,
-)
 from ahp.vt import OutputParser
-from ahp.vt.screen import Screen, ScreenModel
+from ahp.vt.parser import compact
 
 __all__ = [
     "EXIT_LINGER",
@@ -125,23 +128,25 @@ READ_SIZE: Final = 64 * 1024
 #: Reads are gathered until EAGAIN or until this many bytes: one batch for the parser.
 #: About what the pty buffers (Linux: ~17 KB from the child to the master).
 READ_BATCH: Final = 16 * 1024
-#: A first read shorter than this ends its batch at once (see the pty-read task).
-SMALL_READ: Final = 256
+#: Under sustained output (a batch came back full), read in a thread of the pty-read
+#: task's own while the stages work (:mod:`ahp.pty.pump`); False reads on the loop only.
+THREADED_READS: bool = os.environ.get("AHP_THREADED_READS", "1") != "0"
+#: A first read shorter than this ends its batch at once (keystroke trick ``small_read``).
+SMALL_READ: Final = keystroke.SMALL_READ if keystroke.enabled("small_read") else 0
+#: Output the parse task feeds in one step once parsing is slow (escape-dense output
+#: costs the scanner ~2 us a byte: 16 KB held the loop ~25 ms); between slices it
+#: checkpoints. Output that parses fast is fed whole.
+PARSE_SLICE: Final = 2048
+#: Seconds a read batch may take to parse before parsing counts as slow.
+PARSE_STEP: Final = 0.004
 #: Batches queued from pty-read to parse (at most READ_BATCH bytes each).
 PARSE_QUEUE: Final = 4
 #: Items queued for the reducer: parsed batches, client and library actions, the exit.
 REDUCER_QUEUE: Final = 64
 #: Input chunks queued for the input-write task (bytes bounded by MAX_PENDING_INPUT).
 INPUT_QUEUE: Final = 1024
-#: Input of at most this many bytes (a keystroke) is followed by a short spin (see
-#: Terminal._spin_for_echo), at most ECHO_SPIN seconds.
-ECHO_SPIN_INPUT: Final = 8
-ECHO_SPIN: Final = 0.0002
 #: After the process exits, a pty still held open is read until quiet this long.
 EXIT_LINGER: Final = 0.1
-#: How long a command's jobs may take to ``exec`` before they are reported as they are.
-JOB_SETTLE: Final = 0.5
-JOB_SETTLE_POLL: Final = 0.02
 
 
 class _ClientAction:
@@ -208,11 +213,15 @@ class Terminal(CommandSurface):
         *,
         nonce: str,
         on_info_changed: Callable[[Terminal], None],
+        on_output: Callable[[bool, bytes], None] | None = None,
     ) -> None:
         self.spec = spec
         self.uri = spec.uri
         self._hub = hub
         self._on_info_changed = on_info_changed
+        #: Called by the read tasks with each batch read (``True``: from stderr, when it
+        #: has a pipe of its own); must not block nor raise (see :mod:`ahp.agent.exec`).
+        self._on_output = on_output
         self._child: Child | None = None
         self._launch = launch
         self.nonce = nonce
@@ -242,8 +251,9 @@ class Terminal(CommandSurface):
         self._output_ended = False
         self._exit_code: _ProcessExited | None = None
         self._cancel_scope = trio.CancelScope()
-        self._wait_scope: trio.CancelScope | None = None
-        self._tasks: trio.Nursery | None = None  # command collectors (ahp.run)
+        self._wait_scopes: set[trio.CancelScope] = set()  # the read tasks' waits
+        self._tasks: trio.Nursery | None = None  # command collectors (ahp.agent)
+        self._jobs: Jobs | None = None
         self._screen: ScreenModel | None = None
         #: Recent commands by id (:attr:`commands`, :meth:`command`).
         self._commands = CommandRegistry()
@@ -272,6 +282,10 @@ class Terminal(CommandSurface):
     @property
     def running(self) -> bool:
         return self._child is not None and not self.exited.is_set()
+
+    def _child_running(self) -> bool:
+        child = self._child
+        return child is not None and child.output_fd >= 0 and not self.exited.is_set()
 
     @property
     def holder_only_input(self) -> bool:
@@ -303,13 +317,15 @@ class Terminal(CommandSurface):
 
     def snapshot(self) -> Snapshot:
         """The state with the global ``serverSeq`` it reflects."""
-        return Snapshot(resource=self.uri, state=self._core.state, fromSeq=self._hub.seq)
+        return Snapshot(resource=self.uri, state=self._core.snapshot_state(), fromSeq=self._hub.seq)
 
-    def subscribe(self, *, max_bytes: int | None = None) -> Subscription:
+    def subscribe(self, *, max_bytes: int | None = None, paces: bool = True) -> Subscription:
         """Follow this terminal: a :class:`Snapshot`, then every later envelope.
 
         Buffering: up to ``max_bytes`` queued (default 4 MiB); a consumer that falls
         further behind gets a fresh snapshot instead of the missed envelopes.
+        ``paces=False``: this consumer never paces the pty (see
+        :meth:`ahp.engine.hub.Hub.pacer`), it only falls behind.
         """
 
         def attach(outbox: Outbox) -> Snapshot | None:
@@ -322,8 +338,8 @@ class Terminal(CommandSurface):
             self._hub.unsubscribe(self.uri, outbox)
 
         if max_bytes is None:
-            return Subscription(attach, detach)
-        return Subscription(attach, detach, max_bytes=max_bytes)
+            return Subscription(attach, detach, paces=paces)
+        return Subscription(attach, detach, max_bytes=max_bytes, paces=paces)
 
     async def dispatch(
         self,
@@ -340,8 +356,9 @@ class Terminal(CommandSurface):
         included): accepted and published, or rejected to ``sender`` only. Returns
         once the action is queued (waiting while the reducer's channel is full:
         backpressure); with ``wait`` only once the reducer has decided on it and
-        told the catalogue (or the terminal closed). Ignored once the terminal
-        is closing.
+        told the catalogue (or the terminal closed). A client's action (``origin``)
+        that reaches a terminal not running (starting, closing) is rejected to
+        ``sender``; the library's is ignored then.
 
         ``checkpoint=False`` is for a caller whose own loop checkpoints (a
         connection's reader, which waits for the next frame next): queued at once,
@@ -352,7 +369,8 @@ class Terminal(CommandSurface):
             try:
                 await _send(self._to_reducer, _ClientAction(action, origin, sender, decided))
             except (trio.BrokenResourceError, trio.ClosedResourceError):
-                pass  # the reducer ended meanwhile: the terminal is closing
+                # The reducer ended meanwhile: the terminal is closing.
+                self._refuse_closing(action, origin, sender)
             else:
                 if decided is None:
                     if checkpoint:
@@ -368,6 +386,7 @@ class Terminal(CommandSurface):
                     await decided.wait()
                     nursery.cancel_scope.cancel()
                 return
+        self._refuse_closing(action, origin, sender)
         await trio.lowlevel.checkpoint()
 
     async def send_input(self, data: str | bytes) -> None:
@@ -385,8 +404,8 @@ class Terminal(CommandSurface):
 
     # -- lifecycle ---------------------------------------------------------------------------
 
-    def _command_driver(self) -> _LocalDriver:
-        return _LocalDriver(self)
+    def _command_port(self) -> LocalPort:
+        return LocalPort(self)
 
     @property
     def commands(self) -> CommandRegistry:
@@ -394,88 +413,46 @@ class Terminal(CommandSurface):
         return self._commands
 
     def screen(self) -> Screen:
-        """The visible screen now (rendered on demand: see :mod:`ahp.vt.screen`)."""
+        """The visible screen now (rendered on demand: see :mod:`ahp.agent.screen`)."""
         if self._screen is None:
             self._screen = ScreenModel(self.spec.cols, self.spec.rows)
         return self._screen.update(self.state)
 
+    @property
+    def jobs(self) -> Jobs | None:
+        """The pty session's jobs (:class:`ahp.pty.jobs.Jobs`: what they do, what a
+        command left, signals); ``None`` without a pty or before the spawn."""
+        return self._jobs
+
     def tty_status(self) -> procfs.TtyStatus | None:
         """The pty's foreground process group, echo flag and the processes blocked
-        reading it (``None`` without a pty or once closed)."""
-        child = self._child
-        if child is None or not self.spec.use_pty or child.output_fd < 0 or self.exited.is_set():
-            return None
-        return procfs.tty_status(child.output_fd)
-
-    def job_mark(self) -> procfs.JobMark | None:
-        """A cheap mark of the session's jobs now, for :meth:`jobs_since`."""
-        child = self._child
-        if child is None or not self.spec.use_pty or self.exited.is_set():
-            return None
-        return procfs.job_mark(child.pid)
-
-    def jobs_since(self, mark: procfs.JobMark | None = None) -> dict[int, str]:
-        """The jobs running in this terminal's session (started since ``mark``): pid →
-        command line (processes outside the shell's own process group, see
-        :func:`ahp.pty.procfs.jobs_since`)."""
-        child = self._child
-        if child is None or not self.spec.use_pty or self.exited.is_set():
-            return {}
-        return {pid: line for pid, (_, line) in procfs.jobs_since(child.pid, mark).items()}
-
-    async def background_jobs(self, mark: procfs.JobMark | None = None) -> dict[int, str]:
-        """:meth:`jobs_since`, once the jobs have started their programs: a job that
-        still shows the shell's own command line (forked, not yet ``exec``-ed) or no
-        arguments at all (in the middle of ``exec``: ``[sleep]``) is looked at again
-        every :data:`JOB_SETTLE_POLL` s, for at most :data:`JOB_SETTLE` s (a
-        subshell job ``( … ) &`` keeps the shell's line for good)."""
-        child = self._child
-        if child is None:
-            return {}
-        deadline = trio.current_time() + JOB_SETTLE
-        while True:
-            jobs = self.jobs_since(mark)
-            shell_line = procfs.command_line(child.pid)
-            settled = not any(line == shell_line or line.startswith("[") for line in jobs.values())
-            if settled or trio.current_time() >= deadline:
-                return jobs
-            await trio.sleep(JOB_SETTLE_POLL)
-
-    async def kill_command(self, mark: procfs.JobMark | None = None) -> None:
-        """SIGKILL the foreground job and every job started in the session since
-        ``mark``, each by its whole process group. If the shell itself is in the
-        foreground (a builtin such as ``read`` or ``wait``), it gets Ctrl-C too."""
-        await self.signal_command(signal.SIGKILL, mark)
+        reading it (``None`` without a pty or once exited)."""
+        return self._jobs.tty_status() if self._jobs is not None else None
 
     async def signal_command(
         self, signum: int, mark: procfs.JobMark | None = None
     ) -> tuple[frozenset[int], bool]:
         """Send ``signum`` to the foreground job and to every job started in the
         session since ``mark``, each by its whole process group; never to the
-        shell's own group. If the shell itself is in the foreground (a builtin such
-        as ``read`` or ``wait``), it gets Ctrl-C instead.
+        shell's own group (:meth:`ahp.pty.jobs.Jobs.signal`). If the shell itself is
+        in the foreground (a builtin such as ``read`` or ``wait``), it gets Ctrl-C
+        instead.
 
         Returns the process groups signalled and whether the shell was in the
         foreground (without a pty, or once exited: nothing signalled, Ctrl-C typed —
         dropped by an exited terminal — and ``True``).
         """
-        child = self._child
-        status = self.tty_status()
-        if child is None or status is None:
-            await self.send_input("\x03")
-            return frozenset(), True
-        groups = {pgrp for pgrp, _ in procfs.jobs_since(child.pid, mark).values()}
-        if status.foreground_pgrp not in (0, child.pid):
-            groups.add(status.foreground_pgrp)
-        groups.discard(child.pid)
-        for pgrp in groups:
-            with contextlib.suppress(OSError):
-                os.killpg(pgrp, signum)
-        shell_foreground = status.foreground_pgrp == child.pid
+        groups, shell_foreground = (
+            self._jobs.signal(signum, mark) if self._jobs is not None else (frozenset(), True)
+        )
         if shell_foreground:
             await self.send_input("\x03")
         await trio.lowlevel.checkpoint()
-        return frozenset(groups), shell_foreground
+        return groups, shell_foreground
+
+    async def kill_command(self, mark: procfs.JobMark | None = None) -> None:
+        """SIGKILL the running command's jobs (see :meth:`signal_command`)."""
+        await self.signal_command(signal.SIGKILL, mark)
 
     def spawn_task(self, fn: Callable[[], Awaitable[None]]) -> None:
         """Run ``fn`` in this terminal's nursery (cancelled on dispose); ``fn`` must not raise."""
@@ -486,6 +463,18 @@ class Terminal(CommandSurface):
     async def interrupt(self) -> None:
         """Send Ctrl-C: the pty delivers SIGINT to the foreground job."""
         await self.send_input("\x03")
+
+    def signal_process(self, signum: int) -> None:
+        """Send ``signum`` to the terminal's process group (its process and whatever
+        stayed in its group); nothing before the spawn or once the process is reaped."""
+        if self._child is not None:
+            self._child.signal_group(signum)
+
+    @property
+    def returncode(self) -> int | None:
+        """The process's raw status once reaped: ``>= 0`` its exit code, ``-N`` killed by
+        signal N; ``None`` while it runs."""
+        return self._child.returncode if self._child is not None else None
 
     async def lifetime(
         self, *, task_status: trio.TaskStatus[Terminal] = trio.TASK_STATUS_IGNORED
@@ -503,6 +492,11 @@ class Terminal(CommandSurface):
             with self._cancel_scope:  # close() during the spawn cancels it too
                 child = await spawn(launch.spawn)  # SpawnError: nothing started
                 self._child = child
+                if spec.use_pty:
+                    self._jobs = Jobs(child.pid, child.output_fd, self._child_running)
+                if spec.nice:
+                    with contextlib.suppress(OSError):  # (it may have exited already)
+                        os.setpriority(os.PRIO_PROCESS, child.pid, spec.nice)
                 try:
                     await self._run_stages(child, task_status)
                 except Exception as exc:  # one terminal's failure ends that terminal only
@@ -536,6 +530,8 @@ class Terminal(CommandSurface):
             self._tasks = nursery
             nursery.start_soon(self._reducer_task, self._reducer_inbox)
             nursery.start_soon(self._parse_task, parse_inbox)
+            if child.error_fd >= 0:  # stderr apart: its own read task, into the same parse
+                nursery.start_soon(self._read_task, child, to_parse.clone(), True)
             nursery.start_soon(self._read_task, child, to_parse)
             nursery.start_soon(self._write_task, child, writer_inbox)
             nursery.start_soon(self._exit_task, child)
@@ -556,9 +552,20 @@ class Terminal(CommandSurface):
                 item = inbox.receive_nowait()
             except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
                 break
-            if isinstance(item, _ClientAction) and item.decided is not None:
-                item.decided.set()
+            if isinstance(item, _ClientAction):
+                self._refuse_closing(item.action, item.origin, item.sender)
+                if item.decided is not None:
+                    item.decided.set()
         inbox.close()
+
+    def _refuse_closing(
+        self, action: StateAction, origin: ActionOrigin | None, sender: Outbox | None
+    ) -> None:
+        """A client's action that reached a closing terminal: rejected to its sender
+        (a client waiting for its echo must get an answer), never silently dropped."""
+        if origin is not None:
+            reason = "the terminal is not running (starting, or closing)"
+            self._hub.reject(sender, self.uri, rejected_echo(action), origin, reason)
 
     def close(self) -> None:
         """Start disposal: cancel the tasks; :meth:`lifetime` then terminates and reaps."""
@@ -566,15 +573,18 @@ class Terminal(CommandSurface):
 
     # -- pty-read ------------------------------------------------------------------------------
 
-    async def _read_task(self, child: Child, to_parse: trio.MemorySendChannel[bytes]) -> None:
-        """Read until EAGAIN or a full batch, hand the batch on, wait; close at the end."""
+    async def _read_task(
+        self, child: Child, to_parse: trio.MemorySendChannel[bytes], error: bool = False
+    ) -> None:
+        """Read until EAGAIN or a full batch, hand the batch on, wait; close at the end.
+        ``error``: read the child's own stderr pipe instead of its output."""
         async with to_parse:
             while True:
                 chunks: list[bytes] = []
                 size = 0
                 eof = False
                 while size < READ_BATCH:
-                    data = child.read_nowait(READ_SIZE)
+                    data = child.read_nowait(READ_SIZE, error=error)
                     if data is None:
                         break
                     if not data:
@@ -591,6 +601,8 @@ class Terminal(CommandSurface):
                     self.read_batches += 1
                     self.bytes_read += size
                     batch = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+                    if self._on_output is not None:
+                        self._on_output(error, batch)
                     try:
                         to_parse.send_nowait(batch)
                     except trio.WouldBlock:
@@ -605,6 +617,11 @@ class Terminal(CommandSurface):
                             await pacer.wait_taken()
                         continue
                     if size >= READ_BATCH:
+                        if THREADED_READS:
+                            # Sustained output: a thread reads while the stages work.
+                            if await self._pump(child, to_parse, error):
+                                return
+                            continue
                         await trio.lowlevel.checkpoint()  # fairness: one batch at a time
                         continue
                     # Drained (EAGAIN): the wait below is the checkpoint (reading again
@@ -612,13 +629,45 @@ class Terminal(CommandSurface):
                 if self._process_exited.is_set():
                     # The process is gone but something still holds the pty open.
                     with trio.move_on_after(EXIT_LINGER) as linger:
-                        await child.wait_readable()
+                        await child.wait_readable(error=error)
                     if linger.cancelled_caught:
                         return
                     continue
-                with trio.CancelScope() as self._wait_scope:
-                    await child.wait_readable()
-                self._wait_scope = None
+                with trio.CancelScope() as wait_scope:
+                    self._wait_scopes.add(wait_scope)
+                    await child.wait_readable(error=error)
+                self._wait_scopes.discard(wait_scope)
+
+    async def _pump(
+        self, child: Child, to_parse: trio.MemorySendChannel[bytes], error: bool = False
+    ) -> bool:
+        """Read through a :class:`~ahp.pty.pump.ReadPump` until the output pauses;
+        whether it reached EOF. The pump is stopped (and its thread gone) on return.
+        ``error``: the child's own stderr pipe instead of its output."""
+        pump = ReadPump(child.error_fd if error else child.output_fd, is_pty=child.is_pty)
+        pump.start()
+        try:
+            while True:
+                data = await pump.take()
+                if data is None:
+                    return False
+                if not data:
+                    return True
+                self.read_batches += 1
+                self.bytes_read += len(data)
+                if self._on_output is not None:
+                    self._on_output(error, data)
+                try:
+                    to_parse.send_nowait(data)
+                except trio.WouldBlock:
+                    self.parse_waits += 1
+                    await to_parse.send(data)
+                pacer = self._hub.pacer(self.uri)
+                if pacer is not None:
+                    with trio.move_on_after(PACE_WINDOW):
+                        await pacer.wait_taken()
+        finally:
+            await pump.aclose()
 
     # -- parse -------------------------------------------------------------------------------
 
@@ -628,6 +677,7 @@ class Terminal(CommandSurface):
             use_pty=self.spec.use_pty, nonce=self.nonce if self.integrated else None
         )
         to_reducer = self._to_reducer
+        slow = False  # the last feed was slow: feed in slices (see PARSE_SLICE)
         async with inbox:
             while True:
                 try:
@@ -650,11 +700,24 @@ class Terminal(CommandSurface):
                     more.append(extra)
                 if more is not None:
                     data = b"".join(more)
-                actions = parser.feed(
-                    data, wall_ms=int(time.time() * 1000), mono_ms=time.monotonic() * 1000
-                )
-                if actions:
-                    await _send(to_reducer, actions)
+                if slow and len(data) > PARSE_SLICE:
+                    pieces = [data[i : i + PARSE_SLICE] for i in range(0, len(data), PARSE_SLICE)]
+                else:
+                    pieces = [data]
+                for index, piece in enumerate(pieces):
+                    if index:
+                        await trio.lowlevel.checkpoint()  # (a slow slice: others get a turn)
+                    start = time.perf_counter()
+                    actions = compact(
+                        parser.feed(
+                            piece, wall_ms=int(time.time() * 1000), mono_ms=time.monotonic() * 1000
+                        )
+                    )
+                    # Slow when a whole read batch of such output would hold the loop
+                    # longer than PARSE_STEP (escape-dense output costs ~2 us a byte).
+                    slow = (time.perf_counter() - start) * READ_BATCH > PARSE_STEP * len(piece)
+                    if actions:
+                        await _send(to_reducer, actions)
         tail = parser.close(wall_ms=int(time.time() * 1000), mono_ms=time.monotonic() * 1000)
         if tail:
             await _send(to_reducer, tail)
@@ -665,8 +728,8 @@ class Terminal(CommandSurface):
     async def _exit_task(self, child: Child) -> None:
         code = await child.wait()
         self._process_exited.set()
-        if self._wait_scope is not None:
-            self._wait_scope.cancel()  # the reader lingers for what is left, then ends
+        for scope in self._wait_scopes:
+            scope.cancel()  # each reader lingers for what is left, then ends
         await _send(self._to_reducer, _ProcessExited(code))
 
     # -- input-write -------------------------------------------------------------------------
@@ -697,8 +760,6 @@ class Terminal(CommandSurface):
                     written = child.write_nowait(data)
                     if written < len(data):
                         await child.write(data[written:] if written else data)
-                    elif len(data) <= ECHO_SPIN_INPUT:
-                        await self._spin_for_echo()
                 except (ChildGone, trio.ClosedResourceError):
                     self._input_gone = True  # later input is published but not written
                     return
@@ -706,17 +767,6 @@ class Terminal(CommandSurface):
                     # Nothing is pending once the input side is gone (what is still
                     # queued is dropped with the channel).
                     self._pending_input = 0 if self._input_gone else self._pending_input - len(data)
-
-    async def _spin_for_echo(self) -> None:
-        """After a keystroke reached the pty, keep the scheduler polling (checkpoints)
-        until the pty-read task has read its echo, for at most :data:`ECHO_SPIN`
-        seconds: the process does not go to sleep in ``epoll_wait`` only to be woken
-        by the kernel's echo tens of microseconds later (a sleep and a wake-up cost
-        more than the wait on a virtual machine)."""
-        before = self.read_batches
-        deadline = trio.current_time() + ECHO_SPIN
-        while self.read_batches == before and trio.current_time() < deadline:
-            await trio.lowlevel.checkpoint()
 
     # -- reducer -------------------------------------------------------------------------------
 
@@ -771,8 +821,7 @@ class Terminal(CommandSurface):
 
     def _apply(self, action: StateAction, origin: ActionOrigin | None = None) -> None:
         """Apply an action to the state and publish it (the reducer task only)."""
-        self._core.apply(action)
-        self._hub.publish(self.uri, action, origin)
+        self._hub.publish(self.uri, self._core.apply(action), origin)
 
     def _maybe_exited(self) -> None:
         """Apply ``terminal/exited`` once the output ended and the exit code is known."""
@@ -791,7 +840,7 @@ class Terminal(CommandSurface):
                     "terminal %s: %s rejected: %s", self.uri, action_type(action), verdict.reason
                 )
                 return
-            self._hub.reject(sender, self.uri, action, origin, verdict.reason)
+            self._hub.reject(sender, self.uri, rejected_echo(action), origin, verdict.reason)
             if verdict.heal is not None:
                 # Some clients' mirrors apply even rejected echoes: send them the true value.
                 self._hub.send_to(sender, self.uri, verdict.heal)
@@ -811,69 +860,3 @@ class Terminal(CommandSurface):
         if verdict.resize is not None and self._child is not None:
             self._child.resize(*verdict.resize)
         self._apply(verdict.action, origin)
-
-
-class _LocalDriver:
-    """Adapts a :class:`Terminal` to :class:`ahp.run.TerminalDriver`."""
-
-    def __init__(self, terminal: Terminal) -> None:
-        self._terminal = terminal
-
-    @property
-    def uri(self) -> str:
-        return self._terminal.uri
-
-    @property
-    def state(self) -> TerminalState:
-        return self._terminal.state
-
-    def follow(self) -> Subscription:
-        return self._terminal.subscribe(max_bytes=FOLLOW_BYTES)
-
-    async def send_input(self, data: str) -> None:
-        await self._terminal.send_input(data)
-
-    @property
-    def detection_wait(self) -> float:
-        # Only shells we injected can announce detection; give them time to start.
-        return 10.0 if self._terminal.integrated else 0.0
-
-    async def set_claim(self, claim: TerminalClaim) -> None:
-        terminal = self._terminal
-        async with terminal.subscribe() as updates:
-            await terminal.dispatch(TerminalClaimed(claim=claim))
-            async for _ in updates:
-                if terminal.state.claim == claim or terminal.closed.is_set():
-                    break
-
-    def spawn_task(self, fn: Callable[[], Awaitable[None]]) -> None:
-        self._terminal.spawn_task(fn)
-
-    @property
-    def commands(self) -> CommandRegistry:
-        return self._terminal.commands
-
-    @property
-    def ended(self) -> bool:
-        terminal = self._terminal
-        return terminal.exited.is_set() or terminal.closing
-
-    @property
-    def sees_processes(self) -> bool:
-        return self._terminal.spec.use_pty
-
-    async def input_evidence(self) -> InputEvidence | None:
-        await trio.lowlevel.checkpoint()
-        return evidence_of(self._terminal.tty_status())
-
-    async def job_mark(self) -> object:
-        await trio.lowlevel.checkpoint()
-        return self._terminal.job_mark()
-
-    async def background_jobs(self, mark: object) -> dict[int, str]:
-        assert mark is None or isinstance(mark, procfs.JobMark)
-        return await self._terminal.background_jobs(mark)
-
-    async def kill_command(self, mark: object) -> None:
-        assert mark is None or isinstance(mark, procfs.JobMark)
-        await self._terminal.kill_command(mark)

@@ -6,6 +6,12 @@ imported only when the command runs, so ``--help`` and the other commands stay
 fast and work without it. Errors a person can cause (an unreachable
 ``--connect`` URL, a busy ``--port``, the SDK not installed) are one line on
 stderr and exit status 1 or 2.
+
+``--serve`` listens on a free port unless ``--port`` names one (two agent
+sessions each start their own server from the same configuration), and the
+URL it took goes to stderr with the ``attach`` command to watch, spelled the way
+this process was started (the console script's full path, or this Python's
+``-m ahp``), so that the hint works in a venv that is not on ``PATH``.
 """
 
 from __future__ import annotations
@@ -15,13 +21,16 @@ import importlib.util
 import logging
 import os
 import sys
+from typing import Final
 
 __all__ = ["add_parser", "run"]
 
 
-def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from ahp.server.app import DEFAULT_PORT
+#: How to install the SDK from this checkout (the package is not on a package index).
+INSTALL_HINT: Final = "pip install '.[mcp]' in the ahp-terminals checkout (or pip install mcp)"
 
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "mcp",
         help="serve terminals as MCP tools on stdio (for Claude Code, Codex, Cursor, …)",
@@ -37,7 +46,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     source.add_argument(
         "--connect",
         metavar="URL",
-        help="use the terminals of this sidecar (ws://HOST:PORT/?tkn=…, as `serve` prints)",
+        action="append",
+        help="use the terminals of this sidecar (ws://HOST:PORT/?tkn=…, as `serve` prints); "
+        "repeat it to use several sidecars at once (their terminals are named "
+        "ahp-terminal:/HOST:PORT/NAME but for the first one's)",
     )
     source.add_argument(
         "--serve",
@@ -53,8 +65,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument(
         "--port",
         type=int,
-        default=DEFAULT_PORT,
-        help=f"--serve: TCP port (default {DEFAULT_PORT}; 0 = any free port)",
+        default=0,
+        help="--serve: TCP port (default: a free one, printed on stderr)",
     )
     p.add_argument("--unix", metavar="PATH", help="--serve: listen on a Unix socket (mode 0600)")
     p.add_argument(
@@ -66,6 +78,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--shell", help="shell for new terminals (default: $SHELL, else /bin/sh)")
     p.add_argument("--scrollback", type=int, help="characters retained per terminal")
     p.add_argument(
+        "--structured",
+        action="store_true",
+        help="answer with structuredContent and output schemas (for programs), with only "
+        "a one-line text; default: the answer as text alone (what every client gives a model)",
+    )
+    p.add_argument(
         "--log-level",
         default="warning",
         choices=["debug", "info", "warning", "error"],
@@ -76,10 +94,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 def run(args: argparse.Namespace) -> int:
     if importlib.util.find_spec("mcp") is None:
-        print(
-            "ahp mcp: the MCP SDK is not installed: pip install 'ahp-terminals[mcp]'",
-            file=sys.stderr,
-        )
+        print(f"ahp mcp: the MCP SDK is not installed: {INSTALL_HINT}", file=sys.stderr)
         return 2
     logging.basicConfig(
         level=args.log_level.upper(),
@@ -93,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
     def serving(sidecar: Sidecar) -> None:
         print(
             f"ahp mcp: terminals served at {sidecar.url}\n"
-            f"ahp mcp: watch with: python -m ahp attach '{sidecar.url}' main",
+            f"ahp mcp: watch with: {invocation()} attach '{sidecar.url}' main",
             file=sys.stderr,
             flush=True,
         )
@@ -101,9 +116,14 @@ def run(args: argparse.Namespace) -> int:
     cwd = os.path.abspath(args.cwd) if args.cwd is not None else None
 
     async def body() -> int:
-        if args.connect is not None:
-            url, token = resolve_target(args.connect, args.token)
-            options = McpOptions(connect=url, token=token, cwd=cwd)
+        if args.connect is not None and len(args.connect) > 1:
+            urls = tuple(resolve_target(u, None)[0] for u in args.connect)
+            options = McpOptions(
+                connect_many=urls, token=args.token, cwd=cwd, structured=args.structured
+            )
+        elif args.connect is not None:
+            url, token = resolve_target(args.connect[0], args.token)
+            options = McpOptions(connect=url, token=token, cwd=cwd, structured=args.structured)
         else:
             serve = None
             if args.serve:
@@ -116,7 +136,20 @@ def run(args: argparse.Namespace) -> int:
                 scrollback=args.scrollback,
                 cwd=cwd or os.getcwd(),
                 on_serving=serving,
+                structured=args.structured,
             )
         return await run_mcp(options)
 
     return main("ahp mcp", body)
+
+
+def invocation() -> str:
+    """How to start this program again, as a shell word or two that work here: the
+    console script's absolute path, else this Python with ``-m ahp``."""
+    import shlex
+
+    script = sys.argv[0] if sys.argv else ""
+    name = os.path.basename(script)
+    if name and name != "__main__.py" and not name.endswith(".py") and os.path.exists(script):
+        return shlex.quote(os.path.abspath(script))
+    return f"{shlex.quote(sys.executable)} -m ahp"

@@ -4,10 +4,16 @@ Why this shape:
 
 * **The official SDK's low-level server** (``mcp.server.Server``), not its
   decorator layer (``MCPServer``): the tools' JSON schemas and descriptions are
-  written by hand for a model to read (:mod:`ahp.mcp.tools`), the answers carry
-  text *and* ``structuredContent`` with a declared output schema, and errors
-  are tool results with ``isError`` — all of which the low-level handlers give
-  directly, without deriving schemas from Python signatures.
+  written by hand for a model to read (:mod:`ahp.mcp.tools`), and errors are
+  tool results with ``isError`` — which the low-level handlers give directly,
+  without deriving schemas from Python signatures.
+* **The output once per answer.** By default an answer is text only (no output
+  schema, no ``structuredContent``): clients disagree on which of the two they
+  give the model (some only the text, some only the structured content when
+  there is one, some both), and only a text-only answer reaches every model
+  exactly once (``docs/mcp.md`` has the evidence). ``--structured`` is for
+  programs: the tools declare output schemas, the facts and the output travel
+  in ``structuredContent``, and the text is the answer's first line.
 * **Trio through anyio's Trio backend.** The SDK is written against anyio, so
   its server, session and stdio transport run unchanged inside ``trio.run``;
   ``tests/test_mcp.py`` drives both the low-level server and ``MCPServer`` on
@@ -67,9 +73,10 @@ INSTRUCTIONS: Final = (
     "(cwd, environment, running servers) persists between calls. run_command runs a command "
     "line and returns its exit code and rendered output; it returns early when the command "
     "waits for input (answer with send_input) or is still running after yield_after seconds "
-    "(follow with read_output / wait_command, stop with interrupt / kill_command). Run long-lived "
-    "processes (dev servers, watchers) in their own named terminal. A person may be watching "
-    "the terminals live."
+    "(follow with read_output / wait_command, stop with interrupt / kill_command). Each later "
+    "answer about a command shows only the output new since the previous one (full=true for "
+    "all of it). Run long-lived processes (dev servers, watchers) in their own named terminal. "
+    "A person may be watching the terminals live."
 )
 
 
@@ -79,6 +86,8 @@ class McpOptions:
 
     #: Drive this sidecar's terminals instead of hosting our own.
     connect: str | None = None
+    #: Or several sidecars' at once (``--connect`` repeated; :mod:`ahp.mcp.fleet`).
+    connect_many: tuple[str, ...] = ()
     token: str | None = None
     #: Also serve our own host over AHP (ignored with ``connect``).
     serve: ServeOptions | None = None
@@ -88,17 +97,20 @@ class McpOptions:
     cwd: str | None = None
     #: Called once the ``serve`` listener is up (the CLI prints the URL on stderr).
     on_serving: Callable[[Sidecar], None] | None = None
+    #: Answer with ``structuredContent`` and output schemas (for programs), not text.
+    structured: bool = False
 
 
-def _tool(spec: ToolSpec) -> mcp_types.Tool:
+def _tool(spec: ToolSpec, *, structured: bool) -> mcp_types.Tool:
     import mcp_types
 
+    schema = spec.output_schema if structured else None
     return mcp_types.Tool(
         name=spec.name,
         title=spec.title,
         description=spec.description,
         input_schema=dict(spec.input_schema),
-        output_schema=dict(spec.output_schema) if spec.output_schema is not None else None,
+        output_schema=dict(schema) if schema is not None else None,
         annotations=mcp_types.ToolAnnotations(
             title=spec.title,
             read_only_hint=spec.read_only,
@@ -108,12 +120,15 @@ def _tool(spec: ToolSpec) -> mcp_types.Tool:
     )
 
 
-def build_server(toolbox: Toolbox) -> Server[Any]:
-    """The SDK low-level server with the tools of ``toolbox``."""
+def build_server(toolbox: Toolbox, *, structured: bool = False) -> Server[Any]:
+    """The SDK low-level server with the tools of ``toolbox``.
+
+    ``structured``: declare output schemas and answer with ``structuredContent`` (and
+    the answer's first line as text) instead of the text alone."""
     import mcp_types
     from mcp.server import Server
 
-    tools = [_tool(spec) for spec in TOOLS]
+    tools = [_tool(spec, structured=structured) for spec in TOOLS]
 
     async def list_tools(
         ctx: ServerRequestContext[Any], params: mcp_types.PaginatedRequestParams | None
@@ -127,9 +142,15 @@ def build_server(toolbox: Toolbox) -> Server[Any]:
             nursery.start_soon(_report_progress, ctx, params.name)
             output = await toolbox.call(params.name, params.arguments)
             nursery.cancel_scope.cancel()
+        if structured and output.data is not None and not output.is_error:
+            data = output.data if not output.notes else {**output.data, "notes": output.notes}
+            return mcp_types.CallToolResult(
+                content=[mcp_types.TextContent(type="text", text=output.summary)],
+                structured_content=data,
+                is_error=False,
+            )
         return mcp_types.CallToolResult(
             content=[mcp_types.TextContent(type="text", text=output.text)],
-            structured_content=output.data,
             is_error=output.is_error,
         )
 
@@ -158,11 +179,11 @@ async def _report_progress(ctx: ServerRequestContext[Any], tool: str) -> None:
             return
 
 
-async def serve_stdio(toolbox: Toolbox) -> None:
+async def serve_stdio(toolbox: Toolbox, *, structured: bool = False) -> None:
     """Serve MCP on this process's stdin/stdout until the client closes stdin."""
     from mcp.server.stdio import stdio_server
 
-    server = build_server(toolbox)
+    server = build_server(toolbox, structured=structured)
     stdin = claim_stdin()
     try:
         # The SDK types its stdin as an anyio file; it only iterates it line by line.
@@ -175,6 +196,15 @@ async def serve_stdio(toolbox: Toolbox) -> None:
 @asynccontextmanager
 async def open_backend(options: McpOptions) -> AsyncIterator[Backend]:
     """The terminals' source: our own host (and its AHP listener), or a sidecar client."""
+    if options.connect_many:
+        from ahp.client.fleet import connect_many
+        from ahp.mcp.fleet import FleetBackend
+
+        async with connect_many(
+            options.connect_many, token=options.token, connect_timeout=CONNECT_TIMEOUT
+        ) as fleet:
+            yield FleetBackend(fleet)
+        return
     if options.connect is not None:
         from ahp.client.connection import connect
 
@@ -186,8 +216,10 @@ async def open_backend(options: McpOptions) -> AsyncIterator[Backend]:
     from ahp.engine import open_host
     from ahp.server.app import serve_host
 
-    kwargs = {} if options.scrollback is None else {"scrollback": options.scrollback}
-    async with open_host(shell=options.shell, **kwargs) as host, trio.open_nursery() as nursery:
+    scrollback: dict[str, Any] = {}
+    if options.scrollback is not None:
+        scrollback["scrollback"] = options.scrollback
+    async with open_host(shell=options.shell, **scrollback) as host, trio.open_nursery() as nursery:
         if options.serve is not None:
             sidecar = await nursery.start(serve_host, host, options.serve)
             if options.on_serving is not None:
@@ -204,7 +236,7 @@ async def run_mcp(options: McpOptions) -> int:
         options = attrs.evolve(
             options, serve=attrs.evolve(options.serve, token=options.serve.token or env_token)
         )
-    elif options.connect is not None:
+    elif options.connect is not None or options.connect_many:
         options = attrs.evolve(options, token=options.token or env_token)
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with open_backend(options) as backend, trio.open_nursery() as nursery:
@@ -216,7 +248,9 @@ async def run_mcp(options: McpOptions) -> int:
                     return
 
             nursery.start_soon(stop_on_signal)
-            await serve_stdio(Toolbox(backend, default_cwd=options.cwd))
+            await serve_stdio(
+                Toolbox(backend, default_cwd=options.cwd), structured=options.structured
+            )
             log.info("the client closed stdin: shutting down")
             nursery.cancel_scope.cancel()
     return 0

@@ -16,6 +16,13 @@ Bounds: :data:`MAX_TRACKED_COMMANDS` handles are kept (the oldest finished
 ones are forgotten first; when all are running a new command is refused), and
 at most :data:`MAX_TERMINALS` terminals are created through the tools.
 
+Reading: each tracked command has one read cursor (its handle's
+``read_new``), moved by every answer about it — ``run_command``, ``read_output``,
+``wait_command``, ``send_input`` with ``wait``, ``interrupt``, ``kill_command`` —
+so each answer shows only the output its reader has not seen (``full``: all of
+it, within the budget). The cursor is read in the same step as the result, with
+no checkpoint between, so nothing printed in between is skipped.
+
 Cancellation: when the client cancels ``run_command`` while it waits, the
 command is interrupted (``run()`` does that) — the person pressed stop.
 Cancelling ``wait_command`` only stops waiting.
@@ -28,29 +35,45 @@ import os
 import shlex
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 import trio
 
-from ahp.mcp.backend import Backend, NoSuchTerminal
-from ahp.mcp.contract import Handle, Result
+from ahp.mcp.backend import Backend, ClientBackend, HostBackend, NoSuchTerminal
+from ahp.mcp.contract import Handle, Result, ScreenView
 from ahp.mcp.keys import keys_text
 from ahp.mcp.render import (
     MARK,
     NAME,
+    Shown,
+    budget_text,
+    command_header,
     cwd_text,
     display_name,
+    elide_echo,
     format_result,
     result_data,
     status_lines,
-    tail_text,
 )
-from ahp.mcp.tools import NAME_PATTERN_TEXT, ArgumentError, check_arguments, tool
-from ahp.protocol.state import TERMINAL_SCHEME, CommandPart
+from ahp.mcp.tools import (
+    DEFAULT_HEAD_BYTES,
+    DEFAULT_TAIL_BYTES,
+    NAME_PATTERN_TEXT,
+    ArgumentError,
+    check_arguments,
+    tool,
+)
+from ahp.protocol.state import TERMINAL_SCHEME, CommandPart, TerminalState
+
+if TYPE_CHECKING:
+    from ahp.agent.result import CommandResult
+    from ahp.agent.screen import ScreenModel
 
 __all__ = [
     "DEFAULT_TERMINAL",
+    "MAX_SCREEN_COLS",
+    "MAX_SCREEN_ROWS",
     "MAX_TERMINALS",
     "MAX_TRACKED_COMMANDS",
     "CommandTable",
@@ -73,6 +96,15 @@ STOP_WAIT: Final = 10.0
 #: Size of terminals the tools create (wide enough that tables and paths do not wrap).
 DEFAULT_COLS: Final = 120
 DEFAULT_ROWS: Final = 40
+#: read_screen renders at most this many columns and rows, whatever size another
+#: client gave the terminal: with pyte a screen costs time in proportion to its cells
+#: (4096 x 4096 took 25-47 s of the event loop; 500 x 200, the largest create_terminal
+#: makes, under 1 s), and with any emulator its text grows with them (16 MB at 4096 x
+#: 4096). A larger terminal is rendered at this size, and the answer says so.
+MAX_SCREEN_COLS: Final = 500
+MAX_SCREEN_ROWS: Final = 200
+#: Capped screen models kept (one per terminal read over the cap, oldest dropped).
+MAX_CAPPED_SCREENS: Final = 4
 
 
 class ToolError(Exception):
@@ -86,6 +118,16 @@ class ToolOutput:
     text: str
     data: dict[str, Any] | None = None
     is_error: bool = False
+    #: Arguments that were clamped to their bounds, one sentence each (also in ``text``).
+    notes: tuple[str, ...] = ()
+
+    #: One line that says what happened (default: the text's first line).
+    headline: str = ""
+
+    @property
+    def summary(self) -> str:
+        """The text of a ``--structured`` answer, whose data carries the rest."""
+        return self.headline or self.text.partition("\n")[0]
 
 
 def terminal_uri(name: str) -> str:
@@ -109,8 +151,28 @@ class Tracked:
     command: str  # as the model wrote it (without a ``cd`` we put in front)
     handle: Handle | None  # None: it was over when run() returned
     last: Result
-    #: read_output has returned the output of a command that had no handle.
+    #: An answer has shown the output of a command that had no handle.
     consumed: bool = False
+
+    def read(self, *, full: bool, head_bytes: int, tail_bytes: int, typed: str = "") -> Shown:
+        """What the next answer shows, and the cursor moved past it (synchronous: call it
+        right after taking the result). ``typed``: text just sent, whose echo is left out."""
+        handle = self.handle
+        if full:
+            if handle is not None:
+                handle.read_new()
+            self.consumed = True
+            return Shown.whole(self.last)
+        if handle is not None:
+            new = handle.read_new()
+        else:
+            new = "" if self.consumed else self.last.output
+            self.consumed = True
+        echo = 0
+        if typed:
+            new, echo = elide_echo(new, typed)
+        shown = budget_text(new, head_bytes, tail_bytes)
+        return attrs.evolve(shown, echo_lines=echo)
 
     @property
     def terminal(self) -> str:
@@ -182,6 +244,35 @@ class CommandTable:
             del self._by_id[cid]
 
 
+def exec_output(result: CommandResult, command: str) -> ToolOutput:
+    """The answer of run_command with ``pty: false``: stdout, stderr, how it ended."""
+    name = display_name(result.command_id)
+    parts = [command_header(command), f"{MARK} no terminal (pty false), shown as {name!r}"]
+    parts.append(result.output.rstrip("\n") or "(no output)")
+    if result.stderr:
+        parts += [f"{MARK} stderr:", result.stderr.rstrip("\n")]
+    took = f"{result.duration_ms / 1000:.1f} s"
+    if result.status == "timed_out":
+        ending = f"TIMED OUT after {took}: its process group got SIGKILL"
+    elif result.signal is not None:
+        ending = f"KILLED by {result.signal} after {took}"
+    else:
+        ending = f"exit code {result.exit_code} · {took}"
+    remarks = [ending]
+    if result.truncated:
+        remarks.append(
+            f"stdout truncated: {result.omitted_bytes} bytes ({result.omitted_lines} lines) "
+            "left out of the middle; the start and the end are shown"
+        )
+    remarks += [
+        f"left running in the background: pid {p.pid} `{p.command_line}`" for p in result.background
+    ]
+    parts += [f"{MARK} {r}" for r in remarks]
+    data = result_data(result, name, command)
+    data.update(stderr=result.stderr, signal=result.signal)
+    return ToolOutput("\n".join(parts), data, headline=f"{command_header(command)}: {ending}")
+
+
 def _foreign_busy(backend: Backend, uri: str) -> bool:
     """The terminal's shell reports a command in progress (one not started by the tools)."""
     state = backend.state(uri)
@@ -213,6 +304,8 @@ class Toolbox:
         self._setup_lock = trio.Lock()
         #: Terminals a run_command call is typing into (not yet in ``commands``).
         self._starting: set[str] = set()
+        #: Screen models of terminals larger than read_screen renders (most recent last).
+        self._screens: OrderedDict[str, ScreenModel] = OrderedDict()
         self._handlers: dict[str, Callable[[dict[str, Any]], Awaitable[ToolOutput]]] = {
             "run_command": self.run_command,
             "read_output": self.read_output,
@@ -228,9 +321,10 @@ class Toolbox:
 
     async def call(self, name: str, arguments: Mapping[str, Any] | None) -> ToolOutput:
         """Run tool ``name``; every failure becomes an error output (never an exception)."""
+        notes: list[str] = []
         try:
-            args = check_arguments(tool(name), arguments)
-            return await self._handlers[name](args)
+            args = check_arguments(tool(name), arguments, notes)
+            output = await self._handlers[name](args)
         except (ToolError, ArgumentError) as exc:
             return ToolOutput(str(exc), is_error=True)
         except NoSuchTerminal as exc:
@@ -241,6 +335,10 @@ class Toolbox:
         except Exception as exc:
             log.exception("tool %s failed", name)
             return ToolOutput(f"{name} failed: {_describe(exc)}", is_error=True)
+        if notes and not output.is_error:
+            text = "\n".join([output.text, *(f"{MARK} note: {n}" for n in notes)])
+            output = attrs.evolve(output, text=text, notes=tuple(notes))
+        return output
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -304,11 +402,36 @@ class Toolbox:
                 return uri
         raise ToolError("every default terminal is busy; name a terminal or stop a command")
 
-    def _command_output(self, result: Result, tracked: Tracked) -> ToolOutput:
-        return ToolOutput(
-            format_result(result, tracked.terminal, tracked.command),
-            result_data(result, tracked.terminal, tracked.command),
+    def _command_output(
+        self, result: Result, tracked: Tracked, shown: Shown, *, first: bool = False
+    ) -> ToolOutput:
+        handle = tracked.handle
+        evidence = handle.input_evidence if handle is not None else None
+        remarks = status_lines(result, tracked.terminal, brief=True, evidence=evidence)
+        status = next(r for r in remarks if not r.startswith("output truncated"))
+        text = format_result(
+            result, tracked.terminal, tracked.command, shown, first=first, evidence=evidence
         )
+        return ToolOutput(
+            text,
+            result_data(result, tracked.terminal, tracked.command, shown),
+            headline=f"{tracked.command_id} in terminal {tracked.terminal!r}: {status}",
+        )
+
+    def _follow_up(
+        self,
+        result: Result,
+        tracked: Tracked,
+        *,
+        full: bool = False,
+        head_bytes: int = DEFAULT_HEAD_BYTES,
+        tail_bytes: int = DEFAULT_TAIL_BYTES,
+        typed: str = "",
+    ) -> ToolOutput:
+        """The answer about a command seen before: what is new since (or all), brief hints.
+        Synchronous, so that the cursor moves in the same step the result was taken."""
+        shown = tracked.read(full=full, head_bytes=head_bytes, tail_bytes=tail_bytes, typed=typed)
+        return self._command_output(result, tracked, shown)
 
     def _target(self, args: dict[str, Any]) -> tuple[Tracked | None, str]:
         """(tracked command or None, terminal URI) from exactly one of command_id / terminal."""
@@ -329,6 +452,8 @@ class Toolbox:
     async def run_command(self, args: dict[str, Any]) -> ToolOutput:
         command: str = args["command"]
         cwd: str | None = args["cwd"]
+        if args.get("pty") is False:
+            return await self._exec(command, args)
         async with self._setup_lock:
             if args["terminal"] is not None:
                 uri = terminal_uri(args["terminal"])
@@ -339,6 +464,7 @@ class Toolbox:
                 # Its shell is gone (``exit``, a crash): replace it by a fresh one.
                 await self.backend.close(uri)
                 self.commands.forget_terminal(uri)
+                self._screens.pop(uri, None)
             if not self.backend.exists(uri):
                 await self._create(uri, cwd=cwd, cols=DEFAULT_COLS, rows=DEFAULT_ROWS)
             else:
@@ -362,53 +488,85 @@ class Toolbox:
             )
         finally:
             self._starting.discard(uri)
+        if result.status == "refused":
+            # Typed by someone else between our look and run(): nothing was typed.
+            holder = result.holder
+            what = f"`{holder.command_line}`" if holder is not None else "another command"
+            raise ToolError(
+                f"terminal {display_name(uri)!r} is busy: {what} holds it (typed by someone "
+                "else); nothing was typed. Answer it with send_input(terminal=...), stop it "
+                "with interrupt(terminal=...), or run in another terminal (terminal='<new name>' "
+                "creates one)"
+            )
+        handle = result.handle
+        if handle is not None:
+            # The result as it is now, and the read cursor moved past it, in one step.
+            result = handle.result()
+            handle.read_new()
         tracked = Tracked(
             command_id=result.command_id,
             uri=uri,
             command=command,
-            handle=result.handle,
+            handle=handle,
             last=result,
+            consumed=True,
         )
         self.commands.add(tracked)
-        return self._command_output(result, tracked)
+        return self._command_output(result, tracked, Shown.whole(result), first=True)
+
+    async def _exec(self, command: str, args: dict[str, Any]) -> ToolOutput:
+        """run_command with ``pty: false``: ``host.exec`` here, or ``x-ahp-terminals/exec``
+        on the server of ``--connect`` (:mod:`ahp.agent.exec`); one answer, nothing tracked."""
+        from ahp.agent.exec import exec_remote
+
+        cwd: str | None = args["cwd"]
+        if cwd is not None and not os.path.isabs(cwd):
+            raise ToolError(f"cwd must be an absolute path with pty false, not {cwd!r}")
+        if cwd is not None and self.backend.local:
+            await self._check_cwd(cwd)
+        options: dict[str, Any] = {
+            "cwd": cwd,
+            "timeout": args["timeout"],
+            "head_bytes": args["head_bytes"],
+            "tail_bytes": args["tail_bytes"],
+        }
+        backend = self.backend
+        if isinstance(backend, HostBackend):
+            result = await backend.host.exec(command, **options)
+        elif isinstance(backend, ClientBackend):
+            result = await exec_remote(backend.client, command, **options)
+        else:
+            raise ToolError("pty false needs this server's own host or a --connect server")
+        return exec_output(result, command)
 
     async def read_output(self, args: dict[str, Any]) -> ToolOutput:
         tracked = self.commands.get(args["command_id"])
-        handle = tracked.handle
-        if handle is not None:
-            text = handle.output() if args["all"] else handle.read_new()
-        else:  # over before run() returned: its result holds the (budgeted) output
-            text = tracked.last.output if args["all"] or not tracked.consumed else ""
-            tracked.consumed = True
-        shown, dropped = tail_text(text, args["tail_bytes"])
+        await trio.lowlevel.checkpoint()
         result = tracked.result()
-        lines = [
-            f"$ {tracked.command}",
-            f"{MARK} terminal {tracked.terminal!r}, command_id {tracked.command_id}",
-        ]
-        shown = shown.rstrip("\n")
-        lines.append(shown if shown else ("(no output)" if args["all"] else "(no new output)"))
-        if dropped:
-            lines.append(
-                f"{MARK} showing the last {args['tail_bytes']} bytes; {dropped} earlier bytes "
-                "not shown"
+        handle = tracked.handle
+        if args["full"] and handle is not None:
+            handle.read_new()
+            text = handle.output()
+            tracked.consumed = True
+            shown = attrs.evolve(budget_text(text, 0, args["tail_bytes"]), new_only=False)
+            return self._command_output(result, tracked, shown)
+        shown = tracked.read(full=False, head_bytes=0, tail_bytes=args["tail_bytes"])
+        if args["full"]:  # no handle: the result holds the (budgeted) output
+            shown = attrs.evolve(
+                budget_text(tracked.last.output, 0, args["tail_bytes"]), new_only=False
             )
-        remarks = status_lines(result, tracked.terminal)
-        # The result's own truncation is about its budgeted output, not this read.
-        lines.extend(f"{MARK} {r}" for r in remarks if not r.startswith("output truncated"))
-        data = result_data(result, tracked.terminal, tracked.command)
-        data.update(
-            output=shown,
-            truncated=dropped > 0,
-            omitted_bytes=dropped,
-            omitted_lines=text.count("\n") - shown.count("\n") if dropped else 0,
-        )
-        return ToolOutput("\n".join(lines), data)
+        return self._command_output(result, tracked, shown)
 
     async def wait_command(self, args: dict[str, Any]) -> ToolOutput:
         tracked = self.commands.get(args["command_id"])
         result = await tracked.wait(timeout=args["timeout"])
-        return self._command_output(result, tracked)
+        return self._follow_up(
+            result,
+            tracked,
+            full=args["full"],
+            head_bytes=args["head_bytes"],
+            tail_bytes=args["tail_bytes"],
+        )
 
     async def send_input(self, args: dict[str, Any]) -> ToolOutput:
         text: str = args["text"] or ""
@@ -432,7 +590,7 @@ class Toolbox:
             await tracked.handle.send_input(data)
             if args["wait"] > 0:
                 result = await tracked.wait(timeout=args["wait"])
-                return self._command_output(result, tracked)
+                return self._follow_up(result, tracked, full=args["full"], typed=data)
         else:
             if args["wait"] > 0:
                 raise ToolError("wait needs command_id (a terminal has nothing to wait for)")
@@ -448,20 +606,20 @@ class Toolbox:
         tracked, uri = self._target(args)
         if tracked is None or tracked.handle is None or tracked.handle.done:
             if tracked is not None and args["command_id"] is not None:
-                return self._command_output(tracked.result(), tracked)
+                return self._follow_up(tracked.result(), tracked)
             terminal = await self.backend.terminal(uri)
             await terminal.interrupt()
             return ToolOutput(f"sent Ctrl-C to terminal {display_name(uri)!r}")
         await tracked.handle.interrupt()
         result = await tracked.wait(timeout=STOP_WAIT)
-        return self._command_output(result, tracked)
+        return self._follow_up(result, tracked)
 
     async def kill_command(self, args: dict[str, Any]) -> ToolOutput:
         tracked = self.commands.get(args["command_id"])
         if tracked.handle is not None and not tracked.handle.done:
             await tracked.handle.kill()
         result = await tracked.wait(timeout=STOP_WAIT)
-        return self._command_output(result, tracked)
+        return self._follow_up(result, tracked)
 
     async def list_terminals(self, args: dict[str, Any]) -> ToolOutput:
         rows: list[dict[str, Any]] = []
@@ -509,25 +667,54 @@ class Toolbox:
     async def read_screen(self, args: dict[str, Any]) -> ToolOutput:
         uri = terminal_uri(args["terminal"])
         terminal = await self.backend.terminal(uri)
-        screen = terminal.screen()
         name = display_name(uri)
+        state = self.backend.state(uri)
+        cols = (state.cols if state is not None else None) or DEFAULT_COLS
+        rows = (state.rows if state is not None else None) or DEFAULT_ROWS
+        capped = state is not None and (cols > MAX_SCREEN_COLS or rows > MAX_SCREEN_ROWS)
+        if capped:
+            assert state is not None
+            screen: ScreenView = self._capped_screen(uri, state)
+        else:
+            screen = terminal.screen()
         text = screen.text()
         mode = "full-screen (alternate) display" if screen.alternate_screen else "normal display"
-        body = "\n".join(
-            [
-                f"{MARK} screen of terminal {name!r} ({mode}); cursor at row "
-                f"{screen.cursor_row}, column {screen.cursor_col}",
-                text if text else "(blank screen)",
-            ]
-        )
-        data = {
+        lines = [
+            f"{MARK} screen of terminal {name!r} ({mode}); cursor at row "
+            f"{screen.cursor_row}, column {screen.cursor_col}",
+            text if text else "(blank screen)",
+        ]
+        data: dict[str, Any] = {
             "terminal": name,
             "text": text,
             "cursor_row": screen.cursor_row,
             "cursor_col": screen.cursor_col,
             "alternate_screen": screen.alternate_screen,
         }
-        return ToolOutput(body, data)
+        if capped:
+            note = (
+                f"the terminal is {cols}x{rows} (set by another client), more than "
+                f"read_screen renders: shown at {min(cols, MAX_SCREEN_COLS)}x"
+                f"{min(rows, MAX_SCREEN_ROWS)}, so long lines wrap earlier than on it"
+            )
+            lines.append(f"{MARK} {note}")
+            data["note"] = note
+        return ToolOutput("\n".join(lines), data)
+
+    def _capped_screen(self, uri: str, state: TerminalState) -> ScreenView:
+        """The screen rendered at most :data:`MAX_SCREEN_COLS` x :data:`MAX_SCREEN_ROWS`
+        (a model of that size per terminal, brought up to date like the terminal's own)."""
+        from ahp.agent.screen import ScreenModel
+
+        cols = min(state.cols or DEFAULT_COLS, MAX_SCREEN_COLS)
+        rows = min(state.rows or DEFAULT_ROWS, MAX_SCREEN_ROWS)
+        model = self._screens.pop(uri, None)
+        if model is None:
+            model = ScreenModel(cols, rows)
+        self._screens[uri] = model
+        while len(self._screens) > MAX_CAPPED_SCREENS:
+            self._screens.popitem(last=False)
+        return model.update(attrs.evolve(state, cols=cols, rows=rows))
 
     async def create_terminal(self, args: dict[str, Any]) -> ToolOutput:
         if args["terminal"] is not None:
@@ -554,6 +741,7 @@ class Toolbox:
         uri = terminal_uri(args["terminal"])
         await self.backend.close(uri)
         self.commands.forget_terminal(uri)
+        self._screens.pop(uri, None)
         return ToolOutput(f"closed terminal {display_name(uri)!r}")
 
 

@@ -13,6 +13,11 @@ Argument checking implements the small JSON Schema subset these schemas use
 ``string`` with length bounds; ``integer``/``number`` with bounds; ``boolean``;
 ``array`` of strings with ``maxItems``) and fills in ``default``. Its messages
 name the parameter and say what was expected, for a model to correct itself.
+A number outside its ``minimum``/``maximum`` is not refused but *clamped* to the
+bound (every number here is a time or a size, whose bounds are named constants),
+and the clamp is reported in the answer: a ``timeout`` of ``1e-300`` becomes
+:data:`MIN_TIMEOUT`, one of ``1e300`` becomes :data:`MAX_SECONDS`. Only what has
+no nearest bound is refused: NaN, a string, a fraction where a count is meant.
 
 Pure: no I/O, no Trio, no MCP SDK.
 """
@@ -25,6 +30,7 @@ from typing import Any, Final
 
 import attrs
 
+from ahp.agent.status import STATUSES
 from ahp.mcp.keys import KEY_SUMMARY, MAX_KEYS
 
 __all__ = [
@@ -36,6 +42,7 @@ __all__ = [
     "MAX_COMMAND_CHARS",
     "MAX_INPUT_CHARS",
     "MAX_SECONDS",
+    "MIN_TIMEOUT",
     "TOOLS",
     "ArgumentError",
     "ToolSpec",
@@ -49,6 +56,9 @@ DEFAULT_YIELD_AFTER: Final = 30.0
 DEFAULT_WAIT: Final = 30.0
 #: The longest any wait or timeout parameter may be (one day).
 MAX_SECONDS: Final = 86_400.0
+#: The shortest hard ``timeout``: the Ctrl-C it sends must not arrive before the shell
+#: has even started the command (a ``timeout`` of 1e-300 left the terminal busy).
+MIN_TIMEOUT: Final = 1.0
 #: Rendered output kept from the start / the end of a command by default.
 DEFAULT_HEAD_BYTES: Final = 4_000
 DEFAULT_TAIL_BYTES: Final = 12_000
@@ -90,10 +100,12 @@ def _obj(properties: dict[str, Any], required: tuple[str, ...] = ()) -> dict[str
     return schema
 
 
-def _seconds(description: str, default: float | None = None) -> dict[str, Any]:
+def _seconds(
+    description: str, default: float | None = None, minimum: float = 0.0
+) -> dict[str, Any]:
     schema: dict[str, Any] = {
         "type": "number",
-        "exclusiveMinimum": 0,
+        "minimum": minimum,
         "maximum": MAX_SECONDS,
         "description": description,
     }
@@ -145,19 +157,27 @@ COMMAND_RESULT_SCHEMA: Final = {
         "command": {"type": "string"},
         "status": {
             "type": "string",
-            "enum": [
-                "finished",
-                "running",
-                "waiting_for_input",
-                "timed_out",
-                "interrupted",
-                "killed",
-                "shell_exited",
-            ],
+            "enum": list(STATUSES),
         },
         "exit_code": {"type": ["integer", "null"]},
         "duration_ms": {"type": "integer"},
-        "output": {"type": "string", "description": "rendered output within the budget"},
+        "output": {
+            "type": "string",
+            "description": "rendered output shown by this answer, within the budget",
+        },
+        "new_only": {
+            "type": "boolean",
+            "description": "output is only what is new since the last answer about the command",
+        },
+        "echo_lines": {
+            "type": "integer",
+            "description": "lines of typed text, echoed by the terminal, left out of output",
+        },
+        "notes": {
+            "type": "array",
+            "items": {"type": "string"},
+            "description": "arguments clamped to their bounds, one sentence each",
+        },
         "truncated": {"type": "boolean"},
         "omitted_bytes": {"type": "integer"},
         "omitted_lines": {"type": "integer"},
@@ -173,8 +193,25 @@ COMMAND_RESULT_SCHEMA: Final = {
                 "required": ["pid", "command_line"],
             },
         },
+        "stderr": {
+            "type": "string",
+            "description": "run_command with pty false: stderr, within the same budget",
+        },
+        "signal": {
+            "type": ["string", "null"],
+            "description": "run_command with pty false: the signal that ended it",
+        },
     },
     "required": ["terminal", "command_id", "command", "status", "exit_code", "output"],
+}
+
+_FULL: Final = {
+    "type": "boolean",
+    "default": False,
+    "description": (
+        "Return the command's whole output (within the head_bytes/tail_bytes budget) "
+        "instead of only what is new since the last answer about it."
+    ),
 }
 
 _AFTER_RUNNING: Final = (
@@ -227,7 +264,8 @@ TOOLS: Final[tuple[ToolSpec, ...]] = (
                 },
                 "timeout": _seconds(
                     "Hard limit in seconds: when it passes the command is interrupted "
-                    "(Ctrl-C) and the status is 'timed_out'. Default: no hard limit."
+                    "(Ctrl-C) and the status is 'timed_out'. Default: no hard limit.",
+                    minimum=MIN_TIMEOUT,
                 ),
                 "yield_after": _seconds(
                     "Soft limit in seconds: if the command is still running then, return "
@@ -236,6 +274,17 @@ TOOLS: Final[tuple[ToolSpec, ...]] = (
                 ),
                 "head_bytes": _HEAD,
                 "tail_bytes": _TAIL,
+                "pty": {
+                    "type": "boolean",
+                    "default": True,
+                    "description": (
+                        "false: run the command line without a terminal, as a child process "
+                        "(/bin/sh -c in cwd): stdin is closed, so it cannot wait on a prompt; "
+                        "stdout and stderr come back apart (output, stderr) with the exact exit "
+                        "code or signal; timeout kills it. Nothing persists between such calls "
+                        "and terminal/yield_after do not apply. Use it for builds, tests, git."
+                    ),
+                },
             },
             ("command",),
         ),
@@ -246,14 +295,14 @@ TOOLS: Final[tuple[ToolSpec, ...]] = (
         name="read_output",
         title="Read new output of a command",
         description=(
-            "Return the output a command printed since the last read_output of the same "
-            "command (or since it started), and its current status, without waiting. Use it "
-            "to check on a background command such as a server or a long build."
+            "Return the output a command printed since the last answer about it (run_command, "
+            "read_output, wait_command, send_input), and its current status, without waiting. "
+            "Use it to check on a background command such as a server or a long build."
         ),
         input_schema=_obj(
             {
                 "command_id": _COMMAND_ID,
-                "all": {
+                "full": {
                     "type": "boolean",
                     "default": False,
                     "description": (
@@ -277,12 +326,14 @@ TOOLS: Final[tuple[ToolSpec, ...]] = (
         description=(
             "Wait until a command finishes, starts waiting for input, or `timeout` seconds "
             "pass (then status stays 'running'; waiting never stops the command). Returns the "
-            "result with its output."
+            "status and the output printed since the last answer about this command "
+            "(full=true: all of it)."
         ),
         input_schema=_obj(
             {
                 "command_id": _COMMAND_ID,
                 "timeout": _seconds("Seconds to wait at most.", DEFAULT_WAIT),
+                "full": _FULL,
                 "head_bytes": _HEAD,
                 "tail_bytes": _TAIL,
             },
@@ -300,7 +351,8 @@ TOOLS: Final[tuple[ToolSpec, ...]] = (
             "e.g. text='yes', keys=['enter'] answers a prompt; keys=['ctrl-c'] interrupts; "
             "keys=['q'] is not a key name, use text='q'. Known keys: " + KEY_SUMMARY + ". "
             "With `wait` > 0 and a command_id, then waits like wait_command and returns the "
-            "command's result."
+            "command's status and the output since the last answer (the terminal's echo of "
+            "multi-line text is not repeated)."
         ),
         input_schema=_obj(
             {
@@ -327,6 +379,7 @@ TOOLS: Final[tuple[ToolSpec, ...]] = (
                         "returns at once."
                     ),
                 },
+                "full": _FULL,
             }
         ),
         destructive=True,
@@ -404,6 +457,10 @@ TOOLS: Final[tuple[ToolSpec, ...]] = (
                 "cursor_row": {"type": "integer"},
                 "cursor_col": {"type": "integer"},
                 "alternate_screen": {"type": "boolean"},
+                "note": {
+                    "type": "string",
+                    "description": "present when the screen was rendered smaller than it is",
+                },
             },
             "required": ["terminal", "text", "cursor_row", "cursor_col", "alternate_screen"],
         },
@@ -472,7 +529,7 @@ def _type_name(value: object) -> str:
     return type(value).__name__
 
 
-def _check(where: str, schema: Mapping[str, Any], value: Any) -> Any:
+def _check(where: str, schema: Mapping[str, Any], value: Any, notes: list[str]) -> Any:
     kind = schema.get("type")
     if kind == "string":
         if not isinstance(value, str):
@@ -491,37 +548,46 @@ def _check(where: str, schema: Mapping[str, Any], value: Any) -> Any:
     if kind in ("integer", "number"):
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ArgumentError(f"{where} must be a number, got {_type_name(value)}")
-        if not math.isfinite(value):
-            raise ArgumentError(f"{where} must be a finite number")
+        if math.isnan(value):
+            raise ArgumentError(f"{where} must be a number, got NaN")
+        low = schema.get("minimum", -math.inf)
+        high = schema.get("maximum", math.inf)
+        if value < low or value > high:
+            bound = low if value < low else high
+            side = "below the least" if value < low else "above the most"
+            name = where.partition(": ")[2] or where
+            notes.append(f"{name} {value!r} is {side} allowed: {bound!r} was used")
+            value = bound
         if kind == "integer":
             if isinstance(value, float) and not value.is_integer():
                 raise ArgumentError(f"{where} must be a whole number, got {value}")
             value = int(value)
-        if "minimum" in schema and value < schema["minimum"]:
-            raise ArgumentError(f"{where} must be at least {schema['minimum']}, got {value}")
-        if "exclusiveMinimum" in schema and value <= schema["exclusiveMinimum"]:
-            raise ArgumentError(
-                f"{where} must be greater than {schema['exclusiveMinimum']}, got {value}"
-            )
-        if "maximum" in schema and value > schema["maximum"]:
-            raise ArgumentError(f"{where} must be at most {schema['maximum']}, got {value}")
         return value
     if kind == "array":
         if not isinstance(value, list):
             raise ArgumentError(f"{where} must be an array, got {_type_name(value)}")
         if len(value) > schema.get("maxItems", math.inf):
             raise ArgumentError(f"{where} has too many items (at most {schema['maxItems']})")
-        return [_check(f"{where}[{i}]", schema["items"], item) for i, item in enumerate(value)]
+        return [
+            _check(f"{where}[{i}]", schema["items"], item, notes) for i, item in enumerate(value)
+        ]
     raise AssertionError(f"unsupported schema type {kind!r}")  # a bug in TOOLS, not input
 
 
-def check_arguments(spec: ToolSpec, arguments: Mapping[str, Any] | None) -> dict[str, Any]:
+def check_arguments(
+    spec: ToolSpec, arguments: Mapping[str, Any] | None, notes: list[str] | None = None
+) -> dict[str, Any]:
     """``arguments`` checked against ``spec.input_schema``, with defaults filled in.
+
+    A number beyond its bounds is clamped to the bound; each clamp appends one
+    sentence to ``notes`` (for the answer to say so).
 
     Raises:
         ArgumentError: a missing required or unknown parameter, or a value of the
             wrong type or out of its bounds; the message names the parameter.
     """
+    if notes is None:
+        notes = []
     schema = spec.input_schema
     properties: Mapping[str, Any] = schema["properties"]
     given = dict(arguments or {})
@@ -538,5 +604,5 @@ def check_arguments(spec: ToolSpec, arguments: Mapping[str, Any] | None) -> dict
         if value is None:  # JSON null means "not given", as models often send it
             checked[name] = prop.get("default")
         else:
-            checked[name] = _check(f"{spec.name}: {name!r}", prop, value)
+            checked[name] = _check(f"{spec.name}: {name!r}", prop, value, notes)
     return checked

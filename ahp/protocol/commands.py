@@ -11,10 +11,11 @@ delivery offer ``flowControl``, which this host declines by leaving it out of
 its answer), ``listSessions`` paging, and two ``reconnect`` forms — the 0.5
 shape with an optional ``windows`` (:class:`ReconnectParams`) and per-channel
 cursors (:class:`ReconnectCursorParams`, answered by
-:class:`ReconnectChannels`); :func:`structure_reconnect_params` tells them
-apart by the element type of ``subscriptions``. Results are written by the
-server through :mod:`ahp.protocol.dialect` (the states inside them differ per
-version); these classes read them back (the client, the tests).
+:class:`ReconnectChannels`); :func:`reconnect_form` tells them
+apart by the element type of ``subscriptions``. Results are typed both ways:
+the server builds them as these classes and encodes them with
+:func:`ahp.protocol.dialect.result_json` (the converter; the snapshots inside
+are projected per dialect), the client reads them back with the converter.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ __all__ = [
     "InitializeParams",
     "InitializeResult",
     "ListSessionsParams",
+    "ListSessionsResult",
     "ReconnectChannels",
     "ReconnectCursorParams",
     "ReconnectParams",
@@ -288,6 +290,13 @@ class ListSessionsParams:
     channel: str
     limit: int | None = None
     cursor: str | None = None
+
+
+@frozen
+class ListSessionsResult:
+    #: Sessions (a terminal host has none: always empty here).
+    items: tuple[Any, ...]
+    nextCursor: str | None = None
 
 
 @frozen

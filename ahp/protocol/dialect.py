@@ -45,6 +45,8 @@ from __future__ import annotations
 import enum
 from typing import Any, Final
 
+import attrs
+
 from ahp.protocol.actions import (
     ActionEnvelope,
     RootTerminalsChanged,
@@ -76,6 +78,7 @@ __all__ = [
     "negotiate",
     "parse_version",
     "projects",
+    "result_json",
     "snapshot_json",
     "state_json",
     "terminal_info_json",
@@ -228,3 +231,30 @@ def envelope_json(envelope: ActionEnvelope, dialect: Dialect) -> dict[str, Any]:
     if dialect is Dialect.V1 and projects(envelope.action):
         out["action"] = action_json(envelope.action, dialect)
     return out
+
+
+def result_json(result: Any, dialect: Dialect) -> Any:
+    """A typed command result (a class of :mod:`ahp.protocol.commands`), encoded by the
+    one converter; in 1.x every :class:`Snapshot` inside it is projected
+    (:func:`snapshot_json`). The result's own fields are the same in both dialects."""
+    encoded = unstructure(result)
+    if dialect is Dialect.V1:
+        encoded = _project_snapshots(result, encoded)
+    return encoded
+
+
+def _project_snapshots(value: Any, encoded: Any) -> Any:
+    """``encoded`` (the converter's output for ``value``) with the snapshots inside it
+    written in 1.x, walking ``value``'s attrs fields and tuples beside their encoding."""
+    if isinstance(value, Snapshot):
+        return snapshot_json(value, Dialect.V1)
+    if attrs.has(type(value)) and isinstance(encoded, dict):
+        for field in attrs.fields(type(value)):
+            if field.name in encoded:
+                encoded[field.name] = _project_snapshots(
+                    getattr(value, field.name), encoded[field.name]
+                )
+        return encoded
+    if isinstance(value, tuple) and isinstance(encoded, list):
+        return [_project_snapshots(v, e) for v, e in zip(value, encoded, strict=True)]
+    return encoded

@@ -118,6 +118,22 @@ class Rope:
             index -= 1
         return "".join(reversed(parts))[-count:]
 
+    def head(self, count: int) -> str:
+        """The first ``count`` characters, without joining the whole rope."""
+        if count <= 0:
+            return ""
+        if self._joined is not None or count >= self._length:
+            return str(self)[:count]
+        parts: list[str] = []
+        have = 0
+        index = self._start
+        while have < count and index < self._end:
+            chunk = self._chunks[index]
+            parts.append(chunk)
+            have += len(chunk)
+            index += 1
+        return "".join(parts)[:count]
+
     def drop_prefix(self, count: int) -> Rope:
         """Return the rope without its first ``count`` characters (a new view)."""
         if count <= 0:

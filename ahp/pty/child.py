@@ -91,7 +91,8 @@ class Child:
     """Owns one child process and its fds. Created by ``await spawn(spec)``.
 
     Ownership: the ``Child`` owns the pty master (pty mode) or the parent ends of the
-    stdin and output pipes (pipe mode), plus the ``trio.Process`` and its pidfd. Each
+    stdin and output pipes (pipe mode; and of the stderr pipe when it has its own),
+    plus the ``trio.Process`` and its pidfd. Each
     fd is closed exactly once, by :meth:`close_fds` (called by :meth:`terminate`),
     and the attribute is set to ``-1`` first. Never key anything by fd number.
 
@@ -107,7 +108,13 @@ class Child:
     """
 
     def __init__(
-        self, process: trio.Process, *, is_pty: bool, input_fd: int, output_fd: int
+        self,
+        process: trio.Process,
+        *,
+        is_pty: bool,
+        input_fd: int,
+        output_fd: int,
+        error_fd: int = -1,
     ) -> None:
         """Take ownership of ``process`` and the fds; use :func:`spawn` instead."""
         self._process: Final = process
@@ -115,6 +122,7 @@ class Child:
         self.is_pty: Final = is_pty
         self._input_fd = input_fd  # pty mode: the same number as _output_fd (one master)
         self._output_fd = output_fd
+        self._error_fd = error_fd  # -1: stderr shares the output fd (or the pty)
         self._writing = False
         self._terminated = False
         self._session = not is_pty  # whether the pty has a foreground process group yet
@@ -127,6 +135,12 @@ class Child:
     def output_fd(self) -> int:
         """Non-blocking fd output is read from (pty master or pipe read end); -1 once closed."""
         return self._output_fd
+
+    @property
+    def error_fd(self) -> int:
+        """Non-blocking read end of the child's own stderr pipe (``SpawnSpec.stderr_apart``);
+        -1 when stderr shares the output fd, and once closed."""
+        return self._error_fd
 
     @property
     def input_fd(self) -> int:
@@ -143,8 +157,9 @@ class Child:
 
     # -- output ---------------------------------------------------------------------
 
-    def read_nowait(self, max_bytes: int) -> bytes | None:
-        """One ``read(2)`` of at most ``max_bytes`` from the output fd.
+    def read_nowait(self, max_bytes: int, *, error: bool = False) -> bytes | None:
+        """One ``read(2)`` of at most ``max_bytes`` from the output fd (``error``: from
+        :attr:`error_fd`, the same way).
 
         Returns:
             The bytes read; ``b""`` at EOF (pipe EOF, or ``EIO`` on a pty master once
@@ -160,7 +175,7 @@ class Child:
         """
         if max_bytes < 1:
             raise ValueError("max_bytes must be at least 1")
-        fd = self._output_fd
+        fd = self._error_fd if error else self._output_fd
         if fd < 0:
             raise trio.ClosedResourceError("the child's output fd is closed")
         try:
@@ -172,8 +187,9 @@ class Child:
                 return b""  # Linux reports pty EOF as EIO
             raise
 
-    async def wait_readable(self) -> None:
-        """Block until the output fd is readable (data, EOF or hang-up).
+    async def wait_readable(self, *, error: bool = False) -> None:
+        """Block until the output fd (``error``: :attr:`error_fd`) is readable (data, EOF
+        or hang-up).
 
         Cancellation: safe; nothing is consumed.
 
@@ -181,7 +197,7 @@ class Child:
             trio.ClosedResourceError: If the fds are closed before or while waiting.
             trio.BusyResourceError: If another task is already waiting.
         """
-        fd = self._output_fd
+        fd = self._error_fd if error else self._output_fd
         if fd < 0:
             raise trio.ClosedResourceError("the child's output fd is closed")
         await trio.lowlevel.wait_readable(fd)
@@ -378,8 +394,9 @@ class Child:
         with ``trio.ClosedResourceError``. Closing the pty master hangs up the
         terminal (the kernel sends ``SIGHUP`` to the foreground job).
         """
-        fds = {self._input_fd, self._output_fd} - {-1}  # pty mode: one master, closed once
-        self._input_fd = self._output_fd = -1  # invariant: -1 *before* close, never twice
+        # pty mode: one master, closed once
+        fds = {self._input_fd, self._output_fd, self._error_fd} - {-1}
+        self._input_fd = self._output_fd = self._error_fd = -1  # -1 *before* close, never twice
         for fd in fds:
             with contextlib.suppress(RuntimeError):  # not inside trio.run: nobody waits
                 trio.lowlevel.notify_closing(fd)

@@ -6,7 +6,7 @@ installer's dialog waits for keystrokes nobody will type, and the agent sees
 only a command that never ends. Terminals created by :mod:`ahp.engine` get
 :data:`NONINTERACTIVE_ENV` unless created with ``interactive=True``; a
 caller's own ``env`` wins over each of them. The command's own prompts are still
-caught by waiting-for-input detection (:mod:`ahp.run`).
+caught by waiting-for-input detection (:mod:`ahp.agent`).
 
 Pure data.
 """

@@ -15,7 +15,9 @@ Python, ``pty.fork`` or ``preexec_fn`` is unsafe in a threaded Trio process (tri
   ``SIGPIPE``/``SIGXFSZ`` dispositions that the interpreter changed).
 
 Pipe mode needs no terminal: ``start_new_session=True`` gives the child its own
-process group so that :meth:`Child.signal_group` works the same way.
+process group so that :meth:`Child.signal_group` works the same way. Its stdin can be
+``/dev/null`` instead of a pipe, and its stderr a pipe of its own
+(``SpawnSpec.stdin_closed`` / ``stderr_apart``: what :mod:`ahp.agent.exec` runs with).
 
 Ownership and failure: every fd opened here is close-on-exec from creation (``openpty``
 and ``pipe2(O_CLOEXEC)``, so a concurrent spawn in another thread cannot inherit a
@@ -95,7 +97,8 @@ async def spawn(spec: SpawnSpec) -> Child:
     Pty mode: a fresh pty with the spec's window size (and ``IUTF8`` set, so that
     line editing erases whole UTF-8 characters); the slave is the child's stdin,
     stdout, stderr and controlling terminal, in a new session. Pipe mode: a stdin
-    pipe and one pipe shared by stdout and stderr, in a new session.
+    pipe (or ``/dev/null``) and one pipe shared by stdout and stderr (or one each), in a
+    new session.
 
     Raises:
         SpawnError: If the spec is invalid or the process could not be started; no fd
@@ -142,25 +145,37 @@ async def _spawn_pty(spec: SpawnSpec, launcher: tuple[str, ...]) -> Child:
 
 async def _spawn_pipes(spec: SpawnSpec) -> Child:
     with ExitStack() as on_error, ExitStack() as always:
-        stdin_read, stdin_write = os.pipe2(os.O_CLOEXEC)
-        always.callback(os.close, stdin_read)
-        on_error.callback(os.close, stdin_write)
+        if spec.stdin_closed:
+            stdin_read, stdin_write = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC), -1
+            always.callback(os.close, stdin_read)
+        else:
+            stdin_read, stdin_write = os.pipe2(os.O_CLOEXEC)
+            always.callback(os.close, stdin_read)
+            on_error.callback(os.close, stdin_write)
+            os.set_blocking(stdin_write, False)
         output_read, output_write = os.pipe2(os.O_CLOEXEC)
         always.callback(os.close, output_write)  # else EOF never arrives
         on_error.callback(os.close, output_read)
-        os.set_blocking(stdin_write, False)
         os.set_blocking(output_read, False)
+        error_read, error_write = -1, output_write
+        if spec.stderr_apart:
+            error_read, error_write = os.pipe2(os.O_CLOEXEC)
+            always.callback(os.close, error_write)
+            on_error.callback(os.close, error_read)
+            os.set_blocking(error_read, False)
         process = await _open_process(
             spec,
             list(spec.argv),
             stdin=stdin_read,
             stdout=output_write,
-            stderr=output_write,
+            stderr=error_write,
             start_new_session=True,
         )
         # From here on: no checkpoint until the Child owns everything.
         on_error.pop_all()
-    return Child(process, is_pty=False, input_fd=stdin_write, output_fd=output_read)
+    return Child(
+        process, is_pty=False, input_fd=stdin_write, output_fd=output_read, error_fd=error_read
+    )
 
 
 async def _open_process(

@@ -55,7 +55,30 @@ _POLL_SYSCALLS: Final = {
     "x86_64": frozenset({7, 23, 232, 270, 271, 281, 441}),
     "aarch64": frozenset({22, 72, 73, 441}),
 }.get(platform.machine(), frozenset())
-_POLL_WCHANS: Final = frozenset({"do_select", "do_sys_poll", "poll_schedule_timeout", "ep_poll"})
+_POLL_WCHANS: Final = frozenset(
+    {"do_select", "do_sys_poll", "poll_schedule_timeout", "ep_poll", "do_epoll_wait"}
+)
+#: Which multiplexing call each number is (its arguments differ), per machine.
+_POLL_KINDS: Final = {
+    "x86_64": {
+        7: "poll",
+        271: "poll",
+        23: "select",
+        270: "select",
+        232: "epoll",
+        281: "epoll",
+        441: "epoll",
+    },
+    "aarch64": {73: "poll", 72: "select", 22: "epoll", 441: "epoll"},
+}.get(platform.machine(), {})
+#: ``/dev/tty``'s device number: a process reading it reads its controlling terminal.
+DEV_TTY: Final = os.makedev(5, 0)
+#: Threads of one process looked at for a poll of the terminal (Node has a handful).
+MAX_THREADS: Final = 64
+#: Most bytes read from a process's memory for one poll set (4096 pollfds).
+MAX_POLL_READ: Final = 32 * 1024
+#: Most bytes read of one epoll instance's fdinfo (a line per watched fd).
+MAX_FDINFO: Final = 256 * 1024
 #: Clock ticks per second (``/proc/PID/stat``'s times are in ticks).
 _CLK_TCK: Final = os.sysconf("SC_CLK_TCK")
 #: Bound on the command line reported for one process.
@@ -184,42 +207,148 @@ def jobs_since(session: int, mark: JobMark | None = None) -> dict[int, tuple[int
     }
 
 
+def _syscall(pid: int, tid: int | None = None) -> list[int] | None:
+    """``/proc/PID/syscall`` (or a thread's) as numbers: the call, then its arguments;
+    ``None`` when not in a system call or unreadable."""
+    path = f"/proc/{pid}/syscall" if tid is None else f"/proc/{pid}/task/{tid}/syscall"
+    data = _read(path)
+    if not data:
+        return None
+    fields = data.split()
+    try:
+        return [int(fields[0])] + [int(f, 16) for f in fields[1:7]]
+    except (ValueError, IndexError):
+        return None
+
+
+def _on_tty(pid: int, fd: int, tty_nr: int) -> bool:
+    """Whether ``pid``'s ``fd`` is its terminal: the tty itself or ``/dev/tty``."""
+    try:
+        rdev = os.stat(f"/proc/{pid}/fd/{fd}").st_rdev
+    except OSError:
+        return False
+    return rdev in (tty_nr, DEV_TTY)
+
+
+def _wchan(pid: int, tid: int | None = None) -> str:
+    path = f"/proc/{pid}/wchan" if tid is None else f"/proc/{pid}/task/{tid}/wchan"
+    data = _read(path)
+    return data.decode(errors="replace").strip() if data else ""
+
+
+def _threads(pid: int) -> list[int]:
+    """The process's threads, the main one first, at most :data:`MAX_THREADS` of them."""
+    try:
+        tids = sorted(int(t) for t in os.listdir(f"/proc/{pid}/task") if t.isdigit())
+    except OSError:
+        return [pid]
+    tids.sort(key=lambda t: t != pid)
+    return tids[:MAX_THREADS]
+
+
 def reads_tty(info: ProcessInfo) -> bool:
-    """Whether the process sleeps in a read of its controlling terminal."""
+    """Whether the process sleeps in a read of its controlling terminal (its standard
+    input or ``/dev/tty``, as ``getpass``, ``sudo`` and ``ssh`` read passwords)."""
     if info.state != "S" or info.tty_nr == 0:
         return False
-    wchan = _read(f"/proc/{info.pid}/wchan")
-    if wchan is not None and wchan.decode(errors="replace").strip() in TTY_READ_WCHANS:
+    if _wchan(info.pid) in TTY_READ_WCHANS:
         return True
     if _READ_SYSCALL is None:
         return False
-    syscall = _read(f"/proc/{info.pid}/syscall")
-    if not syscall:
-        return False
-    fields = syscall.split()
-    try:
-        if int(fields[0]) != _READ_SYSCALL:
-            return False
-        fd = int(fields[1], 16)
-        return os.stat(f"/proc/{info.pid}/fd/{fd}").st_rdev == info.tty_nr
-    except (ValueError, IndexError, OSError):
-        return False
+    call = _syscall(info.pid)
+    return call is not None and call[0] == _READ_SYSCALL and _on_tty(info.pid, call[1], info.tty_nr)
 
 
 def polls(info: ProcessInfo) -> bool:
-    """Whether the process sleeps in poll, select or epoll (on what, cannot be seen)."""
+    """Whether the process sleeps in poll, select or epoll (on what: :func:`polled_fds`)."""
     if info.state != "S":
         return False
-    wchan = _read(f"/proc/{info.pid}/wchan")
-    if wchan is not None and wchan.decode(errors="replace").strip() in _POLL_WCHANS:
+    if _wchan(info.pid) in _POLL_WCHANS:
         return True
-    syscall = _read(f"/proc/{info.pid}/syscall")
-    if not syscall:
-        return False
+    call = _syscall(info.pid)
+    return call is not None and call[0] in _POLL_SYSCALLS
+
+
+def _read_memory(pid: int, address: int, size: int) -> bytes | None:
+    """``size`` bytes of ``pid``'s memory (``/proc/PID/mem``: a child of ours, or root)."""
+    if size <= 0 or size > MAX_POLL_READ:
+        return None
     try:
-        return int(syscall.split()[0]) in _POLL_SYSCALLS
-    except ValueError:
+        fd = os.open(f"/proc/{pid}/mem", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        return os.pread(fd, size, address)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _epoll_targets(pid: int, epfd: int) -> set[int] | None:
+    """The fds an epoll instance watches (``/proc/PID/fdinfo/EPFD``'s ``tfd:`` lines)."""
+    data = _read(f"/proc/{pid}/fdinfo/{epfd}", MAX_FDINFO)
+    if data is None:
+        return None
+    targets = set()
+    for line in data.splitlines():
+        if line.startswith(b"tfd:"):
+            try:
+                targets.add(int(line.split()[1]))
+            except (ValueError, IndexError):
+                continue
+    return targets
+
+
+def polled_fds(pid: int, tid: int | None = None) -> set[int] | None:
+    """The fds a thread sleeping in poll/select/epoll waits on; ``None`` when it is
+    not in one of them or the set cannot be read."""
+    call = _syscall(pid, tid)
+    if call is None or len(call) < 4:
+        return None
+    number = call[0]
+    kind = _POLL_KINDS.get(number)
+    if kind == "epoll":
+        return _epoll_targets(pid, call[1])
+    if kind == "poll":
+        nfds = call[2]
+        raw = _read_memory(pid, call[1], nfds * 8)
+        if raw is None or len(raw) < nfds * 8:
+            return None
+        return {
+            int.from_bytes(raw[i : i + 4], sys.byteorder, signed=True)
+            for i in range(0, nfds * 8, 8)
+        } - {-1}
+    if kind == "select":
+        nfds, readfds = call[1], call[2]
+        if readfds == 0:
+            return set()
+        size = (nfds + 63) // 64 * 8
+        raw = _read_memory(pid, readfds, size)
+        if raw is None:
+            return None
+        bits = int.from_bytes(raw, "little")
+        return {fd for fd in range(nfds) if bits >> fd & 1}
+    return None
+
+
+def polls_tty(info: ProcessInfo) -> bool | None:
+    """Whether one of the process's threads sleeps in poll/select/epoll on a set that
+    includes its terminal: ``True``/``False`` when the set was seen, ``None`` when a
+    thread polls on a set that cannot be seen."""
+    if info.state != "S" or info.tty_nr == 0:
         return False
+    unseen = False
+    for tid in _threads(info.pid):
+        fds = polled_fds(info.pid, tid)
+        if fds is None:
+            call = _syscall(info.pid, tid)
+            if call is not None and call[0] in _POLL_SYSCALLS:
+                unseen = True
+            continue
+        if any(_on_tty(info.pid, fd, info.tty_nr) for fd in fds):
+            return True
+    return None if unseen else False
 
 
 @attrs.frozen
@@ -229,11 +358,18 @@ class TtyStatus:
     Attributes:
         foreground_pgrp: the foreground process group (0: none).
         echo: the tty echoes input (``False`` while a password is read).
-        readers: pids of the foreground group that sleep in a read of the tty.
+        readers: pids of the foreground group that sleep in a read of the tty
+            (standard input or ``/dev/tty``).
         unread: bytes the processes wrote that the master has not read yet
             (``FIONREAD``): while there are some, nobody can conclude "quiet".
-        pollers: pids of the foreground group that sleep in poll/select/epoll
-            (maybe on the terminal, maybe on anything else).
+        pollers: pids of the foreground group that sleep in poll/select/epoll on a
+            set that could not be seen (maybe the terminal, maybe anything else).
+        tty_pollers: pids that sleep in poll/select/epoll on a set that includes the
+            terminal.
+        programs: the command lines of ``readers``, else ``tty_pollers``, else
+            ``pollers`` (at most :data:`MAX_PROGRAMS`).
+        shell_foreground: the terminal's shell itself is the foreground job (no
+            command runs); ``None`` when the shell is not known here.
     """
 
     foreground_pgrp: int
@@ -241,6 +377,13 @@ class TtyStatus:
     readers: tuple[int, ...]
     unread: int = 0
     pollers: tuple[int, ...] = ()
+    tty_pollers: tuple[int, ...] = ()
+    programs: tuple[str, ...] = ()
+    shell_foreground: bool | None = None
+
+
+#: Command lines reported in :attr:`TtyStatus.programs`.
+MAX_PROGRAMS: Final = 8
 
 
 def _unread(master_fd: int) -> int:
@@ -251,8 +394,9 @@ def _unread(master_fd: int) -> int:
     return int.from_bytes(buf, sys.byteorder)
 
 
-def tty_status(master_fd: int) -> TtyStatus | None:
-    """What the pty behind ``master_fd`` is doing; ``None`` when it cannot be read."""
+def tty_status(master_fd: int, shell_pid: int | None = None) -> TtyStatus | None:
+    """What the pty behind ``master_fd`` is doing; ``None`` when it cannot be read.
+    ``shell_pid``: the terminal's shell (its process group leader), if known."""
     try:
         pgrp = os.tcgetpgrp(master_fd)
         lflag = termios.tcgetattr(master_fd)[3]
@@ -260,11 +404,32 @@ def tty_status(master_fd: int) -> TtyStatus | None:
         return None
     echo = bool(lflag & termios.ECHO)
     unread = _unread(master_fd)
+    shell_foreground = None if shell_pid is None or pgrp <= 0 else pgrp == shell_pid
     if pgrp <= 0:
-        return TtyStatus(foreground_pgrp=0, echo=echo, readers=(), unread=unread)
+        return TtyStatus(
+            foreground_pgrp=0,
+            echo=echo,
+            readers=(),
+            unread=unread,
+            shell_foreground=shell_foreground,
+        )
     group = [info for info in _all_processes() if info.pgrp == pgrp]
     readers = tuple(sorted(info.pid for info in group if reads_tty(info)))
-    pollers = () if readers else tuple(sorted(info.pid for info in group if polls(info)))
+    tty_pollers: tuple[int, ...] = ()
+    pollers: tuple[int, ...] = ()
+    if not readers:
+        seen = {info.pid: polls_tty(info) for info in group if polls(info)}
+        tty_pollers = tuple(sorted(pid for pid, on in seen.items() if on))
+        if not tty_pollers:
+            pollers = tuple(sorted(pid for pid, on in seen.items() if on is None))
+    shown = readers or tty_pollers or pollers
     return TtyStatus(
-        foreground_pgrp=pgrp, echo=echo, readers=readers, unread=unread, pollers=pollers
+        foreground_pgrp=pgrp,
+        echo=echo,
+        readers=readers,
+        unread=unread,
+        pollers=pollers,
+        tty_pollers=tty_pollers,
+        programs=tuple(command_line(pid) for pid in shown[:MAX_PROGRAMS]),
+        shell_foreground=shell_foreground,
     )

@@ -58,6 +58,10 @@ class SpawnSpec:
         rows: Initial window height in character cells (pty mode only).
         use_pty: ``True`` runs the child on a fresh pty as its controlling terminal;
             ``False`` uses plain pipes: one for stdin and one shared by stdout and stderr.
+        stdin_closed: pipe mode only: stdin is ``/dev/null`` (a read ends at once), and
+            the :class:`~ahp.pty.Child` has no input fd.
+        stderr_apart: pipe mode only: stderr gets a pipe of its own
+            (:attr:`Child.error_fd <ahp.pty.Child.error_fd>`) instead of sharing stdout's.
     """
 
     argv: tuple[str, ...]
@@ -66,6 +70,8 @@ class SpawnSpec:
     cols: int = 80
     rows: int = 24
     use_pty: bool = True
+    stdin_closed: bool = False
+    stderr_apart: bool = False
 
 
 def check_window_size(cols: int, rows: int) -> None:
@@ -97,6 +103,8 @@ def validate(spec: SpawnSpec) -> str:
         check_window_size(spec.cols, spec.rows)
     except ValueError as exc:
         raise SpawnError(str(exc)) from None
+    if spec.use_pty and (spec.stdin_closed or spec.stderr_apart):
+        raise SpawnError("stdin_closed and stderr_apart need pipes (use_pty=False)")
     _check_cwd(spec.cwd)
     return resolve_executable(spec.argv[0], cwd=spec.cwd, env=spec.env)
 

@@ -21,7 +21,9 @@ Who may change the terminal (``terminal/input``, ``resized``, ``titleChanged``,
 ``cleared``, ``claimed``; signals and dispose are asked of the core by the
 server through :meth:`TerminalCore.refusal`) is the one table of
 :mod:`ahp.reducers.policy`, in the mode :attr:`TerminalCore.holder_only_input`
-selects. Beyond it, input is rejected once the process has exited or while too
+selects (a claim is taken when the current one is the sender's own, a session's,
+or released: the client claim of nobody, ``clientId: ""``). Beyond it, a claim
+must be well formed, input is rejected once the process has exited or while too
 much is pending; sizes and titles have bounds. Everything else is not for
 clients to dispatch.
 """
@@ -29,6 +31,8 @@ clients to dispatch.
 from __future__ import annotations
 
 from typing import Final, NamedTuple
+
+from attrs import evolve
 
 from ahp.protocol.actions import (
     ActionOrigin,
@@ -43,25 +47,52 @@ from ahp.protocol.actions import (
     TerminalTitleChanged,
     action_type,
 )
-from ahp.protocol.state import TerminalInfo, TerminalState
+from ahp.protocol.parts import Parts
+from ahp.protocol.rope import Rope
+from ahp.protocol.state import (
+    ClientClaim,
+    CommandPart,
+    ContentPart,
+    TerminalClaim,
+    TerminalInfo,
+    TerminalState,
+    UnclassifiedPart,
+)
 from ahp.reducers.policy import Change, refusal
 from ahp.reducers.scrollback import MAX_PARTS, Scrollback
 from ahp.reducers.terminal import reduce_terminal
 
 __all__ = [
+    "MAX_CLAIM_ID",
+    "MAX_CLIENT_ID",
     "MAX_DIMENSION",
     "MAX_PENDING_INPUT",
     "MAX_TITLE",
+    "MAX_URI",
     "Accepted",
     "Rejected",
     "TerminalCore",
     "Verdict",
+    "claim_problem",
+    "heal_terminal",
+    "normal_title",
+    "rejected_echo",
+    "trim_marker",
 ]
 
 #: Longest title (characters) a terminal accepts from a client (``terminal/titleChanged``,
 #: ``createTerminal.name``), like the shell's OSC 0/2 titles, which the scanner bounds at
 #: ``MAX_PENDING_ESCAPE`` (4096) bytes. Longer ones are rejected.
 MAX_TITLE: Final = 4096
+#: Longest ``clientId`` (characters) a client may introduce itself with: it is quoted in
+#: every echo of that client's actions, in a client claim and in the catalogue entry of a
+#: terminal it holds (a UUID is 36; a 1 MB id made every keystroke echo a 1 MB frame).
+MAX_CLIENT_ID: Final = 256
+#: Longest URI (characters) accepted from a client where it is kept or repeated: a
+#: terminal's channel, a session claim's ``session`` and ``chat``.
+MAX_URI: Final = 2048
+#: Longest ``turnId`` / ``toolCallId`` of a session claim (characters).
+MAX_CLAIM_ID: Final = 256
 #: Window size bounds accepted from clients.
 MAX_DIMENSION: Final = 4096
 #: Input accepted but not yet written to the pty; beyond it input is rejected.
@@ -86,6 +117,57 @@ class Rejected(NamedTuple):
 
 
 Verdict = Accepted | Rejected
+
+
+#: C0 and C1 control characters and DEL, replaced in titles (see :func:`normal_title`).
+_TITLE_CONTROLS: Final = {c: " " for c in (*range(0x20), *range(0x7F, 0xA0))}
+
+
+#: How far into the first part a trimmed snapshot looks for the end of the line the trim
+#: cut (characters); a longer line is shown from the cut.
+TRIM_LINE_SEARCH: Final = 64 * 1024
+
+
+def trim_marker(dropped: int) -> str:
+    """The text of the part a trimmed snapshot starts with."""
+    return f"[ahp-terminals: {dropped} earlier characters trimmed from the scrollback]\r\n"
+
+
+def normal_title(title: str) -> str:
+    """``title`` with every control character (C0, DEL, C1) replaced by a space, done
+    once where a title enters the state (a client's ``terminal/titleChanged``, a shell's
+    OSC title): nobody can render them, and each would cost 6 bytes (``\\u0001``) in
+    every catalogue sent to every root subscriber."""
+    if title.isprintable():  # (the common case: one C-speed scan)
+        return title
+    return title.translate(_TITLE_CONTROLS)
+
+
+def claim_problem(claim: TerminalClaim) -> tuple[str, str] | None:
+    """``(field, message)`` when a claim's strings pass their bounds (a claim is kept in
+    the state and repeated in every catalogue), else None."""
+    if isinstance(claim, ClientClaim):
+        if len(claim.clientId) > MAX_CLIENT_ID:
+            return "clientId", f"a clientId is at most {MAX_CLIENT_ID} characters"
+        return None
+    for name, value, bound in (
+        ("session", claim.session, MAX_URI),
+        ("chat", claim.chat, MAX_URI),
+        ("turnId", claim.turnId, MAX_CLAIM_ID),
+        ("toolCallId", claim.toolCallId, MAX_CLAIM_ID),
+    ):
+        if value is not None and len(value) > bound:
+            return name, f"a session claim's {name} is at most {bound} characters"
+    return None
+
+
+def rejected_echo(action: StateAction) -> StateAction:
+    """What a rejected client action is echoed as: the action itself, except
+    ``terminal/data``, echoed with empty data — a mirror that applies rejected echoes
+    (the upstream ones do) must not show text the terminal never printed."""
+    if action.__class__ is TerminalData:
+        return TerminalData(data="")
+    return action
 
 
 def _has_surrogates(text: str) -> bool:
@@ -133,13 +215,20 @@ class TerminalCore:
 
     # -- applying ------------------------------------------------------------------------------
 
-    def apply(self, action: StateAction) -> TerminalState:
-        """Apply a server action (or an accepted one); returns the new state."""
+    def apply(self, action: StateAction) -> StateAction:
+        """Apply a server action (or an accepted one); returns the action as applied,
+        the one to publish (a title with control characters is normalised first:
+        :func:`normal_title`)."""
+        if action.__class__ is TerminalTitleChanged:
+            assert isinstance(action, TerminalTitleChanged)
+            title = normal_title(action.title)
+            if title is not action.title:
+                action = TerminalTitleChanged(title=title)
         before = self.state
         state = self.scrollback.account(reduce_terminal(before, action), action)
         self.state = state
         if action.__class__ is TerminalData:  # the hot path: output changes no entry
-            return state
+            return action
         if isinstance(action, TerminalExited):
             self.exited = True
             self.info_changed = True
@@ -151,7 +240,34 @@ class TerminalCore:
         ):
             self.info_changed = True
             self._info = None
-        return state
+        return action
+
+    def snapshot_state(self) -> TerminalState:
+        """The state as a snapshot shows it: once scrollback was trimmed, starting at a
+        line boundary (a head part cut mid-line loses the rest of that line, looked for
+        within :data:`TRIM_LINE_SEARCH` characters) behind a first part that says how
+        many characters were dropped (:func:`trim_marker`). The state itself is not
+        changed (live subscribers' mirrors trim on their own). O(parts) when trimmed."""
+        state = self.state
+        scrollback = self.scrollback
+        dropped = scrollback.dropped
+        content = state.content
+        if not dropped or not content:
+            return state
+        parts: list[ContentPart] = list(content)
+        head = parts[0]
+        if scrollback.sliced:
+            text = head.output if isinstance(head, CommandPart) else head.value
+            newline = text.head(TRIM_LINE_SEARCH).find("\n")
+            if newline >= 0:
+                cut = newline + 1
+                dropped += cut
+                if isinstance(head, CommandPart):
+                    parts[0] = evolve(head, output=head.output.drop_prefix(cut))
+                else:
+                    parts[0] = evolve(head, value=head.value.drop_prefix(cut))
+        parts.insert(0, UnclassifiedPart(value=Rope(trim_marker(dropped))))
+        return evolve(state, content=Parts.of(parts))
 
     def info(self) -> TerminalInfo:
         """The catalogue entry (cached until it changes)."""
@@ -231,7 +347,9 @@ class TerminalCore:
                 if not (1 <= cols <= MAX_DIMENSION and 1 <= rows <= MAX_DIMENSION):
                     return f"cols and rows must be between 1 and {MAX_DIMENSION}"
                 return None
-            case TerminalClaimed():
+            case TerminalClaimed(claim=claim):
+                if (problem := claim_problem(claim)) is not None:
+                    return problem[1]
                 return self.refusal(Change.CLAIM, client_id)
             case TerminalTitleChanged(title=title):
                 if why := self.refusal(Change.TITLE, client_id):
@@ -246,15 +364,20 @@ class TerminalCore:
 
     def _heal(self, action: StateAction) -> StateAction | None:
         """The true value for a mirror that applied a rejected state-setting action."""
-        state = self.state
-        if isinstance(action, TerminalResized):
-            if state.cols is not None and state.rows is not None:
-                return TerminalResized(cols=state.cols, rows=state.rows)
-            return None
-        if isinstance(action, TerminalClaimed):
-            return TerminalClaimed(claim=state.claim)
-        if isinstance(action, TerminalTitleChanged):
-            return TerminalTitleChanged(title=state.title)
-        if isinstance(action, TerminalCwdChanged) and state.cwd is not None:
-            return TerminalCwdChanged(cwd=state.cwd)
+        return heal_terminal(self.state, action)
+
+
+def heal_terminal(state: TerminalState, action: StateAction) -> StateAction | None:
+    """The action that restores ``state``'s value for a mirror that applied the rejected
+    state-setting ``action`` anyway (claim, size, title, cwd), or None."""
+    if isinstance(action, TerminalResized):
+        if state.cols is not None and state.rows is not None:
+            return TerminalResized(cols=state.cols, rows=state.rows)
         return None
+    if isinstance(action, TerminalClaimed):
+        return TerminalClaimed(claim=state.claim)
+    if isinstance(action, TerminalTitleChanged):
+        return TerminalTitleChanged(title=state.title)
+    if isinstance(action, TerminalCwdChanged) and state.cwd is not None:
+        return TerminalCwdChanged(cwd=state.cwd)
+    return None

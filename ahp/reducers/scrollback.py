@@ -119,7 +119,7 @@ class Scrollback:
         state: the state counted from (its content is measured once).
     """
 
-    __slots__ = ("length", "limit", "low_water", "max_parts")
+    __slots__ = ("dropped", "length", "limit", "low_water", "max_parts", "sliced")
 
     def __init__(
         self, limit: int, *, max_parts: int = MAX_PARTS, state: TerminalState | None = None
@@ -128,6 +128,11 @@ class Scrollback:
         self.max_parts = max_parts
         self.low_water = low_water_for(limit)
         self.length = content_length(state) if state is not None else 0
+        #: Characters trimmed so far (output and command lines), since the last clear.
+        self.dropped = 0
+        #: Whether the last trim cut into the text of the part now first (mid-line,
+        #: most likely) rather than only dropping whole parts.
+        self.sliced = False
 
     def reset(self, state: TerminalState) -> None:
         self.length = content_length(state)
@@ -139,12 +144,19 @@ class Scrollback:
         elif isinstance(action, TerminalCommandExecuted):
             self.length += len(action.commandLine)
         elif isinstance(action, TerminalCleared):
-            self.length = 0
+            self.length = self.dropped = 0
+            self.sliced = False
             return state
         else:
             return state
         if self.length > self.limit or len(state.content) > self.max_parts:
+            before, length = state.content, self.length
             state, self.length = trim(
-                state, low_water=self.low_water, length=self.length, max_parts=self.max_parts
+                state, low_water=self.low_water, length=length, max_parts=self.max_parts
             )
+            after = state.content
+            self.dropped += length - self.length
+            # Trimming drops leading parts and may replace the first one left (sliced):
+            # the part at the same distance from the end was the head before.
+            self.sliced = bool(after) and after[0] is not before[len(before) - len(after)]
         return state

@@ -2,9 +2,21 @@
 
 Why: ``python -m ahp serve`` and embedding (``nursery.start(ahp.serve_host, host)``) need
 the same thing — listen, authenticate, speak AHP for the host's terminals —
-and the command line additionally needs signals: the first SIGINT/SIGTERM
-closes every connection with 1001, disposes every terminal (no orphans) and
-exits 0; a second one exits at once.
+and the command line additionally needs signals:
+
+- SIGTERM (what an engine sends to stop a container) drains
+  (:mod:`ahp.server.drain`): ``/readyz`` answers 503, ``createTerminal`` is
+  refused, running commands get ``drain_timeout`` seconds to finish, every
+  client is told 1001 after what was queued for it, every terminal is disposed,
+  exit 0. ``drain_timeout=0`` shuts down at once, as SIGINT does.
+- SIGINT (Ctrl-C: a person at a terminal, who wants it gone now) closes every
+  connection with 1001 and disposes every terminal at once (no orphans); exit 0.
+- Any signal after the first (during the drain or the disposal) kills every
+  terminal's session and exits 1 at once.
+
+The token of ``serve`` comes from ``--token``, else ``$AHP_TOKEN_FILE`` (a file
+holding it, e.g. a mounted Kubernetes Secret), else ``$AHP_TOKEN``, else a random
+one; both variables are taken out of the environment the terminals inherit.
 """
 
 from __future__ import annotations
@@ -17,24 +29,36 @@ import secrets
 import signal
 import ssl
 from collections.abc import AsyncIterator, Callable
-from typing import Any, Final
+from typing import Any, Final, NoReturn
+from urllib.parse import quote, urlencode
 
 import attrs
 import trio
 
 from ahp.engine import Host, open_host
+from ahp.engine.memory import configure_allocator
 from ahp.pty.reap import kill_session
+from ahp.record import RecordOptions, record_host
+from ahp.record.audit import AuditLog
+from ahp.record.wirelog import WireLog
+from ahp.server.drain import DEFAULT_DRAIN_TIMEOUT, drain
 from ahp.server.http import health_routes
 from ahp.server.session import DEFAULT_MAX_TERMINALS, ServerState
+from ahp.server.web import web_routes
 from ahp.server.websocket import ServerConfig, open_listeners, serve_connections
 
 __all__ = [
     "DEFAULT_PORT",
+    "RecordSetupError",
+    "MAX_TOKEN_FILE",
     "ServeOptions",
     "Sidecar",
+    "TokenFileError",
     "is_loopback",
+    "read_token_file",
     "run_sidecar",
     "serve_host",
+    "take_environment_token",
     "tls_context",
 ]
 
@@ -42,6 +66,55 @@ log = logging.getLogger("ahp.server")
 
 #: The sidecar's default TCP port (``--port``; ``0`` picks a free one).
 DEFAULT_PORT: Final = 8765
+#: Largest token file read (``$AHP_TOKEN_FILE``); a token is a line, not a document.
+MAX_TOKEN_FILE: Final = 4096
+
+
+class TokenFileError(Exception):
+    """``$AHP_TOKEN_FILE`` names a file that cannot serve as the token (one line,
+    without the file's content)."""
+
+
+def read_token_file(path: str) -> str:
+    """The token in ``path``: its content without surrounding whitespace. Raises
+    :class:`TokenFileError` when it is unreadable, empty, larger than
+    :data:`MAX_TOKEN_FILE` bytes, not UTF-8, or holds whitespace or control
+    characters inside (a token travels in a URL query). The content is never
+    part of a message."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_TOKEN_FILE + 1)
+    except OSError as exc:
+        raise TokenFileError(
+            f"cannot read AHP_TOKEN_FILE {path!r}: {exc.strerror or exc}"
+        ) from None
+    if len(data) > MAX_TOKEN_FILE:
+        raise TokenFileError(f"AHP_TOKEN_FILE {path!r} is larger than {MAX_TOKEN_FILE} bytes")
+    try:
+        token = data.decode("utf-8").strip()
+    except UnicodeDecodeError:
+        raise TokenFileError(f"AHP_TOKEN_FILE {path!r} is not UTF-8 text") from None
+    if not token:
+        raise TokenFileError(f"AHP_TOKEN_FILE {path!r} is empty")
+    if any(c.isspace() or not c.isprintable() for c in token):
+        raise TokenFileError(
+            f"AHP_TOKEN_FILE {path!r} must hold one token: no spaces or control characters"
+        )
+    return token
+
+
+def take_environment_token() -> str | None:
+    """The token from ``$AHP_TOKEN_FILE`` (see :func:`read_token_file`), else
+    ``$AHP_TOKEN``, else None; both variables are removed from this process's
+    environment, so the terminals' processes (which inherit it) do not see them.
+    Raises :class:`TokenFileError` (the variables are removed all the same)."""
+    path = os.environ.pop("AHP_TOKEN_FILE", None)
+    env_token = os.environ.pop("AHP_TOKEN", None) or None
+    if path:
+        if env_token is not None:
+            raise TokenFileError("AHP_TOKEN and AHP_TOKEN_FILE are both set: set one")
+        return read_token_file(path)
+    return env_token
 
 
 def is_loopback(host: str) -> bool:
@@ -51,6 +124,10 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
+
+
+class RecordSetupError(OSError):
+    """The audit log, the wire log or the recordings directory cannot be created."""
 
 
 @attrs.frozen
@@ -68,6 +145,28 @@ class ServeOptions:
     #: Take clients' input and signals only from the holder of a terminal's client claim
     #: (sets :attr:`ahp.engine.Host.holder_only_input`).
     holder_only_input: bool = False
+    #: Serve the viewer page (``/``, ``/static/…``, ``/api/recordings``) on the same port
+    #: (``serve --no-web`` turns it off); TCP only.
+    web: bool = True
+    #: The read-only token (watch only; ``$AHP_READ_TOKEN``, else a random one when a
+    #: token is required). Never equal to the token.
+    read_token: str | None = None
+    #: Niceness of the terminals' processes (:attr:`ahp.engine.Host.child_nice`).
+    child_nice: int = 0
+    #: Record every terminal into this directory, one asciicast v3 file each
+    #: (:func:`ahp.record.record_host`; ``serve --record``).
+    record_dir: str | None = None
+    #: How terminals are recorded (input, size bound); None: the defaults.
+    record: RecordOptions | None = None
+    #: Log privileged events to this file (:mod:`ahp.record.audit`; ``serve --audit-log``).
+    audit_log: str | None = None
+    #: Log the text of input in the audit log, not only its size (``--audit-input``).
+    audit_input: bool = False
+    #: Log every JSON-RPC message into this directory (:mod:`ahp.record.wirelog`).
+    wire_log: str | None = None
+    #: Seconds running commands get to finish after SIGTERM (:func:`run_sidecar`;
+    #: 0: shut down at once).
+    drain_timeout: float = DEFAULT_DRAIN_TIMEOUT
 
 
 def tls_context(cert: str, key: str | None = None) -> ssl.SSLContext:
@@ -85,6 +184,11 @@ class Sidecar:
     token: str | None
     port: int | None
     state: ServerState
+    #: The viewer page, the token in its fragment (None: no page, ``web=False`` or Unix).
+    page_url: str | None = None
+    #: The page for watching only, with the read-only token (None: no page or no token).
+    read_only_url: str | None = None
+    read_token: str | None = None
 
 
 def _allowed_hosts(options: ServeOptions, port: int) -> frozenset[str]:
@@ -92,6 +196,21 @@ def _allowed_hosts(options: ServeOptions, port: int) -> frozenset[str]:
         return frozenset()
     names = {"localhost", "127.0.0.1", "[::1]", options.host.lower()}
     return frozenset(names | {f"{n}:{port}" for n in names})
+
+
+def _own_origins(options: ServeOptions, port: int) -> frozenset[str]:
+    """The page's own origins, accepted in a WebSocket's ``Origin``: the loopback names of
+    this port when bound to loopback (the Host check refuses every other name there), or
+    the one address bound to (never a wildcard: any name could reach that)."""
+    scheme = "http" if options.tls is None else "https"
+    if is_loopback(options.host):
+        names = {"localhost", "127.0.0.1", "[::1]"}
+        names.add(f"[{options.host}]" if ":" in options.host else options.host)
+    elif options.host in ("", "0.0.0.0", "::"):
+        return frozenset()
+    else:
+        names = {f"[{options.host}]" if ":" in options.host else options.host}
+    return frozenset(f"{scheme}://{name}:{port}" for name in names)
 
 
 async def serve_host(
@@ -108,7 +227,11 @@ async def serve_host(
     :class:`~ahp.engine.Host`, so that the engine never imports the server.
 
     The token is ``options.token``, else ``$AHP_TOKEN``, else a random one
-    (unless ``require_token`` is false).
+    (unless ``require_token`` is false). With a token there is also a read-only
+    token (``options.read_token``, else ``$AHP_READ_TOKEN``, else a random one): a
+    connection admitted with it can only watch. Unless ``options.web`` is false, the
+    viewer page is served on the same port (``sidecar.page_url``; the token is in its
+    fragment).
     """
     if options is None:
         options = ServeOptions()
@@ -123,6 +246,11 @@ async def serve_host(
         )
     if options.tls is not None and options.unix is not None:
         raise ValueError("TLS is for TCP listeners; a Unix socket is protected by its mode")
+    read_token = options.read_token or os.environ.get("AHP_READ_TOKEN") or None
+    if read_token is None and token is not None:
+        read_token = secrets.token_urlsafe(24)
+    if read_token is not None and read_token == token:
+        raise ValueError("the read-only token must differ from the token")
     sockets = await open_listeners(host=options.host, port=options.port, unix=options.unix)
     listeners: list[trio.abc.Listener[Any]] = list(sockets)
     port: int | None = None
@@ -136,25 +264,90 @@ async def serve_host(
             listeners = [trio.SSLListener(s, options.tls, https_compatible=True) for s in sockets]
     else:
         url = f"ws+unix://{options.unix}:/"
+    page_base: str | None = None
     if token is not None:
-        url += f"?tkn={token}"
+        url += "?" + urlencode({"tkn": token})  # (a token may hold '+', '/', '=')
     state = ServerState(host=host, max_terminals=options.max_terminals)
+    routes = health_routes(ready=lambda: not state.draining)
+    own_origins: frozenset[str] = frozenset()
+    if options.web and port is not None:
+        shown = f"[{options.host}]" if ":" in options.host else options.host
+        http = "http" if options.tls is None else "https"
+        page_base = f"{http}://{shown}:{port}/"
+        routes.update(web_routes(token=token, record_dir=options.record_dir, tls=http == "https"))
+        own_origins = _own_origins(options, port)
     config = ServerConfig(
         token=token,
         allow_origins=options.allow_origins,
         allowed_hosts=_allowed_hosts(options, port or 0),
-        routes=health_routes(ready=lambda: not state.draining),
+        routes=routes,
+        read_token=read_token if token is not None else None,
+        own_origins=own_origins,
     )
+    page_url = read_only_url = None
+    if page_base is not None:
+        page_url = page_base + (f"#tkn={quote(token, safe='')}" if token is not None else "")
+        if token is not None and read_token is not None:
+            read_only_url = page_base + f"#ro={quote(read_token, safe='')}"
     if options.holder_only_input:
         host.holder_only_input = True
+    host.child_nice = options.child_nice
     try:
         async with trio.open_nursery() as nursery:
+            await _start_records(nursery, state, options, token)
             await nursery.start(serve_connections, state, config, listeners)
-            task_status.started(Sidecar(url=url, token=token, port=port, state=state))
+            task_status.started(
+                Sidecar(
+                    url=url,
+                    token=token,
+                    port=port,
+                    state=state,
+                    page_url=page_url,
+                    read_only_url=read_only_url,
+                    read_token=config.read_token,
+                )
+            )
     finally:
         if options.unix is not None:
             with contextlib.suppress(OSError):
                 os.unlink(options.unix)
+
+
+async def _start_records(
+    nursery: trio.Nursery, state: ServerState, options: ServeOptions, token: str | None
+) -> None:
+    """Start the audit log, the wire log and the recorder of every new terminal, as
+    ``options`` asks (each raises ``OSError`` here if its file cannot be created)."""
+    try:
+        if options.audit_log is not None:
+            what = f"the audit log {options.audit_log}"
+            state.audit = AuditLog(options.audit_log, token=token, record_input=options.audit_input)
+            await nursery.start(state.audit.run)
+            audit = state.audit
+
+            async def watch(*, task_status: trio.TaskStatus[None]) -> None:
+                async with audit.watching(state.host):
+                    task_status.started()
+                    await trio.sleep_forever()
+
+            await nursery.start(watch)
+        if options.wire_log is not None:
+            what = f"the wire log in {options.wire_log}"
+            state.wire_log = WireLog(options.wire_log, token=token)
+            await nursery.start(state.wire_log.run)
+        if options.record_dir is not None:
+            what = f"the recordings directory {options.record_dir}"
+            directory, record = options.record_dir, options.record or RecordOptions()
+
+            async def recording(*, task_status: trio.TaskStatus[None]) -> None:
+                async with record_host(state.host, directory, record) as recorders:
+                    state.recorders = recorders
+                    task_status.started()
+                    await trio.sleep_forever()
+
+            await nursery.start(recording)
+    except OSError as exc:
+        raise RecordSetupError(exc.errno, f"cannot create {what}: {exc.strerror or exc}") from exc
 
 
 async def run_sidecar(
@@ -162,43 +355,77 @@ async def run_sidecar(
     *,
     shell: str | None = None,
     scrollback: int | None = None,
+    user_rc: bool = True,
     on_ready: Callable[[Sidecar], None] | None = None,
 ) -> int:
-    """The ``serve`` command: run until SIGINT/SIGTERM, then shut down cleanly.
+    """The ``serve`` command: run until a signal, then drain or shut down (see the
+    module docstring); returns the exit status (0).
 
-    ``$AHP_TOKEN`` is taken out of this process's environment, so that the
-    terminals' processes (which inherit it) do not see the token.
+    The token is ``options.token``, else the environment's
+    (:func:`take_environment_token`, which also removes it from the environment;
+    :class:`TokenFileError` if ``$AHP_TOKEN_FILE`` is unusable); the read-only token
+    ``options.read_token``, else ``$AHP_READ_TOKEN`` (removed from the environment too).
     """
-    env_token = os.environ.pop("AHP_TOKEN", None) or None
-    options = attrs.evolve(options, token=options.token or env_token)
+    env_token = take_environment_token()
+    env_read_token = os.environ.pop("AHP_READ_TOKEN", None) or None
+    options = attrs.evolve(
+        options,
+        token=options.token or env_token,
+        read_token=options.read_token or env_read_token,
+    )
+    # Large blocks (frames, snapshots, catalogues) are returned to the system when freed
+    # (ahp.engine.memory): a long-running server returns close to its baseline.
+    configure_allocator()
     kwargs = {} if scrollback is None else {"scrollback": scrollback}
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async with open_host(shell=shell, **kwargs) as host:
+        async with open_host(shell=shell, user_rc=user_rc, **kwargs) as host:
             async with trio.open_nursery() as nursery:
                 sidecar = await nursery.start(serve_host, host, options)
                 if on_ready is not None:
                     on_ready(sidecar)
 
+                async def drain_then_stop() -> None:
+                    await drain(sidecar.state, options.drain_timeout)
+                    nursery.cancel_scope.cancel()
+
                 async def watch_signals() -> None:
+                    draining = False
                     async for signum in signals:
-                        log.info("%s: shutting down", signal.Signals(signum).name)
+                        name = signal.Signals(signum).name
+                        if draining:
+                            _exit_now(_pids(host), name)
+                        if signum == signal.SIGTERM and options.drain_timeout > 0:
+                            log.info("%s: draining (up to %g s)", name, options.drain_timeout)
+                            draining = True
+                            nursery.start_soon(drain_then_stop)
+                            continue
+                        log.info("%s: shutting down", name)
                         nursery.cancel_scope.cancel()
                         return
 
                 nursery.start_soon(watch_signals)
             log.info("disposing %d terminal(s)", len(host.terminals))
-            pids = [t.pid for t in host.terminals.values() if t.pid is not None]
-            # Keep listening for a second signal while terminals are disposed.
+            # Keep listening for a second signal while terminals are disposed (each
+            # leaves host.terminals when its disposal starts: the pids are taken now).
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(_exit_on_second_signal, signals, pids)
+                nursery.start_soon(_exit_on_second_signal, signals, _pids(host))
                 await host.aclose()
                 nursery.cancel_scope.cancel()
     return 0
 
 
+def _pids(host: Host) -> list[int]:
+    return [t.pid for t in host.terminals.values() if t.pid is not None]
+
+
+def _exit_now(pids: list[int], why: str) -> NoReturn:
+    """Kill these terminals' sessions (no grace any more, but no orphans) and exit 1."""
+    log.warning("%s again: killing %d terminal(s) and exiting at once", why, len(pids))
+    for pid in pids:
+        kill_session(pid)
+    os._exit(1)
+
+
 async def _exit_on_second_signal(signals: AsyncIterator[int], pids: list[int]) -> None:
-    async for _ in signals:
-        log.warning("second signal: killing %d terminal(s) and exiting at once", len(pids))
-        for pid in pids:  # no grace any more, but no orphans either
-            kill_session(pid)
-        os._exit(1)
+    async for signum in signals:
+        _exit_now(pids, signal.Signals(signum).name)

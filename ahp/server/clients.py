@@ -65,6 +65,8 @@ class ClientRecord:
     secret: str = attrs.field(factory=lambda: secrets.token_urlsafe(RESUME_TOKEN_BYTES))
     #: The client asked for a token: only a connection presenting it takes this id.
     bound: bool = False
+    #: Admitted with the read-only token (such a client may not take a full one's id).
+    read_only: bool = False
 
 
 class ClientRegistry:
@@ -98,12 +100,17 @@ class ClientRegistry:
         link: Link | None = None,
         *,
         bound: bool = False,
+        read_only: bool = False,
     ) -> ClientRecord:
         """A client initialised: a fresh record (any older one is replaced), live on
         ``link``; ``bound``: only its token resumes it."""
         self._expire()
         record = ClientRecord(
-            client_id=client_id, protocol_version=protocol_version, link=link, bound=bound
+            client_id=client_id,
+            protocol_version=protocol_version,
+            link=link,
+            bound=bound,
+            read_only=read_only,
         )
         record.connections = 1
         self._records[client_id] = record

@@ -2,10 +2,10 @@
 
 Why here and thin: the evidence a remote client lacks (is the foreground job
 blocked reading the tty, which jobs did a command leave, signalling the
-command's process groups) is what :class:`ahp.engine.Terminal` already
-computes for in-process callers (:meth:`~ahp.engine.Terminal.tty_status`,
-:meth:`~ahp.engine.Terminal.job_mark`, :meth:`~ahp.engine.Terminal.background_jobs`,
-:meth:`~ahp.engine.Terminal.signal_command`). These handlers only validate the
+command's process groups) is what a terminal's pty session already computes
+for in-process callers (:class:`ahp.pty.jobs.Jobs`, handed out by
+:attr:`ahp.engine.Terminal.jobs`, and :meth:`~ahp.engine.Terminal.signal_command`).
+These handlers only validate the
 params, check the caller may act, call those methods and shape the answer
 (:mod:`ahp.protocol.processes` names the methods, types and bounds).
 
@@ -18,29 +18,41 @@ holder's with ``serve --holder-only-input``
 
 Cost and buffering: each request is one scan of ``/proc`` (synchronous, a few
 milliseconds), answered on the connection's outbox like any other request. A
-``jobs`` request may wait up to :data:`ahp.engine.terminal.JOB_SETTLE` seconds for
+``jobs`` request may wait up to :data:`ahp.pty.jobs.JOB_SETTLE` seconds for
 a just-forked job to start its program (cancelled with the connection). Answers
 are bounded by :data:`~ahp.protocol.processes.MAX_JOBS_REPORTED` entries.
 """
 
 from __future__ import annotations
 
+import shlex
 import signal
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Final
 
-from ahp.engine import Terminal, TerminalNotFound
+import trio
+
+from ahp.agent.exec import find_exec, start_exec
+from ahp.engine import Terminal, TerminalExists, TerminalNotFound
 from ahp.protocol.codec import structure, unstructure
 from ahp.protocol.jsonrpc import ErrorCode
 from ahp.protocol.processes import (
+    EXEC,
+    EXEC_RESULT,
+    EXEC_RESULT_WAIT,
+    EXEC_RUNNING,
     JOB_MARK,
     JOBS,
     MAX_JOBS_REPORTED,
     MAX_MARK_PIDS,
+    MAX_PROGRAM_CHARS,
+    MAX_PROGRAMS_REPORTED,
     SIGNAL,
     SIGNALS,
     TTY_STATUS,
     ChannelParams,
+    ExecParams,
+    ExecResult,
     JobMarkResult,
     JobMarkWire,
     JobsParams,
@@ -50,10 +62,12 @@ from ahp.protocol.processes import (
     SignalResult,
     TtyStatusResult,
     TtyStatusWire,
+    exec_problem,
     mark_problem,
 )
 from ahp.protocol.state import ROOT_URI
-from ahp.pty import procfs
+from ahp.pty import SpawnError, procfs
+from ahp.record.audit import ACTOR, MAX_AUDIT_TEXT
 from ahp.reducers.policy import Change
 
 if TYPE_CHECKING:
@@ -63,6 +77,8 @@ __all__ = ["PROCESS_REQUESTS", "Refused"]
 
 #: Longest piece of a client's channel quoted back in an error message.
 _QUOTE_LIMIT: Final = 200
+#: ``ahp.server.session.SERVER_LIMIT`` (not imported: the session imports this module).
+_SERVER_LIMIT: Final = -32000
 
 
 class Refused(Exception):
@@ -125,13 +141,18 @@ async def _tty_status(session: Session, params: Any) -> Any:
             readers=_bounded(status.readers),
             pollers=_bounded(status.pollers),
             unread=status.unread,
+            ttyPollers=_bounded(status.tty_pollers),
+            programs=tuple(
+                line[:MAX_PROGRAM_CHARS] for line in status.programs[:MAX_PROGRAMS_REPORTED]
+            ),
         )
     return unstructure(TtyStatusResult(status=wire))
 
 
 async def _job_mark(session: Session, params: Any) -> Any:
     p = structure(params, ChannelParams)
-    mark = _terminal(session, p.channel).job_mark()
+    jobs = _terminal(session, p.channel).jobs
+    mark = jobs.mark() if jobs is not None else None
     wire = None
     if mark is not None:
         # Past the bound some children are left out of ``known``: the mark's tick
@@ -144,7 +165,8 @@ async def _job_mark(session: Session, params: Any) -> Any:
 async def _jobs(session: Session, params: Any) -> Any:
     p = structure(params, JobsParams)
     terminal = _terminal(session, p.channel)
-    jobs = await terminal.background_jobs(_mark(p.since))
+    found = terminal.jobs
+    jobs = await found.settled_since(_mark(p.since)) if found is not None else {}
     listed = sorted(jobs.items())
     return unstructure(
         JobsResult(
@@ -165,14 +187,116 @@ async def _signal(session: Session, params: Any) -> Any:
             {"path": "$.params.signal"},
         )
     terminal = _terminal(session, p.channel)
-    _check_may_signal(session, terminal)
+    audit = session.server.audit
+    try:
+        _check_may_signal(session, terminal)
+    except Refused as refused:
+        if audit is not None:
+            audit.event(
+                "signal",
+                terminal=terminal.uri,
+                by=session.client_id,
+                signal=p.signal,
+                error=refused.message,
+            )
+        raise
     mark = _mark(p.since)
     groups, shell_foreground = await terminal.signal_command(signal.Signals[p.signal], mark)
+    if audit is not None:
+        audit.event(
+            "signal",
+            terminal=terminal.uri,
+            by=session.client_id,
+            signal=p.signal,
+            groups=sorted(groups),
+            shellForeground=shell_foreground,
+        )
     return unstructure(
         SignalResult(
             groups=tuple(sorted(groups))[:MAX_JOBS_REPORTED], shellForeground=shell_foreground
         )
     )
+
+
+async def _exec(session: Session, params: Any) -> Any:
+    audit = session.server.audit
+    if audit is None:
+        return await _start_exec(session, params)
+    p = structure(params, ExecParams)  # (malformed params are answered, not audited)
+    line = shlex.join(p.argv) if p.argv is not None else p.command or ""
+    fields: dict[str, Any] = {
+        "by": session.client_id,
+        "command": line[:MAX_AUDIT_TEXT],
+        "cwd": p.cwd,
+        "env": sorted(p.env) if p.env else None,  # the names, never the values
+    }
+    actor = ACTOR.set(session.client_id)  # (its terminal is this client's, not in-process)
+    try:
+        result = await _start_exec(session, params)
+    except Refused as refused:
+        audit.event("exec", terminal=p.channel, **fields, error=refused.message)
+        raise
+    finally:
+        ACTOR.reset(actor)
+    audit.event("exec", terminal=result["channel"], **fields)
+    return result
+
+
+async def _start_exec(session: Session, params: Any) -> Any:
+    p = structure(params, ExecParams)
+    problem = exec_problem(p)
+    if problem is not None:
+        where, why = problem
+        path = f"$.params.{where}"
+        raise Refused(ErrorCode.INVALID_PARAMS, f"invalid params: {why} at {path}", {"path": path})
+    server = session.server
+    if server.draining:
+        raise Refused(_SERVER_LIMIT, "draining", {"reason": "the server is shutting down"})
+    if len(session.host.terminals) + server.creating >= server.max_terminals:
+        raise Refused(
+            _SERVER_LIMIT,
+            f"terminal limit reached: this server hosts at most {server.max_terminals} "
+            "terminals (serve --max-terminals); dispose one first",
+            {"limit": server.max_terminals},
+        )
+    kwargs: dict[str, Any] = {"head_bytes": p.headBytes, "tail_bytes": p.tailBytes}
+    server.creating += 1
+    try:
+        started = await start_exec(
+            session.host,
+            p.argv if p.argv is not None else p.command or "",
+            uri=p.channel,
+            cwd=p.cwd,
+            env=p.env,
+            timeout=p.timeout,
+            **{k: v for k, v in kwargs.items() if v is not None},
+        )
+    except TerminalExists as exc:
+        raise Refused(ErrorCode.ALREADY_EXISTS, str(exc)[:_QUOTE_LIMIT]) from None
+    except (SpawnError, ValueError) as exc:
+        raise Refused(
+            ErrorCode.INVALID_PARAMS, str(exc)[:_QUOTE_LIMIT], {"path": "$.params"}
+        ) from None
+    finally:
+        server.creating -= 1
+    return unstructure(ExecResult(channel=started.uri))
+
+
+async def _exec_result(session: Session, params: Any) -> Any:
+    p = structure(params, ChannelParams)
+    started = find_exec(session.host, p.channel)
+    if started is None:
+        quoted = p.channel[:_QUOTE_LIMIT]
+        raise Refused(
+            ErrorCode.NOT_FOUND,
+            f"no exec {quoted!r}: not started by {EXEC}, or no longer kept",
+            {"path": "$.params.channel"},
+        )
+    with trio.move_on_after(EXEC_RESULT_WAIT):
+        await started.done.wait()
+    if started.result is None:
+        raise Refused(EXEC_RUNNING, "the exec is still running: wait for terminal/exited")
+    return started.result.to_json()
 
 
 #: The extension's handlers, merged into the session's request table.
@@ -181,4 +305,6 @@ PROCESS_REQUESTS: Final[dict[str, Callable[[Session, Any], Awaitable[Any]]]] = {
     JOB_MARK: _job_mark,
     JOBS: _jobs,
     SIGNAL: _signal,
+    EXEC: _exec,
+    EXEC_RESULT: _exec_result,
 }

@@ -42,9 +42,10 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Final, NoReturn
 
 import attrs
+import trio
 
-from ahp import __version__
-from ahp.engine import Host, Outbox, TerminalExists, TerminalNotFound
+from ahp import __version__, keystroke
+from ahp.engine import Host, Outbox, Terminal, TerminalExists, TerminalNotFound
 from ahp.engine.envelopes import Published
 from ahp.protocol.actions import (
     ActionOrigin,
@@ -67,16 +68,26 @@ from ahp.protocol.codec import (
 )
 from ahp.protocol.commands import (
     RESUME_META,
+    ChannelMissing,
     ChannelParams,
+    ChannelRecovery,
+    ChannelReplay,
+    ChannelSnapshot,
     CreateTerminalParams,
     DispatchActionParams,
     Implementation,
     InitializeParams,
     InitializeResult,
     ListSessionsParams,
+    ListSessionsResult,
+    ReconnectChannels,
     ReconnectCursorParams,
     ReconnectParams,
+    ReconnectReplay,
+    ReconnectSnapshot,
+    ResumedWindows,
     ResumeTokenError,
+    SubscribeResult,
     reconnect_form,
     resume_token,
 )
@@ -87,7 +98,7 @@ from ahp.protocol.dialect import (
     envelope_json,
     negotiate,
     projects,
-    snapshot_json,
+    result_json,
 )
 from ahp.protocol.jsonrpc import (
     ErrorCode,
@@ -99,10 +110,27 @@ from ahp.protocol.jsonrpc import (
     JsonRpcSuccess,
 )
 from ahp.protocol.jsonshape import MAX_DEPTH, FrameShapeError, check_shape
-from ahp.protocol.state import ROOT_URI, TERMINAL_SCHEME, ClientClaim, SessionClaim, Snapshot
+from ahp.protocol.state import (
+    ROOT_URI,
+    TERMINAL_SCHEME,
+    ClientClaim,
+    SessionClaim,
+    Snapshot,
+    TerminalClaim,
+)
 from ahp.protocol.uri import local_file_uri_to_path, path_to_file_uri
 from ahp.pty import SpawnError
+from ahp.record.audit import ACTOR, AuditLog
+from ahp.record.recorder import Recorder
+from ahp.record.wirelog import WireLog
 from ahp.reducers import heal_root
+from ahp.reducers.core import (
+    MAX_CLIENT_ID,
+    MAX_URI,
+    claim_problem,
+    heal_terminal,
+    rejected_echo,
+)
 from ahp.reducers.policy import Change
 from ahp.server.clients import ClientRecord, ClientRegistry, Link
 from ahp.server.processes import PROCESS_REQUESTS, Refused
@@ -110,6 +138,8 @@ from ahp.server.processes import PROCESS_REQUESTS, Refused
 __all__ = [
     "DEFAULT_MAX_TERMINALS",
     "MAX_CONFIG_BYTES",
+    "READ_ONLY_META",
+    "READ_ONLY_METHODS",
     "SERVER_LIMIT",
     "SUPPORTED_VERSIONS",
     "ServerState",
@@ -137,6 +167,8 @@ MAX_CONFIG_BYTES: Final = 64 * 1024
 #: of this server was reached (terminals, file descriptors); the message says which, and
 #: the request may succeed later.
 SERVER_LIMIT: Final = -32000
+#: Configuration keys named at most in one audit line.
+_AUDIT_KEYS: Final = 64
 #: ``errno`` values meaning the machine or the process ran out of something.
 _EXHAUSTED: Final = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.EAGAIN})
 
@@ -150,6 +182,16 @@ REPLACED_CLOSE: Final = (1008, "replaced by a newer connection of this clientId"
 
 #: Methods answered before ``initialize``.
 PRE_HANDSHAKE: Final = frozenset({"initialize", "reconnect", "ping"})
+#: Requests a read-only connection may make (watching); every other one is
+#: ``-32009``, and every ``dispatchAction`` is rejected to it.
+READ_ONLY_METHODS: Final = frozenset(
+    {"initialize", "reconnect", "ping", "subscribe", "unsubscribe", "listSessions"}
+)
+#: Why a read-only connection's dispatch or request is refused.
+READ_ONLY_REFUSAL: Final = "this connection is read-only (it was admitted with the read-only token)"
+#: ``InitializeResult._meta`` key telling a read-only connection what it is (the viewer
+#: page hides "Take over" then).
+READ_ONLY_META: Final = "ahp-terminals/readOnly"
 
 #: The negotiation rule (kept under its old name for callers).
 negotiate_version = negotiate
@@ -168,9 +210,22 @@ class ServerState:
     creating: int = 0
     #: Counters: protocol errors answered (figures for tests).
     errors: int = 0
+    #: Where privileged events are logged (``serve --audit-log``), if anywhere.
+    audit: AuditLog | None = None
+    #: Where every message is logged (``serve --wire-log``), if anywhere.
+    wire_log: WireLog | None = None
+    #: The live recorders by terminal URI (``serve --record``; finished ones leave).
+    recorders: dict[str, Recorder] = attrs.field(factory=dict)
     #: True once the server stops taking terminals (shutting down): ``/readyz``
-    #: answers 503.
+    #: answers 503 and ``createTerminal`` is refused (:mod:`ahp.server.drain`).
     draining: bool = False
+    #: The connections open now (registered by the transport, for the drain's goodbye);
+    #: ``sessions_changed`` is woken when one leaves.
+    sessions: set[Session] = attrs.field(factory=set)
+    sessions_changed: trio.lowlevel.ParkingLot = attrs.field(factory=trio.lowlevel.ParkingLot)
+    #: Set by the drain's goodbye: every connection, and every new one, is closed with
+    #: this (code, reason).
+    going_away: tuple[int, str] | None = None
 
     @property
     def holder_only_input(self) -> bool:
@@ -182,6 +237,8 @@ class ServerState:
         self.host.holder_only_input = value
 
 
+#: Whether the reader's input dispatch takes a checkpoint (keystroke trick ``no_checkpoint``).
+_DISPATCH_CHECKPOINT: Final = not keystroke.enabled("no_checkpoint")
 #: C0 and C1 control characters and DEL: never part of a terminal URI we accept.
 _CONTROL: Final = re.compile("[\x00-\x1f\x7f-\x9f]")
 #: Longest piece of client input quoted back in an error message.
@@ -232,6 +289,24 @@ class _Fail(Exception):
         self.data = data
 
 
+def _check_client_id(client_id: str) -> None:
+    """``-32602`` past :data:`~ahp.reducers.core.MAX_CLIENT_ID` (issue 25: the id is
+    repeated in every echo of the client's actions and in its claims)."""
+    if len(client_id) > MAX_CLIENT_ID:
+        raise _Fail(
+            ErrorCode.INVALID_PARAMS,
+            f"clientId is longer than {MAX_CLIENT_ID} characters",
+            {"path": "$.params.clientId", "limit": MAX_CLIENT_ID},
+        )
+
+
+def _check_claim(claim: TerminalClaim, path: str) -> None:
+    problem = claim_problem(claim)
+    if problem is not None:
+        field, message = problem
+        raise _Fail(ErrorCode.INVALID_PARAMS, message, {"path": f"{path}.{field}"})
+
+
 def _check_cwd(cwd: str) -> None:
     """``createTerminal.cwd``: an absolute path, or a ``file:`` URI of this machine."""
 
@@ -270,8 +345,18 @@ class Session:
     dispatches carries that id as its origin, and every claim rule is decided on it.
     """
 
-    def __init__(self, server: ServerState, outbox: Outbox, link: Link | None = None) -> None:
+    def __init__(
+        self,
+        server: ServerState,
+        outbox: Outbox,
+        link: Link | None = None,
+        *,
+        read_only: bool = False,
+    ) -> None:
         self.server = server
+        #: Admitted with the read-only token: it may watch, nothing else (see
+        #: :data:`READ_ONLY_METHODS`).
+        self.read_only = read_only
         self.host = server.host
         self.outbox = outbox
         self.record: ClientRecord | None = None
@@ -286,6 +371,8 @@ class Session:
         #: Set when a newer connection of this client replaced this one: no frame of
         #: this connection is acted on any more.
         self.stopped = False
+        #: The peer's address, as the transport reports it (for the audit log).
+        self.peer: str | None = None
 
     @property
     def client_id(self) -> str | None:
@@ -360,6 +447,9 @@ class Session:
             self._error(
                 request.id, ErrorCode.METHOD_NOT_FOUND, f"{_short(method)!r} before initialize"
             )
+            return
+        if self.read_only and method not in READ_ONLY_METHODS:
+            self._error(request.id, ErrorCode.PERMISSION_DENIED, READ_ONLY_REFUSAL)
             return
         # A notification method sent with an id is handled as a request: answered null,
         # or with the error its params deserve.
@@ -513,6 +603,16 @@ class Session:
             if isinstance(claim, ClientClaim) and claim.clientId in gone:
                 log.info("%s: released the claim of gone client %r", terminal.uri, claim.clientId)
                 await terminal.dispatch(TerminalClaimed(claim=ClientClaim(clientId="")), wait=True)
+                if (audit := self.server.audit) is not None:
+                    audit.event(
+                        "claim",
+                        terminal=terminal.uri,
+                        by=None,
+                        claim=unstructure(terminal.state.claim, TerminalClaim),
+                        previous=unstructure(claim, TerminalClaim),
+                        accepted=True,
+                        reason="the holder is gone",
+                    )
 
     async def _ping(self, params: Any) -> None:
         return None
@@ -521,7 +621,10 @@ class Session:
         if self.record is not None:
             raise _Fail(ErrorCode.METHOD_NOT_FOUND, "already initialized")
         p = structure(params, InitializeParams)
+        _check_client_id(p.clientId)
         version = negotiate(p.protocolVersions)
+        if (audit := self.server.audit) is not None:
+            audit.initialize(p.clientId, version, p.protocolVersions, peer=self.peer)
         if version is None:
             self.close_request = (1002, "unsupported protocol version")
             raise _Fail(
@@ -531,34 +634,58 @@ class Session:
             )
         if p.clientInfo is not None:
             log.debug("client %s is %s %s", p.clientId, p.clientInfo.name, p.clientInfo.version)
+        self._check_read_only_id(p.clientId)
         token = _token(params)
         await self.take_identity(p.clientId, token)
         bound = token is not None  # (asked for a token: only it resumes this id)
-        record = self.server.clients.connect(p.clientId, version, self.link, bound=bound)
+        record = self.server.clients.connect(
+            p.clientId, version, self.link, bound=bound, read_only=self.read_only
+        )
         self._begin(record)
         await self._release_forgotten_claims()
         snapshots = [s for s in map(self._subscribe, dict.fromkeys(p.initialSubscriptions)) if s]
-        result = unstructure(
-            InitializeResult(
-                protocolVersion=version,
-                serverSeq=self.host.hub.seq,
-                snapshots=(),
-                defaultDirectory=self.server.default_directory,
-                serverInfo=SERVER_INFO if self.dialect is Dialect.V1 else None,
-            )
+        result = InitializeResult(
+            protocolVersion=version,
+            serverSeq=self.host.hub.seq,
+            snapshots=tuple(snapshots),
+            defaultDirectory=self.server.default_directory,
+            serverInfo=SERVER_INFO if self.dialect is Dialect.V1 else None,
         )
-        result["snapshots"] = [snapshot_json(s, self.dialect) for s in snapshots]
+        out = result_json(result, self.dialect)
+        meta: dict[str, Any] = {}
+        if self.read_only:
+            meta[READ_ONLY_META] = True
         if token is not None:
-            result["_meta"] = {RESUME_META: record.secret}
-        return result
+            meta[RESUME_META] = record.secret
+        if meta:
+            out["_meta"] = meta
+        return out
+
+    def _check_read_only_id(self, client_id: str) -> None:
+        """A read-only connection may not take the id (and so the record, the replay
+        cursor and the broadcasts) of a client admitted with the full token."""
+        if not self.read_only:
+            return
+        known = self.server.clients.get(client_id)
+        if known is not None and not known.read_only:
+            raise _Fail(
+                ErrorCode.PERMISSION_DENIED,
+                f"client id {_short(client_id)!r} belongs to a client with full access",
+            )
 
     async def _reconnect(self, params: Any) -> Any:
         if self.record is not None:
             raise _Fail(ErrorCode.METHOD_NOT_FOUND, "already initialized")
         form = reconnect_form(params)
         p = structure(params, form)
+        _check_client_id(p.clientId)
+        if self.read_only:
+            self._check_read_only_id(p.clientId)
         await self.take_identity(p.clientId, _token(params))
         record = self.server.clients.resume(p.clientId, self.link)
+        if (audit := self.server.audit) is not None:
+            version = record.protocol_version if record is not None else None
+            audit.initialize(p.clientId, version, peer=self.peer, reconnect=True)
         await self._release_forgotten_claims()
         if record is None:
             raise _Fail(ErrorCode.NOT_FOUND, "Reconnect client not found")
@@ -570,30 +697,32 @@ class Session:
         valid = [c for c in requested if c == ROOT_URI or c in self.host]
         missing = [c for c in requested if c not in valid]
         log_ = self.host.hub.log
-        out: dict[str, Any]
+        # Windowed delivery is never granted here, so no windowed subscription resumes.
+        windows = ResumedWindows(items=()) if p.windows is not None else None
+        result: ReconnectReplay | ReconnectSnapshot
         if log_.can_replay_after(p.lastSeenServerSeq):
             floors = {c: record.snapshot_seq.get(c, 0) for c in valid}
-            actions = [
+            actions = tuple(
                 envelope_json(envelope, self.dialect)
                 for envelope in log_.after(p.lastSeenServerSeq, valid)
                 if envelope.serverSeq > floors[envelope.channel]
-            ]
+            )
             for channel in valid:
                 self.host.hub.subscribe(channel, self.outbox)
                 self.subscriptions.add(channel)
-            out = {"type": "replay", "actions": actions, "missing": missing}
+            result = ReconnectReplay(
+                type="replay", actions=actions, missing=tuple(missing), windows=windows
+            )
         else:
-            snapshots = [s for s in map(self._subscribe, valid) if s]
-            out = {
-                "type": "snapshot",
-                "snapshots": [snapshot_json(s, self.dialect) for s in snapshots],
-            }
-            if self.dialect is Dialect.V1:
-                out["missing"] = missing
-        if p.windows is not None:
-            # Windowed delivery is never granted here, so no windowed subscription resumes.
-            out["windows"] = {"items": []}
-        return out
+            snapshots = tuple(s for s in map(self._subscribe, valid) if s)
+            result = ReconnectSnapshot(
+                type="snapshot",
+                snapshots=snapshots,
+                # (1.x: the channels that cannot be resumed; 0.5 had no such field here.)
+                missing=tuple(missing) if self.dialect is Dialect.V1 else None,
+                windows=windows,
+            )
+        return result_json(result, self.dialect)
 
     def _recover_channels(self, p: ReconnectCursorParams, record: ClientRecord) -> Any:
         """Reconnect form B: one replay, snapshot or missing entry per requested channel,
@@ -612,25 +741,19 @@ class Session:
             for envelope in log_.after(min(replayable.values()), replayable):
                 if envelope.serverSeq > replayable[envelope.channel]:
                     replays[envelope.channel].append(envelope_json(envelope, self.dialect))
-        channels: list[dict[str, Any]] = []
+        channels: list[ChannelRecovery] = []
         for channel in cursors:
             if channel in replays:
                 self.host.hub.subscribe(channel, self.outbox)
                 self.subscriptions.add(channel)
-                channels.append({"kind": "replay", "channel": channel, "actions": replays[channel]})
+                channels.append(ChannelReplay(channel=channel, actions=tuple(replays[channel])))
                 continue
             snapshot = self._subscribe(channel)
             if snapshot is None:
-                channels.append({"kind": "missing", "channel": channel})
+                channels.append(ChannelMissing(channel=channel))
             else:
-                channels.append(
-                    {
-                        "kind": "snapshot",
-                        "channel": channel,
-                        "snapshot": snapshot_json(snapshot, self.dialect),
-                    }
-                )
-        return {"channels": channels}
+                channels.append(ChannelSnapshot(channel=channel, snapshot=snapshot))
+        return result_json(ReconnectChannels(channels=tuple(channels)), self.dialect)
 
     async def _subscribe_request(self, params: Any) -> Any:
         p = structure(params, ChannelParams)
@@ -638,16 +761,45 @@ class Session:
         if snapshot is None:
             raise _Fail(ErrorCode.NOT_FOUND, f"Resource not found: {_short(p.channel)}")
         # Windowed delivery (``flowControl``) is declined by leaving it out.
-        return {"snapshot": snapshot_json(snapshot, self.dialect)}
+        return result_json(SubscribeResult(snapshot=snapshot), self.dialect)
 
     async def _create_terminal(self, params: Any) -> None:
         p = structure(params, CreateTerminalParams)
+        audit = self.server.audit
+        if audit is None:
+            await self._create(p)
+            return
+        fields = {
+            "terminal": p.channel,
+            "by": self.client_id,
+            "name": p.name,
+            "cwd": p.cwd,
+            "claim": unstructure(p.claim, TerminalClaim) if p.claim is not None else None,
+        }
+        actor = ACTOR.set(self.client_id)
+        try:
+            await self._create(p)
+        except _Fail as fail:
+            audit.event("terminal.created", **fields, error=fail.message)
+            raise
+        finally:
+            ACTOR.reset(actor)
+        audit.event("terminal.created", **fields)
+
+    async def _create(self, p: CreateTerminalParams) -> None:
         if not p.channel.startswith(TERMINAL_SCHEME) or len(p.channel) <= len(TERMINAL_SCHEME):
             raise _Fail(
                 ErrorCode.INVALID_PARAMS,
                 f"terminal channels use the {TERMINAL_SCHEME} scheme",
                 {"path": "$.params.channel"},
             )
+        if len(p.channel) > MAX_URI:
+            raise _Fail(
+                ErrorCode.INVALID_PARAMS,
+                f"a terminal URI is at most {MAX_URI} characters",
+                {"path": "$.params.channel", "limit": MAX_URI},
+            )
+        _check_claim(p.claim, "$.params.claim")
         if _CONTROL.search(p.channel):
             raise _Fail(
                 ErrorCode.INVALID_PARAMS,
@@ -664,6 +816,8 @@ class Session:
         if p.cwd is not None:
             _check_cwd(p.cwd)
         server = self.server
+        if server.draining:
+            raise _Fail(SERVER_LIMIT, "draining", {"reason": "the server is shutting down"})
         if len(self.host.terminals) + server.creating >= server.max_terminals:
             raise _Fail(
                 SERVER_LIMIT,
@@ -700,23 +854,39 @@ class Session:
 
     async def _dispose_terminal(self, params: Any) -> None:
         p = structure(params, ChannelParams)
+        audit = self.server.audit
         if p.channel in self.host:
             # The policy table's dispose row, for this connection's own identity.
             why = self.host.get(p.channel).refusal(Change.DISPOSE, self.client_id)
             if why is not None:
+                if audit is not None:
+                    audit.event(
+                        "terminal.disposed", terminal=p.channel, by=self.client_id, error=why
+                    )
                 raise _Fail(ErrorCode.PERMISSION_DENIED, why)
+        actor = ACTOR.set(self.client_id) if audit is not None else None
         try:
             await self.host.dispose(p.channel)
         except TerminalNotFound:
-            raise _Fail(ErrorCode.NOT_FOUND, f"no terminal {_short(p.channel)!r}") from None
+            message = f"no terminal {_short(p.channel)!r}"
+            if audit is not None:
+                audit.event(
+                    "terminal.disposed", terminal=p.channel, by=self.client_id, error=message
+                )
+            raise _Fail(ErrorCode.NOT_FOUND, message) from None
+        finally:
+            if actor is not None:
+                ACTOR.reset(actor)
         self.subscriptions.discard(p.channel)
+        if audit is not None:
+            audit.event("terminal.disposed", terminal=p.channel, by=self.client_id)
 
     async def _list_sessions(self, params: Any) -> Any:
         p = structure(params, ListSessionsParams)
         if p.cursor is not None:
             # This host has no sessions, so it never hands out a cursor to come back with.
             raise _Fail(ErrorCode.INVALID_PARAMS, "unknown cursor", {"path": "$.params.cursor"})
-        return {"items": []}
+        return result_json(ListSessionsResult(items=()), self.dialect)
 
     # -- notifications -----------------------------------------------------------------------
 
@@ -728,6 +898,9 @@ class Session:
 
     async def _dispatch_action(self, params: Any) -> None:
         assert self.record is not None
+        if self.read_only:
+            self._refuse_read_only(params)
+            return
         # Keystrokes are the hot, latency-bound case: when the params are exactly what
         # structuring would accept for a terminal/input, build the action directly
         # (the same values the converter would produce; extra keys are ignored by both).
@@ -742,9 +915,16 @@ class Session:
             and channel in self.host
         ):
             origin = ActionOrigin(clientId=self.record.client_id, clientSeq=client_seq)
+            terminal = self.host.get(channel)
+            if (audit := self.server.audit) is not None:
+                refused = terminal.input_refused(origin.clientId)
+                audit.input(channel, origin.clientId, data, refused=refused)
             # (The connection's reader checkpoints when it waits for the next frame.)
-            await self.host.get(channel).dispatch(
-                TerminalInput(data=data), origin=origin, sender=self.outbox, checkpoint=False
+            await terminal.dispatch(
+                TerminalInput(data=data),
+                origin=origin,
+                sender=self.outbox,
+                checkpoint=_DISPATCH_CHECKPOINT,
             )
             if self.host.hub.flooded(channel) is not None:
                 await self.host.hub.wait_readers(channel)  # (the flood rule: the sender pays)
@@ -767,6 +947,14 @@ class Session:
                 # rejection need not cost the size of what it refuses.
                 action = RootConfigChanged(config={}, replace=action.replace)
                 problem = f"root/configChanged larger than {MAX_CONFIG_BYTES} bytes (not echoed)"
+            if isinstance(action, RootConfigChanged) and (audit := self.server.audit):
+                audit.event(
+                    "config",
+                    by=origin.clientId,
+                    keys=sorted(str(k) for k in action.config)[:_AUDIT_KEYS],
+                    replace=action.replace,
+                    accepted=problem is None,
+                )
             if problem is None and isinstance(action, RootConfigChanged):
                 # A terminal host has no config: the merge is a no-op, echoed as applied.
                 hub.publish(ROOT_URI, action, origin)
@@ -785,7 +973,16 @@ class Session:
             await self._pay_for(ROOT_URI)
             return
         if channel not in self.host:
-            return  # unknown channel: ignored, as the spec says
+            # Unknown (never created, or disposed): rejected to the sender, whose
+            # client may be waiting for the echo (the reference sends nothing at all).
+            hub.reject(
+                self.outbox,
+                channel,
+                rejected_echo(action),
+                origin,
+                f"no terminal {_short(channel)!r} on this server (never created, or disposed)",
+            )
+            return
         if problem is not None:
             hub.reject(self.outbox, channel, action, origin, problem)
             return
@@ -800,6 +997,10 @@ class Session:
             and current.chat is not None
         ):
             action = TerminalClaimed(claim=attrs.evolve(claim, chat=current.chat))
+        audit = self.server.audit
+        if audit is not None and isinstance(action, TerminalClaimed | TerminalInput):
+            await self._audited_dispatch(audit, terminal, action, origin)
+            return
         await terminal.dispatch(action, origin=origin, sender=self.outbox)
         await self._pay_for(channel)
 
@@ -808,6 +1009,51 @@ class Session:
         next frame waits while a reader of ``channel`` is behind on what was sent."""
         if self.host.hub.flooded(channel) is not None:
             await self.host.hub.wait_readers(channel)
+
+    def _refuse_read_only(self, params: Any) -> None:
+        """Every dispatch of a read-only connection: rejected to it (with the true value
+        after it, as for any rejection), never applied."""
+        assert self.record is not None
+        p = structure(params, DispatchActionParams)
+        origin = ActionOrigin(clientId=self.record.client_id, clientSeq=p.clientSeq)
+        try:
+            action: StateAction = structure_action(p.action)
+        except ProtocolError:
+            action = UnknownAction(raw=p.action)
+        hub = self.host.hub
+        if p.channel == ROOT_URI:
+            hub.reject(self.outbox, ROOT_URI, action, origin, READ_ONLY_REFUSAL)
+            if (heal := heal_root(self.host.root_state, action)) is not None:
+                hub.send_to(self.outbox, ROOT_URI, heal)
+        elif p.channel in self.host:
+            hub.reject(self.outbox, p.channel, rejected_echo(action), origin, READ_ONLY_REFUSAL)
+            if (heal := heal_terminal(self.host.get(p.channel).state, action)) is not None:
+                hub.send_to(self.outbox, p.channel, heal)
+
+    async def _audited_dispatch(
+        self,
+        audit: AuditLog,
+        terminal: Terminal,
+        action: TerminalClaimed | TerminalInput,
+        origin: ActionOrigin,
+    ) -> None:
+        """Dispatch a claim or input with its audit line: a claim is waited for, so
+        the line says whether the terminal took it."""
+        if isinstance(action, TerminalInput):
+            refused = terminal.input_refused(origin.clientId)
+            audit.input(terminal.uri, origin.clientId, action.data, refused=refused)
+            await terminal.dispatch(action, origin=origin, sender=self.outbox)
+            return
+        previous = terminal.state.claim
+        await terminal.dispatch(action, origin=origin, sender=self.outbox, wait=True)
+        audit.event(
+            "claim",
+            terminal=terminal.uri,
+            by=origin.clientId,
+            claim=unstructure(action.claim, TerminalClaim),
+            previous=unstructure(previous, TerminalClaim),
+            accepted=terminal.state.claim == action.claim,
+        )
 
 
 _REQUESTS: dict[str, Callable[[Session, Any], Awaitable[Any]]] = {

@@ -63,9 +63,11 @@ from urllib.parse import parse_qs, urlsplit
 import attrs
 import trio
 
+from ahp import keystroke
 from ahp.engine import Outbox
 from ahp.engine.envelopes import Published
 from ahp.engine.outbox import OutboxItem
+from ahp.record.audit import AuditLog
 from ahp.server.admission import (
     PendingConnections,
     RateLimitedLog,
@@ -74,9 +76,12 @@ from ahp.server.admission import (
 )
 from ahp.server.http import HttpResponse, PlainRequest, Routes
 from ahp.server.session import ServerState, Session
+from ahp.server.web import BEARER_PROTOCOL_PREFIX
 from ahp.server.wsconn import (
     HANDSHAKE_TIMEOUT,
+    MESSAGE_DEADLINE,
     ConnectionClosed,
+    InboundBudget,
     ServerWebSocket,
     UpgradeRequest,
     accept,
@@ -88,6 +93,7 @@ __all__ = [
     "MAX_MESSAGE_SIZE",
     "OUTBOX_BYTES",
     "ServerConfig",
+    "admit_upgrade",
     "check_upgrade",
     "open_listeners",
     "serve_connections",
@@ -102,6 +108,10 @@ log = logging.getLogger("ahp.server")
 MAX_MESSAGE_SIZE: Final = 8 * 1024 * 1024
 #: Inbound frames from this size on are checked, then decoded, with a checkpoint between.
 LARGE_FRAME: Final = 1024 * 1024
+#: Memory all connections together may hold in inbound messages still being assembled
+#: (fragments, a large frame arriving); a connection that would pass it is closed with
+#: 1013 (:class:`~ahp.server.wsconn.InboundBudget`). Four messages at the size bound.
+INBOUND_BUDGET: Final = 32 * 1024 * 1024
 #: Outbound bytes queued per connection before it is closed with 1013.
 OUTBOX_BYTES: Final = 16 * 1024 * 1024
 #: Seconds an overflowed connection gets to finish the write in flight and the close
@@ -110,11 +120,13 @@ STALL_GRACE: Final = 1.0
 #: Seconds a lone keystroke echo waits for the output it causes, to share its write
 #: (see _Writer). The output is sent as soon as it is there; only an echo whose input
 #: prints nothing (a password, a key the program ignores) waits this long.
-ECHO_PAIR_WAIT: Final = 0.002
+ECHO_PAIR_WAIT: Final = keystroke.ECHO_PAIR_WAIT
 #: Seconds the close handshake may take when the server closes a connection.
 CLOSE_TIMEOUT: Final = 1.0
 #: The close reason sent to a client whose outbox overflowed.
 OVERFLOW_CLOSE: Final = (1013, "outbound buffer full; reconnect to resume")
+#: Longest refusal reason written to the audit log (characters).
+_AUDIT_REASON: Final = 200
 LOOPBACK_NAMES: Final = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})
 
 
@@ -125,6 +137,10 @@ class ServerConfig:
     #: Names accepted in ``Host`` when bound to loopback (empty: no check, e.g. Unix socket).
     allowed_hosts: frozenset[str] = frozenset()
     max_message_size: int = MAX_MESSAGE_SIZE
+    #: See :data:`INBOUND_BUDGET`.
+    inbound_budget: int = INBOUND_BUDGET
+    #: Seconds one inbound message may take (:data:`ahp.server.wsconn.MESSAGE_DEADLINE`).
+    message_deadline: float = MESSAGE_DEADLINE
     outbox_bytes: int = OUTBOX_BYTES
     stall_grace: float = STALL_GRACE
     #: Seconds a peer gets, from its connect, to be authenticated and answered (the
@@ -136,6 +152,14 @@ class ServerConfig:
     #: Plain HTTP requests (no upgrade) on the same port: health probes, pages
     #: (:mod:`ahp.server.http`); None answers every one 404.
     routes: Routes | None = None
+    #: A second token that admits read-only connections (watch only: every dispatch,
+    #: create, dispose and process request is refused; see :class:`Session`).
+    read_token: str | None = None
+    #: The server's own page origins (``http://127.0.0.1:PORT`` …), accepted in
+    #: ``Origin`` besides ``allow_origins``: the viewer page's WebSocket. Only exact
+    #: loopback origins of this port are put here, and the Host check still applies, so
+    #: a rebound name (``http://evil.example:PORT``) is refused as before.
+    own_origins: frozenset[str] = frozenset()
 
 
 def check_host(host: str | None, config: ServerConfig) -> str | None:
@@ -152,23 +176,54 @@ def check_host(host: str | None, config: ServerConfig) -> str | None:
 
 def check_upgrade(request: UpgradeRequest, config: ServerConfig) -> str | None:
     """Why the upgrade must be refused, or None to accept it."""
+    return admit_upgrade(request, config)[0]
+
+
+def offered_token(request: UpgradeRequest) -> str:
+    """The token the upgrade offers: ``Authorization: Bearer``, else a subprotocol offer
+    ``ahp-terminals.bearer.<token>`` (what a browser page can send), else the ``tkn``
+    query parameter; "" when none."""
+    auth = request.header(b"authorization")
+    if auth is not None and auth.lower().startswith("bearer "):
+        return auth[7:].strip()
+    for offer in request.subprotocols:
+        if offer.startswith(BEARER_PROTOCOL_PREFIX):
+            return offer[len(BEARER_PROTOCOL_PREFIX) :]
+    query = parse_qs(urlsplit(request.target).query)
+    return (query.get("tkn") or [""])[0]
+
+
+def admit_upgrade(request: UpgradeRequest, config: ServerConfig) -> tuple[str | None, bool]:
+    """(why the upgrade is refused or None, whether it is a read-only connection)."""
     origin = request.header(b"origin")
-    if origin is not None and origin not in config.allow_origins:
-        return "origin not allowed"
+    if (
+        origin is not None
+        and origin not in config.allow_origins
+        and origin not in config.own_origins
+    ):
+        return "origin not allowed", False
     refusal = check_host(request.host, config)
     if refusal is not None:
-        return refusal
-    if config.token is not None:
-        offered = ""
-        auth = request.header(b"authorization")
-        if auth is not None and auth.lower().startswith("bearer "):
-            offered = auth[7:].strip()
-        else:
-            query = parse_qs(urlsplit(request.target).query)
-            offered = (query.get("tkn") or [""])[0]
-        if not hmac.compare_digest(offered.encode(), config.token.encode()):
-            return "missing or wrong token"
-    return None
+        return refusal, False
+    if config.token is None:
+        return None, False
+    offered = offered_token(request).encode()
+    # Both comparisons always run (constant time whichever token was offered).
+    full = hmac.compare_digest(offered, config.token.encode())
+    read = config.read_token is not None and hmac.compare_digest(
+        offered, config.read_token.encode()
+    )
+    if full:
+        return None, False
+    if read:
+        return None, True
+    return "missing or wrong token", False
+
+
+def _answer_protocol(offers: Sequence[str]) -> str | None:
+    """The subprotocol answered: the first offer that carries no token (AHP names none;
+    clients may offer some and insist on one back)."""
+    return next((o for o in offers if not o.startswith(BEARER_PROTOCOL_PREFIX)), None)
 
 
 def _encoded(
@@ -196,16 +251,22 @@ class _Writer:
     shares its system call.
     """
 
-    def __init__(self, ws: ServerWebSocket, outbox: Outbox, session: Session) -> None:
+    def __init__(
+        self, ws: ServerWebSocket, outbox: Outbox, session: Session, connection_id: str = ""
+    ) -> None:
         self.ws = ws
         self.outbox = outbox
         self.session = session
+        #: Every frame sent is logged here too (``serve --wire-log``), if set.
+        self.wire = session.server.wire_log
+        self.connection_id = connection_id
         self.scope = trio.CancelScope()
         #: Set when the writer ended because the client must be closed: (code, reason).
         self.close: tuple[int, str] | None = None
         #: The wait for the next batch, while the writer is in it (see _lone_echo).
         self._wait_scope: trio.CancelScope | None = None
-        outbox.on_lone_echo = self._lone_echo
+        if keystroke.enabled("echo_pairing"):
+            outbox.on_lone_echo = self._lone_echo
 
     def _lone_echo(self) -> None:
         """A keystroke's echo was queued alone, without waking this writer: its output
@@ -233,14 +294,17 @@ class _Writer:
         return outbox.get_nowait()  # a lone echo waited its time
 
     async def run(self) -> None:
-        ws, outbox, session = self.ws, self.outbox, self.session
+        ws, outbox, session, wire = self.ws, self.outbox, self.session, self.wire
         with self.scope:
             while True:
                 batch = await self._next_batch()
                 took = bool(batch)
                 if took:
+                    frames = _encoded(batch, session.project)  # (empties the batch)
+                    if wire is not None:  # the only cost of the wire log when it is off
+                        frames = wire.tap(frames, self.connection_id)
                     try:
-                        await ws.send_texts(_encoded(batch, session.project))  # (empties it)
+                        await ws.send_texts(frames)
                     finally:
                         outbox.sent()
                 if session.close_request is not None and not len(outbox):
@@ -304,16 +368,23 @@ class _Link:
             self.scope.cancel()
 
 
-async def _reader(ws: ServerWebSocket, session: Session, config: ServerConfig) -> None:
+async def _reader(
+    ws: ServerWebSocket, session: Session, config: ServerConfig, connection_id: str = ""
+) -> None:
+    wire = session.server.wire_log
     while True:
         message = await ws.receive()
+        if wire is not None:
+            wire.c2s(connection_id, message)
         if len(message) < LARGE_FRAME:
             await session.handle_frame(message)
-        elif session.check_frame(message):
-            # Checking and decoding a frame of megabytes take tens of milliseconds each:
-            # other clients' keystrokes get a turn in between.
-            await trio.lowlevel.checkpoint()
-            await session.handle_frame(message, checked=True)
+        else:
+            if session.check_frame(message):
+                # Checking and decoding a frame of megabytes take tens of milliseconds
+                # each: other clients' keystrokes get a turn in between.
+                await trio.lowlevel.checkpoint()
+                await session.handle_frame(message, checked=True)
+            session.host.trimmer.request()  # (megabytes were just freed)
         del message  # (not held while the next one arrives: a frame may be 8 MiB)
         if session.close_request is not None:
             session.outbox.close()
@@ -347,44 +418,58 @@ async def _answer_plain(
 
 
 async def _authenticate(
-    stream: trio.abc.Stream, config: ServerConfig, notes: RateLimitedLog
-) -> tuple[ServerWebSocket, UpgradeRequest] | None:
+    stream: trio.abc.Stream,
+    config: ServerConfig,
+    notes: RateLimitedLog,
+    audit: AuditLog | None = None,
+    *,
+    budget: InboundBudget | None = None,
+) -> tuple[ServerWebSocket, UpgradeRequest, bool] | None:
     """Read and check the upgrade; the accepted connection, or None (answered and
-    closed: malformed, refused, a plain HTTP request, or the peer left)."""
-    upgrade = await read_upgrade(stream, timeout=math.inf, note=_note_info(notes))
+    closed: malformed, refused, a plain HTTP request, or the peer left), with whether it
+    is read-only."""
+    upgrade = await read_upgrade(stream, timeout=math.inf, note=_note_info(notes, audit))
     if upgrade is None:
         return None
     if isinstance(upgrade, PlainRequest):
         await _answer_plain(stream, upgrade, config, notes)
         return None
     wsproto_conn, request = upgrade
-    refusal = check_upgrade(request, config)
+    refusal, read_only = admit_upgrade(request, config)
     # A peer may hang up during the upgrade (even before our 403 body is out): that
     # ends its own connection, never the server.
     if refusal is not None:
         notes.log(
             "refused", logging.WARNING, "refused connection from %s: %s", request.remote, refusal
         )
+        if audit is not None:
+            path = urlsplit(request.target).path  # never the query: it may hold the token
+            audit.connection(request.remote, accepted=False, reason=refusal, path=path)
         await reject(stream, wsproto_conn, 403, f"{refusal}\n".encode())
         return None
     try:
-        # AHP names no subprotocol; clients may offer some (for example to carry
-        # credentials) and then insist on one back: the first offer is taken.
         ws = await accept(
             stream,
             wsproto_conn,
             max_message_size=config.max_message_size,
-            subprotocol=request.subprotocols[0] if request.subprotocols else None,
+            subprotocol=_answer_protocol(request.subprotocols),
             early_data=request.early_data,
+            budget=budget,
+            message_deadline=config.message_deadline,
         )
     except ConnectionClosed:
         return None
-    return ws, request
+    return ws, request, read_only
 
 
-def _note_info(notes: RateLimitedLog) -> Callable[..., Any]:
+def _note_info(notes: RateLimitedLog, audit: AuditLog | None = None) -> Callable[..., Any]:
     def note(kind: str, message: str, *args: Any) -> None:
         notes.log(kind, logging.INFO, message, *args)
+        if audit is not None and args:
+            # read_upgrade's notes: (remote, why) for a malformed request, (remote,) for
+            # a timeout. Every such peer is refused (400, or dropped).
+            why = f"{kind}: {args[1]}" if len(args) > 1 else kind
+            audit.connection(str(args[0]), accepted=False, reason=why[:_AUDIT_REASON])
 
     return note
 
@@ -395,6 +480,8 @@ async def _serve_one(
     config: ServerConfig,
     pending: PendingConnections,
     notes: RateLimitedLog,
+    *,
+    budget: InboundBudget | None = None,
 ) -> None:
     # Until authenticated, the connection holds a place among the pending ones, and the
     # whole phase has one deadline; a newer connection may evict it (see admission).
@@ -402,7 +489,9 @@ async def _serve_one(
     pending.admit(scope)
     try:
         with scope:
-            ws, request = await _authenticate(stream, config, notes) or (None, None)
+            ws, request, read_only = await _authenticate(
+                stream, config, notes, state.audit, budget=budget
+            ) or (None, None, False)
     finally:
         pending.release(scope)
     if scope.cancelled_caught:
@@ -415,17 +504,27 @@ async def _serve_one(
     log.debug("accepted a connection from %s to %s", request.remote, urlsplit(request.target).path)
     outbox = Outbox(max_bytes=config.outbox_bytes, track_in_flight=True)
     link = _Link(ws)
-    session = Session(state, outbox, link)
+    session = Session(state, outbox, link, read_only=read_only)
     link.session = session
-    writer = _Writer(ws, outbox, session)
+    session.peer = request.remote
+    if (audit := state.audit) is not None:
+        path = urlsplit(request.target).path
+        audit.connection(request.remote, accepted=True, path=path, read_only=read_only)
+    connection_id = state.wire_log.connection_id() if state.wire_log is not None else ""
+    writer = _Writer(ws, outbox, session, connection_id)
     close_code, close_reason = 1001, "server going away"
+    if state.going_away is not None:
+        # The drain said goodbye already (ahp.server.drain): no new conversation.
+        session.close_request = state.going_away
+        outbox.close()
+    state.sessions.add(session)
     try:
         async with trio.open_nursery() as nursery:
             link.scope = nursery.cancel_scope
 
             async def read() -> None:
                 with contextlib.suppress(ConnectionClosed):
-                    await _reader(ws, session, config)
+                    await _reader(ws, session, config, connection_id)
                 if ws.closed is not None:
                     nursery.cancel_scope.cancel()
                 # else: the session asked to close; the writer sends what is queued first.
@@ -454,13 +553,23 @@ async def _serve_one(
         if session.stopped and session.close_request is not None:
             close_code, close_reason = session.close_request  # replaced by a newer one
     finally:
+        state.sessions.discard(session)
+        state.sessions_changed.unpark_all()
         # The client's own close frame (a normal or going-away close) means it left.
         peer_close = ws.closed
         session.disconnect(left=peer_close is not None and peer_close.code in (1000, 1001))
         outbox.close()
+        state.host.trimmer.request()  # (what the connection held: its buffers, outbox)
         with trio.CancelScope(shield=True):
             await ws.aclose(close_code, close_reason, timeout=CLOSE_TIMEOUT)
         closed = ws.closed
+        if audit is not None:
+            audit.event(
+                "disconnected",
+                peer=request.remote,
+                clientId=session.client_id,
+                code=closed.code if closed is not None else None,
+            )
         log.debug(
             "connection from %s (client %s) closed: %s",
             request.remote,
@@ -501,12 +610,13 @@ async def serve_connections(
     limit = config.max_pending if config.max_pending is not None else pending_limit()
     pending = PendingConnections(limit)
     notes = RateLimitedLog(log)
+    budget = InboundBudget(config.inbound_budget)
 
     async def handler(stream: trio.abc.Stream) -> None:
         # Every handler runs in the listeners' nursery: an exception escaping one
         # connection would stop the whole server.
         try:
-            await _serve_one(stream, state, config, pending, notes)
+            await _serve_one(stream, state, config, pending, notes, budget=budget)
         except Exception:
             log.exception("connection failed")
         finally:

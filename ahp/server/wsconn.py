@@ -29,6 +29,7 @@ import contextlib
 import logging
 import os
 import re
+import sys
 from collections.abc import Callable, Iterable
 from typing import Any, Final
 from urllib.parse import urlsplit
@@ -50,6 +51,7 @@ from wsproto.events import (
 )
 from wsproto.utilities import RemoteProtocolError
 
+from ahp import keystroke
 from ahp.server.http import PlainRequest, plain_request
 
 __all__ = [
@@ -68,9 +70,28 @@ log = logging.getLogger("ahp.server")
 RECEIVE_SIZE: Final = 64 * 1024
 #: Largest client frame parsed here rather than by wsproto (see ``_fast_message``):
 #: keystrokes and requests; bigger frames are rare and go through wsproto.
-FAST_FRAME_MAX: Final = 64 * 1024
+FAST_FRAME_MAX: Final = keystroke.FAST_FRAME_MAX
 #: Frames are gathered into writes of about this many bytes (see ``send_texts``).
 WRITE_CHUNK: Final = 256 * 1024
+#: Frames one message may be fragmented into (RFC 6455 5.4 sets no bound). wsproto parses
+#: each frame in Python, ~10 us: an 8 MiB message in 1-byte fragments held the loop for
+#: 83 s of CPU (issue 25). A sender fragmenting more is closed with 1009.
+MAX_FRAGMENTS: Final = 256
+#: Seconds a message may take from its first frame to its last; a peer that holds a
+#: message (or a frame) unfinished for longer is closed with 1008.
+MESSAGE_DEADLINE: Final = 30.0
+#: wsproto events handled before the receive loop checkpoints (a read of 64 KiB can hold
+#: thousands of tiny frames: pings, fragments).
+EVENT_BATCH: Final = 64
+#: Bytes read (and parsed, looking for the peer's close frame) after our close frame at
+#: most: a peer still flooding tiny frames must not cost a second of parsing.
+CLOSE_DRAIN_BYTES: Final = 256 * 1024
+#: wsproto events parsed after our close frame at most (~10 us each).
+CLOSE_DRAIN_EVENTS: Final = 256
+#: Close code for a policy violation (RFC 6455 7.4.1).
+POLICY: Final = 1008
+#: Close code "try again later" (an inbound budget exhausted).
+TRY_AGAIN: Final = 1013
 #: Longest request head looked at as a plain HTTP request (h11's own bound).
 MAX_HEAD: Final = 16 * 1024
 #: Seconds a peer gets to send its whole upgrade request.
@@ -83,6 +104,33 @@ ABNORMAL: Final = 1006
 TOO_BIG: Final = 1009
 #: What an upgrade's target and the header values the checks read may contain.
 _PRINTABLE_ASCII: Final = re.compile(r"[\x20-\x7e]*")
+
+
+class InboundBudget:
+    """Memory all connections of a server may hold in messages still being assembled.
+
+    Why: each connection may hold up to its ``max_message_size`` of an unfinished
+    message, so 30 connections each sending all but the last byte of an 8 MiB frame
+    held 302 MB (issue 25). A connection whose part would take the total past
+    ``limit`` is closed with 1013 (try again later); what it held is given back.
+    Owned by the server; each :class:`ServerWebSocket` takes and returns its share.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.held = 0
+        #: Connections closed for it (figures for tests).
+        self.refused = 0
+
+    def take(self, size: int) -> bool:
+        if self.held + size > self.limit:
+            self.refused += 1
+            return False
+        self.held += size
+        return True
+
+    def give_back(self, size: int) -> None:
+        self.held -= size
 
 
 class ConnectionClosed(Exception):
@@ -293,6 +341,8 @@ async def accept(
     max_message_size: int,
     subprotocol: str | None = None,
     early_data: bytes = b"",
+    budget: InboundBudget | None = None,
+    message_deadline: float = MESSAGE_DEADLINE,
 ) -> ServerWebSocket:
     """Accept the upgrade (no extensions: compression stays off).
 
@@ -304,7 +354,14 @@ async def accept(
         await stream.send_all(ws.send(AcceptConnection(subprotocol=subprotocol)))
     except (trio.BrokenResourceError, trio.ClosedResourceError):
         raise ConnectionClosed(ABNORMAL, "peer left during the handshake") from None
-    return ServerWebSocket(stream, ws, max_message_size=max_message_size, received=early_data)
+    return ServerWebSocket(
+        stream,
+        ws,
+        max_message_size=max_message_size,
+        received=early_data,
+        budget=budget,
+        message_deadline=message_deadline,
+    )
 
 
 class ServerWebSocket:
@@ -317,6 +374,8 @@ class ServerWebSocket:
         *,
         max_message_size: int,
         received: bytes = b"",
+        budget: InboundBudget | None = None,
+        message_deadline: float = MESSAGE_DEADLINE,
     ) -> None:
         self._stream = stream
         self._ws = ws
@@ -324,6 +383,14 @@ class ServerWebSocket:
         self._send_lock = trio.Lock()
         self._parts: list[str | bytes] = []
         self._size = 0
+        #: The message being assembled: frames completed, memory held (taken from the
+        #: budget), and when its first part arrived (for MESSAGE_DEADLINE).
+        self._frames = 0
+        self._held = 0
+        self._started: float | None = None
+        self._budget = budget
+        self._over_budget = False
+        self._deadline = message_deadline
         self._closed: ConnectionClosed | None = None
         #: A send was cancelled mid-frame: the stream may only be closed now.
         self.broken = False
@@ -331,11 +398,15 @@ class ServerWebSocket:
         self.bytes_sent = 0
         #: The socket under a plain TCP or Unix stream (read and written directly, see
         #: :meth:`_read` and :meth:`_write_all`); None under TLS.
-        self._sock = stream.socket if isinstance(stream, trio.SocketStream) else None
+        # (keystroke trick ``fd_io``.)
+        plain = isinstance(stream, trio.SocketStream) and keystroke.enabled("fd_io")
+        self._sock = stream.socket if plain and isinstance(stream, trio.SocketStream) else None
         #: Bytes received but not yet parsed, while frames are parsed here (see
         #: :meth:`_fast_message`); once anything else arrives, everything goes to wsproto.
         self._pending = bytearray(received)
         self._wsproto_frames = False
+        if not keystroke.enabled("fast_frames"):
+            self._to_wsproto()
         #: A message was returned and no checkpoint has happened since.
         self._owes_checkpoint = False
         #: The last read returned less than it asked for (see :meth:`_read`).
@@ -368,13 +439,19 @@ class ServerWebSocket:
                 if fast is not None:
                     return await self._deliver(fast)
             if self._wsproto_frames:
-                for event in ws.events():
+                for handled, event in enumerate(ws.events(), 1):
                     if isinstance(event, TextMessage | BytesMessage):
                         message = self._assemble(event)
                         if message is not None:
                             return await self._deliver(message)
                         if self._size > self._max:
                             await self.aclose(TOO_BIG, "message too big")
+                        elif self._frames > MAX_FRAGMENTS:
+                            await self.aclose(
+                                TOO_BIG, f"a message of more than {MAX_FRAGMENTS} fragments"
+                            )
+                        elif self._over_budget:
+                            await self.aclose(TRY_AGAIN, "server busy: too many large messages")
                     elif isinstance(event, Ping):
                         await self._send_control(event.response())
                     elif isinstance(event, Pong):
@@ -385,9 +462,11 @@ class ServerWebSocket:
                         await self._on_close(event)
                     if self._closed is not None:
                         raise self._closed
+                    if handled % EVENT_BATCH == 0:
+                        await trio.lowlevel.checkpoint()  # (many tiny frames in one read)
             if self._closed is not None:
                 raise self._closed
-            data = await self._read()
+            data = await self._read_in_time()
             if not data:
                 self._closed = ConnectionClosed(ABNORMAL, "connection lost")
                 raise self._closed
@@ -396,6 +475,25 @@ class ServerWebSocket:
             else:
                 self._pending += data
 
+    async def _read_in_time(self) -> bytes:
+        """:meth:`_read`, within :data:`MESSAGE_DEADLINE` of the first part of the
+        message being assembled (if any); past it the peer is closed with 1008."""
+        started = self._started
+        if started is None:
+            return await self._read()
+        with trio.move_on_at(started + self._deadline):
+            return await self._read()
+        await self.aclose(POLICY, f"a message unfinished after {self._deadline:g} s")
+        assert self._closed is not None
+        raise self._closed
+
+    def _release(self) -> None:
+        """The message is complete or dropped: give its memory back to the budget."""
+        if self._held and self._budget is not None:
+            self._budget.give_back(self._held)
+        self._held = self._frames = 0
+        self._started = None
+
     async def _deliver(self, message: str | bytes) -> str | bytes:
         if self._owes_checkpoint:  # no wait since the last message: yield once
             await trio.lowlevel.checkpoint()
@@ -403,41 +501,17 @@ class ServerWebSocket:
         return message
 
     def _fast_message(self) -> str | None:
-        """The next message if the pending bytes start with a whole simple frame (final,
-        masked, text, no extension bits, at most :data:`FAST_FRAME_MAX` bytes, valid
-        UTF-8), else None: more bytes are needed, or the frame is anything else, and
-        then every pending byte goes to wsproto, which handles the rest of the
-        connection (fragments, control frames, binary, big or invalid frames and
-        their close codes) exactly as before. wsproto has seen no frame until then,
-        so nothing is parsed twice or out of order.
+        """The next message if the pending bytes start with a whole simple frame
+        (keystroke trick ``fast_frames``: :func:`ahp.keystroke.parse_simple_frame`),
+        else None: more bytes are needed, or the frame is anything else, and then every
+        pending byte goes to wsproto, which handles the rest of the connection
+        (fragments, control frames, binary, big or invalid frames and their close
+        codes) exactly as before. wsproto has seen no frame until then, so nothing is
+        parsed twice or out of order.
         """
-        buf = self._pending
-        if len(buf) < 2:
-            return None
-        length = buf[1] & 0x7F
-        if buf[0] != 0x81 or not buf[1] & 0x80 or length == 127:
+        text, fallback = keystroke.parse_simple_frame(self._pending, self._max)
+        if fallback:
             self._to_wsproto()
-            return None
-        start = 2
-        if length == 126:
-            if len(buf) < 4:
-                return None
-            length = (buf[2] << 8) | buf[3]
-            start = 4
-        if length > FAST_FRAME_MAX or length > self._max:
-            self._to_wsproto()
-            return None
-        end = start + 4 + length
-        if len(buf) < end:
-            return None
-        mask = int.from_bytes(bytes(buf[start : start + 4]) * ((length + 3) // 4 or 1), "little")
-        payload = int.from_bytes(buf[start + 4 : end], "little") ^ mask
-        try:
-            text = (payload & ((1 << (8 * length)) - 1)).to_bytes(length, "little").decode()
-        except UnicodeDecodeError:
-            self._to_wsproto()  # (wsproto closes with 1007)
-            return None
-        del buf[:end]
         return text
 
     def _to_wsproto(self) -> None:
@@ -502,10 +576,19 @@ class ServerWebSocket:
                 self._size = len(data)
                 return None
             return data
+        if self._started is None:
+            self._started = trio.current_time()
         self._parts.append(data)
         self._size += len(data)
-        if self._size > self._max or not event.message_finished:
+        self._frames += event.frame_finished
+        size = sys.getsizeof(data)
+        if self._budget is not None and not self._budget.take(size):
+            self._over_budget = True
             return None
+        self._held += size
+        if self._size > self._max or self._frames > MAX_FRAGMENTS or not event.message_finished:
+            return None
+        self._release()
         parts, self._parts, self._size = self._parts, [], 0
         if isinstance(data, str):
             return "".join(parts)  # type: ignore[arg-type]
@@ -667,19 +750,31 @@ class ServerWebSocket:
             await self._close_stream()
 
     async def _drain_until_closed(self) -> None:
+        """Read (and parse) until the peer's close frame, at most CLOSE_DRAIN_BYTES and
+        CLOSE_DRAIN_EVENTS of it: a peer still flooding tiny frames (thousands of them
+        may wait in wsproto's buffer) costs no more than a few milliseconds."""
         self._to_wsproto()  # (the peer's close frame may be among the pending bytes)
         ws = self._ws
+        events = 0
         for _ in ws.events():
-            pass
-        while ws.state is ConnectionState.LOCAL_CLOSING:
+            events += 1
+            if events >= CLOSE_DRAIN_EVENTS:
+                return
+        drained = 0
+        while ws.state is ConnectionState.LOCAL_CLOSING and drained < CLOSE_DRAIN_BYTES:
             data = await self._read()
             if not data:
                 return
+            drained += len(data)
             ws.receive_data(data)
             for _ in ws.events():
-                pass
+                events += 1
+                if events >= CLOSE_DRAIN_EVENTS:
+                    return
 
     async def _close_stream(self) -> None:
+        self._parts.clear()  # (a message never finished: not held past the close)
+        self._release()
         # (A stream's aclose closes it even when cancelled: the bound only matters for
         # a TLS stream, whose close could otherwise wait on the peer.)
         with trio.CancelScope(shield=True), trio.move_on_after(1):

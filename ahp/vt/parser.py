@@ -23,11 +23,44 @@ from __future__ import annotations
 import codecs
 from collections.abc import Sequence
 
-from ahp.protocol.actions import StateAction, TerminalData
+from ahp.protocol.actions import StateAction, TerminalData, TerminalTitleChanged
 from ahp.vt.integration import CommandTracker, events_to_actions
 from ahp.vt.scanner import Scanner
 
-__all__ = ["OutputParser"]
+__all__ = ["OutputParser", "compact"]
+
+
+def compact(actions: Sequence[StateAction]) -> Sequence[StateAction]:
+    """``actions`` with every title change but the last left out, and the runs of
+    ``terminal/data`` this leaves side by side joined: the same final state, in far
+    fewer actions (issue 25: a shell retitling its terminal in a loop made 2000
+    actions of every 14 KB read, each applied and published, and stalled every other
+    client for hundreds of milliseconds). O(len(actions)); the list is returned as
+    it is when it holds at most one title change."""
+    titles = 0
+    last = -1
+    for index, action in enumerate(actions):
+        if action.__class__ is TerminalTitleChanged:
+            titles += 1
+            last = index
+    if titles <= 1:
+        return actions
+    out: list[StateAction] = []
+    run: list[str] = []
+    for index, action in enumerate(actions):
+        cls = action.__class__
+        if cls is TerminalTitleChanged and index != last:
+            continue
+        if cls is TerminalData:
+            run.append(action.data)  # type: ignore[union-attr]
+            continue
+        if run:
+            out.append(TerminalData(data="".join(run)))
+            run = []
+        out.append(action)
+    if run:
+        out.append(TerminalData(data="".join(run)))
+    return out
 
 
 class OutputParser:

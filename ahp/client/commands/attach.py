@@ -1,8 +1,13 @@
 """``python -m ahp attach URL TERMINAL``: use a remote terminal from this one, like ``tmux attach``.
 
-What happens: the terminal is created if it does not exist (sized like the local
-window, ``--cwd`` applied), subscribed, and its history — the snapshot's VT text
-— is written to a cleared screen, without the terminal queries in it
+(Or ``attach HOST/NAME`` with ``--host URL`` repeated or ``$AHP_HOSTS``: the
+terminal NAME of that host, as ``ls --host ...`` lists them.)
+
+What happens: the terminal is subscribed (with ``--create``, created first if it does
+not exist, sized like the local window, ``--cwd`` applied; without it, a name that
+does not exist is an error listing the names that do, so a typo never starts a
+stray shell), a one-line banner names it and the detach key, and its history —
+the snapshot's VT text — is written to a cleared screen, without the terminal queries in it
 (:mod:`ahp.vt.queries`: replayed, they would make the local terminal answer, and
 the answers would arrive as keystrokes). Whatever the local terminal sends
 before live input starts is discarded (:meth:`LocalTerminal.settle`). If the
@@ -11,6 +16,10 @@ every keystroke (Ctrl-C and Ctrl-Z included) is sent as ``terminal/input``,
 every ``terminal/data`` is written to stdout as it arrives, and local window
 size changes (``SIGWINCH``) are sent as ``terminal/resized``. Any number of
 people can attach to one terminal; they all see the same output.
+
+Standard input must be a terminal to create one (``attach < /dev/null`` is refused
+before anything exists on the server); an existing terminal may be fed from a pipe
+(its end of input detaches).
 
 Ending: **Ctrl-]** detaches and leaves the remote terminal running. Attach also
 ends when the remote process exits (exit status: its exit code), when the
@@ -47,6 +56,8 @@ import trio
 from ahp.client.commands.common import (
     CommandFailed,
     add_connection_arguments,
+    add_hosts_argument,
+    hosts_from,
     main,
     open_client,
     resolve_target,
@@ -87,24 +98,33 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "attach",
         help="attach this terminal to a remote terminal (detach with Ctrl-])",
         description=(
-            "Attach this terminal to a remote terminal, creating it if it does not exist: "
-            "shows its history, then forwards keystrokes and output and follows window size "
-            "changes. Detach with Ctrl-] (the remote terminal keeps running). Exit status: 0 "
-            "after detaching; the remote process's exit code when it exits; 1 when the "
-            "terminal is disposed, the connection is lost or attaching failed (one line on "
+            "Attach this terminal to a remote terminal (with --create, creating it if it does "
+            "not exist): shows its history, then forwards keystrokes and output and follows "
+            "window size changes. Detach with Ctrl-] (the remote terminal keeps running). Exit "
+            "status: 0 after detaching; the remote process's exit code when it exits; 1 when "
+            "the terminal is disposed, the connection is lost or attaching failed (one line on "
             "stderr); 128+N on signal N."
         ),
     )
-    add_connection_arguments(p)
+    add_connection_arguments(p, optional=True)
     p.add_argument(
         "terminal",
         metavar="TERMINAL",
-        help="terminal URI (ahp-terminal:/name) or bare name (meaning ahp-terminal:/name)",
+        help="terminal URI (ahp-terminal:/name) or bare name (meaning ahp-terminal:/name); "
+        "without a URL, HOST/NAME: the terminal NAME of the host (host:port, or a host name "
+        "only one of them has) among --host URL / $AHP_HOSTS",
+    )
+    add_hosts_argument(p)
+    p.add_argument(
+        "--create",
+        action="store_true",
+        help="create the terminal if it does not exist (without it, a name that does not "
+        "exist is an error: a typo never starts a stray shell)",
     )
     p.add_argument(
         "--cwd",
         metavar="PATH",
-        help="working directory when the terminal is created (made absolute here)",
+        help="working directory when the terminal is created with --create (made absolute)",
     )
     p.add_argument(
         "--shell",
@@ -136,14 +156,42 @@ class _AltScreen:
         self._tail = text[-8:]
 
 
+#: Names listed at most when the terminal asked for does not exist.
+MAX_NAMES_SHOWN: Final = 10
+
+
+def _missing(uri: str, known: list[str], *, create: bool) -> str:
+    """The one line for a terminal that does not exist (and will not be created)."""
+    names = [k.removeprefix("ahp-terminal:/") for k in known]
+    listed = ", ".join(names[:MAX_NAMES_SHOWN]) + (", ..." if len(names) > MAX_NAMES_SHOWN else "")
+    there = f"terminals here: {listed}" if names else "the server has no terminals"
+    if create:  # (but standard input is not a terminal)
+        return f"no terminal {uri} ({there}); standard input is not a terminal, so none is created"
+    return f"no terminal {uri} ({there}); add --create to create it"
+
+
 async def _ensure_terminal(
-    client: Client, uri: str, cwd: str | None, size: tuple[int, int] | None
+    client: Client,
+    uri: str,
+    cwd: str | None,
+    size: tuple[int, int] | None,
+    *,
+    create: bool = True,
+    interactive: bool = True,
 ) -> bool:
-    """Subscribe to ``uri``, creating it first if missing; whether it was created."""
+    """Subscribe to ``uri``, creating it first if missing and ``create`` (and
+    ``interactive``: stdin is a terminal); whether it was created.
+
+    Raises:
+        CommandFailed: it does not exist and is not to be created.
+    """
     from ahp.client.connection import RpcError
     from ahp.protocol.jsonrpc import ErrorCode
 
-    if not any(t.resource == uri for t in client.root.terminals or ()):
+    known = [t.resource for t in client.root.terminals or ()]
+    if uri not in known:
+        if not (create and interactive):
+            raise CommandFailed(_missing(uri, known, create=create))
         cols, rows = size if size is not None else (None, None)
         try:
             await client.create_terminal(
@@ -163,18 +211,29 @@ async def _ensure_terminal(
     return False
 
 
+def banner(uri: str, *, created: bool) -> str:
+    """The line shown before the history: which terminal, and how to leave it."""
+    how = "created and attached" if created else "attached"
+    return f"[ahp attach: {how} {uri}; Ctrl-] detaches, it keeps running]"
+
+
 async def _show_history(
-    remote: RemoteTerminal, local: LocalTerminal, stream: AsyncIterator[Snapshot | ActionEnvelope]
+    remote: RemoteTerminal,
+    local: LocalTerminal,
+    stream: AsyncIterator[Snapshot | ActionEnvelope],
+    *,
+    created: bool = False,
 ) -> tuple[str, bytes]:
-    """Draw the history (queries removed); settle the terminal. ``(history, typed ahead)``."""
+    """Draw the banner and the history (queries removed); settle the terminal.
+    ``(history, typed ahead)``."""
     first = await stream.__anext__()
     assert isinstance(first, Snapshot)
     state = first.state
     history = strip_queries(state.text()) if isinstance(state, TerminalState) else ""
     is_tty = os.isatty(local.output_fd)
-    await local.stdout.send_all(
-        ((CLEAR_SCREEN if is_tty else "") + history).encode("utf-8", "replace")
-    )
+    live = isinstance(state, TerminalState) and not state.exited
+    head = CLEAR_SCREEN + (banner(remote.uri, created=created) + "\r\n" if live else "")
+    await local.stdout.send_all(((head if is_tty else "") + history).encode("utf-8", "replace"))
     typed = b""
     if is_tty and local.is_terminal:
         # Anything the terminal says before live input starts is not a keystroke.
@@ -183,7 +242,12 @@ async def _show_history(
 
 
 async def _session(
-    client: Client, uri: str, local: LocalTerminal, signals: AsyncIterator[int] | None
+    client: Client,
+    uri: str,
+    local: LocalTerminal,
+    signals: AsyncIterator[int] | None,
+    *,
+    created: bool = False,
 ) -> _Outcome:
     """Forward both ways until detach, exit, disposal, lost connection or a signal."""
     remote = client.terminal(uri)
@@ -196,7 +260,7 @@ async def _session(
 
     stream = remote.follow()
     try:
-        history, typed = await _show_history(remote, local, stream)
+        history, typed = await _show_history(remote, local, stream, created=created)
         alt.feed(history)
         if remote.state.exited:
             # No live input: the process is gone (keys would go nowhere).
@@ -303,6 +367,24 @@ async def _session(
     return outcome
 
 
+def _target(args: argparse.Namespace) -> tuple[str, str]:
+    """``(URL, terminal)``: as given, or from ``HOST/NAME`` and the hosts (``--host``,
+    ``$AHP_HOSTS``) when no URL is given."""
+    if args.url is not None:
+        return args.url, args.terminal
+    from ahp.client.fleet import select_host
+
+    host, slash, name = args.terminal.partition("/")
+    if not slash or not host or not name:
+        raise CommandFailed(
+            f"no URL given, and {args.terminal!r} is not HOST/NAME (with --host URL or $AHP_HOSTS)"
+        )
+    try:
+        return select_host(hosts_from(args), host), name
+    except LookupError as exc:
+        raise CommandFailed(str(exc.args[0])) from None
+
+
 def run(args: argparse.Namespace) -> int:
     cwd = os.path.abspath(args.cwd) if args.cwd is not None else None
 
@@ -311,13 +393,21 @@ def run(args: argparse.Namespace) -> int:
 
         if args.shell is not None:
             raise CommandFailed(SHELL_UNSUPPORTED)
-        uri = terminal_uri(args.terminal)
-        url, token = resolve_target(args.url, args.token)
+        url_given, name = _target(args)
+        uri = terminal_uri(name)
+        url, token = resolve_target(url_given, args.token)
         with exit_signal_receiver() as signals:
             async with open_client(url, token) as client:
-                await _ensure_terminal(client, uri, cwd, window_size(1) or window_size(0))
+                created = await _ensure_terminal(
+                    client,
+                    uri,
+                    cwd,
+                    window_size(1) or window_size(0),
+                    create=args.create,
+                    interactive=os.isatty(0),
+                )
                 async with open_local_terminal() as local:
-                    outcome = await _session(client, uri, local, signals)
+                    outcome = await _session(client, uri, local, signals, created=created)
         print(f"ahp attach: {outcome.message}", file=sys.stderr, flush=True)
         return outcome.status
 

@@ -6,15 +6,17 @@ the terminal's shell through :meth:`ahp.client.RemoteTerminal.run`, so a single
 argument is a shell command line (``run URL -- 'make && ./a.out'``) and several
 arguments are quoted into one (``run URL -- sh -c 'echo hi; exit 3'``).
 
-Exit status: the command's exit code; :data:`TIMED_OUT` (124, as ``timeout(1)``)
+Exit status: the command's exit code (the shell's, when the command ended the
+shell: ``run URL -- 'exit 7'`` exits 7); :data:`TIMED_OUT` (124, as ``timeout(1)``)
 when ``--timeout`` expired and the command was interrupted; :data:`FAILED`
 (125) when ``run`` itself failed (bad URL, refused token, unknown terminal, lost
-connection, exit code unknown) — with one line on stderr; 128 + N when signal N
+connection, exit code unknown, the ``--terminal`` busy with another command:
+refused, nothing typed) — with one line on stderr; 128 + N when signal N
 (SIGTERM, SIGHUP; Ctrl-C gives 130) stopped ``run``: the command is interrupted
 and a terminal created for it is disposed first, as on Ctrl-C.
 
 Output: at most ``--max-output-bytes`` bytes of the rendered output
-(:class:`~ahp.result.CommandResult` ``output``: progress bars as their last
+(:class:`~ahp.agent.CommandResult` ``output``: progress bars as their last
 state, no escapes) are printed, counted in UTF-8 and in whole lines, the most
 recent ones. When output was dropped, one line on stderr says exactly how many
 bytes and lines. (The command's output budget is :data:`RAW_FACTOR` times the
@@ -41,6 +43,8 @@ from typing import TYPE_CHECKING, Final
 import attrs
 import trio
 
+from ahp.agent import DEFAULT_MAX_OUTPUT, CommandResult, RunOptions, run_command
+from ahp.agent.budget import RETAINED_OUTPUT_BYTES
 from ahp.client.commands.common import (
     CommandFailed,
     main,
@@ -48,7 +52,6 @@ from ahp.client.commands.common import (
     resolve_target,
     terminal_uri,
 )
-from ahp.run import DEFAULT_MAX_OUTPUT, CommandResult, run_command
 
 if TYPE_CHECKING:
     from ahp.client.connection import Client
@@ -71,12 +74,31 @@ DISPOSE_TIMEOUT: Final = 10.0
 #: The command's output budget is this many times ``--max-output-bytes`` (a quarter
 #: head, the rest tail: the tail alone exceeds what is printed).
 RAW_FACTOR: Final = 4
+#: ``--max-output-bytes`` at most (and what ``0`` means): the rendered output a
+#: command keeps is bounded by :data:`ahp.agent.budget.RETAINED_OUTPUT_BYTES`.
+MAX_PRINTED: Final = RETAINED_OUTPUT_BYTES
+#: The raw budget asked for at most: its tail (three quarters) stays within the bound.
+MAX_BUDGET: Final = RETAINED_OUTPUT_BYTES * 4 // 3
 #: Signals that stop ``run`` the way Ctrl-C does (command interrupted, terminal disposed).
 STOP_SIGNALS: Final = (signal.SIGTERM, signal.SIGHUP)
 STDIN_REFUSED: Final = (
     "standard input is not forwarded (the command reads from its remote terminal): "
     "put the data in the command line, or run with < /dev/null"
 )
+
+
+def output_limit(value: int) -> int:
+    """``--max-output-bytes``: 0..MAX_PRINTED, 0 meaning MAX_PRINTED.
+
+    Raises:
+        CommandFailed: out of range (one line naming the bound).
+    """
+    if not 0 <= value <= MAX_PRINTED:
+        raise CommandFailed(
+            f"--max-output-bytes {value} is out of range: 0 to {MAX_PRINTED} "
+            f"(the output a command keeps; 0 means {MAX_PRINTED})"
+        )
+    return value or MAX_PRINTED
 
 
 def _add_options(p: argparse.ArgumentParser) -> None:
@@ -101,8 +123,8 @@ def _add_options(p: argparse.ArgumentParser) -> None:
         default=DEFAULT_MAX_OUTPUT,
         metavar="N",
         help=f"print at most the last N bytes of output, in whole lines, counted as "
-        f"printed (default {DEFAULT_MAX_OUTPUT}); a line on stderr says when output "
-        "was dropped",
+        f"printed (default {DEFAULT_MAX_OUTPUT}; at most {MAX_PRINTED}, the output a "
+        f"command keeps; 0 means that bound); a line on stderr says when output was dropped",
     )
     p.add_argument(
         "--json",
@@ -110,7 +132,7 @@ def _add_options(p: argparse.ArgumentParser) -> None:
         help="print the whole CommandResult as JSON (command_line, status, output, "
         "raw_output, exit_code, duration_ms, truncated, omitted_bytes, omitted_lines, "
         "total_bytes, total_lines, timed_out, waiting_for_input, alternate_screen, "
-        "shell_exited, background, command_id)",
+        "shell_exited, background, command_id; stderr and signal, filled by host.exec only)",
     )
 
 
@@ -238,8 +260,7 @@ def run(args: argparse.Namespace) -> int:
         line = command_line(words)
         if args.timeout is not None and args.timeout <= 0:
             raise CommandFailed("--timeout must be positive")
-        if args.max_output_bytes < 1:
-            raise CommandFailed("--max-output-bytes must be positive")
+        args.max_output_bytes = output_limit(args.max_output_bytes)
         url, token = resolve_target(args.url, args.token)
         if pending_input(0):
             raise CommandFailed(STDIN_REFUSED)
@@ -276,10 +297,14 @@ def run(args: argparse.Namespace) -> int:
                 f"(--max-output-bytes {args.max_output_bytes})",
                 file=sys.stderr,
             )
-        if result.timed_out:
+        if result.status == "refused":
+            print(f"ahp run: refused: {result.note}", file=sys.stderr)
+        elif result.timed_out:
             print(f"ahp run: timed out after {args.timeout:g} s", file=sys.stderr)
         elif result.waiting_for_input:
             print("ahp run: the command is waiting for input", file=sys.stderr)
+        elif result.status == "lost":
+            print(f"ahp run: lost: {result.note}", file=sys.stderr)
         elif result.exit_code is None:
             print("ahp run: the command's exit code is unknown", file=sys.stderr)
         return exit_status(result)
@@ -297,7 +322,7 @@ def run(args: argparse.Namespace) -> int:
                 await client.subscribe(uri)
             except RpcError as exc:
                 if exc.code == ErrorCode.NOT_FOUND:
-                    raise CommandFailed(f"no terminal {uri} (see `ahp ls`)") from None
+                    raise CommandFailed(f"no terminal {uri} (see `python -m ahp ls URL`)") from None
                 raise
             if client.terminal_state(uri).exited:
                 raise CommandFailed(f"the process of {uri} has exited")
@@ -328,8 +353,10 @@ def run(args: argparse.Namespace) -> int:
                 result = await run_command(
                     client.terminal(uri),
                     line,
-                    timeout=args.timeout,
-                    max_output_bytes=args.max_output_bytes * RAW_FACTOR,
+                    RunOptions(
+                        timeout=args.timeout,
+                        max_output_bytes=min(args.max_output_bytes * RAW_FACTOR, MAX_BUDGET),
+                    ),
                 )
                 nursery.cancel_scope.cancel()
         finally:

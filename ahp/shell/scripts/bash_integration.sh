@@ -285,9 +285,12 @@ __ahp_install() {
 	__ahp_wrap_prompts
 }
 
-# 3. The user's startup files, as bash itself would have read them. (For a non-login shell bash
-# has already read its system file, e.g. Debian's /etc/bash.bashrc, before this file.)
-if [[ $__ahp_login == 1 ]]; then
+# 3. The user's startup files, as bash itself would have read them (none when the launch says
+# __ahp_norc=1: the host's "no rc files" option). (For a non-login shell bash has already read
+# its system file, e.g. Debian's /etc/bash.bashrc, before this file.)
+if [[ ${__ahp_norc-} == 1 ]]; then
+	:
+elif [[ $__ahp_login == 1 ]]; then
 	if [[ -r /etc/profile ]]; then
 		builtin source /etc/profile
 	fi
@@ -301,7 +304,7 @@ if [[ $__ahp_login == 1 ]]; then
 elif [[ -r ~/.bashrc ]]; then
 	builtin source ~/.bashrc
 fi
-builtin unset __ahp_login
+builtin unset __ahp_login __ahp_norc
 
 # 4. Hooks last, so they wrap whatever the user's files set up. Only for interactive shells.
 if [[ $- == *i* ]]; then

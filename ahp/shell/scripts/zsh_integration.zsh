@@ -94,14 +94,14 @@ zshenv)
 	}
 
 	__ahp_to_user
-	if [[ -r "${ZDOTDIR:-$HOME}/.zshenv" ]]; then
+	if (( ! ${__ahp_norc:-0} )) && [[ -r "${ZDOTDIR:-$HOME}/.zshenv" ]]; then
 		builtin source "${ZDOTDIR:-$HOME}/.zshenv"
 	fi
 	__ahp_from_user
 	;;
 zprofile)
 	__ahp_to_user
-	if [[ -r "${ZDOTDIR:-$HOME}/.zprofile" ]]; then
+	if (( ! ${__ahp_norc:-0} )) && [[ -r "${ZDOTDIR:-$HOME}/.zprofile" ]]; then
 		builtin source "${ZDOTDIR:-$HOME}/.zprofile"
 	fi
 	__ahp_from_user
@@ -219,7 +219,7 @@ zshrc)
 	}
 
 	__ahp_to_user
-	if [[ -r "${ZDOTDIR:-$HOME}/.zshrc" ]]; then
+	if (( ! ${__ahp_norc:-0} )) && [[ -r "${ZDOTDIR:-$HOME}/.zshrc" ]]; then
 		builtin source "${ZDOTDIR:-$HOME}/.zshrc"
 	fi
 	__ahp_from_user
@@ -231,7 +231,7 @@ zshrc)
 	;;
 zlogin)
 	__ahp_to_user
-	if [[ -r "${ZDOTDIR:-$HOME}/.zlogin" ]]; then
+	if (( ! ${__ahp_norc:-0} )) && [[ -r "${ZDOTDIR:-$HOME}/.zlogin" ]]; then
 		builtin source "${ZDOTDIR:-$HOME}/.zlogin"
 	fi
 	__ahp_from_user

@@ -3,39 +3,27 @@
 Why a module of its own: the same frozen values come from an in-process
 :class:`~ahp.engine.Terminal`, a remote :class:`~ahp.client.RemoteTerminal`, the
 CLI's ``run --json`` and the MCP tools, and are the contract an agent framework
-codes against (``/work/notes`` aside, ``README.md`` shows it). Pure data.
+codes against (``docs/agent.md`` describes it). Pure data.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING
 
 import attrs
 
+from ahp.agent.status import FINAL_STATUSES, STATUSES
+
 if TYPE_CHECKING:
-    from ahp.run import CommandHandle
+    from ahp.agent.handle import CommandHandle
 
 __all__ = [
     "FINAL_STATUSES",
     "STATUSES",
     "BackgroundProcess",
     "CommandResult",
+    "Holder",
 ]
-
-#: Every value of :attr:`CommandResult.status`.
-STATUSES: Final = (
-    "finished",
-    "running",
-    "waiting_for_input",
-    "timed_out",
-    "interrupted",
-    "killed",
-    "shell_exited",
-)
-#: Statuses after which the command is over (its handle is done).
-FINAL_STATUSES: Final = frozenset(
-    {"finished", "timed_out", "interrupted", "killed", "shell_exited"}
-)
 
 
 @attrs.frozen
@@ -47,8 +35,25 @@ class BackgroundProcess:
 
 
 @attrs.frozen
+class Holder:
+    """The command that holds a terminal (why a new one was refused).
+
+    Attributes:
+        command_line: its command line, as typed (or as the shell reported it).
+        command_id: its handle's id when it was started through this terminal
+            surface (``term.command(command_id)``), else ``None`` (typed by someone
+            else: answer with ``term.send_input`` or stop it with ``term.interrupt``).
+        status: ``running`` or ``waiting_for_input``.
+    """
+
+    command_line: str
+    command_id: str | None
+    status: str
+
+
+@attrs.frozen
 class CommandResult:
-    """The result of one command (see ``README.md``, "Commands for agents").
+    """The result of one command (see ``docs/agent.md``).
 
     Attributes:
         command_line: the command as submitted.
@@ -59,13 +64,16 @@ class CommandResult:
             the command was interrupted), ``"interrupted"`` / ``"killed"`` (by the
             handle), ``"shell_exited"`` (the terminal's shell exited first, or the
             terminal was disposed), ``"lost"`` (the handle stopped following the
-            command while it ran: the client closed, or its collector failed).
+            command while it ran: the connection is gone, the client closed, or its
+            collector failed), ``"refused"`` (never typed: the terminal was busy with
+            :attr:`holder`). One of :data:`STATUSES`; see ``docs/agent.md``.
         output: the *rendered* output (progress bars as their last state, cursor
             moves applied, no escapes, the alternate screen's contents left out)
             within the budget: head, a marker line, tail.
         raw_output: the output as the terminal printed it (VT text), the most
             recent ``head_bytes + tail_bytes`` bytes of it.
-        exit_code: the exit code when the command finished, else ``None``.
+        exit_code: the exit code when the command finished; the shell's own exit
+            code when the command ended the shell (``shell_exited``); else ``None``.
         duration_ms: wall time from submission to the end (or to now).
         truncated: ``output`` left something out (see the omitted counts).
         omitted_bytes: exactly how many bytes of rendered output were left out.
@@ -80,8 +88,17 @@ class CommandResult:
         shell_exited: the terminal's shell itself exited.
         background: processes the command left running (in-process only; a remote
             client cannot see the server's processes and reports none).
-        command_id: the id of the command's :class:`~ahp.run.CommandHandle`.
+        command_id: the id of the command's :class:`~ahp.agent.CommandHandle` (of an
+            exec: its terminal's URI).
+        note: one sentence for the agent: why it waits for input and how to answer,
+            why it was refused, how it was lost (empty when there is nothing to say).
+        holder: the command that held the terminal (``refused`` only).
         handle: the handle while the command still runs, else ``None``.
+        stderr: a non-pty run's (``host.exec``) stderr, rendered within the same
+            budget as ``output``; empty for a terminal command (its stderr is in
+            ``output``).
+        signal: the name of the signal that ended a non-pty run (``"SIGKILL"``),
+            else ``None``.
     """
 
     command_line: str
@@ -101,7 +118,11 @@ class CommandResult:
     shell_exited: bool
     background: tuple[BackgroundProcess, ...]
     command_id: str
+    note: str = ""
+    holder: Holder | None = None
     handle: CommandHandle | None = attrs.field(default=None, eq=False, repr=False)
+    stderr: str = ""
+    signal: str | None = None
 
     @property
     def done(self) -> bool:

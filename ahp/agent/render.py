@@ -1,6 +1,6 @@
 """Rendering a command's output as a terminal would show it, line by line.
 
-Why our own renderer and not the full emulator (:mod:`ahp.vt.screen`, pyte): a
+Why our own renderer and not the full emulator (:mod:`ahp.agent.screen`): a
 command's output can be hundreds of megabytes, and pyte renders about 1 MB/s in
 pure Python (measured, ``benchmarks/README.md``). What an agent needs from a
 command is the *final text*: a ``\\r`` progress bar as its last state, cursor
@@ -22,6 +22,8 @@ inside a region and absolute positions are relative to the window, not to the
 real screen (where the prompt also sits). ``ED 2`` (clear screen) first hands the
 window's lines to ``sink``: an agent gets what was shown before the clear.
 
+:func:`strip_escapes` is the plain cut: escapes and controls removed, nothing applied.
+
 Pure: no I/O, no clock; the caller feeds text and collects lines.
 """
 
@@ -32,7 +34,15 @@ import unicodedata
 from collections.abc import Callable
 from typing import Final
 
-__all__ = ["MAX_CSI_PARAM", "LineRenderer", "cell_width"]
+__all__ = [
+    "MAX_CSI_PARAM",
+    "MAX_JOINED_LINE",
+    "MAX_WINDOW_COLS",
+    "MAX_WINDOW_ROWS",
+    "LineRenderer",
+    "cell_width",
+    "strip_escapes",
+]
 
 #: Numeric CSI parameters are clamped to this (a huge count is no reason to loop).
 MAX_CSI_PARAM: Final = 10_000
@@ -40,6 +50,15 @@ MAX_CSI_PARAM: Final = 10_000
 TAB_WIDTH: Final = 8
 #: A control sequence longer than this that has not ended is dropped as text.
 MAX_SEQUENCE: Final = 4096
+#: A logical line (wrapped at ``cols``) longer than this many characters is handed on
+#: in pieces of this size: the pieces scrolled above the window are held until the
+#: line ends, so without it one endless line (``tr '\\0' x < /dev/zero``) would be
+#: held whole, however the output is budgeted afterwards.
+MAX_JOINED_LINE: Final = 1024 * 1024
+#: The window is at most this many rows and columns, whatever size the terminal
+#: reports (any client may resize it): the window holds ``rows`` x ``cols`` cells.
+MAX_WINDOW_ROWS: Final = 500
+MAX_WINDOW_COLS: Final = 1000
 
 _TOKEN: Final = re.compile(
     r"(?P<text>[^\x00-\x1f\x7f-\x9f]+)"
@@ -86,16 +105,19 @@ class _Line:
 class LineRenderer:
     """Feed output text; finished lines go to ``sink``, the rest stay in the window.
 
-    Buffering: at most ``rows`` lines of ``cols`` cells, plus an unfinished escape
+    Buffering: at most ``rows`` lines of ``cols`` cells (each at most
+    :data:`MAX_WINDOW_ROWS` / :data:`MAX_WINDOW_COLS`), the scrolled-out part of
+    the current logical line (at most :data:`MAX_JOINED_LINE` characters: a longer
+    line goes to ``sink`` in pieces of that size), plus an unfinished escape
     sequence of at most :data:`MAX_SEQUENCE` characters. Each line given to ``sink``
-    has no trailing newline and no trailing spaces.
+    has no trailing newline and no trailing spaces (but for a piece of a longer line).
     """
 
     def __init__(self, sink: Callable[[str], None], *, cols: int = 80, rows: int = 24) -> None:
         if cols < 1 or rows < 1:
             raise ValueError("cols and rows must be positive")
-        self.cols = cols
-        self.rows = rows
+        self.cols = min(cols, MAX_WINDOW_COLS)
+        self.rows = min(rows, MAX_WINDOW_ROWS)
         self._sink = sink
         self._lines: list[_Line] = [_Line()]
         self._row = 0
@@ -103,6 +125,7 @@ class LineRenderer:
         self._saved = (0, 0)
         self._pending = ""  # an unfinished escape sequence
         self._wrapped_prefix: list[str] = []  # wrapped pieces already sent up
+        self._prefix_size = 0  # characters in ``_wrapped_prefix``
         #: The alternate screen is active now / was ever used.
         self.alternate = False
         self.used_alternate = False
@@ -171,6 +194,7 @@ class LineRenderer:
             self._sink(text)
         self._lines = [_Line()]
         self._wrapped_prefix = []
+        self._prefix_size = 0
         self._row = self._col = 0
 
     # -- the window ----------------------------------------------------------------------------
@@ -178,11 +202,21 @@ class LineRenderer:
     def _scroll_up(self) -> None:
         top = self._lines.pop(0)
         if top.wrapped:
-            self._wrapped_prefix.append("".join(top.cells))
+            piece = "".join(top.cells)
+            self._wrapped_prefix.append(piece)
+            self._prefix_size += len(piece)
+            if self._prefix_size >= MAX_JOINED_LINE:
+                joined = "".join(self._wrapped_prefix)
+                while len(joined) >= MAX_JOINED_LINE:
+                    self._sink(joined[:MAX_JOINED_LINE])
+                    joined = joined[MAX_JOINED_LINE:]
+                self._wrapped_prefix = [joined] if joined else []
+                self._prefix_size = len(joined)
         else:
             self._wrapped_prefix.append(top.text())
             self._sink("".join(self._wrapped_prefix))
             self._wrapped_prefix = []
+            self._prefix_size = 0
         self._row -= 1
 
     def _at_fresh_line(self) -> bool:
@@ -402,3 +436,17 @@ class LineRenderer:
         self.flush()
         self._goto_row(row)
         self._col = col
+
+
+_ESCAPES: Final = re.compile(
+    r"\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)"  # OSC ... BEL/ST
+    r"|\x1b[P_^X][^\x1b]*\x1b\\"  # DCS/APC/PM/SOS strings
+    r"|\x1b\[[0-?]*[ -/]*[@-~]"  # CSI
+    r"|\x1b[ -/]*[0-~]"  # other ESC sequences
+    r"|[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]"  # other controls (keep \t \n \r)
+)
+
+
+def strip_escapes(text: str) -> str:
+    """Text without escape sequences or control characters; ``\\r\\n`` becomes ``\\n``."""
+    return _ESCAPES.sub("", text).replace("\r\n", "\n")

@@ -1,0 +1,530 @@
+"""Typing a command and following it to its end: :func:`start_command` and its collector.
+
+How a command is delimited:
+
+* **With command detection** (bash, zsh, fish started by this host): the
+  command line is typed, the next ``terminal/commandExecuted`` names its
+  ``commandId``, and its ``terminal/commandFinished`` gives the exit code. The
+  output is what the terminal printed between the two.
+* **Fallback** (any other shell): the command is typed wrapped in markers
+  (:mod:`ahp.agent.markers`); the output is what lies between them and the exit
+  code is parsed from the end marker.
+
+Never typing into a busy terminal: :func:`start_command` first asks what holds
+the terminal (:func:`holder_of`): a command of this surface that is not over, a
+detected command the shell reports running, or (without detection, when the
+processes can be seen) a foreground job other than the shell. If one does, the
+command is not typed: its handle is over at once with status ``refused``, the
+holder named in ``result.holder`` and ``result.note`` saying how to answer it
+(``send_input``) or stop it (``interrupt``). A holder that is already ending
+(interrupted, timed out, killed) is given :data:`INTERRUPT_GRACE` to end first.
+
+The collector task (in the terminal owner's nursery: the terminal's own, or the
+client connection's) feeds the command's :class:`~ahp.agent.machine.CommandMachine`
+with what it sees and ends on every path in a final status: its end, the shell's
+exit (with the shell's exit code), the terminal disposed, the follower ended
+(the connection is gone: ``lost``), a crash of its own (``lost``, logged). Before
+the final status is published it gives back the claim it found (when the
+command was run with one and the terminal is still there), so that a ``run``
+that returns has given it back. Its input watch asks the terminal's processes
+for evidence after ``input_quiet`` seconds of quiet (:mod:`ahp.agent.evidence`),
+and its timer enforces ``timeout`` (Ctrl-C, then :data:`INTERRUPT_GRACE` for the
+end).
+
+Cancellation: cancelling :func:`start_command` before the command was typed
+leaves nothing behind (the follower closed, the claim given back); the collector
+is cancelled with its owner's nursery and ends the command then (``shell_exited``
+when the terminal ended, else ``lost``).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import secrets
+import time
+from collections.abc import AsyncIterator
+from typing import Final
+
+import attrs
+import trio
+
+from ahp.agent.evidence import InputEvidence, evidence_of, looks_like_prompt
+from ahp.agent.handle import CommandHandle
+from ahp.agent.markers import MARKER_LOOKBACK, MARKER_TAIL, Markers, wrap
+from ahp.agent.options import RunOptions
+from ahp.agent.port import TerminalPort
+from ahp.agent.record import CommandRecord
+from ahp.agent.result import BackgroundProcess, Holder
+from ahp.agent.status import Event
+from ahp.protocol.actions import (
+    ActionEnvelope,
+    TerminalCommandDetectionAvailable,
+    TerminalCommandExecuted,
+    TerminalCommandFinished,
+    TerminalData,
+    TerminalExited,
+)
+from ahp.protocol.state import CommandPart, Snapshot, TerminalClaim, TerminalState
+
+__all__ = ["CLAIM_TIMEOUT", "INTERRUPT_GRACE", "holder_of", "start_command"]
+
+log = logging.getLogger("ahp.agent")
+
+#: How long to wait for the shell to report an interrupted command's end (and for a
+#: holder that is ending to end before a new command is refused).
+INTERRUPT_GRACE: Final = 5.0
+#: Bound on giving a claim back (and on closing a follower) at the end.
+CLAIM_TIMEOUT: Final = 5.0
+#: Bound on closing the follower at the end.
+CLOSE_TIMEOUT: Final = 1.0
+
+#: Ends after which the claim found is given back (the terminal is still there).
+_GIVE_BACK: Final = frozenset({Event.ENDED, Event.FAILED})
+
+_Stream = AsyncIterator[Snapshot | ActionEnvelope]
+
+
+def _last_command(state: TerminalState) -> CommandPart | None:
+    content = state.content
+    return content[-1] if content and isinstance(content[-1], CommandPart) else None
+
+
+def _busy(state: TerminalState) -> bool:
+    part = _last_command(state)
+    return part is not None and not part.isComplete
+
+
+def _before_prompt(state: TerminalState) -> bool:
+    """The last command finished and nothing was printed after it: the shell has not
+    drawn its prompt yet, so its line editor is not reading (a command typed now
+    would be echoed twice: by the kernel, then by the editor)."""
+    part = _last_command(state)
+    return part is not None and part.isComplete
+
+
+def _ending(handle: CommandHandle) -> bool:
+    return bool(handle.record.machine.asked)
+
+
+async def holder_of(port: TerminalPort, *, detected: bool) -> Holder | None:
+    """What holds the terminal now (see the module doc), or ``None``: at the prompt.
+    ``detected``: the shell has command detection (else its foreground is asked)."""
+    running = port.commands.running()
+    if running is not None and _ending(running):
+        with trio.move_on_after(INTERRUPT_GRACE):
+            await running.wait_done()
+        running = port.commands.running()
+    if running is not None:
+        return Holder(running.command_line, running.id, running.status)
+    state = port.state
+    part = _last_command(state) if detected else None
+    if detected and (part is None or part.isComplete):
+        return None
+    processes = port.processes
+    status = await processes.tty_status() if processes is not None else None
+    waiting = "waiting_for_input" if evidence_of(status) is not None else "running"
+    if part is not None:
+        return Holder(part.commandLine, None, waiting)
+    if status is None or status.shell_foreground is not False:
+        await trio.lowlevel.checkpoint()
+        return None
+    line = status.programs[0] if status.programs else f"process group {status.foreground_pgrp}"
+    return Holder(line, None, waiting)
+
+
+def _refusal_note(holder: Holder) -> str:
+    what = "waits for input" if holder.status == "waiting_for_input" else "is running"
+    if holder.command_id is not None:
+        how = (
+            f"answer it with term.command({holder.command_id!r}).send_input(...), "
+            "or stop it with its interrupt() or kill()"
+        )
+    else:
+        how = "answer it with term.send_input(...), or stop it with term.interrupt()"
+    return (
+        f"not typed: the terminal is busy: {holder.command_line!r} {what}; {how}, "
+        "then run the command again"
+    )
+
+
+async def start_command(
+    port: TerminalPort, command_line: str, options: RunOptions
+) -> CommandHandle:
+    """Type ``command_line`` into the terminal and return its handle at once (over
+    already, status ``refused``, when the terminal is busy: see the module doc).
+
+    Raises:
+        RuntimeError: the terminal's process has exited.
+    """
+    head, tail = options.budget()
+    if port.state.exited:
+        raise RuntimeError("the terminal's process has exited")
+    state = port.state
+    record = CommandRecord(
+        port.uri,
+        command_line,
+        head_bytes=head,
+        tail_bytes=tail,
+        input_quiet=options.input_quiet,
+        cols=state.cols or 80,
+        rows=state.rows or 24,
+    )
+    handle = CommandHandle(record, port)
+    claim = options.claim
+    found_claim = port.state.claim
+    claimed = False
+    stream = port.follow()
+    spawned = False
+    try:
+        first = await stream.__anext__()
+        assert isinstance(first, Snapshot)
+        assert isinstance(first.state, TerminalState)
+        state = first.state
+        if state.exited:
+            raise RuntimeError("the terminal's process has exited")
+        detected = bool(state.supportsCommandDetection)
+        if not detected:
+            with trio.move_on_after(port.detection_wait):
+                async for item in stream:
+                    if isinstance(item, ActionEnvelope) and isinstance(
+                        item.action, TerminalCommandDetectionAvailable
+                    ):
+                        detected = True
+                        break
+        holder = await holder_of(port, detected=detected)
+        if holder is not None:
+            record.holder = holder
+            record.apply(Event.REFUSED, note=_refusal_note(holder))
+            return handle
+        if detected and _before_prompt(port.state):
+            # The previous command just ended: let the shell draw its prompt.
+            with trio.move_on_after(INTERRUPT_GRACE):
+                async for _ in stream:
+                    if not _before_prompt(port.state):
+                        break
+        if claim is not None:
+            claimed = True
+            await port.set_claim(claim)
+        token = secrets.token_hex(8)
+        typed = command_line if detected else wrap(command_line, token)
+        processes = port.processes
+        if processes is not None:
+            record.job_mark = await processes.job_mark()
+        known = frozenset(p.commandId for p in port.state.content if isinstance(p, CommandPart))
+        record.started = time.monotonic()
+        await port.send_input(typed.replace("\n", "\r") + "\r")
+        collector = _Collector(
+            record,
+            port,
+            stream,
+            markers=None if detected else Markers(token),
+            known=known,
+            give_back=found_claim if claim is not None else None,
+            timeout=options.timeout,
+        )
+        port.spawn_task(collector.run)
+        spawned = True
+        port.commands.add(handle)
+    finally:
+        if not spawned:
+            with trio.CancelScope(shield=True):
+                await _close(stream)
+                if claimed:
+                    with trio.move_on_after(CLAIM_TIMEOUT):
+                        await port.set_claim(found_claim)
+    return handle
+
+
+async def _close(stream: _Stream) -> None:
+    aclose = getattr(stream, "aclose", None)
+    if aclose is not None:
+        with trio.move_on_after(CLOSE_TIMEOUT):
+            await aclose()
+
+
+@attrs.define
+class _Collector:
+    """Follows one command to its end (the task :func:`start_command` spawns)."""
+
+    record: CommandRecord
+    port: TerminalPort
+    stream: _Stream
+    markers: Markers | None
+    known: frozenset[str]
+    give_back: TerminalClaim | None
+    timeout: float | None
+    #: The shell's id of the command (detected mode), once seen.
+    command_id: str | None = None
+    #: The activity event current when the shell itself was last seen reading.
+    shell_read_seen: trio.Event | None = None
+    #: Fallback only: after an interrupt the shell was seen back at its prompt.
+    back_at_prompt: bool = False
+    #: The collector's nursery (the watcher ends the follower through it).
+    scope: trio.CancelScope | None = None
+
+    async def run(self) -> None:
+        record = self.record
+        failure: str | None = None
+        try:
+            async with trio.open_nursery() as nursery:
+                self.scope = nursery.cancel_scope
+                nursery.start_soon(self._watch_input)
+                if self.timeout is not None:
+                    nursery.start_soon(self._time_out, self.timeout)
+                if self.markers is None:
+                    await self._follow_detected()
+                else:
+                    await self._follow_markers(self.markers)
+                nursery.cancel_scope.cancel()
+        except Exception as exc:  # never let a collector take down the terminal or client
+            log.exception("command %s in %s: collector failed", record.id, record.terminal_uri)
+            failure = f"the collector failed: {exc!r}"
+        finally:
+            with trio.CancelScope(shield=True):
+                try:
+                    if failure is not None:
+                        await self._end(Event.FAILED, note=failure)
+                    elif not record.machine.done:
+                        await self._end_unfollowed()
+                except Exception:
+                    log.exception("command %s: ending it failed", record.id)
+                    record.apply(Event.FAILED, note="the collector failed while ending it")
+                await _close(self.stream)
+
+    async def _end_unfollowed(self) -> None:
+        """The follower ended, or the collector was cancelled or failed, before the
+        command's end was seen."""
+        if self.port.ended:
+            await self._end(
+                Event.DISPOSED,
+                exit_code=self._shell_exit_code(),
+                note="the terminal ended while the command ran",
+            )
+        else:
+            await self._end(
+                Event.LOST,
+                note="the terminal can no longer be followed "
+                "(the connection is gone or the client closed)",
+            )
+
+    def _shell_exit_code(self) -> int | None:
+        try:
+            return self.port.state.exitCode
+        except KeyError:  # a remote terminal no longer mirrored (disposed)
+            return None
+
+    # -- the end -------------------------------------------------------------------------------
+
+    async def _end(
+        self,
+        event: Event,
+        *,
+        exit_code: int | None = None,
+        duration_ms: int | None = None,
+        note: str = "",
+    ) -> None:
+        """Finish: the jobs the command left (when it ended by itself and they can be
+        seen), the claim given back, then the final event."""
+        record = self.record
+        if record.machine.done:
+            return
+        processes = self.port.processes
+        # (After a kill every job started since the mark was killed with it: what a
+        # scan finds then is still dying, not left behind.)
+        if (
+            event is Event.ENDED
+            and processes is not None
+            and Event.KILL not in record.machine.asked
+        ):
+            jobs = await processes.background_jobs(record.job_mark)
+            record.background = tuple(
+                BackgroundProcess(pid, line) for pid, line in sorted(jobs.items())
+            )
+        if self.give_back is not None and event in _GIVE_BACK and not self.port.ended:
+            claim, self.give_back = self.give_back, None
+            if self.port.state.claim != claim:
+                with trio.CancelScope(shield=True), trio.move_on_after(CLAIM_TIMEOUT):
+                    await self.port.set_claim(claim)
+        if duration_ms is not None:
+            record.duration_ms = duration_ms
+        if event is Event.SHELL_EXITED and not note:
+            note = f"the shell exited (exit code {exit_code})"
+        record.apply(event, exit_code=exit_code, note=note)
+
+    async def _time_out(self, timeout: float) -> None:
+        await trio.sleep(timeout)
+        record = self.record
+        if record.machine.done:
+            return
+        record.apply(Event.TIME_OUT)
+        await self.port.send_input("\x03")
+
+    # -- following -----------------------------------------------------------------------------
+
+    async def _follow_detected(self) -> None:
+        record = self.record
+        async for item in self.stream:
+            if isinstance(item, Snapshot):
+                # A resynchronisation: output in the gap is lost, the end is not (nor
+                # the start: a command that is not one of ``known`` is this one).
+                state = item.state
+                assert isinstance(state, TerminalState)
+                for part in state.content:
+                    if not isinstance(part, CommandPart):
+                        continue
+                    if self.command_id is None and part.commandId not in self.known:
+                        self.command_id = part.commandId
+                        record.apply(Event.EXECUTING)
+                    if part.commandId == self.command_id and part.isComplete:
+                        await self._end(
+                            Event.ENDED, exit_code=part.exitCode, duration_ms=part.durationMs
+                        )
+                        return
+                if state.exited:
+                    await self._end(Event.SHELL_EXITED, exit_code=state.exitCode)
+                    return
+                continue
+            action = item.action
+            if isinstance(action, TerminalCommandExecuted) and self.command_id is None:
+                self.command_id = action.commandId
+                record.apply(Event.EXECUTING)
+            elif isinstance(action, TerminalData) and self.command_id is not None:
+                record.output(action.data)
+            elif (
+                isinstance(action, TerminalCommandFinished) and action.commandId == self.command_id
+            ):
+                await self._end(
+                    Event.ENDED, exit_code=action.exitCode, duration_ms=action.durationMs
+                )
+                return
+            elif isinstance(action, TerminalExited):
+                await self._end(Event.SHELL_EXITED, exit_code=action.exitCode)
+                return
+
+    async def _follow_markers(self, markers: Markers) -> None:
+        record = self.record
+        async for item in self.stream:
+            if isinstance(item, Snapshot):
+                # A resynchronisation: output in the gap is lost; the end marker may
+                # be in it, and then it is in the state.
+                state = item.state
+                assert isinstance(state, TerminalState)
+                tail = state.tail(MARKER_LOOKBACK)
+                end = markers.find_end(tail)
+                if end is not None:
+                    await self._end(Event.ENDED, exit_code=end)
+                    return
+                markers.resynchronised(tail)
+                if markers.started and not record.machine.executing:
+                    record.apply(Event.EXECUTING)
+                if state.exited:
+                    await self._end(Event.SHELL_EXITED, exit_code=state.exitCode)
+                    return
+                continue
+            action = item.action
+            if isinstance(action, TerminalExited):
+                await self._end(Event.SHELL_EXITED, exit_code=action.exitCode)
+                return
+            if not isinstance(action, TerminalData):
+                continue
+            text = markers.feed(action.data)
+            if markers.started and not record.machine.executing:
+                record.apply(Event.EXECUTING)
+            record.output(text)
+            if markers.done:
+                await self._end(Event.ENDED, exit_code=markers.exit_code)
+                return
+
+    # -- waiting for input ---------------------------------------------------------------------
+
+    async def _watch_input(self) -> None:
+        """Conclude ``waiting_for_input`` from quiet output plus the processes' evidence
+        (the machine keeps the clock: when to look, and the back-off)."""
+        record = self.record
+        machine = record.machine
+        while not self._over():
+            due = machine.next_look()
+            now = trio.current_time()
+            if due is None or now < due:
+                with trio.move_on_at(math.inf if due is None else due):
+                    await record.activity.wait()
+                continue
+            activity = record.activity
+            evidence = await self._evidence()
+            if self._over():
+                return
+            if self.back_at_prompt:
+                await self._end(
+                    Event.ENDED,
+                    note="the shell dropped the rest of the command line (its end "
+                    "marker) when interrupted: exit code unknown",
+                )
+                if self.scope is not None:
+                    self.scope.cancel()  # the follower waits for a marker that will not come
+                return
+            if activity.is_set():
+                continue  # something happened meanwhile: the evidence may be stale
+            if evidence is not None:
+                record.apply(Event.INPUT_SEEN, evidence=evidence)
+            else:
+                machine.looked(trio.current_time())
+
+    def _over(self) -> bool:
+        return self.record.machine.done
+
+    def _ended_in_state(self) -> bool:
+        """The terminal's state already shows the command's end (the collector has
+        not caught up yet): the shell, back at its prompt, reads the terminal."""
+        state = self.port.state
+        if state.exited:
+            return True
+        if self.command_id is not None:
+            return any(
+                isinstance(p, CommandPart) and p.commandId == self.command_id and p.isComplete
+                for p in reversed(state.content)
+            )
+        markers = self.markers
+        return markers is not None and markers.find_end(state.tail(MARKER_TAIL)) is not None
+
+    def _screen_says_input(self) -> bool:
+        """A full-screen program (it reads keys), or a prompt-like last line."""
+        record = self.record
+        if record.renderer.alternate:
+            return True
+        live = record.live()
+        return bool(live) and looks_like_prompt(live[-1])
+
+    async def _evidence(self) -> InputEvidence | None:
+        if self._ended_in_state():
+            await trio.lowlevel.checkpoint()
+            return None
+        full_screen = self.record.renderer.alternate
+        processes = self.port.processes
+        if processes is not None:
+            status = await processes.tty_status()
+            evidence = evidence_of(status)
+            if evidence is None:
+                return None
+            if evidence.source == "poll_unseen" and not self._screen_says_input():
+                return None
+            if status is not None and status.shell_foreground:
+                # The shell reads: a builtin's prompt, or the shell back at its prompt
+                # with the command's end still on its way to us. A second look with
+                # nothing in between tells them apart.
+                seen, self.shell_read_seen = self.shell_read_seen, self.record.activity
+                if seen is not self.record.activity:
+                    return None
+                if self.markers is not None and self.record.machine.asked:
+                    # Interrupted in a shell without detection: an interactive shell
+                    # drops the rest of the line, end marker included; it is back at
+                    # its prompt.
+                    self.back_at_prompt = True
+                    return None
+            return attrs.evolve(evidence, full_screen=full_screen)
+        # Nothing to see (a remote server without the extension, no pty): quiet, and
+        # either a full-screen program (it reads keys) or a prompt-like last line.
+        await trio.lowlevel.checkpoint()
+        if self._screen_says_input():
+            return InputEvidence(readers=(), echo=True, source="heuristic", full_screen=full_screen)
+        return None

@@ -1,0 +1,140 @@
+"""Why a command is believed to wait for input: :class:`InputEvidence`, and its rules.
+
+Why a module of its own: "waiting for input" must be concluded the same way
+in-process (the pty's ``/proc`` status, :func:`ahp.pty.procfs.tty_status`) and
+remotely (the server's ``x-ahp-terminals/ttyStatus`` answer), and it must not
+be concluded for a command that only paused. The rules, in order:
+
+1. Nothing while output is still unread by the host (``unread``): the command
+   may just have written a prompt and gone on.
+2. A process of the foreground job sleeps in a ``read`` of the terminal — its
+   standard input, or ``/dev/tty`` opened by ``getpass``, ``sudo``, ``ssh``,
+   ``less`` — : waiting (source ``procfs``), with or without a prompt.
+3. It sleeps in ``poll``/``select``/``epoll`` on a set that includes the terminal
+   (Node's readline, IPython's prompt-toolkit, vim, top): waiting (source
+   ``poll``).
+4. It sleeps in one of them on a set that cannot be seen: waiting only with the
+   screen's word for it, a full-screen program or a prompt-like last line
+   (source ``poll_unseen``; the collector weighs it).
+5. Nothing can be seen at all (a server without the process extension, a
+   terminal without a pty): the screen alone (source ``heuristic``).
+
+A command that sleeps (``printf 'name? '; sleep 3``) shows none of 2 to 4: it is
+not waiting, whatever its last line looks like. The shell itself polling its
+terminal is its line editor at the next prompt (the command is over, its end
+still on the way): never evidence. The shell itself *reading* it is a builtin
+(``read``) — or a shell without a line editor at its prompt: the collector takes
+it only when a second look confirms it.
+
+Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from typing import Final, Protocol
+
+import attrs
+
+__all__ = [
+    "PROMPT_ENDINGS",
+    "SOURCES",
+    "InputEvidence",
+    "TtyView",
+    "evidence_of",
+    "looks_like_prompt",
+]
+
+#: The last characters of a prompt line that :func:`looks_like_prompt` accepts.
+PROMPT_ENDINGS: Final = (":", "?", ">", "]", ")", "$", "#", "%")
+#: Every value of :attr:`InputEvidence.source`, most certain first.
+SOURCES: Final = ("procfs", "poll", "poll_unseen", "heuristic")
+
+
+class TtyView(Protocol):
+    """What the rules read of a pty's status (:class:`ahp.pty.procfs.TtyStatus`)."""
+
+    @property
+    def echo(self) -> bool: ...
+    @property
+    def readers(self) -> tuple[int, ...]: ...
+    @property
+    def unread(self) -> int: ...
+    @property
+    def pollers(self) -> tuple[int, ...]: ...
+    @property
+    def tty_pollers(self) -> tuple[int, ...]: ...
+    @property
+    def programs(self) -> tuple[str, ...]: ...
+    @property
+    def shell_foreground(self) -> bool | None: ...
+
+
+@attrs.frozen
+class InputEvidence:
+    """Why a command is believed to wait for input.
+
+    Attributes:
+        readers: pids of the terminal's foreground job blocked reading (or polling)
+            the terminal (empty for the screen heuristic).
+        echo: the terminal echoes input (``False``: a password prompt, or a program
+            that reads keys in raw mode).
+        source: one of :data:`SOURCES` (see the module doc).
+        programs: the command lines of ``readers`` (an editor a command opened
+            shows here: ``vim .git/COMMIT_EDITMSG``).
+        full_screen: the program is on the alternate screen (it reads keys; read
+            it with ``term.screen()``).
+    """
+
+    readers: tuple[int, ...]
+    echo: bool
+    source: str
+    programs: tuple[str, ...] = ()
+    full_screen: bool = False
+
+    def describe(self) -> str:
+        """One sentence for an agent: who waits, for what, and how to answer."""
+        who = self.programs[0] if self.programs else "the command"
+        if self.full_screen:
+            what = "waits for keys on a full-screen display (read it with screen())"
+        elif not self.echo:
+            what = "reads the terminal with echo off (a password or a key)"
+        else:
+            what = "reads a line from the terminal"
+        how = {
+            "procfs": "seen blocked in a read of the terminal",
+            "poll": "seen polling the terminal",
+            "poll_unseen": "seen polling, and the screen shows a prompt",
+            "heuristic": "quiet, and the screen shows a prompt",
+        }.get(self.source, self.source)
+        return f"{who} {what} ({how}); answer with send_input"
+
+
+def evidence_of(status: TtyView | None) -> InputEvidence | None:
+    """What a pty's status says (rules 1 to 4 of the module doc); ``poll_unseen`` still
+    needs the screen's word. One rule for the in-process port and a remote one."""
+    if status is None or status.unread:
+        return None
+    if status.readers:
+        return InputEvidence(
+            readers=status.readers, echo=status.echo, source="procfs", programs=status.programs
+        )
+    if status.shell_foreground:
+        return None  # the shell's line editor polls: it is at its prompt
+    if status.tty_pollers:
+        return InputEvidence(
+            readers=status.tty_pollers, echo=status.echo, source="poll", programs=status.programs
+        )
+    if status.pollers:
+        return InputEvidence(
+            readers=status.pollers,
+            echo=status.echo,
+            source="poll_unseen",
+            programs=status.programs,
+        )
+    return None
+
+
+def looks_like_prompt(line: str) -> bool:
+    """The screen heuristic: a non-empty last line ending like a question or a prompt."""
+    stripped = line.rstrip()
+    return bool(stripped) and stripped.endswith(PROMPT_ENDINGS)

@@ -1,0 +1,171 @@
+"""A started command, for the agent: :class:`CommandHandle` (follow it, read it, stop it).
+
+Why a handle: ``run`` returns early (waiting for input, ``yield_after``) and
+``start`` at once, so the agent needs something to come back to. The handle reads
+the command's :class:`~ahp.agent.record.CommandRecord` (kept up to date by the
+collector task in the terminal owner's nursery) and acts through the terminal's
+:class:`~ahp.agent.port.TerminalPort`. All methods can be called from any task
+of the same Trio run; none of them waits for ever unless asked to (``wait()``
+without a timeout waits for the command to settle).
+"""
+
+from __future__ import annotations
+
+import math
+
+import trio
+
+from ahp.agent.evidence import InputEvidence
+from ahp.agent.port import TerminalPort
+from ahp.agent.record import CommandRecord
+from ahp.agent.result import CommandResult
+from ahp.agent.status import Event, Status
+
+__all__ = ["CommandHandle"]
+
+
+class CommandHandle:
+    """A command typed into a terminal (``term.start``, or ``result.handle`` of a
+    ``term.run`` that returned before the end).
+
+    Buffering: the record's (rendered output up to
+    :data:`~ahp.agent.budget.RETAINED_OUTPUT_BYTES`); :meth:`read_new` keeps the
+    lines of one screen it already returned.
+    """
+
+    def __init__(self, record: CommandRecord, port: TerminalPort) -> None:
+        self.record = record
+        self._port = port
+        self._read_lines = 0  # finished lines returned by read_new
+        self._read_live: list[str] = []  # window lines returned by read_new as they were
+
+    @property
+    def id(self) -> str:
+        return self.record.id
+
+    @property
+    def terminal_uri(self) -> str:
+        return self.record.terminal_uri
+
+    @property
+    def command_line(self) -> str:
+        return self.record.command_line
+
+    # -- reading -------------------------------------------------------------------------------
+
+    @property
+    def done(self) -> bool:
+        """The command is over (any final status)."""
+        return self.record.machine.done
+
+    @property
+    def status(self) -> str:
+        return str(self.record.status)
+
+    @property
+    def input_evidence(self) -> InputEvidence | None:
+        """Why the command is believed to wait for input (``None`` when it is not)."""
+        return self.record.evidence
+
+    def result(self) -> CommandResult:
+        """The result so far, without waiting."""
+        return self.record.result(self)
+
+    def output(self) -> str:
+        """All rendered output retained so far (the oldest lines beyond
+        :data:`~ahp.agent.budget.RETAINED_OUTPUT_BYTES` are dropped; see
+        :attr:`dropped_bytes`)."""
+        return self.record.budget.retained_text(self.record.live())
+
+    @property
+    def dropped_bytes(self) -> int:
+        """Rendered bytes no longer retained by :meth:`output`."""
+        return self.record.budget.dropped_bytes
+
+    def read_new(self) -> str:
+        """Rendered output since the last call, as lines ending in ``\\n``.
+
+        A line still on the screen (the cursor can reach it: a progress bar) is
+        returned as it is now and again whenever it changes.
+        """
+        budget = self.record.budget
+        finished = budget.finished_lines(self._read_lines)
+        self._read_lines = budget.lines
+        live = self.record.live()
+        out: list[str] = []
+        seen = self._read_live
+        for line in finished:
+            if seen and seen[0] == line:
+                seen = seen[1:]
+                continue
+            seen = []
+            out.append(line)
+        start = 0
+        while start < len(live) and start < len(seen) and live[start] == seen[start]:
+            start += 1
+        out.extend(live[start:])
+        self._read_live = live
+        return "".join(line + "\n" for line in out)
+
+    @property
+    def settled(self) -> bool:
+        """Over, or waiting for input in an episode no ``wait`` returned yet."""
+        return self.record.machine.settled
+
+    async def wait_settled(self) -> None:
+        """Until :attr:`settled` (never returns for a command that runs for ever)."""
+        while not self.record.machine.settled:
+            await self.record.changed.wait()
+
+    def acknowledge(self) -> None:
+        """Count the current wait for input as reported (``wait`` does this itself)."""
+        self.record.machine.acknowledge()
+
+    async def wait(self, timeout: float | None = None) -> CommandResult:
+        """Wait until the command is over or waits for input, or ``timeout`` passes
+        (then its status is ``running``). Never interrupts the command.
+
+        A wait for input that an earlier ``wait`` (or ``run``) already returned does
+        not end the next ``wait`` at once: that one returns when the command ends,
+        when it waits for input anew (after more output or input), or on timeout.
+        """
+        with trio.move_on_after(math.inf if timeout is None else timeout):
+            await self.wait_settled()
+        self.acknowledge()
+        return self.result()
+
+    async def wait_done(self) -> None:
+        """Until the command is over (whatever it waits for meanwhile)."""
+        await self.record.over.wait()
+
+    async def wait_output(self, timeout: float | None = None) -> None:
+        """Wait until new output arrives, the command ends, or ``timeout`` passes."""
+        with trio.move_on_after(math.inf if timeout is None else timeout):
+            if not self.done:
+                await self.record.output_arrived.wait()
+
+    # -- acting --------------------------------------------------------------------------------
+
+    async def send_input(self, data: str) -> None:
+        """Type ``data`` into the terminal (the answer to a prompt, with ``\\r``)."""
+        self.record.apply(Event.INPUT_SENT)
+        await self._port.send_input(data)
+
+    async def interrupt(self) -> None:
+        """Ctrl-C to the foreground job; the final status becomes ``interrupted``."""
+        if self.done:
+            return
+        self.record.apply(Event.INTERRUPT)
+        await self._port.send_input("\x03")
+
+    async def kill(self) -> None:
+        """Kill the command's whole process group: SIGKILL (remotely sent by the
+        server; against a server without the process extension, Ctrl-C then Ctrl-\\)."""
+        if self.done:
+            return
+        self.record.apply(Event.KILL)
+        await self._port.kill_command(self.record.job_mark)
+
+    def __repr__(self) -> str:
+        status = self.record.status
+        return f"<CommandHandle {self.id} {self.command_line!r} {Status(status)}>"

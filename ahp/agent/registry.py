@@ -1,0 +1,58 @@
+"""The recent commands of one terminal, by id: :class:`CommandRegistry`.
+
+Why: an agent comes back to a command (its output, its end, an answer to its
+prompt) with only ``result.command_id``; and a terminal must know which of its
+commands still holds it (:meth:`CommandRegistry.holder`: a new command is
+refused while one runs).
+
+Buffering: at most :data:`MAX_COMMANDS_KEPT` handles (each retains at most
+:data:`~ahp.agent.budget.RETAINED_OUTPUT_BYTES` of output); beyond it the oldest
+finished one is forgotten (else the oldest). Forgetting a running command's
+handle does not stop its collector. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Final
+
+if TYPE_CHECKING:
+    from ahp.agent.handle import CommandHandle
+
+__all__ = ["MAX_COMMANDS_KEPT", "CommandRegistry"]
+
+#: Handles kept per terminal (see :class:`CommandRegistry`).
+MAX_COMMANDS_KEPT: Final = 8
+
+
+class CommandRegistry:
+    """The recent command handles of one terminal, oldest first."""
+
+    def __init__(self, limit: int = 0) -> None:
+        self.limit = limit or MAX_COMMANDS_KEPT
+        self._handles: dict[str, CommandHandle] = {}
+
+    def add(self, handle: CommandHandle) -> None:
+        self._handles[handle.id] = handle
+        while len(self._handles) > self.limit:
+            victim = next((h for h in self._handles.values() if h.done), None)
+            if victim is None:
+                victim = next(iter(self._handles.values()))
+            del self._handles[victim.id]
+
+    def get(self, command_id: str) -> CommandHandle:
+        """The handle of ``command_id``; KeyError when unknown or forgotten."""
+        try:
+            return self._handles[command_id]
+        except KeyError:
+            raise KeyError(f"no command {command_id!r} (unknown, or forgotten)") from None
+
+    def all(self) -> tuple[CommandHandle, ...]:
+        """Oldest first."""
+        return tuple(self._handles.values())
+
+    def running(self) -> CommandHandle | None:
+        """The most recent command not over, if any (it holds the terminal)."""
+        for handle in reversed(self._handles.values()):
+            if not handle.done:
+                return handle
+        return None

@@ -1,0 +1,221 @@
+"""The client's Trio transport: one WebSocket connection to a host, opened and closed.
+
+Why a module of its own: :class:`~ahp.client.session.ClientSession` decides what
+to send and what an answer means; this moves frames. It opens the byte stream
+itself (TCP, TLS with the handshake done here, or a Unix socket), lets
+trio-websocket frame over it (:mod:`ahp.ws`), and closes that same stream, so no
+private attribute of trio-websocket is touched.
+
+Tasks and ownership: :func:`open_transport` starts one task in the caller's
+nursery that holds the connection (trio-websocket's reader runs in a nursery of
+its own inside it, so a failed handshake surfaces as one :class:`ClientError`,
+never as an exception group in the caller's nursery). The task ends when the
+transport is released (:meth:`Transport.release`, :meth:`Transport.aclose`):
+the close handshake gets :data:`CLOSE_TIMEOUT` seconds, then the stream is
+closed. :meth:`Transport.abort` closes the stream at once, without a handshake
+(what a network failure looks like to the server).
+
+Buffering: trio-websocket's one-message queue and a receive buffer of
+:data:`RECEIVE_BUFFER` bytes; an inbound message is at most
+:data:`MAX_MESSAGE_SIZE` bytes (a larger one closes the connection).
+"""
+
+from __future__ import annotations
+
+import ssl
+from typing import Final
+from urllib.parse import SplitResult, urlsplit
+
+import trio
+
+from ahp.client.errors import ClientError
+from ahp.ws import (
+    ConnectionClosed,
+    ConnectionRejected,
+    HandshakeError,
+    WebSocketConnection,
+    wrap_client_stream,
+)
+
+__all__ = [
+    "CLOSE_TIMEOUT",
+    "CONNECT_TIMEOUT",
+    "MAX_MESSAGE_SIZE",
+    "RECEIVE_BUFFER",
+    "ConnectionClosed",
+    "Transport",
+    "open_transport",
+]
+
+#: Largest inbound message (a big snapshot or replay); the server's default outbox is 16 MiB.
+MAX_MESSAGE_SIZE: Final = 512 * 1024 * 1024
+RECEIVE_BUFFER: Final = 256 * 1024
+#: Seconds to open the transport, finish TLS and the WebSocket upgrade.
+CONNECT_TIMEOUT: Final = 10.0
+#: Seconds the close handshake may take before the stream is closed anyway.
+CLOSE_TIMEOUT: Final = 1.0
+
+
+def _first_leaf(exc: BaseException) -> BaseException:
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
+
+
+class Transport:
+    """One open WebSocket connection (see the module docstring for its task)."""
+
+    def __init__(self, ws: WebSocketConnection, stream: trio.abc.Stream) -> None:
+        self.ws = ws
+        self.stream = stream
+        self._released = trio.Event()
+        self._finished = trio.Event()
+
+    async def send(self, text: str) -> None:
+        """Send one text message; raises :class:`ConnectionClosed`."""
+        await self.ws.send_message(text)
+
+    async def receive(self) -> str | bytes:
+        """The next message; raises :class:`ConnectionClosed` once the connection ends."""
+        return await self.ws.get_message()
+
+    def release(self) -> None:
+        """Let the holding task close the connection (handshake, then the stream)."""
+        self._released.set()
+
+    async def aclose(self) -> None:
+        """Release and wait until the stream is closed."""
+        self._released.set()
+        await self._finished.wait()
+
+    async def abort(self) -> None:
+        """Close the stream at once, without a close handshake."""
+        await self.stream.aclose()
+
+    async def _hold(self) -> None:
+        try:
+            await self._released.wait()
+        finally:
+            with trio.CancelScope(shield=True):
+                with trio.move_on_after(CLOSE_TIMEOUT):
+                    await self.ws.aclose()  # the close handshake, while the reader runs
+                await self.stream.aclose()
+            self._finished.set()
+
+
+#: What a connection runs over.
+Stream = trio.SocketStream | trio.SSLStream[trio.SocketStream]
+
+
+async def open_stream(
+    parts: SplitResult, ssl_context: ssl.SSLContext | None
+) -> tuple[Stream, str, str]:
+    """The stream for ``parts`` (TLS handshake done), its ``Host`` and target."""
+    query = f"?{parts.query}" if parts.query else ""
+    target = (parts.path or "/") + query
+    host_header = parts.netloc.rpartition("@")[2]
+    if parts.scheme == "ws+unix":
+        path, _, resource = (parts.netloc or parts.path).partition(":")
+        return await trio.open_unix_socket(path), "localhost", (resource or "/") + query
+    if parts.scheme == "ws" and parts.hostname:
+        return await trio.open_tcp_stream(parts.hostname, parts.port or 80), host_header, target
+    if parts.scheme == "wss" and parts.hostname:
+        tls = await trio.open_ssl_over_tcp_stream(
+            parts.hostname,
+            parts.port or 443,
+            ssl_context=ssl_context or ssl.create_default_context(),
+            https_compatible=True,
+        )
+        try:
+            # Here, not lazily inside trio-websocket: its handshake waits forever when
+            # the first write fails (as it does for a certificate that does not verify).
+            await tls.do_handshake()
+        except BaseException:
+            with trio.CancelScope(shield=True):
+                await tls.aclose()
+            raise
+        return tls, host_header, target
+    raise ClientError(f"unsupported URL {parts.scheme}://…: use ws://, wss:// or ws+unix://")
+
+
+async def open_transport(
+    nursery: trio.Nursery,
+    url: str,
+    *,
+    ssl_context: ssl.SSLContext | None = None,
+    connect_timeout: float = CONNECT_TIMEOUT,
+) -> Transport:
+    """Open one connection to ``url``, held by a task in ``nursery``. Raises
+    :class:`ClientError` with one clear message when it cannot be opened."""
+    transport: Transport = await nursery.start(_hold_connection, url, ssl_context, connect_timeout)
+    return transport
+
+
+async def _hold_connection(
+    url: str,
+    ssl_context: ssl.SSLContext | None,
+    connect_timeout: float,
+    *,
+    task_status: trio.TaskStatus[Transport],
+) -> None:
+    parts = urlsplit(url)
+    started = False
+    stream: Stream | None = None
+    try:
+        async with trio.open_nursery() as inner:
+            # We open the stream ourselves so that a refused handshake closes it.
+            with trio.fail_after(connect_timeout):
+                stream, host_header, target = await open_stream(parts, ssl_context)
+                ws = await wrap_client_stream(
+                    inner,
+                    stream,
+                    host_header,
+                    target,
+                    max_message_size=MAX_MESSAGE_SIZE,
+                    receive_buffer_size=RECEIVE_BUFFER,
+                )
+            transport = Transport(ws, stream)
+            started = True
+            task_status.started(transport)
+            try:
+                await transport._hold()
+            finally:
+                inner.cancel_scope.cancel()
+    except (
+        ExceptionGroup,
+        ConnectionRejected,
+        HandshakeError,
+        OSError,
+        ConnectionClosed,
+        trio.BrokenResourceError,  # e.g. a TLS certificate that does not verify
+        trio.TooSlowError,
+    ) as exc:
+        if stream is not None and not started:
+            with trio.CancelScope(shield=True):
+                await stream.aclose()
+        leaf = _first_leaf(exc)
+        if not isinstance(
+            leaf,
+            ConnectionRejected
+            | HandshakeError
+            | OSError
+            | ConnectionClosed
+            | trio.BrokenResourceError
+            | trio.TooSlowError,
+        ):
+            raise
+        if started:
+            return  # the connection broke later: the reader reports it
+        if isinstance(leaf, ConnectionRejected):
+            body = (leaf.body or b"").decode(errors="replace").strip()
+            raise ClientError(
+                f"connection refused by the server: HTTP {leaf.status_code} {body}"
+            ) from None
+        where = f"{parts.scheme}://{parts.netloc or parts.path}"
+        if isinstance(leaf, trio.TooSlowError):
+            why = f"no answer within {connect_timeout:g} s"
+        elif isinstance(leaf, trio.BrokenResourceError):
+            why = str(leaf.__cause__ or leaf)
+        else:
+            why = str(leaf)
+        raise ClientError(f"cannot connect to {where}: {why}") from None

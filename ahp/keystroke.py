@@ -1,0 +1,116 @@
+"""The keystroke's fast path: every trick that shortens a keystroke's round trip, in one place.
+
+Why one home: a keystroke typed by a remote client travels through five tasks in two
+layers — the connection's reader (frame → ``terminal/input``), the terminal's reducer,
+its input-write task (→ the pty), then back: pty-read, parse, reducer, and the
+connection's writer (→ a frame with the echo). Each hop is a pass of Trio's
+scheduler (~20 µs on this project's VMs) and each wait in ``epoll`` a sleep and a
+wake-up. The tricks below cut passes, system calls and wake-ups on that path; they
+used to be spread over five files and three layers. The code of each stays where it
+acts (the engine cannot import the server), but its constants, its switch and the
+account of what it saves live here, and every site names its trick.
+
+The tricks (what each saves, measured on the sidecar's echo with the independent C
+client unless said; the A/B that keeps each is in ``benchmarks/README.md``, "Issue 23:
+the keystroke's fast path"):
+
+``fast_frames`` (``ahp.server.wsconn``)
+    A client's small, final, masked text frame is unmasked and decoded here
+    (:func:`parse_simple_frame`) instead of by wsproto's event machinery; anything
+    else (fragments, control frames, binary, large or invalid frames) goes to
+    wsproto from that byte on. Saves ~8 µs of CPU per keystroke (issue 17).
+``fd_io`` (``ahp.server.wsconn``)
+    On a plain socket, reads and writes go straight to its descriptor
+    (non-blocking ``recv``/``send``, waiting for readiness only when needed);
+    Trio's socket wrapper adds a scheduler pass to every successful call. Server CPU
+    per keystroke 0.72x (issue 17).
+``small_read`` (``ahp.engine.terminal``, pty-read)
+    A first read shorter than :data:`SMALL_READ` bytes (an echo, a prompt) is handed on
+    at once, without the read that would almost always find the pty empty (EAGAIN).
+``no_checkpoint`` (``ahp.server.session``)
+    The connection's reader dispatches input with ``checkpoint=False``: its own loop
+    checkpoints at the next receive, so the dispatch does not add a pass.
+``echo_pairing`` (``ahp.server.websocket``, ``ahp.engine.outbox``)
+    The envelope echoing a client's input is queued without waking the writer; the
+    output it causes follows a few passes later and both leave in one write (one
+    system call, one wake-up of the client), or the echo leaves alone after
+    :data:`ECHO_PAIR_WAIT`. Server CPU per keystroke 0.82x (issue 17).
+
+Dropped this round: ``echo_spin`` (after a keystroke reached the pty, the scheduler
+polled for up to 0.2 ms for its echo instead of sleeping in ``epoll_wait``; issue 17
+measured 0.86x latency on a quiet machine). Its A/B this round showed no gain in latency
+(1.02x with it off) and 5% more server CPU with it on, on a busy machine — where an
+agent host usually runs — so it went.
+
+Switches: ``AHP_KEYSTROKE_OFF=name[,name...]`` (read once, at import) turns tricks off,
+for A/B measurements only; :func:`enabled` tells the sites.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Final
+
+__all__ = [
+    "ECHO_PAIR_WAIT",
+    "FAST_FRAME_MAX",
+    "SMALL_READ",
+    "TRICKS",
+    "enabled",
+    "parse_simple_frame",
+]
+
+#: The tricks by name (see the module docstring).
+TRICKS: Final = frozenset({"fast_frames", "fd_io", "small_read", "no_checkpoint", "echo_pairing"})
+_OFF: Final = frozenset(
+    name.strip() for name in os.environ.get("AHP_KEYSTROKE_OFF", "").split(",") if name.strip()
+)
+
+#: ``fast_frames``: the largest client frame parsed here rather than by wsproto.
+FAST_FRAME_MAX: Final = 64 * 1024
+#: ``small_read``: a first read shorter than this ends its batch at once.
+SMALL_READ: Final = 256
+#: ``echo_pairing``: seconds a lone input echo waits for the output it causes.
+ECHO_PAIR_WAIT: Final = 0.002
+
+
+def enabled(trick: str) -> bool:
+    """Whether ``trick`` is on (all are, unless ``AHP_KEYSTROKE_OFF`` names it)."""
+    if trick not in TRICKS:
+        raise ValueError(f"no such trick: {trick!r}")
+    return trick not in _OFF
+
+
+def parse_simple_frame(buf: bytearray, max_size: int) -> tuple[str | None, bool]:
+    """The ``fast_frames`` parser: ``(text, False)`` if ``buf`` starts with a whole
+    simple client frame (final, masked, text, no extension bits, at most
+    ``min(FAST_FRAME_MAX, max_size)`` bytes, valid UTF-8), which is then removed from
+    ``buf``; ``(None, False)`` if more bytes are needed to tell; ``(None, True)`` if the
+    frame is anything else (the caller hands every pending byte to wsproto).
+
+    Pure: ``buf`` is only read, and cut once a frame was taken.
+    """
+    if len(buf) < 2:
+        return None, False
+    length = buf[1] & 0x7F
+    if buf[0] != 0x81 or not buf[1] & 0x80 or length == 127:
+        return None, True
+    start = 2
+    if length == 126:
+        if len(buf) < 4:
+            return None, False
+        length = (buf[2] << 8) | buf[3]
+        start = 4
+    if length > FAST_FRAME_MAX or length > max_size:
+        return None, True
+    end = start + 4 + length
+    if len(buf) < end:
+        return None, False
+    mask = int.from_bytes(bytes(buf[start : start + 4]) * ((length + 3) // 4 or 1), "little")
+    payload = int.from_bytes(buf[start + 4 : end], "little") ^ mask
+    try:
+        text = (payload & ((1 << (8 * length)) - 1)).to_bytes(length, "little").decode()
+    except UnicodeDecodeError:
+        return None, True  # (wsproto closes with 1007)
+    del buf[:end]
+    return text, False

@@ -1,0 +1,555 @@
+"""The recorder: one terminal's envelopes → one asciicast v3 file.
+
+Why a subscriber task like any other: a recording must see exactly what a
+viewer sees (the output as published, resizes, detected commands, the exit) and
+must never be able to slow the terminal down. So the recorder subscribes to the
+terminal's channel through the engine's ordinary path
+(:meth:`ahp.engine.Terminal.subscribe`, with ``paces=False``: it is never the
+subscriber the pty waits for, see :meth:`ahp.engine.hub.Hub.pacer`), turns each
+envelope into asciicast events (:mod:`ahp.record.asciicast`) and hands the
+encoded lines to a writer task.
+
+Buffering (every bound named): the terminal's envelopes wait in the
+subscription's outbox (:data:`RECORD_OUTBOX_BYTES`); encoded lines wait for the
+disk in the recorder's buffer (:data:`RECORD_BUFFER_BYTES`). When the disk is
+slower than the terminal, the buffer fills, the recorder stops taking from its
+outbox, the outbox overflows and is dropped (O(1), memory freed), and the
+recorder resynchronises the engine's way: a fresh snapshot, after which it
+writes the marker :data:`~ahp.record.asciicast.SKIPPED_MARKER` and goes on with
+live output. The pty, the other viewers and the event loop never wait for the
+disk; the recorder's memory is at most the two bounds plus one line.
+
+Writes: a regular file is written in a worker thread (``trio.to_thread``; a
+``write(2)`` in flight cannot be interrupted and is waited for); a FIFO, socket or
+character device is opened non-blocking and written on the event loop when it
+is writable (cancellable at any time). Every file has a size bound
+(:data:`RECORD_MAX_BYTES` by default, :attr:`RecordOptions.max_bytes`): the
+recording stops before passing it, with a last marker saying so
+(:func:`~ahp.record.asciicast.size_bound_marker`).
+
+Markers: ``"$ <command line>"`` when a detected command starts,
+``"exit <code>: <command line>"`` when it finishes (commands are detected by the
+shell integration, :mod:`ahp.shell`). Input (``i``) is recorded only with
+:attr:`RecordOptions.record_input` (it may hold passwords).
+
+Ownership and cancellation: :meth:`Recorder.run` owns the file descriptor and the
+subscription and releases both on every path. It ends when the terminal's channel
+ends (disposed), at the size bound, or when cancelled; then it writes what is
+buffered (shielded, for at most :data:`RECORD_CLOSE_TIMEOUT` seconds: a stalled
+reader loses the rest, counted in :attr:`Recorder.lost_bytes`) and closes the file.
+
+:func:`record_host` records every terminal a host creates into one directory
+(``serve --record DIR``); :func:`record_terminal` records one (the library).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import os
+import re
+import shlex
+import stat
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Final
+
+import attrs
+import trio
+
+from ahp.engine import Host, Terminal
+from ahp.engine.outbox import DEFAULT_OUTBOX_BYTES
+from ahp.engine.subscription import Subscription
+from ahp.protocol.actions import (
+    ActionEnvelope,
+    TerminalCommandExecuted,
+    TerminalCommandFinished,
+    TerminalData,
+    TerminalExited,
+    TerminalInput,
+    TerminalResized,
+)
+from ahp.protocol.state import Snapshot, TerminalState
+from ahp.record import asciicast
+
+__all__ = [
+    "RECORD_BUFFER_BYTES",
+    "RECORD_CLOSE_TIMEOUT",
+    "RECORD_MAX_BYTES",
+    "RECORD_OUTBOX_BYTES",
+    "RecordOptions",
+    "Recorder",
+    "record_host",
+    "record_terminal",
+    "recording_name",
+]
+
+log = logging.getLogger("ahp.record")
+
+#: Size bound of one recording file (bytes); the recording stops before passing it.
+RECORD_MAX_BYTES: Final = 64 * 1024 * 1024
+#: Encoded lines waiting for the disk, at most (bytes); past it the recorder falls behind.
+RECORD_BUFFER_BYTES: Final = 1024 * 1024
+#: Envelopes waiting for the recorder, at most (bytes of memory); past it, a resync. As
+#: every in-process subscriber's: the envelopes are the ones all subscribers share (no
+#: copy), and one envelope of output (a parse batch) must fit with room to spare.
+RECORD_OUTBOX_BYTES: Final = DEFAULT_OUTBOX_BYTES
+#: Seconds the writer gathers lines before a write (less once the buffer is half full).
+RECORD_WRITE_DELAY: Final = 0.05
+#: Seconds the recorder spends writing what is buffered when it ends or is cancelled.
+RECORD_CLOSE_TIMEOUT: Final = 2.0
+#: Room kept under the size bound for the last marker (bytes).
+_MARKER_RESERVE: Final = 256
+#: Longest recording file name stem (bytes), far below NAME_MAX (255).
+_NAME_LIMIT: Final = 100
+#: The last marker of a recording stopped before its terminal ended (cancelled: the
+#: server shut down, or the library's nursery was cancelled).
+STOPPED_MARKER: Final = "recording stopped before the terminal ended"
+#: Started commands remembered until they finish (for the end marker's command line);
+#: past it the oldest is forgotten (its end marker then has no command line).
+MAX_OPEN_COMMANDS: Final = 256
+#: The last marker of a terminal disposed while its process was running.
+DISPOSED_MARKER: Final = "terminal disposed while running"
+#: Recording paths remembered as handed out (until their files exist), at most.
+_NAMES_REMEMBERED: Final = 1024
+#: Terminal type recorded in the header (what the host sets for its terminals).
+TERM_TYPE: Final = "xterm-256color"
+
+
+@attrs.frozen
+class RecordOptions:
+    """How terminals are recorded."""
+
+    #: Record input (``i`` events). Off by default: input may hold passwords.
+    record_input: bool = False
+    #: Size bound of each file (bytes).
+    max_bytes: int = RECORD_MAX_BYTES
+    #: Bound on encoded lines waiting for the disk (bytes).
+    buffer_bytes: int = RECORD_BUFFER_BYTES
+    #: Bound on envelopes waiting for the recorder (bytes of memory).
+    outbox_bytes: int = RECORD_OUTBOX_BYTES
+    #: ``idle_time_limit`` written into the header (players cap pauses at it).
+    idle_time_limit: float | None = None
+
+    def __attrs_post_init__(self) -> None:
+        if self.max_bytes < 4 * _MARKER_RESERVE:
+            raise ValueError(f"a recording's size bound must be at least {4 * _MARKER_RESERVE}")
+        if self.buffer_bytes < 1 or self.outbox_bytes < 1:
+            raise ValueError("recording buffers must be at least 1 byte")
+
+
+_UNSAFE: Final = re.compile(r"[^A-Za-z0-9._-]+")
+_DOTS: Final = re.compile(r"\.{2,}")
+
+
+def recording_name(uri: str, started: float | None = None) -> str:
+    """A stable, safe file name for a terminal's recording:
+    ``<UTC start, to the second>-<the URI's path, sanitised>.cast``.
+
+    Only ``[A-Za-z0-9._-]`` appear (no ``/``, no leading dot, never ``..``), at most about
+    120 bytes, so the name is safe in any directory and in a URL path.
+    """
+    when = time.gmtime(time.time() if started is None else started)
+    stem = uri.split(":", 1)[-1]
+    safe = _DOTS.sub(".", _UNSAFE.sub("-", stem)).strip("-.") or "terminal"
+    return f"{time.strftime('%Y%m%dT%H%M%SZ', when)}-{safe[:_NAME_LIMIT]}.cast"
+
+
+class Recorder:
+    """Records one terminal into one file; run with :meth:`run` (see the module docstring).
+
+    The subscription is registered when the recorder is created (so creating it
+    before the terminal's process starts records everything).
+    """
+
+    def __init__(
+        self, terminal: Terminal, path: str | os.PathLike[str], options: RecordOptions
+    ) -> None:
+        self.terminal = terminal
+        self.path = Path(path)
+        self.options = options
+        self.subscription: Subscription = terminal.subscribe(
+            max_bytes=options.outbox_bytes, paces=False
+        )
+        self.started_at = time.time()
+        self._last = time.monotonic()
+        self._buffer: list[bytes] = []
+        self._buffered = 0
+        self._room = trio.lowlevel.ParkingLot()  # the writer took the buffer
+        self._work = trio.lowlevel.ParkingLot()  # something to write
+        self._half = trio.lowlevel.ParkingLot()  # the buffer is half full
+        self._in_flight = False
+        self._rest = memoryview(b"")  # what the write in progress has still to write
+        self._closing = False  # the writer returns once the buffer is empty
+        self._writer_done = trio.Event()
+        self._ending = False
+        self._failed = False  # the writer stopped after an error
+        self._commands: dict[str, str] = {}
+        self._header_written = False
+        self._exited = False
+        self._fd = -1
+        self._nonblocking = False
+        #: Bytes accepted into the file (header included), bounded by ``options.max_bytes``.
+        self.size = 0
+        #: Whether the size bound stopped the recording.
+        self.stopped_at_bound = False
+        #: Counters for tests and figures.
+        self.events = 0
+        self.resyncs = 0
+        self.written_bytes = 0
+        self.lost_bytes = 0
+        self.peak_buffered = 0
+        #: Set once the file is closed.
+        self.done = trio.Event()
+
+    # -- encoding (the recorder task) ---------------------------------------------------------
+
+    def _interval(self) -> float:
+        now = time.monotonic()
+        interval, self._last = now - self._last, now
+        return interval
+
+    def _add(self, line: bytes) -> bool:
+        """Buffer one line, unless the size bound is reached (then the last marker is
+        buffered and False returned: the recording stops)."""
+        if self.stopped_at_bound:
+            return False
+        if self.size + len(line) > self.options.max_bytes - _MARKER_RESERVE:
+            marker = asciicast.encode_event(
+                self._interval(), "m", asciicast.size_bound_marker(self.options.max_bytes)
+            )
+            self._push(marker)
+            self.stopped_at_bound = True
+            return False
+        self._push(line)
+        return True
+
+    def _push(self, line: bytes) -> None:
+        self._buffer.append(line)
+        self._buffered += len(line)
+        self.size += len(line)
+        self.peak_buffered = max(self.peak_buffered, self._buffered)
+        self._work.unpark_all()
+        if self._half and self._buffered * 2 >= self.options.buffer_bytes:
+            self._half.unpark_all()
+
+    def _event(self, code: str, data: str) -> bool:
+        self.events += 1
+        interval = self._interval()
+        line = asciicast.encode_event(interval, code, data)
+        room = self.options.max_bytes - _MARKER_RESERVE - self.size
+        if len(line) > room and code == "o":
+            # The output that still fits goes in before the last marker.
+            cut = min(len(data), room)
+            while (
+                cut > 0 and len(line := asciicast.encode_event(interval, code, data[:cut])) > room
+            ):
+                cut //= 2
+            if cut > 0:
+                self._push(line)
+            interval = 0.0
+            line = asciicast.encode_event(interval, code, data[cut:])
+        return self._add(line)
+
+    def _header(self, state: TerminalState) -> None:
+        header = asciicast.Header(
+            cols=state.cols or self.terminal.spec.cols,
+            rows=state.rows or self.terminal.spec.rows,
+            term_type=TERM_TYPE,
+            timestamp=int(self.started_at),
+            title=state.title or None,
+            command=shlex.join(self.terminal.spec.argv) if self.terminal.spec.argv else None,
+            env={"TERM": TERM_TYPE},
+            idle_time_limit=self.options.idle_time_limit,
+            extra={"x-ahp-terminal": self.terminal.uri},
+        )
+        self._push(asciicast.encode_header(header))
+        self._header_written = True
+
+    def _snapshot(self, snapshot: Snapshot) -> bool:
+        state = snapshot.state
+        assert isinstance(state, TerminalState)
+        if not self._header_written:
+            self._header(state)
+            text = state.text()
+            return not text or self._event("o", text)  # attached late: what is there
+        self.resyncs += 1
+        return self._event("m", asciicast.SKIPPED_MARKER)
+
+    def _envelope(self, envelope: ActionEnvelope) -> bool:
+        action = envelope.action
+        cls = action.__class__
+        if cls is TerminalData:
+            assert isinstance(action, TerminalData)
+            return self._event("o", action.data)
+        if cls is TerminalResized:
+            assert isinstance(action, TerminalResized)
+            return self._event("r", f"{action.cols}x{action.rows}")
+        if cls is TerminalInput:
+            assert isinstance(action, TerminalInput)
+            return not self.options.record_input or self._event("i", action.data)
+        if cls is TerminalCommandExecuted:
+            assert isinstance(action, TerminalCommandExecuted)
+            if len(self._commands) >= MAX_OPEN_COMMANDS:
+                # Commands that never finished (killed with their shell): forget the oldest.
+                del self._commands[next(iter(self._commands))]
+            self._commands[action.commandId] = action.commandLine
+            return self._event("m", asciicast.command_started(action.commandLine))
+        if cls is TerminalCommandFinished:
+            assert isinstance(action, TerminalCommandFinished)
+            line = self._commands.pop(action.commandId, "")
+            return self._event("m", asciicast.command_finished(line, action.exitCode))
+        if cls is TerminalExited:
+            assert isinstance(action, TerminalExited)
+            self._exited = True
+            if action.exitCode is None:
+                return self._event("m", "exited without an exit code (killed by a signal)")
+            return self._event("x", str(action.exitCode))
+        return True
+
+    async def _wait_for_room(self) -> None:
+        while self._buffered > self.options.buffer_bytes and not self._ending:
+            await self._room.park()
+
+    # -- the file (the writer task) ----------------------------------------------------------
+
+    def _open(self) -> None:
+        """Open the target: non-blocking for a FIFO, socket or device, else a fresh
+        regular file (mode 0600: a recording may hold what was typed)."""
+        try:
+            mode = os.stat(self.path).st_mode
+        except FileNotFoundError:
+            mode = 0
+        flags = os.O_WRONLY | os.O_CLOEXEC
+        if mode and not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
+            self._nonblocking = True
+            try:
+                self._fd = os.open(self.path, flags | os.O_NONBLOCK)
+            except OSError as exc:
+                if exc.errno == errno.ENXIO:
+                    raise OSError(exc.errno, f"nobody reads the FIFO {self.path}") from None
+                raise
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._fd = os.open(self.path, flags | os.O_CREAT | os.O_TRUNC, 0o600)
+
+    async def _write(self, data: bytes) -> None:
+        """Write all of ``data``; if cancelled, what is not written yet goes back to the
+        front of the buffer (for the drain)."""
+        view = memoryview(data)
+        try:
+            await self._write_view(view)
+        except trio.Cancelled:
+            rest = bytes(self._rest)
+            if rest:
+                self._buffer.insert(0, rest)
+                self._buffered += len(rest)
+            raise
+
+    async def _write_view(self, view: memoryview) -> None:
+        self._rest = view
+        while view:
+            if self._nonblocking:
+                try:
+                    written = os.write(self._fd, view)
+                except BlockingIOError:
+                    await trio.lowlevel.wait_writable(self._fd)
+                    continue
+            else:
+                written = await trio.to_thread.run_sync(os.write, self._fd, view)
+            view = self._rest = view[written:]
+            self.written_bytes += written
+
+    async def _writer(self) -> None:
+        """Take the buffer, write it, repeat; return once closing and nothing is left
+        (or after a write error)."""
+        try:
+            while True:
+                while not self._buffer:
+                    if self._closing:
+                        return
+                    await self._work.park()
+                if not self._closing and self._buffered * 2 < self.options.buffer_bytes:
+                    # Gather: one write (one worker-thread hop) per RECORD_WRITE_DELAY.
+                    with trio.move_on_after(RECORD_WRITE_DELAY):
+                        await self._half.park()
+                chunk = self._take()
+                self._in_flight = True
+                try:
+                    await self._write(chunk)
+                except OSError as exc:
+                    log.warning("recording %s: cannot write (%s); recording stops", self.path, exc)
+                    self._failed = True
+                    self._ending = True
+                    self._room.unpark_all()
+                    return
+                finally:
+                    self._in_flight = False
+        finally:
+            self._writer_done.set()
+
+    def _take(self) -> bytes:
+        chunk = b"".join(self._buffer)
+        self._buffer.clear()
+        self._buffered = 0
+        self._room.unpark_all()
+        return chunk
+
+    # -- the task ----------------------------------------------------------------------------
+
+    async def run(
+        self, *, task_status: trio.TaskStatus[Recorder] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Record until the terminal's channel ends, the size bound, or cancellation.
+
+        Raises ``OSError`` (before ``started``) if the file cannot be opened; the
+        subscription is released then too.
+        """
+        try:
+            if self._nonblocking_target():
+                self._open()
+            else:
+                await trio.to_thread.run_sync(self._open)
+        except BaseException:
+            await self.subscription.aclose()
+            self.done.set()
+            raise
+        task_status.started(self)
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._writer)
+                nursery.start_soon(self._watch_end)
+                try:
+                    await self._record()
+                except trio.Cancelled:
+                    if not self.stopped_at_bound:
+                        self._push(asciicast.encode_event(self._interval(), "m", STOPPED_MARKER))
+                    raise
+                finally:
+                    with trio.CancelScope(shield=True):
+                        await self.subscription.aclose()
+                        await self._drain(nursery)
+        finally:
+            self._close()
+
+    def _nonblocking_target(self) -> bool:
+        try:
+            mode = os.stat(self.path).st_mode
+        except OSError:
+            return False
+        return not stat.S_ISREG(mode) and not stat.S_ISDIR(mode)
+
+    async def _watch_end(self) -> None:
+        """Stop waiting for room once the terminal has gone (the rest is drained)."""
+        await self.terminal.closed.wait()
+        self._ending = True
+        self._room.unpark_all()
+
+    async def _record(self) -> None:
+        async for item in self.subscription:
+            going = self._snapshot(item) if isinstance(item, Snapshot) else self._envelope(item)
+            if not going or self._failed:
+                return
+            if self._buffered > self.options.buffer_bytes:
+                await self._wait_for_room()
+        if not self._exited and self._header_written and self.terminal.pid is not None:
+            # Disposed while its process ran: no exit event follows.
+            self._event("m", DISPOSED_MARKER)
+
+    async def _drain(self, nursery: trio.Nursery) -> None:
+        """Write what is buffered, for at most RECORD_CLOSE_TIMEOUT s: the writer
+        finishes the buffer and returns (if it was cancelled, what is left is written
+        here); a reader that stays stalled loses the rest."""
+        self._closing = True
+        self._work.unpark_all()
+        self._half.unpark_all()
+        with trio.move_on_after(RECORD_CLOSE_TIMEOUT):
+            await self._writer_done.wait()
+            while self._buffer and not self._failed:
+                try:
+                    await self._write(self._take())
+                except OSError:
+                    break
+        nursery.cancel_scope.cancel()
+
+    def _close(self) -> None:
+        self.lost_bytes = self.size - self.written_bytes
+        if self._fd >= 0:
+            if self._nonblocking:
+                trio.lowlevel.notify_closing(self._fd)
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+            self._fd = -1
+            if self.terminal.pid is None and self.events == 0 and not self._nonblocking:
+                with contextlib.suppress(OSError):
+                    self.path.unlink()  # the terminal never ran: no empty recording left
+        self.done.set()
+
+
+async def record_terminal(
+    terminal: Terminal,
+    path: str | os.PathLike[str],
+    options: RecordOptions | None = None,
+    *,
+    task_status: trio.TaskStatus[Recorder] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Record ``terminal`` into ``path`` until it is disposed (or cancelled):
+    ``recorder = await nursery.start(ahp.record.record_terminal, term, "t.cast")``.
+    Recording starts at the terminal's current content (written as the first
+    output event), then follows it live."""
+    recorder = Recorder(terminal, path, options or RecordOptions())
+    await recorder.run(task_status=task_status)
+
+
+@asynccontextmanager
+async def record_host(
+    host: Host, directory: str | os.PathLike[str], options: RecordOptions | None = None
+) -> AsyncIterator[dict[str, Recorder]]:
+    """Record every terminal ``host`` creates while the block runs, one file each in
+    ``directory`` (created, mode 0700), named by :func:`recording_name`. Yields the
+    live recorders by terminal URI (finished ones are removed)."""
+    folder = Path(directory)
+    await trio.to_thread.run_sync(lambda: folder.mkdir(mode=0o700, parents=True, exist_ok=True))
+    opts = options or RecordOptions()
+    recorders: dict[str, Recorder] = {}
+    handed_out: set[Path] = set()
+    async with trio.open_nursery() as nursery:
+
+        async def run(recorder: Recorder) -> None:
+            try:
+                await recorder.run()
+            except OSError as exc:
+                log.warning(
+                    "cannot record %s into %s: %s", recorder.terminal.uri, recorder.path, exc
+                )
+            except Exception:  # a bug of ours ends that recording, never the host's others
+                log.exception("recording %s into %s failed", recorder.terminal.uri, recorder.path)
+            finally:
+                if recorders.get(recorder.terminal.uri) is recorder:
+                    del recorders[recorder.terminal.uri]
+
+        def hook(terminal: Terminal) -> None:
+            name = recording_name(terminal.uri)
+            path = folder / name
+            n = 1
+            # The same name again within a second (the same URI, or two that sanitise
+            # alike): a file there, or one handed out and not opened yet.
+            while path in handed_out or path.exists():
+                n += 1
+                path = folder / name.replace(".cast", f"-{n}.cast")
+            if len(handed_out) >= _NAMES_REMEMBERED:
+                handed_out.clear()  # (older names exist as files by now)
+            handed_out.add(path)
+            recorder = Recorder(terminal, path, opts)
+            recorders[terminal.uri] = recorder
+            nursery.start_soon(run, recorder)
+
+        host.on_terminal_created.append(hook)
+        try:
+            yield recorders
+        finally:
+            host.on_terminal_created.remove(hook)
+            nursery.cancel_scope.cancel()

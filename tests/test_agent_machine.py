@@ -1,0 +1,218 @@
+"""The command state machine and its table, without a pty (issue 20, item 1).
+
+Test rules: pure logic, so hypothesis drives it with every order of events; no
+Trio, no clock (times are numbers passed in).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import attrs
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ahp.agent.machine import INPUT_POLL, MAX_INPUT_POLL, CommandMachine, IllegalEvent
+from ahp.agent.options import RunChanges, RunOptions
+from ahp.agent.result import CommandResult
+from ahp.agent.status import (
+    FINAL_STATUSES,
+    LIVE_STATUSES,
+    REQUESTED_ENDS,
+    STATUSES,
+    TRANSITIONS,
+    Event,
+    Status,
+    markdown_table,
+)
+from ahp.mcp.tools import COMMAND_RESULT_SCHEMA
+
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "agent.md"
+
+#: Events that end a command from any live status.
+ENDING = (Event.ENDED, Event.SHELL_EXITED, Event.DISPOSED, Event.LOST, Event.FAILED)
+#: Events any live command may get (REFUSED only comes before anything else).
+LIVE_EVENTS = [e for e in Event if e is not Event.REFUSED]
+
+
+def test_every_live_status_has_a_row_for_every_event_but_refusal() -> None:
+    for status, row in TRANSITIONS.items():
+        missing = set(LIVE_EVENTS) - set(row)
+        assert missing == set(), f"{status} has no row for {missing}"
+    assert Event.REFUSED in TRANSITIONS[Status.RUNNING]
+
+
+def test_derived_sets() -> None:
+    assert set(STATUSES) == {str(s) for s in Status}
+    assert set(STATUSES) - {str(s) for s in LIVE_STATUSES} == FINAL_STATUSES
+    assert {"lost", "refused", "shell_exited", "finished"} <= FINAL_STATUSES
+    assert "running" not in FINAL_STATUSES and "waiting_for_input" not in FINAL_STATUSES
+    # The MCP output schema's enum is the same list (defect 4: "lost" was missing).
+    assert COMMAND_RESULT_SCHEMA["properties"]["status"]["enum"] == list(STATUSES)  # type: ignore[index]
+
+
+def test_result_done_follows_the_table() -> None:
+    fields = {a.name: a.default for a in attrs.fields(CommandResult)}
+    base = CommandResult(
+        **{
+            **{k: v for k, v in fields.items() if v is not attrs.NOTHING},
+            "command_line": "x",
+            "status": "running",
+            "output": "",
+            "raw_output": "",
+            "exit_code": None,
+            "duration_ms": 0,
+            "truncated": False,
+            "omitted_bytes": 0,
+            "omitted_lines": 0,
+            "total_bytes": 0,
+            "total_lines": 0,
+            "timed_out": False,
+            "waiting_for_input": False,
+            "alternate_screen": False,
+            "shell_exited": False,
+            "background": (),
+            "command_id": "cmd-x",
+        }
+    )
+    for status in STATUSES:
+        assert attrs.evolve(base, status=status).done == (status in FINAL_STATUSES)
+
+
+def test_docs_carry_the_generated_table() -> None:
+    text = DOCS.read_text()
+    assert markdown_table() in text, "docs/agent.md: paste markdown_table() again"
+    for status in Status:
+        assert f"`{status}`" in text
+
+
+def test_run_changes_name_the_options_fields() -> None:
+    assert set(RunChanges.__annotations__) == {a.name for a in attrs.fields(RunOptions)}
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"timeout": 0}, "timeout"),
+        ({"yield_after": -1}, "yield_after"),
+        ({"input_quiet": 0}, "input_quiet"),
+        ({"head_bytes": -1}, "head_bytes"),
+        ({"tail_bytes": 9 * 1024 * 1024}, "exceed"),
+        ({"max_output_bytes": 0}, "max_output_bytes"),
+    ],
+)
+def test_options_refuse_bad_values(changes: RunChanges, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        RunOptions().with_changes(changes)
+
+
+def test_options_budget() -> None:
+    assert RunOptions(max_output_bytes=100).budget() == (25, 75)
+    assert RunOptions(max_output_bytes=100, head_bytes=10).budget() == (10, 75)
+
+
+events = st.lists(st.sampled_from(LIVE_EVENTS), max_size=40)
+
+
+@settings(max_examples=400, deadline=None)
+@given(events, st.sampled_from(ENDING), events)
+def test_every_order_of_events_ends_in_exactly_one_final_status(
+    before: list[Event], end: Event, after: list[Event]
+) -> None:
+    machine = CommandMachine(now=0.0, input_quiet=0.5)
+    endings = 0
+    for i, event in enumerate([*before, end, *after]):
+        was_done = machine.done
+        transition = machine.handle(event, float(i), exit_code=7)
+        if was_done:
+            assert transition is None  # nothing leads out of a final status
+            continue
+        assert transition is not None
+        assert transition.after == TRANSITIONS[transition.before][event] or (
+            event in REQUESTED_ENDS
+        )
+        endings += transition.ended
+    assert machine.done and endings == 1
+    assert str(machine.status) in FINAL_STATUSES
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from([Event.INTERRUPT, Event.TIME_OUT, Event.KILL, Event.OUTPUT])))
+def test_a_requested_end_is_reported_as_requested(asked: list[Event]) -> None:
+    machine = CommandMachine(now=0.0, input_quiet=0.5)
+    for event in asked:
+        machine.handle(event, 0.0)
+    machine.handle(Event.ENDED, 1.0, exit_code=130)
+    if Event.KILL in asked:
+        expected = Status.KILLED
+    elif Event.TIME_OUT in asked:
+        expected = Status.TIMED_OUT
+    elif Event.INTERRUPT in asked:
+        expected = Status.INTERRUPTED
+    else:
+        expected = Status.FINISHED
+    assert machine.status is expected and machine.exit_code == 130
+
+
+def test_refusal_and_illegal_events() -> None:
+    machine = CommandMachine(now=0.0, input_quiet=0.5)
+    transition = machine.handle(Event.REFUSED, 0.0, note="busy")
+    assert transition is not None and transition.ended
+    assert machine.status is Status.REFUSED and machine.note == "busy"
+    waiting = CommandMachine(now=0.0, input_quiet=0.5)
+    waiting.handle(Event.EXECUTING, 0.0)
+    waiting.handle(Event.INPUT_SEEN, 1.0)
+    with pytest.raises(IllegalEvent):
+        waiting.handle(Event.REFUSED, 2.0)
+    with pytest.raises(ValueError, match="input_quiet"):
+        CommandMachine(now=0.0, input_quiet=0)
+
+
+def test_waiting_episodes_are_reported_once() -> None:
+    machine = CommandMachine(now=0.0, input_quiet=0.5)
+    machine.handle(Event.EXECUTING, 0.0)
+    assert not machine.settled
+    machine.handle(Event.INPUT_SEEN, 1.0, evidence="e1")
+    assert machine.settled and machine.episode == 1 and machine.evidence == "e1"
+    machine.acknowledge()
+    assert not machine.settled
+    machine.handle(Event.INPUT_SEEN, 2.0, evidence="e2")  # the same episode
+    assert not machine.settled and machine.episode == 1
+    machine.handle(Event.INPUT_SENT, 3.0)
+    assert machine.status is Status.RUNNING and machine.evidence is None
+    machine.handle(Event.INPUT_SEEN, 4.0)
+    assert machine.settled and machine.episode == 2
+
+
+def test_the_input_watch_clock() -> None:
+    machine = CommandMachine(now=10.0, input_quiet=0.5)
+    assert machine.next_look() is None  # not executing yet
+    machine.handle(Event.EXECUTING, 11.0)
+    assert machine.next_look() == 11.5
+    machine.handle(Event.OUTPUT, 12.0)
+    assert machine.next_look() == 12.5
+    # Fruitless looks back off, doubling up to the bound.
+    gaps = []
+    now = 12.5
+    for _ in range(6):
+        machine.looked(now)
+        due = machine.next_look()
+        assert due is not None
+        gaps.append(due - now)
+        now = due
+    assert gaps[0] == INPUT_POLL and gaps[-1] == MAX_INPUT_POLL
+    assert gaps == sorted(gaps)
+    machine.handle(Event.OUTPUT, 20.0)  # output resets the back-off
+    assert machine.next_look() == 20.5
+    machine.handle(Event.INPUT_SEEN, 21.0)
+    assert machine.next_look() is None  # waiting already
+    machine.handle(Event.ENDED, 22.0, exit_code=0)
+    assert machine.next_look() is None
+
+
+def test_the_table_in_the_docs_names_every_event() -> None:
+    table = markdown_table()
+    for event in Event:
+        assert re.search(rf"^\| `{event}` \|", table, re.MULTILINE)

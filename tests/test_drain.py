@@ -1,0 +1,383 @@
+"""Drain on SIGTERM and the token file, against a real ``python -m ahp serve``.
+
+Each test starts the sidecar as a subprocess (bash terminals, hermetic rc), talks to
+it with a raw JSON-RPC peer and plain HTTP probes, signals it, and checks what the
+client saw (the order of the last ``commandFinished`` and the 1001 close), what the
+probes answered, the exit status, and that no process of a terminal outlives it.
+Commands that must "finish during the drain" wait for a file the test creates, so
+nothing depends on timing. The pure parts (:func:`command_in_progress`, the token
+file) are tested without a server.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+import trio
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ahp.protocol.state import ClientClaim, CommandPart, TerminalState, UnclassifiedPart
+from ahp.server.app import MAX_TOKEN_FILE, TokenFileError, read_token_file
+from ahp.server.drain import command_in_progress, drain
+from ahp.ws import ConnectionClosed
+from tests.helpers import TIMEOUT, kill_and_reap, stat_fields
+from tests.wire import Peer, peer, running_server
+
+REPO = Path(__file__).resolve().parents[1]
+CLIENT = {"kind": "client", "clientId": "drain-test"}
+
+
+# -- the pure parts ---------------------------------------------------------------------------
+
+
+def _state(*parts: CommandPart | UnclassifiedPart, exited: bool = False) -> TerminalState:
+    return TerminalState(title="t", claim=ClientClaim(clientId="c"), content=parts, exited=exited)
+
+
+def _command(complete: bool) -> CommandPart:
+    return CommandPart(
+        commandId="c1", commandLine="make", output="", timestamp=0, isComplete=complete
+    )
+
+
+def test_a_command_is_in_progress_until_its_part_completes() -> None:
+    assert not command_in_progress(_state())
+    assert not command_in_progress(_state(UnclassifiedPart(value="$ ")))
+    assert command_in_progress(_state(_command(False)))
+    assert command_in_progress(_state(_command(False), UnclassifiedPart(value="output")))
+    assert not command_in_progress(_state(_command(True), UnclassifiedPart(value="$ ")))
+    # An exited terminal runs nothing, whatever its last part says.
+    assert not command_in_progress(_state(_command(False), exited=True))
+
+
+@given(st.lists(st.booleans(), max_size=8), st.booleans())
+def test_only_the_last_command_counts(completes: list[bool], exited: bool) -> None:
+    parts = [_command(c) for c in completes]
+    expected = bool(completes) and not completes[-1] and not exited
+    assert command_in_progress(_state(*parts, exited=exited)) is expected
+
+
+def test_the_token_file_is_read_stripped_and_refused_when_unusable(tmp_path: Path) -> None:
+    good = tmp_path / "token"
+    good.write_text("  s3cret-token\n")
+    assert read_token_file(str(good)) == "s3cret-token"
+    empty = tmp_path / "empty"
+    empty.write_text(" \n")
+    big = tmp_path / "big"
+    big.write_text("x" * (MAX_TOKEN_FILE + 1))
+    spaced = tmp_path / "spaced"
+    spaced.write_text("two words\n")
+    binary = tmp_path / "binary"
+    binary.write_bytes(b"\xff\xfe")
+    cases = {
+        str(tmp_path / "missing"): "cannot read",
+        str(tmp_path): "cannot read",  # a directory
+        str(empty): "is empty",
+        str(big): f"larger than {MAX_TOKEN_FILE} bytes",
+        str(spaced): "no spaces",
+        str(binary): "not UTF-8",
+    }
+    for path, why in cases.items():
+        with pytest.raises(TokenFileError, match=why) as caught:
+            read_token_file(path)
+        assert "two words" not in str(caught.value)  # the content is never quoted
+    # At the bound exactly, it is taken.
+    edge = tmp_path / "edge"
+    edge.write_text("y" * MAX_TOKEN_FILE)
+    assert read_token_file(str(edge)) == "y" * MAX_TOKEN_FILE
+
+
+# -- a real sidecar ---------------------------------------------------------------------------
+
+
+@attrs.define
+class Served:
+    proc: trio.Process
+    url: str
+    port: int
+    stderr: Path
+
+    @property
+    def token(self) -> str:
+        return self.url.split("tkn=", 1)[1]
+
+
+def _env(extra: dict[str, str]) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("AHP_TOKEN", "AHP_TOKEN_FILE")}
+    return {**env, "PYTHONPATH": str(REPO), **extra}
+
+
+@asynccontextmanager
+async def sidecar(
+    tmp_path: Path, *args: str, env: dict[str, str] | None = None
+) -> AsyncIterator[Served]:
+    """``python -m ahp serve --port 0 --shell bash ARGS``; killed and reaped at the end."""
+    stderr = tmp_path / "serve.log"
+    with open(stderr, "wb") as log:  # noqa: ASYNC230 (a local file, before any task runs)
+        proc = await trio.lowlevel.open_process(
+            [sys.executable, "-m", "ahp", "serve", "--port", "0", "--shell", "bash", *args],
+            stdout=subprocess.PIPE,
+            stderr=log,
+            env=_env(env or {}),
+            cwd=str(REPO),
+        )
+    try:
+        assert proc.stdout is not None
+        line = b""
+        with trio.fail_after(TIMEOUT):
+            while not line.endswith(b"\n"):
+                chunk = await proc.stdout.receive_some(4096)
+                assert chunk, f"serve exited: {stderr.read_text()}"
+                line += chunk
+        url = line.decode().strip()
+        port = int(url.split(":")[2].split("/")[0])
+        yield Served(proc, url, port, stderr)
+    finally:
+        await kill_and_reap(proc)
+
+
+async def http_get(port: int, target: str) -> int:
+    """The status of a plain ``GET target`` (0 when the connection is refused)."""
+    try:
+        stream = await trio.open_tcp_stream("127.0.0.1", port)
+    except OSError:
+        return 0
+    try:
+        request = f"GET {target} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n"
+        await stream.send_all(request.encode())
+        reply = b""
+        with trio.fail_after(TIMEOUT):
+            while b"\r\n" not in reply and (chunk := await stream.receive_some(4096)):
+                reply += chunk
+    except (trio.BrokenResourceError, OSError):
+        return 0
+    finally:
+        await stream.aclose()
+    return int(reply.split()[1]) if reply else 0
+
+
+async def wait_for_status(port: int, target: str, status: int) -> None:
+    """Probe until ``target`` answers ``status`` (the signal is handled asynchronously)."""
+    with trio.fail_after(TIMEOUT):
+        while await http_get(port, target) != status:  # noqa: ASYNC110 (a probe is polled)
+            await trio.sleep(0.05)
+
+
+async def open_terminal(p: Peer, uri: str) -> None:
+    assert await p.result("createTerminal", {"channel": uri, "claim": CLIENT}) is None
+    await p.result("subscribe", {"channel": uri})
+
+
+async def start_command(p: Peer, uri: str, line: str) -> None:
+    """Type ``line`` and wait until the shell reports it started (commandExecuted)."""
+    await p.dispatch(uri, {"type": "terminal/input", "data": line + "\r"})
+    await p.action(
+        lambda a: a["channel"] == uri and a["action"]["type"] == "terminal/commandExecuted"
+    )
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text().strip()
+    except FileNotFoundError:
+        return ""
+
+
+async def read_pid(path: Path) -> int:
+    """The pid a command wrote to ``path`` (a file has no event to wait on)."""
+    with trio.fail_after(TIMEOUT):
+        while not (text := _read(path)):  # noqa: ASYNC110
+            await trio.sleep(0.02)
+    return int(text)
+
+
+async def wait_gone(pid: int) -> None:
+    with trio.fail_after(TIMEOUT):
+        while not gone(pid):  # noqa: ASYNC110 (/proc has no event to wait on)
+            await trio.sleep(0.02)
+
+
+def gone(pid: int) -> bool:
+    fields = stat_fields(pid)
+    return fields is None or fields[0] == "Z"
+
+
+async def closed_code(p: Peer) -> tuple[int, list[dict[str, Any]]]:
+    """Read until the server closes; its close code and the actions received before."""
+    seen: list[dict[str, Any]] = list(p.notes)
+    p.notes.clear()
+    with trio.fail_after(TIMEOUT):
+        try:
+            while True:
+                seen.append(await p.recv())
+        except ConnectionClosed as exc:
+            assert exc.reason is not None
+            code: int = exc.reason.code
+            return code, seen
+
+
+async def test_a_drain_lets_a_running_command_finish_then_says_goodbye(tmp_path: Path) -> None:
+    go = tmp_path / "go"
+    async with sidecar(tmp_path, "--drain-timeout", "60") as served:
+        async with peer(served.url) as p:
+            await p.initialize("drain-test")
+            await open_terminal(p, "ahp-terminal:/busy")
+            await open_terminal(p, "ahp-terminal:/idle")  # at its prompt: holds nothing
+            await start_command(
+                p,
+                "ahp-terminal:/busy",
+                f"while [ ! -e {go} ]; do sleep 0.05; done; echo finished-after-drain",
+            )
+            served.proc.send_signal(signal.SIGTERM)
+            await wait_for_status(served.port, "/readyz", 503)
+            assert await http_get(served.port, "/healthz") == 200  # alive all the same
+            refused = await p.call(
+                "createTerminal", {"channel": "ahp-terminal:/late", "claim": CLIENT}
+            )
+            assert refused["error"]["code"] == -32000, refused
+            assert refused["error"]["message"] == "draining"
+            # A new client can still connect and watch during the drain.
+            async with peer(served.url) as watcher:
+                await watcher.initialize("watcher")
+            go.touch()
+            code, seen = await closed_code(p)
+        assert code == 1001
+        finished = [
+            m
+            for m in seen
+            if m.get("method") == "action"
+            and m["params"]["action"]["type"] == "terminal/commandFinished"
+        ]
+        assert finished and finished[0]["params"]["channel"] == "ahp-terminal:/busy"
+        with trio.fail_after(TIMEOUT):
+            assert await served.proc.wait() == 0
+        log = served.stderr.read_text()
+        assert "draining" in log and served.token not in log
+
+
+async def test_a_command_outliving_the_drain_timeout_is_disposed(tmp_path: Path) -> None:
+    pidfile = tmp_path / "pid"
+    async with sidecar(tmp_path, "--drain-timeout", "0.5") as served:
+        async with peer(served.url) as p:
+            await p.initialize("drain-test")
+            await open_terminal(p, "ahp-terminal:/busy")
+            await start_command(
+                p, "ahp-terminal:/busy", f"sh -c 'echo $$ > {pidfile}; exec sleep 1000'"
+            )
+            pid = await read_pid(pidfile)
+            served.proc.send_signal(signal.SIGTERM)
+            code, _ = await closed_code(p)
+        assert code == 1001
+        with trio.fail_after(TIMEOUT):
+            assert await served.proc.wait() == 0
+        await wait_gone(pid)
+        assert "still running are disposed" in served.stderr.read_text()
+
+
+async def test_a_second_sigterm_ends_the_drain_at_once(tmp_path: Path) -> None:
+    pidfile = tmp_path / "pid"
+    # A drain far longer than the test's own deadline: only the second signal ends it.
+    async with sidecar(tmp_path, "--drain-timeout", "3600") as served:
+        async with peer(served.url) as p:
+            await p.initialize("drain-test")
+            await open_terminal(p, "ahp-terminal:/busy")
+            await start_command(
+                p, "ahp-terminal:/busy", f"sh -c 'echo $$ > {pidfile}; exec sleep 1000'"
+            )
+            pid = await read_pid(pidfile)
+            served.proc.send_signal(signal.SIGTERM)
+            await wait_for_status(served.port, "/readyz", 503)
+            served.proc.send_signal(signal.SIGTERM)
+            with trio.fail_after(TIMEOUT):
+                assert await served.proc.wait() == 1
+        await wait_gone(pid)
+
+
+async def test_sigint_shuts_down_at_once_without_a_drain(tmp_path: Path) -> None:
+    async with sidecar(tmp_path, "--drain-timeout", "3600") as served:
+        async with peer(served.url) as p:
+            await p.initialize("drain-test")
+            await open_terminal(p, "ahp-terminal:/busy")
+            await start_command(p, "ahp-terminal:/busy", "sleep 1000")
+            served.proc.send_signal(signal.SIGINT)
+            code, _ = await closed_code(p)
+        assert code == 1001
+        with trio.fail_after(TIMEOUT):
+            assert await served.proc.wait() == 0
+
+
+async def test_the_token_comes_from_the_file_and_stays_out_of_ps_and_terminals(
+    tmp_path: Path,
+) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text("file-token-123\n")
+    async with sidecar(tmp_path, env={"AHP_TOKEN_FILE": str(token_file)}) as served:
+        # A token from a file is not printed (stdout is a container's log).
+        assert "?" not in served.url
+        served.url += "?tkn=file-token-123"
+        cmdline = Path(f"/proc/{served.proc.pid}/cmdline").read_bytes()  # noqa: ASYNC240
+        assert b"file-token-123" not in cmdline
+        async with peer(served.url) as p:
+            await p.initialize("drain-test")
+            await open_terminal(p, "ahp-terminal:/t")
+            await p.dispatch(
+                "ahp-terminal:/t",
+                {"type": "terminal/input", "data": 'echo "[${AHP_TOKEN_FILE-unset}]"\r'},
+            )
+            await p.text_until("ahp-terminal:/t", "[unset]")
+        served.proc.send_signal(signal.SIGTERM)
+        with trio.fail_after(TIMEOUT):
+            assert await served.proc.wait() == 0
+        assert "file-token-123" not in served.stderr.read_text()
+
+
+@pytest.mark.parametrize(
+    ("content", "extra", "why"),
+    [
+        (None, {}, "cannot read AHP_TOKEN_FILE"),
+        ("\n", {}, "is empty"),
+        ("tok\n", {"AHP_TOKEN": "other"}, "both set"),
+    ],
+)
+async def test_an_unusable_token_file_is_one_line(
+    tmp_path: Path, content: str | None, extra: dict[str, str], why: str
+) -> None:
+    token_file = tmp_path / "token"
+    if content is not None:
+        token_file.write_text(content)
+    with trio.fail_after(TIMEOUT):
+        done = await trio.run_process(
+            [sys.executable, "-m", "ahp", "serve", "--port", "0"],
+            stdin=subprocess.DEVNULL,
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+            env=_env({"AHP_TOKEN_FILE": str(token_file), **extra}),
+            cwd=str(REPO),
+        )
+    assert done.returncode == 2 and done.stdout == b""
+    lines = done.stderr.decode().strip().splitlines()
+    assert len(lines) == 1 and why in lines[0], done.stderr
+
+
+async def test_after_the_goodbye_a_new_connection_is_closed_at_once() -> None:
+    async with running_server() as served, peer(served.url) as before:
+        await before.initialize("before")
+        # No terminal runs anything: the drain goes straight to the goodbye.
+        assert await drain(served.state, timeout=TIMEOUT) == []
+        code, _ = await closed_code(before)
+        assert code == 1001
+        assert served.state.sessions == set()
+        async with peer(served.url) as after:
+            code, seen = await closed_code(after)
+        assert code == 1001 and seen == []

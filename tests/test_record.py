@@ -1,0 +1,316 @@
+"""Recording terminals as asciicast v3 over real ptys and real bash: the file's
+validity, its output, markers and exit; input only when asked; a stalled disk
+(a FIFO nobody reads); the size bound; cancellation; ``serve --record`` through a
+real server and client; ``ahp-terminals play`` in a subprocess."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import trio
+
+import ahp
+from ahp.protocol.actions import (
+    ActionEnvelope,
+    TerminalCommandExecuted,
+    TerminalCommandFinished,
+)
+from ahp.record import RecordOptions, record_host, record_terminal
+from ahp.record.asciicast import (
+    SKIPPED_MARKER,
+    Event,
+    Header,
+    decode,
+    decode_event,
+    encode_event,
+    encode_header,
+    parse_command_marker,
+    size_bound_marker,
+)
+from ahp.record.recorder import DISPOSED_MARKER, MAX_OPEN_COMMANDS, STOPPED_MARKER, Recorder
+from ahp.server import ServeOptions
+from tests.helpers import TIMEOUT, open_fds, wait_for_text
+from tests.wire import TOKEN, peer, running_server
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def read_cast(path: Path) -> tuple[Header, list[Event]]:
+    """Every line parsed (a bad one raises)."""
+    header, events = decode(path.read_bytes().splitlines())
+    return header, list(events)
+
+
+def output_of(events: list[Event]) -> str:
+    return "".join(e.data for e in events if e.code == "o")
+
+
+def command_markers(events: list[Event]) -> list[tuple[str, str, int | None]]:
+    return [m for e in events if e.code == "m" and (m := parse_command_marker(e.data))]
+
+
+async def test_a_recording_is_valid_asciicast_v3_with_commands_and_exit(tmp_path: Path) -> None:
+    async with (
+        ahp.open_host(shell="/bin/bash") as host,
+        record_host(host, tmp_path) as recorders,
+    ):
+        started = time.time()
+        term = await host.create_terminal(cols=100, rows=30)
+        recorder = recorders[term.uri]
+        assert (await term.run("echo hello")).exit_code == 0
+        assert (await term.run("false")).exit_code == 1
+        assert (await term.run("(exit 7)")).exit_code == 7
+        await term.resize(120, 40)
+        await term.send_input("exit 3\n")
+        with trio.fail_after(TIMEOUT):
+            assert await term.wait_exited() == 3
+        expected = term.state.text()
+        await host.dispose(term.uri)
+        with trio.fail_after(TIMEOUT):
+            await recorder.done.wait()
+        assert term.uri not in recorders  # a finished recorder leaves the table
+    assert re.fullmatch(r"\d{8}T\d{6}Z-t1\.cast", recorder.path.name)
+    assert oct(recorder.path.stat().st_mode & 0o777) == "0o600"
+    header, events = read_cast(recorder.path)
+    assert (header.cols, header.rows, header.term_type) == (100, 30, "xterm-256color")
+    assert header.env == {"TERM": "xterm-256color"}
+    assert header.timestamp is not None and abs(header.timestamp - started) < 60
+    assert header.extra == {"x-ahp-terminal": term.uri}
+    assert output_of(events) == expected  # every byte of output, in order
+    assert command_markers(events) == [
+        ("start", "echo hello", None),
+        ("end", "echo hello", 0),
+        ("start", "false", None),
+        ("end", "false", 1),
+        ("start", "(exit 7)", None),
+        ("end", "(exit 7)", 7),
+        ("start", "exit 3", None),
+    ]
+    assert [e.data for e in events if e.code == "r"] == ["120x40"]
+    assert not [e for e in events if e.code == "i"]  # input only with record_input
+    assert events[-1] == Event(events[-1].interval, "x", "3")
+    assert recorder.lost_bytes == 0 and recorder.resyncs == 0
+
+
+async def test_input_is_recorded_only_when_asked_and_late_start_keeps_the_screen(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "late.cast"
+    async with ahp.open_host(shell="/bin/bash") as host, trio.open_nursery() as nursery:
+        term = await host.create_terminal()
+        await term.run("echo before-recording")
+        fds = open_fds()
+        recorder = await nursery.start(
+            record_terminal, term, path, RecordOptions(record_input=True)
+        )
+        await term.send_input("echo typed-123\n")
+        await wait_for_text(term, "typed-123\r\n")
+        expected = term.state.text()
+        await host.dispose(term.uri)
+        with trio.fail_after(TIMEOUT):
+            await recorder.done.wait()
+        assert open_fds() <= fds  # the file is closed
+    _, events = read_cast(path)
+    assert events[0].code == "o" and "before-recording" in events[0].data
+    assert output_of(events) == expected
+    assert events[-1] == Event(events[-1].interval, "m", DISPOSED_MARKER)
+    assert [e.data for e in events if e.code == "i"] == ["echo typed-123\n"]
+
+
+async def test_a_stalled_disk_neither_stalls_the_pty_nor_grows_memory(tmp_path: Path) -> None:
+    """A FIFO that is open for reading but never read: the recorder's writes block at
+    once (the pipe holds 64 KiB). The terminal prints 8 MB meanwhile and finishes; the
+    recorder holds at most its bounds; once the FIFO is read again the recording goes
+    on, saying output was skipped."""
+    fifo = tmp_path / "stalled.cast"
+    os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # a reader that never reads
+    # (The outbox must hold the largest envelope of output, a parse batch of up to about
+    # a megabyte, or every such envelope alone would overflow it.)
+    options = RecordOptions(buffer_bytes=64 * 1024, outbox_bytes=2 * 1024 * 1024)
+    received = bytearray()
+    async with ahp.open_host(shell="/bin/bash") as host, trio.open_nursery() as nursery:
+        term = await host.create_terminal()
+        recorder = await nursery.start(record_terminal, term, fifo, options)
+        result = await term.run(
+            "head -c 8000000 /dev/zero | tr '\\0' a; echo; echo done-$((6*7))", timeout=TIMEOUT * 3
+        )
+        assert result.exit_code == 0 and "done-42" in result.output
+        # The recorder fell behind and was never waited for: bounded memory.
+        assert recorder.written_bytes <= 128 * 1024  # the pipe took what it holds, no more
+        one_line = 2 * 1024 * 1024  # one output event (a parse batch, 'a's: no escaping)
+        assert recorder.peak_buffered <= options.buffer_bytes + one_line
+        assert recorder.subscription.outbox.max_bytes == options.outbox_bytes
+        assert recorder.subscription.outbox.overflowed  # it fell behind: a resync follows
+
+        async def drain() -> None:
+            stream = trio.lowlevel.FdStream(reader)
+            async with stream:
+                while chunk := await stream.receive_some(1 << 16):
+                    received.extend(chunk)
+
+        nursery.start_soon(drain)
+        await term.run("echo after-the-stall")
+        await host.dispose(term.uri)
+        with trio.fail_after(TIMEOUT):
+            await recorder.done.wait()
+    header, events = decode(bytes(received).splitlines())
+    events_list = list(events)  # every line parses
+    assert header.cols == 80
+    assert recorder.resyncs >= 1
+    assert [e for e in events_list if e.code == "m" and e.data == SKIPPED_MARKER]
+    assert "after-the-stall" in output_of(events_list)
+
+
+async def test_the_size_bound_stops_the_recording_and_says_so(tmp_path: Path) -> None:
+    path = tmp_path / "bounded.cast"
+    bound = 4096
+    async with ahp.open_host(shell="/bin/bash") as host, trio.open_nursery() as nursery:
+        term = await host.create_terminal()
+        recorder = await nursery.start(record_terminal, term, path, RecordOptions(max_bytes=bound))
+        assert (await term.run("seq 1 5000")).exit_code == 0  # ~24 KB of output
+        with trio.fail_after(TIMEOUT):
+            await recorder.done.wait()  # it stopped by itself
+        assert recorder.stopped_at_bound
+        assert (await term.run("echo still-alive")).output == "still-alive\n"
+    assert path.stat().st_size <= bound
+    _, events = read_cast(path)
+    assert events[-1].code == "m" and events[-1].data == size_bound_marker(bound)
+    assert "1\r\n2\r\n3\r\n" in output_of(events)
+
+
+async def test_cancelling_a_recorder_ends_its_file_with_a_marker(tmp_path: Path) -> None:
+    path = tmp_path / "cancelled.cast"
+    async with ahp.open_host(shell="/bin/bash") as host:
+        term = await host.create_terminal()
+        fds = open_fds()
+        async with trio.open_nursery() as nursery:
+            recorder = await nursery.start(record_terminal, term, path)
+            await term.run("echo recorded")
+            nursery.cancel_scope.cancel()
+        assert recorder.done.is_set() and open_fds() <= fds
+        assert not term.closed.is_set()  # the terminal lives on
+    _, events = read_cast(path)
+    assert "recorded" in output_of(events)
+    assert events[-1].code == "m" and events[-1].data == STOPPED_MARKER
+
+
+async def test_serve_record_writes_one_file_per_terminal_and_play_replays_it(
+    tmp_path: Path,
+) -> None:
+    options = ServeOptions(port=0, token=TOKEN, record_dir=str(tmp_path / "casts"))
+    async with running_server(options, shell="/bin/bash") as server, peer(server.url) as p:
+        await p.initialize("c1")
+        for uri in ("ahp-terminal:/build", "ahp-terminal:/a b/../c", "ahp-terminal:/a-b-..-c"):
+            params = {"channel": uri, "claim": {"kind": "client", "clientId": "c1"}}
+            assert await p.result("createTerminal", params) is None
+        host = server.state.host
+        build = host.get("ahp-terminal:/build")
+        recorder = server.state.recorders["ahp-terminal:/build"]
+        await build.send_input("printf 'played %s\\n' back\n")
+        await wait_for_text(build, "played back")
+        expected = build.state.text()
+        assert await p.result("disposeTerminal", {"channel": "ahp-terminal:/build"}) is None
+        files = sorted(os.listdir(tmp_path / "casts"))
+        assert len(files) == 3  # (the last two sanitise alike: "-2" for the second)
+        assert all(re.fullmatch(r"\d{8}T\d{6}Z-[A-Za-z0-9._-]+\.cast", f) for f in files)
+        with trio.fail_after(TIMEOUT):
+            await recorder.done.wait()  # it ends with its terminal's channel
+    build_file = tmp_path / "casts" / next(f for f in files if f.endswith("-build.cast"))
+    assert recorder.path == build_file
+    _, events = read_cast(build_file)
+    assert output_of(events) == expected
+    # Played back in a subprocess, fast: exactly the output, nothing else.
+    with trio.fail_after(TIMEOUT):
+        done = await trio.run_process(
+            [sys.executable, "-m", "ahp", "play", str(build_file), "--speed", "1000"],
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+        )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.decode() == expected
+
+
+async def test_play_cli_speed_idle_limit_and_errors(tmp_path: Path) -> None:
+    path = tmp_path / "slow.cast"
+    lines = [
+        encode_header(Header(cols=80, rows=24)),
+        encode_event(0.1, "o", "one "),
+        encode_event(3600.0, "o", "two\r\n"),  # an hour of idle time, capped below
+        encode_event(0.1, "x", "0"),
+    ]
+    path.write_bytes(b"".join(lines))
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+
+    bad = tmp_path / "bad.cast"
+    bad.write_bytes(lines[0] + lines[1] + b"[1, 2]\n")
+    runs = {
+        "capped": (str(path), "--speed", "10", "--idle-time-limit", "0.5"),
+        "bad line": (str(bad), "--speed", "1000"),
+        "missing": (str(tmp_path / "missing.cast"),),
+        "bad speed": (str(path), "--speed", "0"),
+    }
+    done: dict[str, subprocess.CompletedProcess[bytes]] = {}
+
+    async def play(name: str, args: tuple[str, ...]) -> None:
+        with trio.fail_after(TIMEOUT):
+            done[name] = await trio.run_process(
+                [sys.executable, "-m", "ahp", "play", *args],
+                capture_stdout=True,
+                capture_stderr=True,
+                check=False,
+                env=env,
+            )
+
+    async with trio.open_nursery() as nursery:  # (at once: each is a Python start-up)
+        for name, args in runs.items():
+            nursery.start_soon(play, name, args)
+    assert (done["capped"].returncode, done["capped"].stdout) == (0, b"one two\r\n")
+    bad_line = done["bad line"]
+    assert bad_line.returncode == 1 and bad_line.stdout == b"one "
+    assert bad_line.stderr.decode().strip().endswith("line 3: an event is a 3-element array")
+    assert done["missing"].returncode == 1 and b"cannot read" in done["missing"].stderr
+    assert done["bad speed"].returncode == 2 and b"--speed" in done["bad speed"].stderr
+
+
+async def test_started_commands_remembered_are_bounded(tmp_path: Path) -> None:
+    async with ahp.open_host() as host:
+        term = await host.create_terminal(argv=["cat"])
+        recorder = Recorder(term, tmp_path / "x.cast", RecordOptions())
+        try:
+            seq = itertools.count(1)
+
+            def envelope(action: Any) -> ActionEnvelope:
+                return ActionEnvelope(channel=term.uri, action=action, serverSeq=next(seq))
+
+            total = MAX_OPEN_COMMANDS + 50
+            for n in range(total):  # started, never finished
+                executed = TerminalCommandExecuted(
+                    commandId=f"c{n}", commandLine=f"cmd {n}", timestamp=0
+                )
+                assert recorder._envelope(envelope(executed))
+            assert len(recorder._commands) == MAX_OPEN_COMMANDS  # the bound holds
+            newest, oldest = f"c{total - 1}", "c0"
+            for command_id in (newest, oldest):
+                recorder._envelope(
+                    envelope(TerminalCommandFinished(commandId=command_id, exitCode=0))
+                )
+        finally:
+            await recorder.subscription.aclose()
+    labels = [parse_command_marker(line_data(line)) for line in recorder._buffer]
+    ends = [m for m in labels if m and m[0] == "end"]
+    assert ends == [("end", f"cmd {total - 1}", 0), ("end", "", 0)]  # the oldest forgotten
+
+
+def line_data(line: bytes) -> str:
+    value = decode_event(line)
+    return value.data
