@@ -47,6 +47,7 @@ import trio
 from ahp import __version__, keystroke
 from ahp.engine import Host, Outbox, Terminal, TerminalExists, TerminalNotFound
 from ahp.engine.envelopes import Published
+from ahp.engine.outbox import ResponsePool
 from ahp.protocol.actions import (
     ActionOrigin,
     RootConfigChanged,
@@ -62,6 +63,7 @@ from ahp.protocol.codec import (
     decode_message,
     dumps_utf8,
     encode_message,
+    message_to_json,
     structure,
     structure_action,
     unstructure,
@@ -134,6 +136,7 @@ from ahp.reducers.core import (
 from ahp.reducers.policy import Change
 from ahp.server.clients import ClientRecord, ClientRegistry, Link
 from ahp.server.processes import PROCESS_REQUESTS, Refused
+from ahp.server.wsconn import InboundBudget
 
 __all__ = [
     "DEFAULT_MAX_TERMINALS",
@@ -160,6 +163,11 @@ MAX_NESTING: Final = MAX_DEPTH
 #: Terminals one server hosts at most by default (``serve --max-terminals``): each holds
 #: a process, about 3 of the server's fds (pty or pipes) and up to its scrollback.
 DEFAULT_MAX_TERMINALS: Final = 256
+#: Bytes of answers every connection together may have queued or in writing before the
+#: next request of anyone waits (issue 25: 8 silent clients each asking for a 9 MB
+#: snapshot held 284 MB). Twice the largest snapshot (4 Mi characters of escape-dense
+#: output, ~9-15 MB of JSON), so two big answers are built at a time at most beyond it.
+RESPONSE_POOL: Final = 32 * 1024 * 1024
 #: Largest ``root/configChanged`` action accepted (encoded JSON bytes): it is broadcast to
 #: every root subscriber, so a bigger one is rejected to its sender.
 MAX_CONFIG_BYTES: Final = 64 * 1024
@@ -180,6 +188,12 @@ PROBE_TIMEOUT: Final = 3.0
 #: The close a connection gets when a newer connection of its client replaced it.
 REPLACED_CLOSE: Final = (1008, "replaced by a newer connection of this clientId")
 
+#: Memory all connections together may hold in inbound messages still being assembled
+#: (fragments, a large frame arriving): four messages at the size bound (issue 25: 30
+#: connections each holding an unfinished 8 MiB frame held 302 MB).
+INBOUND_BUDGET: Final = 32 * 1024 * 1024
+#: Requests whose answers may hold whole snapshots (they wait for room in the pool).
+SNAPSHOT_METHODS: Final = frozenset({"initialize", "reconnect", "subscribe"})
 #: Methods answered before ``initialize``.
 PRE_HANDSHAKE: Final = frozenset({"initialize", "reconnect", "ping"})
 #: Requests a read-only connection may make (watching); every other one is
@@ -210,6 +224,12 @@ class ServerState:
     creating: int = 0
     #: Counters: protocol errors answered (figures for tests).
     errors: int = 0
+    #: Responses (snapshots above all) queued or being written by every connection
+    #: together (:data:`RESPONSE_POOL`): past it, requests wait and silent holders go.
+    responses: ResponsePool = attrs.field(factory=lambda: ResponsePool(RESPONSE_POOL))
+    #: Inbound messages still being assembled, every connection together
+    #: (:data:`INBOUND_BUDGET`): a connection that would pass it is closed with 1013.
+    inbound: InboundBudget = attrs.field(factory=lambda: InboundBudget(INBOUND_BUDGET))
     #: Where privileged events are logged (``serve --audit-log``), if anywhere.
     audit: AuditLog | None = None
     #: Where every message is logged (``serve --wire-log``), if anywhere.
@@ -429,7 +449,9 @@ class Session:
         # Responses from the client: a terminal host sends no requests; ignore.
 
     def _respond(self, msg_id: JsonRpcId, result: Any) -> None:
-        self.outbox.put(encode_message(JsonRpcSuccess(id=msg_id, result=result)))
+        # UTF-8 bytes, as the writer sends them: a 9 MB snapshot is not decoded into a
+        # str to be encoded again (that was half of its cost, ~55 ms; issue 25).
+        self.outbox.put(dumps_utf8(message_to_json(JsonRpcSuccess(id=msg_id, result=result))))
 
     def _error(self, msg_id: JsonRpcId, code: int, message: str, data: Any = None) -> None:
         self.server.errors += 1
@@ -459,6 +481,13 @@ class Session:
                 request.id, ErrorCode.METHOD_NOT_FOUND, f"method {_short(method)!r} not found"
             )
             return
+        pool = self.server.responses
+        if method in SNAPSHOT_METHODS and pool.held > pool.limit:
+            # Every connection's answers together are over the server's pool: a request
+            # that may be answered with snapshots waits for room (big answers are built
+            # one after another; silent holders are closed by their watchdog). Input
+            # and everything else go on meanwhile.
+            await pool.wait_room()
         try:
             result = await handler(self, request.params if request.params is not None else {})
         except (_Fail, Refused) as fail:
