@@ -31,7 +31,7 @@ from ahp.protocol.jsonrpc import ErrorCode
 from ahp.protocol.processes import MAX_EXEC_CHARS
 from ahp.protocol.state import ROOT_URI
 from ahp.pty import SpawnError, SpawnSpec, spawn
-from ahp.server import ServeOptions
+from ahp.server import ServeOptions, serve_host
 from tests.helpers import TIMEOUT, open_fds, stat_fields, wait_for_text, zombies
 from tests.wire import TOKEN, running_server
 
@@ -417,3 +417,45 @@ async def test_a_signal_to_the_cli_kills_the_command(tmp_path: Path) -> None:
         await proc.stderr.aclose()
         assert code == 128 + 15 and "SIGTERM: the command was killed" in stderr
         assert await gone([int(pid_file.read_text())])
+
+
+# -- MCP: run_command with pty false --------------------------------------------------------
+
+
+async def test_mcp_run_command_without_a_pty(tmp_path: Path) -> None:
+    from tests.test_mcp import _text, mcp_session
+
+    async with mcp_session(tmp_path) as session:
+        answer = await session.call_tool(
+            "run_command",
+            {"command": "echo out; echo err >&2; cat; exit 4", "pty": False, "cwd": str(tmp_path)},
+        )
+        killed = await session.call_tool("run_command", {"command": "kill -TERM $$", "pty": False})
+        timed = await session.call_tool(
+            "run_command", {"command": "sleep 30", "pty": False, "timeout": 0.5}
+        )
+        relative = await session.call_tool(
+            "run_command", {"command": "true", "pty": False, "cwd": "sub"}
+        )
+        listed = await session.call_tool("list_terminals", {})
+    text = _text(answer)
+    assert not answer.is_error and "no terminal (pty false)" in text
+    assert "\nout\n── stderr:\nerr\n── exit code 4 · " in text
+    assert "KILLED by SIGTERM" in _text(killed)
+    assert "TIMED OUT after" in _text(timed) and "SIGKILL" in _text(timed)
+    assert relative.is_error and "cwd must be an absolute path" in _text(relative)
+    assert "exec-" in _text(listed)  # the finished exec terminals are listed
+
+
+async def test_mcp_run_command_without_a_pty_over_connect(tmp_path: Path) -> None:
+    from tests.test_mcp import _text, mcp_session
+
+    sock = tmp_path / "side.sock"
+    async with ahp.open_host() as host, trio.open_nursery() as nursery:
+        sidecar = await nursery.start(serve_host, host, ServeOptions(unix=str(sock), token="t-1"))
+        async with mcp_session(tmp_path, "--connect", sidecar.url) as session:
+            answer = await session.call_tool(
+                "run_command", {"command": "echo on-$((6*7)); echo e >&2", "pty": False}
+            )
+        nursery.cancel_scope.cancel()
+    assert "\non-42\n── stderr:\ne\n── exit code 0 · " in _text(answer)

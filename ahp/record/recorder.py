@@ -108,6 +108,9 @@ _NAME_LIMIT: Final = 100
 #: The last marker of a recording stopped before its terminal ended (cancelled: the
 #: server shut down, or the library's nursery was cancelled).
 STOPPED_MARKER: Final = "recording stopped before the terminal ended"
+#: Started commands remembered until they finish (for the end marker's command line);
+#: past it the oldest is forgotten (its end marker then has no command line).
+MAX_OPEN_COMMANDS: Final = 256
 #: The last marker of a terminal disposed while its process was running.
 DISPOSED_MARKER: Final = "terminal disposed while running"
 #: Recording paths remembered as handed out (until their files exist), at most.
@@ -290,6 +293,9 @@ class Recorder:
             return not self.options.record_input or self._event("i", action.data)
         if cls is TerminalCommandExecuted:
             assert isinstance(action, TerminalCommandExecuted)
+            if len(self._commands) >= MAX_OPEN_COMMANDS:
+                # Commands that never finished (killed with their shell): forget the oldest.
+                del self._commands[next(iter(self._commands))]
             self._commands[action.commandId] = action.commandLine
             return self._event("m", asciicast.command_started(action.commandLine))
         if cls is TerminalCommandFinished:
@@ -519,6 +525,8 @@ async def record_host(
                 log.warning(
                     "cannot record %s into %s: %s", recorder.terminal.uri, recorder.path, exc
                 )
+            except Exception:  # a bug of ours ends that recording, never the host's others
+                log.exception("recording %s into %s failed", recorder.terminal.uri, recorder.path)
             finally:
                 if recorders.get(recorder.terminal.uri) is recorder:
                     del recorders[recorder.terminal.uri]

@@ -323,6 +323,14 @@ async def _start_records(
             what = f"the audit log {options.audit_log}"
             state.audit = AuditLog(options.audit_log, token=token, record_input=options.audit_input)
             await nursery.start(state.audit.run)
+            audit = state.audit
+
+            async def watch(*, task_status: trio.TaskStatus[None]) -> None:
+                async with audit.watching(state.host):
+                    task_status.started()
+                    await trio.sleep_forever()
+
+            await nursery.start(watch)
         if options.wire_log is not None:
             what = f"the wire log in {options.wire_log}"
             state.wire_log = WireLog(options.wire_log, token=token)

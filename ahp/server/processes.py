@@ -25,6 +25,7 @@ are bounded by :data:`~ahp.protocol.processes.MAX_JOBS_REPORTED` entries.
 
 from __future__ import annotations
 
+import shlex
 import signal
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Final
@@ -66,6 +67,7 @@ from ahp.protocol.processes import (
 )
 from ahp.protocol.state import ROOT_URI
 from ahp.pty import SpawnError, procfs
+from ahp.record.audit import ACTOR, MAX_AUDIT_TEXT
 
 if TYPE_CHECKING:
     from ahp.server.session import Session
@@ -218,6 +220,30 @@ async def _signal(session: Session, params: Any) -> Any:
 
 
 async def _exec(session: Session, params: Any) -> Any:
+    audit = session.server.audit
+    if audit is None:
+        return await _start_exec(session, params)
+    p = structure(params, ExecParams)  # (malformed params are answered, not audited)
+    line = shlex.join(p.argv) if p.argv is not None else p.command or ""
+    fields: dict[str, Any] = {
+        "by": session.client_id,
+        "command": line[:MAX_AUDIT_TEXT],
+        "cwd": p.cwd,
+        "env": sorted(p.env) if p.env else None,  # the names, never the values
+    }
+    actor = ACTOR.set(session.client_id)  # (its terminal is this client's, not in-process)
+    try:
+        result = await _start_exec(session, params)
+    except Refused as refused:
+        audit.event("exec", terminal=p.channel, **fields, error=refused.message)
+        raise
+    finally:
+        ACTOR.reset(actor)
+    audit.event("exec", terminal=result["channel"], **fields)
+    return result
+
+
+async def _start_exec(session: Session, params: Any) -> Any:
     p = structure(params, ExecParams)
     problem = exec_problem(p)
     if problem is not None:

@@ -46,6 +46,7 @@ import trio
 from ahp import __version__, keystroke
 from ahp.engine import Host, Outbox, Terminal, TerminalExists, TerminalNotFound
 from ahp.engine.envelopes import Published
+from ahp.engine.outbox import ResponsePool
 from ahp.protocol.actions import (
     ActionOrigin,
     RootConfigChanged,
@@ -61,6 +62,7 @@ from ahp.protocol.codec import (
     decode_message,
     dumps_utf8,
     encode_message,
+    message_to_json,
     structure,
     structure_action,
     unstructure,
@@ -116,7 +118,7 @@ from ahp.protocol.state import (
 )
 from ahp.protocol.uri import local_file_uri_to_path, path_to_file_uri
 from ahp.pty import SpawnError
-from ahp.record.audit import AuditLog
+from ahp.record.audit import ACTOR, AuditLog
 from ahp.record.recorder import Recorder
 from ahp.record.wirelog import WireLog
 from ahp.reducers import heal_root
@@ -129,6 +131,7 @@ from ahp.reducers.core import (
 )
 from ahp.server.clients import ClientRecord, ClientRegistry
 from ahp.server.processes import PROCESS_REQUESTS, Refused
+from ahp.server.wsconn import InboundBudget
 
 __all__ = [
     "DEFAULT_MAX_TERMINALS",
@@ -155,6 +158,11 @@ MAX_NESTING: Final = MAX_DEPTH
 #: Terminals one server hosts at most by default (``serve --max-terminals``): each holds
 #: a process, about 3 of the server's fds (pty or pipes) and up to its scrollback.
 DEFAULT_MAX_TERMINALS: Final = 256
+#: Bytes of answers every connection together may have queued or in writing before the
+#: next request of anyone waits (issue 25: 8 silent clients each asking for a 9 MB
+#: snapshot held 284 MB). Twice the largest snapshot (4 Mi characters of escape-dense
+#: output, ~9-15 MB of JSON), so two big answers are built at a time at most beyond it.
+RESPONSE_POOL: Final = 32 * 1024 * 1024
 #: Largest ``root/configChanged`` action accepted (encoded JSON bytes): it is broadcast to
 #: every root subscriber, so a bigger one is rejected to its sender.
 MAX_CONFIG_BYTES: Final = 64 * 1024
@@ -167,6 +175,12 @@ _AUDIT_KEYS: Final = 64
 #: ``errno`` values meaning the machine or the process ran out of something.
 _EXHAUSTED: Final = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.EAGAIN})
 
+#: Memory all connections together may hold in inbound messages still being assembled
+#: (fragments, a large frame arriving): four messages at the size bound (issue 25: 30
+#: connections each holding an unfinished 8 MiB frame held 302 MB).
+INBOUND_BUDGET: Final = 32 * 1024 * 1024
+#: Requests whose answers may hold whole snapshots (they wait for room in the pool).
+SNAPSHOT_METHODS: Final = frozenset({"initialize", "reconnect", "subscribe"})
 #: Methods answered before ``initialize``.
 PRE_HANDSHAKE: Final = frozenset({"initialize", "reconnect", "ping"})
 #: Requests a read-only connection may make (watching); every other one is
@@ -197,6 +211,12 @@ class ServerState:
     creating: int = 0
     #: Counters: protocol errors answered (figures for tests).
     errors: int = 0
+    #: Responses (snapshots above all) queued or being written by every connection
+    #: together (:data:`RESPONSE_POOL`): past it, requests wait and silent holders go.
+    responses: ResponsePool = attrs.field(factory=lambda: ResponsePool(RESPONSE_POOL))
+    #: Inbound messages still being assembled, every connection together
+    #: (:data:`INBOUND_BUDGET`): a connection that would pass it is closed with 1013.
+    inbound: InboundBudget = attrs.field(factory=lambda: InboundBudget(INBOUND_BUDGET))
     #: Where privileged events are logged (``serve --audit-log``), if anywhere.
     audit: AuditLog | None = None
     #: Where every message is logged (``serve --wire-log``), if anywhere.
@@ -372,7 +392,9 @@ class Session:
         # Responses from the client: a terminal host sends no requests; ignore.
 
     def _respond(self, msg_id: JsonRpcId, result: Any) -> None:
-        self.outbox.put(encode_message(JsonRpcSuccess(id=msg_id, result=result)))
+        # UTF-8 bytes, as the writer sends them: a 9 MB snapshot is not decoded into a
+        # str to be encoded again (that was half of its cost, ~55 ms; issue 25).
+        self.outbox.put(dumps_utf8(message_to_json(JsonRpcSuccess(id=msg_id, result=result))))
 
     def _error(self, msg_id: JsonRpcId, code: int, message: str, data: Any = None) -> None:
         self.server.errors += 1
@@ -402,6 +424,13 @@ class Session:
                 request.id, ErrorCode.METHOD_NOT_FOUND, f"method {_short(method)!r} not found"
             )
             return
+        pool = self.server.responses
+        if method in SNAPSHOT_METHODS and pool.held > pool.limit:
+            # Every connection's answers together are over the server's pool: a request
+            # that may be answered with snapshots waits for room (big answers are built
+            # one after another; silent holders are closed by their watchdog). Input
+            # and everything else go on meanwhile.
+            await pool.wait_room()
         try:
             result = await handler(self, request.params if request.params is not None else {})
         except (_Fail, Refused) as fail:
@@ -644,11 +673,14 @@ class Session:
             "cwd": p.cwd,
             "claim": unstructure(p.claim, TerminalClaim) if p.claim is not None else None,
         }
+        actor = ACTOR.set(self.client_id)
         try:
             await self._create(p)
         except _Fail as fail:
             audit.event("terminal.created", **fields, error=fail.message)
             raise
+        finally:
+            ACTOR.reset(actor)
         audit.event("terminal.created", **fields)
 
     async def _create(self, p: CreateTerminalParams) -> None:
@@ -720,6 +752,7 @@ class Session:
     async def _dispose_terminal(self, params: Any) -> None:
         p = structure(params, ChannelParams)
         audit = self.server.audit
+        actor = ACTOR.set(self.client_id) if audit is not None else None
         try:
             await self.host.dispose(p.channel)
         except TerminalNotFound:
@@ -729,6 +762,9 @@ class Session:
                     "terminal.disposed", terminal=p.channel, by=self.client_id, error=message
                 )
             raise _Fail(ErrorCode.NOT_FOUND, message) from None
+        finally:
+            if actor is not None:
+                ACTOR.reset(actor)
         self.subscriptions.discard(p.channel)
         if audit is not None:
             audit.event("terminal.disposed", terminal=p.channel, by=self.client_id)

@@ -108,10 +108,6 @@ log = logging.getLogger("ahp.server")
 MAX_MESSAGE_SIZE: Final = 8 * 1024 * 1024
 #: Inbound frames from this size on are checked, then decoded, with a checkpoint between.
 LARGE_FRAME: Final = 1024 * 1024
-#: Memory all connections together may hold in inbound messages still being assembled
-#: (fragments, a large frame arriving); a connection that would pass it is closed with
-#: 1013 (:class:`~ahp.server.wsconn.InboundBudget`). Four messages at the size bound.
-INBOUND_BUDGET: Final = 32 * 1024 * 1024
 #: Outbound bytes queued per connection before it is closed with 1013.
 OUTBOX_BYTES: Final = 16 * 1024 * 1024
 #: Seconds an overflowed connection gets to finish the write in flight and the close
@@ -137,8 +133,6 @@ class ServerConfig:
     #: Names accepted in ``Host`` when bound to loopback (empty: no check, e.g. Unix socket).
     allowed_hosts: frozenset[str] = frozenset()
     max_message_size: int = MAX_MESSAGE_SIZE
-    #: See :data:`INBOUND_BUDGET`.
-    inbound_budget: int = INBOUND_BUDGET
     #: Seconds one inbound message may take (:data:`ahp.server.wsconn.MESSAGE_DEADLINE`).
     message_deadline: float = MESSAGE_DEADLINE
     outbox_bytes: int = OUTBOX_BYTES
@@ -240,7 +234,7 @@ def _encoded(
         if isinstance(item, Published):
             yield item.frame if project is None else project(item)
         else:
-            yield item.encode()
+            yield item if isinstance(item, bytes) else item.encode()
 
 
 class _Writer:
@@ -327,10 +321,12 @@ class _Writer:
         count too, not only the output backlog that overflows at once."""
         outbox, ws = self.outbox, self.ws
         while True:
-            await outbox.wait_over_bound()
+            # (Also while the server's pool of responses is over its limit and this
+            # connection holds some: a silent client must give its share back.)
+            await outbox.wait_pressure()
             progress = (ws.bytes_sent, outbox.takes)
             await trio.sleep(grace)
-            if outbox.over_bound and (ws.bytes_sent, outbox.takes) == progress:
+            if outbox.under_pressure and (ws.bytes_sent, outbox.takes) == progress:
                 log.info(
                     "client %s takes nothing while %d bytes are pending: closing with 1013",
                     self.session.client_id,
@@ -475,7 +471,7 @@ async def _serve_one(
         return
     # The path only: the query may carry the token.
     log.debug("accepted a connection from %s to %s", request.remote, urlsplit(request.target).path)
-    outbox = Outbox(max_bytes=config.outbox_bytes, track_in_flight=True)
+    outbox = Outbox(max_bytes=config.outbox_bytes, track_in_flight=True, pool=state.responses)
     session = Session(state, outbox, read_only=read_only)
     session.peer = request.remote
     if (audit := state.audit) is not None:
@@ -575,7 +571,7 @@ async def serve_connections(
     limit = config.max_pending if config.max_pending is not None else pending_limit()
     pending = PendingConnections(limit)
     notes = RateLimitedLog(log)
-    budget = InboundBudget(config.inbound_budget)
+    budget = state.inbound
 
     async def handler(stream: trio.abc.Stream) -> None:
         # Every handler runs in the listeners' nursery: an exception escaping one

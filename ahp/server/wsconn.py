@@ -439,14 +439,10 @@ class ServerWebSocket:
                         message = self._assemble(event)
                         if message is not None:
                             return await self._deliver(message)
-                        if self._size > self._max:
-                            await self.aclose(TOO_BIG, "message too big")
-                        elif self._frames > MAX_FRAGMENTS:
-                            await self.aclose(
-                                TOO_BIG, f"a message of more than {MAX_FRAGMENTS} fragments"
-                            )
-                        elif self._over_budget:
-                            await self.aclose(TRY_AGAIN, "server busy: too many large messages")
+                        refusal = self._refusal()
+                        if refusal is not None:
+                            self._drop_message()  # (given back now, not after the close)
+                            await self.aclose(*refusal)
                     elif isinstance(event, Ping):
                         await self._send_control(event.response())
                     elif isinstance(event, CloseConnection):
@@ -477,6 +473,21 @@ class ServerWebSocket:
         await self.aclose(POLICY, f"a message unfinished after {self._deadline:g} s")
         assert self._closed is not None
         raise self._closed
+
+    def _refusal(self) -> tuple[int, str] | None:
+        """Why the message being assembled closes the connection, if it does."""
+        if self._size > self._max:
+            return TOO_BIG, "message too big"
+        if self._frames > MAX_FRAGMENTS:
+            return TOO_BIG, f"a message of more than {MAX_FRAGMENTS} fragments"
+        if self._over_budget:
+            return TRY_AGAIN, "server busy: too many large messages"
+        return None
+
+    def _drop_message(self) -> None:
+        """The message being assembled will never be delivered: free it now."""
+        self._parts.clear()
+        self._release()
 
     def _release(self) -> None:
         """The message is complete or dropped: give its memory back to the budget."""
@@ -744,8 +755,7 @@ class ServerWebSocket:
                     return
 
     async def _close_stream(self) -> None:
-        self._parts.clear()  # (a message never finished: not held past the close)
-        self._release()
+        self._drop_message()  # (a message never finished: not held past the close)
         # (A stream's aclose closes it even when cancelled: the bound only matters for
         # a TLS stream, whose close could otherwise wait on the peer.)
         with trio.CancelScope(shield=True), trio.move_on_after(1):
