@@ -74,6 +74,7 @@ import logging
 import os
 import signal
 import time
+import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Final, TypeVar
 
@@ -103,6 +104,7 @@ from ahp.pty.jobs import Jobs
 from ahp.pty.pump import ReadPump
 from ahp.reducers import Rejected, TerminalCore
 from ahp.reducers.core import MAX_DIMENSION, MAX_PENDING_INPUT, rejected_echo
+from ahp.reducers.policy import Change
 from ahp.vt import OutputParser
 from ahp.vt.parser import compact
 
@@ -282,6 +284,18 @@ class Terminal(CommandSurface):
     def running(self) -> bool:
         return self._child is not None and not self.exited.is_set()
 
+    def _alive_check(self) -> Callable[[], bool]:
+        """:meth:`_child_running` through a weak reference: the terminal's jobs must not
+        keep it alive (a cycle kept each disposed terminal's scrollback until the
+        garbage collector's next full pass: 20 MB for 8 terminals; issue 25)."""
+        ref = weakref.ref(self)
+
+        def alive() -> bool:
+            terminal = ref()
+            return terminal is not None and terminal._child_running()
+
+        return alive
+
     def _child_running(self) -> bool:
         child = self._child
         return child is not None and child.output_fd >= 0 and not self.exited.is_set()
@@ -297,9 +311,13 @@ class Terminal(CommandSurface):
         self._core.holder_only_input = value
 
     def input_refused(self, client_id: str | None) -> str | None:
-        """Why this client's input or signals are refused now (None: taken); see
-        :meth:`ahp.reducers.TerminalCore.input_refused`."""
+        """Why this client's input is refused now by the claim rules (None: taken)."""
         return self._core.input_refused(client_id)
+
+    def refusal(self, change: Change, client_id: str | None) -> str | None:
+        """Why ``client_id`` may not make ``change`` now (None: it may); the one table
+        of :mod:`ahp.reducers.policy`, see :meth:`ahp.reducers.TerminalCore.refusal`."""
+        return self._core.refusal(change, client_id)
 
     @property
     def integrated(self) -> bool:
@@ -488,7 +506,7 @@ class Terminal(CommandSurface):
                 child = await spawn(launch.spawn)  # SpawnError: nothing started
                 self._child = child
                 if spec.use_pty:
-                    self._jobs = Jobs(child.pid, child.output_fd, self._child_running)
+                    self._jobs = Jobs(child.pid, child.output_fd, self._alive_check())
                 if spec.nice:
                     with contextlib.suppress(OSError):  # (it may have exited already)
                         os.setpriority(os.PRIO_PROCESS, child.pid, spec.nice)

@@ -108,10 +108,6 @@ log = logging.getLogger("ahp.server")
 MAX_MESSAGE_SIZE: Final = 8 * 1024 * 1024
 #: Inbound frames from this size on are checked, then decoded, with a checkpoint between.
 LARGE_FRAME: Final = 1024 * 1024
-#: Memory all connections together may hold in inbound messages still being assembled
-#: (fragments, a large frame arriving); a connection that would pass it is closed with
-#: 1013 (:class:`~ahp.server.wsconn.InboundBudget`). Four messages at the size bound.
-INBOUND_BUDGET: Final = 32 * 1024 * 1024
 #: Outbound bytes queued per connection before it is closed with 1013.
 OUTBOX_BYTES: Final = 16 * 1024 * 1024
 #: Seconds an overflowed connection gets to finish the write in flight and the close
@@ -137,8 +133,6 @@ class ServerConfig:
     #: Names accepted in ``Host`` when bound to loopback (empty: no check, e.g. Unix socket).
     allowed_hosts: frozenset[str] = frozenset()
     max_message_size: int = MAX_MESSAGE_SIZE
-    #: See :data:`INBOUND_BUDGET`.
-    inbound_budget: int = INBOUND_BUDGET
     #: Seconds one inbound message may take (:data:`ahp.server.wsconn.MESSAGE_DEADLINE`).
     message_deadline: float = MESSAGE_DEADLINE
     outbox_bytes: int = OUTBOX_BYTES
@@ -240,7 +234,7 @@ def _encoded(
         if isinstance(item, Published):
             yield item.frame if project is None else project(item)
         else:
-            yield item.encode()
+            yield item if isinstance(item, bytes) else item.encode()
 
 
 class _Writer:
@@ -327,10 +321,12 @@ class _Writer:
         count too, not only the output backlog that overflows at once."""
         outbox, ws = self.outbox, self.ws
         while True:
-            await outbox.wait_over_bound()
+            # (Also while the server's pool of responses is over its limit and this
+            # connection holds some: a silent client must give its share back.)
+            await outbox.wait_pressure()
             progress = (ws.bytes_sent, outbox.takes)
             await trio.sleep(grace)
-            if outbox.over_bound and (ws.bytes_sent, outbox.takes) == progress:
+            if outbox.under_pressure and (ws.bytes_sent, outbox.takes) == progress:
                 log.info(
                     "client %s takes nothing while %d bytes are pending: closing with 1013",
                     self.session.client_id,
@@ -339,6 +335,33 @@ class _Writer:
                 self.close = OVERFLOW_CLOSE
                 self.scope.cancel()
                 return
+
+
+class _Link:
+    """The connection as its client record sees it (:class:`ahp.server.clients.Link`):
+    a ping proves the peer is there; eviction stops the session and cancels the
+    connection's tasks, whose ``finally`` then closes it with the session's reason."""
+
+    def __init__(self, ws: ServerWebSocket) -> None:
+        self.ws = ws
+        self.session: Session | None = None
+        #: The connection's nursery scope, once its tasks run.
+        self.scope: trio.CancelScope | None = None
+
+    async def alive(self, timeout: float) -> bool:
+        with trio.move_on_after(timeout):
+            try:
+                await self.ws.ping()
+            except ConnectionClosed:
+                return False
+            return True
+        return False
+
+    def evict(self, reason: str) -> None:
+        if self.session is not None:
+            self.session.stop(reason)
+        if self.scope is not None:
+            self.scope.cancel()
 
 
 async def _reader(
@@ -475,8 +498,10 @@ async def _serve_one(
         return
     # The path only: the query may carry the token.
     log.debug("accepted a connection from %s to %s", request.remote, urlsplit(request.target).path)
-    outbox = Outbox(max_bytes=config.outbox_bytes, track_in_flight=True)
-    session = Session(state, outbox, read_only=read_only)
+    outbox = Outbox(max_bytes=config.outbox_bytes, track_in_flight=True, pool=state.responses)
+    link = _Link(ws)
+    session = Session(state, outbox, link, read_only=read_only)
+    link.session = session
     session.peer = request.remote
     if (audit := state.audit) is not None:
         path = urlsplit(request.target).path
@@ -491,6 +516,7 @@ async def _serve_one(
     state.sessions.add(session)
     try:
         async with trio.open_nursery() as nursery:
+            link.scope = nursery.cancel_scope
 
             async def read() -> None:
                 with contextlib.suppress(ConnectionClosed):
@@ -519,10 +545,15 @@ async def _serve_one(
         # client and terminal) down with it: log it, close this connection with 1011.
         log.exception("connection of client %s failed", session.client_id)
         close_code, close_reason = 1011, "internal error"
+    else:
+        if session.stopped and session.close_request is not None:
+            close_code, close_reason = session.close_request  # replaced by a newer one
     finally:
         state.sessions.discard(session)
         state.sessions_changed.unpark_all()
-        session.disconnect()
+        # The client's own close frame (a normal or going-away close) means it left.
+        peer_close = ws.closed
+        session.disconnect(left=peer_close is not None and peer_close.code in (1000, 1001))
         outbox.close()
         state.host.trimmer.request()  # (what the connection held: its buffers, outbox)
         with trio.CancelScope(shield=True):
@@ -575,7 +606,7 @@ async def serve_connections(
     limit = config.max_pending if config.max_pending is not None else pending_limit()
     pending = PendingConnections(limit)
     notes = RateLimitedLog(log)
-    budget = InboundBudget(config.inbound_budget)
+    budget = state.inbound
 
     async def handler(stream: trio.abc.Stream) -> None:
         # Every handler runs in the listeners' nursery: an exception escaping one
