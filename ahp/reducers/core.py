@@ -17,12 +17,13 @@ those rules; the task drives it and carries out the effects it returns:
   applied the rejected echo anyway). Deciding changes nothing; the task applies
   an accepted action once its effects were carried out.
 
-Claim rules (``design.md`` decision 3): ``terminal/claimed`` is accepted from an
-in-process caller, when the terminal is held by a session, or when the current
-client claim is the dispatching client's own. ``input``, ``resized``,
-``titleChanged`` and ``cleared`` are open to every client; input is rejected
-once the process has exited or while too much is pending; sizes and titles have
-bounds. Everything else is not for clients to dispatch.
+Claim rules (the project's design decision 3; ``docs/protocol.md``):
+``terminal/claimed`` is accepted from an in-process caller, when the terminal is
+held by a session, or when the current client claim is the dispatching client's
+own. ``input``, ``resized``, ``titleChanged`` and ``cleared`` are open to every
+client; input is rejected once the process has exited or while too much is
+pending; sizes and titles have bounds. Everything else is not for clients to
+dispatch.
 """
 
 from __future__ import annotations
