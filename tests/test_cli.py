@@ -346,8 +346,8 @@ async def test_run_in_a_busy_terminal_is_refused() -> None:
         done = await cli("run", server.url, "--terminal", "busy", "--", "echo second")
         line = one_line_error(done)
         assert done.returncode == 125 and done.stdout == ""
-        assert line.startswith("ahp run: refused: not typed: the terminal is busy: ")
-        assert "read -p" in line and "waits for input" in line
+        assert line.startswith("ahp run: refused: not typed: the terminal is busy with ")
+        assert "read -p" in line and "waiting for input" in line
         with trio.fail_after(TIMEOUT):
             await first.handle.send_input("agent\r")
             answered = await first.handle.wait()
