@@ -61,9 +61,13 @@ class Agent:
     new_terminal: Callable[[], Awaitable[Any]]
     workdir: Path
     chars: int = 0
+    #: Of which in ``note`` (the one-sentence explanations, issue 20).
+    note_chars: int = 0
 
     def read(self, result: CommandResult) -> CommandResult:
-        self.chars += len(result.output) + len(getattr(result, "note", ""))
+        note = len(getattr(result, "note", ""))
+        self.chars += len(result.output) + note
+        self.note_chars += note
         return result
 
     def read_new(self, handle: CommandHandle) -> str:
@@ -382,6 +386,7 @@ class Outcome:
     seconds: float
     chars: int
     detail: str = ""
+    note_chars: int = 0
 
 
 @asynccontextmanager
@@ -441,7 +446,8 @@ async def run_one(
         except Exception as exc:  # a crash of the API is a failure of the scenario
             return Outcome(name, mode, "error", time.monotonic() - started, agent.chars, repr(exc))
         elapsed = time.monotonic() - started
-    return Outcome(name, mode, "passed" if passed else "failed", elapsed, agent.chars)
+    status = "passed" if passed else "failed"
+    return Outcome(name, mode, status, elapsed, agent.chars, note_chars=agent.note_chars)
 
 
 async def run_suite(modes: list[str], only: set[str] | None) -> list[Outcome]:
