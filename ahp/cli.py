@@ -13,11 +13,12 @@ import argparse
 import importlib
 import logging
 import os
+import shlex
 import shutil
 import socket
 import sys
 from collections.abc import Callable, Sequence
-from typing import Final
+from typing import Any, Final
 
 from ahp import __version__
 
@@ -48,7 +49,8 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="run the sidecar: host terminals for AHP clients over WebSocket",
         description=(
             "Host terminals over the Agent Host Protocol. Prints one line with the connect "
-            "URL (including the token) on stdout when ready; logs go to stderr."
+            "URL (including the token) on stdout when ready; on a terminal, also the "
+            "viewer page's URLs (full and read-only), quoted for shells. Logs go to stderr."
         ),
     )
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
@@ -109,6 +111,17 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         action="store_true",
         help="take input (and signals) only from the client holding a terminal's claim "
         "(default: from every client with the token)",
+    )
+    p.add_argument(
+        "--no-web",
+        dest="web",
+        action="store_false",
+        help="do not serve the viewer page (default: served on the same port, at /)",
+    )
+    p.add_argument(
+        "--read-token",
+        help="the read-only token, for watching only (default: $AHP_READ_TOKEN, else a "
+        "random token)",
     )
     p.add_argument(
         "--child-nice",
@@ -227,6 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
 _COMMAND_MODULES: tuple[str, ...] = (
     "ahp.bench.command",
     "ahp.client.commands.attach",
+    "ahp.client.commands.exec",
     "ahp.client.commands.ls",
     "ahp.client.commands.run",
     "ahp.client.commands.rm",
@@ -294,6 +308,8 @@ def _serve(args: argparse.Namespace) -> int:
         tls=tls,
         max_terminals=args.max_terminals,
         holder_only_input=args.holder_only_input,
+        web=args.web,
+        read_token=args.read_token,
         child_nice=args.child_nice,
         record_dir=args.record,
         record=record,
@@ -309,7 +325,10 @@ def _serve(args: argparse.Namespace) -> int:
     def ready(sidecar: Sidecar) -> None:
         nonlocal listening
         listening = True
-        print(sidecar.url.split("?", 1)[0] if from_file else sidecar.url, flush=True)
+        if sys.stdout.isatty():
+            print(ready_lines(sidecar, with_tokens=not from_file), flush=True)
+        else:  # the one line programs read
+            print(sidecar.url.split("?", 1)[0] if from_file else sidecar.url, flush=True)
         shown = args.unix or f"{args.host}:{sidecar.port}"
         logging.getLogger("ahp.server").info("listening on %s", shown)
 
@@ -336,6 +355,22 @@ def _serve(args: argparse.Namespace) -> int:
         else:
             print(f"ahp serve: cannot listen on {where}: {why}", file=sys.stderr)
         return 1
+
+
+def ready_lines(sidecar: Any, *, with_tokens: bool = True) -> str:
+    """What ``serve`` shows a person when ready: the URLs, each quoted for shells (a
+    ``?`` unquoted is a glob in zsh). Without the tokens (a token from a file is never
+    printed), the URLs are bare and the read-only one is left out."""
+    url, page = sidecar.url, sidecar.page_url
+    if not with_tokens:
+        url = url.split("?", 1)[0]
+        page = page.split("#", 1)[0] if page is not None else None
+    lines = [f"connect:   {shlex.quote(url)}"]
+    if page is not None:
+        lines.append(f"viewer:    {shlex.quote(page)}")
+    if with_tokens and sidecar.read_only_url is not None:
+        lines.append(f"read-only: {shlex.quote(sidecar.read_only_url)}")
+    return "\n".join(lines)
 
 
 def _address_problem(host: str) -> str | None:

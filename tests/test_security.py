@@ -95,7 +95,15 @@ async def test_tokens_are_compared_in_constant_time(monkeypatch: pytest.MonkeyPa
         assert server.port is not None
         assert await upgrade_status(server.port, "/?tkn=wrong-token", {}) == 403
         assert await upgrade_status(server.port, f"/?tkn={TOKEN}", {}) == 101
-    assert calls == [(b"wrong-token", TOKEN.encode()), (TOKEN.encode(), TOKEN.encode())]
+        read = server.read_token
+    # Each offered token is compared with both the token and the read-only token.
+    assert read is not None
+    assert calls == [
+        (b"wrong-token", TOKEN.encode()),
+        (b"wrong-token", read.encode()),
+        (TOKEN.encode(), TOKEN.encode()),
+        (TOKEN.encode(), read.encode()),
+    ]
 
 
 async def test_the_token_never_appears_in_the_servers_logs(

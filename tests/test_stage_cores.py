@@ -243,6 +243,8 @@ def test_claim_rules() -> None:
     assert isinstance(core.decide(take, None), Accepted)  # the library may
     session = _core(claim=SessionClaim(session="s"))
     assert isinstance(session.decide(take, origin("anyone")), Accepted)  # a person takes over
+    released = _core(claim=ClientClaim(""))
+    assert isinstance(released.decide(take, origin("anyone")), Accepted)  # held by nobody
 
 
 def test_titles_are_bounded_and_healed() -> None:

@@ -19,11 +19,12 @@ those rules; the task drives it and carries out the effects it returns:
 
 Claim rules (the project's design decision 3; ``docs/protocol.md``):
 ``terminal/claimed`` is accepted from an in-process caller, when the terminal is
-held by a session, or when the current client claim is the dispatching client's
-own. ``input``, ``resized``, ``titleChanged`` and ``cleared`` are open to every
-client; input is rejected once the process has exited or while too much is
-pending; sizes and titles have bounds. Everything else is not for clients to
-dispatch.
+held by a session, when the current client claim is the dispatching client's
+own, or when it is released (the client claim of nobody, ``clientId: ""``: no
+client holds it). ``input``, ``resized``, ``titleChanged`` and ``cleared`` are
+open to every client; input is rejected once the process has exited or while too
+much is pending; sizes and titles have bounds. Everything else is not for clients
+to dispatch.
 """
 
 from __future__ import annotations
@@ -72,6 +73,7 @@ __all__ = [
     "TerminalCore",
     "Verdict",
     "claim_problem",
+    "heal_terminal",
     "normal_title",
     "rejected_echo",
     "trim_marker",
@@ -347,8 +349,8 @@ class TerminalCore:
                 current = self.state.claim
                 if origin is None or isinstance(current, SessionClaim):
                     return None
-                if isinstance(current, ClientClaim) and current.clientId == origin.clientId:
-                    return None
+                if isinstance(current, ClientClaim) and current.clientId in ("", origin.clientId):
+                    return None  # its own, or released (held by nobody: no client holds it)
                 return f"the terminal is claimed by client {current.clientId!r}"
             case TerminalTitleChanged(title=title):
                 if len(title) > MAX_TITLE:
@@ -361,15 +363,20 @@ class TerminalCore:
 
     def _heal(self, action: StateAction) -> StateAction | None:
         """The true value for a mirror that applied a rejected state-setting action."""
-        state = self.state
-        if isinstance(action, TerminalResized):
-            if state.cols is not None and state.rows is not None:
-                return TerminalResized(cols=state.cols, rows=state.rows)
-            return None
-        if isinstance(action, TerminalClaimed):
-            return TerminalClaimed(claim=state.claim)
-        if isinstance(action, TerminalTitleChanged):
-            return TerminalTitleChanged(title=state.title)
-        if isinstance(action, TerminalCwdChanged) and state.cwd is not None:
-            return TerminalCwdChanged(cwd=state.cwd)
+        return heal_terminal(self.state, action)
+
+
+def heal_terminal(state: TerminalState, action: StateAction) -> StateAction | None:
+    """The action that restores ``state``'s value for a mirror that applied the rejected
+    state-setting ``action`` anyway (claim, size, title, cwd), or None."""
+    if isinstance(action, TerminalResized):
+        if state.cols is not None and state.rows is not None:
+            return TerminalResized(cols=state.cols, rows=state.rows)
         return None
+    if isinstance(action, TerminalClaimed):
+        return TerminalClaimed(claim=state.claim)
+    if isinstance(action, TerminalTitleChanged):
+        return TerminalTitleChanged(title=state.title)
+    if isinstance(action, TerminalCwdChanged) and state.cwd is not None:
+        return TerminalCwdChanged(cwd=state.cwd)
+    return None

@@ -30,6 +30,7 @@ import signal
 import ssl
 from collections.abc import AsyncIterator, Callable
 from typing import Any, Final, NoReturn
+from urllib.parse import quote, urlencode
 
 import attrs
 import trio
@@ -43,6 +44,7 @@ from ahp.record.wirelog import WireLog
 from ahp.server.drain import DEFAULT_DRAIN_TIMEOUT, drain
 from ahp.server.http import health_routes
 from ahp.server.session import DEFAULT_MAX_TERMINALS, ServerState
+from ahp.server.web import web_routes
 from ahp.server.websocket import ServerConfig, open_listeners, serve_connections
 
 __all__ = [
@@ -143,6 +145,12 @@ class ServeOptions:
     #: Take clients' input and signals only from the holder of a terminal's client claim
     #: (sets :attr:`ahp.engine.Host.holder_only_input`).
     holder_only_input: bool = False
+    #: Serve the viewer page (``/``, ``/static/…``, ``/api/recordings``) on the same port
+    #: (``serve --no-web`` turns it off); TCP only.
+    web: bool = True
+    #: The read-only token (watch only; ``$AHP_READ_TOKEN``, else a random one when a
+    #: token is required). Never equal to the token.
+    read_token: str | None = None
     #: Niceness of the terminals' processes (:attr:`ahp.engine.Host.child_nice`).
     child_nice: int = 0
     #: Record every terminal into this directory, one asciicast v3 file each
@@ -176,6 +184,11 @@ class Sidecar:
     token: str | None
     port: int | None
     state: ServerState
+    #: The viewer page, the token in its fragment (None: no page, ``web=False`` or Unix).
+    page_url: str | None = None
+    #: The page for watching only, with the read-only token (None: no page or no token).
+    read_only_url: str | None = None
+    read_token: str | None = None
 
 
 def _allowed_hosts(options: ServeOptions, port: int) -> frozenset[str]:
@@ -183,6 +196,21 @@ def _allowed_hosts(options: ServeOptions, port: int) -> frozenset[str]:
         return frozenset()
     names = {"localhost", "127.0.0.1", "[::1]", options.host.lower()}
     return frozenset(names | {f"{n}:{port}" for n in names})
+
+
+def _own_origins(options: ServeOptions, port: int) -> frozenset[str]:
+    """The page's own origins, accepted in a WebSocket's ``Origin``: the loopback names of
+    this port when bound to loopback (the Host check refuses every other name there), or
+    the one address bound to (never a wildcard: any name could reach that)."""
+    scheme = "http" if options.tls is None else "https"
+    if is_loopback(options.host):
+        names = {"localhost", "127.0.0.1", "[::1]"}
+        names.add(f"[{options.host}]" if ":" in options.host else options.host)
+    elif options.host in ("", "0.0.0.0", "::"):
+        return frozenset()
+    else:
+        names = {f"[{options.host}]" if ":" in options.host else options.host}
+    return frozenset(f"{scheme}://{name}:{port}" for name in names)
 
 
 async def serve_host(
@@ -199,7 +227,11 @@ async def serve_host(
     :class:`~ahp.engine.Host`, so that the engine never imports the server.
 
     The token is ``options.token``, else ``$AHP_TOKEN``, else a random one
-    (unless ``require_token`` is false).
+    (unless ``require_token`` is false). With a token there is also a read-only
+    token (``options.read_token``, else ``$AHP_READ_TOKEN``, else a random one): a
+    connection admitted with it can only watch. Unless ``options.web`` is false, the
+    viewer page is served on the same port (``sidecar.page_url``; the token is in its
+    fragment).
     """
     if options is None:
         options = ServeOptions()
@@ -214,6 +246,11 @@ async def serve_host(
         )
     if options.tls is not None and options.unix is not None:
         raise ValueError("TLS is for TCP listeners; a Unix socket is protected by its mode")
+    read_token = options.read_token or os.environ.get("AHP_READ_TOKEN") or None
+    if read_token is None and token is not None:
+        read_token = secrets.token_urlsafe(24)
+    if read_token is not None and read_token == token:
+        raise ValueError("the read-only token must differ from the token")
     sockets = await open_listeners(host=options.host, port=options.port, unix=options.unix)
     listeners: list[trio.abc.Listener[Any]] = list(sockets)
     port: int | None = None
@@ -227,15 +264,31 @@ async def serve_host(
             listeners = [trio.SSLListener(s, options.tls, https_compatible=True) for s in sockets]
     else:
         url = f"ws+unix://{options.unix}:/"
+    page_base: str | None = None
     if token is not None:
-        url += f"?tkn={token}"
+        url += "?" + urlencode({"tkn": token})  # (a token may hold '+', '/', '=')
     state = ServerState(host=host, max_terminals=options.max_terminals)
+    routes = health_routes(ready=lambda: not state.draining)
+    own_origins: frozenset[str] = frozenset()
+    if options.web and port is not None:
+        shown = f"[{options.host}]" if ":" in options.host else options.host
+        http = "http" if options.tls is None else "https"
+        page_base = f"{http}://{shown}:{port}/"
+        routes.update(web_routes(token=token, record_dir=options.record_dir, tls=http == "https"))
+        own_origins = _own_origins(options, port)
     config = ServerConfig(
         token=token,
         allow_origins=options.allow_origins,
         allowed_hosts=_allowed_hosts(options, port or 0),
-        routes=health_routes(ready=lambda: not state.draining),
+        routes=routes,
+        read_token=read_token if token is not None else None,
+        own_origins=own_origins,
     )
+    page_url = read_only_url = None
+    if page_base is not None:
+        page_url = page_base + (f"#tkn={quote(token, safe='')}" if token is not None else "")
+        if token is not None and read_token is not None:
+            read_only_url = page_base + f"#ro={quote(read_token, safe='')}"
     if options.holder_only_input:
         host.holder_only_input = True
     host.child_nice = options.child_nice
@@ -243,7 +296,17 @@ async def serve_host(
         async with trio.open_nursery() as nursery:
             await _start_records(nursery, state, options, token)
             await nursery.start(serve_connections, state, config, listeners)
-            task_status.started(Sidecar(url=url, token=token, port=port, state=state))
+            task_status.started(
+                Sidecar(
+                    url=url,
+                    token=token,
+                    port=port,
+                    state=state,
+                    page_url=page_url,
+                    read_only_url=read_only_url,
+                    read_token=config.read_token,
+                )
+            )
     finally:
         if options.unix is not None:
             with contextlib.suppress(OSError):
@@ -260,6 +323,14 @@ async def _start_records(
             what = f"the audit log {options.audit_log}"
             state.audit = AuditLog(options.audit_log, token=token, record_input=options.audit_input)
             await nursery.start(state.audit.run)
+            audit = state.audit
+
+            async def watch(*, task_status: trio.TaskStatus[None]) -> None:
+                async with audit.watching(state.host):
+                    task_status.started()
+                    await trio.sleep_forever()
+
+            await nursery.start(watch)
         if options.wire_log is not None:
             what = f"the wire log in {options.wire_log}"
             state.wire_log = WireLog(options.wire_log, token=token)
@@ -292,10 +363,16 @@ async def run_sidecar(
 
     The token is ``options.token``, else the environment's
     (:func:`take_environment_token`, which also removes it from the environment;
-    :class:`TokenFileError` if ``$AHP_TOKEN_FILE`` is unusable).
+    :class:`TokenFileError` if ``$AHP_TOKEN_FILE`` is unusable); the read-only token
+    ``options.read_token``, else ``$AHP_READ_TOKEN`` (removed from the environment too).
     """
     env_token = take_environment_token()
-    options = attrs.evolve(options, token=options.token or env_token)
+    env_read_token = os.environ.pop("AHP_READ_TOKEN", None) or None
+    options = attrs.evolve(
+        options,
+        token=options.token or env_token,
+        read_token=options.read_token or env_read_token,
+    )
     # Large blocks (frames, snapshots, catalogues) are returned to the system when freed
     # (ahp.engine.memory): a long-running server returns close to its baseline.
     configure_allocator()

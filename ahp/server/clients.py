@@ -36,6 +36,8 @@ class ClientRecord:
     snapshot_seq: dict[str, int] = attrs.field(factory=dict)
     connections: int = 0
     disconnected_at: float | None = None
+    #: Admitted with the read-only token (such a client may not take a full one's id).
+    read_only: bool = False
 
 
 class ClientRegistry:
@@ -54,13 +56,22 @@ class ClientRegistry:
     def __len__(self) -> int:
         return len(self._records)
 
-    def connect(self, client_id: str, protocol_version: str) -> ClientRecord:
+    def connect(
+        self, client_id: str, protocol_version: str, *, read_only: bool = False
+    ) -> ClientRecord:
         """A client initialised: a fresh record (any older one is replaced)."""
         self._expire()
-        record = ClientRecord(client_id=client_id, protocol_version=protocol_version)
+        record = ClientRecord(
+            client_id=client_id, protocol_version=protocol_version, read_only=read_only
+        )
         record.connections = 1
         self._records[client_id] = record
         return record
+
+    def get(self, client_id: str) -> ClientRecord | None:
+        """The record of ``client_id`` if it is still known (connected or in its grace)."""
+        self._expire_stale()
+        return self._records.get(client_id)
 
     def resume(self, client_id: str) -> ClientRecord | None:
         """A client reconnected: its record, or None if unknown or expired."""

@@ -116,17 +116,25 @@ from ahp.protocol.state import (
 )
 from ahp.protocol.uri import local_file_uri_to_path, path_to_file_uri
 from ahp.pty import SpawnError
-from ahp.record.audit import AuditLog
+from ahp.record.audit import ACTOR, AuditLog
 from ahp.record.recorder import Recorder
 from ahp.record.wirelog import WireLog
 from ahp.reducers import heal_root
-from ahp.reducers.core import MAX_CLIENT_ID, MAX_URI, claim_problem, rejected_echo
+from ahp.reducers.core import (
+    MAX_CLIENT_ID,
+    MAX_URI,
+    claim_problem,
+    heal_terminal,
+    rejected_echo,
+)
 from ahp.server.clients import ClientRecord, ClientRegistry
 from ahp.server.processes import PROCESS_REQUESTS, Refused
 
 __all__ = [
     "DEFAULT_MAX_TERMINALS",
     "MAX_CONFIG_BYTES",
+    "READ_ONLY_META",
+    "READ_ONLY_METHODS",
     "SERVER_LIMIT",
     "SUPPORTED_VERSIONS",
     "ServerState",
@@ -161,6 +169,16 @@ _EXHAUSTED: Final = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.E
 
 #: Methods answered before ``initialize``.
 PRE_HANDSHAKE: Final = frozenset({"initialize", "reconnect", "ping"})
+#: Requests a read-only connection may make (watching); every other one is
+#: ``-32009``, and every ``dispatchAction`` is rejected to it.
+READ_ONLY_METHODS: Final = frozenset(
+    {"initialize", "reconnect", "ping", "subscribe", "unsubscribe", "listSessions"}
+)
+#: Why a read-only connection's dispatch or request is refused.
+READ_ONLY_REFUSAL: Final = "this connection is read-only (it was admitted with the read-only token)"
+#: ``InitializeResult._meta`` key telling a read-only connection what it is (the viewer
+#: page hides "Take over" then).
+READ_ONLY_META: Final = "ahp-terminals/readOnly"
 
 #: The negotiation rule (kept under its old name for callers).
 negotiate_version = negotiate
@@ -285,8 +303,11 @@ def _check_cwd(cwd: str) -> None:
 class Session:
     """The protocol side of one connection. Owns its subscriptions, not the outbox."""
 
-    def __init__(self, server: ServerState, outbox: Outbox) -> None:
+    def __init__(self, server: ServerState, outbox: Outbox, *, read_only: bool = False) -> None:
         self.server = server
+        #: Admitted with the read-only token: it may watch, nothing else (see
+        #: :data:`READ_ONLY_METHODS`).
+        self.read_only = read_only
         self.host = server.host
         self.outbox = outbox
         self.record: ClientRecord | None = None
@@ -369,6 +390,9 @@ class Session:
             self._error(
                 request.id, ErrorCode.METHOD_NOT_FOUND, f"{_short(method)!r} before initialize"
             )
+            return
+        if self.read_only and method not in READ_ONLY_METHODS:
+            self._error(request.id, ErrorCode.PERMISSION_DENIED, READ_ONLY_REFUSAL)
             return
         # A notification method sent with an id is handled as a request: answered null,
         # or with the error its params deserve.
@@ -490,7 +514,8 @@ class Session:
             )
         if p.clientInfo is not None:
             log.debug("client %s is %s %s", p.clientId, p.clientInfo.name, p.clientInfo.version)
-        self._begin(self.server.clients.connect(p.clientId, version))
+        self._check_read_only_id(p.clientId)
+        self._begin(self.server.clients.connect(p.clientId, version, read_only=self.read_only))
         await self._release_forgotten_claims()
         snapshots = [s for s in map(self._subscribe, dict.fromkeys(p.initialSubscriptions)) if s]
         result = InitializeResult(
@@ -500,7 +525,22 @@ class Session:
             defaultDirectory=self.server.default_directory,
             serverInfo=SERVER_INFO if self.dialect is Dialect.V1 else None,
         )
-        return result_json(result, self.dialect)
+        out = result_json(result, self.dialect)
+        if self.read_only:
+            out["_meta"] = {READ_ONLY_META: True}
+        return out
+
+    def _check_read_only_id(self, client_id: str) -> None:
+        """A read-only connection may not take the id (and so the record, the replay
+        cursor and the broadcasts) of a client admitted with the full token."""
+        if not self.read_only:
+            return
+        known = self.server.clients.get(client_id)
+        if known is not None and not known.read_only:
+            raise _Fail(
+                ErrorCode.PERMISSION_DENIED,
+                f"client id {_short(client_id)!r} belongs to a client with full access",
+            )
 
     async def _reconnect(self, params: Any) -> Any:
         if self.record is not None:
@@ -508,6 +548,8 @@ class Session:
         form = reconnect_form(params)
         p = structure(params, form)
         _check_client_id(p.clientId)
+        if self.read_only:
+            self._check_read_only_id(p.clientId)
         record = self.server.clients.resume(p.clientId)
         if (audit := self.server.audit) is not None:
             version = record.protocol_version if record is not None else None
@@ -602,11 +644,14 @@ class Session:
             "cwd": p.cwd,
             "claim": unstructure(p.claim, TerminalClaim) if p.claim is not None else None,
         }
+        actor = ACTOR.set(self.client_id)
         try:
             await self._create(p)
         except _Fail as fail:
             audit.event("terminal.created", **fields, error=fail.message)
             raise
+        finally:
+            ACTOR.reset(actor)
         audit.event("terminal.created", **fields)
 
     async def _create(self, p: CreateTerminalParams) -> None:
@@ -678,6 +723,7 @@ class Session:
     async def _dispose_terminal(self, params: Any) -> None:
         p = structure(params, ChannelParams)
         audit = self.server.audit
+        actor = ACTOR.set(self.client_id) if audit is not None else None
         try:
             await self.host.dispose(p.channel)
         except TerminalNotFound:
@@ -687,6 +733,9 @@ class Session:
                     "terminal.disposed", terminal=p.channel, by=self.client_id, error=message
                 )
             raise _Fail(ErrorCode.NOT_FOUND, message) from None
+        finally:
+            if actor is not None:
+                ACTOR.reset(actor)
         self.subscriptions.discard(p.channel)
         if audit is not None:
             audit.event("terminal.disposed", terminal=p.channel, by=self.client_id)
@@ -708,6 +757,9 @@ class Session:
 
     async def _dispatch_action(self, params: Any) -> None:
         assert self.record is not None
+        if self.read_only:
+            self._refuse_read_only(params)
+            return
         # Keystrokes are the hot, latency-bound case: when the params are exactly what
         # structuring would accept for a terminal/input, build the action directly
         # (the same values the converter would produce; extra keys are ignored by both).
@@ -806,6 +858,26 @@ class Session:
             await self._audited_dispatch(audit, terminal, action, origin)
             return
         await terminal.dispatch(action, origin=origin, sender=self.outbox)
+
+    def _refuse_read_only(self, params: Any) -> None:
+        """Every dispatch of a read-only connection: rejected to it (with the true value
+        after it, as for any rejection), never applied."""
+        assert self.record is not None
+        p = structure(params, DispatchActionParams)
+        origin = ActionOrigin(clientId=self.record.client_id, clientSeq=p.clientSeq)
+        try:
+            action: StateAction = structure_action(p.action)
+        except ProtocolError:
+            action = UnknownAction(raw=p.action)
+        hub = self.host.hub
+        if p.channel == ROOT_URI:
+            hub.reject(self.outbox, ROOT_URI, action, origin, READ_ONLY_REFUSAL)
+            if (heal := heal_root(self.host.root_state, action)) is not None:
+                hub.send_to(self.outbox, ROOT_URI, heal)
+        elif p.channel in self.host:
+            hub.reject(self.outbox, p.channel, rejected_echo(action), origin, READ_ONLY_REFUSAL)
+            if (heal := heal_terminal(self.host.get(p.channel).state, action)) is not None:
+                hub.send_to(self.outbox, p.channel, heal)
 
     async def _audited_dispatch(
         self,

@@ -76,6 +76,7 @@ from ahp.server.admission import (
 )
 from ahp.server.http import HttpResponse, PlainRequest, Routes
 from ahp.server.session import ServerState, Session
+from ahp.server.web import BEARER_PROTOCOL_PREFIX
 from ahp.server.wsconn import (
     HANDSHAKE_TIMEOUT,
     MESSAGE_DEADLINE,
@@ -92,6 +93,7 @@ __all__ = [
     "MAX_MESSAGE_SIZE",
     "OUTBOX_BYTES",
     "ServerConfig",
+    "admit_upgrade",
     "check_upgrade",
     "open_listeners",
     "serve_connections",
@@ -123,6 +125,8 @@ ECHO_PAIR_WAIT: Final = keystroke.ECHO_PAIR_WAIT
 CLOSE_TIMEOUT: Final = 1.0
 #: The close reason sent to a client whose outbox overflowed.
 OVERFLOW_CLOSE: Final = (1013, "outbound buffer full; reconnect to resume")
+#: Longest refusal reason written to the audit log (characters).
+_AUDIT_REASON: Final = 200
 LOOPBACK_NAMES: Final = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})
 
 
@@ -148,6 +152,14 @@ class ServerConfig:
     #: Plain HTTP requests (no upgrade) on the same port: health probes, pages
     #: (:mod:`ahp.server.http`); None answers every one 404.
     routes: Routes | None = None
+    #: A second token that admits read-only connections (watch only: every dispatch,
+    #: create, dispose and process request is refused; see :class:`Session`).
+    read_token: str | None = None
+    #: The server's own page origins (``http://127.0.0.1:PORT`` …), accepted in
+    #: ``Origin`` besides ``allow_origins``: the viewer page's WebSocket. Only exact
+    #: loopback origins of this port are put here, and the Host check still applies, so
+    #: a rebound name (``http://evil.example:PORT``) is refused as before.
+    own_origins: frozenset[str] = frozenset()
 
 
 def check_host(host: str | None, config: ServerConfig) -> str | None:
@@ -164,23 +176,54 @@ def check_host(host: str | None, config: ServerConfig) -> str | None:
 
 def check_upgrade(request: UpgradeRequest, config: ServerConfig) -> str | None:
     """Why the upgrade must be refused, or None to accept it."""
+    return admit_upgrade(request, config)[0]
+
+
+def offered_token(request: UpgradeRequest) -> str:
+    """The token the upgrade offers: ``Authorization: Bearer``, else a subprotocol offer
+    ``ahp-terminals.bearer.<token>`` (what a browser page can send), else the ``tkn``
+    query parameter; "" when none."""
+    auth = request.header(b"authorization")
+    if auth is not None and auth.lower().startswith("bearer "):
+        return auth[7:].strip()
+    for offer in request.subprotocols:
+        if offer.startswith(BEARER_PROTOCOL_PREFIX):
+            return offer[len(BEARER_PROTOCOL_PREFIX) :]
+    query = parse_qs(urlsplit(request.target).query)
+    return (query.get("tkn") or [""])[0]
+
+
+def admit_upgrade(request: UpgradeRequest, config: ServerConfig) -> tuple[str | None, bool]:
+    """(why the upgrade is refused or None, whether it is a read-only connection)."""
     origin = request.header(b"origin")
-    if origin is not None and origin not in config.allow_origins:
-        return "origin not allowed"
+    if (
+        origin is not None
+        and origin not in config.allow_origins
+        and origin not in config.own_origins
+    ):
+        return "origin not allowed", False
     refusal = check_host(request.host, config)
     if refusal is not None:
-        return refusal
-    if config.token is not None:
-        offered = ""
-        auth = request.header(b"authorization")
-        if auth is not None and auth.lower().startswith("bearer "):
-            offered = auth[7:].strip()
-        else:
-            query = parse_qs(urlsplit(request.target).query)
-            offered = (query.get("tkn") or [""])[0]
-        if not hmac.compare_digest(offered.encode(), config.token.encode()):
-            return "missing or wrong token"
-    return None
+        return refusal, False
+    if config.token is None:
+        return None, False
+    offered = offered_token(request).encode()
+    # Both comparisons always run (constant time whichever token was offered).
+    full = hmac.compare_digest(offered, config.token.encode())
+    read = config.read_token is not None and hmac.compare_digest(
+        offered, config.read_token.encode()
+    )
+    if full:
+        return None, False
+    if read:
+        return None, True
+    return "missing or wrong token", False
+
+
+def _answer_protocol(offers: Sequence[str]) -> str | None:
+    """The subprotocol answered: the first offer that carries no token (AHP names none;
+    clients may offer some and insist on one back)."""
+    return next((o for o in offers if not o.startswith(BEARER_PROTOCOL_PREFIX)), None)
 
 
 def _encoded(
@@ -354,17 +397,18 @@ async def _authenticate(
     audit: AuditLog | None = None,
     *,
     budget: InboundBudget | None = None,
-) -> tuple[ServerWebSocket, UpgradeRequest] | None:
+) -> tuple[ServerWebSocket, UpgradeRequest, bool] | None:
     """Read and check the upgrade; the accepted connection, or None (answered and
-    closed: malformed, refused, a plain HTTP request, or the peer left)."""
-    upgrade = await read_upgrade(stream, timeout=math.inf, note=_note_info(notes))
+    closed: malformed, refused, a plain HTTP request, or the peer left), with whether it
+    is read-only."""
+    upgrade = await read_upgrade(stream, timeout=math.inf, note=_note_info(notes, audit))
     if upgrade is None:
         return None
     if isinstance(upgrade, PlainRequest):
         await _answer_plain(stream, upgrade, config, notes)
         return None
     wsproto_conn, request = upgrade
-    refusal = check_upgrade(request, config)
+    refusal, read_only = admit_upgrade(request, config)
     # A peer may hang up during the upgrade (even before our 403 body is out): that
     # ends its own connection, never the server.
     if refusal is not None:
@@ -377,25 +421,28 @@ async def _authenticate(
         await reject(stream, wsproto_conn, 403, f"{refusal}\n".encode())
         return None
     try:
-        # AHP names no subprotocol; clients may offer some (for example to carry
-        # credentials) and then insist on one back: the first offer is taken.
         ws = await accept(
             stream,
             wsproto_conn,
             max_message_size=config.max_message_size,
-            subprotocol=request.subprotocols[0] if request.subprotocols else None,
+            subprotocol=_answer_protocol(request.subprotocols),
             early_data=request.early_data,
             budget=budget,
             message_deadline=config.message_deadline,
         )
     except ConnectionClosed:
         return None
-    return ws, request
+    return ws, request, read_only
 
 
-def _note_info(notes: RateLimitedLog) -> Callable[..., Any]:
+def _note_info(notes: RateLimitedLog, audit: AuditLog | None = None) -> Callable[..., Any]:
     def note(kind: str, message: str, *args: Any) -> None:
         notes.log(kind, logging.INFO, message, *args)
+        if audit is not None and args:
+            # read_upgrade's notes: (remote, why) for a malformed request, (remote,) for
+            # a timeout. Every such peer is refused (400, or dropped).
+            why = f"{kind}: {args[1]}" if len(args) > 1 else kind
+            audit.connection(str(args[0]), accepted=False, reason=why[:_AUDIT_REASON])
 
     return note
 
@@ -415,9 +462,9 @@ async def _serve_one(
     pending.admit(scope)
     try:
         with scope:
-            ws, request = await _authenticate(
+            ws, request, read_only = await _authenticate(
                 stream, config, notes, state.audit, budget=budget
-            ) or (None, None)
+            ) or (None, None, False)
     finally:
         pending.release(scope)
     if scope.cancelled_caught:
@@ -429,10 +476,11 @@ async def _serve_one(
     # The path only: the query may carry the token.
     log.debug("accepted a connection from %s to %s", request.remote, urlsplit(request.target).path)
     outbox = Outbox(max_bytes=config.outbox_bytes, track_in_flight=True)
-    session = Session(state, outbox)
+    session = Session(state, outbox, read_only=read_only)
     session.peer = request.remote
     if (audit := state.audit) is not None:
-        audit.connection(request.remote, accepted=True, path=urlsplit(request.target).path)
+        path = urlsplit(request.target).path
+        audit.connection(request.remote, accepted=True, path=path, read_only=read_only)
     connection_id = state.wire_log.connection_id() if state.wire_log is not None else ""
     writer = _Writer(ws, outbox, session, connection_id)
     close_code, close_reason = 1001, "server going away"

@@ -1,0 +1,287 @@
+"""The viewer page's routes: the page, its assets, and the recordings of the server.
+
+Why here: the page is served by ``serve`` itself, on the port of the WebSocket (plain
+``GET`` before any upgrade, :mod:`ahp.server.http`), so a person needs nothing but a
+browser and the URL ``serve`` prints. Its assets are files of the package
+(``ahp/web/static``, vendored libraries included, see ``vendor/README.md`` there): no
+CDN, works offline.
+
+Security: the page's URL carries the token in its fragment, which a browser never
+sends; the page hands it to its WebSocket as a subprotocol offer (see
+:data:`BEARER_PROTOCOL_PREFIX`), never in a request line, a Referer or a log. Every
+answer here carries a strict Content-Security-Policy (:func:`content_security_policy`:
+scripts, styles, images and connections from this origin only, the page's own
+WebSocket named explicitly since ``'self'`` does not cover ``ws:`` in every browser, no
+inline script, no framing), ``Cross-Origin-Resource-Policy: same-origin`` and the base
+headers of :mod:`ahp.server.http` (``nosniff``, ``no-referrer``, ``no-store``). The
+recordings (``/api/recordings``) need the full token in an ``Authorization: Bearer``
+header: no URL ever carries it, and a cross-origin page cannot send that header
+without a CORS preflight, which this server never grants.
+
+Buffering and ownership: the assets are read once, on first request, and kept (they are
+the package's own files, about 0.6 MB in all, bounded by :data:`MAX_ASSET_BYTES`); a
+recording is read whole per request, bounded by :data:`MAX_RECORDING_BYTES` (larger ones
+are listed but refused with 413), and the listing by :data:`MAX_RECORDINGS_LISTED`. The
+file reads run in Trio's worker threads (``trio.Path``), so a slow disk delays only the
+request that reads it.
+"""
+
+from __future__ import annotations
+
+import hmac
+import os
+import re
+import stat
+from pathlib import Path
+from typing import Final
+
+import orjson
+import trio
+
+from ahp.server.http import MAX_BODY, HttpResponse, PlainRequest, Routes
+
+__all__ = [
+    "BEARER_PROTOCOL_PREFIX",
+    "MAX_ASSET_BYTES",
+    "MAX_RECORDINGS_LISTED",
+    "MAX_RECORDINGS_SCANNED",
+    "MAX_RECORDING_BYTES",
+    "PAGE_PROTOCOL",
+    "STATIC_ROOT",
+    "content_security_policy",
+    "web_routes",
+]
+
+#: Where the page's files are (package data: part of the wheel).
+STATIC_ROOT: Final = Path(__file__).resolve().parent.parent / "web" / "static"
+#: The subprotocol the page asks for; the server answers with it (a browser fails a
+#: connection whose offered subprotocols get no answer).
+PAGE_PROTOCOL: Final = "ahp-terminals"
+#: A subprotocol offer ``ahp-terminals.bearer.<token>`` carries the token: the one header
+#: a browser's ``WebSocket`` lets a page set. Never chosen as the answer (the token would
+#: be echoed back).
+BEARER_PROTOCOL_PREFIX: Final = "ahp-terminals.bearer."
+#: Largest asset file served (the biggest, xterm.js, is about 340 KB); larger is 500.
+MAX_ASSET_BYTES: Final = 4 * 1024 * 1024
+#: Recordings listed at most (the newest first); the listing says when it left some off.
+MAX_RECORDINGS_LISTED: Final = 1000
+#: Directory entries looked at per listing at most (a directory of a million files costs
+#: one bounded scan); past it the listing says it is partial.
+MAX_RECORDINGS_SCANNED: Final = 10 * MAX_RECORDINGS_LISTED
+#: Largest recording served to the page (it is read into memory); larger is 413.
+MAX_RECORDING_BYTES: Final = min(MAX_BODY, 64 * 1024 * 1024)
+#: A recording's name as the page may ask for it: a plain file name, no path.
+_RECORDING_NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,200}\.cast")
+#: Characters of a ``Host`` header copied into the policy (anything else: left out).
+_HOST_SAFE: Final = re.compile(r"[A-Za-z0-9.\-\[\]:]{1,300}")
+_TYPES: Final = {
+    ".html": "text/html; charset=utf-8",
+    ".js": "text/javascript; charset=utf-8",
+    ".mjs": "text/javascript; charset=utf-8",
+    ".css": "text/css; charset=utf-8",
+    ".svg": "image/svg+xml",
+}
+
+
+def content_security_policy(host: str | None, *, tls: bool = False) -> str:
+    """The page's policy. ``connect-src`` names the page's own WebSocket origin besides
+    ``'self'`` (CSP 3 lets ``'self'`` match ``ws:`` of the same host, older engines do
+    not). ``'wasm-unsafe-eval'`` lets asciinema-player compile its WebAssembly terminal;
+    it allows no JavaScript ``eval``. Styles allow ``'unsafe-inline'``: xterm.js's DOM
+    renderer writes its colours into ``<style>`` elements it creates (no script can be
+    injected through a style)."""
+    connect = ["'self'"]
+    if host is not None and _HOST_SAFE.fullmatch(host):
+        connect.append(f"{'wss' if tls else 'ws'}://{host}")
+    return "; ".join(
+        (
+            "default-src 'none'",
+            "script-src 'self' 'wasm-unsafe-eval'",
+            "style-src 'self' 'unsafe-inline'",
+            "img-src 'self' data:",
+            "font-src 'self'",
+            f"connect-src {' '.join(connect)}",
+            "base-uri 'none'",
+            "form-action 'none'",
+            "frame-ancestors 'none'",
+        )
+    )
+
+
+def _page_headers(request: PlainRequest, tls: bool) -> tuple[tuple[str, str], ...]:
+    return (
+        ("content-security-policy", content_security_policy(request.host, tls=tls)),
+        ("cross-origin-resource-policy", "same-origin"),
+        ("cross-origin-opener-policy", "same-origin"),
+        ("x-frame-options", "DENY"),
+    )
+
+
+class _Assets:
+    """The package's page files, read on first use and kept (see the module docstring)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._cache: dict[str, bytes] = {}
+
+    async def get(self, relative: str) -> bytes | None:
+        """The file at ``relative`` under the root, or None (no such file, not a type the
+        page uses, or a path that leaves the root)."""
+        cached = self._cache.get(relative)
+        if cached is not None:
+            return cached
+        parts = relative.split("/")
+        if any(p in ("", ".", "..") or p.startswith(".") for p in parts):
+            return None
+        path = self.root.joinpath(*parts)
+        if path.suffix not in _TYPES:
+            return None
+        target = trio.Path(path)
+        try:
+            if not await target.is_file() or (await target.stat()).st_size > MAX_ASSET_BYTES:
+                return None
+            data = await target.read_bytes()
+        except OSError:
+            return None
+        self._cache[relative] = data
+        return data
+
+
+def _authorized(request: PlainRequest, token: str | None) -> bool:
+    if token is None:
+        return True
+    auth = request.header(b"authorization") or ""
+    if not auth.lower().startswith("bearer "):
+        return False
+    return hmac.compare_digest(auth[7:].strip().encode(), token.encode())
+
+
+def web_routes(*, token: str | None, record_dir: str | None = None, tls: bool = False) -> Routes:
+    """``/`` (the page), ``/static/…`` (its files) and ``/api/recordings[/NAME]``.
+
+    Args:
+        token: the full access token; the recordings need it (``Authorization: Bearer``).
+        record_dir: the directory of ``serve --record`` (None: no recordings listed).
+        tls: whether the page is served over ``https`` (its WebSocket is then ``wss``).
+    """
+    assets = _Assets(STATIC_ROOT)
+
+    async def page(request: PlainRequest) -> HttpResponse:
+        body = await assets.get("index.html")
+        if body is None:
+            return HttpResponse.text(500, "the viewer page is missing from this installation")
+        return HttpResponse(
+            200, body, content_type=_TYPES[".html"], headers=_page_headers(request, tls)
+        )
+
+    async def static(request: PlainRequest) -> HttpResponse:
+        relative = request.path.removeprefix("/static/")
+        body = await assets.get(relative)
+        if body is None:
+            return HttpResponse.text(404, "not found")
+        return HttpResponse(
+            200,
+            body,
+            content_type=_TYPES[Path(relative).suffix],
+            headers=_page_headers(request, tls),
+        )
+
+    def unauthorized(request: PlainRequest) -> HttpResponse:
+        return HttpResponse(
+            401,
+            b"the recordings need the token (Authorization: Bearer)\n",
+            headers=(*_page_headers(request, tls), ("www-authenticate", "Bearer")),
+        )
+
+    async def recordings(request: PlainRequest) -> HttpResponse:
+        if not _authorized(request, token):
+            return unauthorized(request)
+        listing: list[dict[str, object]] = []
+        left_off = 0
+        partial = False
+        if record_dir is not None:
+            entries, partial = await trio.to_thread.run_sync(_list_recordings, record_dir)
+            entries.sort(key=lambda e: (-float(e["modified"]), str(e["name"])))  # type: ignore[arg-type]
+            listing = entries[:MAX_RECORDINGS_LISTED]
+            left_off = len(entries) - len(listing)
+        answer: dict[str, object] = {
+            "enabled": record_dir is not None,
+            "recordings": listing,
+            "leftOff": left_off,
+        }
+        if partial:
+            answer["partial"] = True  # more entries than MAX_RECORDINGS_SCANNED
+        body = orjson.dumps(answer)
+        return HttpResponse(
+            200, body, content_type="application/json", headers=_page_headers(request, tls)
+        )
+
+    async def recording(request: PlainRequest) -> HttpResponse:
+        if not _authorized(request, token):
+            return unauthorized(request)
+        name = request.path.removeprefix("/api/recordings/")
+        if record_dir is None or not _RECORDING_NAME.fullmatch(name):
+            return HttpResponse.text(404, "no such recording")
+        outcome = await trio.to_thread.run_sync(_read_recording, os.path.join(record_dir, name))
+        if isinstance(outcome, HttpResponse):
+            return outcome
+        data = outcome
+        return HttpResponse(
+            200,
+            data,
+            content_type="application/x-asciicast; charset=utf-8",
+            headers=_page_headers(request, tls),
+        )
+
+    routes = Routes()
+    routes.add("/", page)
+    routes.add("/index.html", page)
+    routes.add("/static/", static)
+    routes.add("/api/recordings", recordings)
+    routes.add("/api/recordings/", recording)
+    return routes
+
+
+def _read_recording(path: str) -> bytes | HttpResponse:
+    """The recording at ``path``, or the answer that refuses it: not a regular file (a
+    symbolic link, a FIFO: opened without following links, without blocking), missing,
+    or larger than :data:`MAX_RECORDING_BYTES`. Runs in a worker thread."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return HttpResponse.text(404, "no such recording")
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(f.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            return HttpResponse.text(404, "no such recording")
+        if info.st_size > MAX_RECORDING_BYTES:
+            return HttpResponse.text(
+                413,
+                f"recording larger than {MAX_RECORDING_BYTES} bytes: play it with "
+                "ahp-terminals play",
+            )
+        return f.read(MAX_RECORDING_BYTES)  # (if it grew since: cut at the bound)
+
+
+def _list_recordings(directory: str) -> tuple[list[dict[str, object]], bool]:
+    """``*.cast`` files directly in ``directory`` (name, size, modification time in
+    seconds), from at most :data:`MAX_RECORDINGS_SCANNED` entries, and whether there
+    were more; an unreadable directory lists none. Runs in a worker thread."""
+    found: list[dict[str, object]] = []
+    try:
+        with os.scandir(directory) as entries:
+            for scanned, entry in enumerate(entries):
+                if scanned >= MAX_RECORDINGS_SCANNED:
+                    return found, True
+                if not _RECORDING_NAME.fullmatch(entry.name):
+                    continue
+                try:
+                    if not entry.is_file(follow_symlinks=False):
+                        continue
+                    info = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                found.append({"name": entry.name, "size": info.st_size, "modified": info.st_mtime})
+    except OSError:
+        pass
+    return found, False
