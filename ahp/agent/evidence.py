@@ -104,7 +104,7 @@ class InputEvidence:
         return f"{who} {what}; answer with send_input"
 
 
-#: Programs whose first argument names what runs (``python3 manage.py``).
+#: Programs whose first argument names what runs (``python3 ipython``).
 _INTERPRETERS: Final = ("python", "node", "perl", "ruby", "bash", "sh", "zsh", "deno", "bun")
 #: Longest program name :func:`program_name` gives.
 MAX_PROGRAM_NAME: Final = 40
