@@ -500,6 +500,7 @@ class Terminal(CommandSurface):
         finally:
             self._accepting = False
             self._tasks = None
+            self._jobs = None  # (it refers back to this terminal: no cycle outlives it)
             self._forget_queued()
             if child is not None:
                 with trio.CancelScope(shield=True):
