@@ -451,7 +451,9 @@ class Terminal(CommandSurface):
         dropped by an exited terminal — and ``True``).
         """
         groups, shell_foreground = (
-            self._jobs.signal(signum, mark) if self._jobs is not None else (frozenset(), True)
+            await self._jobs.send_signal(signum, mark)
+            if self._jobs is not None
+            else (frozenset(), True)
         )
         if shell_foreground:
             await self.send_input("\x03")
@@ -520,7 +522,10 @@ class Terminal(CommandSurface):
                 with trio.CancelScope(shield=True):
                     await child.terminate(spec.grace)
                 if spec.use_pty:  # background jobs left in the terminal's session (no orphans)
-                    kill_session(child.pid)
+                    # A scan of /proc per round (and a signal per process): in a worker
+                    # thread, so a thousand leftovers cost the loop nothing (issue 25).
+                    with trio.CancelScope(shield=True):
+                        await trio.to_thread.run_sync(kill_session, child.pid)
             discard_launch(launch)
             if not self.exited.is_set():
                 if child is not None:
