@@ -104,6 +104,7 @@ from ahp.pty.jobs import Jobs
 from ahp.pty.pump import ReadPump
 from ahp.reducers import Rejected, TerminalCore
 from ahp.reducers.core import MAX_DIMENSION, MAX_PENDING_INPUT, rejected_echo
+from ahp.reducers.policy import Change
 from ahp.vt import OutputParser
 from ahp.vt.parser import compact
 
@@ -310,9 +311,13 @@ class Terminal(CommandSurface):
         self._core.holder_only_input = value
 
     def input_refused(self, client_id: str | None) -> str | None:
-        """Why this client's input or signals are refused now (None: taken); see
-        :meth:`ahp.reducers.TerminalCore.input_refused`."""
+        """Why this client's input is refused now by the claim rules (None: taken)."""
         return self._core.input_refused(client_id)
+
+    def refusal(self, change: Change, client_id: str | None) -> str | None:
+        """Why ``client_id`` may not make ``change`` now (None: it may); the one table
+        of :mod:`ahp.reducers.policy`, see :meth:`ahp.reducers.TerminalCore.refusal`."""
+        return self._core.refusal(change, client_id)
 
     @property
     def integrated(self) -> bool:

@@ -337,6 +337,33 @@ class _Writer:
                 return
 
 
+class _Link:
+    """The connection as its client record sees it (:class:`ahp.server.clients.Link`):
+    a ping proves the peer is there; eviction stops the session and cancels the
+    connection's tasks, whose ``finally`` then closes it with the session's reason."""
+
+    def __init__(self, ws: ServerWebSocket) -> None:
+        self.ws = ws
+        self.session: Session | None = None
+        #: The connection's nursery scope, once its tasks run.
+        self.scope: trio.CancelScope | None = None
+
+    async def alive(self, timeout: float) -> bool:
+        with trio.move_on_after(timeout):
+            try:
+                await self.ws.ping()
+            except ConnectionClosed:
+                return False
+            return True
+        return False
+
+    def evict(self, reason: str) -> None:
+        if self.session is not None:
+            self.session.stop(reason)
+        if self.scope is not None:
+            self.scope.cancel()
+
+
 async def _reader(
     ws: ServerWebSocket, session: Session, config: ServerConfig, connection_id: str = ""
 ) -> None:
@@ -472,7 +499,9 @@ async def _serve_one(
     # The path only: the query may carry the token.
     log.debug("accepted a connection from %s to %s", request.remote, urlsplit(request.target).path)
     outbox = Outbox(max_bytes=config.outbox_bytes, track_in_flight=True, pool=state.responses)
-    session = Session(state, outbox, read_only=read_only)
+    link = _Link(ws)
+    session = Session(state, outbox, link, read_only=read_only)
+    link.session = session
     session.peer = request.remote
     if (audit := state.audit) is not None:
         path = urlsplit(request.target).path
@@ -487,6 +516,7 @@ async def _serve_one(
     state.sessions.add(session)
     try:
         async with trio.open_nursery() as nursery:
+            link.scope = nursery.cancel_scope
 
             async def read() -> None:
                 with contextlib.suppress(ConnectionClosed):
@@ -515,10 +545,15 @@ async def _serve_one(
         # client and terminal) down with it: log it, close this connection with 1011.
         log.exception("connection of client %s failed", session.client_id)
         close_code, close_reason = 1011, "internal error"
+    else:
+        if session.stopped and session.close_request is not None:
+            close_code, close_reason = session.close_request  # replaced by a newer one
     finally:
         state.sessions.discard(session)
         state.sessions_changed.unpark_all()
-        session.disconnect()
+        # The client's own close frame (a normal or going-away close) means it left.
+        peer_close = ws.closed
+        session.disconnect(left=peer_close is not None and peer_close.code in (1000, 1001))
         outbox.close()
         state.host.trimmer.request()  # (what the connection held: its buffers, outbox)
         with trio.CancelScope(shield=True):
