@@ -62,10 +62,10 @@ class RawPeer:
             raise EOFError("the server closed the connection")
         return chunk
 
-    async def upgrade(self, port: int) -> None:
+    async def upgrade(self, port: int, token: str = TOKEN) -> None:
         await self.stream.send_all(
             (
-                f"GET /?tkn={TOKEN} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+                f"GET /?tkn={token} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
                 "Upgrade: websocket\r\nConnection: Upgrade\r\n"
                 "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
             ).encode()

@@ -222,6 +222,8 @@ class ServerState:
     max_terminals: int = DEFAULT_MAX_TERMINALS
     #: ``createTerminal`` requests between the limit check and the terminal's registration.
     creating: int = 0
+    #: The authenticated connections' budget, once the transport runs (figures, tests).
+    connections: Any = None
     #: Counters: protocol errors answered (figures for tests).
     errors: int = 0
     #: Responses (snapshots above all) queued or being written by every connection
@@ -552,12 +554,13 @@ class Session:
         if self.record is not None:
             self.server.clients.disconnect(self.record, self.link, left=left)
 
-    def stop(self, reason: str) -> None:
-        """A newer connection of this client replaced this one: act on nothing more,
-        follow nothing more, and close after what is queued (:data:`REPLACED_CLOSE`)."""
+    def stop(self, reason: str, *, code: int = REPLACED_CLOSE[0]) -> None:
+        """The connection must go (a newer connection of this client replaced it, or
+        the connection budget closes it): act on nothing more, follow nothing more, and
+        close with ``code`` and ``reason``."""
         self.stopped = True
         self.unsubscribe_all()
-        self.close_request = (REPLACED_CLOSE[0], reason)
+        self.close_request = (code, reason)
         self.outbox.close()
 
     async def take_identity(self, client_id: str, token: str | None) -> None:
