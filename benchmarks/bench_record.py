@@ -12,6 +12,11 @@ directory removed at the end), one ``ahp.client`` connection. It measures
 
 and prints one line of figures (and what the logs wrote). Compare runs with and
 without a log: the difference is what the log costs (same machine, interleaved).
+
+``--stalled-fifo`` instead measures a recorder whose disk never takes anything: the
+terminal (in-process, no server) prints ``N`` MB with a recorder writing to a FIFO that
+is open but never read, then without one; it prints both rates, the recorder's peak
+buffer, its resyncs and the process's peak RSS (``VmHWM``) growth.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import trio
 
@@ -34,6 +40,62 @@ except ModuleNotFoundError:  # a checkout without `pip install -e .`
     import ahp
 from ahp.client import connect
 from ahp.server import ServeOptions
+
+
+def _vm_hwm_kib() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    return 0
+
+
+async def stalled(args: argparse.Namespace) -> None:
+    from ahp.record import RecordOptions, record_terminal
+
+    scratch = Path(tempfile.mkdtemp(prefix="bench-record-"))
+    fifo = scratch / "stalled.cast"
+    os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # open, never read
+    command = f"head -c {args.mb}000000 /dev/zero | tr '\\0' a; echo; echo FLOOD-$((1+1))\n"
+
+    async def flood(term: Any) -> float:
+        """MB/s of the flood, followed by an in-process subscriber (no rendering)."""
+        async with term.subscribe() as updates:
+            t0 = time.perf_counter()
+            await term.send_input(command)
+            tail = ""
+            async for item in updates:
+                data = getattr(getattr(item, "action", None), "data", None)
+                if isinstance(data, str):
+                    tail = (tail + data)[-64:]
+                    if "FLOOD-2" in tail:
+                        break
+            return float(args.mb / (time.perf_counter() - t0))
+
+    try:
+        async with ahp.open_host(shell="/bin/bash") as host, trio.open_nursery() as nursery:
+            plain = await host.create_terminal()
+            await plain.run("true")
+            without = await flood(plain)
+            term = await host.create_terminal()
+            recorder = await nursery.start(record_terminal, term, fifo, RecordOptions())
+            await term.run("true")
+            hwm = _vm_hwm_kib()
+            with_stalled = await flood(term)
+            grew = _vm_hwm_kib() - hwm
+            again = await flood(plain)  # (the machine's drift: the plain terminal again)
+            print(
+                f"stalled-fifo flood: without a recorder {without:.1f} MB/s (again after: "
+                f"{again:.1f}), with a stalled one {with_stalled:.1f} MB/s; recorder peak buffer "
+                f"{recorder.peak_buffered / 1024:.0f} KiB, written {recorder.written_bytes} B, "
+                f"outbox overflowed {recorder.subscription.outbox.overflowed}; "
+                f"peak RSS grew {grew / 1024:.1f} MiB during the flood"
+            )
+            nursery.cancel_scope.cancel()
+    finally:
+        os.close(reader)
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _bytes_under(directory: Path) -> int:
@@ -90,5 +152,7 @@ if __name__ == "__main__":
     parser.add_argument("--wire-log", action="store_true")
     parser.add_argument("--mb", type=int, default=50)
     parser.add_argument("--pings", type=int, default=2000)
+    parser.add_argument("--stalled-fifo", action="store_true")
     os.environ.pop("AHP_TOKEN", None)
-    trio.run(main, parser.parse_args())
+    parsed = parser.parse_args()
+    trio.run(stalled if parsed.stalled_fifo else main, parsed)

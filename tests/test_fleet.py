@@ -2,16 +2,18 @@
 
 Several real sidecars at once on loopback: in-process hosts served on free ports,
 and one ``python -m ahp serve`` subprocess that the test kills (SIGKILL) and
-starts again on the same port while the others keep working. Every host has a
-terminal with the same URI (``ahp-terminal:/t1``): the collision the (host, URI)
-addressing exists for. (Network namespaces were not used: every host here is on
-loopback.)
+starts again on the same port while the others keep working; and, where the
+machine lets the test make one (root, ``ip netns``), a sidecar in a network
+namespace of its own, reached over a veth pair, beside one on loopback (skipped
+with the reason otherwise). Every host has a terminal with the same URI
+(``ahp-terminal:/t1``): the collision the (host, URI) addressing exists for.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -247,3 +249,78 @@ async def test_mcp_over_two_hosts(tmp_path: Path) -> None:
             assert not created.is_error, _text(created)
             assert "ahp-terminal:/build" in second and "ahp-terminal:/build" not in first
             await wait_for_text(second.get(T1), "two-2")
+
+
+# -- a host in a network namespace of its own -------------------------------------------------
+
+
+async def _ip(*args: str) -> subprocess.CompletedProcess[bytes]:
+    with trio.fail_after(TIMEOUT):
+        return await trio.run_process(
+            ["ip", *args], capture_stdout=True, capture_stderr=True, check=False
+        )
+
+
+@asynccontextmanager
+async def network_namespace() -> AsyncIterator[tuple[str, str]]:
+    """A network namespace joined to this one by a veth pair: (its name, its address).
+    Skips when this machine does not let the test make one (not root, no ``ip``)."""
+    if os.geteuid() != 0 or shutil.which("ip") is None:
+        pytest.skip("network namespaces need root and the ip command")
+    tag = os.getpid() % 10_000
+    name, outside, inside = f"ahp-fleet-{tag}", f"ahpo{tag}", f"ahpi{tag}"
+    net = f"10.231.{tag % 250}"
+    made = await _ip("netns", "add", name)
+    if made.returncode != 0:
+        pytest.skip(f"ip netns add is not permitted here: {made.stderr.decode().strip()}")
+    try:
+        steps = [
+            ("link", "add", outside, "type", "veth", "peer", "name", inside),
+            ("link", "set", inside, "netns", name),
+            ("addr", "add", f"{net}.1/30", "dev", outside),
+            ("link", "set", outside, "up"),
+            ("-n", name, "addr", "add", f"{net}.2/30", "dev", inside),
+            ("-n", name, "link", "set", inside, "up"),
+            ("-n", name, "link", "set", "lo", "up"),
+        ]
+        for step in steps:
+            done = await _ip(*step)
+            assert done.returncode == 0, (step, done.stderr)
+        yield name, f"{net}.2"
+    finally:
+        await _ip("link", "del", outside)  # (both ends of the pair)
+        await _ip("netns", "del", name)
+
+
+async def test_a_host_in_a_network_namespace_beside_one_on_loopback() -> None:
+    async with network_namespace() as (namespace, address), in_process_hosts(1) as hosts:
+        env = {k: v for k, v in os.environ.items() if k not in ("AHP_TOKEN", "AHP_TOKEN_FILE")}
+        cmd = ["ip", "netns", "exec", namespace, sys.executable, "-m", "ahp", "serve"]
+        proc = await trio.lowlevel.open_process(
+            [*cmd, "--host", address, "--port", "8765", "--shell", "bash"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env={**env, "PYTHONPATH": str(REPO), "AHP_TOKEN": TOKEN},
+            cwd=str(REPO),
+        )
+        try:
+            assert proc.stdout is not None
+            with trio.fail_after(TIMEOUT):
+                assert (await proc.stdout.receive_some(4096)).startswith(b"ws://")
+            remote = f"ws://{address}:8765/"
+            async with connect_many([hosts[0][1].url, remote], token=TOKEN) as fleet:
+                assert fleet.down() == {}
+                label = host_label(remote)
+                await fleet.client(label).create_terminal(T1)
+                here = await (await fleet.terminal(host_label(hosts[0][1].url), T1)).run(
+                    "readlink /proc/self/ns/net", timeout=TIMEOUT
+                )
+                there = await (await fleet.terminal(label, T1)).run(
+                    "readlink /proc/self/ns/net", timeout=TIMEOUT
+                )
+                # Two hosts, two network stacks: the terminal runs where its sidecar does.
+                assert here.output.strip().startswith("net:[")
+                assert there.output.strip().startswith("net:[")
+                assert here.output.strip() != there.output.strip()
+        finally:
+            await kill_and_reap(proc)
