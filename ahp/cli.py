@@ -240,6 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
 _COMMAND_MODULES: tuple[str, ...] = (
     "ahp.bench.command",
     "ahp.client.commands.attach",
+    "ahp.client.commands.exec",
     "ahp.client.commands.ls",
     "ahp.client.commands.run",
     "ahp.client.commands.rm",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 from pathlib import Path
 
 import orjson
@@ -16,6 +17,7 @@ from hypothesis import strategies as st
 from ahp.record import asciicast
 from ahp.record.asciicast import Event, Header, RecordingError
 from ahp.record.play import play, schedule
+from ahp.record.recorder import recording_name
 from ahp.record.sink import LineSink, Rotation
 from ahp.record.wirelog import MAX_LINE_BYTES, format_entry
 
@@ -281,6 +283,7 @@ async def test_sink_bytes_bound_and_redaction(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("scheme", ["numbered", "segments"])
 async def test_sink_rotates_and_keeps_a_bounded_history(tmp_path: Path, scheme: str) -> None:
+    fds = len(os.listdir("/proc/self/fd"))
     path = tmp_path / "ahp-x.jsonl"
     rotation = Rotation(path, scheme=scheme, max_files=3)  # type: ignore[arg-type]
     sink: LineSink[int] = LineSink(
@@ -299,6 +302,7 @@ async def test_sink_rotates_and_keeps_a_bounded_history(tmp_path: Path, scheme: 
         with trio.fail_after(10):
             await sink.wait_written()
         nursery.cancel_scope.cancel()
+    assert len(os.listdir("/proc/self/fd")) <= fds  # every file closed
     files = sorted(os.listdir(tmp_path))
     assert len(files) == 3  # the bound on files
     assert all((tmp_path / f).stat().st_size <= 100 for f in files)
@@ -310,3 +314,12 @@ async def test_sink_rotates_and_keeps_a_bounded_history(tmp_path: Path, scheme: 
         ordered = [path.with_name(f"ahp-x.{n}.jsonl") for n in (7, 8, 9)]
     kept = [int(line) for p in ordered for line in _lines(p)]
     assert kept == list(range(70, 95))  # the newest lines, in order, none lost in between
+
+
+@given(st.text(), st.floats(min_value=0, max_value=4e9))
+@settings(deadline=None)
+def test_recording_names_are_safe_and_stable(uri: str, started: float) -> None:
+    name = recording_name(f"ahp-terminal:/{uri}", started)
+    assert name == recording_name(f"ahp-terminal:/{uri}", started)  # stable
+    assert re.fullmatch(r"\d{8}T\d{6}Z-[A-Za-z0-9._-]+\.cast", name), name
+    assert ".." not in name and "/" not in name and len(name.encode()) <= 140

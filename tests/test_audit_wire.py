@@ -5,20 +5,26 @@ query, in an ``Authorization`` header, even typed as input)."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import orjson
 import trio
 
-from ahp.protocol.processes import SIGNAL
-from ahp.record.audit import AuditLog
+from ahp.protocol.processes import EXEC, SIGNAL
+from ahp.record.asciicast import decode
+from ahp.record.audit import MAX_AUDIT_ITEMS, MAX_AUDIT_TEXT, AuditLog
 from ahp.record.sink import REDACTED
 from ahp.record.wirelog import WireLog
 from ahp.server import ServeOptions
-from tests.helpers import TIMEOUT, wait_for_text
+from tests.helpers import TIMEOUT, kill_and_reap, wait_for_text
 from tests.wire import TOKEN, peer, running_server, upgrade_status_line
 
+REPO = Path(__file__).resolve().parents[1]
 ROOT = "ahp-root://"
 T1 = "ahp-terminal:/t1"
 
@@ -80,6 +86,8 @@ async def test_the_audit_log_has_a_line_per_privileged_event_and_never_the_token
             port, f"/x?tkn={TOKEN}", {"Origin": "http://evil.example"}
         )
         assert b"403" in refused
+        # Refused: a malformed upgrade (400), the token in its target.
+        assert b"400" in await upgrade_status_line(port, f"//[x/?tkn={TOKEN}", {})
         # Accepted: the token in the query (c1) and in an Authorization header (c2).
         async with (
             peer(server.url) as p1,
@@ -99,8 +107,13 @@ async def test_the_audit_log_has_a_line_per_privileged_event_and_never_the_token
             answer = await p2.result(SIGNAL, {"channel": T1, "signal": "SIGINT"})
             assert "groups" in answer
             await p2.dispatch(ROOT, {"type": "root/configChanged", "config": {"theme": "dark"}})
+            ran = await p1.result(EXEC, {"argv": ["echo", "exec ran"], "env": {"MY_VAR": "v"}})
             assert await p2.result("disposeTerminal", {"channel": T1}) is None
             assert (await p2.call("disposeTerminal", {"channel": T1}))["error"]["code"] < 0
+            # The library's own terminals are audited too, as in-process.
+            host = server.state.host
+            await host.create_terminal("ahp-terminal:/lib", name="lib")
+            await host.dispose("ahp-terminal:/lib")
         lines = await wait_lines(
             [log], lambda ls: sum(x["event"] == "disconnected" for x in ls) == 2
         )
@@ -112,10 +125,11 @@ async def test_the_audit_log_has_a_line_per_privileged_event_and_never_the_token
         by_event.setdefault(line["event"], []).append(line)
 
     connections = by_event["connection"]
-    assert [c["accepted"] for c in connections] == [False, False, True, True]
+    assert [c["accepted"] for c in connections] == [False, False, False, True, True]
     assert connections[0]["reason"] == "missing or wrong token"
     assert connections[1]["reason"] == "origin not allowed"
     assert connections[1]["path"] == "/x"  # the path, never the query
+    assert connections[2]["reason"].startswith("bad request: ")
     assert all(c["peer"].startswith("127.0.0.1:") for c in connections)
 
     assert [(i["clientId"], i["protocolVersion"]) for i in by_event["initialize"]] == [
@@ -123,8 +137,16 @@ async def test_the_audit_log_has_a_line_per_privileged_event_and_never_the_token
         ("c2", "0.5.0"),
     ]
     created = by_event["terminal.created"]
+    assert len(created) == 3  # each once: the clients' two, the library's one
     assert created[0] == {**created[0], "terminal": T1, "by": "c1", "claim": claim("c1")}
     assert "error" not in created[0] and "already exists" in created[1]["error"]
+    lib = {k: v for k, v in created[2].items() if k != "ts"}
+    assert lib == {
+        "event": "terminal.created",
+        "terminal": "ahp-terminal:/lib",
+        "name": "lib",
+        "inProcess": True,
+    }
     claims = by_event["claim"]
     assert [(c["by"], c["accepted"]) for c in claims] == [("c2", False), ("c1", True)]
     assert claims[0]["previous"] == claim("c1") and claims[1]["claim"] == session
@@ -134,11 +156,17 @@ async def test_the_audit_log_has_a_line_per_privileged_event_and_never_the_token
     assert typed["text"] == f"echo {REDACTED.decode()}-typed\n"
     [signal] = by_event["signal"]
     assert (signal["by"], signal["signal"], signal["terminal"]) == ("c2", "SIGINT", T1)
+    [exec_line] = by_event["exec"]
+    assert exec_line["by"] == "c1" and exec_line["terminal"] == ran["channel"]
+    assert exec_line["command"] == "echo 'exec ran'" and exec_line["env"] == ["MY_VAR"]
+    assert b'"v"' not in log.read_bytes()  # environment values are not logged
     [config] = by_event["config"]
     assert (config["by"], config["keys"], config["accepted"]) == ("c2", ["theme"], True)
     disposed = by_event["terminal.disposed"]
     assert disposed[0]["by"] == "c2" and "error" not in disposed[0]
     assert "no terminal" in disposed[1]["error"]
+    assert disposed[2]["terminal"] == "ahp-terminal:/lib" and disposed[2]["inProcess"] is True
+    assert len(disposed) == 3
 
 
 async def test_input_text_is_not_audited_without_audit_input(tmp_path: Path) -> None:
@@ -248,3 +276,116 @@ async def test_the_wire_log_rotates_like_vs_code_and_drops_when_full(tmp_path: P
     assert wire.sink.dropped == 50
     assert [x["_ahpLog"]["dropped"] for x in lines if "dropped" in x["_ahpLog"]] == [50]
     assert sum(1 for x in lines if x["_ahpLog"].get("dir") == "c2s") == 100  # the queue's bound
+
+
+async def test_serve_flags_write_all_three(tmp_path: Path) -> None:
+    """``python -m ahp serve --record --audit-log --wire-log`` with ``ahp run`` as the
+    client, then SIGTERM: a recording, an audit log and a wire log, none with the token."""
+    env = {
+        **{k: v for k, v in os.environ.items() if k != "AHP_TOKEN"},
+        "PYTHONPATH": str(REPO),
+        "AHP_TOKEN": TOKEN,
+    }
+    args = ["--record", str(tmp_path / "casts"), "--audit-log", str(tmp_path / "audit.log")]
+    args += ["--wire-log", str(tmp_path / "wire"), "--drain-timeout", "0"]
+    proc = await trio.lowlevel.open_process(
+        [sys.executable, "-m", "ahp", "serve", "--port", "0", "--shell", "/bin/bash", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env=env,
+    )
+    try:
+        assert proc.stdout is not None
+        line = b""
+        with trio.fail_after(TIMEOUT):
+            while not line.endswith(b"\n"):
+                chunk = await proc.stdout.receive_some(4096)
+                assert chunk, line
+                line += chunk
+        url = line.decode().strip()
+        with trio.fail_after(TIMEOUT):
+            done = await trio.run_process(
+                [sys.executable, "-m", "ahp", "run", url, "--", "echo three-logs"],
+                capture_stdout=True,
+                check=False,
+                env=env,
+            )
+        assert (done.returncode, done.stdout) == (0, b"three-logs\n")
+        proc.send_signal(signal.SIGTERM)
+        with trio.fail_after(TIMEOUT):
+            assert await proc.wait() == 0
+    finally:
+        await kill_and_reap(proc)
+    [cast] = listing(tmp_path / "casts")
+    header, events = decode(cast.read_bytes().splitlines())
+    assert header.cols > 0
+    assert "three-logs" in "".join(e.data for e in events if e.code == "o")
+    audit = read_lines([tmp_path / "audit.log"])
+    kinds = [x["event"] for x in audit]
+    for kind in ("connection", "initialize", "terminal.created", "input"):
+        assert kind in kinds, kinds
+    wire = read_lines(listing(tmp_path / "wire"))
+    assert {x["_ahpLog"]["dir"] for x in wire} == {"c2s", "s2c"}
+    assert any(x.get("method") == "createTerminal" for x in wire)
+    for blob in (cast, tmp_path / "audit.log", *listing(tmp_path / "wire")):
+        assert TOKEN.encode() not in blob.read_bytes()
+
+
+async def test_an_audit_line_is_bounded_whatever_the_client_sends(tmp_path: Path) -> None:
+    log = tmp_path / "audit.log"
+    options = ServeOptions(port=0, token=TOKEN, audit_log=str(log))
+    offered = [f"9.{n}.0" for n in range(5000)] + ["0.5.0"]
+    async with running_server(options) as server, peer(server.url) as p:
+        params = {"channel": ROOT, "clientId": "c1", "protocolVersions": offered}
+        assert (await p.result("initialize", params))["protocolVersion"] == "0.5.0"
+        audit = server.state.audit
+        assert audit is not None
+        await drained(audit.sink)
+    [line] = [x for x in read_lines([log]) if x["event"] == "initialize"]
+    assert line["offered"] == offered[:MAX_AUDIT_ITEMS]
+    assert len(log.read_bytes()) < 2 * MAX_AUDIT_TEXT
+    # Any field: strings cut, lists and objects shortened, depth bounded.
+    audit = AuditLog(tmp_path / "unit.log")
+    deep: Any = "leaf"
+    for _ in range(10):
+        deep = {"k": [deep]}
+    audit.event("x", text="y" * (MAX_AUDIT_TEXT + 10), many=list(range(1000)), deep=deep)
+    [queued] = list(audit.sink._items)
+    value = orjson.loads(queued)
+    assert value["text"] == "y" * MAX_AUDIT_TEXT + "…"
+    assert value["many"] == list(range(MAX_AUDIT_ITEMS))
+    assert len(queued) < 2 * MAX_AUDIT_TEXT
+
+
+async def test_serve_refuses_unusable_log_options_in_one_line(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    cases = {
+        "audit": (["--audit-log", str(blocker / "audit.log")], 1, "cannot create the audit log"),
+        "wire": (["--wire-log", str(blocker / "wire")], 1, "cannot create the wire log"),
+        "record": (["--record", str(blocker / "casts")], 1, "cannot create the recordings"),
+        "bound": (["--record-max-bytes", "10"], 2, "size bound must be at least 1024"),
+    }
+    done: dict[str, subprocess.CompletedProcess[bytes]] = {}
+
+    async def serve(name: str, args: list[str]) -> None:
+        with trio.fail_after(TIMEOUT):
+            done[name] = await trio.run_process(
+                [sys.executable, "-m", "ahp", "serve", "--port", "0", *args],
+                capture_stdout=True,
+                capture_stderr=True,
+                check=False,
+                env=env,
+            )
+
+    async with trio.open_nursery() as nursery:
+        for name, (args, _, _) in cases.items():
+            nursery.start_soon(serve, name, args)
+    for name, (_, code, message) in cases.items():
+        result = done[name]
+        lines = result.stderr.decode().strip().splitlines()
+        assert result.returncode == code, (name, result)
+        assert message in lines[-1] and lines[-1].startswith("ahp serve: "), (name, lines)
+        assert "Traceback" not in result.stderr.decode(), name
+        assert result.stdout == b"", name  # no URL printed: it never served

@@ -328,6 +328,15 @@ async def test_run_exits_with_the_shell_s_exit_code() -> None:
     assert (result["status"], result["exit_code"]) == ("shell_exited", 7)
 
 
+async def test_run_returns_when_a_password_prompt_waits() -> None:
+    """Issue 20, defect 2: a getpass prompt (it reads /dev/tty) made ``run`` without a
+    timeout hang for good; it now returns, saying the command waits for input."""
+    async with served() as server:
+        done = await cli("run", server.url, "--", "python3 -c 'import getpass; getpass.getpass()'")
+    assert done.returncode == 125 and done.stdout == "Password:\n"
+    assert one_line_error(done) == "ahp run: the command is waiting for input"
+
+
 async def test_run_in_a_busy_terminal_is_refused() -> None:
     """Issue 20, defect 3: a command typed into a terminal whose command waits at a
     prompt was read by that command as its answer. Now nothing is typed."""
@@ -339,8 +348,8 @@ async def test_run_in_a_busy_terminal_is_refused() -> None:
         done = await cli("run", server.url, "--terminal", "busy", "--", "echo second")
         line = one_line_error(done)
         assert done.returncode == 125 and done.stdout == ""
-        assert line.startswith("ahp run: refused: not typed: the terminal is busy: ")
-        assert "read -p" in line and "waits for input" in line
+        assert line.startswith("ahp run: refused: not typed: the terminal is busy with ")
+        assert "read -p" in line and "waiting for input" in line
         with trio.fail_after(TIMEOUT):
             await first.handle.send_input("agent\r")
             answered = await first.handle.wait()

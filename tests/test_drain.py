@@ -11,6 +11,7 @@ file) are tested without a server.
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -26,9 +27,11 @@ import trio
 from hypothesis import given
 from hypothesis import strategies as st
 
+from ahp.engine import Outbox, open_host
 from ahp.protocol.state import ClientClaim, CommandPart, TerminalState, UnclassifiedPart
 from ahp.server.app import MAX_TOKEN_FILE, TokenFileError, read_token_file
-from ahp.server.drain import command_in_progress, drain
+from ahp.server.drain import GOING_AWAY, GOODBYE_TIMEOUT, command_in_progress, drain
+from ahp.server.session import ServerState, Session
 from ahp.ws import ConnectionClosed
 from tests.helpers import TIMEOUT, kill_and_reap, stat_fields
 from tests.wire import Peer, peer, running_server
@@ -381,3 +384,26 @@ async def test_after_the_goodbye_a_new_connection_is_closed_at_once() -> None:
         async with peer(served.url) as after:
             code, seen = await closed_code(after)
         assert code == 1001 and seen == []
+
+
+async def test_the_goodbye_is_bounded_and_the_drain_can_be_cancelled(
+    autojump_clock: trio.abc.Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A connection that never leaves (its session has no transport draining it): the
+    # goodbye gives up after GOODBYE_TIMEOUT. Trio primitives only, so the clock jumps.
+    caplog.set_level(logging.INFO, logger="ahp.server")
+    async with open_host() as host:
+        state = ServerState(host=host)
+        stuck = Session(state, Outbox(max_bytes=1024))
+        state.sessions.add(stuck)
+        started = trio.current_time()
+        assert await drain(state, timeout=5.0) == []
+        assert trio.current_time() - started == pytest.approx(GOODBYE_TIMEOUT)
+        assert stuck.close_request == GOING_AWAY and stuck.outbox.closed
+        assert "did not finish the goodbye" in caplog.text
+        # Cancelled in the goodbye's wait: it ends there, the state says draining.
+        again = ServerState(host=host)
+        again.sessions.add(Session(again, Outbox(max_bytes=1024)))
+        with trio.move_on_after(0.5) as scope:
+            await drain(again, timeout=5.0)
+        assert scope.cancelled_caught and again.draining and again.going_away == GOING_AWAY

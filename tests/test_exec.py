@@ -10,7 +10,9 @@ Test rules:
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -20,13 +22,18 @@ import trio
 
 import ahp
 from ahp.agent.budget import omission_marker
-from ahp.agent.exec import EXEC_TERMINALS_KEPT
-from ahp.client import connect
+from ahp.agent.exec import EXEC_TERMINALS_KEPT, exec_remote, find_exec, start_exec
+from ahp.client import RpcError, connect
+from ahp.client.commands.exec import exec_status
 from ahp.engine import Host
+from ahp.protocol import processes as xp
+from ahp.protocol.jsonrpc import ErrorCode
+from ahp.protocol.processes import MAX_EXEC_CHARS
 from ahp.protocol.state import ROOT_URI
 from ahp.pty import SpawnError, SpawnSpec, spawn
-from tests.helpers import TIMEOUT, open_fds, stat_fields, zombies
-from tests.wire import running_server
+from ahp.server import ServeOptions, serve_host
+from tests.helpers import TIMEOUT, open_fds, stat_fields, wait_for_text, zombies
+from tests.wire import TOKEN, running_server
 
 
 @pytest.fixture
@@ -217,3 +224,238 @@ async def test_an_ahp_client_watches_the_exec_terminal(tmp_path: Path) -> None:
         final = client.terminal_state(uri)
     assert "hello" in final.text() and "bye" in final.text()
     assert results[0].exit_code == 4 and results[0].stderr == "bye\n"
+
+
+async def test_cwd_and_env_reach_the_command(host: Host, tmp_path: Path) -> None:
+    with trio.fail_after(TIMEOUT):
+        result = await host.exec(
+            "pwd; echo $AHP_EXEC_VALUE", cwd=str(tmp_path), env={"AHP_EXEC_VALUE": "forty-two"}
+        )
+    assert result.output == f"{tmp_path}\nforty-two\n"
+
+
+async def test_a_process_left_running_is_reported_not_killed(host: Host, tmp_path: Path) -> None:
+    pid_file = tmp_path / "pid"
+    with trio.fail_after(TIMEOUT):
+        result = await host.exec(f"sleep 60 > /dev/null 2>&1 & echo $! > {pid_file}")
+    pid = int(pid_file.read_text())
+    try:
+        assert result.status == "finished" and result.exit_code == 0
+        assert [(b.pid, b.command_line) for b in result.background] == [(pid, "sleep 60")]
+        assert alive(pid)
+    finally:
+        os.kill(pid, 9)
+
+
+async def test_closing_stdout_early_still_waits_for_the_exit(host: Host) -> None:
+    with trio.fail_after(TIMEOUT):
+        result = await host.exec("echo first; exec >&- 2>&-; sleep 0.3; exit 5")
+    assert result.exit_code == 5 and result.output == "first\n"
+    assert result.duration_ms >= 300
+
+
+async def test_disposing_the_exec_terminal_ends_the_exec(host: Host) -> None:
+    with trio.fail_after(TIMEOUT):
+        started = await start_exec(host, "echo up; exec sleep 300")
+        assert find_exec(host, started.uri) is started
+        await wait_for_text(started.term, "up")
+        await host.dispose(started.uri)
+        await started.done.wait()
+    result = started.result
+    assert result is not None and result.status == "killed" and result.exit_code is None
+    assert result.output == "up\n" and find_exec(host, started.uri) is started
+
+
+# -- over AHP: x-ahp-terminals/exec -------------------------------------------------------
+
+
+async def test_a_remote_client_execs_on_the_server(tmp_path: Path) -> None:
+    async with running_server() as server, connect(server.url) as client:
+        with trio.fail_after(TIMEOUT):
+            result = await exec_remote(
+                client, "echo out; echo err >&2; exit 6", cwd=str(tmp_path), tail_bytes=100
+            )
+            argv = await exec_remote(client, ["sh", "-c", "kill -TERM $$"])
+            timed = await exec_remote(client, "echo started; exec sleep 300", timeout=0.5)
+    assert (result.status, result.exit_code) == ("finished", 6)
+    assert (result.output, result.stderr) == ("out\n", "err\n")
+    assert result.command_id.startswith("ahp-terminal:/exec-")
+    assert (argv.status, argv.signal) == ("killed", "SIGTERM")
+    assert (timed.status, timed.signal, timed.output) == ("timed_out", "SIGKILL", "started\n")
+
+
+async def test_cancelling_a_remote_exec_disposes_it(tmp_path: Path) -> None:
+    pid_file = tmp_path / "pid"
+    async with (
+        ahp.open_host() as host,
+        running_server(host=host) as server,
+        connect(server.url) as client,
+    ):
+        with trio.move_on_after(TIMEOUT) as scope:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(exec_remote, client, f"echo $$ > {pid_file}; exec sleep 300")
+                while True:  # polled: the file is written by the command
+                    if pid_file.exists() and pid_file.read_text().strip():
+                        nursery.cancel_scope.cancel()
+                        break
+                    await trio.sleep(0.02)
+        assert not scope.cancelled_caught
+        assert await gone([int(pid_file.read_text())])
+        assert [t for t in host.list_terminals() if "exec" in t.resource] == []
+
+
+@pytest.mark.parametrize(
+    ("params", "path"),
+    [
+        ({}, "$.params.argv"),
+        ({"argv": ["true"], "command": "true"}, "$.params.argv"),
+        ({"argv": []}, "$.params.argv"),
+        ({"command": ""}, "$.params.command"),
+        ({"command": "x" * (MAX_EXEC_CHARS + 1)}, "$.params.command"),
+        ({"command": "true", "timeout": 0}, "$.params.timeout"),
+        ({"command": "true", "headBytes": -1}, "$.params.headBytes"),
+        ({"command": "true", "channel": "root"}, "$.params.channel"),
+        ({"command": "true", "cwd": "/no/such/dir"}, "$.params"),
+        ({"argv": ["no-such-program-ahp"]}, "$.params"),
+    ],
+)
+async def test_bad_exec_requests_are_refused(params: dict[str, object], path: str) -> None:
+    async with (
+        ahp.open_host() as host,
+        running_server(host=host) as server,
+        connect(server.url) as client,
+    ):
+        with pytest.raises(RpcError) as refused:
+            await client.request(xp.EXEC, params)
+        assert refused.value.code == ErrorCode.INVALID_PARAMS
+        assert refused.value.data == {"path": path}
+        assert host.list_terminals() == ()
+        with pytest.raises(RpcError, match="no exec"):
+            await client.request(xp.EXEC_RESULT, {"channel": "ahp-terminal:/nope"})
+
+
+async def test_an_exec_counts_against_the_terminal_limit() -> None:
+    options = ServeOptions(port=0, token=TOKEN, max_terminals=1)
+    async with running_server(options) as server, connect(server.url) as client:
+        with trio.fail_after(TIMEOUT):
+            await client.create_terminal("ahp-terminal:/only")
+            with pytest.raises(RpcError, match="terminal limit reached") as refused:
+                await exec_remote(client, ["true"])
+    assert refused.value.code == -32000
+
+
+# -- the CLI: python -m ahp exec URL -- ARGV -----------------------------------------------
+
+
+REPO = str(Path(__file__).resolve().parents[1])
+#: A CLI process starts an interpreter and connects: seconds on a loaded 2-core machine.
+CLI_TIMEOUT = 120
+
+
+async def ahp_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """``python -m ahp ARGS`` with stdin from /dev/null; stdout and stderr as text."""
+    env = {k: v for k, v in os.environ.items() if k != "AHP_TOKEN"}
+    env["PYTHONPATH"] = REPO
+    with trio.fail_after(CLI_TIMEOUT):
+        done = await trio.run_process(
+            [sys.executable, "-m", "ahp", *args],
+            stdin=subprocess.DEVNULL,
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+            env=env,
+        )
+    return subprocess.CompletedProcess(
+        done.args, done.returncode, done.stdout.decode(), done.stderr.decode()
+    )
+
+
+async def test_the_cli_prints_both_streams_and_exits_with_the_code() -> None:
+    async with running_server() as server:
+        both = await ahp_cli("exec", server.url, "--", "sh", "-c", "echo out; echo err >&2; exit 3")
+        timed = await ahp_cli("exec", server.url, "--timeout", "0.5", "--json", "--", "sleep 30")
+        missing = await ahp_cli("exec", server.url, "--", "no-such-program-ahp", "x")
+    assert (both.returncode, both.stdout, both.stderr) == (3, "out\n", "err\n")
+    assert timed.returncode == 124 and "timed out after 0.5 s" in timed.stderr
+    data = json.loads(timed.stdout)
+    assert (data["status"], data["signal"], data["stderr"]) == ("timed_out", "SIGKILL", "")
+    assert missing.returncode == 125 and "not found on PATH" in missing.stderr
+    assert len(missing.stderr.strip().splitlines()) == 1
+
+
+def test_the_cli_exit_status() -> None:
+    assert exec_status(3, None, False) == 3 and exec_status(256 + 7, None, False) == 7
+    assert exec_status(None, "SIGTERM", False) == 143 and exec_status(None, "SIGKILL", True) == 124
+    assert exec_status(None, "SIG40", False) == 125  # no number known for it: a failure
+
+
+async def test_a_signal_to_the_cli_kills_the_command(tmp_path: Path) -> None:
+    pid_file = tmp_path / "pid"
+    env = {k: v for k, v in os.environ.items() if k != "AHP_TOKEN"}
+    env["PYTHONPATH"] = REPO
+    async with running_server() as server:
+        argv = [sys.executable, "-m", "ahp", "exec", server.url, "--"]
+        argv.append(f"echo $$ > {pid_file}; exec sleep 300")
+        proc = await trio.lowlevel.open_process(
+            argv, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env
+        )
+        try:
+            with trio.fail_after(CLI_TIMEOUT):
+                while True:  # polled: the file is written by the command
+                    if pid_file.exists() and pid_file.read_text().strip():
+                        break
+                    await trio.sleep(0.02)
+                proc.send_signal(15)
+                code = await proc.wait()
+        finally:
+            with trio.CancelScope(shield=True):
+                if proc.returncode is None:
+                    proc.kill()
+                    await proc.wait()
+        assert proc.stderr is not None
+        stderr = (await proc.stderr.receive_some(4096)).decode()
+        await proc.stderr.aclose()
+        assert code == 128 + 15 and "SIGTERM: the command was killed" in stderr
+        assert await gone([int(pid_file.read_text())])
+
+
+# -- MCP: run_command with pty false --------------------------------------------------------
+
+
+async def test_mcp_run_command_without_a_pty(tmp_path: Path) -> None:
+    from tests.test_mcp import _text, mcp_session
+
+    async with mcp_session(tmp_path) as session:
+        answer = await session.call_tool(
+            "run_command",
+            {"command": "echo out; echo err >&2; cat; exit 4", "pty": False, "cwd": str(tmp_path)},
+        )
+        killed = await session.call_tool("run_command", {"command": "kill -TERM $$", "pty": False})
+        timed = await session.call_tool(
+            "run_command", {"command": "sleep 30", "pty": False, "timeout": 0.5}
+        )
+        relative = await session.call_tool(
+            "run_command", {"command": "true", "pty": False, "cwd": "sub"}
+        )
+        listed = await session.call_tool("list_terminals", {})
+    text = _text(answer)
+    assert not answer.is_error and "no terminal (pty false)" in text
+    assert "\nout\n── stderr:\nerr\n── exit code 4 · " in text
+    assert "KILLED by SIGTERM" in _text(killed)
+    assert "TIMED OUT after" in _text(timed) and "SIGKILL" in _text(timed)
+    assert relative.is_error and "cwd must be an absolute path" in _text(relative)
+    assert "exec-" in _text(listed)  # the finished exec terminals are listed
+
+
+async def test_mcp_run_command_without_a_pty_over_connect(tmp_path: Path) -> None:
+    from tests.test_mcp import _text, mcp_session
+
+    sock = tmp_path / "side.sock"
+    async with ahp.open_host() as host, trio.open_nursery() as nursery:
+        sidecar = await nursery.start(serve_host, host, ServeOptions(unix=str(sock), token="t-1"))
+        async with mcp_session(tmp_path, "--connect", sidecar.url) as session:
+            answer = await session.call_tool(
+                "run_command", {"command": "echo on-$((6*7)); echo e >&2", "pty": False}
+            )
+        nursery.cancel_scope.cancel()
+    assert "\non-42\n── stderr:\ne\n── exit code 0 · " in _text(answer)

@@ -10,12 +10,14 @@ servers on loopback, real ptys; figures are in ``benchmarks/bench_edges.py``.
 
 from __future__ import annotations
 
+import gc
 import itertools
 import os
 import signal
 import subprocess
 import sys
 import time
+import weakref
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -31,7 +33,7 @@ from ahp.engine import open_host
 from ahp.engine.envelopes import Published, ReplayLog
 from ahp.engine.host import CATALOGUE_INTERVAL
 from ahp.engine.memory import TRIM_INTERVAL, Trimmer
-from ahp.engine.outbox import Outbox
+from ahp.engine.outbox import Outbox, ResponsePool
 from ahp.protocol.actions import (
     ActionEnvelope,
     ActionOrigin,
@@ -51,7 +53,7 @@ from ahp.reducers.core import (
 )
 from ahp.server.session import ServerState
 from ahp.server.websocket import ServerConfig, open_listeners, serve_connections
-from ahp.server.wsconn import MAX_FRAGMENTS
+from ahp.server.wsconn import MAX_FRAGMENTS, InboundBudget
 from ahp.vt.parser import compact
 from tests.helpers import TIMEOUT, kill_and_reap, wait_for_text
 from tests.test_faults import eventually
@@ -271,11 +273,11 @@ def _ping(pad: int) -> bytes:
 
 
 @asynccontextmanager
-async def _server(**config: Any) -> AsyncIterator[str]:
+async def _server(state: ServerState | None = None, **config: Any) -> AsyncIterator[str]:
     async with open_host() as host, trio.open_nursery() as nursery:
         listeners = await open_listeners(host="127.0.0.1", port=0, unix=None)
         port = listeners[0].socket.getsockname()[1]
-        state = ServerState(host=host)
+        state = state or ServerState(host=host)
         await nursery.start(
             serve_connections, state, ServerConfig(token=TOKEN, **config), listeners
         )
@@ -327,13 +329,19 @@ async def test_a_message_left_unfinished_past_the_deadline_closes_the_connection
 
 
 async def test_unfinished_messages_of_every_connection_share_one_budget() -> None:
-    budget = 1024 * 1024
     frame = _frame(_ping(700 * 1024))
-    async with _server(inbound_budget=budget) as url:
+    async with open_host() as host:
+        state = ServerState(host=host, inbound=InboundBudget(1024 * 1024))
+        await _share_one_budget(state, frame)
+
+
+async def _share_one_budget(state: ServerState, frame: bytes) -> None:
+    async with _server(state) as url:
         async with open_raw_websocket(url) as a, open_raw_websocket(url) as b:
             await _initialized(a, "a")
             await _initialized(b, "b")
             await a._stream.send_all(bytes(frame[: len(frame) // 2 + 100_000]))  # a holds 450 KB
+            await eventually(lambda: state.inbound.held > 400_000)
             await b._stream.send_all(bytes(frame))  # b needs 700 KB more: past the budget
             answer = await _answer(b)
             assert isinstance(answer, Closed) and answer.code == 1013, answer
@@ -344,6 +352,54 @@ async def test_unfinished_messages_of_every_connection_share_one_budget() -> Non
             await _initialized(c, "c")
             await c._stream.send_all(bytes(frame))
             assert isinstance(await _answer(c), dict)
+
+
+async def test_answers_of_every_connection_share_one_pool() -> None:
+    """Silent clients each ask for a snapshot of about 3 MB; the server's pool of
+    answers holds 4 MB: past it requests wait, the silent holders are closed after
+    their grace and give their share back, and a reading client gets its answer."""
+    limit = 4 * 1024 * 1024
+    script = "head -c 2400000 /dev/zero | base64 -w0; echo; echo END; cat"
+    async with open_host() as host, trio.open_nursery() as nursery:
+        terminal = await host.create_terminal(argv=["sh", "-c", script])
+        await wait_for_text(terminal, "END")
+        listeners = await open_listeners(host="127.0.0.1", port=0, unix=None)
+        port = listeners[0].socket.getsockname()[1]
+        state = ServerState(host=host, responses=ResponsePool(limit))
+        config = ServerConfig(token=TOKEN, stall_grace=0.5)
+        await nursery.start(serve_connections, state, config, listeners)
+        url = f"ws://127.0.0.1:{port}/?tkn={TOKEN}"
+        subscribe = {"jsonrpc": "2.0", "id": 7, "method": "subscribe"}
+        subscribe["params"] = {"channel": terminal.uri}
+        peak = 0
+
+        async def watch() -> None:
+            nonlocal peak
+            while True:
+                peak = max(peak, state.responses.held)
+                await trio.sleep(0.005)
+
+        async def silent(i: int) -> None:
+            async with open_raw_websocket(url) as ws:
+                await _initialized(ws, f"s{i}")
+                await ws.send_message(orjson.dumps(subscribe).decode())
+                await trio.sleep_forever()  # (reads nothing more)
+
+        async with trio.open_nursery() as clients:
+            clients.start_soon(watch)
+            for i in range(6):
+                clients.start_soon(silent, i)
+            await eventually(lambda: state.responses.held > limit)
+            async with open_raw_websocket(url) as reader:
+                await _initialized(reader, "reader")
+                await reader.send_message(orjson.dumps(subscribe).decode())
+                answer = await _answer(reader)
+                assert isinstance(answer, dict) and "snapshot" in answer["result"]
+            clients.cancel_scope.cancel()
+        # At most one answer beyond the limit was built (each waits for room first).
+        assert limit < peak <= limit + 4 * 1024 * 1024, peak
+        await eventually(lambda: state.responses.held == 0)
+        nursery.cancel_scope.cancel()
 
 
 # -- item 4: memory comes back (RSS of a server subprocess) ----------------------------------------
@@ -411,7 +467,7 @@ async def test_memory_of_disposed_terminals_comes_back() -> None:
             await p.dispatch(uri, {"type": "terminal/input", "data": command})
             await p.text_until(uri, "DONE")
         grown = _rss_kb(pid)
-        assert grown > start + 2 * SLACK_KB, (start, grown)  # (they did hold something)
+        assert grown > start + SLACK_KB, (start, grown)  # (they did hold something)
         for uri in uris:
             await p.result("disposeTerminal", {"channel": uri})
         after = await _settled_rss(pid, start + SLACK_KB)
@@ -449,6 +505,24 @@ async def test_memory_of_closed_connections_comes_back() -> None:
         assert after <= start + SLACK_KB, (start, grown, after)
 
 
+async def test_a_disposed_terminal_is_freed_without_the_garbage_collector() -> None:
+    """Regression: its jobs held a bound method of it (a cycle), so each disposed
+    terminal's scrollback stayed until the collector's next full pass."""
+    gc.collect()
+    gc.disable()
+    try:
+        async with open_host() as host:
+            terminal = await host.create_terminal(argv=["sh", "-c", "echo hello; cat"])
+            await wait_for_text(terminal, "hello")
+            ref = weakref.ref(terminal)
+            await host.dispose(terminal.uri)
+            del terminal
+            await trio.lowlevel.checkpoint()
+            assert ref() is None
+    finally:
+        gc.enable()
+
+
 def test_the_replay_log_forgets_a_disposed_channel() -> None:
     log = ReplayLog(max_envelopes=100, max_bytes=10**6)
     for seq in range(1, 11):
@@ -483,6 +557,42 @@ async def test_trims_are_merged_and_rate_limited() -> None:
         nursery.cancel_scope.cancel()
     assert trimmer.trims == 2
     assert calls[1] - calls[0] >= TRIM_INTERVAL * 0.99
+
+
+# -- item 6: a thousand processes cost the loop nothing ------------------------------------------
+
+
+async def test_proc_scans_run_off_the_event_loop() -> None:
+    """``ttyStatus``, ``jobs`` and signals scan ``/proc`` in a worker thread: other
+    tasks keep running while a terminal with 300 processes is scanned (before, the
+    scan was one step of the loop: 2000 processes held it for 645 ms)."""
+    script = "set -m; for i in $(seq 300); do sleep 60 & done; echo STARTED; wait"
+    async with open_host() as host:
+        terminal = await host.create_terminal(argv=["sh", "-c", script])
+        await wait_for_text(terminal, "STARTED")
+        jobs = terminal.jobs
+        assert jobs is not None
+        ticks = 0
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while True:
+                await trio.lowlevel.checkpoint()
+                ticks += 1
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(ticker)
+            await trio.lowlevel.checkpoint()
+            for scan in (jobs.scan_tty_status, jobs.scan_since):
+                before = ticks
+                found = await scan()
+                assert found, scan
+                assert ticks > before, scan  # the loop ran meanwhile
+            before = ticks
+            groups, _ = await jobs.send_signal(signal.SIGTERM, None)
+            assert ticks > before and groups
+            nursery.cancel_scope.cancel()
+        await host.dispose(terminal.uri)  # (its 300 leftovers are killed in a thread)
 
 
 # -- item 3: children at a lower priority -------------------------------------------------------

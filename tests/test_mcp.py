@@ -245,6 +245,8 @@ class _Result:
     shell_exited: bool = False
     background: tuple[_Bg, ...] = ()
     command_id: str = "c1"
+    note: str = ""
+    holder: Any = None
 
 
 def test_results_state_outcomes_plainly() -> None:
@@ -283,11 +285,46 @@ def test_results_state_outcomes_plainly() -> None:
         ("shell_exited", "EXITED"),
     ):
         assert word in render.format_result(_Result(status=status), "b")
+    text = render.format_result(_Result(status="lost", note="the connection is gone"), "b")
+    assert "LOST after 1.5 s: the connection is gone; it may still run in terminal 'b'" in text
+    text = render.format_result(_Result(status="lost"), "b")
+    assert "LOST after 1.5 s: the command can no longer be followed" in text
     data = render.result_data(_Result(background=(_Bg(42, "x"),)), "main", "make all")
     assert data["command"] == "make all" and data["background"] == [
         {"pid": 42, "command_line": "x"}
     ]
     assert set(data) <= set(tools.COMMAND_RESULT_SCHEMA["properties"])
+
+
+@attrs.frozen
+class _Evidence:
+    echo: bool = True
+    source: str = "procfs"
+    programs: tuple[str, ...] = ()
+    full_screen: bool = False
+
+
+def test_waiting_says_who_waits_and_for_what() -> None:
+    waiting = _Result(status="waiting_for_input", exit_code=None, waiting_for_input=True)
+    cases = {
+        None: "the command is blocked reading the terminal (the prompt is above)",
+        _Evidence(programs=("/usr/bin/python3 x.py",)): "python3 reads from the terminal",
+        _Evidence(echo=False, programs=("sudo ls",)): "sudo reads the terminal with echo off",
+        # A line editor turns echo off too, and polls: not a password.
+        _Evidence(echo=False, source="poll", programs=("node",)): "node reads from the terminal",
+        _Evidence(full_screen=True, programs=("vim",)): "vim waits for keys on a full-screen",
+    }
+    for evidence, words in cases.items():
+        text = render.format_result(waiting, "main", evidence=evidence)
+        assert f"WAITING FOR INPUT after 1.5 s: {words}" in text, text
+    brief = render.format_result(waiting, "main", first=False, evidence=_Evidence(echo=False))
+    assert brief.endswith(
+        "WAITING FOR INPUT (echo off) after 1.5 s: answer with send_input, or interrupt"
+    )
+    brief = render.format_result(
+        waiting, "main", first=False, evidence=_Evidence(echo=False, source="poll")
+    )
+    assert brief.endswith("WAITING FOR INPUT after 1.5 s: answer with send_input, or interrupt")
 
 
 def test_follow_up_answers_are_short() -> None:
@@ -577,6 +614,7 @@ _STATUS_WORDS = (
     ("INTERRUPTED", "interrupted"),
     ("KILLED", "killed"),
     ("the terminal's shell EXITED", "shell_exited"),
+    ("LOST", "lost"),
 )
 
 

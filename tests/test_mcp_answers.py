@@ -148,3 +148,45 @@ async def test_a_remote_terminals_follow_ups_are_new_only_too(tmp_path: Path) ->
             assert "hello Ada" in facts(done)["output"]
             assert "first-part" not in facts(done)["output"]
         nursery.cancel_scope.cancel()
+
+
+async def test_a_password_prompt_is_said_to_read_with_echo_off(tmp_path: Path) -> None:
+    """getpass reads /dev/tty with echo off: the answer says so, and the answer goes in."""
+    program = 'python3 -c \'import getpass; print("got", getpass.getpass("pass: "))\''
+    async with mcp_session(tmp_path) as session:
+        started = await _call(session, "run_command", command=program, yield_after=TIMEOUT)
+        data = facts(started)
+        assert data["status"] == "waiting_for_input", _text(started)
+        assert "reads the terminal with echo off" in _text(started)
+        done = await _answer(session, data["command_id"], "s3cret")
+        assert facts(done)["status"] == "finished", _text(done)
+        assert "got s3cret" in facts(done)["output"]
+
+
+async def test_a_refusal_by_the_run_layer_is_a_tool_error(tmp_path: Path) -> None:
+    """If another client's command slips in between the toolbox's look and ``run()``,
+    the run layer refuses to type; the model is told who holds the terminal."""
+    import trio
+
+    from ahp.engine import open_host
+    from ahp.mcp.backend import HostBackend
+    from ahp.mcp.toolbox import Toolbox, _foreign_busy
+    from tests.helpers import wait_for_state
+
+    class Blind(Toolbox):
+        def _busy(self, uri: str) -> bool:  # the look that a race would defeat
+            return False
+
+    async with open_host(shell="/bin/bash") as host:
+        box = Blind(HostBackend(host), default_cwd=str(tmp_path))
+        with trio.fail_after(TIMEOUT):
+            assert not (await box.call("run_command", {"command": "true"})).is_error
+            terminal = host.terminals["ahp-terminal:/main"]
+            await terminal.send_input("read -p 'theirs? ' x\r")  # typed by someone else
+            await wait_for_state(
+                terminal, lambda _: _foreign_busy(box.backend, "ahp-terminal:/main")
+            )
+            refused = await box.call("run_command", {"command": "echo mine"})
+        assert refused.is_error, refused.text
+        assert "is busy: `read -p 'theirs? ' x` holds it" in refused.text
+        assert "mine" not in terminal.state.text()

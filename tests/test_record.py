@@ -5,28 +5,36 @@ real server and client; ``ahp-terminals play`` in a subprocess."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import trio
 
 import ahp
+from ahp.protocol.actions import (
+    ActionEnvelope,
+    TerminalCommandExecuted,
+    TerminalCommandFinished,
+)
 from ahp.record import RecordOptions, record_host, record_terminal
 from ahp.record.asciicast import (
     SKIPPED_MARKER,
     Event,
     Header,
     decode,
+    decode_event,
     encode_event,
     encode_header,
     parse_command_marker,
     size_bound_marker,
 )
-from ahp.record.recorder import STOPPED_MARKER
+from ahp.record.recorder import DISPOSED_MARKER, MAX_OPEN_COMMANDS, STOPPED_MARKER, Recorder
 from ahp.server import ServeOptions
 from tests.helpers import TIMEOUT, open_fds, wait_for_text
 from tests.wire import TOKEN, peer, running_server
@@ -112,29 +120,32 @@ async def test_input_is_recorded_only_when_asked_and_late_start_keeps_the_screen
     _, events = read_cast(path)
     assert events[0].code == "o" and "before-recording" in events[0].data
     assert output_of(events) == expected
+    assert events[-1] == Event(events[-1].interval, "m", DISPOSED_MARKER)
     assert [e.data for e in events if e.code == "i"] == ["echo typed-123\n"]
 
 
 async def test_a_stalled_disk_neither_stalls_the_pty_nor_grows_memory(tmp_path: Path) -> None:
     """A FIFO that is open for reading but never read: the recorder's writes block at
-    once (the pipe holds 64 KiB). The terminal prints 4 MB meanwhile and finishes; the
+    once (the pipe holds 64 KiB). The terminal prints 8 MB meanwhile and finishes; the
     recorder holds at most its bounds; once the FIFO is read again the recording goes
     on, saying output was skipped."""
     fifo = tmp_path / "stalled.cast"
     os.mkfifo(fifo)
     reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # a reader that never reads
-    options = RecordOptions(buffer_bytes=64 * 1024, outbox_bytes=256 * 1024)
+    # (The outbox must hold the largest envelope of output, a parse batch of up to about
+    # a megabyte, or every such envelope alone would overflow it.)
+    options = RecordOptions(buffer_bytes=64 * 1024, outbox_bytes=2 * 1024 * 1024)
     received = bytearray()
     async with ahp.open_host(shell="/bin/bash") as host, trio.open_nursery() as nursery:
         term = await host.create_terminal()
         recorder = await nursery.start(record_terminal, term, fifo, options)
         result = await term.run(
-            "head -c 4000000 /dev/zero | tr '\\0' a; echo; echo done-$((6*7))", timeout=TIMEOUT * 3
+            "head -c 8000000 /dev/zero | tr '\\0' a; echo; echo done-$((6*7))", timeout=TIMEOUT * 3
         )
         assert result.exit_code == 0 and "done-42" in result.output
         # The recorder fell behind and was never waited for: bounded memory.
         assert recorder.written_bytes <= 128 * 1024  # the pipe took what it holds, no more
-        one_line = 6 * 96 * 1024  # one output event (a parse batch, JSON-escaped)
+        one_line = 2 * 1024 * 1024  # one output event (a parse batch, 'a's: no escaping)
         assert recorder.peak_buffered <= options.buffer_bytes + one_line
         assert recorder.subscription.outbox.max_bytes == options.outbox_bytes
         assert recorder.subscription.outbox.overflowed  # it fell behind: a resync follows
@@ -197,7 +208,7 @@ async def test_serve_record_writes_one_file_per_terminal_and_play_replays_it(
     options = ServeOptions(port=0, token=TOKEN, record_dir=str(tmp_path / "casts"))
     async with running_server(options, shell="/bin/bash") as server, peer(server.url) as p:
         await p.initialize("c1")
-        for uri in ("ahp-terminal:/build", "ahp-terminal:/a b/../c"):
+        for uri in ("ahp-terminal:/build", "ahp-terminal:/a b/../c", "ahp-terminal:/a-b-..-c"):
             params = {"channel": uri, "claim": {"kind": "client", "clientId": "c1"}}
             assert await p.result("createTerminal", params) is None
         host = server.state.host
@@ -208,7 +219,7 @@ async def test_serve_record_writes_one_file_per_terminal_and_play_replays_it(
         expected = build.state.text()
         assert await p.result("disposeTerminal", {"channel": "ahp-terminal:/build"}) is None
         files = sorted(os.listdir(tmp_path / "casts"))
-        assert len(files) == 2
+        assert len(files) == 3  # (the last two sanitise alike: "-2" for the second)
         assert all(re.fullmatch(r"\d{8}T\d{6}Z-[A-Za-z0-9._-]+\.cast", f) for f in files)
         with trio.fail_after(TIMEOUT):
             await recorder.done.wait()  # it ends with its terminal's channel
@@ -240,9 +251,19 @@ async def test_play_cli_speed_idle_limit_and_errors(tmp_path: Path) -> None:
     path.write_bytes(b"".join(lines))
     env = {**os.environ, "PYTHONPATH": str(REPO)}
 
-    async def play(*args: str) -> subprocess.CompletedProcess[bytes]:
+    bad = tmp_path / "bad.cast"
+    bad.write_bytes(lines[0] + lines[1] + b"[1, 2]\n")
+    runs = {
+        "capped": (str(path), "--speed", "10", "--idle-time-limit", "0.5"),
+        "bad line": (str(bad), "--speed", "1000"),
+        "missing": (str(tmp_path / "missing.cast"),),
+        "bad speed": (str(path), "--speed", "0"),
+    }
+    done: dict[str, subprocess.CompletedProcess[bytes]] = {}
+
+    async def play(name: str, args: tuple[str, ...]) -> None:
         with trio.fail_after(TIMEOUT):
-            return await trio.run_process(
+            done[name] = await trio.run_process(
                 [sys.executable, "-m", "ahp", "play", *args],
                 capture_stdout=True,
                 capture_stderr=True,
@@ -250,14 +271,46 @@ async def test_play_cli_speed_idle_limit_and_errors(tmp_path: Path) -> None:
                 env=env,
             )
 
-    done = await play(str(path), "--speed", "10", "--idle-time-limit", "0.5")
-    assert (done.returncode, done.stdout) == (0, b"one two\r\n")
-    bad = tmp_path / "bad.cast"
-    bad.write_bytes(lines[0] + lines[1] + b"[1, 2]\n")
-    done = await play(str(bad), "--speed", "1000")
-    assert done.returncode == 1 and done.stdout == b"one "
-    assert done.stderr.decode().strip().endswith("line 3: an event is a 3-element array")
-    done = await play(str(tmp_path / "missing.cast"))
-    assert done.returncode == 1 and b"cannot read" in done.stderr
-    done = await play(str(path), "--speed", "0")
-    assert done.returncode == 2 and b"--speed" in done.stderr
+    async with trio.open_nursery() as nursery:  # (at once: each is a Python start-up)
+        for name, args in runs.items():
+            nursery.start_soon(play, name, args)
+    assert (done["capped"].returncode, done["capped"].stdout) == (0, b"one two\r\n")
+    bad_line = done["bad line"]
+    assert bad_line.returncode == 1 and bad_line.stdout == b"one "
+    assert bad_line.stderr.decode().strip().endswith("line 3: an event is a 3-element array")
+    assert done["missing"].returncode == 1 and b"cannot read" in done["missing"].stderr
+    assert done["bad speed"].returncode == 2 and b"--speed" in done["bad speed"].stderr
+
+
+async def test_started_commands_remembered_are_bounded(tmp_path: Path) -> None:
+    async with ahp.open_host() as host:
+        term = await host.create_terminal(argv=["cat"])
+        recorder = Recorder(term, tmp_path / "x.cast", RecordOptions())
+        try:
+            seq = itertools.count(1)
+
+            def envelope(action: Any) -> ActionEnvelope:
+                return ActionEnvelope(channel=term.uri, action=action, serverSeq=next(seq))
+
+            total = MAX_OPEN_COMMANDS + 50
+            for n in range(total):  # started, never finished
+                executed = TerminalCommandExecuted(
+                    commandId=f"c{n}", commandLine=f"cmd {n}", timestamp=0
+                )
+                assert recorder._envelope(envelope(executed))
+            assert len(recorder._commands) == MAX_OPEN_COMMANDS  # the bound holds
+            newest, oldest = f"c{total - 1}", "c0"
+            for command_id in (newest, oldest):
+                recorder._envelope(
+                    envelope(TerminalCommandFinished(commandId=command_id, exitCode=0))
+                )
+        finally:
+            await recorder.subscription.aclose()
+    labels = [parse_command_marker(line_data(line)) for line in recorder._buffer]
+    ends = [m for m in labels if m and m[0] == "end"]
+    assert ends == [("end", f"cmd {total - 1}", 0), ("end", "", 0)]  # the oldest forgotten
+
+
+def line_data(line: bytes) -> str:
+    value = decode_event(line)
+    return value.data

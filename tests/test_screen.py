@@ -162,22 +162,45 @@ def test_the_model_follows_a_state_split_anywhere() -> None:
 # -- properties ---------------------------------------------------------------------------
 
 
+#: Recordings with emoji joined by ZWJ, which pyte draws differently depending on where
+#: the output was cut (and wrongly either way: see the test below).
+ZWJ_RECORDINGS = frozenset(n for n in NAMES if "\u200d" in recorded(n))
+
+
 @st.composite
-def splits(draw: st.DrawFn) -> tuple[str, list[str]]:
-    text = recorded(draw(st.sampled_from(NAMES)))
+def splits(draw: st.DrawFn, names: list[str]) -> tuple[str, list[str]]:
+    text = recorded(draw(st.sampled_from(names)))
     cuts = sorted(draw(st.lists(st.integers(0, len(text)), max_size=12)))
     bounds = [0, *cuts, len(text)]
     return text, [text[a:b] for a, b in itertools.pairwise(bounds)]
 
 
-@pytest.mark.parametrize("emulator", EMULATORS)
 @settings(max_examples=25, deadline=None)
-@given(case=splits())
-def test_any_split_of_a_recording_gives_the_same_screen(
-    emulator: str, case: tuple[str, list[str]]
+@given(case=splits(NAMES))
+def test_any_split_of_a_recording_gives_the_same_screen(case: tuple[str, list[str]]) -> None:
+    text, pieces = case
+    assert fed(text, "ghostty", pieces).screen() == fed(text, "ghostty").screen()
+
+
+@settings(max_examples=25, deadline=None)
+@given(case=splits([n for n in NAMES if n not in ZWJ_RECORDINGS]))
+def test_any_split_gives_the_same_screen_with_the_pyte_fallback(
+    case: tuple[str, list[str]],
 ) -> None:
     text, pieces = case
-    assert fed(text, emulator, pieces).screen() == fed(text, emulator).screen()
+    assert fed(text, "pyte", pieces).screen() == fed(text, "pyte").screen()
+
+
+def test_pyte_draws_zwj_sequences_differently_by_where_they_are_cut() -> None:
+    """Why the pyte property leaves out the ZWJ recordings (the fallback's known defect;
+    libghostty-vt has none: the property above covers every recording)."""
+    assert sorted(ZWJ_RECORDINGS) == ["wide"]
+    text = "a 👨\u200d👩\u200d👧 b"
+    whole = fed(text, "pyte").screen()
+    assert whole.lines[0] != "a 👨\u200d👩\u200d👧 b"  # pyte drops the rest of the line
+    assert fed(text, "pyte", [text[:4], text[4:]]).screen() != whole
+    ghostty = fed(text, "ghostty").screen()
+    assert ghostty == fed(text, "ghostty", [text[:4], text[4:]]).screen()
 
 
 #: Characters that make escape sequences, and text around them.

@@ -464,3 +464,76 @@ async def test_chromium_lets_self_cover_the_pages_websocket(
         await page.goto(s.sidecar.page_url)
         await page.wait_for("window.ahpViewer && window.ahpViewer.client.status === 'open'")
         assert await page.evaluate("window.__violations") == []
+
+
+async def test_a_page_that_falls_behind_takes_a_fresh_snapshot(chromium: ChromiumProcess) -> None:
+    async with served() as s, open_browser(chromium) as browser:
+        terminal = await s.host.create_terminal("ahp-terminal:/flood", name="flood")
+        page = await open_page(browser, s.sidecar.page_url)
+        await term_output(terminal, page, "ready")
+        await page.evaluate("window.ahpViewer.setWriteBound(2000)")  # (instead of 8 Mi)
+        await terminal.send_input("seq 1 40000; echo flood-$((3*7))-done\r")
+        await page.wait_for("window.ahpViewer.resyncs >= 1")
+        await page.wait_for(f"{rows_text()}.includes('flood-21-done')")
+        # Whatever it dropped, it ends with the server's state.
+        text = ""
+        with trio.move_on_after(WAIT):
+            while True:
+                text = await page.evaluate("window.ahpViewer.text()")
+                if text == terminal.state.text():
+                    break
+                await trio.sleep(0.05)
+        assert text == terminal.state.text()
+
+
+async def test_screen_reader_mode_puts_the_text_in_an_accessibility_tree(
+    chromium: ChromiumProcess,
+) -> None:
+    async with served() as s, open_browser(chromium) as browser:
+        terminal = await s.host.create_terminal("ahp-terminal:/a11y", name="a11y")
+        page = await open_page(browser, s.sidecar.page_url)
+        await page.evaluate("document.getElementById('screen-reader').click()")
+        await term_output(terminal, page, "read-me-aloud")
+        tree = await page.wait_for(
+            "(() => { const t = document.querySelector('#screen .xterm-accessibility-tree');"
+            " return t && t.innerText.includes('read-me-aloud') && t.innerText; })()"
+        )
+        assert "read-me-aloud" in tree
+        await page.evaluate("document.getElementById('screen-reader').click()")  # (and off)
+
+
+async def test_a_recording_made_by_serve_record_plays_in_the_page(
+    chromium: ChromiumProcess, tmp_path: Path
+) -> None:
+    async with served(record_dir=str(tmp_path)) as s, open_browser(chromium) as browser:
+        terminal = await s.host.create_terminal("ahp-terminal:/rec", name="rec")
+        await terminal.run("echo recorded-$((5*5))", timeout=WAIT)
+        page = await open_page(browser, s.sidecar.page_url)
+        name = await page.wait_for(
+            "(() => { const b = document.querySelector('#recordings button[data-recording]');"
+            " return b && b.dataset.recording; })()"
+        )
+        assert name.endswith("-rec.cast") and (tmp_path / name).exists()
+        await page.evaluate(
+            f"document.querySelector('#recordings button[data-recording=\"{name}\"]').click()"
+        )
+        await page.wait_for("document.getElementById('player').innerText.includes('recorded-25')")
+
+
+async def test_a_disposed_terminal_leaves_the_page(chromium: ChromiumProcess) -> None:
+    async with (
+        served() as s,
+        open_browser(chromium) as browser,
+        connect(s.sidecar.url, client_id="agent") as agent,
+    ):
+        await agent.create_terminal("ahp-terminal:/a", name="a")
+        page = await open_page(browser, s.sidecar.page_url)
+        await page.wait_for("window.ahpViewer.current === 'ahp-terminal:/a'")
+        await agent.create_terminal("ahp-terminal:/b", name="b")
+        await page.wait_for("document.querySelectorAll('#terminals button[data-uri]').length === 2")
+        await agent.dispose_terminal("ahp-terminal:/a")
+        # The page drops it and opens the one left.
+        await page.wait_for("window.ahpViewer.current === 'ahp-terminal:/b'")
+        notice = await page.evaluate("document.getElementById('notice').textContent")
+        assert "disposed" in notice
+        assert await page.evaluate("document.querySelectorAll('#terminals button').length") == 1

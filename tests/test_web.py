@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import os
 import re
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import orjson
@@ -22,12 +25,14 @@ from ahp.server.session import READ_ONLY_META
 from ahp.server.web import (
     MAX_RECORDING_BYTES,
     MAX_RECORDINGS_LISTED,
+    MAX_RECORDINGS_SCANNED,
     STATIC_ROOT,
     content_security_policy,
 )
 from tests.wire import TIMEOUT, TOKEN, peer, running_server, upgrade_status_line
 
 READ = "read-only-test-token"
+REPO = Path(__file__).resolve().parents[1]
 
 
 async def request(
@@ -324,6 +329,23 @@ async def test_recordings_need_the_full_token_in_a_header(tmp_path: Path) -> Non
             assert (await request(port, f"/api/recordings/{bad}", auth))[0] == 404, bad
 
 
+async def test_a_link_or_a_fifo_named_like_a_recording_is_not_served(tmp_path: Path) -> None:
+    secret = tmp_path / "secret.txt"
+    secret.write_text("not for the page")
+    (tmp_path / "rec").mkdir()
+    (tmp_path / "rec" / "link.cast").symlink_to(secret)
+    os.mkfifo(tmp_path / "rec" / "fifo.cast")  # (nobody writes it: a blocking open would hang)
+    async with running_server(options(record_dir=str(tmp_path / "rec"))) as sidecar:
+        port = sidecar.port
+        assert port is not None
+        auth = {"Authorization": f"Bearer {TOKEN}"}
+        for name in ("link.cast", "fifo.cast"):
+            status, _, body = await request(port, f"/api/recordings/{name}", auth)
+            assert status == 404 and b"not for the page" not in body, name
+        listing = orjson.loads((await request(port, "/api/recordings", auth))[2])
+        assert listing["recordings"] == []
+
+
 async def test_recordings_past_their_bounds(tmp_path: Path) -> None:
     big = tmp_path / "big.cast"
     with big.open("wb") as f:
@@ -345,6 +367,16 @@ async def test_recordings_past_their_bounds(tmp_path: Path) -> None:
         assert names[:2] == ["big.cast", "r0999.cast"] and "r0000.cast" not in names
 
 
+async def test_a_listing_scans_a_bounded_number_of_entries(tmp_path: Path) -> None:
+    for i in range(MAX_RECORDINGS_SCANNED + 1):
+        (tmp_path / f"x{i}.txt").touch()  # (not recordings: only the scan counts them)
+    async with running_server(options(record_dir=str(tmp_path))) as sidecar:
+        assert sidecar.port is not None
+        auth = {"Authorization": f"Bearer {TOKEN}"}
+        listing = orjson.loads((await request(sidecar.port, "/api/recordings", auth))[2])
+        assert listing["partial"] is True and listing["recordings"] == []
+
+
 async def test_without_a_record_dir_the_listing_says_recording_is_off() -> None:
     async with running_server(options()) as sidecar:
         assert sidecar.port is not None
@@ -352,3 +384,41 @@ async def test_without_a_record_dir_the_listing_says_recording_is_off() -> None:
         listing = orjson.loads((await request(sidecar.port, "/api/recordings", auth))[2])
         assert listing == {"enabled": False, "recordings": [], "leftOff": 0}
         assert (await request(sidecar.port, "/api/recordings/x.cast", auth))[0] == 404
+
+
+async def test_serve_on_a_terminal_prints_the_three_urls_quoted_for_shells() -> None:
+    """A person's ``serve``: stdout is a terminal, so the page's URLs are printed too, each
+    quoted (a pipe gets the one bare line programs read: tests/test_cli.py)."""
+    master, slave = os.openpty()
+    env = {**os.environ, "PYTHONPATH": str(REPO), "AHP_TOKEN": TOKEN, "AHP_READ_TOKEN": READ}
+    proc = await trio.lowlevel.open_process(
+        [sys.executable, "-m", "ahp", "serve", "--port", "0", "--log-level", "warning"],
+        stdout=slave,
+        stderr=subprocess.DEVNULL,
+        stdin=subprocess.DEVNULL,
+        env=env,
+        cwd=str(REPO),
+    )
+    os.close(slave)
+    try:
+        out = b""
+        async with trio.lowlevel.FdStream(master) as stream:
+            with trio.fail_after(TIMEOUT):
+                while out.count(b"\n") < 3:
+                    chunk = await stream.receive_some(4096)
+                    assert chunk, out
+                    out += chunk
+            lines = out.decode().replace("\r", "").splitlines()
+            port = re.search(r":(\d+)/", lines[0]).group(1)  # type: ignore[union-attr]
+            assert lines == [
+                f"connect:   'ws://127.0.0.1:{port}/?tkn={TOKEN}'",
+                f"viewer:    'http://127.0.0.1:{port}/#tkn={TOKEN}'",
+                f"read-only: 'http://127.0.0.1:{port}/#ro={READ}'",
+            ]
+            proc.send_signal(signal.SIGINT)
+            with trio.fail_after(TIMEOUT):
+                assert await proc.wait() == 0
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()

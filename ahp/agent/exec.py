@@ -6,7 +6,7 @@ streams. VS Code's agent host runs such commands as non-interactive child
 processes and shows them as ``isPty: false`` output terminals; this offers the
 same: the command runs with stdin at ``/dev/null`` (a read ends at once: it cannot
 wait on a prompt), its stdout and stderr kept apart, and the result is the same
-:class:`~ahp.agent.CommandResult` as a terminal command's, with the same budgets
+:class:`~ahp.agent.result.CommandResult` as a terminal command's, with the same budgets
 (:class:`~ahp.agent.budget.OutputBudget`: head, tail, exact counts), plus ``stderr`` and
 the exact exit code or ``signal``.
 
@@ -29,7 +29,10 @@ runs inside the read tasks and never blocks.
 Cancellation and ownership: the terminal belongs to the host. When ``timeout``
 passes, or the caller is cancelled, the process group gets ``SIGKILL`` and the
 process is reaped before :func:`exec_command` returns or raises (the wait is
-shielded, bounded by :data:`KILL_WAIT`, then the terminal is disposed). A finished
+shielded, bounded by :data:`KILL_WAIT`, then the terminal is disposed), and what
+is left of its session is killed too. After a normal exit, processes the command
+left running in its session (``server &``) are listed in ``background`` and left
+alone. A finished
 terminal stays in the catalogue, showing how it ended, until
 :data:`EXEC_TERMINALS_KEPT` later runs of the same host have finished (it is then
 disposed), or the host closes.
@@ -38,37 +41,60 @@ disposed), or the host closes.
 from __future__ import annotations
 
 import codecs
+import contextlib
+import functools
 import itertools
+import math
+import secrets
 import shlex
 import signal
 import time
 import weakref
-from collections import deque
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
+import attrs
 import trio
 
 from ahp.agent.budget import DEFAULT_HEAD_BYTES, DEFAULT_TAIL_BYTES, BudgetedText, OutputBudget
 from ahp.agent.render import LineRenderer
-from ahp.agent.result import CommandResult
+from ahp.agent.result import BackgroundProcess, CommandResult
+from ahp.client.errors import ClientError, RpcError
+from ahp.protocol import processes as xp
+from ahp.pty import kill_session, procfs, session_members
 from ahp.reducers.core import MAX_TITLE
 
 if TYPE_CHECKING:
+    from ahp.client.connection import Client
     from ahp.engine import Host, Terminal
 
-__all__ = ["EXEC_TERMINALS_KEPT", "KILL_WAIT", "exec_command"]
+__all__ = [
+    "EXEC_TERMINALS_KEPT",
+    "KILL_WAIT",
+    "MAX_BACKGROUND_REPORTED",
+    "Exec",
+    "exec_command",
+    "exec_remote",
+    "find_exec",
+    "result_from_json",
+    "start_exec",
+]
 
 #: Finished exec terminals a host keeps in its catalogue (the oldest is disposed beyond).
 EXEC_TERMINALS_KEPT: Final = 8
 #: Longest wait (seconds) for a process to be reaped after its group got ``SIGKILL``.
 KILL_WAIT: Final = 10.0
+#: Most leftover processes listed in ``background`` (the lowest pids).
+MAX_BACKGROUND_REPORTED: Final = 64
 #: The renderer's window: wide, so that long lines of a log are not wrapped and joined.
 _COLS: Final = 500
 
 _counter = itertools.count(1)
-#: Per host, the URIs of its finished exec terminals, oldest first.
-_finished: weakref.WeakKeyDictionary[Host, deque[str]] = weakref.WeakKeyDictionary()
+#: Per host, its running execs, and its finished ones still kept (oldest first).
+_running: weakref.WeakKeyDictionary[Host, dict[str, Exec]] = weakref.WeakKeyDictionary()
+_finished: weakref.WeakKeyDictionary[Host, dict[str, Exec]] = weakref.WeakKeyDictionary()
+#: Per host, finished exec terminals pushed out of the kept ones, not yet disposed.
+_stale: weakref.WeakKeyDictionary[Host, list[str]] = weakref.WeakKeyDictionary()
 
 
 class _Stream:
@@ -128,24 +154,177 @@ def _argv(command: str | Sequence[str]) -> tuple[tuple[str, ...], str]:
     return argv, shlex.join(argv)
 
 
-async def _kill_and_reap(host: Host, term: Terminal) -> None:
-    """SIGKILL the process group, wait (shielded, bounded) for the published exit."""
-    with trio.CancelScope(shield=True):
-        term.signal_process(signal.SIGKILL)
-        with trio.move_on_after(KILL_WAIT):
-            await term.exited.wait()
-        if not term.exited.is_set() and term.uri in host:
-            await host.dispose(term.uri)  # terminate(): escalates, reaps, closes every fd
+def _kill_group(term: Terminal) -> None:
+    term.signal_process(signal.SIGKILL)
 
 
-async def _retire(host: Host, uri: str) -> None:
-    """Keep the finished terminal listed; dispose the oldest beyond the bound."""
-    kept = _finished.setdefault(host, deque())
-    kept.append(uri)
+def _sweep_session(term: Terminal) -> None:
+    """Kill what is left of the process's session (only once it is reaped: its sid is
+    then still reserved and cannot name another session)."""
+    if term.pid is not None and term.returncode is not None:
+        kill_session(term.pid)
+
+
+def _left_running(term: Terminal) -> tuple[BackgroundProcess, ...]:
+    """Processes of the command's session still running after it exited (``cmd &``)."""
+    if term.pid is None:
+        return ()
+    pids = sorted(session_members(term.pid))[:MAX_BACKGROUND_REPORTED]
+    return tuple(BackgroundProcess(pid, procfs.command_line(pid)) for pid in pids)
+
+
+class Exec:
+    """One started exec: its terminal, its collector, and its result once it ended.
+
+    Made by :func:`start_exec`; the wait runs in the terminal's own nursery (so it ends
+    when the terminal is disposed), and :attr:`done` is set once :attr:`result` is.
+    """
+
+    def __init__(
+        self, host: Host, term: Terminal, line: str, collector: _Collector, started: float
+    ) -> None:
+        self.host = host
+        self.term = term
+        self.uri = term.uri
+        self.line = line
+        self._collector = collector
+        self._started = started
+        self.timed_out = False
+        self.result: CommandResult | None = None
+        self.done = trio.Event()
+
+    async def watch(self, timeout: float | None) -> None:
+        """Wait for the exit (killing the group at ``timeout``), then finish; the
+        terminal's task (see :meth:`ahp.engine.Terminal.spawn_task`): never raises."""
+        term = self.term
+        try:
+            with trio.move_on_after(timeout if timeout is not None else math.inf) as scope:
+                await term.exited.wait()
+            if scope.cancelled_caught:
+                self.timed_out = True
+                _kill_group(term)
+                with trio.move_on_after(KILL_WAIT):  # (never dispose from inside it)
+                    await term.exited.wait()
+                _sweep_session(term)
+        finally:  # also when the terminal is disposed meanwhile (this task is cancelled)
+            self.finish()
+            _retire(self.host, self.uri)
+        with trio.CancelScope(shield=True):
+            await _dispose_stale(self.host)
+
+    def finish(self) -> CommandResult:
+        """The result from what was collected (once; synchronous: also on disposal)."""
+        if self.result is not None:
+            return self.result
+        term = self.term
+        returncode = term.returncode
+        rendered = self._collector.stdout.finish()
+        if self.timed_out:
+            status = "timed_out"
+        elif returncode is not None and returncode >= 0:
+            status = "finished"
+        else:
+            status = "killed"  # a signal, or the terminal was disposed first
+        signum = -returncode if returncode is not None and returncode < 0 else None
+        self.result = CommandResult(
+            command_line=self.line,
+            status=status,
+            output=rendered.text,
+            raw_output=self._collector.raw_output(),
+            exit_code=returncode if returncode is not None and returncode >= 0 else None,
+            duration_ms=int((time.monotonic() - self._started) * 1000),
+            truncated=rendered.truncated,
+            omitted_bytes=rendered.omitted_bytes,
+            omitted_lines=rendered.omitted_lines,
+            total_bytes=rendered.total_bytes,
+            total_lines=rendered.total_lines,
+            timed_out=self.timed_out,
+            waiting_for_input=False,
+            alternate_screen=False,
+            shell_exited=False,
+            background=() if status != "finished" else _left_running(term),
+            command_id=self.uri,
+            stderr=self._collector.stderr.finish().text,
+            signal=_signal_name(signum) if signum is not None else None,
+        )
+        self.done.set()
+        return self.result
+
+    async def kill(self) -> None:
+        """Kill the process group and wait (shielded, bounded by :data:`KILL_WAIT`) until
+        it is reaped; dispose the terminal if it is not by then."""
+        with trio.CancelScope(shield=True):
+            _kill_group(self.term)
+            with trio.move_on_after(KILL_WAIT):
+                await self.term.exited.wait()
+            if not self.term.exited.is_set() and self.uri in self.host:
+                await self.host.dispose(self.uri)  # terminate(): escalates, reaps, closes
+            _sweep_session(self.term)
+            self.finish()
+
+
+def _retire(host: Host, uri: str) -> None:
+    """The exec is over: keep it listed, mark the oldest beyond the bound for disposal."""
+    kept = _finished.setdefault(host, {})
+    done = _running.get(host, {}).pop(uri, None)
+    if done is not None:
+        kept[uri] = done
     while len(kept) > EXEC_TERMINALS_KEPT:
-        old = kept.popleft()
-        if old in host:
-            await host.dispose(old)
+        old = next(iter(kept))
+        del kept[old]
+        _stale.setdefault(host, []).append(old)
+
+
+async def _dispose_stale(host: Host) -> None:
+    stale = _stale.pop(host, [])
+    for uri in stale:
+        if uri in host:
+            await host.dispose(uri)
+
+
+def find_exec(host: Host, uri: str) -> Exec | None:
+    """The exec of ``uri`` while it runs or is still kept (see :data:`EXEC_TERMINALS_KEPT`)."""
+    return _running.get(host, {}).get(uri) or _finished.get(host, {}).get(uri)
+
+
+async def start_exec(
+    host: Host,
+    command: str | Sequence[str],
+    *,
+    cwd: str | None = None,
+    env: Mapping[str, str] | None = None,
+    timeout: float | None = None,
+    head_bytes: int = DEFAULT_HEAD_BYTES,
+    tail_bytes: int = DEFAULT_TAIL_BYTES,
+    name: str | None = None,
+    uri: str | None = None,
+) -> Exec:
+    """Start ``command`` (see :func:`exec_command`) and return once its process runs.
+
+    Raises what :func:`exec_command` raises, before anything is started.
+    """
+    argv, line = _argv(command)
+    if head_bytes < 0 or tail_bytes < 0:
+        raise ValueError("head_bytes and tail_bytes must not be negative")
+    if timeout is not None and not timeout > 0:
+        raise ValueError("timeout must be positive")
+    collector = _Collector(head_bytes, tail_bytes)
+    started = time.monotonic()
+    term = await host.create_terminal(
+        uri or f"ahp-terminal:/exec-{next(_counter)}",
+        name=name if name is not None else line[:MAX_TITLE],
+        argv=argv,
+        cwd=cwd,
+        env=env,
+        use_pty=False,
+        stdin_closed=True,
+        stderr_apart=True,
+        on_output=collector,
+    )
+    started_exec = Exec(host, term, line, collector, started)
+    _running.setdefault(host, {})[term.uri] = started_exec
+    term.spawn_task(functools.partial(started_exec.watch, timeout))
+    return started_exec
 
 
 async def exec_command(
@@ -160,7 +339,7 @@ async def exec_command(
     name: str | None = None,
     uri: str | None = None,
 ) -> CommandResult:
-    """Run ``command`` without a terminal and return its :class:`~ahp.agent.CommandResult`.
+    """Run ``command`` without a terminal and return its :class:`~ahp.agent.result.CommandResult`.
 
     Args:
         command: an argv (run as is, looked up on ``PATH``) or a command line (run by
@@ -175,75 +354,127 @@ async def exec_command(
 
     Returns:
         ``status`` is ``"finished"`` (``exit_code`` set), ``"killed"`` (a signal ended
-        it: ``signal`` names it, ``exit_code`` is ``None``) or ``"timed_out"``;
-        ``output`` is stdout and ``stderr`` stderr, each rendered within the budget;
-        ``raw_output`` is stdout's most recent ``head_bytes + tail_bytes`` bytes.
+        it: ``signal`` names it, ``exit_code`` is ``None``; also when the terminal was
+        disposed first) or ``"timed_out"``; ``output`` is stdout and ``stderr`` stderr,
+        each rendered within the budget; ``raw_output`` is stdout's most recent
+        ``head_bytes + tail_bytes`` bytes.
 
     Raises:
         ahp.pty.SpawnError: the process could not be started (bad ``cwd``, a program
             not on ``PATH``); nothing is left behind.
-        ValueError: an empty command, or a negative budget.
+        ValueError: an empty command, a negative budget, a timeout not above 0.
 
     Cancellation: the process group is killed and the process reaped before the
     cancellation propagates.
     """
-    argv, line = _argv(command)
-    if head_bytes < 0 or tail_bytes < 0:
-        raise ValueError("head_bytes and tail_bytes must not be negative")
-    collector = _Collector(head_bytes, tail_bytes)
-    started = time.monotonic()
-    term = await host.create_terminal(
-        uri or f"ahp-terminal:/exec-{next(_counter)}",
-        name=name if name is not None else line[:MAX_TITLE],
-        argv=argv,
+    started = await start_exec(
+        host,
+        command,
         cwd=cwd,
         env=env,
-        use_pty=False,
-        stdin_closed=True,
-        stderr_apart=True,
-        on_output=collector,
+        timeout=timeout,
+        head_bytes=head_bytes,
+        tail_bytes=tail_bytes,
+        name=name,
+        uri=uri,
     )
-    timed_out = False
     try:
-        with trio.move_on_after(timeout if timeout is not None else float("inf")) as scope:
-            await term.exited.wait()
-        if scope.cancelled_caught:
-            timed_out = True
-            await _kill_and_reap(host, term)
+        await started.done.wait()
     except BaseException:
-        await _kill_and_reap(host, term)
+        await started.kill()
         raise
-    returncode = term.returncode
-    await _retire(host, term.uri)
-    rendered = collector.stdout.finish()
-    if timed_out:
-        status = "timed_out"
-    elif returncode is not None and returncode < 0:
-        status = "killed"
-    else:
-        status = "finished"
-    signum = -returncode if returncode is not None and returncode < 0 else None
-    return CommandResult(
-        command_line=line,
-        status=status,
-        output=rendered.text,
-        raw_output=collector.raw_output(),
-        exit_code=returncode if returncode is not None and returncode >= 0 else None,
-        duration_ms=int((time.monotonic() - started) * 1000),
-        truncated=rendered.truncated,
-        omitted_bytes=rendered.omitted_bytes,
-        omitted_lines=rendered.omitted_lines,
-        total_bytes=rendered.total_bytes,
-        total_lines=rendered.total_lines,
-        timed_out=timed_out,
-        waiting_for_input=False,
-        alternate_screen=False,
-        shell_exited=False,
-        background=(),
-        command_id=term.uri,
-        stderr=collector.stderr.finish().text,
-        signal=_signal_name(signum) if signum is not None else None,
-    )
+    assert started.result is not None
+    return started.result
+
+
+async def exec_remote(
+    client: Client,
+    command: str | Sequence[str],
+    *,
+    cwd: str | None = None,
+    env: Mapping[str, str] | None = None,
+    timeout: float | None = None,
+    head_bytes: int | None = None,
+    tail_bytes: int | None = None,
+    channel: str | None = None,
+) -> CommandResult:
+    """:func:`exec_command` on the server ``client`` is connected to (``x-ahp-terminals/exec``).
+
+    The server starts the command as an ``isPty: false`` terminal; this follows the
+    channel until ``terminal/exited`` (or its disposal), asks for the result, then
+    unsubscribes. Cancellation disposes the exec terminal (the server kills the process
+    group and reaps it) before it propagates, within :data:`KILL_WAIT` seconds.
+
+    Raises:
+        ahp.client.RpcError: the server refused (bad command or cwd, the terminal
+            limit, draining, or a server without the extension: ``-32601``).
+        ahp.client.ClientError: its answer was malformed.
+    """
+    # Named here, so that a cancellation while the server answers can still dispose it
+    # (the server handles a connection's requests in order: the dispose comes after).
+    uri = channel or f"ahp-terminal:/exec-{secrets.token_hex(6)}"
+    params: dict[str, Any] = {"argv": list(command)} if not isinstance(command, str) else {}
+    if isinstance(command, str):
+        params["command"] = command
+    for key, value in (
+        ("channel", uri),
+        ("cwd", cwd),
+        ("env", dict(env) if env is not None else None),
+        ("timeout", timeout),
+        ("headBytes", head_bytes),
+        ("tailBytes", tail_bytes),
+    ):
+        if value is not None:
+            params[key] = value
+    try:
+        answer = await client.request(xp.EXEC, params)
+    except RpcError:
+        raise  # refused: nothing was started
+    except BaseException:
+        await _dispose_quietly(client, uri)
+        raise
+    try:
+        if not isinstance(answer, dict) or answer.get("channel") != uri:
+            raise ClientError(f"malformed {xp.EXEC} answer: {answer!r:.200}")  # noqa: TRY301
+        await client.subscribe(uri)
+        await client.wait_for(
+            lambda: uri not in client.mirrors or client.terminal_state(uri).exited
+        )
+        data = await client.request(xp.EXEC_RESULT, {"channel": uri})
+    except BaseException:
+        await _dispose_quietly(client, uri)
+        raise
+    with contextlib.suppress(Exception):
+        await client.unsubscribe(uri)
+    return result_from_json(data)
+
+
+async def _dispose_quietly(client: Client, uri: str) -> None:
+    """Dispose the exec terminal (the server kills the group and reaps), shielded, bounded."""
+    with (
+        trio.CancelScope(shield=True),
+        trio.move_on_after(KILL_WAIT),
+        contextlib.suppress(Exception),
+    ):
+        await client.dispose_terminal(uri)
+
+
+def result_from_json(data: Any) -> CommandResult:
+    """A :class:`~ahp.agent.result.CommandResult` from its ``to_json()``.
+
+    Raises:
+        ahp.client.ClientError: ``data`` is not such a dict.
+    """
+    names = [f.name for f in attrs.fields(CommandResult) if f.name != "handle"]
+    try:
+        values = {name: data[name] for name in names if name in data}
+        values["background"] = tuple(
+            BackgroundProcess(pid=int(b["pid"]), command_line=str(b["command_line"]))
+            for b in values.get("background", ())
+        )
+        return CommandResult(**values)
+    except (TypeError, KeyError, ValueError) as exc:
+        raise ClientError(f"malformed command result: {exc}") from None
 
 
 def _signal_name(signum: int) -> str:

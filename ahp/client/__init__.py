@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from ahp.client.connection import Client, connect
     from ahp.client.errors import ClientError, ConnectionLost, RpcError
+    from ahp.client.fleet import Fleet, HostDown, HostTerminal, connect_many
     from ahp.client.mirror import Mirror
     from ahp.client.remote import RemoteTerminal
     from ahp.client.session import ClientSession
@@ -22,6 +23,10 @@ _EXPORTS = {
     "ClientError": "ahp.client.errors",
     "ConnectionLost": "ahp.client.errors",
     "RpcError": "ahp.client.errors",
+    "Fleet": "ahp.client.fleet",
+    "HostDown": "ahp.client.fleet",
+    "HostTerminal": "ahp.client.fleet",
+    "connect_many": "ahp.client.fleet",
     "Mirror": "ahp.client.mirror",
     "RemoteTerminal": "ahp.client.remote",
     "ClientSession": "ahp.client.session",
@@ -44,8 +49,12 @@ __all__ = [
     "ClientError",
     "ClientSession",
     "ConnectionLost",
+    "Fleet",
+    "HostDown",
+    "HostTerminal",
     "Mirror",
     "RemoteTerminal",
     "RpcError",
     "connect",
+    "connect_many",
 ]

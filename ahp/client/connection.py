@@ -155,6 +155,7 @@ class Client:
         #: and again after a reconnect (the server may have changed).
         self.process_extension: bool | None = None
         self._listeners: list[Callable[[ActionEnvelope], None]] = []
+        self._change_callbacks: list[Callable[[], None]] = []
         self._connection_listeners: list[Callable[[str], None]] = []
 
     # -- the session's state -------------------------------------------------------------------
@@ -166,6 +167,11 @@ class Client:
     @property
     def scrollback(self) -> int | None:
         return self.session.scrollback
+
+    @property
+    def resume_token(self) -> str | None:
+        """The host's resume token for this client (presented at every reconnect)."""
+        return self.session.resume_token
 
     @property
     def mirrors(self) -> dict[str, Mirror]:
@@ -251,6 +257,18 @@ class Client:
             raise ClientError("the client is not connected")
         self._nursery.start_soon(fn)
 
+    def on_change(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback`` whenever :meth:`wait_for` predicates are re-checked (an
+        applied envelope or snapshot, a connection lost or regained); returns an
+        unregister function. The callback must not block."""
+        self._change_callbacks.append(callback)
+        return lambda: self._change_callbacks.remove(callback)
+
+    def _notify(self) -> None:
+        self._changed.unpark_all()
+        for callback in list(self._change_callbacks):
+            callback()
+
     def on_envelope(self, callback: Callable[[ActionEnvelope], None]) -> Callable[[], None]:
         """Call ``callback`` for every applied envelope; returns an unregister function."""
         self._listeners.append(callback)
@@ -317,7 +335,7 @@ class Client:
     async def subscribe(self, channel: str) -> ChannelState:
         result = await self.request("subscribe", {"channel": channel})
         self.session.subscribed(result)
-        self._changed.unpark_all()
+        self._notify()
         return self.state(channel)
 
     async def unsubscribe(self, channel: str) -> None:
@@ -382,7 +400,7 @@ class Client:
     def _applied(self, envelope: ActionEnvelope) -> None:
         for listener in list(self._listeners):
             listener(envelope)
-        self._changed.unpark_all()
+        self._notify()
 
     def _handle(self, frame: str | bytes) -> None:
         event = self.session.receive(frame)
@@ -420,7 +438,7 @@ class Client:
         self._transport = transport
         result = await self._call_on(transport, *self.session.initialize_request(subscriptions))
         self.session.initialized(result)
-        self._changed.unpark_all()
+        self._notify()
 
     async def _reconnect_on(self, transport: Transport) -> None:
         """``reconnect`` (and the retries the session decides on)."""
@@ -442,7 +460,7 @@ class Client:
                 raise
             for envelope in self.session.reconnected(result):
                 self._applied(envelope)
-            self._changed.unpark_all()
+            self._notify()
             return
 
     def _fail_waiting(self) -> None:
@@ -465,10 +483,11 @@ class Client:
             self._transport = None
             transport.release()
             self._fail_waiting()
+            self._notify()  # (connected is False now)
             if self._closing or not self.auto_reconnect:
                 self._lost = "the client closed" if self._closing else "the connection was lost"
                 self._connected.set()  # requests now fail at once (no connection is coming)
-                self._changed.unpark_all()  # waiters: ConnectionLost (see wait_for)
+                self._notify()  # waiters: ConnectionLost (see wait_for)
                 self._tell_connection("gone")
                 return
             self._tell_connection("dropped")
@@ -499,6 +518,7 @@ class Client:
                 log.info("reconnect attempt %d failed: %s", attempt + 1, exc)
                 continue
             self.reconnects += 1
+            self._notify()
             return transport
         raise AssertionError("unreachable")
 

@@ -118,6 +118,8 @@ class Host:
         #: a subscriber registered here misses none of its output); a hook must not
         #: raise. Recording (:mod:`ahp.record`) registers one.
         self.on_terminal_created: list[Callable[[Terminal], None]] = []
+        #: Called with each terminal whose disposal starts (synchronously); must not raise.
+        self.on_terminal_disposed: list[Callable[[Terminal], None]] = []
 
     # -- root channel ------------------------------------------------------------------------
 
@@ -332,6 +334,8 @@ class Host:
         """
         terminal = self.get(uri)
         del self._terminals[uri]
+        for hook in self.on_terminal_disposed:
+            hook(terminal)
         terminal.close()
         with trio.CancelScope(shield=True):
             await terminal.closed.wait()

@@ -40,7 +40,7 @@ uses them to let the fastest live subscriber pace the pty (see
 recorder: a slow disk must never slow the terminal) is left out of that choice;
 it falls behind and resynchronises instead.
 
-Responses (``str`` items: answers to the consumer's own requests, such as a
+Responses (``str`` or ``bytes`` items: answers to the consumer's own requests, such as a
 snapshot) do not trigger the immediate overflow verdict: one snapshot of a
 terminal full of escape sequences can be larger than the bound by itself, and it
 is no backlog. They count in :attr:`Outbox.pending_bytes` though, together with
@@ -68,13 +68,53 @@ import trio
 from ahp.engine.envelopes import MERGE_LIMIT, Published
 from ahp.protocol.actions import TerminalInput
 
-__all__ = ["DEFAULT_OUTBOX_BYTES", "Outbox", "OutboxItem", "coalesce_runs"]
+__all__ = ["DEFAULT_OUTBOX_BYTES", "Outbox", "OutboxItem", "ResponsePool", "coalesce_runs"]
 
 #: Default bound on queued bytes (memory) per subscriber.
 DEFAULT_OUTBOX_BYTES: Final = 4 * 1024 * 1024
 
-#: Items that are not envelopes (responses, snapshots) are queued as text frames.
-OutboxItem = Published | str
+#: Items that are not envelopes (responses, snapshots) are queued as text frames: ``str``,
+#: or ``bytes`` already encoded as UTF-8 (large answers, encoded in slices).
+OutboxItem = Published | str | bytes
+
+
+class ResponsePool:
+    """Bytes of responses queued or being written by every outbox of a server together
+    (issue 25: 8 silent clients each holding a 15 MB snapshot held 284 MB).
+
+    While the total is over ``limit``: requesters wait before their next request
+    (:meth:`wait_room`), and every outbox that holds responses counts as over its
+    bound (:meth:`Outbox.wait_pressure`), so a connection that takes nothing for
+    its grace period is closed and gives its share back. Owned by the server; fed
+    by the outboxes created with it. One Trio run.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.held = 0
+        self._room = trio.lowlevel.ParkingLot()
+        #: Where every member outbox's watchdog waits (woken when the pool goes over).
+        self.pressure = trio.lowlevel.ParkingLot()
+
+    @property
+    def over(self) -> bool:
+        return self.held > self.limit
+
+    def add(self, size: int) -> None:
+        self.held += size
+        if self.held > self.limit and self.pressure:
+            self.pressure.unpark_all()
+
+    def release(self, size: int) -> None:
+        if size:
+            self.held -= size
+            if self._room and self.held <= self.limit:
+                self._room.unpark_all()
+
+    async def wait_room(self) -> None:
+        """Wait while the pool is over its limit (not a checkpoint when it is not)."""
+        while self.held > self.limit:
+            await self._room.park()
 
 
 def coalesce_runs(items: list[OutboxItem], limit: int = MERGE_LIMIT) -> list[OutboxItem]:
@@ -137,8 +177,11 @@ class Outbox:
         max_bytes: int = DEFAULT_OUTBOX_BYTES,
         track_in_flight: bool = False,
         paces: bool = True,
+        pool: ResponsePool | None = None,
     ) -> None:
         self.max_bytes = max_bytes
+        #: The server's pool of responses this outbox's responses count in (if any).
+        self.pool = pool
         #: Whether this consumer may pace the producer (:meth:`ahp.engine.hub.Hub.pacer`);
         #: False for one that must never slow the pty, such as a recorder writing to disk.
         self.paces = paces
@@ -146,7 +189,7 @@ class Outbox:
         self.track_in_flight = track_in_flight
         self._in_flight = 0  # bytes taken and not yet sent (all kinds)
         self._in_flight_responses = 0  # of which responses
-        self._over_lot = trio.lowlevel.ParkingLot()
+        self._over_lot = pool.pressure if pool is not None else trio.lowlevel.ParkingLot()
         #: Batches taken (a consumer's progress, for watchdogs).
         self.takes = 0
         self._items: deque[OutboxItem] = deque()
@@ -163,6 +206,10 @@ class Outbox:
         self.closed = False
         #: When the consumer last took a batch (``trio.current_time()``; -inf: never).
         self.taken_at = float("-inf")
+        #: When the consumer last showed progress: took a batch, or finished writing one
+        #: (:meth:`sent`); the flood rule waits only for consumers that do
+        #: (:meth:`ahp.engine.hub.Hub.flooded`).
+        self.progress_at = float("-inf")
         #: Counters for tests and figures.
         self.merged = 0
         self.delivered = 0
@@ -186,6 +233,16 @@ class Outbox:
         return self.pending_bytes > self.max_bytes
 
     @property
+    def under_pressure(self) -> bool:
+        """Over the bound, or holding responses while the server's pool is over its own."""
+        pool = self.pool
+        return self.over_bound or (
+            pool is not None
+            and pool.held > pool.limit
+            and self._response_bytes + self._in_flight_responses > 0
+        )
+
+    @property
     def backlog(self) -> int:
         """Bytes of queued envelopes (what can overflow; responses excluded)."""
         return self._bytes
@@ -198,8 +255,11 @@ class Outbox:
         if self.overflowed or self.closed:
             return False
         self._items.append(item)
-        if isinstance(item, str):
-            self._response_bytes += sys.getsizeof(item)
+        if not isinstance(item, Published):
+            size = sys.getsizeof(item)
+            self._response_bytes += size
+            if self.pool is not None:
+                self.pool.add(size)
             if self._over_lot and self.over_bound:
                 self._over_lot.unpark_all()
         else:
@@ -234,12 +294,21 @@ class Outbox:
         self._items.clear()
         self._echoes_only = True
         self._forget_latest()
+        self._release_pool(self._response_bytes)
         self._bytes = self._response_bytes = 0
         self._lot.unpark_all()
         self._drained.unpark_all()
 
+    def _release_pool(self, size: int) -> None:
+        if self.pool is not None:
+            self.pool.release(size)
+
     def close(self) -> None:
-        """No more items; a waiting consumer wakes and sees an empty batch."""
+        """No more items; a waiting consumer wakes and sees an empty batch (the
+        responses it will never deliver leave the server's pool)."""
+        if not self.closed:
+            self._release_pool(self._response_bytes + self._in_flight_responses)
+            self._response_bytes = self._in_flight_responses = 0
         self.closed = True
         self._lot.unpark_all()
         self._drained.unpark_all()
@@ -251,6 +320,7 @@ class Outbox:
         self._items.clear()
         self._echoes_only = True
         self._forget_latest()
+        self._release_pool(self._response_bytes)
         self._bytes = self._response_bytes = 0
         self._drained.unpark_all()
 
@@ -269,14 +339,23 @@ class Outbox:
             await self._over_lot.park()
         await trio.lowlevel.checkpoint()
 
+    async def wait_pressure(self) -> None:
+        """Return once :attr:`under_pressure` (at once if it is now)."""
+        while not self.under_pressure:
+            await self._over_lot.park()
+        await trio.lowlevel.checkpoint()
+
     def sent(self) -> None:
         """The consumer finished writing (or gave up on) what it took last."""
         if self._in_flight:
+            self._release_pool(self._in_flight_responses)
             self._in_flight = self._in_flight_responses = 0
+            self.progress_at = _now()
             self._drained.unpark_all()
 
     async def wait_taken(self) -> None:
-        """Wait until the consumer takes a batch (or the outbox overflows, closes or resets)."""
+        """Wait until the consumer takes a batch or finishes writing one (or the outbox
+        overflows, closes or resets)."""
         if self.overflowed or self.closed:
             await trio.lowlevel.checkpoint()
             return
@@ -298,7 +377,7 @@ class Outbox:
                 items = [
                     item
                     for item in items
-                    if isinstance(item, str)
+                    if not isinstance(item, Published)
                     or not item.latest_wins
                     or latest.get(item.channel) is item
                 ]
@@ -308,9 +387,11 @@ class Outbox:
             self._in_flight_responses += self._response_bytes
             if self._over_lot and self.over_bound:
                 self._over_lot.unpark_all()
+        else:
+            self._release_pool(self._response_bytes)
         self.takes += 1
         self._bytes = self._response_bytes = 0
-        self.taken_at = _now()
+        self.taken_at = self.progress_at = _now()
         self._drained.unpark_all()
         if coalesce and len(items) > 1:
             queued = len(items)

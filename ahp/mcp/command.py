@@ -46,7 +46,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     source.add_argument(
         "--connect",
         metavar="URL",
-        help="use the terminals of this sidecar (ws://HOST:PORT/?tkn=…, as `serve` prints)",
+        action="append",
+        help="use the terminals of this sidecar (ws://HOST:PORT/?tkn=…, as `serve` prints); "
+        "repeat it to use several sidecars at once (their terminals are named "
+        "ahp-terminal:/HOST:PORT/NAME but for the first one's)",
     )
     source.add_argument(
         "--serve",
@@ -113,8 +116,13 @@ def run(args: argparse.Namespace) -> int:
     cwd = os.path.abspath(args.cwd) if args.cwd is not None else None
 
     async def body() -> int:
-        if args.connect is not None:
-            url, token = resolve_target(args.connect, args.token)
+        if args.connect is not None and len(args.connect) > 1:
+            urls = tuple(resolve_target(u, None)[0] for u in args.connect)
+            options = McpOptions(
+                connect_many=urls, token=args.token, cwd=cwd, structured=args.structured
+            )
+        elif args.connect is not None:
+            url, token = resolve_target(args.connect[0], args.token)
             options = McpOptions(connect=url, token=token, cwd=cwd, structured=args.structured)
         else:
             serve = None

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-__all__ = ["AgentTerminal", "Background", "Handle", "Result", "ScreenView"]
+__all__ = ["AgentTerminal", "Background", "Evidence", "Handle", "Holder", "Result", "ScreenView"]
 
 
 class Background(Protocol):
@@ -24,6 +24,30 @@ class Background(Protocol):
     def pid(self) -> int: ...
     @property
     def command_line(self) -> str: ...
+
+
+class Evidence(Protocol):
+    """Why a command is believed to wait for input (``ahp.agent.InputEvidence``)."""
+
+    @property
+    def echo(self) -> bool: ...
+    @property
+    def source(self) -> str: ...
+    @property
+    def programs(self) -> tuple[str, ...]: ...
+    @property
+    def full_screen(self) -> bool: ...
+
+
+class Holder(Protocol):
+    """The command that held a terminal when another was refused (``ahp.agent.Holder``)."""
+
+    @property
+    def command_line(self) -> str: ...
+    @property
+    def command_id(self) -> str | None: ...
+    @property
+    def status(self) -> str: ...
 
 
 class Result(Protocol):
@@ -58,6 +82,10 @@ class Result(Protocol):
     @property
     def command_id(self) -> str: ...
     @property
+    def note(self) -> str: ...
+    @property
+    def holder(self) -> Holder | None: ...
+    @property
     def handle(self) -> Handle | None: ...
 
 
@@ -72,6 +100,8 @@ class Handle(Protocol):
     def command_line(self) -> str: ...
     @property
     def done(self) -> bool: ...
+    @property
+    def input_evidence(self) -> Evidence | None: ...
 
     async def wait(self, timeout: float | None = None) -> Result: ...
     def read_new(self) -> str: ...

@@ -21,13 +21,14 @@ Pure: no I/O, no Trio.
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Any, Final
 
 import attrs
 
 from ahp.agent.budget import OutputBudget
-from ahp.mcp.contract import Result
+from ahp.mcp.contract import Evidence, Result
 from ahp.protocol.state import TERMINAL_SCHEME
 from ahp.protocol.uri import file_uri_to_path
 
@@ -42,6 +43,7 @@ __all__ = [
     "elide_echo",
     "format_result",
     "result_data",
+    "waiting_reason",
 ]
 
 #: A footer line starts with this, so output and our remarks cannot be confused.
@@ -170,10 +172,33 @@ def command_header(command: str) -> str:
     return f"$ {first}{suffix}"
 
 
-def status_lines(result: Result, terminal: str, *, brief: bool = False) -> list[str]:
+def _secret(evidence: Evidence | None) -> bool:
+    """A blocking read with echo off: a password prompt (a line editor such as
+    readline also turns echo off, but polls and echoes what is typed itself)."""
+    return evidence is not None and not evidence.echo and evidence.source == "procfs"
+
+
+def waiting_reason(evidence: Evidence | None) -> str:
+    """Who waits for input and for what, from the evidence (the prompt otherwise)."""
+    if evidence is None:
+        return "the command is blocked reading the terminal (the prompt is above)"
+    who = "the command"
+    if evidence.programs and evidence.programs[0].split():
+        who = os.path.basename(evidence.programs[0].split()[0])[:HEADER_CHARS] or who
+    if evidence.full_screen:
+        return f"{who} waits for keys on a full-screen display (read_screen shows it)"
+    if _secret(evidence):
+        return f"{who} reads the terminal with echo off (a password? what is typed is not shown)"
+    return f"{who} reads from the terminal (the prompt, if any, is above)"
+
+
+def status_lines(
+    result: Result, terminal: str, *, brief: bool = False, evidence: Evidence | None = None
+) -> list[str]:
     """The remarks about ``result`` that follow its output, one fact per line.
 
-    ``brief``: a follow-up answer, whose reader was given the next steps already."""
+    ``brief``: a follow-up answer, whose reader was given the next steps already.
+    ``evidence``: why the command is believed to wait for input (its handle's)."""
     cid = result.command_id
     lines: list[str] = []
     if result.truncated:
@@ -194,12 +219,12 @@ def status_lines(result: Result, terminal: str, *, brief: bool = False) -> list[
             "kill_command"
         )
     elif status == "waiting_for_input" and brief:
-        lines.append(f"WAITING FOR INPUT after {took}: answer with send_input, or interrupt")
+        echo = " (echo off)" if _secret(evidence) else ""
+        lines.append(f"WAITING FOR INPUT{echo} after {took}: answer with send_input, or interrupt")
     elif status == "waiting_for_input":
         lines.append(
-            f"WAITING FOR INPUT after {took}: the command is blocked reading the terminal "
-            f'(the prompt is above). Answer with send_input(command_id="{cid}", text="…", '
-            'keys=["enter"], wait=30), or interrupt it'
+            f"WAITING FOR INPUT after {took}: {waiting_reason(evidence)}. Answer with "
+            f'send_input(command_id="{cid}", text="…", keys=["enter"], wait=30), or interrupt it'
         )
     elif status == "timed_out":
         code = "" if result.exit_code is None else f"; exit code {result.exit_code}"
@@ -215,6 +240,16 @@ def status_lines(result: Result, terminal: str, *, brief: bool = False) -> list[
             f"the terminal's shell EXITED{code} after {took}; run_command in terminal "
             f"{terminal!r} starts a new one"
         )
+    elif status == "lost":
+        why = result.note or "the command can no longer be followed"
+        lines.append(
+            f"LOST after {took}: {why}; it may still run in terminal {terminal!r} "
+            "(list_terminals, read_screen)"
+        )
+    elif status == "refused":
+        holder = result.holder
+        what = f" by `{holder.command_line}`" if holder is not None else ""
+        lines.append(f"REFUSED: not typed, the terminal was busy{what}")
     else:
         lines.append(f"status {status}, exit code {result.exit_code} · {took}")
     if result.alternate_screen:
@@ -247,6 +282,7 @@ def format_result(
     *,
     first: bool = True,
     notes: tuple[str, ...] = (),
+    evidence: Evidence | None = None,
 ) -> str:
     """The text of a command tool's answer: header, output, remarks.
 
@@ -270,7 +306,7 @@ def format_result(
         parts.append(output)
     else:
         parts.append("(no new output)" if shown.new_only else "(no output)")
-    remarks = status_lines(result, terminal, brief=not first)
+    remarks = status_lines(result, terminal, brief=not first, evidence=evidence)
     # The result's own truncation is about its budgeted output, not what this answer shows.
     remarks = [r for r in remarks if not r.startswith("output truncated")]
     if shown.truncated:

@@ -86,6 +86,8 @@ class McpOptions:
 
     #: Drive this sidecar's terminals instead of hosting our own.
     connect: str | None = None
+    #: Or several sidecars' at once (``--connect`` repeated; :mod:`ahp.mcp.fleet`).
+    connect_many: tuple[str, ...] = ()
     token: str | None = None
     #: Also serve our own host over AHP (ignored with ``connect``).
     serve: ServeOptions | None = None
@@ -194,6 +196,15 @@ async def serve_stdio(toolbox: Toolbox, *, structured: bool = False) -> None:
 @asynccontextmanager
 async def open_backend(options: McpOptions) -> AsyncIterator[Backend]:
     """The terminals' source: our own host (and its AHP listener), or a sidecar client."""
+    if options.connect_many:
+        from ahp.client.fleet import connect_many
+        from ahp.mcp.fleet import FleetBackend
+
+        async with connect_many(
+            options.connect_many, token=options.token, connect_timeout=CONNECT_TIMEOUT
+        ) as fleet:
+            yield FleetBackend(fleet)
+        return
     if options.connect is not None:
         from ahp.client.connection import connect
 
@@ -225,7 +236,7 @@ async def run_mcp(options: McpOptions) -> int:
         options = attrs.evolve(
             options, serve=attrs.evolve(options.serve, token=options.serve.token or env_token)
         )
-    elif options.connect is not None:
+    elif options.connect is not None or options.connect_many:
         options = attrs.evolve(options, token=options.token or env_token)
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with open_backend(options) as backend, trio.open_nursery() as nursery:

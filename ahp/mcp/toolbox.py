@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, Final
 import attrs
 import trio
 
-from ahp.mcp.backend import Backend, NoSuchTerminal
+from ahp.mcp.backend import Backend, ClientBackend, HostBackend, NoSuchTerminal
 from ahp.mcp.contract import Handle, Result, ScreenView
 from ahp.mcp.keys import keys_text
 from ahp.mcp.render import (
@@ -48,6 +48,7 @@ from ahp.mcp.render import (
     NAME,
     Shown,
     budget_text,
+    command_header,
     cwd_text,
     display_name,
     elide_echo,
@@ -66,6 +67,7 @@ from ahp.mcp.tools import (
 from ahp.protocol.state import TERMINAL_SCHEME, CommandPart, TerminalState
 
 if TYPE_CHECKING:
+    from ahp.agent.result import CommandResult
     from ahp.agent.screen import ScreenModel
 
 __all__ = [
@@ -242,6 +244,35 @@ class CommandTable:
             del self._by_id[cid]
 
 
+def exec_output(result: CommandResult, command: str) -> ToolOutput:
+    """The answer of run_command with ``pty: false``: stdout, stderr, how it ended."""
+    name = display_name(result.command_id)
+    parts = [command_header(command), f"{MARK} no terminal (pty false), shown as {name!r}"]
+    parts.append(result.output.rstrip("\n") or "(no output)")
+    if result.stderr:
+        parts += [f"{MARK} stderr:", result.stderr.rstrip("\n")]
+    took = f"{result.duration_ms / 1000:.1f} s"
+    if result.status == "timed_out":
+        ending = f"TIMED OUT after {took}: its process group got SIGKILL"
+    elif result.signal is not None:
+        ending = f"KILLED by {result.signal} after {took}"
+    else:
+        ending = f"exit code {result.exit_code} · {took}"
+    remarks = [ending]
+    if result.truncated:
+        remarks.append(
+            f"stdout truncated: {result.omitted_bytes} bytes ({result.omitted_lines} lines) "
+            "left out of the middle; the start and the end are shown"
+        )
+    remarks += [
+        f"left running in the background: pid {p.pid} `{p.command_line}`" for p in result.background
+    ]
+    parts += [f"{MARK} {r}" for r in remarks]
+    data = result_data(result, name, command)
+    data.update(stderr=result.stderr, signal=result.signal)
+    return ToolOutput("\n".join(parts), data, headline=f"{command_header(command)}: {ending}")
+
+
 def _foreign_busy(backend: Backend, uri: str) -> bool:
     """The terminal's shell reports a command in progress (one not started by the tools)."""
     state = backend.state(uri)
@@ -374,10 +405,15 @@ class Toolbox:
     def _command_output(
         self, result: Result, tracked: Tracked, shown: Shown, *, first: bool = False
     ) -> ToolOutput:
-        remarks = status_lines(result, tracked.terminal, brief=True)
+        handle = tracked.handle
+        evidence = handle.input_evidence if handle is not None else None
+        remarks = status_lines(result, tracked.terminal, brief=True, evidence=evidence)
         status = next(r for r in remarks if not r.startswith("output truncated"))
+        text = format_result(
+            result, tracked.terminal, tracked.command, shown, first=first, evidence=evidence
+        )
         return ToolOutput(
-            format_result(result, tracked.terminal, tracked.command, shown, first=first),
+            text,
             result_data(result, tracked.terminal, tracked.command, shown),
             headline=f"{tracked.command_id} in terminal {tracked.terminal!r}: {status}",
         )
@@ -416,6 +452,8 @@ class Toolbox:
     async def run_command(self, args: dict[str, Any]) -> ToolOutput:
         command: str = args["command"]
         cwd: str | None = args["cwd"]
+        if args.get("pty") is False:
+            return await self._exec(command, args)
         async with self._setup_lock:
             if args["terminal"] is not None:
                 uri = terminal_uri(args["terminal"])
@@ -450,6 +488,16 @@ class Toolbox:
             )
         finally:
             self._starting.discard(uri)
+        if result.status == "refused":
+            # Typed by someone else between our look and run(): nothing was typed.
+            holder = result.holder
+            what = f"`{holder.command_line}`" if holder is not None else "another command"
+            raise ToolError(
+                f"terminal {display_name(uri)!r} is busy: {what} holds it (typed by someone "
+                "else); nothing was typed. Answer it with send_input(terminal=...), stop it "
+                "with interrupt(terminal=...), or run in another terminal (terminal='<new name>' "
+                "creates one)"
+            )
         handle = result.handle
         if handle is not None:
             # The result as it is now, and the read cursor moved past it, in one step.
@@ -465,6 +513,31 @@ class Toolbox:
         )
         self.commands.add(tracked)
         return self._command_output(result, tracked, Shown.whole(result), first=True)
+
+    async def _exec(self, command: str, args: dict[str, Any]) -> ToolOutput:
+        """run_command with ``pty: false``: ``host.exec`` here, or ``x-ahp-terminals/exec``
+        on the server of ``--connect`` (:mod:`ahp.agent.exec`); one answer, nothing tracked."""
+        from ahp.agent.exec import exec_remote
+
+        cwd: str | None = args["cwd"]
+        if cwd is not None and not os.path.isabs(cwd):
+            raise ToolError(f"cwd must be an absolute path with pty false, not {cwd!r}")
+        if cwd is not None and self.backend.local:
+            await self._check_cwd(cwd)
+        options: dict[str, Any] = {
+            "cwd": cwd,
+            "timeout": args["timeout"],
+            "head_bytes": args["head_bytes"],
+            "tail_bytes": args["tail_bytes"],
+        }
+        backend = self.backend
+        if isinstance(backend, HostBackend):
+            result = await backend.host.exec(command, **options)
+        elif isinstance(backend, ClientBackend):
+            result = await exec_remote(backend.client, command, **options)
+        else:
+            raise ToolError("pty false needs this server's own host or a --connect server")
+        return exec_output(result, command)
 
     async def read_output(self, args: dict[str, Any]) -> ToolOutput:
         tracked = self.commands.get(args["command_id"])

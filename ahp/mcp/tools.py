@@ -193,6 +193,14 @@ COMMAND_RESULT_SCHEMA: Final = {
                 "required": ["pid", "command_line"],
             },
         },
+        "stderr": {
+            "type": "string",
+            "description": "run_command with pty false: stderr, within the same budget",
+        },
+        "signal": {
+            "type": ["string", "null"],
+            "description": "run_command with pty false: the signal that ended it",
+        },
     },
     "required": ["terminal", "command_id", "command", "status", "exit_code", "output"],
 }
@@ -266,6 +274,17 @@ TOOLS: Final[tuple[ToolSpec, ...]] = (
                 ),
                 "head_bytes": _HEAD,
                 "tail_bytes": _TAIL,
+                "pty": {
+                    "type": "boolean",
+                    "default": True,
+                    "description": (
+                        "false: run the command line without a terminal, as a child process "
+                        "(/bin/sh -c in cwd): stdin is closed, so it cannot wait on a prompt; "
+                        "stdout and stderr come back apart (output, stderr) with the exact exit "
+                        "code or signal; timeout kills it. Nothing persists between such calls "
+                        "and terminal/yield_after do not apply. Use it for builds, tests, git."
+                    ),
+                },
             },
             ("command",),
         ),

@@ -24,6 +24,15 @@ The requests (every ``channel`` is a terminal this server hosts):
   to every job started since ``since``, never to the shell's own group; when
   the shell itself is in the foreground (a builtin ``read``), it gets Ctrl-C.
 
+* :data:`EXEC` ``{argv | command, channel?, cwd?, env?, timeout?, headBytes?,
+  tailBytes?}`` → ``{channel}``: start a command without a terminal (stdin closed,
+  stdout and stderr apart: ``host.exec``, :mod:`ahp.agent.exec`) as the process of a
+  new ``isPty: false`` terminal, and answer once it runs; follow the channel for its
+  output and ``terminal/exited``.
+* :data:`EXEC_RESULT` ``{channel}`` → the ``CommandResult`` of an exec that ended
+  (its JSON: ``ahp.agent.result.CommandResult.to_json``), waiting at most
+  :data:`EXEC_RESULT_WAIT` seconds for it; an error while it still runs.
+
 A mark is data the client holds, not a server-side handle: a forged one can
 only change which jobs *of that terminal's session* are listed or signalled.
 Its size is bounded (:data:`MAX_MARK_PIDS`), like every list in an answer.
@@ -38,8 +47,17 @@ from typing import Final
 from attrs import frozen
 
 __all__ = [
+    "EXEC",
+    "EXEC_RESULT",
+    "EXEC_RESULT_WAIT",
+    "EXEC_RUNNING",
     "JOBS",
     "JOB_MARK",
+    "MAX_EXEC_ARGS",
+    "MAX_EXEC_BUDGET",
+    "MAX_EXEC_CHARS",
+    "MAX_EXEC_ENV",
+    "MAX_EXEC_TIMEOUT",
     "MAX_JOBS_REPORTED",
     "MAX_MARK_PIDS",
     "MAX_PID",
@@ -51,6 +69,8 @@ __all__ = [
     "SIGNALS",
     "TTY_STATUS",
     "ChannelParams",
+    "ExecParams",
+    "ExecResult",
     "JobMarkResult",
     "JobMarkWire",
     "JobWire",
@@ -60,6 +80,7 @@ __all__ = [
     "SignalResult",
     "TtyStatusResult",
     "TtyStatusWire",
+    "exec_problem",
     "mark_problem",
 ]
 
@@ -67,7 +88,22 @@ TTY_STATUS: Final = "x-ahp-terminals/ttyStatus"
 JOB_MARK: Final = "x-ahp-terminals/jobMark"
 JOBS: Final = "x-ahp-terminals/jobs"
 SIGNAL: Final = "x-ahp-terminals/signal"
-METHODS: Final = (TTY_STATUS, JOB_MARK, JOBS, SIGNAL)
+EXEC: Final = "x-ahp-terminals/exec"
+EXEC_RESULT: Final = "x-ahp-terminals/execResult"
+METHODS: Final = (TTY_STATUS, JOB_MARK, JOBS, SIGNAL, EXEC, EXEC_RESULT)
+#: Most argv entries, and characters of the argv or command line, of one exec.
+MAX_EXEC_ARGS: Final = 4096
+MAX_EXEC_CHARS: Final = 256 * 1024
+#: Most environment variables one exec adds.
+MAX_EXEC_ENV: Final = 1024
+#: Largest head or tail budget of one exec's output (per stream).
+MAX_EXEC_BUDGET: Final = 1024 * 1024
+#: Longest ``timeout`` of one exec (seconds: a week).
+MAX_EXEC_TIMEOUT: Final = 7 * 24 * 3600.0
+#: Seconds an :data:`EXEC_RESULT` request waits for the result of an exec that is ending.
+EXEC_RESULT_WAIT: Final = 2.0
+#: The error code of :data:`EXEC_RESULT` while the exec still runs.
+EXEC_RUNNING: Final = -32000
 
 #: The signals a client may send to a command's process groups (by name).
 SIGNALS: Final = ("SIGINT", "SIGTERM", "SIGKILL")
@@ -104,6 +140,54 @@ class JobMarkWire:
 class JobsParams:
     channel: str
     since: JobMarkWire | None = None
+
+
+@frozen
+class ExecParams:
+    """What :data:`EXEC` runs: exactly one of ``argv`` and ``command``."""
+
+    argv: tuple[str, ...] | None = None
+    command: str | None = None
+    channel: str | None = None
+    cwd: str | None = None
+    env: dict[str, str] | None = None
+    timeout: float | None = None
+    headBytes: int | None = None
+    tailBytes: int | None = None
+
+
+@frozen
+class ExecResult:
+    channel: str
+
+
+def exec_problem(p: ExecParams) -> tuple[str, str] | None:
+    """Where and why ``p`` is refused (the path under ``$.params``), or None."""
+    if (p.argv is None) == (p.command is None):
+        return "argv", "give exactly one of argv and command"
+    if p.argv is not None:
+        if not p.argv or not p.argv[0]:
+            return "argv", "argv must name a program"
+        if len(p.argv) > MAX_EXEC_ARGS or sum(map(len, p.argv)) > MAX_EXEC_CHARS:
+            return "argv", f"at most {MAX_EXEC_ARGS} arguments and {MAX_EXEC_CHARS} characters"
+    if p.command is not None and not 0 < len(p.command) <= MAX_EXEC_CHARS:
+        return "command", f"a command line of 1 to {MAX_EXEC_CHARS} characters"
+    if p.channel is not None and (
+        not p.channel.startswith("ahp-terminal:/")
+        or len(p.channel) > 200
+        or any(ord(c) < 32 or ord(c) == 127 for c in p.channel)
+    ):
+        return "channel", "an ahp-terminal:/ URI of at most 200 characters, no control characters"
+    if p.env is not None and (
+        len(p.env) > MAX_EXEC_ENV or sum(len(k) + len(v) for k, v in p.env.items()) > MAX_EXEC_CHARS
+    ):
+        return "env", f"at most {MAX_EXEC_ENV} variables and {MAX_EXEC_CHARS} characters"
+    if p.timeout is not None and not 0 < p.timeout <= MAX_EXEC_TIMEOUT:
+        return "timeout", f"seconds above 0, at most {MAX_EXEC_TIMEOUT:g}"
+    for name, value in (("headBytes", p.headBytes), ("tailBytes", p.tailBytes)):
+        if value is not None and not 0 <= value <= MAX_EXEC_BUDGET:
+            return name, f"between 0 and {MAX_EXEC_BUDGET}"
+    return None
 
 
 @frozen

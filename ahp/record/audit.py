@@ -9,19 +9,25 @@ when. Each line is a JSON object with ``ts`` (UTC, ISO 8601 with milliseconds),
 =====================  ===================================================================
 ``event``              fields
 =====================  ===================================================================
-``connection``         ``peer``, ``accepted`` (bool), ``reason`` (refused: why), ``path``
+``connection``         ``peer``, ``accepted`` (bool), ``reason`` (refused: why; a
+                       malformed upgrade: ``bad request: …``), ``path``, ``readOnly``
+                       (a read-only connection)
 ``disconnected``       ``peer``, ``clientId``, ``code`` (the close code)
 ``initialize``         ``clientId``, ``protocolVersion`` (None: refused), ``offered``,
                        ``peer``; ``reconnect`` (bool)
 ``terminal.created``   ``terminal``, ``by`` (clientId), ``name``, ``cwd``, ``claim``;
-                       ``error`` when it was refused
-``terminal.disposed``  ``terminal``, ``by``; ``error`` when it was refused
+                       ``error`` when it was refused; ``inProcess`` (no ``by``) when
+                       the library created it (:meth:`AuditLog.watching`)
+``terminal.disposed``  ``terminal``, ``by``; ``error`` when it was refused;
+                       ``inProcess`` as above
 ``claim``              ``terminal``, ``by``, ``claim`` (requested), ``previous``,
                        ``accepted`` (bool, as the terminal decided)
 ``input``              ``terminal``, ``by``, ``bytes`` (UTF-8 length); ``text`` only with
                        ``--audit-input``; ``refused`` when the claim rule refused it
 ``signal``             ``terminal``, ``by``, ``signal``, ``groups`` (process groups);
                        ``error`` when it was refused
+``exec``               ``terminal``, ``by``, ``command`` (at most 4096 characters),
+                       ``cwd``, ``env`` (names only); ``error`` when refused
 ``config``             ``by``, ``keys`` (the configuration keys changed, never values),
                        ``replace``, ``accepted``
 ``dropped``            ``count``: lines lost because the queue was full or a write failed
@@ -46,17 +52,26 @@ server's nursery (:func:`ahp.server.serve_host` does with
 
 from __future__ import annotations
 
+import contextvars
 import datetime
 import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, Final
 
 import orjson
 import trio
 
+from ahp.engine import Host, Terminal
 from ahp.record.sink import LineSink, Rotation
 
-__all__ = ["AUDIT_FILES", "AUDIT_FILE_BYTES", "AuditLog", "iso_now"]
+__all__ = ["ACTOR", "AUDIT_FILES", "AUDIT_FILE_BYTES", "AuditLog", "iso_now"]
+
+#: The client on whose behalf the current task acts (set by the server around the
+#: requests it audits itself): a terminal created or disposed while it is unset was
+#: the library's doing, and is audited as ``inProcess``.
+ACTOR: contextvars.ContextVar[str | None] = contextvars.ContextVar("ahp_audit_actor", default=None)
 
 #: An audit file is rotated before it passes this size (bytes).
 AUDIT_FILE_BYTES: Final = 16 * 1024 * 1024
@@ -65,6 +80,10 @@ AUDIT_FILES: Final = 5
 #: Longest input text logged in one line with ``--audit-input`` (characters); the
 #: byte count is always exact.
 MAX_AUDIT_TEXT: Final = 4096
+#: Longest string of any field, and most items of any list or object, in one line (a
+#: longer one is cut, with "…").
+MAX_AUDIT_ITEMS: Final = 64
+_MAX_AUDIT_DEPTH: Final = 4
 
 
 def iso_now() -> str:
@@ -116,16 +135,29 @@ class AuditLog:
 
     def event(self, kind: str, **fields: Any) -> None:
         """Queue one line (never waits; dropped and counted when the queue is full)."""
-        line = {"ts": iso_now(), "event": kind}
-        line.update({k: v for k, v in fields.items() if v is not None})
+        line: dict[str, Any] = {"ts": iso_now(), "event": kind}
+        line.update({k: _bounded(v) for k, v in fields.items() if v is not None})
         self.sink.put(orjson.dumps(line, default=_plain) + b"\n")
 
     # -- the events ----------------------------------------------------------------------------
 
     def connection(
-        self, peer: str, *, accepted: bool, reason: str | None = None, path: str | None = None
+        self,
+        peer: str,
+        *,
+        accepted: bool,
+        reason: str | None = None,
+        path: str | None = None,
+        read_only: bool = False,
     ) -> None:
-        self.event("connection", peer=peer, accepted=accepted, reason=reason, path=path)
+        self.event(
+            "connection",
+            peer=peer,
+            accepted=accepted,
+            reason=reason,
+            path=path,
+            readOnly=read_only or None,
+        )
 
     def initialize(
         self,
@@ -145,10 +177,49 @@ class AuditLog:
             reconnect=reconnect or None,
         )
 
+    @asynccontextmanager
+    async def watching(self, host: Host) -> AsyncIterator[None]:
+        """While the block runs, audit the terminals ``host`` creates and disposes
+        outside any client's request (the library's, an MCP agent's): ``by`` is absent
+        and ``inProcess`` true."""
+
+        def created(terminal: Terminal) -> None:
+            if ACTOR.get() is None:
+                name = terminal.spec.name
+                self.event("terminal.created", terminal=terminal.uri, name=name, inProcess=True)
+
+        def disposed(terminal: Terminal) -> None:
+            if ACTOR.get() is None:
+                self.event("terminal.disposed", terminal=terminal.uri, inProcess=True)
+
+        host.on_terminal_created.append(created)
+        host.on_terminal_disposed.append(disposed)
+        try:
+            yield
+        finally:
+            host.on_terminal_created.remove(created)
+            host.on_terminal_disposed.remove(disposed)
+
     def input(self, terminal: str, by: str | None, data: str, *, refused: str | None) -> None:
         size = len(data.encode("utf-8", "surrogatepass"))
         text = data[:MAX_AUDIT_TEXT] if self.record_input else None
         self.event("input", terminal=terminal, by=by, bytes=size, text=text, refused=refused)
+
+
+def _bounded(value: Any, depth: int = 0) -> Any:
+    """``value`` with every string cut at :data:`MAX_AUDIT_TEXT` characters and every
+    list and object at :data:`MAX_AUDIT_ITEMS` items (a client chooses its ``clientId``
+    and its offered versions: one line must not cost megabytes)."""
+    if isinstance(value, str):
+        return value if len(value) <= MAX_AUDIT_TEXT else value[:MAX_AUDIT_TEXT] + "…"
+    if depth >= _MAX_AUDIT_DEPTH:
+        return str(value)[:MAX_AUDIT_TEXT]
+    if isinstance(value, list | tuple):
+        return [_bounded(v, depth + 1) for v in value[:MAX_AUDIT_ITEMS]]
+    if isinstance(value, dict):
+        items = list(value.items())[:MAX_AUDIT_ITEMS]
+        return {str(k)[:MAX_AUDIT_TEXT]: _bounded(v, depth + 1) for k, v in items}
+    return value
 
 
 def _plain(value: Any) -> Any:

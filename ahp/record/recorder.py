@@ -61,6 +61,7 @@ import attrs
 import trio
 
 from ahp.engine import Host, Terminal
+from ahp.engine.outbox import DEFAULT_OUTBOX_BYTES
 from ahp.engine.subscription import Subscription
 from ahp.protocol.actions import (
     ActionEnvelope,
@@ -92,8 +93,12 @@ log = logging.getLogger("ahp.record")
 RECORD_MAX_BYTES: Final = 64 * 1024 * 1024
 #: Encoded lines waiting for the disk, at most (bytes); past it the recorder falls behind.
 RECORD_BUFFER_BYTES: Final = 1024 * 1024
-#: Envelopes waiting for the recorder, at most (bytes of memory); past it, a resync.
-RECORD_OUTBOX_BYTES: Final = 1024 * 1024
+#: Envelopes waiting for the recorder, at most (bytes of memory); past it, a resync. As
+#: every in-process subscriber's: the envelopes are the ones all subscribers share (no
+#: copy), and one envelope of output (a parse batch) must fit with room to spare.
+RECORD_OUTBOX_BYTES: Final = DEFAULT_OUTBOX_BYTES
+#: Seconds the writer gathers lines before a write (less once the buffer is half full).
+RECORD_WRITE_DELAY: Final = 0.05
 #: Seconds the recorder spends writing what is buffered when it ends or is cancelled.
 RECORD_CLOSE_TIMEOUT: Final = 2.0
 #: Room kept under the size bound for the last marker (bytes).
@@ -103,6 +108,13 @@ _NAME_LIMIT: Final = 100
 #: The last marker of a recording stopped before its terminal ended (cancelled: the
 #: server shut down, or the library's nursery was cancelled).
 STOPPED_MARKER: Final = "recording stopped before the terminal ended"
+#: Started commands remembered until they finish (for the end marker's command line);
+#: past it the oldest is forgotten (its end marker then has no command line).
+MAX_OPEN_COMMANDS: Final = 256
+#: The last marker of a terminal disposed while its process was running.
+DISPOSED_MARKER: Final = "terminal disposed while running"
+#: Recording paths remembered as handed out (until their files exist), at most.
+_NAMES_REMEMBERED: Final = 1024
 #: Terminal type recorded in the header (what the host sets for its terminals).
 TERM_TYPE: Final = "xterm-256color"
 
@@ -130,18 +142,19 @@ class RecordOptions:
 
 
 _UNSAFE: Final = re.compile(r"[^A-Za-z0-9._-]+")
+_DOTS: Final = re.compile(r"\.{2,}")
 
 
 def recording_name(uri: str, started: float | None = None) -> str:
     """A stable, safe file name for a terminal's recording:
     ``<UTC start, to the second>-<the URI's path, sanitised>.cast``.
 
-    Only ``[A-Za-z0-9._-]`` appear (no ``/``, no leading dot), at most about
+    Only ``[A-Za-z0-9._-]`` appear (no ``/``, no leading dot, never ``..``), at most about
     120 bytes, so the name is safe in any directory and in a URL path.
     """
     when = time.gmtime(time.time() if started is None else started)
     stem = uri.split(":", 1)[-1]
-    safe = _UNSAFE.sub("-", stem).strip("-.") or "terminal"
+    safe = _DOTS.sub(".", _UNSAFE.sub("-", stem)).strip("-.") or "terminal"
     return f"{time.strftime('%Y%m%dT%H%M%SZ', when)}-{safe[:_NAME_LIMIT]}.cast"
 
 
@@ -167,6 +180,7 @@ class Recorder:
         self._buffered = 0
         self._room = trio.lowlevel.ParkingLot()  # the writer took the buffer
         self._work = trio.lowlevel.ParkingLot()  # something to write
+        self._half = trio.lowlevel.ParkingLot()  # the buffer is half full
         self._in_flight = False
         self._rest = memoryview(b"")  # what the write in progress has still to write
         self._closing = False  # the writer returns once the buffer is empty
@@ -175,6 +189,7 @@ class Recorder:
         self._failed = False  # the writer stopped after an error
         self._commands: dict[str, str] = {}
         self._header_written = False
+        self._exited = False
         self._fd = -1
         self._nonblocking = False
         #: Bytes accepted into the file (header included), bounded by ``options.max_bytes``.
@@ -218,6 +233,8 @@ class Recorder:
         self.size += len(line)
         self.peak_buffered = max(self.peak_buffered, self._buffered)
         self._work.unpark_all()
+        if self._half and self._buffered * 2 >= self.options.buffer_bytes:
+            self._half.unpark_all()
 
     def _event(self, code: str, data: str) -> bool:
         self.events += 1
@@ -276,6 +293,9 @@ class Recorder:
             return not self.options.record_input or self._event("i", action.data)
         if cls is TerminalCommandExecuted:
             assert isinstance(action, TerminalCommandExecuted)
+            if len(self._commands) >= MAX_OPEN_COMMANDS:
+                # Commands that never finished (killed with their shell): forget the oldest.
+                del self._commands[next(iter(self._commands))]
             self._commands[action.commandId] = action.commandLine
             return self._event("m", asciicast.command_started(action.commandLine))
         if cls is TerminalCommandFinished:
@@ -284,6 +304,7 @@ class Recorder:
             return self._event("m", asciicast.command_finished(line, action.exitCode))
         if cls is TerminalExited:
             assert isinstance(action, TerminalExited)
+            self._exited = True
             if action.exitCode is None:
                 return self._event("m", "exited without an exit code (killed by a signal)")
             return self._event("x", str(action.exitCode))
@@ -351,6 +372,10 @@ class Recorder:
                     if self._closing:
                         return
                     await self._work.park()
+                if not self._closing and self._buffered * 2 < self.options.buffer_bytes:
+                    # Gather: one write (one worker-thread hop) per RECORD_WRITE_DELAY.
+                    with trio.move_on_after(RECORD_WRITE_DELAY):
+                        await self._half.park()
                 chunk = self._take()
                 self._in_flight = True
                 try:
@@ -430,6 +455,9 @@ class Recorder:
                 return
             if self._buffered > self.options.buffer_bytes:
                 await self._wait_for_room()
+        if not self._exited and self._header_written and self.terminal.pid is not None:
+            # Disposed while its process ran: no exit event follows.
+            self._event("m", DISPOSED_MARKER)
 
     async def _drain(self, nursery: trio.Nursery) -> None:
         """Write what is buffered, for at most RECORD_CLOSE_TIMEOUT s: the writer
@@ -437,6 +465,7 @@ class Recorder:
         here); a reader that stays stalled loses the rest."""
         self._closing = True
         self._work.unpark_all()
+        self._half.unpark_all()
         with trio.move_on_after(RECORD_CLOSE_TIMEOUT):
             await self._writer_done.wait()
             while self._buffer and not self._failed:
@@ -486,6 +515,7 @@ async def record_host(
     await trio.to_thread.run_sync(lambda: folder.mkdir(mode=0o700, parents=True, exist_ok=True))
     opts = options or RecordOptions()
     recorders: dict[str, Recorder] = {}
+    handed_out: set[Path] = set()
     async with trio.open_nursery() as nursery:
 
         async def run(recorder: Recorder) -> None:
@@ -495,6 +525,8 @@ async def record_host(
                 log.warning(
                     "cannot record %s into %s: %s", recorder.terminal.uri, recorder.path, exc
                 )
+            except Exception:  # a bug of ours ends that recording, never the host's others
+                log.exception("recording %s into %s failed", recorder.terminal.uri, recorder.path)
             finally:
                 if recorders.get(recorder.terminal.uri) is recorder:
                     del recorders[recorder.terminal.uri]
@@ -503,9 +535,14 @@ async def record_host(
             name = recording_name(terminal.uri)
             path = folder / name
             n = 1
-            while path.exists():  # (the same URI again within a second)
+            # The same name again within a second (the same URI, or two that sanitise
+            # alike): a file there, or one handed out and not opened yet.
+            while path in handed_out or path.exists():
                 n += 1
                 path = folder / name.replace(".cast", f"-{n}.cast")
+            if len(handed_out) >= _NAMES_REMEMBERED:
+                handed_out.clear()  # (older names exist as files by now)
+            handed_out.add(path)
             recorder = Recorder(terminal, path, opts)
             recorders[terminal.uri] = recorder
             nursery.start_soon(run, recorder)

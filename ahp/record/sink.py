@@ -7,7 +7,9 @@ waits — the item is queued, or, when the queue is at its bound
 (:data:`MAX_QUEUED_LINES` items or :data:`MAX_QUEUED_BYTES` bytes), dropped and
 counted. One writer task (:meth:`LineSink.run`) takes everything queued, formats
 it into lines and writes them in a worker thread (``trio.to_thread``), so neither
-formatting a large batch nor a slow ``write(2)`` holds the event loop. After a
+formatting a large batch nor a slow ``write(2)`` holds the event loop. The
+writer gathers lines for up to :data:`WRITE_DELAY` seconds (less when the queue
+is half full), so a busy log costs one worker-thread hop per batch, not per line. After a
 drop, the next batch carries one line saying how many items were lost
 (``dropped_line``), so a gap is never silent.
 
@@ -59,6 +61,9 @@ MAX_QUEUED_LINES: Final = 16 * 1024
 MAX_QUEUED_BYTES: Final = 8 * 1024 * 1024
 #: Seconds the writer spends on what is still queued when it is cancelled.
 FLUSH_TIMEOUT: Final = 2.0
+#: Seconds the writer waits after the first queued line for more (unless the queue is
+#: half full): lines reach the file at most this late, in one write per batch.
+WRITE_DELAY: Final = 0.05
 #: What a redacted secret is replaced with.
 REDACTED: Final = b"<redacted>"
 
@@ -145,6 +150,7 @@ class LineSink(Generic[T]):
         self._bytes = 0
         self._lot = trio.lowlevel.ParkingLot()
         self._progress = trio.lowlevel.ParkingLot()  # a batch was written
+        self._half_lot = trio.lowlevel.ParkingLot()  # the queue is half full
         self._accepted = 0  # items put and not dropped, ever
         self._finished = 0  # of which written (or lost at the write)
         self._fd = -1
@@ -178,7 +184,12 @@ class LineSink(Generic[T]):
         self.peak_bytes = max(self.peak_bytes, self._bytes)
         if len(self._items) == 1:
             self._lot.unpark_all()
+        elif self._half_lot and self._half_full():
+            self._half_lot.unpark_all()
         return True
+
+    def _half_full(self) -> bool:
+        return len(self._items) * 2 >= self.max_lines or self._bytes * 2 >= self.max_bytes
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Open the current file, then write batches until cancelled (see the module
@@ -190,6 +201,10 @@ class LineSink(Generic[T]):
             while True:
                 while not self._items and not self.pending_drops:
                     await self._lot.park()
+                if not self._half_full():
+                    # Gather a batch: one worker-thread hop per WRITE_DELAY, not per line.
+                    with trio.move_on_after(WRITE_DELAY):
+                        await self._half_lot.park()
                 await self._write_batch()
         finally:
             self.running = False

@@ -30,7 +30,7 @@ import signal
 import ssl
 from collections.abc import AsyncIterator, Callable
 from typing import Any, Final, NoReturn
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 import attrs
 import trio
@@ -266,7 +266,7 @@ async def serve_host(
         url = f"ws+unix://{options.unix}:/"
     page_base: str | None = None
     if token is not None:
-        url += f"?tkn={token}"
+        url += "?" + urlencode({"tkn": token})  # (a token may hold '+', '/', '=')
     state = ServerState(host=host, max_terminals=options.max_terminals)
     routes = health_routes(ready=lambda: not state.draining)
     own_origins: frozenset[str] = frozenset()
@@ -323,6 +323,14 @@ async def _start_records(
             what = f"the audit log {options.audit_log}"
             state.audit = AuditLog(options.audit_log, token=token, record_input=options.audit_input)
             await nursery.start(state.audit.run)
+            audit = state.audit
+
+            async def watch(*, task_status: trio.TaskStatus[None]) -> None:
+                async with audit.watching(state.host):
+                    task_status.started()
+                    await trio.sleep_forever()
+
+            await nursery.start(watch)
         if options.wire_log is not None:
             what = f"the wire log in {options.wire_log}"
             state.wire_log = WireLog(options.wire_log, token=token)

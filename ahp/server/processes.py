@@ -10,11 +10,11 @@ params, check the caller may act, call those methods and shape the answer
 (:mod:`ahp.protocol.processes` names the methods, types and bounds).
 
 Authorisation: reading a terminal's process status or jobs is allowed to every
-authenticated client, like subscribing to its output. Signalling follows the
-rule of ``terminal/input`` (both make the command do something): open to every
-client, unless the server accepts input only from the holder of the terminal's
-claim (:attr:`ServerState.holder_only_input <ahp.server.session.ServerState.holder_only_input>`),
-which then covers signals too.
+authenticated client, like subscribing to its output. Signalling is the
+``signal`` row of the one policy table (:mod:`ahp.reducers.policy`), decided for
+the connection's own ``clientId``: open to every client by default, only the
+holder's with ``serve --holder-only-input``
+(:attr:`ServerState.holder_only_input <ahp.server.session.ServerState.holder_only_input>`).
 
 Cost and buffering: each request is one scan of ``/proc`` (synchronous, a few
 milliseconds), answered on the connection's outbox like any other request. A
@@ -25,14 +25,22 @@ are bounded by :data:`~ahp.protocol.processes.MAX_JOBS_REPORTED` entries.
 
 from __future__ import annotations
 
+import shlex
 import signal
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Final
 
-from ahp.engine import Terminal, TerminalNotFound
+import trio
+
+from ahp.agent.exec import find_exec, start_exec
+from ahp.engine import Terminal, TerminalExists, TerminalNotFound
 from ahp.protocol.codec import structure, unstructure
 from ahp.protocol.jsonrpc import ErrorCode
 from ahp.protocol.processes import (
+    EXEC,
+    EXEC_RESULT,
+    EXEC_RESULT_WAIT,
+    EXEC_RUNNING,
     JOB_MARK,
     JOBS,
     MAX_JOBS_REPORTED,
@@ -43,6 +51,8 @@ from ahp.protocol.processes import (
     SIGNALS,
     TTY_STATUS,
     ChannelParams,
+    ExecParams,
+    ExecResult,
     JobMarkResult,
     JobMarkWire,
     JobsParams,
@@ -52,10 +62,13 @@ from ahp.protocol.processes import (
     SignalResult,
     TtyStatusResult,
     TtyStatusWire,
+    exec_problem,
     mark_problem,
 )
 from ahp.protocol.state import ROOT_URI
-from ahp.pty import procfs
+from ahp.pty import SpawnError, procfs
+from ahp.record.audit import ACTOR, MAX_AUDIT_TEXT
+from ahp.reducers.policy import Change
 
 if TYPE_CHECKING:
     from ahp.server.session import Session
@@ -64,6 +77,8 @@ __all__ = ["PROCESS_REQUESTS", "Refused"]
 
 #: Longest piece of a client's channel quoted back in an error message.
 _QUOTE_LIMIT: Final = 200
+#: ``ahp.server.session.SERVER_LIMIT`` (not imported: the session imports this module).
+_SERVER_LIMIT: Final = -32000
 
 
 class Refused(Exception):
@@ -102,13 +117,11 @@ def _mark(wire: JobMarkWire | None) -> procfs.JobMark | None:
 
 
 def _check_may_signal(session: Session, terminal: Terminal) -> None:
-    """The ``terminal/input`` rule (the terminal core's): everyone, unless input is
-    holder-only."""
-    if terminal.input_refused(session.client_id) is not None:
-        raise Refused(
-            ErrorCode.PERMISSION_DENIED,
-            "this server takes input and signals only from the client holding the terminal's claim",
-        )
+    """The policy table's ``signal`` row (:mod:`ahp.reducers.policy`), for the
+    connection's own identity."""
+    why = terminal.refusal(Change.SIGNAL, session.client_id)
+    if why is not None:
+        raise Refused(ErrorCode.PERMISSION_DENIED, why)
 
 
 def _bounded(pids: tuple[int, ...]) -> tuple[int, ...]:
@@ -118,7 +131,8 @@ def _bounded(pids: tuple[int, ...]) -> tuple[int, ...]:
 async def _tty_status(session: Session, params: Any) -> Any:
     p = structure(params, ChannelParams)
     terminal = _terminal(session, p.channel)
-    status = terminal.tty_status()
+    jobs = terminal.jobs
+    status = await jobs.scan_tty_status() if jobs is not None else None
     wire = None
     if status is not None:
         wire = TtyStatusWire(
@@ -205,10 +219,93 @@ async def _signal(session: Session, params: Any) -> Any:
     )
 
 
+async def _exec(session: Session, params: Any) -> Any:
+    audit = session.server.audit
+    if audit is None:
+        return await _start_exec(session, params)
+    p = structure(params, ExecParams)  # (malformed params are answered, not audited)
+    line = shlex.join(p.argv) if p.argv is not None else p.command or ""
+    fields: dict[str, Any] = {
+        "by": session.client_id,
+        "command": line[:MAX_AUDIT_TEXT],
+        "cwd": p.cwd,
+        "env": sorted(p.env) if p.env else None,  # the names, never the values
+    }
+    actor = ACTOR.set(session.client_id)  # (its terminal is this client's, not in-process)
+    try:
+        result = await _start_exec(session, params)
+    except Refused as refused:
+        audit.event("exec", terminal=p.channel, **fields, error=refused.message)
+        raise
+    finally:
+        ACTOR.reset(actor)
+    audit.event("exec", terminal=result["channel"], **fields)
+    return result
+
+
+async def _start_exec(session: Session, params: Any) -> Any:
+    p = structure(params, ExecParams)
+    problem = exec_problem(p)
+    if problem is not None:
+        where, why = problem
+        path = f"$.params.{where}"
+        raise Refused(ErrorCode.INVALID_PARAMS, f"invalid params: {why} at {path}", {"path": path})
+    server = session.server
+    if server.draining:
+        raise Refused(_SERVER_LIMIT, "draining", {"reason": "the server is shutting down"})
+    if len(session.host.terminals) + server.creating >= server.max_terminals:
+        raise Refused(
+            _SERVER_LIMIT,
+            f"terminal limit reached: this server hosts at most {server.max_terminals} "
+            "terminals (serve --max-terminals); dispose one first",
+            {"limit": server.max_terminals},
+        )
+    kwargs: dict[str, Any] = {"head_bytes": p.headBytes, "tail_bytes": p.tailBytes}
+    server.creating += 1
+    try:
+        started = await start_exec(
+            session.host,
+            p.argv if p.argv is not None else p.command or "",
+            uri=p.channel,
+            cwd=p.cwd,
+            env=p.env,
+            timeout=p.timeout,
+            **{k: v for k, v in kwargs.items() if v is not None},
+        )
+    except TerminalExists as exc:
+        raise Refused(ErrorCode.ALREADY_EXISTS, str(exc)[:_QUOTE_LIMIT]) from None
+    except (SpawnError, ValueError) as exc:
+        raise Refused(
+            ErrorCode.INVALID_PARAMS, str(exc)[:_QUOTE_LIMIT], {"path": "$.params"}
+        ) from None
+    finally:
+        server.creating -= 1
+    return unstructure(ExecResult(channel=started.uri))
+
+
+async def _exec_result(session: Session, params: Any) -> Any:
+    p = structure(params, ChannelParams)
+    started = find_exec(session.host, p.channel)
+    if started is None:
+        quoted = p.channel[:_QUOTE_LIMIT]
+        raise Refused(
+            ErrorCode.NOT_FOUND,
+            f"no exec {quoted!r}: not started by {EXEC}, or no longer kept",
+            {"path": "$.params.channel"},
+        )
+    with trio.move_on_after(EXEC_RESULT_WAIT):
+        await started.done.wait()
+    if started.result is None:
+        raise Refused(EXEC_RUNNING, "the exec is still running: wait for terminal/exited")
+    return started.result.to_json()
+
+
 #: The extension's handlers, merged into the session's request table.
 PROCESS_REQUESTS: Final[dict[str, Callable[[Session, Any], Awaitable[Any]]]] = {
     TTY_STATUS: _tty_status,
     JOB_MARK: _job_mark,
     JOBS: _jobs,
     SIGNAL: _signal,
+    EXEC: _exec,
+    EXEC_RESULT: _exec_result,
 }

@@ -33,6 +33,7 @@ a 1.x chat's claim does not lose the chat for 1.x viewers).
 from __future__ import annotations
 
 import errno
+import hmac
 import logging
 import os
 import re
@@ -46,6 +47,7 @@ import trio
 from ahp import __version__, keystroke
 from ahp.engine import Host, Outbox, Terminal, TerminalExists, TerminalNotFound
 from ahp.engine.envelopes import Published
+from ahp.engine.outbox import ResponsePool
 from ahp.protocol.actions import (
     ActionOrigin,
     RootConfigChanged,
@@ -61,11 +63,13 @@ from ahp.protocol.codec import (
     decode_message,
     dumps_utf8,
     encode_message,
+    message_to_json,
     structure,
     structure_action,
     unstructure,
 )
 from ahp.protocol.commands import (
+    RESUME_META,
     ChannelMissing,
     ChannelParams,
     ChannelRecovery,
@@ -84,8 +88,10 @@ from ahp.protocol.commands import (
     ReconnectReplay,
     ReconnectSnapshot,
     ResumedWindows,
+    ResumeTokenError,
     SubscribeResult,
     reconnect_form,
+    resume_token,
 )
 from ahp.protocol.dialect import (
     SUPPORTED_VERSIONS,
@@ -116,7 +122,7 @@ from ahp.protocol.state import (
 )
 from ahp.protocol.uri import local_file_uri_to_path, path_to_file_uri
 from ahp.pty import SpawnError
-from ahp.record.audit import AuditLog
+from ahp.record.audit import ACTOR, AuditLog
 from ahp.record.recorder import Recorder
 from ahp.record.wirelog import WireLog
 from ahp.reducers import heal_root
@@ -127,8 +133,10 @@ from ahp.reducers.core import (
     heal_terminal,
     rejected_echo,
 )
-from ahp.server.clients import ClientRecord, ClientRegistry
+from ahp.reducers.policy import Change
+from ahp.server.clients import ClientRecord, ClientRegistry, Link
 from ahp.server.processes import PROCESS_REQUESTS, Refused
+from ahp.server.wsconn import InboundBudget
 
 __all__ = [
     "DEFAULT_MAX_TERMINALS",
@@ -155,6 +163,11 @@ MAX_NESTING: Final = MAX_DEPTH
 #: Terminals one server hosts at most by default (``serve --max-terminals``): each holds
 #: a process, about 3 of the server's fds (pty or pipes) and up to its scrollback.
 DEFAULT_MAX_TERMINALS: Final = 256
+#: Bytes of answers every connection together may have queued or in writing before the
+#: next request of anyone waits (issue 25: 8 silent clients each asking for a 9 MB
+#: snapshot held 284 MB). Twice the largest snapshot (4 Mi characters of escape-dense
+#: output, ~9-15 MB of JSON), so two big answers are built at a time at most beyond it.
+RESPONSE_POOL: Final = 32 * 1024 * 1024
 #: Largest ``root/configChanged`` action accepted (encoded JSON bytes): it is broadcast to
 #: every root subscriber, so a bigger one is rejected to its sender.
 MAX_CONFIG_BYTES: Final = 64 * 1024
@@ -167,6 +180,20 @@ _AUDIT_KEYS: Final = 64
 #: ``errno`` values meaning the machine or the process ran out of something.
 _EXHAUSTED: Final = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.EAGAIN})
 
+#: Seconds a live connection gets to answer a ping when another connection claims its
+#: ``clientId`` without its resume token: one that answers keeps the id (the newcomer is
+#: refused); one that does not is taken for dead (a dropped network, a client that
+#: reconnects before this side noticed) and replaced by the newcomer.
+PROBE_TIMEOUT: Final = 3.0
+#: The close a connection gets when a newer connection of its client replaced it.
+REPLACED_CLOSE: Final = (1008, "replaced by a newer connection of this clientId")
+
+#: Memory all connections together may hold in inbound messages still being assembled
+#: (fragments, a large frame arriving): four messages at the size bound (issue 25: 30
+#: connections each holding an unfinished 8 MiB frame held 302 MB).
+INBOUND_BUDGET: Final = 32 * 1024 * 1024
+#: Requests whose answers may hold whole snapshots (they wait for room in the pool).
+SNAPSHOT_METHODS: Final = frozenset({"initialize", "reconnect", "subscribe"})
 #: Methods answered before ``initialize``.
 PRE_HANDSHAKE: Final = frozenset({"initialize", "reconnect", "ping"})
 #: Requests a read-only connection may make (watching); every other one is
@@ -195,8 +222,16 @@ class ServerState:
     max_terminals: int = DEFAULT_MAX_TERMINALS
     #: ``createTerminal`` requests between the limit check and the terminal's registration.
     creating: int = 0
+    #: The authenticated connections' budget, once the transport runs (figures, tests).
+    connections: Any = None
     #: Counters: protocol errors answered (figures for tests).
     errors: int = 0
+    #: Responses (snapshots above all) queued or being written by every connection
+    #: together (:data:`RESPONSE_POOL`): past it, requests wait and silent holders go.
+    responses: ResponsePool = attrs.field(factory=lambda: ResponsePool(RESPONSE_POOL))
+    #: Inbound messages still being assembled, every connection together
+    #: (:data:`INBOUND_BUDGET`): a connection that would pass it is closed with 1013.
+    inbound: InboundBudget = attrs.field(factory=lambda: InboundBudget(INBOUND_BUDGET))
     #: Where privileged events are logged (``serve --audit-log``), if anywhere.
     audit: AuditLog | None = None
     #: Where every message is logged (``serve --wire-log``), if anywhere.
@@ -258,6 +293,16 @@ def _short(text: str) -> str:
     return text if len(text) <= _QUOTE_LIMIT else text[:_QUOTE_LIMIT] + "…"
 
 
+def _token(params: Any) -> str | None:
+    """The resume token of an initialize / reconnect request (``-32602`` if malformed)."""
+    try:
+        return resume_token(params)
+    except ResumeTokenError as exc:
+        path = f"$.params._meta[{RESUME_META!r}]"
+        message = f"invalid params: {exc} at {path}"
+        raise _Fail(ErrorCode.INVALID_PARAMS, message, {"path": path}) from None
+
+
 class _Fail(Exception):
     def __init__(self, code: int, message: str, data: Any = None) -> None:
         super().__init__(message)
@@ -300,10 +345,36 @@ def _check_cwd(cwd: str) -> None:
         fail(f"is not a usable file:// URI: {_short(str(exc))}")
 
 
-class Session:
-    """The protocol side of one connection. Owns its subscriptions, not the outbox."""
+class _SessionLink:
+    """The link of a session without a transport (tests, fuzzing): it always answers;
+    evicting it stops the session (see :meth:`Session.stop`)."""
 
-    def __init__(self, server: ServerState, outbox: Outbox, *, read_only: bool = False) -> None:
+    def __init__(self, session: Session) -> None:
+        self._session = session
+
+    async def alive(self, timeout: float) -> bool:
+        return True
+
+    def evict(self, reason: str) -> None:
+        self._session.stop(reason)
+
+
+class Session:
+    """The protocol side of one connection. Owns its subscriptions, not the outbox.
+
+    Identity: the ``clientId`` a connection acts as is the one :meth:`take_identity`
+    granted it at ``initialize`` / ``reconnect`` (:attr:`record`); every action it
+    dispatches carries that id as its origin, and every claim rule is decided on it.
+    """
+
+    def __init__(
+        self,
+        server: ServerState,
+        outbox: Outbox,
+        link: Link | None = None,
+        *,
+        read_only: bool = False,
+    ) -> None:
         self.server = server
         #: Admitted with the read-only token: it may watch, nothing else (see
         #: :data:`READ_ONLY_METHODS`).
@@ -316,6 +387,12 @@ class Session:
         self.dialect = Dialect.V05
         #: Set when the connection must close after the queued frames (code, reason).
         self.close_request: tuple[int, str] | None = None
+        #: This connection, as its client record sees it (the transport's, or one that
+        #: always answers).
+        self.link: Link = link if link is not None else _SessionLink(self)
+        #: Set when a newer connection of this client replaced this one: no frame of
+        #: this connection is acted on any more.
+        self.stopped = False
         #: The peer's address, as the transport reports it (for the audit log).
         self.peer: str | None = None
 
@@ -360,6 +437,8 @@ class Session:
 
     async def handle_frame(self, frame: str | bytes, *, checked: bool = False) -> None:
         """Handle one inbound frame; answers (if any) are queued on the outbox."""
+        if self.stopped:
+            return
         try:
             message = decode_message(_parse(frame, checked=checked))
         except ProtocolError as exc:
@@ -372,7 +451,9 @@ class Session:
         # Responses from the client: a terminal host sends no requests; ignore.
 
     def _respond(self, msg_id: JsonRpcId, result: Any) -> None:
-        self.outbox.put(encode_message(JsonRpcSuccess(id=msg_id, result=result)))
+        # UTF-8 bytes, as the writer sends them: a 9 MB snapshot is not decoded into a
+        # str to be encoded again (that was half of its cost, ~55 ms; issue 25).
+        self.outbox.put(dumps_utf8(message_to_json(JsonRpcSuccess(id=msg_id, result=result))))
 
     def _error(self, msg_id: JsonRpcId, code: int, message: str, data: Any = None) -> None:
         self.server.errors += 1
@@ -402,6 +483,13 @@ class Session:
                 request.id, ErrorCode.METHOD_NOT_FOUND, f"method {_short(method)!r} not found"
             )
             return
+        pool = self.server.responses
+        if method in SNAPSHOT_METHODS and pool.held > pool.limit:
+            # Every connection's answers together are over the server's pool: a request
+            # that may be answered with snapshots waits for room (big answers are built
+            # one after another; silent holders are closed by their watchdog). Input
+            # and everything else go on meanwhile.
+            await pool.wait_room()
         try:
             result = await handler(self, request.params if request.params is not None else {})
         except (_Fail, Refused) as fail:
@@ -459,11 +547,75 @@ class Session:
             self.host.hub.unsubscribe(channel, self.outbox)
         self.subscriptions.clear()
 
-    def disconnect(self) -> None:
-        """The transport is gone: drop subscriptions, keep the client record."""
+    def disconnect(self, *, left: bool = False) -> None:
+        """The transport is gone: drop subscriptions, keep the client record (``left``:
+        the client closed the connection on purpose, see ``ClientRegistry.disconnect``)."""
         self.unsubscribe_all()
         if self.record is not None:
-            self.server.clients.disconnect(self.record)
+            self.server.clients.disconnect(self.record, self.link, left=left)
+
+    def stop(self, reason: str, *, code: int = REPLACED_CLOSE[0]) -> None:
+        """The connection must go (a newer connection of this client replaced it, or
+        the connection budget closes it): act on nothing more, follow nothing more, and
+        close with ``code`` and ``reason``."""
+        self.stopped = True
+        self.unsubscribe_all()
+        self.close_request = (code, reason)
+        self.outbox.close()
+
+    async def take_identity(self, client_id: str, token: str | None) -> None:
+        """Decide whether this connection may act as ``client_id``; raise if not.
+
+        One live connection per ``clientId``:
+
+        * the record's resume token presented: granted; a live connection of the id is
+          replaced (closed with :data:`REPLACED_CLOSE`);
+        * a wrong token, or none for a *bound* record (its client asked for a token):
+          refused, ``-32009``;
+        * no token, the id unknown or its record disconnected: granted (the protocol's
+          ``reconnect`` carries no other proof);
+        * no token, the id live: its connection is pinged; if it answers within
+          :data:`PROBE_TIMEOUT` it keeps the id and this one is refused (``-32009``),
+          else it is taken for dead and replaced. While one claim probes, another for
+          the same id is refused.
+        """
+        clients = self.server.clients
+        record = clients.get(client_id)
+        if record is None:
+            return
+        shown = _short(client_id)
+        if token is not None and hmac.compare_digest(token.encode(), record.secret.encode()):
+            if record.link is not None and record.connections:
+                record.link.evict(REPLACED_CLOSE[1])
+            return
+        if token or record.bound:
+            raise _Fail(
+                ErrorCode.PERMISSION_DENIED,
+                f"clientId {shown!r} is bound to its resume token: present the token its "
+                f"initialize returned (params._meta[{RESUME_META!r}]) or use another clientId",
+            )
+        if not record.connections:
+            return
+        if client_id in clients.probing:
+            raise _Fail(
+                ErrorCode.PERMISSION_DENIED,
+                f"another connection is claiming clientId {shown!r} now; try again later",
+            )
+        live = record.link
+        clients.probing.add(client_id)
+        try:
+            answered = live is None or await live.alive(PROBE_TIMEOUT)
+        finally:
+            clients.probing.discard(client_id)
+        if answered or clients.get(client_id) is not record or record.link is not live:
+            raise _Fail(
+                ErrorCode.PERMISSION_DENIED,
+                f"clientId {shown!r} is in use by a live connection (it answered a ping): "
+                "one connection per clientId; use another clientId",
+            )
+        assert live is not None
+        log.info("client %s: its connection did not answer a ping; replaced", shown)
+        live.evict(REPLACED_CLOSE[1])
 
     # -- requests ----------------------------------------------------------------------------
 
@@ -515,7 +667,13 @@ class Session:
         if p.clientInfo is not None:
             log.debug("client %s is %s %s", p.clientId, p.clientInfo.name, p.clientInfo.version)
         self._check_read_only_id(p.clientId)
-        self._begin(self.server.clients.connect(p.clientId, version, read_only=self.read_only))
+        token = _token(params)
+        await self.take_identity(p.clientId, token)
+        bound = token is not None  # (asked for a token: only it resumes this id)
+        record = self.server.clients.connect(
+            p.clientId, version, self.link, bound=bound, read_only=self.read_only
+        )
+        self._begin(record)
         await self._release_forgotten_claims()
         snapshots = [s for s in map(self._subscribe, dict.fromkeys(p.initialSubscriptions)) if s]
         result = InitializeResult(
@@ -526,8 +684,13 @@ class Session:
             serverInfo=SERVER_INFO if self.dialect is Dialect.V1 else None,
         )
         out = result_json(result, self.dialect)
+        meta: dict[str, Any] = {}
         if self.read_only:
-            out["_meta"] = {READ_ONLY_META: True}
+            meta[READ_ONLY_META] = True
+        if token is not None:
+            meta[RESUME_META] = record.secret
+        if meta:
+            out["_meta"] = meta
         return out
 
     def _check_read_only_id(self, client_id: str) -> None:
@@ -550,7 +713,8 @@ class Session:
         _check_client_id(p.clientId)
         if self.read_only:
             self._check_read_only_id(p.clientId)
-        record = self.server.clients.resume(p.clientId)
+        await self.take_identity(p.clientId, _token(params))
+        record = self.server.clients.resume(p.clientId, self.link)
         if (audit := self.server.audit) is not None:
             version = record.protocol_version if record is not None else None
             audit.initialize(p.clientId, version, peer=self.peer, reconnect=True)
@@ -644,11 +808,14 @@ class Session:
             "cwd": p.cwd,
             "claim": unstructure(p.claim, TerminalClaim) if p.claim is not None else None,
         }
+        actor = ACTOR.set(self.client_id)
         try:
             await self._create(p)
         except _Fail as fail:
             audit.event("terminal.created", **fields, error=fail.message)
             raise
+        finally:
+            ACTOR.reset(actor)
         audit.event("terminal.created", **fields)
 
     async def _create(self, p: CreateTerminalParams) -> None:
@@ -720,6 +887,16 @@ class Session:
     async def _dispose_terminal(self, params: Any) -> None:
         p = structure(params, ChannelParams)
         audit = self.server.audit
+        if p.channel in self.host:
+            # The policy table's dispose row, for this connection's own identity.
+            why = self.host.get(p.channel).refusal(Change.DISPOSE, self.client_id)
+            if why is not None:
+                if audit is not None:
+                    audit.event(
+                        "terminal.disposed", terminal=p.channel, by=self.client_id, error=why
+                    )
+                raise _Fail(ErrorCode.PERMISSION_DENIED, why)
+        actor = ACTOR.set(self.client_id) if audit is not None else None
         try:
             await self.host.dispose(p.channel)
         except TerminalNotFound:
@@ -729,6 +906,9 @@ class Session:
                     "terminal.disposed", terminal=p.channel, by=self.client_id, error=message
                 )
             raise _Fail(ErrorCode.NOT_FOUND, message) from None
+        finally:
+            if actor is not None:
+                ACTOR.reset(actor)
         self.subscriptions.discard(p.channel)
         if audit is not None:
             audit.event("terminal.disposed", terminal=p.channel, by=self.client_id)
@@ -778,6 +958,8 @@ class Session:
                 sender=self.outbox,
                 checkpoint=_DISPATCH_CHECKPOINT,
             )
+            if self.host.hub.flooded(channel) is not None:
+                await self.host.hub.wait_readers(channel)  # (the flood rule: the sender pays)
             return
         p = structure(params, DispatchActionParams)
         origin = ActionOrigin(clientId=self.record.client_id, clientSeq=p.clientSeq)
@@ -820,6 +1002,7 @@ class Session:
                 # the true value back, as after a terminal rejection.
                 if (heal := heal_root(self.host.root_state, action)) is not None:
                     hub.send_to(self.outbox, ROOT_URI, heal)
+            await self._pay_for(ROOT_URI)
             return
         if channel not in self.host:
             # Unknown (never created, or disposed): rejected to the sender, whose
@@ -851,6 +1034,13 @@ class Session:
             await self._audited_dispatch(audit, terminal, action, origin)
             return
         await terminal.dispatch(action, origin=origin, sender=self.outbox)
+        await self._pay_for(channel)
+
+    async def _pay_for(self, channel: str) -> None:
+        """The flood rule (:meth:`ahp.engine.hub.Hub.wait_readers`): this connection's
+        next frame waits while a reader of ``channel`` is behind on what was sent."""
+        if self.host.hub.flooded(channel) is not None:
+            await self.host.hub.wait_readers(channel)
 
     def _refuse_read_only(self, params: Any) -> None:
         """Every dispatch of a read-only connection: rejected to it (with the true value

@@ -29,7 +29,9 @@ request that reads it.
 from __future__ import annotations
 
 import hmac
+import os
 import re
+import stat
 from pathlib import Path
 from typing import Final
 
@@ -42,6 +44,7 @@ __all__ = [
     "BEARER_PROTOCOL_PREFIX",
     "MAX_ASSET_BYTES",
     "MAX_RECORDINGS_LISTED",
+    "MAX_RECORDINGS_SCANNED",
     "MAX_RECORDING_BYTES",
     "PAGE_PROTOCOL",
     "STATIC_ROOT",
@@ -62,6 +65,9 @@ BEARER_PROTOCOL_PREFIX: Final = "ahp-terminals.bearer."
 MAX_ASSET_BYTES: Final = 4 * 1024 * 1024
 #: Recordings listed at most (the newest first); the listing says when it left some off.
 MAX_RECORDINGS_LISTED: Final = 1000
+#: Directory entries looked at per listing at most (a directory of a million files costs
+#: one bounded scan); past it the listing says it is partial.
+MAX_RECORDINGS_SCANNED: Final = 10 * MAX_RECORDINGS_LISTED
 #: Largest recording served to the page (it is read into memory); larger is 413.
 MAX_RECORDING_BYTES: Final = min(MAX_BODY, 64 * 1024 * 1024)
 #: A recording's name as the page may ask for it: a plain file name, no path.
@@ -192,14 +198,20 @@ def web_routes(*, token: str | None, record_dir: str | None = None, tls: bool = 
             return unauthorized(request)
         listing: list[dict[str, object]] = []
         left_off = 0
+        partial = False
         if record_dir is not None:
-            entries = await trio.to_thread.run_sync(_list_recordings, record_dir)
+            entries, partial = await trio.to_thread.run_sync(_list_recordings, record_dir)
             entries.sort(key=lambda e: (-float(e["modified"]), str(e["name"])))  # type: ignore[arg-type]
             listing = entries[:MAX_RECORDINGS_LISTED]
             left_off = len(entries) - len(listing)
-        body = orjson.dumps(
-            {"enabled": record_dir is not None, "recordings": listing, "leftOff": left_off}
-        )
+        answer: dict[str, object] = {
+            "enabled": record_dir is not None,
+            "recordings": listing,
+            "leftOff": left_off,
+        }
+        if partial:
+            answer["partial"] = True  # more entries than MAX_RECORDINGS_SCANNED
+        body = orjson.dumps(answer)
         return HttpResponse(
             200, body, content_type="application/json", headers=_page_headers(request, tls)
         )
@@ -210,21 +222,10 @@ def web_routes(*, token: str | None, record_dir: str | None = None, tls: bool = 
         name = request.path.removeprefix("/api/recordings/")
         if record_dir is None or not _RECORDING_NAME.fullmatch(name):
             return HttpResponse.text(404, "no such recording")
-        path = trio.Path(record_dir) / name
-        try:
-            if not await path.is_file():
-                return HttpResponse.text(404, "no such recording")
-            if (await path.stat()).st_size > MAX_RECORDING_BYTES:
-                return HttpResponse.text(
-                    413,
-                    f"recording larger than {MAX_RECORDING_BYTES} bytes: play it with "
-                    "ahp-terminals play",
-                )
-            data = await path.read_bytes()
-        except OSError as exc:
-            return HttpResponse.text(404, f"cannot read the recording: {exc.strerror}")
-        if len(data) > MAX_RECORDING_BYTES:  # (it grew since the stat)
-            data = data[:MAX_RECORDING_BYTES]
+        outcome = await trio.to_thread.run_sync(_read_recording, os.path.join(record_dir, name))
+        if isinstance(outcome, HttpResponse):
+            return outcome
+        data = outcome
         return HttpResponse(
             200,
             data,
@@ -241,21 +242,46 @@ def web_routes(*, token: str | None, record_dir: str | None = None, tls: bool = 
     return routes
 
 
-def _list_recordings(directory: str) -> list[dict[str, object]]:
+def _read_recording(path: str) -> bytes | HttpResponse:
+    """The recording at ``path``, or the answer that refuses it: not a regular file (a
+    symbolic link, a FIFO: opened without following links, without blocking), missing,
+    or larger than :data:`MAX_RECORDING_BYTES`. Runs in a worker thread."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return HttpResponse.text(404, "no such recording")
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(f.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            return HttpResponse.text(404, "no such recording")
+        if info.st_size > MAX_RECORDING_BYTES:
+            return HttpResponse.text(
+                413,
+                f"recording larger than {MAX_RECORDING_BYTES} bytes: play it with "
+                "ahp-terminals play",
+            )
+        return f.read(MAX_RECORDING_BYTES)  # (if it grew since: cut at the bound)
+
+
+def _list_recordings(directory: str) -> tuple[list[dict[str, object]], bool]:
     """``*.cast`` files directly in ``directory`` (name, size, modification time in
-    seconds); an unreadable directory lists none. Runs in a worker thread."""
+    seconds), from at most :data:`MAX_RECORDINGS_SCANNED` entries, and whether there
+    were more; an unreadable directory lists none. Runs in a worker thread."""
     found: list[dict[str, object]] = []
     try:
-        entries = list(Path(directory).iterdir())
+        with os.scandir(directory) as entries:
+            for scanned, entry in enumerate(entries):
+                if scanned >= MAX_RECORDINGS_SCANNED:
+                    return found, True
+                if not _RECORDING_NAME.fullmatch(entry.name):
+                    continue
+                try:
+                    if not entry.is_file(follow_symlinks=False):
+                        continue
+                    info = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                found.append({"name": entry.name, "size": info.st_size, "modified": info.st_mtime})
     except OSError:
-        return found
-    for entry in entries:
-        if not _RECORDING_NAME.fullmatch(entry.name):
-            continue
-        try:
-            info = entry.stat()
-        except OSError:
-            continue
-        if entry.is_file():
-            found.append({"name": entry.name, "size": info.st_size, "modified": info.st_mtime})
-    return found
+        pass
+    return found, False

@@ -96,6 +96,9 @@ TRY_AGAIN: Final = 1013
 MAX_HEAD: Final = 16 * 1024
 #: Seconds a peer gets to send its whole upgrade request.
 HANDSHAKE_TIMEOUT: Final = 10.0
+#: Pings (:meth:`ServerWebSocket.ping`) waiting for their pong at once, per connection
+#: (one per newcomer claiming this connection's clientId; those are one at a time).
+MAX_PINGS: Final = 4
 #: Close codes (RFC 6455 §7.4.1).
 ABNORMAL: Final = 1006
 TOO_BIG: Final = 1009
@@ -408,6 +411,8 @@ class ServerWebSocket:
         self._owes_checkpoint = False
         #: The last read returned less than it asked for (see :meth:`_read`).
         self._drained = False
+        #: Pings sent and not answered yet: payload -> set when the pong arrives.
+        self._pings: dict[bytes, trio.Event] = {}
 
     @property
     def closed(self) -> ConnectionClosed | None:
@@ -439,16 +444,16 @@ class ServerWebSocket:
                         message = self._assemble(event)
                         if message is not None:
                             return await self._deliver(message)
-                        if self._size > self._max:
-                            await self.aclose(TOO_BIG, "message too big")
-                        elif self._frames > MAX_FRAGMENTS:
-                            await self.aclose(
-                                TOO_BIG, f"a message of more than {MAX_FRAGMENTS} fragments"
-                            )
-                        elif self._over_budget:
-                            await self.aclose(TRY_AGAIN, "server busy: too many large messages")
+                        refusal = self._refusal()
+                        if refusal is not None:
+                            self._drop_message()  # (given back now, not after the close)
+                            await self.aclose(*refusal)
                     elif isinstance(event, Ping):
                         await self._send_control(event.response())
+                    elif isinstance(event, Pong):
+                        waiter = self._pings.pop(bytes(event.payload), None)
+                        if waiter is not None:
+                            waiter.set()
                     elif isinstance(event, CloseConnection):
                         await self._on_close(event)
                     if self._closed is not None:
@@ -477,6 +482,21 @@ class ServerWebSocket:
         await self.aclose(POLICY, f"a message unfinished after {self._deadline:g} s")
         assert self._closed is not None
         raise self._closed
+
+    def _refusal(self) -> tuple[int, str] | None:
+        """Why the message being assembled closes the connection, if it does."""
+        if self._size > self._max:
+            return TOO_BIG, "message too big"
+        if self._frames > MAX_FRAGMENTS:
+            return TOO_BIG, f"a message of more than {MAX_FRAGMENTS} fragments"
+        if self._over_budget:
+            return TRY_AGAIN, "server busy: too many large messages"
+        return None
+
+    def _drop_message(self) -> None:
+        """The message being assembled will never be delivered: free it now."""
+        self._parts.clear()
+        self._release()
 
     def _release(self) -> None:
         """The message is complete or dropped: give its memory back to the budget."""
@@ -627,7 +647,27 @@ class ServerWebSocket:
         if parts:
             await self._send_raw(b"".join(parts), data_frame=True)
 
-    async def _send_control(self, event: CloseConnection | Pong) -> None:
+    async def ping(self) -> None:
+        """Send a ping and wait for its pong (the task in :meth:`receive` sees it).
+
+        Cancellation: the caller bounds the wait (a peer that never answers is the
+        case this exists for); raises :class:`ConnectionClosed` if the connection is
+        closed or closes meanwhile. At most :data:`MAX_PINGS` may wait at once.
+        """
+        if len(self._pings) >= MAX_PINGS:
+            raise ConnectionClosed(ABNORMAL, "too many pings waiting")
+        payload = os.urandom(8)
+        answered = trio.Event()
+        self._pings[payload] = answered
+        try:
+            await self._send_control(Ping(payload=payload))
+            if self._closed is not None:
+                raise self._closed
+            await answered.wait()
+        finally:
+            self._pings.pop(payload, None)
+
+    async def _send_control(self, event: CloseConnection | Ping | Pong) -> None:
         if self._ws.state not in (ConnectionState.OPEN, ConnectionState.REMOTE_CLOSING):
             return
         await self._send_raw(self._ws.send(event), data_frame=False)
@@ -744,8 +784,7 @@ class ServerWebSocket:
                     return
 
     async def _close_stream(self) -> None:
-        self._parts.clear()  # (a message never finished: not held past the close)
-        self._release()
+        self._drop_message()  # (a message never finished: not held past the close)
         # (A stream's aclose closes it even when cancelled: the bound only matters for
         # a TLS stream, whose close could otherwise wait on the peer.)
         with trio.CancelScope(shield=True), trio.move_on_after(1):

@@ -12,6 +12,7 @@ import { dirname, join } from "node:path";
 import {
   AhpClient,
   MAX_PENDING_REQUESTS,
+  RECONNECT_MIN_MS,
   Mirror,
   NOT_FOUND,
   READ_ONLY_META,
@@ -338,5 +339,48 @@ test("requests in flight are bounded, and all fail when the socket closes", asyn
   server.sockets[0].close();
   const outcomes = await Promise.all(waiting);
   assert.ok(outcomes.every((e) => e instanceof Error && /closed/.test(e.message)));
+  client.stop();
+});
+
+test("reconnect attempts back off to RECONNECT_MAX_MS and go on; a success resets them", async () => {
+  const delays = [];
+  const pending = [];
+  let refuse = true;
+  const Real = new FakeServer().socketClass();
+  class Refused {
+    constructor() {
+      this.readyState = 0;
+      queueMicrotask(() => {
+        this.readyState = 3;
+        this.onclose?.();
+      });
+    }
+    send() {}
+    close() {}
+  }
+  // (A constructor that returns an object makes `new` yield that object.)
+  function Socket(url, protocols) {
+    return refuse ? new Refused() : new Real(url, protocols);
+  }
+  const client = new AhpClient({
+    url: "ws://x/",
+    clientId: "viewer-d",
+    WebSocketImpl: Socket,
+    schedule: (fn, ms) => {
+      delays.push(ms);
+      pending.push(fn);
+    },
+  });
+  client.start();
+  for (let i = 0; i < 8; i++) {
+    await until(() => pending.length > 0);
+    pending.shift()();
+  }
+  assert.deepEqual(delays, [250, 500, 1000, 2000, 4000, 5000, 5000, 5000]);
+  refuse = false;
+  await until(() => pending.length > 0);
+  pending.shift()();
+  await until(() => client.status === "open");
+  assert.equal(client.delay, RECONNECT_MIN_MS);
   client.stop();
 });

@@ -1,5 +1,8 @@
 """``python -m ahp attach URL TERMINAL``: use a remote terminal from this one, like ``tmux attach``.
 
+(Or ``attach HOST/NAME`` with ``--host URL`` repeated or ``$AHP_HOSTS``: the
+terminal NAME of that host, as ``ls --host ...`` lists them.)
+
 What happens: the terminal is subscribed (with ``--create``, created first if it does
 not exist, sized like the local window, ``--cwd`` applied; without it, a name that
 does not exist is an error listing the names that do, so a typo never starts a
@@ -53,6 +56,8 @@ import trio
 from ahp.client.commands.common import (
     CommandFailed,
     add_connection_arguments,
+    add_hosts_argument,
+    hosts_from,
     main,
     open_client,
     resolve_target,
@@ -101,12 +106,15 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
             "stderr); 128+N on signal N."
         ),
     )
-    add_connection_arguments(p)
+    add_connection_arguments(p, optional=True)
     p.add_argument(
         "terminal",
         metavar="TERMINAL",
-        help="terminal URI (ahp-terminal:/name) or bare name (meaning ahp-terminal:/name)",
+        help="terminal URI (ahp-terminal:/name) or bare name (meaning ahp-terminal:/name); "
+        "without a URL, HOST/NAME: the terminal NAME of the host (host:port, or a host name "
+        "only one of them has) among --host URL / $AHP_HOSTS",
     )
+    add_hosts_argument(p)
     p.add_argument(
         "--create",
         action="store_true",
@@ -359,6 +367,24 @@ async def _session(
     return outcome
 
 
+def _target(args: argparse.Namespace) -> tuple[str, str]:
+    """``(URL, terminal)``: as given, or from ``HOST/NAME`` and the hosts (``--host``,
+    ``$AHP_HOSTS``) when no URL is given."""
+    if args.url is not None:
+        return args.url, args.terminal
+    from ahp.client.fleet import select_host
+
+    host, slash, name = args.terminal.partition("/")
+    if not slash or not host or not name:
+        raise CommandFailed(
+            f"no URL given, and {args.terminal!r} is not HOST/NAME (with --host URL or $AHP_HOSTS)"
+        )
+    try:
+        return select_host(hosts_from(args), host), name
+    except LookupError as exc:
+        raise CommandFailed(str(exc.args[0])) from None
+
+
 def run(args: argparse.Namespace) -> int:
     cwd = os.path.abspath(args.cwd) if args.cwd is not None else None
 
@@ -367,8 +393,9 @@ def run(args: argparse.Namespace) -> int:
 
         if args.shell is not None:
             raise CommandFailed(SHELL_UNSUPPORTED)
-        uri = terminal_uri(args.terminal)
-        url, token = resolve_target(args.url, args.token)
+        url_given, name = _target(args)
+        uri = terminal_uri(name)
+        url, token = resolve_target(url_given, args.token)
         with exit_signal_receiver() as signals:
             async with open_client(url, token) as client:
                 created = await _ensure_terminal(

@@ -35,6 +35,8 @@ __all__ = [
     "CONNECT_TIMEOUT",
     "CommandFailed",
     "add_connection_arguments",
+    "add_hosts_argument",
+    "hosts_from",
     "main",
     "open_client",
     "resolve_target",
@@ -53,12 +55,41 @@ class CommandFailed(Exception):
     """A failure to report to the person as one line (the exception's message)."""
 
 
-def add_connection_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("url", metavar="URL", help="the server's URL, as printed by `ahp serve`")
+def add_connection_arguments(p: argparse.ArgumentParser, *, optional: bool = False) -> None:
+    """``URL`` and ``--token``; ``optional``: the URL may be left out (``--host`` given)."""
+    p.add_argument(
+        "url",
+        metavar="URL",
+        nargs="?" if optional else None,
+        help="the server's URL, as printed by `ahp serve`",
+    )
     p.add_argument(
         "--token",
         help="access token (default: the URL's tkn parameter, else $AHP_TOKEN)",
     )
+
+
+def add_hosts_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--host",
+        action="append",
+        default=[],
+        metavar="URL",
+        dest="hosts",
+        help="a server's URL; repeat it for several servers at once (default: $AHP_HOSTS, "
+        "URLs separated by commas or spaces)",
+    )
+
+
+def hosts_from(args: argparse.Namespace) -> list[str]:
+    """The ``--host`` URLs, else ``$AHP_HOSTS``'s; each checked (:class:`CommandFailed`)."""
+    from ahp.client.fleet import split_hosts
+
+    urls = list(args.hosts) or split_hosts(os.environ.get("AHP_HOSTS", ""))
+    for url in urls:
+        if _url_problem(url) is not None:
+            raise CommandFailed(f"malformed URL {url!r}: {_URL_HINT}")
+    return urls
 
 
 def _url_problem(url: str) -> str | None:

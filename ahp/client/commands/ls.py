@@ -1,5 +1,10 @@
 """``python -m ahp ls URL``: the server's terminal catalogue, as a table or JSON.
 
+With ``--host URL`` (repeatable) or ``$AHP_HOSTS``, the catalogues of several
+servers at once (:func:`ahp.client.connect_many`), with a HOST column (the
+host's ``host:port``): a server that cannot be reached is one line on stderr,
+the others are listed all the same, and the exit status is then 1.
+
 The catalogue is the root channel's ``terminals`` list (what every AHP client
 sees): URI, title, claim, and the exit code once the process has exited. A
 client claim whose holder is gone for good is released by the server (see
@@ -10,9 +15,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from typing import Any
 
-from ahp.client.commands.common import add_connection_arguments, main, open_client, resolve_target
+from ahp.client.commands.common import (
+    CommandFailed,
+    add_connection_arguments,
+    add_hosts_argument,
+    hosts_from,
+    main,
+    open_client,
+    resolve_target,
+)
 from ahp.protocol.state import ClientClaim, TerminalClaim, TerminalInfo
 
 __all__ = ["add_parser", "claim_text", "format_table", "run", "to_json"]
@@ -30,11 +44,13 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
             "line on stderr when the server cannot be reached or refuses the token."
         ),
     )
-    add_connection_arguments(p)
+    add_connection_arguments(p, optional=True)
+    add_hosts_argument(p)
     p.add_argument(
         "--json",
         action="store_true",
-        help="print a JSON array of {uri, title, claim, running, exitCode} objects",
+        help="print a JSON array of {uri, title, claim, running, exitCode} objects "
+        "(with hosts: and host)",
     )
     p.set_defaults(handler=run)
 
@@ -55,15 +71,19 @@ def _status(info: TerminalInfo) -> str:
     return "exited" if info.exitCode is None else f"exited {info.exitCode}"
 
 
-def format_table(terminals: tuple[TerminalInfo, ...]) -> str:
-    """The catalogue as aligned columns, with a header line."""
-    rows = [("URI", "TITLE", "CLAIM", "STATUS")]
+def format_table(terminals: tuple[TerminalInfo, ...], hosts: tuple[str, ...] | None = None) -> str:
+    """The catalogue as aligned columns, with a header line; with ``hosts`` (one per
+    terminal), a HOST column first."""
+    rows: list[tuple[str, ...]] = [("URI", "TITLE", "CLAIM", "STATUS")]
     rows += [(t.resource, t.title, claim_text(t.claim), _status(t)) for t in terminals]
-    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+    if hosts is not None:
+        rows = [(host, *row) for host, row in zip(("HOST", *hosts), rows, strict=True)]
+    last = len(rows[0]) - 1
+    widths = [max(len(row[i]) for row in rows) for i in range(last)]
     return "\n".join(
-        "  ".join(cell.ljust(width) for cell, width in zip(row[:3], widths, strict=True))
+        "  ".join(cell.ljust(width) for cell, width in zip(row[:last], widths, strict=True))
         + "  "
-        + row[3]
+        + row[last]
         for row in rows
     )
 
@@ -83,7 +103,43 @@ def to_json(terminals: tuple[TerminalInfo, ...]) -> list[dict[str, Any]]:
     ]
 
 
+def _list_hosts(urls: list[str], token: str | None, as_json: bool) -> int:
+    """Several servers at once (see the module docstring)."""
+    import sys
+
+    from ahp.client.fleet import connect_many
+
+    async def body() -> int:
+        async with connect_many(urls, token=token, retry=False, auto_reconnect=False) as fleet:
+            found = fleet.terminals()
+            down = fleet.down()
+        if as_json:
+            rows = to_json(tuple(t.info for t in found))
+            print(
+                json.dumps(
+                    [{"host": t.host, **row} for t, row in zip(found, rows, strict=True)], indent=2
+                )
+            )
+        else:
+            print(format_table(tuple(t.info for t in found), tuple(t.host for t in found)))
+        for host, why in down.items():
+            print(f"ahp ls: {host}: {why}", file=sys.stderr)
+        return 1 if down else 0
+
+    return main("ahp ls", body)
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.url is None or args.hosts:
+        try:
+            urls = ([args.url] if args.url else []) + hosts_from(args)
+        except CommandFailed as exc:
+            return main("ahp ls", _fail(exc))
+        if not urls:
+            return main("ahp ls", _fail(CommandFailed("give a URL, --host URL or $AHP_HOSTS")))
+        # (A URL's own tkn is used for it; the others get --token, else $AHP_TOKEN.)
+        return _list_hosts(urls, args.token or os.environ.get("AHP_TOKEN"), args.json)
+
     async def body() -> int:
         url, token = resolve_target(args.url, args.token)
         async with open_client(url, token) as client:
@@ -95,3 +151,10 @@ def run(args: argparse.Namespace) -> int:
         return 0
 
     return main("ahp ls", body)
+
+
+def _fail(exc: CommandFailed) -> Any:
+    async def body() -> int:
+        raise exc
+
+    return body

@@ -4,7 +4,7 @@
 // The protocol is ahp.mjs; this file is the page around it. The token comes from the
 // URL's fragment (#tkn=… or #ro=…), which the browser never sends anywhere; it is kept
 // in this tab's sessionStorage (so a reload works) and taken out of the address bar.
-// Bounds: output waiting for xterm.js to parse is at most MAX_PENDING_WRITE characters;
+// Bounds: output waiting for xterm.js to parse is at most maxPendingWrite characters;
 // past it the page stops writing, and once xterm.js caught up it asks the server for a
 // fresh snapshot (a slow tab resynchronises instead of growing without bound).
 
@@ -23,8 +23,9 @@ import {
   socketTarget,
 } from "./ahp.mjs";
 
-/** Characters handed to xterm.js and not yet parsed, at most (see above). */
-const MAX_PENDING_WRITE = 8 * 1024 * 1024;
+/** Characters handed to xterm.js and not yet parsed, at most (see above): more than a
+ * whole snapshot (ahp.mjs's MAX_CONTENT_CHARS), so a redraw always fits. */
+let maxPendingWrite = 8 * 1024 * 1024;
 /** Lines xterm.js keeps above the screen. */
 const SCROLLBACK_LINES = 10000;
 /** Smallest zoom a watching page uses to fit the holder's size; below it, it scrolls. */
@@ -87,6 +88,9 @@ const ui = {
   markers: new Map(),
   pending: 0,
   behind: false,
+  /** Times the page fell behind and took a fresh snapshot. */
+  resyncs: 0,
+  firstDrawAt: null,
   playing: false,
   readOnly: access.readOnly,
   noticeTimer: null,
@@ -102,10 +106,12 @@ const client = new AhpClient({
 
 // -- writing into xterm.js --------------------------------------------------------------
 
-function write(data) {
+function write(data, { bounded = true } = {}) {
   if (ui.behind || data.length === 0) return;
-  if (ui.pending + data.length > MAX_PENDING_WRITE) {
+  if (bounded && ui.pending + data.length > maxPendingWrite) {
     ui.behind = true;
+    // Caught up once the writes in flight are parsed; with none, at once.
+    if (ui.pending === 0) setTimeout(resync, 0);
     return;
   }
   ui.pending += data.length;
@@ -117,6 +123,7 @@ function write(data) {
 
 function resync() {
   ui.behind = false;
+  ui.resyncs += 1;
   if (ui.current !== null) client.subscribe(ui.current).catch(() => {});
 }
 
@@ -131,19 +138,21 @@ function markCommand(commandId) {
 function redraw(state) {
   term.reset();
   ui.markers.clear();
-  ui.pending = 0;
-  ui.behind = false;
+  ui.behind = false; // (writes still queued keep counting in ui.pending until parsed)
+  // (A snapshot is bounded by MAX_CONTENT_CHARS: written whole.)
   for (const part of state.content) {
     if (part.type === "command") {
       markCommand(part.commandId);
-      write(part.output);
+      write(part.output, { bounded: false });
     } else {
-      write(part.value);
+      write(part.value, { bounded: false });
     }
   }
   applySize(state);
   renderToolbar(state);
   renderCommands(state);
+  // When the first terminal was on screen (ms since the navigation began; for benchmarks).
+  if (ui.firstDrawAt === null) term.write("", () => (ui.firstDrawAt = performance.now()));
 }
 
 // -- size: the holder's pty size; a watcher fits it in its window -------------------------
@@ -354,12 +363,7 @@ function onEvent(kind, detail) {
     return;
   }
   if (kind === "missing") {
-    if (detail.channel === ui.current) {
-      notice("This terminal is gone.");
-      ui.current = null;
-      renderToolbar(undefined);
-      renderCommands(undefined);
-    }
+    if (detail.channel === ui.current) forgetCurrent("This terminal is gone.");
     return;
   }
   if (kind === "rejected") {
@@ -370,6 +374,17 @@ function onEvent(kind, detail) {
     return;
   }
   if (kind === "action") onAction(detail);
+}
+
+function forgetCurrent(why) {
+  client.unsubscribe(ui.current);
+  ui.current = null;
+  sessionStorage.removeItem("ahp-current");
+  term.reset();
+  ui.markers.clear();
+  renderToolbar(undefined);
+  renderCommands(undefined);
+  notice(why);
 }
 
 function autoOpen(root) {
@@ -385,6 +400,9 @@ let recordingsLoaded = 0;
 function onAction({ channel, action, state }) {
   if (channel === ROOT) {
     renderTerminals(state);
+    if (ui.current !== null && !(state.terminals ?? []).some((t) => t.resource === ui.current)) {
+      forgetCurrent("This terminal was disposed.");
+    }
     autoOpen(state);
     if (Date.now() - recordingsLoaded > 2000) loadRecordings();
     return;
@@ -446,12 +464,13 @@ async function loadRecordings() {
         ? `${listing.leftOff} older ones not listed.`
         : ""
     : "Recording is off (serve --record DIR).";
+  if (listing.partial) note.textContent += " The directory holds too many files: the listing is partial.";
   $("recordings").replaceChildren(
     ...listing.recordings.map((entry) => {
       const when = new Date(entry.modified * 1000).toLocaleString();
       const button = el(
         "button",
-        { type: "button", "data-recording": entry.name },
+        { type: "button", "data-recording": entry.name, title: entry.name },
         el("span", { class: "entry-title" }, entry.name),
         el("span", { class: "entry-detail" }, `${when} · ${Math.ceil(entry.size / 1024)} KiB`),
       );
@@ -462,6 +481,24 @@ async function loadRecordings() {
 }
 
 let player = null;
+let playerScript = null;
+
+/** asciinema-player (220 KB), loaded the first time a recording is played. */
+function loadPlayer() {
+  if (playerScript === null) {
+    playerScript = new Promise((resolve, reject) => {
+      const script = document.createElement("script");
+      script.src = "/static/vendor/asciinema-player/asciinema-player.min.js";
+      script.onload = () => resolve(window.AsciinemaPlayer);
+      script.onerror = () => {
+        playerScript = null;
+        reject(new Error("cannot load the player"));
+      };
+      document.head.append(script);
+    });
+  }
+  return playerScript;
+}
 
 async function play(name) {
   let text;
@@ -473,6 +510,7 @@ async function play(name) {
     });
     if (!answer.ok) throw new Error(`${answer.status} ${await answer.text()}`);
     text = await answer.text();
+    await loadPlayer();
   } catch (error) {
     notice(`Cannot load ${name}: ${error.message}`);
     return;
@@ -517,6 +555,16 @@ window.ahpViewer = {
   },
   get readOnly() {
     return ui.readOnly;
+  },
+  get resyncs() {
+    return ui.resyncs;
+  },
+  get firstDrawAt() {
+    return ui.firstDrawAt;
+  },
+  /** For tests: a smaller bound on output waiting for xterm.js. */
+  setWriteBound(chars) {
+    maxPendingWrite = chars;
   },
   openTerminal,
   text: () => contentText(client.state(ui.current)?.content ?? []),
