@@ -368,7 +368,15 @@ async def test_run_without_command_detection() -> None:
 @pytest.mark.parametrize("limit", ["3000000", "0"])
 async def test_run_takes_large_output_limits_and_zero_for_the_bound(limit: str) -> None:
     async with served() as server:
-        done = await cli("run", server.url, "--max-output-bytes", limit, "--", "seq 1 200000")
+        done = await cli(
+            "run",
+            server.url,
+            "--max-output-bytes",
+            limit,
+            "--",
+            "seq 1 200000",
+            timeout=3 * TIMEOUT,
+        )
     assert done.returncode == 0, done.stderr
     assert done.stdout == "".join(f"{n}\n" for n in range(1, 200001))
     assert done.stderr == ""
