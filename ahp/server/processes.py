@@ -131,7 +131,8 @@ def _bounded(pids: tuple[int, ...]) -> tuple[int, ...]:
 async def _tty_status(session: Session, params: Any) -> Any:
     p = structure(params, ChannelParams)
     terminal = _terminal(session, p.channel)
-    status = terminal.tty_status()
+    jobs = terminal.jobs
+    status = await jobs.scan_tty_status() if jobs is not None else None
     wire = None
     if status is not None:
         wire = TtyStatusWire(
