@@ -518,8 +518,14 @@ async def test_1x_tolerance_and_clear_errors_keep_the_connection() -> None:
         assert set(answer) == {"snapshot"}
         assert (await p.call("ping", {"channel": ROOT, "_meta": {"a": 1}}))["result"] is None
 
-    async with running_server() as server, peer(server.url) as p, peer(server.url) as q:
-        await init(p, "c", MODERN)
+    async with running_server() as server:
+        async with peer(server.url) as p:  # (then gone: one live connection per clientId)
+            await init(p, "c", MODERN)
+        await _reconnect_errors(server.url)
+
+
+async def _reconnect_errors(url: str) -> None:
+    async with peer(url) as q:
         for params, path in (
             (
                 {"subscriptions": [{"channel": ROOT, "lastSeenServerSeq": "1"}]},
@@ -551,7 +557,7 @@ async def test_1x_tolerance_and_clear_errors_keep_the_connection() -> None:
             },
         )
         assert [(c["kind"], c["channel"]) for c in recovered["channels"]] == [("snapshot", ROOT)]
-        async with peer(server.url) as r:
+        async with peer(url) as r:
             answer = await r.call(
                 "reconnect", {"channel": ROOT, "clientId": "nobody", "subscriptions": []}
             )

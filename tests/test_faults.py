@@ -240,7 +240,7 @@ async def test_disconnect_mid_reconnect() -> None:
         assert server.port is not None
         async with peer(server.url) as p:
             await p.initialize("c1")
-            await create(p)
+            await create(p, client_id="")  # (unclaimed: c2 may retitle it)
             seen = (await p.result("subscribe", {"channel": T1}))["snapshot"]["fromSeq"]
         reconnect = rpc(
             "reconnect",
@@ -382,7 +382,7 @@ async def test_large_client_payloads_count_in_bounds() -> None:
     async with running_server() as server, peer(server.url) as a:
         host = server.state.host
         await a.initialize("a")
-        await create(a)
+        await create(a, client_id="a")  # (its holder: titles are the holder's)
         async with peer(server.url, receive_buffer_size=4096, message_queue_size=1) as stalled:
             await stalled.initialize("stalled")
             await stalled.result("subscribe", {"channel": T1})

@@ -559,6 +559,42 @@ async def test_trims_are_merged_and_rate_limited() -> None:
     assert calls[1] - calls[0] >= TRIM_INTERVAL * 0.99
 
 
+# -- item 6: a thousand processes cost the loop nothing ------------------------------------------
+
+
+async def test_proc_scans_run_off_the_event_loop() -> None:
+    """``ttyStatus``, ``jobs`` and signals scan ``/proc`` in a worker thread: other
+    tasks keep running while a terminal with 300 processes is scanned (before, the
+    scan was one step of the loop: 2000 processes held it for 645 ms)."""
+    script = "set -m; for i in $(seq 300); do sleep 60 & done; echo STARTED; wait"
+    async with open_host() as host:
+        terminal = await host.create_terminal(argv=["sh", "-c", script])
+        await wait_for_text(terminal, "STARTED")
+        jobs = terminal.jobs
+        assert jobs is not None
+        ticks = 0
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while True:
+                await trio.lowlevel.checkpoint()
+                ticks += 1
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(ticker)
+            await trio.lowlevel.checkpoint()
+            for scan in (jobs.scan_tty_status, jobs.scan_since):
+                before = ticks
+                found = await scan()
+                assert found, scan
+                assert ticks > before, scan  # the loop ran meanwhile
+            before = ticks
+            groups, _ = await jobs.send_signal(signal.SIGTERM, None)
+            assert ticks > before and groups
+            nursery.cancel_scope.cancel()
+        await host.dispose(terminal.uri)  # (its 300 leftovers are killed in a thread)
+
+
 # -- item 3: children at a lower priority -------------------------------------------------------
 
 

@@ -203,7 +203,9 @@ async def test_rejections_go_to_the_sender_only_and_heal() -> None:
             {"type": "future/unknown", "x": 1},
         ):
             await b.dispatch(T1, bad)
-            got = await b.action(lambda x, t=bad["type"]: x["action"]["type"] == t)
+            got = await b.action(
+                lambda x, t=bad["type"]: x["action"]["type"] == t and "origin" in x
+            )
             assert got["rejectionReason"], bad
             # Forged output is echoed without its text: a mirror that applies rejected
             # echoes (the upstream ones do) keeps none of it (issue 25).
@@ -214,21 +216,23 @@ async def test_rejections_go_to_the_sender_only_and_heal() -> None:
                 heal = await b.action(lambda x: x["action"]["type"] == "terminal/resized")
                 assert heal["action"] == {"type": "terminal/resized", "cols": 80, "rows": 24}
         # An unknown channel: rejected to bob only (issue 25: never dropped). Then a marker
-        # to prove alice saw nothing of it.
+        # to prove alice saw nothing of it (input: open to every client by default, unlike
+        # the title of alice's terminal).
         nope = await b.dispatch("ahp-terminal:/nope", {"type": "terminal/input", "data": "x"})
         got = await b.action(lambda x: x["channel"] == "ahp-terminal:/nope")
         assert got["origin"] == {"clientId": "bob", "clientSeq": nope}
         assert "no terminal" in got["rejectionReason"]
-        await b.dispatch(T1, {"type": "terminal/titleChanged", "title": "marker"})
-        title = await b.action(
-            lambda x: x["channel"] == T1 and x["action"]["type"] == "terminal/titleChanged"
+        marker = {"type": "terminal/input", "data": " "}
+        await b.dispatch(T1, marker)
+        echo = await b.action(
+            lambda x: x["channel"] == T1 and x["action"]["type"] == "terminal/input"
         )
-        assert title["origin"]["clientId"] == "bob" and "rejectionReason" not in title
-        # alice saw none of bob's rejected actions before the accepted rename.
+        assert echo["origin"]["clientId"] == "bob" and "rejectionReason" not in echo
+        # alice saw none of bob's rejected actions before the accepted input.
         seen = []
         while True:
             got = await a.action(lambda x: x["channel"] == T1)
-            if got["action"] == {"type": "terminal/titleChanged", "title": "marker"}:
+            if got["action"] == marker:
                 break
             seen.append(got)
         assert all("rejectionReason" not in e and "origin" not in e for e in seen), seen
@@ -344,8 +348,9 @@ async def test_reconnect_replay_snapshot_and_unknown() -> None:
     async with running_server(log_envelopes=64) as server:
         async with peer(server.url) as p:
             init = await p.initialize("c1")
-            await create(p)
-            await create(p, "ahp-terminal:/t2")
+            # Unclaimed: another client may retitle and dispose them (the policy table).
+            await create(p, client_id="")
+            await create(p, "ahp-terminal:/t2", client_id="")
             snap = (await p.result("subscribe", {"channel": T1}))["snapshot"]
             last = snap["fromSeq"]
         async with peer(server.url) as q:

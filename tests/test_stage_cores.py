@@ -201,7 +201,7 @@ def test_input_rejections() -> None:
 )
 def test_resize_bounds_and_healing(cols: int, rows: int, ok: bool) -> None:
     core = _core()
-    verdict = core.decide(TerminalResized(cols=cols, rows=rows), origin("c"))
+    verdict = core.decide(TerminalResized(cols=cols, rows=rows), origin("owner"))
     if ok:
         assert verdict == Accepted(TerminalResized(cols=cols, rows=rows), resize=(cols, rows))
     else:
@@ -237,7 +237,8 @@ def test_claim_rules() -> None:
     take = TerminalClaimed(claim=ClientClaim("intruder"))
     rejected = core.decide(take, origin("intruder"))
     assert rejected == Rejected(
-        "the terminal is claimed by client 'owner'", TerminalClaimed(claim=ClientClaim("owner"))
+        "claim: the terminal is claimed by client 'owner'; only it may",
+        TerminalClaimed(claim=ClientClaim("owner")),
     )
     assert isinstance(core.decide(take, origin("owner")), Accepted)  # its own claim
     assert isinstance(core.decide(take, None), Accepted)  # the library may
@@ -250,9 +251,9 @@ def test_claim_rules() -> None:
 def test_titles_are_bounded_and_healed() -> None:
     core = _core()
     assert isinstance(
-        core.decide(TerminalTitleChanged(title="x" * MAX_TITLE), origin("c")), Accepted
+        core.decide(TerminalTitleChanged(title="x" * MAX_TITLE), origin("owner")), Accepted
     )
-    verdict = core.decide(TerminalTitleChanged(title="x" * (MAX_TITLE + 1)), origin("c"))
+    verdict = core.decide(TerminalTitleChanged(title="x" * (MAX_TITLE + 1)), origin("owner"))
     assert verdict == Rejected(
         f"a title is at most {MAX_TITLE} characters", TerminalTitleChanged(title="t")
     )
@@ -395,7 +396,7 @@ def test_holder_only_input_takes_input_from_the_claim_holder_only() -> None:
     assert isinstance(core.decide(type_ls, origin("anyone")), Accepted)  # open by default
     core.holder_only_input = True
     assert core.decide(type_ls, origin("anyone")) == Rejected(
-        "input is taken only from the client holding the terminal's claim", None
+        "input: the terminal is claimed by client 'owner'; only it may", None
     )
     assert isinstance(core.decide(type_ls, origin("owner")), Accepted)
     assert isinstance(core.decide(type_ls, None), Accepted)  # the library's own input

@@ -169,6 +169,11 @@ class Client:
         return self.session.scrollback
 
     @property
+    def resume_token(self) -> str | None:
+        """The host's resume token for this client (presented at every reconnect)."""
+        return self.session.resume_token
+
+    @property
     def mirrors(self) -> dict[str, Mirror]:
         return self.session.mirrors
 

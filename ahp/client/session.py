@@ -43,6 +43,7 @@ from ahp.client.mirror import Mirror
 from ahp.protocol.actions import ActionEnvelope, StateAction
 from ahp.protocol.codec import ProtocolError, decode_message, encode_message, structure
 from ahp.protocol.commands import (
+    RESUME_META,
     ChannelMissing,
     ChannelReplay,
     InitializeResult,
@@ -150,6 +151,9 @@ class ClientSession:
         self.dialect = Dialect.V05
         self.default_directory: str | None = None
         self.last_seen_seq = 0
+        #: The host's resume token for this client (from ``initialize``; None if the host
+        #: hands out none): presented at every reconnect, proof that this is the client.
+        self.resume_token: str | None = None
         #: Ids of our requests not answered yet.
         self.awaiting: set[int] = set()
         #: The channels of the mirrors a forgetful host dropped (see :meth:`retry_reconnect`).
@@ -197,6 +201,9 @@ class ClientSession:
                 "clientId": self.client_id,
                 "clientInfo": dict(self.client_info),
                 "initialSubscriptions": list(dict.fromkeys([ROOT_URI, *subscriptions])),
+                # This host's resume token (other hosts ignore the key): asked for, or
+                # presented again (see ahp.server.session.Session.take_identity).
+                "_meta": {RESUME_META: self.resume_token or ""},
             },
         )
 
@@ -217,6 +224,8 @@ class ClientSession:
                 "lastSeenServerSeq": self.last_seen_seq,
                 "subscriptions": list(self.mirrors),
             }
+        if self.resume_token is not None:
+            params["_meta"] = {RESUME_META: self.resume_token}
         return self.request("reconnect", params)
 
     # -- inbound -------------------------------------------------------------------------------
@@ -279,6 +288,9 @@ class ClientSession:
     def initialized(self, result: Any) -> list[Snapshot]:
         """Read an ``initialize`` result; returns the snapshots not installed (opaque)."""
         value = structure(result, InitializeResult)
+        meta = result.get("_meta") if isinstance(result, dict) else None
+        token = meta.get(RESUME_META) if isinstance(meta, dict) else None
+        self.resume_token = token if isinstance(token, str) else None
         self._connected()
         self.protocol_version = value.protocolVersion
         self.dialect = dialect_of(value.protocolVersion)

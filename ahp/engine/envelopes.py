@@ -46,7 +46,9 @@ __all__ = [
     "REPLAY_LOG_ENVELOPES",
     "Published",
     "ReplayLog",
+    "identity_size",
     "payload_size",
+    "wire_size",
 ]
 
 #: Replay log bounds (envelopes across all channels, and the memory they hold).
@@ -57,6 +59,10 @@ REPLAY_LOG_BYTES: Final = 8 * 1024 * 1024
 #: ``ActionEnvelope`` and action objects, the ``serverSeq`` int and a queue slot
 #: (measured with tracemalloc: ~224 bytes).
 ENVELOPE_OVERHEAD: Final = 224
+
+#: Channels up to this many characters are covered by ENVELOPE_OVERHEAD (output's hot
+#: path skips measuring them); longer ones, and every origin, are counted.
+_SHORT_CHANNEL: Final = 64
 
 #: Largest payload, in characters, that coalescing builds from a run of consecutive
 #: ``terminal/data`` (a run never grows past it; a single envelope larger than it is
@@ -70,6 +76,26 @@ def payload_size(text: str) -> int:
     """Memory held by a payload string, in O(1); see the module docstring."""
     size = sys.getsizeof(text)
     return size if text.isascii() else size + len(text)
+
+
+def wire_size(text: str) -> int:
+    """Bytes ``text`` takes in a frame, in O(1): its length, or the UTF-8 upper bound
+    (4 bytes a character) when it is not ASCII."""
+    return len(text) if text.isascii() else 4 * len(text)
+
+
+def identity_size(envelope: ActionEnvelope) -> int:
+    """Bytes an envelope's frame carries besides its payload that a client chose: the
+    channel, the origin's ``clientId`` and a rejection's reason (issue 26: a 1 MB
+    ``clientId`` made every 1-byte keystroke echo a 1 MB frame, counted as 225 bytes)."""
+    size = wire_size(envelope.channel)
+    origin = envelope.origin
+    if origin is not None:
+        size += wire_size(origin.clientId)
+    reason = envelope.rejectionReason
+    if reason is not None:
+        size += wire_size(reason)
+    return size
 
 
 class Published:
@@ -91,7 +117,11 @@ class Published:
         #: (the root catalogue: each one carries the whole list).
         self.latest_wins = False
         if isinstance(action, TerminalData | TerminalInput):
+            # Everything the frame carries: the payload, and the channel and the origin
+            # a client chose (bounds count what a subscriber is sent, not only the text).
             self.size = ENVELOPE_OVERHEAD + payload_size(action.data)
+            if envelope.origin is not None or len(envelope.channel) > _SHORT_CHANNEL:
+                self.size += identity_size(envelope)
         else:
             self.latest_wins = (
                 action.__class__ is RootTerminalsChanged

@@ -22,6 +22,13 @@ waited for after ``PACE_WINDOW`` (so a stalled viewer delays the pty at most
 that long, once) and is cut off by its own bound, as before; a slow viewer
 beside a faster one never slows the pty. Outboxes created with ``paces=False``
 (recorders) are not considered at all.
+
+The flood rule (:meth:`Hub.wait_readers`) is the same idea for what clients
+send: a client whose actions fill the outboxes of a channel's readers (an input
+flood echoed to every viewer, actions carrying a large identity) waits before
+its next frame is read, while a reader that keeps taking is more than
+:data:`FLOOD_BYTES` behind. The sender pays; the reader is not cut off
+(recorders, ``paces=False``, are not waited for either).
 """
 
 from __future__ import annotations
@@ -34,12 +41,20 @@ from ahp.engine.envelopes import Published, ReplayLog
 from ahp.engine.outbox import Outbox
 from ahp.protocol.actions import ActionEnvelope, ActionOrigin, StateAction
 
-__all__ = ["PACE_BYTES", "PACE_WINDOW", "Hub"]
+__all__ = ["FLOOD_BYTES", "FLOOD_WINDOW", "PACE_BYTES", "PACE_WINDOW", "Hub"]
 
 #: Backlog (bytes of memory) beyond which a subscriber counts as behind for pacing.
 PACE_BYTES: Final = 2 * 1024 * 1024
 #: A subscriber that took no batch for this long (seconds) is not waited for.
 PACE_WINDOW: Final = 0.5
+#: Bytes a subscriber holds (queued, or taken and being written) beyond which it counts
+#: as behind for the flood rule (or a quarter of its bound, if smaller): a client
+#: dispatching to its channel then waits (:meth:`Hub.wait_readers`).
+FLOOD_BYTES: Final = 2 * 1024 * 1024
+#: A behind subscriber that showed progress (took a batch, finished writing one) within
+#: this many seconds is waited for by the flood rule; one that did not is not (its own
+#: bound cuts it off), so a stalled reader delays a sender at most this long, once.
+FLOOD_WINDOW: Final = 2.0
 
 
 class Hub:
@@ -49,6 +64,8 @@ class Hub:
         self.seq = 0
         self.log = log if log is not None else ReplayLog()
         self._subscribers: dict[str, dict[Outbox, bool]] = {}
+        #: Times a sender waited for readers under the flood rule (figures for tests).
+        self.flood_waits = 0
 
     def next_seq(self) -> int:
         self.seq += 1
@@ -119,6 +136,42 @@ class Hub:
             if now - outbox.taken_at < PACE_WINDOW and (best is None or backlog < best.backlog):
                 best = outbox
         return best
+
+    def flooded(self, channel: str) -> Outbox | None:
+        """A subscriber of ``channel`` that is behind and reading (the flood rule:
+        see :meth:`wait_readers`), or None. O(subscribers); the common case (nobody
+        behind) reads no clock."""
+        subscribers = self._subscribers.get(channel)
+        if not subscribers:
+            return None
+        now: float | None = None
+        for outbox in subscribers:
+            if outbox.overflowed or outbox.closed or not outbox.paces:
+                continue
+            if outbox.pending_bytes <= min(FLOOD_BYTES, outbox.max_bytes // 4):
+                continue
+            if now is None:
+                now = trio.current_time()
+            if now - outbox.progress_at < FLOOD_WINDOW:
+                return outbox
+        return None
+
+    async def wait_readers(self, channel: str) -> None:
+        """The flood rule: return once no subscriber of ``channel`` that keeps reading
+        holds more than :data:`FLOOD_BYTES` (checkpoints at least once).
+
+        A client's connection calls it after each action it dispatches, before it
+        reads its next frame: what its actions cost the channel's readers (every byte
+        of the envelopes they are sent: payload, channel, origin) is paid by the
+        sender, who waits, not by a reader who keeps up, who would otherwise be cut
+        off by its own bound. A reader that makes no progress for
+        :data:`FLOOD_WINDOW` seconds is not waited for. Cancellation: a plain wait.
+        """
+        while (behind := self.flooded(channel)) is not None:
+            self.flood_waits += 1
+            with trio.move_on_after(FLOOD_WINDOW):
+                await behind.wait_taken()
+        await trio.lowlevel.checkpoint()
 
     def subscribe(self, channel: str, outbox: Outbox, *, exclusive: bool = False) -> None:
         """Register ``outbox`` for ``channel``; ``exclusive`` outboxes close when it drops."""

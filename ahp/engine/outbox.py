@@ -206,6 +206,10 @@ class Outbox:
         self.closed = False
         #: When the consumer last took a batch (``trio.current_time()``; -inf: never).
         self.taken_at = float("-inf")
+        #: When the consumer last showed progress: took a batch, or finished writing one
+        #: (:meth:`sent`); the flood rule waits only for consumers that do
+        #: (:meth:`ahp.engine.hub.Hub.flooded`).
+        self.progress_at = float("-inf")
         #: Counters for tests and figures.
         self.merged = 0
         self.delivered = 0
@@ -346,10 +350,12 @@ class Outbox:
         if self._in_flight:
             self._release_pool(self._in_flight_responses)
             self._in_flight = self._in_flight_responses = 0
+            self.progress_at = _now()
             self._drained.unpark_all()
 
     async def wait_taken(self) -> None:
-        """Wait until the consumer takes a batch (or the outbox overflows, closes or resets)."""
+        """Wait until the consumer takes a batch or finishes writing one (or the outbox
+        overflows, closes or resets)."""
         if self.overflowed or self.closed:
             await trio.lowlevel.checkpoint()
             return
@@ -385,7 +391,7 @@ class Outbox:
             self._release_pool(self._response_bytes)
         self.takes += 1
         self._bytes = self._response_bytes = 0
-        self.taken_at = _now()
+        self.taken_at = self.progress_at = _now()
         self._drained.unpark_all()
         if coalesce and len(items) > 1:
             queued = len(items)

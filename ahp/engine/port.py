@@ -38,8 +38,7 @@ class LocalProcesses:
         self._jobs = jobs
 
     async def tty_status(self) -> procfs.TtyStatus | None:
-        await trio.lowlevel.checkpoint()
-        return self._jobs.tty_status()
+        return await self._jobs.scan_tty_status()
 
     async def job_mark(self) -> object:
         await trio.lowlevel.checkpoint()

@@ -1,6 +1,6 @@
 """One terminal: a Trio nursery of stage tasks joined by bounded memory channels.
 
-Why this shape (``design.md``, "The shape"): each stage of a terminal is a task
+Why this shape (``docs/engine.md``, "How data flows"): each stage of a terminal is a task
 that owns one job, and the state has exactly one writer, the reducer task::
 
     child process ⇄ pty master
@@ -69,7 +69,6 @@ of the tasks ends this terminal only (:attr:`Terminal.failure`).
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import signal
@@ -104,6 +103,7 @@ from ahp.pty.jobs import Jobs
 from ahp.pty.pump import ReadPump
 from ahp.reducers import Rejected, TerminalCore
 from ahp.reducers.core import MAX_DIMENSION, MAX_PENDING_INPUT, rejected_echo
+from ahp.reducers.policy import Change
 from ahp.vt import OutputParser
 from ahp.vt.parser import compact
 
@@ -310,9 +310,13 @@ class Terminal(CommandSurface):
         self._core.holder_only_input = value
 
     def input_refused(self, client_id: str | None) -> str | None:
-        """Why this client's input or signals are refused now (None: taken); see
-        :meth:`ahp.reducers.TerminalCore.input_refused`."""
+        """Why this client's input is refused now by the claim rules (None: taken)."""
         return self._core.input_refused(client_id)
+
+    def refusal(self, change: Change, client_id: str | None) -> str | None:
+        """Why ``client_id`` may not make ``change`` now (None: it may); the one table
+        of :mod:`ahp.reducers.policy`, see :meth:`ahp.reducers.TerminalCore.refusal`."""
+        return self._core.refusal(change, client_id)
 
     @property
     def integrated(self) -> bool:
@@ -451,7 +455,9 @@ class Terminal(CommandSurface):
         dropped by an exited terminal — and ``True``).
         """
         groups, shell_foreground = (
-            self._jobs.signal(signum, mark) if self._jobs is not None else (frozenset(), True)
+            await self._jobs.send_signal(signum, mark)
+            if self._jobs is not None
+            else (frozenset(), True)
         )
         if shell_foreground:
             await self.send_input("\x03")
@@ -503,8 +509,7 @@ class Terminal(CommandSurface):
                 if spec.use_pty:
                     self._jobs = Jobs(child.pid, child.output_fd, self._alive_check())
                 if spec.nice:
-                    with contextlib.suppress(OSError):  # (it may have exited already)
-                        os.setpriority(os.PRIO_PROCESS, child.pid, spec.nice)
+                    child.renice(spec.nice)
                 try:
                     await self._run_stages(child, task_status)
                 except Exception as exc:  # one terminal's failure ends that terminal only
@@ -515,12 +520,16 @@ class Terminal(CommandSurface):
         finally:
             self._accepting = False
             self._tasks = None
+            self._jobs = None  # (it refers back to this terminal: no cycle outlives it)
             self._forget_queued()
             if child is not None:
                 with trio.CancelScope(shield=True):
                     await child.terminate(spec.grace)
                 if spec.use_pty:  # background jobs left in the terminal's session (no orphans)
-                    kill_session(child.pid)
+                    # A scan of /proc per round (and a signal per process): in a worker
+                    # thread, so a thousand leftovers cost the loop nothing (issue 25).
+                    with trio.CancelScope(shield=True):
+                        await trio.to_thread.run_sync(kill_session, child.pid)
             discard_launch(launch)
             if not self.exited.is_set():
                 if child is not None:

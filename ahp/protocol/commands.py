@@ -20,13 +20,17 @@ are projected per dialect), the client reads them back with the converter.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Final, Literal
 
 from attrs import frozen
 
 from ahp.protocol.state import Snapshot, TerminalClaim
 
 __all__ = [
+    "MAX_RESUME_TOKEN",
+    "RESUME_META",
+    "ResumeTokenError",
+    "resume_token",
     "ChannelFlowControl",
     "ChannelMissing",
     "ChannelReceiveLimits",
@@ -168,6 +172,35 @@ class ReconnectCursorParams:
     channel: str
     clientId: str
     subscriptions: tuple[ChannelReplayCursor, ...]
+
+
+#: The key, under ``_meta`` of ``initialize`` / ``reconnect`` params and of the
+#: ``initialize`` result, that carries this host's resume token (an extension: other
+#: hosts ignore it, other clients never send it). In a request: the token an earlier
+#: ``initialize`` of this ``clientId`` returned, or ``""`` (none yet: bind this id to a
+#: token); in the result: the token.
+RESUME_META: Final = "x-ahp-terminals/resume"
+#: Longest resume token accepted in a request (this host's are 32 characters).
+MAX_RESUME_TOKEN: Final = 256
+
+
+class ResumeTokenError(ValueError):
+    """A malformed resume token (not a string, or longer than :data:`MAX_RESUME_TOKEN`)."""
+
+
+def resume_token(params: Any) -> str | None:
+    """The resume token a request presents (``_meta[RESUME_META]``), or None.
+
+    Raises:
+        ResumeTokenError: the value is not a string of at most MAX_RESUME_TOKEN.
+    """
+    meta = params.get("_meta") if isinstance(params, dict) else None
+    if not isinstance(meta, dict) or RESUME_META not in meta:
+        return None
+    token = meta[RESUME_META]
+    if not isinstance(token, str) or len(token) > MAX_RESUME_TOKEN:
+        raise ResumeTokenError(f"a string of at most {MAX_RESUME_TOKEN} characters")
+    return token
 
 
 def reconnect_form(params: Any) -> type[ReconnectParams] | type[ReconnectCursorParams]:

@@ -17,13 +17,15 @@ those rules; the task drives it and carries out the effects it returns:
   applied the rejected echo anyway). Deciding changes nothing; the task applies
   an accepted action once its effects were carried out.
 
-Claim rules (``design.md`` decision 3): ``terminal/claimed`` is accepted from an
-in-process caller, when the terminal is held by a session, when the current
-client claim is the dispatching client's own, or when it is released (the
-client claim of nobody, ``clientId: ""``: no client holds it). ``input``, ``resized``,
-``titleChanged`` and ``cleared`` are open to every client; input is rejected
-once the process has exited or while too much is pending; sizes and titles have
-bounds. Everything else is not for clients to dispatch.
+Who may change the terminal (``terminal/input``, ``resized``, ``titleChanged``,
+``cleared``, ``claimed``; signals and dispose are asked of the core by the
+server through :meth:`TerminalCore.refusal`) is the one table of
+:mod:`ahp.reducers.policy`, in the mode :attr:`TerminalCore.holder_only_input`
+selects (a claim is taken when the current one is the sender's own, a session's,
+or released: the client claim of nobody, ``clientId: ""``). Beyond it, a claim
+must be well formed, input is rejected once the process has exited or while too
+much is pending; sizes and titles have bounds. Everything else is not for
+clients to dispatch.
 """
 
 from __future__ import annotations
@@ -51,12 +53,12 @@ from ahp.protocol.state import (
     ClientClaim,
     CommandPart,
     ContentPart,
-    SessionClaim,
     TerminalClaim,
     TerminalInfo,
     TerminalState,
     UnclassifiedPart,
 )
+from ahp.reducers.policy import Change, refusal
 from ahp.reducers.scrollback import MAX_PARTS, Scrollback
 from ahp.reducers.terminal import reduce_terminal
 
@@ -314,29 +316,32 @@ class TerminalCore:
             case _:
                 return Accepted(action)
 
+    def refusal(self, change: Change, client_id: str | None) -> str | None:
+        """Why ``client_id`` (the connection's identity; None: the library) may not make
+        ``change`` now, or None: :func:`ahp.reducers.policy.refusal` on the current claim
+        in this terminal's mode."""
+        return refusal(change, self.state.claim, client_id, holder_only=self.holder_only_input)
+
     def input_refused(self, client_id: str | None) -> str | None:
-        """Why a client's input (or signal) is refused here, or None when it is taken:
-        with :attr:`holder_only_input`, only the holder of a client claim is."""
-        if not self.holder_only_input:
-            return None
-        claim = self.state.claim
-        if isinstance(claim, ClientClaim) and claim.clientId == client_id:
-            return None
-        return "input is taken only from the client holding the terminal's claim"
+        """Why a client's input is refused by the claim rules, or None when it is taken."""
+        return self.refusal(Change.INPUT, client_id)
 
     def _rejection(
         self, action: StateAction, origin: ActionOrigin | None, pending_input: int
     ) -> str | None:
+        client_id = origin.clientId if origin is not None else None
         match action:
             case TerminalInput(data=data):
                 if self.exited:
                     return "the terminal's process has exited"
-                if origin is not None and self.holder_only_input:
-                    return self.input_refused(origin.clientId)
+                if origin is not None and (why := self.refusal(Change.INPUT, client_id)):
+                    return why
                 if pending_input + len(data) > MAX_PENDING_INPUT:
                     return f"input buffer full ({MAX_PENDING_INPUT} bytes pending)"
                 return None
             case TerminalResized(cols=cols, rows=rows):
+                if why := self.refusal(Change.RESIZE, client_id):
+                    return why
                 if not self.use_pty:
                     return "not a pty: it cannot be resized"
                 if not (1 <= cols <= MAX_DIMENSION and 1 <= rows <= MAX_DIMENSION):
@@ -345,18 +350,15 @@ class TerminalCore:
             case TerminalClaimed(claim=claim):
                 if (problem := claim_problem(claim)) is not None:
                     return problem[1]
-                current = self.state.claim
-                if origin is None or isinstance(current, SessionClaim):
-                    return None
-                if isinstance(current, ClientClaim) and current.clientId in ("", origin.clientId):
-                    return None  # its own, or released (held by nobody: no client holds it)
-                return f"the terminal is claimed by client {current.clientId!r}"
+                return self.refusal(Change.CLAIM, client_id)
             case TerminalTitleChanged(title=title):
+                if why := self.refusal(Change.TITLE, client_id):
+                    return why
                 if len(title) > MAX_TITLE:
                     return f"a title is at most {MAX_TITLE} characters"
                 return None
             case TerminalCleared():
-                return None
+                return self.refusal(Change.CLEAR, client_id)
             case _:
                 return f"{action_type(action)!r} cannot be dispatched by a client"
 

@@ -25,6 +25,15 @@ terminal's pty fails with ``EMFILE``, and the accept loop logs a traceback every
   cause before authenticating: at most one line a second per kind of event, with
   the count of lines left out.
 
+Authenticated connections have a budget too (issue 26: 1,012 idle authenticated
+connections took every fd under ``ulimit -n 1024`` and a legitimate client's
+``createTerminal`` failed): at most :func:`connection_limit` of them (a quarter
+of the fds), and at most half of those from one peer address
+(:class:`ConnectionBudget`). Past either bound, the connection idle the longest
+(no frame received for the longest time) in that group is closed, with a reason,
+for the new one: the fds left (5/8, after the pending and authenticated shares)
+stay for terminals, and a new client always gets in.
+
 Ownership and cancellation: :func:`serve_listener` runs until cancelled and starts
 each connection's handler in the nursery it is given; a :class:`PendingConnections`
 only holds the cancel scopes of pending handlers (cancelling one makes that handler
@@ -43,6 +52,13 @@ from typing import Any, Final
 import trio
 
 __all__ = [
+    "CONNECTION_FD_SHARE",
+    "MAX_CONNECTIONS",
+    "MIN_CONNECTIONS",
+    "PEER_SHARE",
+    "BudgetTicket",
+    "ConnectionBudget",
+    "connection_limit",
     "ACCEPT_BACKOFF",
     "ACCEPT_BACKOFF_MAX",
     "MAX_PENDING",
@@ -59,6 +75,14 @@ MAX_PENDING: Final = 128
 MIN_PENDING: Final = 8
 #: Share of the soft fd limit pending connections may hold (1/8).
 PENDING_FD_SHARE: Final = 8
+#: Share of the soft fd limit authenticated connections may hold (1/4: 256 under 1024).
+CONNECTION_FD_SHARE: Final = 4
+#: Authenticated connections held at most, whatever the fd limit ...
+MAX_CONNECTIONS: Final = 4096
+#: ... and at least.
+MIN_CONNECTIONS: Final = 8
+#: One peer address may hold at most 1/PEER_SHARE of the authenticated connections.
+PEER_SHARE: Final = 2
 #: Seconds ``accept`` waits after running out of fds, doubling up to the maximum.
 ACCEPT_BACKOFF: Final = 0.05
 ACCEPT_BACKOFF_MAX: Final = 1.0
@@ -76,6 +100,78 @@ def pending_limit(nofile: int | None = None) -> int:
     if nofile == resource.RLIM_INFINITY or nofile < 0:
         return MAX_PENDING
     return max(MIN_PENDING, min(MAX_PENDING, nofile // PENDING_FD_SHARE))
+
+
+def connection_limit(nofile: int | None = None) -> int:
+    """Authenticated connections allowed under a soft fd limit of ``nofile`` (default:
+    this process's ``RLIMIT_NOFILE``)."""
+    if nofile is None:
+        nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if nofile == resource.RLIM_INFINITY or nofile < 0:
+        return MAX_CONNECTIONS
+    return max(MIN_CONNECTIONS, min(MAX_CONNECTIONS, nofile // CONNECTION_FD_SHARE))
+
+
+class BudgetTicket:
+    """One authenticated connection's place in the budget: its peer address, when it
+    last received a frame (:meth:`active`), and how to close it (``evict(reason)``,
+    called at most once, synchronously: it must only ask the connection to close)."""
+
+    __slots__ = ("active_at", "evict", "peer")
+
+    def __init__(self, peer: str, evict: Callable[[str], None]) -> None:
+        self.peer = peer
+        self.evict = evict
+        self.active_at = trio.current_time()
+
+    def active(self) -> None:
+        self.active_at = trio.current_time()
+
+
+class ConnectionBudget:
+    """The authenticated connections of a server: at most ``limit`` in total and
+    ``per_peer`` from one peer address; :meth:`admit` closes the longest-idle one of
+    the full group to make room (see the module docstring). Not thread-safe."""
+
+    def __init__(self, limit: int, per_peer: int | None = None) -> None:
+        self.limit = max(1, limit)
+        self.per_peer = max(1, per_peer if per_peer is not None else self.limit // PEER_SHARE)
+        self._tickets: dict[BudgetTicket, None] = {}
+        self._by_peer: dict[str, dict[BudgetTicket, None]] = {}
+        #: Connections closed to make room (figures for tests and logs).
+        self.evicted = 0
+
+    def __len__(self) -> int:
+        return len(self._tickets)
+
+    def peer_count(self, peer: str) -> int:
+        return len(self._by_peer.get(peer, ()))
+
+    def admit(self, ticket: BudgetTicket) -> None:
+        peers = self._by_peer.setdefault(ticket.peer, {})
+        while len(peers) >= self.per_peer:
+            self._evict(min(peers, key=_idle_order), "from this address")
+        while len(self._tickets) >= self.limit:
+            self._evict(min(self._tickets, key=_idle_order), "in total")
+        self._tickets[ticket] = None
+        self._by_peer.setdefault(ticket.peer, {})[ticket] = None
+
+    def release(self, ticket: BudgetTicket) -> None:
+        self._tickets.pop(ticket, None)
+        peers = self._by_peer.get(ticket.peer)
+        if peers is not None:
+            peers.pop(ticket, None)
+            if not peers:
+                del self._by_peer[ticket.peer]
+
+    def _evict(self, ticket: BudgetTicket, where: str) -> None:
+        self.release(ticket)
+        self.evicted += 1
+        ticket.evict(f"connection limit reached {where}: closed the connection idle the longest")
+
+
+def _idle_order(ticket: BudgetTicket) -> float:
+    return ticket.active_at
 
 
 class RateLimitedLog:

@@ -11,21 +11,43 @@ A forgotten client is gone for good (it can only ``initialize`` afresh), so
 what it held must be let go: the ids of forgotten records are kept until the
 server takes them (:meth:`ClientRegistry.take_forgotten`) and releases their
 terminal claims.
+
+Identity: a record has at most one live connection, its :class:`Link` (the
+session decides at ``initialize`` / ``reconnect`` who may take a live or a
+bound id: :meth:`ahp.server.session.Session.take_identity`). A record also has
+a *resume token* (:attr:`ClientRecord.secret`), handed to a client that asks
+for one at ``initialize`` and proof, later, that a connection is that client;
+a record whose client asked is *bound*: only the token resumes it.
 """
 
 from __future__ import annotations
 
+import secrets
 import time
-from typing import Final
+from typing import Final, Protocol
 
 import attrs
 
-__all__ = ["CLIENT_GRACE", "MAX_CLIENT_RECORDS", "ClientRecord", "ClientRegistry"]
+__all__ = ["CLIENT_GRACE", "MAX_CLIENT_RECORDS", "ClientRecord", "ClientRegistry", "Link"]
 
 #: How long a disconnected client can still ``reconnect`` (seconds).
 CLIENT_GRACE: Final = 300.0
 #: Client records kept at most (connected ones are never evicted).
 MAX_CLIENT_RECORDS: Final = 4096
+#: Random bytes in a resume token (sent as URL-safe base64: 32 characters).
+RESUME_TOKEN_BYTES: Final = 24
+
+
+class Link(Protocol):
+    """A record's live connection, as the session sees it (the transport implements it)."""
+
+    async def alive(self, timeout: float) -> bool:
+        """Whether the peer proves it is there (answers a ping) within ``timeout`` s."""
+        ...
+
+    def evict(self, reason: str) -> None:
+        """Stop acting for this connection at once and close it with ``reason``."""
+        ...
 
 
 @attrs.define
@@ -34,8 +56,15 @@ class ClientRecord:
     protocol_version: str
     #: channel -> fromSeq of the last snapshot this client was given for it.
     snapshot_seq: dict[str, int] = attrs.field(factory=dict)
+    #: Live connections: 0 or 1 (one live connection per clientId).
     connections: int = 0
     disconnected_at: float | None = None
+    #: The live connection (None while disconnected, or for a transport without one).
+    link: Link | None = None
+    #: The resume token: a connection presenting it is this client.
+    secret: str = attrs.field(factory=lambda: secrets.token_urlsafe(RESUME_TOKEN_BYTES))
+    #: The client asked for a token: only a connection presenting it takes this id.
+    bound: bool = False
     #: Admitted with the read-only token (such a client may not take a full one's id).
     read_only: bool = False
 
@@ -52,41 +81,65 @@ class ClientRegistry:
         #: Ids forgotten since the last :meth:`take_forgotten` (at most one entry per
         #: record that existed, so bounded by ``max_records`` per call in between).
         self._forgotten: list[str] = []
+        #: Ids whose live connection is being pinged by a newcomer (at most one claim
+        #: probes an id at a time; bounded by the connections).
+        self.probing: set[str] = set()
 
     def __len__(self) -> int:
         return len(self._records)
 
+    def get(self, client_id: str) -> ClientRecord | None:
+        """The record of ``client_id`` (live or within its grace), if any."""
+        self._expire_stale()
+        return self._records.get(client_id)
+
     def connect(
-        self, client_id: str, protocol_version: str, *, read_only: bool = False
+        self,
+        client_id: str,
+        protocol_version: str,
+        link: Link | None = None,
+        *,
+        bound: bool = False,
+        read_only: bool = False,
     ) -> ClientRecord:
-        """A client initialised: a fresh record (any older one is replaced)."""
+        """A client initialised: a fresh record (any older one is replaced), live on
+        ``link``; ``bound``: only its token resumes it."""
         self._expire()
         record = ClientRecord(
-            client_id=client_id, protocol_version=protocol_version, read_only=read_only
+            client_id=client_id,
+            protocol_version=protocol_version,
+            link=link,
+            bound=bound,
+            read_only=read_only,
         )
         record.connections = 1
         self._records[client_id] = record
         return record
 
-    def get(self, client_id: str) -> ClientRecord | None:
-        """The record of ``client_id`` if it is still known (connected or in its grace)."""
-        self._expire_stale()
-        return self._records.get(client_id)
-
-    def resume(self, client_id: str) -> ClientRecord | None:
-        """A client reconnected: its record, or None if unknown or expired."""
+    def resume(self, client_id: str, link: Link | None = None) -> ClientRecord | None:
+        """A client reconnected on ``link``: its record, or None if unknown or expired."""
         self._expire()
         record = self._records.get(client_id)
         if record is not None:
-            record.connections += 1
+            record.connections = 1
+            record.link = link
             record.disconnected_at = None
         return record
 
-    def disconnect(self, record: ClientRecord) -> None:
-        record.connections -= 1
-        if record.connections <= 0:
-            record.connections = 0
-            record.disconnected_at = time.monotonic()
+    def disconnect(
+        self, record: ClientRecord, link: Link | None = None, *, left: bool = False
+    ) -> None:
+        """``link`` (or, given none, the record's connection) is gone; ``left``: its
+        client closed it on purpose (a close frame), so no reconnect needs its token
+        any more and the record is unbound (a restarted client may take its id again
+        without it). A connection that was replaced by a newer one changes nothing."""
+        if link is not None and record.link is not link:
+            return
+        record.connections = 0
+        record.link = None
+        record.disconnected_at = time.monotonic()
+        if left:
+            record.bound = False
 
     def take_forgotten(self) -> list[str]:
         """Ids of clients forgotten since the last call that are still unknown now."""

@@ -10,11 +10,11 @@ params, check the caller may act, call those methods and shape the answer
 (:mod:`ahp.protocol.processes` names the methods, types and bounds).
 
 Authorisation: reading a terminal's process status or jobs is allowed to every
-authenticated client, like subscribing to its output. Signalling follows the
-rule of ``terminal/input`` (both make the command do something): open to every
-client, unless the server accepts input only from the holder of the terminal's
-claim (:attr:`ServerState.holder_only_input <ahp.server.session.ServerState.holder_only_input>`),
-which then covers signals too.
+authenticated client, like subscribing to its output. Signalling is the
+``signal`` row of the one policy table (:mod:`ahp.reducers.policy`), decided for
+the connection's own ``clientId``: open to every client by default, only the
+holder's with ``serve --holder-only-input``
+(:attr:`ServerState.holder_only_input <ahp.server.session.ServerState.holder_only_input>`).
 
 Cost and buffering: each request is one scan of ``/proc`` (synchronous, a few
 milliseconds), answered on the connection's outbox like any other request. A
@@ -68,6 +68,7 @@ from ahp.protocol.processes import (
 from ahp.protocol.state import ROOT_URI
 from ahp.pty import SpawnError, procfs
 from ahp.record.audit import ACTOR, MAX_AUDIT_TEXT
+from ahp.reducers.policy import Change
 
 if TYPE_CHECKING:
     from ahp.server.session import Session
@@ -116,13 +117,11 @@ def _mark(wire: JobMarkWire | None) -> procfs.JobMark | None:
 
 
 def _check_may_signal(session: Session, terminal: Terminal) -> None:
-    """The ``terminal/input`` rule (the terminal core's): everyone, unless input is
-    holder-only."""
-    if terminal.input_refused(session.client_id) is not None:
-        raise Refused(
-            ErrorCode.PERMISSION_DENIED,
-            "this server takes input and signals only from the client holding the terminal's claim",
-        )
+    """The policy table's ``signal`` row (:mod:`ahp.reducers.policy`), for the
+    connection's own identity."""
+    why = terminal.refusal(Change.SIGNAL, session.client_id)
+    if why is not None:
+        raise Refused(ErrorCode.PERMISSION_DENIED, why)
 
 
 def _bounded(pids: tuple[int, ...]) -> tuple[int, ...]:
@@ -132,7 +131,8 @@ def _bounded(pids: tuple[int, ...]) -> tuple[int, ...]:
 async def _tty_status(session: Session, params: Any) -> Any:
     p = structure(params, ChannelParams)
     terminal = _terminal(session, p.channel)
-    status = terminal.tty_status()
+    jobs = terminal.jobs
+    status = await jobs.scan_tty_status() if jobs is not None else None
     wire = None
     if status is not None:
         wire = TtyStatusWire(

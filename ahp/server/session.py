@@ -33,6 +33,7 @@ a 1.x chat's claim does not lose the chat for 1.x viewers).
 from __future__ import annotations
 
 import errno
+import hmac
 import logging
 import os
 import re
@@ -68,6 +69,7 @@ from ahp.protocol.codec import (
     unstructure,
 )
 from ahp.protocol.commands import (
+    RESUME_META,
     ChannelMissing,
     ChannelParams,
     ChannelRecovery,
@@ -86,8 +88,10 @@ from ahp.protocol.commands import (
     ReconnectReplay,
     ReconnectSnapshot,
     ResumedWindows,
+    ResumeTokenError,
     SubscribeResult,
     reconnect_form,
+    resume_token,
 )
 from ahp.protocol.dialect import (
     SUPPORTED_VERSIONS,
@@ -129,7 +133,8 @@ from ahp.reducers.core import (
     heal_terminal,
     rejected_echo,
 )
-from ahp.server.clients import ClientRecord, ClientRegistry
+from ahp.reducers.policy import Change
+from ahp.server.clients import ClientRecord, ClientRegistry, Link
 from ahp.server.processes import PROCESS_REQUESTS, Refused
 from ahp.server.wsconn import InboundBudget
 
@@ -175,6 +180,14 @@ _AUDIT_KEYS: Final = 64
 #: ``errno`` values meaning the machine or the process ran out of something.
 _EXHAUSTED: Final = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.EAGAIN})
 
+#: Seconds a live connection gets to answer a ping when another connection claims its
+#: ``clientId`` without its resume token: one that answers keeps the id (the newcomer is
+#: refused); one that does not is taken for dead (a dropped network, a client that
+#: reconnects before this side noticed) and replaced by the newcomer.
+PROBE_TIMEOUT: Final = 3.0
+#: The close a connection gets when a newer connection of its client replaced it.
+REPLACED_CLOSE: Final = (1008, "replaced by a newer connection of this clientId")
+
 #: Memory all connections together may hold in inbound messages still being assembled
 #: (fragments, a large frame arriving): four messages at the size bound (issue 25: 30
 #: connections each holding an unfinished 8 MiB frame held 302 MB).
@@ -209,6 +222,8 @@ class ServerState:
     max_terminals: int = DEFAULT_MAX_TERMINALS
     #: ``createTerminal`` requests between the limit check and the terminal's registration.
     creating: int = 0
+    #: The authenticated connections' budget, once the transport runs (figures, tests).
+    connections: Any = None
     #: Counters: protocol errors answered (figures for tests).
     errors: int = 0
     #: Responses (snapshots above all) queued or being written by every connection
@@ -278,6 +293,16 @@ def _short(text: str) -> str:
     return text if len(text) <= _QUOTE_LIMIT else text[:_QUOTE_LIMIT] + "…"
 
 
+def _token(params: Any) -> str | None:
+    """The resume token of an initialize / reconnect request (``-32602`` if malformed)."""
+    try:
+        return resume_token(params)
+    except ResumeTokenError as exc:
+        path = f"$.params._meta[{RESUME_META!r}]"
+        message = f"invalid params: {exc} at {path}"
+        raise _Fail(ErrorCode.INVALID_PARAMS, message, {"path": path}) from None
+
+
 class _Fail(Exception):
     def __init__(self, code: int, message: str, data: Any = None) -> None:
         super().__init__(message)
@@ -320,10 +345,36 @@ def _check_cwd(cwd: str) -> None:
         fail(f"is not a usable file:// URI: {_short(str(exc))}")
 
 
-class Session:
-    """The protocol side of one connection. Owns its subscriptions, not the outbox."""
+class _SessionLink:
+    """The link of a session without a transport (tests, fuzzing): it always answers;
+    evicting it stops the session (see :meth:`Session.stop`)."""
 
-    def __init__(self, server: ServerState, outbox: Outbox, *, read_only: bool = False) -> None:
+    def __init__(self, session: Session) -> None:
+        self._session = session
+
+    async def alive(self, timeout: float) -> bool:
+        return True
+
+    def evict(self, reason: str) -> None:
+        self._session.stop(reason)
+
+
+class Session:
+    """The protocol side of one connection. Owns its subscriptions, not the outbox.
+
+    Identity: the ``clientId`` a connection acts as is the one :meth:`take_identity`
+    granted it at ``initialize`` / ``reconnect`` (:attr:`record`); every action it
+    dispatches carries that id as its origin, and every claim rule is decided on it.
+    """
+
+    def __init__(
+        self,
+        server: ServerState,
+        outbox: Outbox,
+        link: Link | None = None,
+        *,
+        read_only: bool = False,
+    ) -> None:
         self.server = server
         #: Admitted with the read-only token: it may watch, nothing else (see
         #: :data:`READ_ONLY_METHODS`).
@@ -336,6 +387,12 @@ class Session:
         self.dialect = Dialect.V05
         #: Set when the connection must close after the queued frames (code, reason).
         self.close_request: tuple[int, str] | None = None
+        #: This connection, as its client record sees it (the transport's, or one that
+        #: always answers).
+        self.link: Link = link if link is not None else _SessionLink(self)
+        #: Set when a newer connection of this client replaced this one: no frame of
+        #: this connection is acted on any more.
+        self.stopped = False
         #: The peer's address, as the transport reports it (for the audit log).
         self.peer: str | None = None
 
@@ -380,6 +437,8 @@ class Session:
 
     async def handle_frame(self, frame: str | bytes, *, checked: bool = False) -> None:
         """Handle one inbound frame; answers (if any) are queued on the outbox."""
+        if self.stopped:
+            return
         try:
             message = decode_message(_parse(frame, checked=checked))
         except ProtocolError as exc:
@@ -488,11 +547,75 @@ class Session:
             self.host.hub.unsubscribe(channel, self.outbox)
         self.subscriptions.clear()
 
-    def disconnect(self) -> None:
-        """The transport is gone: drop subscriptions, keep the client record."""
+    def disconnect(self, *, left: bool = False) -> None:
+        """The transport is gone: drop subscriptions, keep the client record (``left``:
+        the client closed the connection on purpose, see ``ClientRegistry.disconnect``)."""
         self.unsubscribe_all()
         if self.record is not None:
-            self.server.clients.disconnect(self.record)
+            self.server.clients.disconnect(self.record, self.link, left=left)
+
+    def stop(self, reason: str, *, code: int = REPLACED_CLOSE[0]) -> None:
+        """The connection must go (a newer connection of this client replaced it, or
+        the connection budget closes it): act on nothing more, follow nothing more, and
+        close with ``code`` and ``reason``."""
+        self.stopped = True
+        self.unsubscribe_all()
+        self.close_request = (code, reason)
+        self.outbox.close()
+
+    async def take_identity(self, client_id: str, token: str | None) -> None:
+        """Decide whether this connection may act as ``client_id``; raise if not.
+
+        One live connection per ``clientId``:
+
+        * the record's resume token presented: granted; a live connection of the id is
+          replaced (closed with :data:`REPLACED_CLOSE`);
+        * a wrong token, or none for a *bound* record (its client asked for a token):
+          refused, ``-32009``;
+        * no token, the id unknown or its record disconnected: granted (the protocol's
+          ``reconnect`` carries no other proof);
+        * no token, the id live: its connection is pinged; if it answers within
+          :data:`PROBE_TIMEOUT` it keeps the id and this one is refused (``-32009``),
+          else it is taken for dead and replaced. While one claim probes, another for
+          the same id is refused.
+        """
+        clients = self.server.clients
+        record = clients.get(client_id)
+        if record is None:
+            return
+        shown = _short(client_id)
+        if token is not None and hmac.compare_digest(token.encode(), record.secret.encode()):
+            if record.link is not None and record.connections:
+                record.link.evict(REPLACED_CLOSE[1])
+            return
+        if token or record.bound:
+            raise _Fail(
+                ErrorCode.PERMISSION_DENIED,
+                f"clientId {shown!r} is bound to its resume token: present the token its "
+                f"initialize returned (params._meta[{RESUME_META!r}]) or use another clientId",
+            )
+        if not record.connections:
+            return
+        if client_id in clients.probing:
+            raise _Fail(
+                ErrorCode.PERMISSION_DENIED,
+                f"another connection is claiming clientId {shown!r} now; try again later",
+            )
+        live = record.link
+        clients.probing.add(client_id)
+        try:
+            answered = live is None or await live.alive(PROBE_TIMEOUT)
+        finally:
+            clients.probing.discard(client_id)
+        if answered or clients.get(client_id) is not record or record.link is not live:
+            raise _Fail(
+                ErrorCode.PERMISSION_DENIED,
+                f"clientId {shown!r} is in use by a live connection (it answered a ping): "
+                "one connection per clientId; use another clientId",
+            )
+        assert live is not None
+        log.info("client %s: its connection did not answer a ping; replaced", shown)
+        live.evict(REPLACED_CLOSE[1])
 
     # -- requests ----------------------------------------------------------------------------
 
@@ -544,7 +667,13 @@ class Session:
         if p.clientInfo is not None:
             log.debug("client %s is %s %s", p.clientId, p.clientInfo.name, p.clientInfo.version)
         self._check_read_only_id(p.clientId)
-        self._begin(self.server.clients.connect(p.clientId, version, read_only=self.read_only))
+        token = _token(params)
+        await self.take_identity(p.clientId, token)
+        bound = token is not None  # (asked for a token: only it resumes this id)
+        record = self.server.clients.connect(
+            p.clientId, version, self.link, bound=bound, read_only=self.read_only
+        )
+        self._begin(record)
         await self._release_forgotten_claims()
         snapshots = [s for s in map(self._subscribe, dict.fromkeys(p.initialSubscriptions)) if s]
         result = InitializeResult(
@@ -555,8 +684,13 @@ class Session:
             serverInfo=SERVER_INFO if self.dialect is Dialect.V1 else None,
         )
         out = result_json(result, self.dialect)
+        meta: dict[str, Any] = {}
         if self.read_only:
-            out["_meta"] = {READ_ONLY_META: True}
+            meta[READ_ONLY_META] = True
+        if token is not None:
+            meta[RESUME_META] = record.secret
+        if meta:
+            out["_meta"] = meta
         return out
 
     def _check_read_only_id(self, client_id: str) -> None:
@@ -579,7 +713,8 @@ class Session:
         _check_client_id(p.clientId)
         if self.read_only:
             self._check_read_only_id(p.clientId)
-        record = self.server.clients.resume(p.clientId)
+        await self.take_identity(p.clientId, _token(params))
+        record = self.server.clients.resume(p.clientId, self.link)
         if (audit := self.server.audit) is not None:
             version = record.protocol_version if record is not None else None
             audit.initialize(p.clientId, version, peer=self.peer, reconnect=True)
@@ -752,6 +887,15 @@ class Session:
     async def _dispose_terminal(self, params: Any) -> None:
         p = structure(params, ChannelParams)
         audit = self.server.audit
+        if p.channel in self.host:
+            # The policy table's dispose row, for this connection's own identity.
+            why = self.host.get(p.channel).refusal(Change.DISPOSE, self.client_id)
+            if why is not None:
+                if audit is not None:
+                    audit.event(
+                        "terminal.disposed", terminal=p.channel, by=self.client_id, error=why
+                    )
+                raise _Fail(ErrorCode.PERMISSION_DENIED, why)
         actor = ACTOR.set(self.client_id) if audit is not None else None
         try:
             await self.host.dispose(p.channel)
@@ -814,6 +958,8 @@ class Session:
                 sender=self.outbox,
                 checkpoint=_DISPATCH_CHECKPOINT,
             )
+            if self.host.hub.flooded(channel) is not None:
+                await self.host.hub.wait_readers(channel)  # (the flood rule: the sender pays)
             return
         p = structure(params, DispatchActionParams)
         origin = ActionOrigin(clientId=self.record.client_id, clientSeq=p.clientSeq)
@@ -856,6 +1002,7 @@ class Session:
                 # the true value back, as after a terminal rejection.
                 if (heal := heal_root(self.host.root_state, action)) is not None:
                     hub.send_to(self.outbox, ROOT_URI, heal)
+            await self._pay_for(ROOT_URI)
             return
         if channel not in self.host:
             # Unknown (never created, or disposed): rejected to the sender, whose
@@ -887,6 +1034,13 @@ class Session:
             await self._audited_dispatch(audit, terminal, action, origin)
             return
         await terminal.dispatch(action, origin=origin, sender=self.outbox)
+        await self._pay_for(channel)
+
+    async def _pay_for(self, channel: str) -> None:
+        """The flood rule (:meth:`ahp.engine.hub.Hub.wait_readers`): this connection's
+        next frame waits while a reader of ``channel`` is behind on what was sent."""
+        if self.host.hub.flooded(channel) is not None:
+            await self.host.hub.wait_readers(channel)
 
     def _refuse_read_only(self, params: Any) -> None:
         """Every dispatch of a read-only connection: rejected to it (with the true value

@@ -69,13 +69,16 @@ from ahp.engine.envelopes import Published
 from ahp.engine.outbox import OutboxItem
 from ahp.record.audit import AuditLog
 from ahp.server.admission import (
+    BudgetTicket,
+    ConnectionBudget,
     PendingConnections,
     RateLimitedLog,
+    connection_limit,
     pending_limit,
     serve_listener,
 )
 from ahp.server.http import HttpResponse, PlainRequest, Routes
-from ahp.server.session import ServerState, Session
+from ahp.server.session import REPLACED_CLOSE, ServerState, Session
 from ahp.server.web import BEARER_PROTOCOL_PREFIX
 from ahp.server.wsconn import (
     HANDSHAKE_TIMEOUT,
@@ -119,6 +122,9 @@ STALL_GRACE: Final = 1.0
 ECHO_PAIR_WAIT: Final = keystroke.ECHO_PAIR_WAIT
 #: Seconds the close handshake may take when the server closes a connection.
 CLOSE_TIMEOUT: Final = 1.0
+#: The close code of a connection closed for the connection budget (the reason says
+#: which bound; the client may connect again: its record is kept).
+BUDGET_CLOSE: Final = (1013, "connection limit reached")
 #: The close reason sent to a client whose outbox overflowed.
 OVERFLOW_CLOSE: Final = (1013, "outbound buffer full; reconnect to resume")
 #: Longest refusal reason written to the audit log (characters).
@@ -143,6 +149,11 @@ class ServerConfig:
     #: Unauthenticated connections held at most (None: from ``RLIMIT_NOFILE``, see
     #: :func:`ahp.server.admission.pending_limit`); the oldest is dropped for a new one.
     max_pending: int | None = None
+    #: Authenticated connections held at most (None: from ``RLIMIT_NOFILE``, see
+    #: :func:`ahp.server.admission.connection_limit`), and from one peer address (None:
+    #: half of those); past either, the longest-idle one is closed (BUDGET_CLOSE).
+    max_connections: int | None = None
+    max_connections_per_peer: int | None = None
     #: Plain HTTP requests (no upgrade) on the same port: health probes, pages
     #: (:mod:`ahp.server.http`); None answers every one 404.
     routes: Routes | None = None
@@ -337,12 +348,49 @@ class _Writer:
                 return
 
 
+class _Link:
+    """The connection as its client record sees it (:class:`ahp.server.clients.Link`):
+    a ping proves the peer is there; eviction stops the session and cancels the
+    connection's tasks, whose ``finally`` then closes it with the session's reason."""
+
+    def __init__(self, ws: ServerWebSocket) -> None:
+        self.ws = ws
+        self.session: Session | None = None
+        #: The connection's nursery scope, once its tasks run.
+        self.scope: trio.CancelScope | None = None
+
+    async def alive(self, timeout: float) -> bool:
+        with trio.move_on_after(timeout):
+            try:
+                await self.ws.ping()
+            except ConnectionClosed:
+                return False
+            return True
+        return False
+
+    def evict(self, reason: str) -> None:
+        self.evict_with(REPLACED_CLOSE[0], reason)
+
+    def evict_with(self, code: int, reason: str) -> None:
+        """Stop the session and close the connection with ``code`` and ``reason``."""
+        if self.session is not None:
+            self.session.stop(reason, code=code)
+        if self.scope is not None:
+            self.scope.cancel()
+
+
 async def _reader(
-    ws: ServerWebSocket, session: Session, config: ServerConfig, connection_id: str = ""
+    ws: ServerWebSocket,
+    session: Session,
+    config: ServerConfig,
+    connection_id: str = "",
+    ticket: BudgetTicket | None = None,
 ) -> None:
     wire = session.server.wire_log
     while True:
         message = await ws.receive()
+        if ticket is not None:
+            ticket.active()  # (not idle: the connection budget closes idle ones first)
         if wire is not None:
             wire.c2s(connection_id, message)
         if len(message) < LARGE_FRAME:
@@ -451,6 +499,7 @@ async def _serve_one(
     notes: RateLimitedLog,
     *,
     budget: InboundBudget | None = None,
+    connections: ConnectionBudget | None = None,
 ) -> None:
     # Until authenticated, the connection holds a place among the pending ones, and the
     # whole phase has one deadline; a newer connection may evict it (see admission).
@@ -472,7 +521,9 @@ async def _serve_one(
     # The path only: the query may carry the token.
     log.debug("accepted a connection from %s to %s", request.remote, urlsplit(request.target).path)
     outbox = Outbox(max_bytes=config.outbox_bytes, track_in_flight=True, pool=state.responses)
-    session = Session(state, outbox, read_only=read_only)
+    link = _Link(ws)
+    session = Session(state, outbox, link, read_only=read_only)
+    link.session = session
     session.peer = request.remote
     if (audit := state.audit) is not None:
         path = urlsplit(request.target).path
@@ -485,12 +536,25 @@ async def _serve_one(
         session.close_request = state.going_away
         outbox.close()
     state.sessions.add(session)
+    ticket: BudgetTicket | None = None
+    if connections is not None:
+        # A place among the authenticated connections; a full budget closes the one
+        # idle the longest (of this address, or of all) for this one (see admission).
+        peer = request.remote.rsplit(":", 1)[0] if ":" in request.remote else request.remote
+
+        def evict(reason: str) -> None:
+            log.info("closing a connection of %s: %s", peer, reason)
+            link.evict_with(BUDGET_CLOSE[0], reason)
+
+        ticket = BudgetTicket(peer, evict)
+        connections.admit(ticket)
     try:
         async with trio.open_nursery() as nursery:
+            link.scope = nursery.cancel_scope
 
             async def read() -> None:
                 with contextlib.suppress(ConnectionClosed):
-                    await _reader(ws, session, config, connection_id)
+                    await _reader(ws, session, config, connection_id, ticket)
                 if ws.closed is not None:
                     nursery.cancel_scope.cancel()
                 # else: the session asked to close; the writer sends what is queued first.
@@ -515,10 +579,17 @@ async def _serve_one(
         # client and terminal) down with it: log it, close this connection with 1011.
         log.exception("connection of client %s failed", session.client_id)
         close_code, close_reason = 1011, "internal error"
+    else:
+        if session.stopped and session.close_request is not None:
+            close_code, close_reason = session.close_request  # replaced by a newer one
     finally:
+        if ticket is not None and connections is not None:
+            connections.release(ticket)
         state.sessions.discard(session)
         state.sessions_changed.unpark_all()
-        session.disconnect()
+        # The client's own close frame (a normal or going-away close) means it left.
+        peer_close = ws.closed
+        session.disconnect(left=peer_close is not None and peer_close.code in (1000, 1001))
         outbox.close()
         state.host.trimmer.request()  # (what the connection held: its buffers, outbox)
         with trio.CancelScope(shield=True):
@@ -572,12 +643,17 @@ async def serve_connections(
     pending = PendingConnections(limit)
     notes = RateLimitedLog(log)
     budget = state.inbound
+    total = config.max_connections if config.max_connections is not None else connection_limit()
+    connections = ConnectionBudget(total, config.max_connections_per_peer)
+    state.connections = connections
 
     async def handler(stream: trio.abc.Stream) -> None:
         # Every handler runs in the listeners' nursery: an exception escaping one
         # connection would stop the whole server.
         try:
-            await _serve_one(stream, state, config, pending, notes, budget=budget)
+            await _serve_one(
+                stream, state, config, pending, notes, budget=budget, connections=connections
+            )
         except Exception:
             log.exception("connection failed")
         finally:

@@ -96,6 +96,9 @@ TRY_AGAIN: Final = 1013
 MAX_HEAD: Final = 16 * 1024
 #: Seconds a peer gets to send its whole upgrade request.
 HANDSHAKE_TIMEOUT: Final = 10.0
+#: Pings (:meth:`ServerWebSocket.ping`) waiting for their pong at once, per connection
+#: (one per newcomer claiming this connection's clientId; those are one at a time).
+MAX_PINGS: Final = 4
 #: Close codes (RFC 6455 §7.4.1).
 ABNORMAL: Final = 1006
 TOO_BIG: Final = 1009
@@ -408,6 +411,8 @@ class ServerWebSocket:
         self._owes_checkpoint = False
         #: The last read returned less than it asked for (see :meth:`_read`).
         self._drained = False
+        #: Pings sent and not answered yet: payload -> set when the pong arrives.
+        self._pings: dict[bytes, trio.Event] = {}
 
     @property
     def closed(self) -> ConnectionClosed | None:
@@ -445,6 +450,10 @@ class ServerWebSocket:
                             await self.aclose(*refusal)
                     elif isinstance(event, Ping):
                         await self._send_control(event.response())
+                    elif isinstance(event, Pong):
+                        waiter = self._pings.pop(bytes(event.payload), None)
+                        if waiter is not None:
+                            waiter.set()
                     elif isinstance(event, CloseConnection):
                         await self._on_close(event)
                     if self._closed is not None:
@@ -638,7 +647,27 @@ class ServerWebSocket:
         if parts:
             await self._send_raw(b"".join(parts), data_frame=True)
 
-    async def _send_control(self, event: CloseConnection | Pong) -> None:
+    async def ping(self) -> None:
+        """Send a ping and wait for its pong (the task in :meth:`receive` sees it).
+
+        Cancellation: the caller bounds the wait (a peer that never answers is the
+        case this exists for); raises :class:`ConnectionClosed` if the connection is
+        closed or closes meanwhile. At most :data:`MAX_PINGS` may wait at once.
+        """
+        if len(self._pings) >= MAX_PINGS:
+            raise ConnectionClosed(ABNORMAL, "too many pings waiting")
+        payload = os.urandom(8)
+        answered = trio.Event()
+        self._pings[payload] = answered
+        try:
+            await self._send_control(Ping(payload=payload))
+            if self._closed is not None:
+                raise self._closed
+            await answered.wait()
+        finally:
+            self._pings.pop(payload, None)
+
+    async def _send_control(self, event: CloseConnection | Ping | Pong) -> None:
         if self._ws.state not in (ConnectionState.OPEN, ConnectionState.REMOTE_CLOSING):
             return
         await self._send_raw(self._ws.send(event), data_frame=False)

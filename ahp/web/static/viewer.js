@@ -90,6 +90,7 @@ const ui = {
   behind: false,
   /** Times the page fell behind and took a fresh snapshot. */
   resyncs: 0,
+  firstDrawAt: null,
   playing: false,
   readOnly: access.readOnly,
   noticeTimer: null,
@@ -150,6 +151,8 @@ function redraw(state) {
   applySize(state);
   renderToolbar(state);
   renderCommands(state);
+  // When the first terminal was on screen (ms since the navigation began; for benchmarks).
+  if (ui.firstDrawAt === null) term.write("", () => (ui.firstDrawAt = performance.now()));
 }
 
 // -- size: the holder's pty size; a watcher fits it in its window -------------------------
@@ -478,6 +481,24 @@ async function loadRecordings() {
 }
 
 let player = null;
+let playerScript = null;
+
+/** asciinema-player (220 KB), loaded the first time a recording is played. */
+function loadPlayer() {
+  if (playerScript === null) {
+    playerScript = new Promise((resolve, reject) => {
+      const script = document.createElement("script");
+      script.src = "/static/vendor/asciinema-player/asciinema-player.min.js";
+      script.onload = () => resolve(window.AsciinemaPlayer);
+      script.onerror = () => {
+        playerScript = null;
+        reject(new Error("cannot load the player"));
+      };
+      document.head.append(script);
+    });
+  }
+  return playerScript;
+}
 
 async function play(name) {
   let text;
@@ -489,6 +510,7 @@ async function play(name) {
     });
     if (!answer.ok) throw new Error(`${answer.status} ${await answer.text()}`);
     text = await answer.text();
+    await loadPlayer();
   } catch (error) {
     notice(`Cannot load ${name}: ${error.message}`);
     return;
@@ -536,6 +558,9 @@ window.ahpViewer = {
   },
   get resyncs() {
     return ui.resyncs;
+  },
+  get firstDrawAt() {
+    return ui.firstDrawAt;
   },
   /** For tests: a smaller bound on output waiting for xterm.js. */
   setWriteBound(chars) {

@@ -1,0 +1,141 @@
+"""Authenticated connections have a budget (issue 26, item 3).
+
+At most ``connection_limit()`` (a quarter of the fds) authenticated connections,
+at most half of those from one peer address; past either, the one idle the
+longest is closed with a reason. The fds left stay for terminals and new clients.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Final
+
+import trio
+
+from ahp.server.admission import (
+    CONNECTION_FD_SHARE,
+    MAX_CONNECTIONS,
+    MIN_CONNECTIONS,
+    BudgetTicket,
+    ConnectionBudget,
+    connection_limit,
+)
+from tests.helpers import TIMEOUT
+from tests.test_edges import _port, _serve
+from tests.test_identity import RawPeer, _init
+from tests.wire import peer
+
+#: The server's fd limit in the subprocess test, and connections opened against it.
+_NOFILE: Final = 256
+_IDLE_CONNECTIONS: Final = _NOFILE - 6
+
+
+def test_the_connection_limit_is_a_quarter_of_the_fds_within_bounds() -> None:
+    assert connection_limit(1024) == 1024 // CONNECTION_FD_SHARE
+    assert connection_limit(16) == MIN_CONNECTIONS
+    assert connection_limit(10**7) == MAX_CONNECTIONS
+
+
+async def test_the_budget_closes_the_longest_idle_past_each_bound() -> None:
+    closed: list[tuple[str, str]] = []
+
+    def ticket(peer: str, name: str) -> BudgetTicket:
+        return BudgetTicket(peer, lambda reason: closed.append((name, reason)))
+
+    budget = ConnectionBudget(limit=4, per_peer=2)
+    a1, a2 = ticket("a", "a1"), ticket("a", "a2")
+    budget.admit(a1)
+    budget.admit(a2)
+    await trio.sleep(0.01)
+    a1.active()  # a2 is now the idlest of "a"
+    budget.admit(ticket("a", "a3"))  # past the per-peer bound
+    assert closed == [("a2", closed[0][1])] and "from this address" in closed[0][1]
+    budget.admit(ticket("b", "b1"))
+    budget.admit(ticket("c", "c1"))
+    assert len(budget) == 4 and budget.peer_count("a") == 2
+    budget.admit(ticket("d", "d1"))  # past the total: the idlest of all (a1's touch is old)
+    assert closed[-1][0] == "a1" and "in total" in closed[-1][1]
+    assert len(budget) == 4 and budget.evicted == 2
+
+
+async def test_idle_authenticated_connections_up_to_the_fd_limit_leave_room_for_terminals() -> None:
+    """The issue's finding: idle authenticated connections until the server's fds run
+    out (``ulimit -n 256``); a legitimate client then connects and creates a terminal.
+    The oldest idle connections were closed with the budget's reason."""
+    async with _serve(nofile=_NOFILE) as (url, err):
+        port = _port(url)
+        token = url.split("tkn=", 1)[1]
+        held: list[RawPeer] = []
+        try:
+            for i in range(_IDLE_CONNECTIONS):
+                stream = await trio.open_tcp_stream("127.0.0.1", port)
+                raw = RawPeer(stream)
+                held.append(raw)
+                with trio.fail_after(TIMEOUT):
+                    await raw.upgrade(port, token)
+                    answer = await raw.call("initialize", _init(f"idle-{i}"))
+                assert "result" in answer, answer
+            async with peer(url) as p:
+                await p.initialize("legit")
+                created = await p.call(
+                    "createTerminal",
+                    {
+                        "channel": "ahp-terminal:/ok",
+                        "claim": {"kind": "client", "clientId": "legit"},
+                    },
+                )
+                assert "result" in created, created
+                await p.result("subscribe", {"channel": "ahp-terminal:/ok"})
+                await p.dispatch(
+                    "ahp-terminal:/ok", {"type": "terminal/input", "data": "echo ok-$((6*7))\r"}
+                )
+                with trio.fail_after(TIMEOUT):
+                    await p.text_until("ahp-terminal:/ok", "ok-42")
+            # The first idle connection was closed for the budget, with its reason.
+            first = held[0]
+            with trio.fail_after(TIMEOUT):
+                while True:
+                    opcode, payload = await first.frame()
+                    if opcode == 8:
+                        break
+            assert int.from_bytes(payload[:2], "big") == 1013
+            assert b"connection limit reached" in payload[2:]
+        finally:
+            for raw in held:
+                with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                    await raw.stream.aclose()
+    logs = b"".join(err).decode(errors="replace")
+    assert "Traceback" not in logs, logs[-3000:]
+
+
+async def _idle(port: int, token: str, source: str, client_id: str) -> RawPeer:
+    stream = await trio.open_tcp_stream("127.0.0.1", port, local_address=source)
+    raw = RawPeer(stream)
+    with trio.fail_after(TIMEOUT):
+        await raw.upgrade(port, token)
+        answer = await raw.call("initialize", _init(client_id))
+    assert "result" in answer, answer
+    return raw
+
+
+async def test_one_address_cannot_take_another_addresss_places() -> None:
+    """Under ``ulimit -n 64`` (16 connections, 8 per address): 8 idle connections from
+    127.0.0.2, then 12 from 127.0.0.1. The newcomers of 127.0.0.1 close that address's
+    own idlest connections; 127.0.0.2's all stay and answer."""
+    async with _serve(nofile=64) as (url, err):
+        port, token = _port(url), url.split("tkn=", 1)[1]
+        held: list[RawPeer] = []
+        try:
+            other = [await _idle(port, token, "127.0.0.2", f"o{i}") for i in range(8)]
+            held += other
+            mine = [await _idle(port, token, "127.0.0.1", f"m{i}") for i in range(12)]
+            held += mine
+            for raw in other:
+                assert (await raw.call("ping", {"channel": "ahp-root://"}))["result"] is None
+            with trio.fail_after(TIMEOUT):
+                await mine[0].closed()
+        finally:
+            for raw in held:
+                with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                    await raw.stream.aclose()
+    assert "Traceback" not in b"".join(err).decode(errors="replace")

@@ -1,0 +1,251 @@
+"""Counting the real size (issue 26, item 4): a flood costs its sender, never a reader
+who keeps up.
+
+Every byte of an envelope as sent counts in the outbox and replay bounds (payload,
+channel, origin, rejection reason: :attr:`ahp.engine.envelopes.Published.size`),
+and a client whose actions fill the outboxes of a channel's readers waits before
+its next frame is read (the flood rule, :meth:`ahp.engine.hub.Hub.wait_readers`).
+The end-to-end tests run ``python -m ahp serve`` in a subprocess, with clients
+that read promptly in this one.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any, Final
+
+import pytest
+import trio
+
+from ahp.engine import Outbox
+from ahp.engine.envelopes import ENVELOPE_OVERHEAD, Published, ReplayLog, identity_size
+from ahp.engine.hub import FLOOD_BYTES, FLOOD_WINDOW, Hub
+from ahp.protocol.actions import ActionEnvelope, ActionOrigin, TerminalInput
+from ahp.server.websocket import OUTBOX_BYTES
+from ahp.ws import ConnectionClosed
+from tests.helpers import TIMEOUT
+from tests.test_edges import REPO, _serve
+from tests.wire import Peer, peer
+
+ROOT = "ahp-root://"
+T1 = "ahp-terminal:/flooded"
+#: The issue's input flood: 24 frames of 1 MiB, 24 MiB in all (past OUTBOX_BYTES).
+FLOOD_FRAMES: Final = 24
+MIB: Final = 1024 * 1024
+
+
+def _echo(client_id: str, data: str = "x", channel: str = T1) -> Published:
+    return Published(
+        ActionEnvelope(
+            channel=channel,
+            action=TerminalInput(data=data),
+            serverSeq=1,
+            origin=ActionOrigin(clientId=client_id, clientSeq=1),
+        )
+    )
+
+
+def test_an_echo_counts_its_origin_and_channel() -> None:
+    """A 1-byte keystroke of a 1 MB clientId is a 1 MB frame: it counts as one."""
+    small, big = _echo("c"), _echo("c" * MIB)
+    assert big.size - small.size == MIB - 1
+    assert big.size >= len(big.frame)  # at least what is sent
+    assert small.size >= ENVELOPE_OVERHEAD
+    long_channel = _echo("c", channel="ahp-terminal:/" + "u" * 4096)
+    assert long_channel.size >= 4096 + ENVELOPE_OVERHEAD
+    assert identity_size(_echo("\u00e9" * 10).envelope) >= 20  # UTF-8: counted generously
+
+
+def test_the_replay_log_bounds_echoes_by_their_real_size() -> None:
+    log = ReplayLog(max_envelopes=1000, max_bytes=4 * MIB)
+    for _ in range(10):
+        log.append(_echo("c" * MIB))  # counted 225 bytes each before: all ten kept
+    assert log.size <= log.max_bytes and len(log) <= 4
+
+
+def test_an_outbox_overflows_on_the_real_size() -> None:
+    outbox = Outbox(max_bytes=4 * MIB)
+    accepted = sum(outbox.put(_echo("c" * MIB)) for _ in range(10))
+    assert outbox.overflowed and accepted <= 4
+
+
+async def test_the_flood_rule_waits_for_a_reader_that_keeps_taking() -> None:
+    """``Hub.flooded``: a subscriber past FLOOD_BYTES that made progress within
+    FLOOD_WINDOW is waited for; one under the bound, or one that stopped taking, is not;
+    the wait ends when it takes."""
+    hub = Hub()
+    reader = Outbox(max_bytes=OUTBOX_BYTES)
+    hub.subscribe(T1, reader)
+    assert hub.flooded(T1) is None
+    reader.get_nowait()  # it reads: progress now
+    while reader.pending_bytes <= FLOOD_BYTES:
+        reader.put(_echo("c", "x" * 65536))
+    assert hub.flooded(T1) is reader
+    async with trio.open_nursery() as nursery:
+        waited = trio.Event()
+
+        async def sender() -> None:
+            await hub.wait_readers(T1)
+            waited.set()
+
+        nursery.start_soon(sender)
+        await trio.testing.wait_all_tasks_blocked()
+        assert not waited.is_set() and hub.flood_waits == 1
+        reader.get_nowait()  # takes everything: not behind any more
+        with trio.fail_after(TIMEOUT):
+            await waited.wait()
+    # A reader that made no progress for FLOOD_WINDOW is not waited for.
+    while reader.pending_bytes <= FLOOD_BYTES:
+        reader.put(_echo("c", "x" * 65536))
+    reader.progress_at = trio.current_time() - FLOOD_WINDOW - 1
+    assert hub.flooded(T1) is None
+
+
+async def _reader_task(p: Peer, seen: dict[str, Any], done: trio.Event, marker: str) -> None:
+    """Read every frame as it comes (a reader who keeps up), until ``marker`` is echoed."""
+    try:
+        while True:
+            frame = await p.ws.get_message()
+            seen["bytes"] = seen.get("bytes", 0) + len(frame)
+            if marker in frame:
+                done.set()
+                return
+    except ConnectionClosed as exc:
+        seen["closed"] = exc.reason
+        done.set()
+
+
+#: The flooder, in a process of its own (as an attacker is): types FLOOD_FRAMES x 1 MiB,
+#: then its marker until the server takes it (input past MAX_PENDING_INPUT is refused
+#: to it while the pty still holds the flood), and prints how many were refused.
+_FLOODER: Final = """
+import sys, orjson, trio
+from ahp.ws import open_websocket_url
+
+async def main(url, channel, frames, marker):
+    async with open_websocket_url(url, max_message_size=1 << 26, message_queue_size=1 << 20) as ws:
+        async def call(method, params, id_):
+            await ws.send_message(orjson.dumps(
+                {"jsonrpc": "2.0", "id": id_, "method": method, "params": params}).decode())
+        await call("initialize", {"channel": "ahp-root://", "protocolVersions": ["0.5.0"],
+                                  "clientId": "flooder", "initialSubscriptions": [channel]}, 1)
+        line = "x" * 1023 + "\\n"
+        seq = 0
+        async def dispatch(data):
+            nonlocal seq
+            seq += 1
+            await ws.send_message(orjson.dumps({"jsonrpc": "2.0", "method": "dispatchAction",
+                "params": {"channel": channel, "clientSeq": seq,
+                           "action": {"type": "terminal/input", "data": data}}}).decode())
+            return seq
+        for _ in range(frames):
+            await dispatch(line * 1024)
+        refused = 0
+        while True:
+            mine = await dispatch(marker)
+            while True:
+                message = orjson.loads(await ws.get_message())
+                origin = message.get("params", {}).get("origin") or {}
+                if origin.get("clientId") == "flooder" and origin.get("clientSeq") == mine:
+                    break
+            if "rejectionReason" not in message["params"]:
+                print("refused", refused, flush=True)
+                return
+            refused += 1
+            await trio.sleep(0.1)
+
+trio.run(main, sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4])
+"""
+
+
+async def test_an_input_flood_beside_a_prompt_reader() -> None:
+    """The issue's finding: another client (its own process) types 24 x 1 MiB into a
+    terminal running ``cat > /dev/null``; the watcher, which reads everything as it
+    comes, stays connected and sees the flooder's marker; the flooder waited instead."""
+    async with _serve(nofile=1024) as (url, err):
+        async with peer(url) as owner:
+            await owner.initialize("owner")
+            claim = {"kind": "client", "clientId": "owner"}
+            await owner.result("createTerminal", {"channel": T1, "claim": claim})
+            await owner.result("subscribe", {"channel": T1})
+            await owner.dispatch(T1, {"type": "terminal/input", "data": "cat > /dev/null\r"})
+            with trio.fail_after(TIMEOUT):
+                await owner.text_until(T1, "cat > /dev/null")
+        async with peer(url) as watcher:
+            await watcher.initialize("watcher", [T1])
+            seen: dict[str, Any] = {}
+            done = trio.Event()
+            marker = "flood-marker-26"
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_reader_task, watcher, seen, done, marker)
+                with trio.fail_after(TIMEOUT * 3):
+                    flooder = await trio.run_process(
+                        [sys.executable, "-c", _FLOODER, url, T1, str(FLOOD_FRAMES), marker],
+                        capture_stdout=True,
+                        capture_stderr=True,
+                        env={**os.environ, "PYTHONPATH": str(REPO)},
+                        check=False,
+                    )
+                    assert flooder.returncode == 0, flooder.stderr.decode()[-2000:]
+                    await done.wait()
+            assert "closed" not in seen, seen
+            assert seen["bytes"] > FLOOD_FRAMES * MIB  # it got the flood's echoes
+            assert (await watcher.call("ping", {"channel": ROOT}))["result"] is None
+    assert "Traceback" not in b"".join(err).decode(errors="replace")
+
+
+@pytest.mark.parametrize(
+    ("client_id_size", "config_size", "messages"),
+    [(MIB, 0, 40), (16, 60_000, 400)],
+    ids=["1 MB clientId, tiny configs", "large configs"],
+)
+async def test_a_large_identity_or_config_costs_its_sender_not_root_subscribers(
+    client_id_size: int, config_size: int, messages: int
+) -> None:
+    """``root/configChanged`` echoes go to every root subscriber: a 1 MB clientId sending
+    tiny configs (the issue: 200 of them disconnected every root subscriber with 1013),
+    or configs near MAX_CONFIG_BYTES, are 24 MB or more to each. Two root subscribers
+    that read promptly stay connected and see the last echo."""
+    async with (
+        _serve(nofile=1024) as (url, err),
+        peer(url) as a,
+        peer(url) as b,
+        peer(url) as sender,
+    ):
+        await a.initialize("root-a")
+        await b.initialize("root-b")
+        client_id = "i" * client_id_size
+        answer = await sender.call(
+            "initialize",
+            {
+                "channel": ROOT,
+                "protocolVersions": ["0.5.0"],
+                "clientId": client_id,
+                "initialSubscriptions": [],
+            },
+        )
+        if "error" in answer:
+            # A host that bounds clientIds refuses this one outright (issue 25).
+            assert answer["error"]["code"] == -32602, answer
+            assert "clientId" in answer["error"]["message"]
+            return
+        marker = "config-marker-26"
+        seen: list[dict[str, Any]] = [{}, {}]
+        done = [trio.Event(), trio.Event()]
+        async with trio.open_nursery() as nursery:
+            for p, s, d in zip((a, b), seen, done, strict=True):
+                nursery.start_soon(_reader_task, p, s, d, marker)
+            with trio.fail_after(TIMEOUT * 3):
+                for i in range(messages):
+                    config = {"n": i, "pad": "p" * config_size}
+                    await sender.dispatch(ROOT, {"type": "root/configChanged", "config": config})
+                await sender.dispatch(
+                    ROOT, {"type": "root/configChanged", "config": {"last": marker}}
+                )
+                for d in done:
+                    await d.wait()
+        for s in seen:
+            assert "closed" not in s, s
+            assert s["bytes"] > 16 * MIB
+    assert "Traceback" not in b"".join(err).decode(errors="replace")

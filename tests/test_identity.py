@@ -1,0 +1,342 @@
+"""A client's identity belongs to its connection (issue 26, item 1).
+
+One live connection per ``clientId``, decided at ``initialize`` / ``reconnect``:
+a second connection claiming a live id is refused unless the live one is dead
+(it does not answer a ping) or the newcomer presents the id's resume token. Real
+server, real clients: raw peers (as upstream clients, without a token), raw
+sockets that stop reading (a connection dead but not yet noticed), ``ahp.client``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+import pytest
+import trio
+
+from ahp.client import connect
+from ahp.protocol.commands import MAX_RESUME_TOKEN, RESUME_META
+from ahp.protocol.processes import SIGNAL
+from ahp.server import ServeOptions, Sidecar
+from ahp.server.session import PROBE_TIMEOUT, REPLACED_CLOSE
+from ahp.ws import ConnectionClosed
+from tests.helpers import TIMEOUT
+from tests.test_faults import eventually
+from tests.wire import TOKEN, peer, running_server
+
+ROOT = "ahp-root://"
+T1 = "ahp-terminal:/t1"
+
+
+def _port(sidecar: Sidecar) -> int:
+    return int(sidecar.url.split(":")[2].split("/")[0])
+
+
+def _masked_text(payload: bytes) -> bytes:
+    """One client text frame (mask key 0: the payload goes as it is)."""
+    n = len(payload)
+    if n < 126:
+        head = bytes([0x81, 0x80 | n])
+    elif n < 1 << 16:
+        head = bytes([0x81, 0x80 | 126]) + n.to_bytes(2, "big")
+    else:
+        head = bytes([0x81, 0x80 | 127]) + n.to_bytes(8, "big")
+    return head + b"\0\0\0\0" + payload
+
+
+class RawPeer:
+    """A WebSocket client on a bare socket, that answers nothing it is not asked to
+    read: once it stops reading, it does not answer pings (a dead connection the
+    server has not noticed: a dropped network, a frozen process)."""
+
+    def __init__(self, stream: trio.SocketStream) -> None:
+        self.stream = stream
+        self.buf = b""
+
+    async def _more(self) -> bytes:
+        chunk = await self.stream.receive_some(65536)
+        if not chunk:
+            raise EOFError("the server closed the connection")
+        return chunk
+
+    async def upgrade(self, port: int, token: str = TOKEN) -> None:
+        await self.stream.send_all(
+            (
+                f"GET /?tkn={token} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+                "Upgrade: websocket\r\nConnection: Upgrade\r\n"
+                "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+            ).encode()
+        )
+        while b"\r\n\r\n" not in self.buf:
+            self.buf += await self._more()
+        head, self.buf = self.buf.split(b"\r\n\r\n", 1)
+        assert head.startswith(b"HTTP/1.1 101"), head
+
+    def _header(self) -> tuple[int, int] | None:
+        """(payload start, payload length) of the buffered frame, if its header is in."""
+        buf = self.buf
+        if len(buf) < 2:
+            return None
+        n = buf[1] & 0x7F
+        if n < 126:
+            return 2, n
+        size = 2 if n == 126 else 8
+        if len(buf) < 2 + size:
+            return None
+        return 2 + size, int.from_bytes(buf[2 : 2 + size], "big")
+
+    async def frame(self) -> tuple[int, bytes]:
+        """The next server frame: (opcode, payload)."""
+        while True:
+            header = self._header()
+            if header is not None:
+                start, n = header
+                if len(self.buf) >= start + n:
+                    opcode = self.buf[0] & 0x0F
+                    payload, self.buf = self.buf[start : start + n], self.buf[start + n :]
+                    return opcode, payload
+            self.buf += await self._more()
+
+    async def call(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        with trio.fail_after(TIMEOUT):
+            return await self._call(method, params)
+
+    async def _call(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        await self.stream.send_all(
+            _masked_text(
+                orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
+            )
+        )
+        while True:
+            opcode, payload = await self.frame()
+            if opcode == 1 and b'"id":1' in payload:
+                answer: dict[str, Any] = orjson.loads(payload)
+                return answer
+
+    async def closed(self) -> None:
+        """Read until the server closes the connection (a close frame or EOF)."""
+        with contextlib.suppress(EOFError, trio.BrokenResourceError):
+            while True:
+                opcode, _ = await self.frame()
+                if opcode == 8:
+                    return
+
+
+@contextlib.asynccontextmanager
+async def raw_peer(sidecar: Sidecar) -> AsyncIterator[RawPeer]:
+    stream = await trio.open_tcp_stream("127.0.0.1", _port(sidecar))
+    try:
+        raw = RawPeer(stream)
+        with trio.fail_after(TIMEOUT):
+            await raw.upgrade(_port(sidecar))
+        yield raw
+    finally:
+        await stream.aclose()
+
+
+def _init(client_id: str, meta: dict[str, Any] | None = None) -> dict[str, Any]:
+    params: dict[str, Any] = {
+        "channel": ROOT,
+        "protocolVersions": ["0.5.0"],
+        "clientId": client_id,
+        "initialSubscriptions": [ROOT],
+    }
+    if meta is not None:
+        params["_meta"] = meta
+    return params
+
+
+def _reconnect(client_id: str, meta: dict[str, Any] | None = None) -> dict[str, Any]:
+    params: dict[str, Any] = {
+        "channel": ROOT,
+        "clientId": client_id,
+        "lastSeenServerSeq": 0,
+        "subscriptions": [ROOT],
+    }
+    if meta is not None:
+        params["_meta"] = meta
+    return params
+
+
+def _live(sidecar: Sidecar, client_id: str) -> bool:
+    record = sidecar.state.clients.get(client_id)
+    return record is not None and record.connections == 1
+
+
+@pytest.mark.parametrize("holder_only", [False, True], ids=["default", "holder-only"])
+async def test_a_second_connection_cannot_act_as_a_live_client(holder_only: bool) -> None:
+    """The attack of issue 26: mallory sends ``initialize`` (or ``reconnect``) with
+    alice's ``clientId`` (it is in every envelope's origin) while alice is connected.
+    Alice's connection answers the server's ping, so mallory is refused both ways, and
+    nothing mallory sends afterwards acts as alice: with ``--holder-only-input``, its
+    input and signals, under its own id, are refused."""
+    options = ServeOptions(port=0, token=TOKEN, holder_only_input=holder_only)
+    async with (
+        running_server(options, shell="/bin/sh") as sidecar,
+        peer(sidecar.url) as alice,
+        peer(sidecar.url) as mallory,
+    ):
+        await alice.initialize("alice")
+        await alice.result(
+            "createTerminal", {"channel": T1, "claim": {"kind": "client", "clientId": "alice"}}
+        )
+        await alice.result("subscribe", {"channel": T1})
+        # The shell is up (a SIGINT while it starts would end it, not the test's point).
+        await alice.dispatch(T1, {"type": "terminal/input", "data": "echo up-$((6*7))\r"})
+        with trio.fail_after(TIMEOUT):
+            await alice.text_until(T1, "up-42")
+        for method, params in (("initialize", _init("alice")), ("reconnect", _reconnect("alice"))):
+            answer = await mallory.call(method, params)
+            assert answer["error"]["code"] == -32009, answer
+            assert "in use by a live connection" in answer["error"]["message"]
+        # Not initialized: nothing else is taken from it.
+        refused = await mallory.call(SIGNAL, {"channel": T1, "signal": "SIGKILL"})
+        assert refused["error"]["code"] == -32601
+        await mallory.initialize("mallory", [T1])
+        seq = await mallory.dispatch(T1, {"type": "terminal/input", "data": "echo M-$((6*7))\r"})
+        echo = await mallory.action(lambda p: p.get("origin", {}).get("clientSeq") == seq)
+        assert echo["origin"]["clientId"] == "mallory"
+        signalled = await mallory.call(SIGNAL, {"channel": T1, "signal": "SIGINT"})
+        if holder_only:
+            assert "claimed by client 'alice'" in echo["rejectionReason"]
+            assert signalled["error"]["code"] == -32009
+        else:
+            assert "rejectionReason" not in echo and "result" in signalled
+        # Alice keeps her id and her terminal.
+        await alice.dispatch(T1, {"type": "terminal/input", "data": "echo A-$((6*7))\r"})
+        with trio.fail_after(TIMEOUT):
+            await alice.text_until(T1, "A-42")
+        assert sidecar.state.clients.get("alice") is not None
+        if holder_only:
+            assert "M-42" not in sidecar.state.host.get(T1).state.text()
+
+
+@pytest.mark.parametrize("method", ["reconnect", "initialize"])
+async def test_a_dead_but_unnoticed_connection_is_replaced(method: str) -> None:
+    """An upstream client reconnects with the same ``clientId`` after its network
+    dropped, while this side still counts the old connection live: the old one does
+    not answer the ping, so within PROBE_TIMEOUT the newcomer gets the id and the old
+    connection is closed. No lock-out."""
+    async with running_server() as sidecar, raw_peer(sidecar) as old:
+        answer = await old.call("initialize", _init("ts-client"))
+        assert "result" in answer, answer
+        # From here on ``old`` reads nothing: it cannot answer a ping.
+        assert _live(sidecar, "ts-client")
+        async with peer(sidecar.url) as new:
+            started = trio.current_time()
+            with trio.fail_after(PROBE_TIMEOUT + TIMEOUT):
+                params = _reconnect("ts-client") if method == "reconnect" else _init("ts-client")
+                taken = await new.call(method, params)
+            assert "result" in taken, taken
+            assert trio.current_time() - started >= PROBE_TIMEOUT * 0.9  # it was probed
+            record = sidecar.state.clients.get("ts-client")
+            assert record is not None and record.connections == 1
+            with trio.fail_after(TIMEOUT):
+                await old.closed()
+            # The new connection acts as the client.
+            assert (await new.call("ping", {"channel": ROOT}))["result"] is None
+            assert _live(sidecar, "ts-client")
+
+
+async def test_the_resume_token_proves_the_client() -> None:
+    """A client that asks for a token (``_meta`` key, value ``""``) gets one; then only
+    a connection presenting it takes the id: at once (no probe), closing the live one
+    with REPLACED_CLOSE; a wrong or missing token is refused, also while the client is
+    away after a dropped connection. After the client closes on purpose, its id is free
+    again without the token."""
+    async with running_server() as sidecar:
+        async with peer(sidecar.url) as first:
+            result = await first.result("initialize", _init("agent", {RESUME_META: ""}))
+            token = result["_meta"][RESUME_META]
+            assert isinstance(token, str) and len(token) >= 32
+            async with peer(sidecar.url) as impostor:
+                for method, params in (
+                    ("initialize", _init("agent")),
+                    ("initialize", _init("agent", {RESUME_META: ""})),
+                    ("reconnect", _reconnect("agent")),
+                    ("reconnect", _reconnect("agent", {RESUME_META: "x" * 32})),
+                ):
+                    answer = await impostor.call(method, params)
+                    assert answer["error"]["code"] == -32009, (method, params, answer)
+                    assert "resume token" in answer["error"]["message"]
+            async with peer(sidecar.url) as second:
+                with trio.fail_after(PROBE_TIMEOUT / 2):  # no probe: the token is proof
+                    replay = await second.result(
+                        "reconnect", _reconnect("agent", {RESUME_META: token})
+                    )
+                assert replay["type"] in ("replay", "snapshot")
+                with trio.fail_after(TIMEOUT), pytest.raises(ConnectionClosed) as closed:
+                    while True:
+                        await first.ws.get_message()
+                assert closed.value.reason.code == REPLACED_CLOSE[0]
+                assert "replaced" in (closed.value.reason.reason or "")
+                # Dropped without a close: the record stays bound while the client is away.
+                await second.ws._stream.aclose()  # type: ignore[attr-defined]
+                await eventually(lambda: not _live(sidecar, "agent"))
+        async with peer(sidecar.url) as impostor:
+            answer = await impostor.call("initialize", _init("agent"))
+            assert answer["error"]["code"] == -32009, answer
+        async with peer(sidecar.url) as back:
+            assert "result" in await back.call(
+                "reconnect", _reconnect("agent", {RESUME_META: token})
+            )
+            await back.ws.aclose()  # a close frame: the client leaves on purpose
+        # ``back`` closed with a close frame (it left): the id is free without the token.
+        await eventually(lambda: not _live(sidecar, "agent"))
+        async with peer(sidecar.url) as restarted:
+            assert "result" in await restarted.call("initialize", _init("agent"))
+
+
+async def test_a_malformed_resume_token_is_invalid_params() -> None:
+    async with running_server() as sidecar, peer(sidecar.url) as p:
+        for bad in (5, None, "x" * (MAX_RESUME_TOKEN + 1)):
+            answer = await p.call("initialize", _init("c", {RESUME_META: bad}))
+            assert answer["error"]["code"] == -32602, answer
+            assert RESUME_META in answer["error"]["data"]["path"]
+        assert "result" in await p.call(
+            "initialize", _init("c", {RESUME_META: "x" * MAX_RESUME_TOKEN})
+        )
+
+
+async def test_ahp_client_reconnects_with_its_token_and_keeps_its_id() -> None:
+    """``ahp.client`` asks for a token and presents it at every reconnect; meanwhile
+    nobody else can take its id, not even while its connection is down."""
+    async with (
+        running_server(shell="/bin/sh") as sidecar,
+        connect(sidecar.url, token=TOKEN, client_id="py") as client,
+    ):
+        assert client.resume_token is not None
+        await client.create_terminal(T1, claim={"kind": "client", "clientId": "py"})
+        async with peer(sidecar.url) as impostor:
+            answer = await impostor.call("initialize", _init("py"))
+            assert answer["error"]["code"] == -32009
+        await client.drop_connection()
+        await eventually(lambda: client.reconnects > 0 and client.connected)
+        assert sidecar.state.host.get(T1).state.claim.clientId == "py"  # type: ignore[union-attr]
+        async with peer(sidecar.url) as impostor:
+            answer = await impostor.call("reconnect", _reconnect("py"))
+            assert answer["error"]["code"] == -32009
+
+
+async def test_an_old_connection_replaced_acts_no_more() -> None:
+    """Frames a replaced connection still sends are not acted on."""
+    async with running_server(shell="/bin/sh") as sidecar, raw_peer(sidecar) as old:
+        answer = await old.call("initialize", _init("c", {RESUME_META: ""}))
+        token = answer["result"]["_meta"][RESUME_META]
+        async with peer(sidecar.url) as new:
+            await new.result("reconnect", _reconnect("c", {RESUME_META: token}))
+            frame = {
+                "jsonrpc": "2.0",
+                "id": 9,
+                "method": "createTerminal",
+                "params": {"channel": "ahp-terminal:/late"},
+            }
+            with contextlib.suppress(trio.BrokenResourceError):
+                await old.stream.send_all(_masked_text(orjson.dumps(frame)))
+            with trio.fail_after(TIMEOUT):
+                await old.closed()
+            assert (await new.call("ping", {"channel": ROOT}))["result"] is None
+            assert "ahp-terminal:/late" not in sidecar.state.host
