@@ -5,6 +5,7 @@ Test rules (every test module follows them):
 - Every wait on real I/O sits under an absolute ``trio.fail_after`` with a generous
   bound; nothing synchronises on sleeps or on "silence".
 - ``autojump_clock`` only for tests that wait on Trio primitives alone.
+- Hypothesis runs without per-example deadlines (the "ahp" profile below).
 """
 
 from __future__ import annotations
@@ -13,6 +14,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
+
+# Property tests run on loaded 2-core machines too: no per-example deadline (a slow
+# example is not a failure; the suite's own time is watched as a whole).
+settings.register_profile("ahp", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("ahp")
 
 # Vendored conformance vectors (tests/fixtures/README.md names the upstream source).
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "ahp"

@@ -319,3 +319,42 @@ def test_typed_results_are_encoded_per_dialect_and_read_back(dialect: Dialect) -
             assert "lifecycle" not in states[0] and states[0]["exitCode"] == 3
         # Read back through the same converter: the same typed value.
         assert structure(encoded, type(result)) == result
+
+
+def test_envelopes_read_before_the_subscribe_answer_is_installed_are_kept() -> None:
+    """The host answers ``subscribe`` and publishes at once; the transport reads the
+    envelope before the caller installs the answer: it reaches the mirror anyway (a
+    command's ``terminal/exited`` was lost that way)."""
+    session = ClientSession("me")
+    initialized(session, "0.5.0")
+    session.subscribing(T1)
+    msg_id, _ = session.request("subscribe", {"channel": T1})
+    got = session.receive(answer(msg_id, {"snapshot": snapshot(T1, 20)}))
+    assert isinstance(got, Answer)
+    session.receive(action_frame(T1, 19, TerminalData(data="old ")))  # in the snapshot
+    session.receive(action_frame(T1, 21, TerminalData(data="after")))
+    assert T1 not in session.mirrors
+    state = session.subscribed(got.result)
+    assert isinstance(state, TerminalState) and state.text() == "after"
+    assert not session.needs_resubscribe(T1)
+    # A re-subscribe of a mirrored channel keeps what came between answer and install too.
+    session.subscribing(T1)
+    msg_id, _ = session.request("subscribe", {"channel": T1})
+    got = session.receive(answer(msg_id, {"snapshot": snapshot(T1, 30)}))
+    assert isinstance(got, Answer)
+    session.receive(action_frame(T1, 31, TerminalData(data="later")))
+    state = session.subscribed(got.result)
+    assert isinstance(state, TerminalState) and state.text() == "later"
+
+
+def test_too_many_early_envelopes_ask_for_the_subscribe_again() -> None:
+    from ahp.client.session import MAX_EARLY_ENVELOPES
+
+    session = ClientSession("me")
+    initialized(session, "0.5.0")
+    session.subscribing(T1)
+    for seq in range(11, 12 + MAX_EARLY_ENVELOPES):
+        session.apply(structure(envelope(T1, seq, TerminalData(data="x")), ActionEnvelope))
+    assert session.needs_resubscribe(T1)
+    session.subscribe_failed(T1)
+    assert not session.needs_resubscribe(T1)

@@ -333,8 +333,22 @@ class Client:
         await self.request("ping", {"channel": ROOT_URI})
 
     async def subscribe(self, channel: str) -> ChannelState:
-        result = await self.request("subscribe", {"channel": channel})
-        self.session.subscribed(result)
+        """Subscribe to ``channel``; its state (mirrored from here on).
+
+        Envelopes the host publishes right after its answer may be read before this
+        call resumes: the session keeps them and applies them after the snapshot."""
+        while True:
+            self.session.subscribing(channel)
+            try:
+                result = await self.request("subscribe", {"channel": channel})
+            except BaseException:
+                self.session.subscribe_failed(channel)
+                raise
+            overflowed = self.session.needs_resubscribe(channel)
+            self.session.subscribed(result)
+            if not overflowed:
+                break
+            self.session.subscribe_failed(channel)
         self._notify()
         return self.state(channel)
 

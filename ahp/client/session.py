@@ -83,6 +83,9 @@ PROTOCOL_VERSIONS: Final = (*MODERN_VERSIONS, *LEGACY_VERSIONS)
 ReconnectForm = Literal["watermark", "cursors"]
 #: Seconds before each reconnect attempt (the last one repeats).
 RECONNECT_DELAYS: Final = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0)
+#: Envelopes kept at most for a channel whose ``subscribe`` answer was sent but not yet
+#: read (see :meth:`ClientSession.subscribing`); past it the subscribe is asked again.
+MAX_EARLY_ENVELOPES: Final = 4096
 #: ``reconnect`` error: the host no longer knows this client (its record expired).
 CLIENT_FORGOTTEN: Final = ErrorCode.NOT_FOUND
 
@@ -158,6 +161,9 @@ class ClientSession:
         self.awaiting: set[int] = set()
         #: The channels of the mirrors a forgetful host dropped (see :meth:`retry_reconnect`).
         self._resubscribe: list[str] = []
+        #: Envelopes of channels with a ``subscribe`` in flight, by channel;
+        #: None once more than MAX_EARLY_ENVELOPES came (the subscribe must be asked again).
+        self._early: dict[str, list[ActionEnvelope] | None] = {}
         self._ids = itertools.count(1)
         self._client_seq = itertools.count(1)
 
@@ -258,6 +264,25 @@ class ClientSession:
         mirror = self.mirrors.get(envelope.channel)
         if mirror is not None:
             mirror.apply(envelope)
+        if envelope.channel in self._early:
+            # The host may have answered our subscribe and then published this; the
+            # transport reads both before the caller installs the answer: keep it.
+            early = self._early[envelope.channel]
+            if early is not None:
+                if len(early) < MAX_EARLY_ENVELOPES:
+                    early.append(envelope)
+                else:
+                    self._early[envelope.channel] = None
+
+    def subscribing(self, channel: str) -> None:
+        """A ``subscribe`` of ``channel`` is about to be sent: keep its envelopes that
+        arrive before :meth:`subscribed` reads the answer (bounded by
+        :data:`MAX_EARLY_ENVELOPES`)."""
+        self._early.setdefault(channel, [])
+
+    def subscribe_failed(self, channel: str) -> None:
+        """The ``subscribe`` of ``channel`` was refused or lost: keep nothing for it."""
+        self._early.pop(channel, None)
 
     def install(self, snapshot: Snapshot) -> bool:
         """Start (or reset) the mirror of the snapshot's channel; False for a channel
@@ -337,9 +362,18 @@ class ClientSession:
         snapshot = structure(result, SubscribeResult).snapshot
         if snapshot is None:
             raise ProtocolError("a subscribe result without a snapshot")
+        early = self._early.pop(snapshot.resource, [])
         if not self.install(snapshot):
             return None
-        return self.mirrors[snapshot.resource].state
+        mirror = self.mirrors[snapshot.resource]
+        for envelope in early or ():
+            mirror.apply(envelope)  # (those at or below the snapshot's fromSeq are skipped)
+        return mirror.state
+
+    def needs_resubscribe(self, channel: str) -> bool:
+        """Whether more envelopes came during the subscribe of ``channel`` than were kept
+        (:data:`MAX_EARLY_ENVELOPES`): its mirror may have a gap; subscribe again."""
+        return channel in self._early and self._early[channel] is None
 
     def disposed(self, channel: str) -> None:
         self.mirrors.pop(channel, None)
