@@ -40,9 +40,13 @@ import trio
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import ahp
-from ahp.agent import CommandHandle, CommandResult, as_completed, wait_any
 from ahp.client import connect
 from ahp.server import ServeOptions
+
+try:
+    from ahp.agent import CommandHandle, CommandResult, as_completed, wait_any
+except ImportError:  # the tree before issue 20 (run through this script for "before")
+    from ahp.run import CommandHandle, CommandResult, as_completed, wait_any  # type: ignore
 
 #: Bound on one scenario (a hang fails it; it never stops the suite).
 SCENARIO_TIMEOUT = 60.0
@@ -57,9 +61,13 @@ class Agent:
     new_terminal: Callable[[], Awaitable[Any]]
     workdir: Path
     chars: int = 0
+    #: Of which in ``note`` (the one-sentence explanations, issue 20).
+    note_chars: int = 0
 
     def read(self, result: CommandResult) -> CommandResult:
-        self.chars += len(result.output) + len(result.note)
+        note = len(getattr(result, "note", ""))
+        self.chars += len(result.output) + note
+        self.note_chars += note
         return result
 
     def read_new(self, handle: CommandHandle) -> str:
@@ -213,6 +221,10 @@ async def ipython_repl(agent: Agent) -> bool:
         seen = agent.screen()
     await handle.send_input("exit\r")
     final = await agent.wait(handle)
+    for _ in range(3):  # (the same wait for a cursor-position answer, on the way out)
+        if final.done:
+            break
+        final = await agent.wait(handle, timeout=10)
     return "1024" in seen and final.status == "finished"
 
 
@@ -374,6 +386,7 @@ class Outcome:
     seconds: float
     chars: int
     detail: str = ""
+    note_chars: int = 0
 
 
 @asynccontextmanager
@@ -381,7 +394,14 @@ async def local_terminals() -> AsyncIterator[Callable[[str], Awaitable[Any]]]:
     async with ahp.open_host() as host:
 
         async def new(cwd: str) -> Any:
-            return await host.create_terminal(shell="/bin/bash", cwd=cwd)
+            term = await host.create_terminal(shell="/bin/bash", cwd=cwd)
+            # As the remote side does: the shell is ready (command detection announced).
+            with trio.move_on_after(10):
+                async with term.subscribe() as updates:
+                    async for _ in updates:
+                        if term.state.supportsCommandDetection is not None:
+                            break
+            return term
 
         yield new
 
@@ -426,7 +446,8 @@ async def run_one(
         except Exception as exc:  # a crash of the API is a failure of the scenario
             return Outcome(name, mode, "error", time.monotonic() - started, agent.chars, repr(exc))
         elapsed = time.monotonic() - started
-    return Outcome(name, mode, "passed" if passed else "failed", elapsed, agent.chars)
+    status = "passed" if passed else "failed"
+    return Outcome(name, mode, status, elapsed, agent.chars, note_chars=agent.note_chars)
 
 
 async def run_suite(modes: list[str], only: set[str] | None) -> list[Outcome]:

@@ -2,12 +2,15 @@
 
 One process: an in-process sidecar and one ``ahp.client`` on loopback; the terminal
 prints 2,000,000 lines (``seq``, about 15 MB) and the client's mirror follows until the
-end marker. Run it under ``farm-bench`` against a tree from before the split, e.g.::
+end marker. Time it as a whole process against a tree from before the split, the two
+alternated, e.g.::
 
     git archive 0bc5e88 ahp | tar -x -C /tmp/f22-old
-    farm-bench -n 7 --timeout 300 \\
-        --vs "env PYTHONPATH=/tmp/f22-old python benchmarks/bench_client_split.py" \\
-        -- env PYTHONPATH=. python benchmarks/bench_client_split.py
+    b=benchmarks/bench_client_split.py
+    for i in 1 2 3 4 5 6 7; do
+        /usr/bin/time -f "B %e s %U+%S cpu" env PYTHONPATH=/tmp/f22-old python $b
+        /usr/bin/time -f "A %e s %U+%S cpu" env PYTHONPATH=. python $b
+    done
 """
 
 import trio

@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ahp.agent.evidence import MAX_PROGRAM_NAME, InputEvidence, program_name
 from ahp.agent.machine import INPUT_POLL, MAX_INPUT_POLL, CommandMachine, IllegalEvent
 from ahp.agent.options import RunChanges, RunOptions
 from ahp.agent.result import CommandResult
@@ -216,3 +217,23 @@ def test_the_table_in_the_docs_names_every_event() -> None:
     table = markdown_table()
     for event in Event:
         assert re.search(rf"^\| `{event}` \|", table, re.MULTILINE)
+
+
+@pytest.mark.parametrize(
+    ("line", "name"),
+    [
+        ("/usr/bin/vim .git/COMMIT_EDITMSG", "vim"),
+        (
+            "/root/.pyenv/versions/3.11.7/bin/python /root/.pyenv/bin/ipython --no-banner",
+            "python ipython",
+        ),
+        ("python3 -c input()", "python3"),
+        ("node -e x", "node"),
+        ("", "the command"),
+        ("x" * 100, "x" * MAX_PROGRAM_NAME),
+    ],
+)
+def test_program_names_in_notes(line: str, name: str) -> None:
+    assert program_name(line) == name
+    evidence = InputEvidence(readers=(1,), echo=False, source="procfs", programs=(line,))
+    assert evidence.describe().startswith(f"{name} waits for input, echo off")

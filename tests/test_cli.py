@@ -79,9 +79,11 @@ def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return {**env, **ENV, **(extra or {})}
 
 
-async def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+async def cli(
+    *args: str, env: dict[str, str] | None = None, timeout: float = TIMEOUT
+) -> subprocess.CompletedProcess[str]:
     """``python -m ahp ARGS`` with stdin from /dev/null; stdout and stderr as text."""
-    with trio.fail_after(TIMEOUT):
+    with trio.fail_after(timeout):
         done = await trio.run_process(
             [sys.executable, "-m", "ahp", *args],
             stdin=subprocess.DEVNULL,
@@ -326,6 +328,15 @@ async def test_run_exits_with_the_shell_s_exit_code() -> None:
     assert (result["status"], result["exit_code"]) == ("shell_exited", 7)
 
 
+async def test_run_returns_when_a_password_prompt_waits() -> None:
+    """Issue 20, defect 2: a getpass prompt (it reads /dev/tty) made ``run`` without a
+    timeout hang for good; it now returns, saying the command waits for input."""
+    async with served() as server:
+        done = await cli("run", server.url, "--", "python3 -c 'import getpass; getpass.getpass()'")
+    assert done.returncode == 125 and done.stdout == "Password:\n"
+    assert one_line_error(done) == "ahp run: the command is waiting for input"
+
+
 async def test_run_in_a_busy_terminal_is_refused() -> None:
     """Issue 20, defect 3: a command typed into a terminal whose command waits at a
     prompt was read by that command as its answer. Now nothing is typed."""
@@ -337,8 +348,8 @@ async def test_run_in_a_busy_terminal_is_refused() -> None:
         done = await cli("run", server.url, "--terminal", "busy", "--", "echo second")
         line = one_line_error(done)
         assert done.returncode == 125 and done.stdout == ""
-        assert line.startswith("ahp run: refused: not typed: the terminal is busy: ")
-        assert "read -p" in line and "waits for input" in line
+        assert line.startswith("ahp run: refused: not typed: the terminal is busy with ")
+        assert "read -p" in line and "waiting for input" in line
         with trio.fail_after(TIMEOUT):
             await first.handle.send_input("agent\r")
             answered = await first.handle.wait()
@@ -357,7 +368,15 @@ async def test_run_without_command_detection() -> None:
 @pytest.mark.parametrize("limit", ["3000000", "0"])
 async def test_run_takes_large_output_limits_and_zero_for_the_bound(limit: str) -> None:
     async with served() as server:
-        done = await cli("run", server.url, "--max-output-bytes", limit, "--", "seq 1 200000")
+        done = await cli(
+            "run",
+            server.url,
+            "--max-output-bytes",
+            limit,
+            "--",
+            "seq 1 200000",
+            timeout=3 * TIMEOUT,
+        )
     assert done.returncode == 0, done.stderr
     assert done.stdout == "".join(f"{n}\n" for n in range(1, 200001))
     assert done.stderr == ""
@@ -371,14 +390,29 @@ async def test_run_says_when_it_truncates_and_counts_what_it_prints(count: int) 
     lines = done.stdout.splitlines()
     printed = len(done.stdout.encode())
     assert 9000 < printed <= 10_000
-    # Whole lines, consecutive, from a line start (no blank or partial first line).
-    assert lines == [str(n) for n in range(count + 1 - len(lines), count + 1)]
+    # Whole lines: the first ones as they came, then the last ones (at most half).
+    head = [str(n) for n in range(1, len(lines) + 1)]
+    cut = next(i for i, (a, b) in enumerate(zip(lines, head, strict=False)) if a != b)
+    tail = lines[cut:]
+    assert lines[:cut] == head[:cut]
+    assert tail == [str(n) for n in range(count + 1 - len(tail), count + 1)]
+    assert len("".join(f"{t}\n" for t in tail).encode()) <= 5000
     # Exact whatever the size (the result counts all of the output).
-    before = "".join(f"{n}\n" for n in range(1, count + 1 - len(lines)))
+    dropped = count - len(lines)
+    dropped_bytes = sum(len(f"{n}\n") for n in range(cut + 1, count + 1 - len(tail)))
     assert done.stderr == (
-        f"ahp run: output truncated: {len(before)} bytes in {count - len(lines)} lines "
-        f"dropped, printed the last {printed} bytes (--max-output-bytes 10000)\n"
+        f"ahp run: output truncated: {dropped_bytes} bytes in {dropped} lines dropped, "
+        f"printed {printed} bytes: the first ones as they came and the last 5000 at most "
+        "(--max-output-bytes 10000)\n"
     )
+
+
+async def test_run_prints_a_progress_bar_once_it_settled() -> None:
+    bar = "for p in 10 40 70 100; do printf '%s%%\\r' $p; sleep 0.1; done; echo; echo next"
+    async with served() as server:
+        done = await cli("run", server.url, "--", bar)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "100%\nnext\n"
 
 
 @pytest.mark.parametrize(
@@ -417,14 +451,22 @@ async def test_run_stopped_by_a_signal_interrupts_and_disposes(signum: signal.Si
     async with served() as server:
         host = server.host
         proc = await trio.lowlevel.open_process(
-            [sys.executable, "-m", "ahp", "run", server.url, "--", "sleep 600"],
+            [sys.executable, "-m", "ahp", "run", server.url, "--", "echo begin; sleep 600"],
             stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             env=_env(),
             cwd=str(REPO),
         )
         try:
-            assert proc.stderr is not None
+            assert proc.stderr is not None and proc.stdout is not None
+            # The output is printed as it comes, not at the end.
+            out = b""
+            with trio.fail_after(TIMEOUT):
+                while b"begin\n" not in out:
+                    chunk = await proc.stdout.receive_some(4096)
+                    assert chunk, out
+                    out += chunk
 
             def busy() -> bool:
                 return any(
@@ -438,12 +480,15 @@ async def test_run_stopped_by_a_signal_interrupts_and_disposes(signum: signal.Si
                     await trio.sleep(0.05)
                 proc.send_signal(signum)
                 err = b"".join([chunk async for chunk in proc.stderr])
+                out += b"".join([chunk async for chunk in proc.stdout])
                 assert await proc.wait() == 128 + signum
                 while host.terminals:  # noqa: ASYNC110
                     await trio.sleep(0.05)
         finally:
             await kill_and_reap(proc)
     assert err.decode() == f"ahp run: {signum.name}: the command was interrupted\n"
+    # What came is kept: printed before the status line, with the interrupt's echo.
+    assert out.decode().startswith("begin\n"), out
 
 
 async def test_run_refuses_piped_input_it_cannot_forward(tmp_path: Path) -> None:
@@ -546,7 +591,7 @@ async def test_bad_inputs_give_one_line_and_a_non_zero_exit() -> None:
 
         async def one(name: str, args: tuple[str, ...]) -> None:
             async with limit:
-                results[name] = await cli(*args)
+                results[name] = await cli(*args, timeout=3 * TIMEOUT)
 
         async with trio.open_nursery() as nursery:
             for name, (args, _) in cases.items():

@@ -106,3 +106,36 @@ async def test_idle_authenticated_connections_up_to_the_fd_limit_leave_room_for_
                     await raw.stream.aclose()
     logs = b"".join(err).decode(errors="replace")
     assert "Traceback" not in logs, logs[-3000:]
+
+
+async def _idle(port: int, token: str, source: str, client_id: str) -> RawPeer:
+    stream = await trio.open_tcp_stream("127.0.0.1", port, local_address=source)
+    raw = RawPeer(stream)
+    with trio.fail_after(TIMEOUT):
+        await raw.upgrade(port, token)
+        answer = await raw.call("initialize", _init(client_id))
+    assert "result" in answer, answer
+    return raw
+
+
+async def test_one_address_cannot_take_another_addresss_places() -> None:
+    """Under ``ulimit -n 64`` (16 connections, 8 per address): 8 idle connections from
+    127.0.0.2, then 12 from 127.0.0.1. The newcomers of 127.0.0.1 close that address's
+    own idlest connections; 127.0.0.2's all stay and answer."""
+    async with _serve(nofile=64) as (url, err):
+        port, token = _port(url), url.split("tkn=", 1)[1]
+        held: list[RawPeer] = []
+        try:
+            other = [await _idle(port, token, "127.0.0.2", f"o{i}") for i in range(8)]
+            held += other
+            mine = [await _idle(port, token, "127.0.0.1", f"m{i}") for i in range(12)]
+            held += mine
+            for raw in other:
+                assert (await raw.call("ping", {"channel": "ahp-root://"}))["result"] is None
+            with trio.fail_after(TIMEOUT):
+                await mine[0].closed()
+        finally:
+            for raw in held:
+                with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                    await raw.stream.aclose()
+    assert "Traceback" not in b"".join(err).decode(errors="replace")

@@ -184,6 +184,10 @@ async def test_a_second_connection_cannot_act_as_a_live_client(holder_only: bool
             "createTerminal", {"channel": T1, "claim": {"kind": "client", "clientId": "alice"}}
         )
         await alice.result("subscribe", {"channel": T1})
+        # The shell is up (a SIGINT while it starts would end it, not the test's point).
+        await alice.dispatch(T1, {"type": "terminal/input", "data": "echo up-$((6*7))\r"})
+        with trio.fail_after(TIMEOUT):
+            await alice.text_until(T1, "up-42")
         for method, params in (("initialize", _init("alice")), ("reconnect", _reconnect("alice"))):
             answer = await mallory.call(method, params)
             assert answer["error"]["code"] == -32009, answer

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -265,3 +266,40 @@ def test_no_import_cycles() -> None:
         if node not in state:
             visit(node)
     assert cycles == []
+
+
+#: File names docstrings and comments mention that are not the repository's: a
+#: user's files and examples of arguments.
+NOT_OURS = frozenset({"script.zsh", "config.fish", "t.cast", "directory/workload.txt"})
+_CITED = re.compile(
+    r"(?<![\w/.~-])((?:[\w-]+/)*[\w.-]+\.(?:md|py|sh|zsh|fish|toml|json|c|txt|cast))\b"
+)
+
+
+def test_docstrings_cite_files_that_exist() -> None:
+    """Issue 20, item 8: a docstring or comment that names a file names one in the
+    repository (by a path some file's path ends with, or by a name some file has)."""
+    files = [p for p in ROOT.rglob("*") if p.is_file() and ".git" not in p.parts]
+    names = {p.name for p in files}
+    paths = {p.relative_to(ROOT).as_posix() for p in files}
+    missing = []
+    for name, path in MODULES.items():
+        source = path.read_text()
+        tree = ast.parse(source)
+        texts = [
+            doc
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Module | ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+            and (doc := ast.get_docstring(node))
+        ]
+        texts += [line for line in source.splitlines() if line.strip().startswith("#")]
+        for text in texts:
+            for cited in _CITED.findall(text):
+                known = (
+                    any(p == cited or p.endswith("/" + cited) for p in paths)
+                    if "/" in cited
+                    else cited in names
+                )
+                if not known and cited not in NOT_OURS:
+                    missing.append((name, cited))
+    assert missing == []

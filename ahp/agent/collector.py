@@ -134,17 +134,12 @@ async def holder_of(port: TerminalPort, *, detected: bool) -> Holder | None:
 
 
 def _refusal_note(holder: Holder) -> str:
-    what = "waits for input" if holder.status == "waiting_for_input" else "is running"
-    if holder.command_id is not None:
-        how = (
-            f"answer it with term.command({holder.command_id!r}).send_input(...), "
-            "or stop it with its interrupt() or kill()"
-        )
-    else:
-        how = "answer it with term.send_input(...), or stop it with term.interrupt()"
+    """One sentence for any surface (library, CLI, MCP): what holds it, what to do."""
+    what = "waiting for input" if holder.status == "waiting_for_input" else "running"
+    which = f"command {holder.command_id}, " if holder.command_id is not None else ""
     return (
-        f"not typed: the terminal is busy: {holder.command_line!r} {what}; {how}, "
-        "then run the command again"
+        f"not typed: the terminal is busy with {holder.command_line!r} ({which}{what}): "
+        "answer it with send_input or stop it with interrupt, then run again"
     )
 
 
@@ -348,8 +343,6 @@ class _Collector:
                     await self.port.set_claim(claim)
         if duration_ms is not None:
             record.duration_ms = duration_ms
-        if event is Event.SHELL_EXITED and not note:
-            note = f"the shell exited (exit code {exit_code})"
         record.apply(event, exit_code=exit_code, note=note)
 
     async def _time_out(self, timeout: float) -> None:

@@ -42,6 +42,7 @@ __all__ = [
     "TtyView",
     "evidence_of",
     "looks_like_prompt",
+    "program_name",
 ]
 
 #: The last characters of a prompt line that :func:`looks_like_prompt` accepts.
@@ -92,21 +93,33 @@ class InputEvidence:
     full_screen: bool = False
 
     def describe(self) -> str:
-        """One sentence for an agent: who waits, for what, and how to answer."""
-        who = self.programs[0] if self.programs else "the command"
+        """A few words for an agent: who waits, for what, how to answer."""
+        who = program_name(self.programs[0]) if self.programs else "the command"
         if self.full_screen:
-            what = "waits for keys on a full-screen display (read it with screen())"
+            what = "waits for keys (full screen: read screen())"
         elif not self.echo:
-            what = "reads the terminal with echo off (a password or a key)"
+            what = "waits for input, echo off"
         else:
-            what = "reads a line from the terminal"
-        how = {
-            "procfs": "seen blocked in a read of the terminal",
-            "poll": "seen polling the terminal",
-            "poll_unseen": "seen polling, and the screen shows a prompt",
-            "heuristic": "quiet, and the screen shows a prompt",
-        }.get(self.source, self.source)
-        return f"{who} {what} ({how}); answer with send_input"
+            what = "waits for a line"
+        return f"{who} {what}; answer with send_input"
+
+
+#: Programs whose first argument names what runs (``python3 ipython``).
+_INTERPRETERS: Final = ("python", "node", "perl", "ruby", "bash", "sh", "zsh", "deno", "bun")
+#: Longest program name :func:`program_name` gives.
+MAX_PROGRAM_NAME: Final = 40
+
+
+def program_name(command_line: str) -> str:
+    """A short name for a command line: its program's base name, and its script's
+    when the program is an interpreter (``python3 ipython``, ``vim``)."""
+    words = command_line.split()
+    if not words:
+        return "the command"
+    name = words[0].rsplit("/", 1)[-1]
+    if name.startswith(_INTERPRETERS) and len(words) > 1 and not words[1].startswith("-"):
+        name += " " + words[1].rsplit("/", 1)[-1]
+    return name[:MAX_PROGRAM_NAME]
 
 
 def evidence_of(status: TtyView | None) -> InputEvidence | None:

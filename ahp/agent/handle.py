@@ -38,6 +38,7 @@ class CommandHandle:
         self._port = port
         self._read_lines = 0  # finished lines returned by read_new
         self._read_live: list[str] = []  # window lines returned by read_new as they were
+        self._settled = 0  # lines returned by read_settled (an index into the whole output)
 
     @property
     def id(self) -> str:
@@ -105,6 +106,27 @@ class CommandHandle:
             start += 1
         out.extend(live[start:])
         self._read_live = live
+        return "".join(line + "\n" for line in out)
+
+    def read_settled(self, *, final: bool = False) -> str:
+        """Rendered lines since the last call that are done changing, each once, as
+        lines ending in ``\n``: the finished ones and the window's lines above the
+        cursor's line; with ``final`` (or once the command is over) the rest too.
+
+        For printing output as it comes (``ahp-terminals run``): a progress bar is
+        printed once, as it ended; a line a program redraws after moving the cursor up
+        was printed as it was then. Lines older than what the handle retains
+        (:data:`~ahp.agent.budget.RETAINED_OUTPUT_BYTES`) and not read in time are
+        skipped.
+        """
+        budget = self.record.budget
+        live = self.record.live()
+        ready = len(live) if final or self.done else self.record.renderer.settled_lines()
+        ready = min(ready, len(live))
+        out = budget.finished_lines(self._settled)
+        start = max(0, self._settled - budget.lines)
+        out.extend(live[start:ready])
+        self._settled = max(self._settled, budget.lines + ready)
         return "".join(line + "\n" for line in out)
 
     @property

@@ -188,6 +188,12 @@ class LineRenderer:
             out.pop()
         return out
 
+    def settled_lines(self) -> int:
+        """How many of :meth:`lines` lie above the cursor's line: a program can still
+        redraw them (by moving the cursor up), but output that only goes on, or redraws
+        its current line (a progress bar), leaves them as they are."""
+        return sum(not line.wrapped for line in self._lines[: self._row])
+
     def flush(self) -> None:
         """Hand every window line to ``sink`` (the output has ended)."""
         for text in self.lines():

@@ -73,7 +73,7 @@ class TerminalSpec:
     scrollback: int = DEFAULT_SCROLLBACK
     grace: float = DISPOSE_GRACE
     interactive: bool = False
-    #: Niceness added to the process (``os.setpriority`` right after the spawn; its
+    #: Niceness added to the process (:meth:`ahp.pty.Child.renice` right after the spawn; its
     #: descendants inherit it): 0 leaves it at the server's.
     nice: int = 0
     #: Load the user's startup files (``~/.bashrc``, ...) before command detection; False

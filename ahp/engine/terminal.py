@@ -1,6 +1,6 @@
 """One terminal: a Trio nursery of stage tasks joined by bounded memory channels.
 
-Why this shape (``design.md``, "The shape"): each stage of a terminal is a task
+Why this shape (``docs/engine.md``, "How data flows"): each stage of a terminal is a task
 that owns one job, and the state has exactly one writer, the reducer task::
 
     child process ⇄ pty master
@@ -69,7 +69,6 @@ of the tasks ends this terminal only (:attr:`Terminal.failure`).
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import signal
@@ -510,8 +509,7 @@ class Terminal(CommandSurface):
                 if spec.use_pty:
                     self._jobs = Jobs(child.pid, child.output_fd, self._alive_check())
                 if spec.nice:
-                    with contextlib.suppress(OSError):  # (it may have exited already)
-                        os.setpriority(os.PRIO_PROCESS, child.pid, spec.nice)
+                    child.renice(spec.nice)
                 try:
                     await self._run_stages(child, task_status)
                 except Exception as exc:  # one terminal's failure ends that terminal only
@@ -522,6 +520,7 @@ class Terminal(CommandSurface):
         finally:
             self._accepting = False
             self._tasks = None
+            self._jobs = None  # (it refers back to this terminal: no cycle outlives it)
             self._forget_queued()
             if child is not None:
                 with trio.CancelScope(shield=True):

@@ -19,7 +19,7 @@ JsonRpcId = int | float | str | None
 
 
 class ErrorCode(IntEnum):
-    """JSON-RPC and AHP error codes (see ahp-wire.md §3.5)."""
+    """JSON-RPC and AHP error codes (the AHP wire specification, §3.5; ``docs/protocol.md``)."""
 
     PARSE_ERROR = -32700
     INVALID_REQUEST = -32600

@@ -313,6 +313,14 @@ class Child:
         if self.is_pty and self._output_fd >= 0:
             set_window_size(self._output_fd, cols, rows)
 
+    def renice(self, nice: int) -> None:
+        """Add ``nice`` to the child's niceness (``setpriority``); nothing once it is
+        reaped, and an ``OSError`` (it exited meanwhile) is ignored."""
+        if self._process.returncode is not None:
+            return
+        with contextlib.suppress(OSError):
+            os.setpriority(os.PRIO_PROCESS, self.pid, nice)
+
     # -- lifecycle ------------------------------------------------------------------
 
     def signal_group(self, sig: int) -> None:

@@ -25,7 +25,7 @@ at ``initialize``, never a field the peer sends later):
 
 The two modes:
 
-* **default** (cooperating clients, ``design.md`` decision 3): input and
+* **default** (cooperating clients, the design's decision 3): input and
   signals are open to every authenticated client — a person types into an
   agent's terminal and interrupts its command. What a viewer's UI does on its
   own (fit the pty to its window, clear its view, set a tab title, close the

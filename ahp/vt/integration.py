@@ -4,7 +4,7 @@ Why a separate, clock-free object: the rules that turn shell-integration marks
 into ``terminal/command*`` actions (which command line to trust, ids, durations)
 are protocol policy, not I/O. Keeping them here, with the wall clock and the
 monotonic clock passed in by the caller, makes every rule testable with plain
-numbers. The behaviour follows the reference agent host (``ahp-wire.md`` §8.4):
+numbers. The behaviour follows the reference agent host (the AHP wire specification, §8.4):
 
 * the first shell-integration event of any kind (``A B C D E P``, from OSC 633
   or OSC 133) yields ``terminal/commandDetectionAvailable``, once — except for

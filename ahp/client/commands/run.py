@@ -15,12 +15,17 @@ refused, nothing typed) — with one line on stderr; 128 + N when signal N
 (SIGTERM, SIGHUP; Ctrl-C gives 130) stopped ``run``: the command is interrupted
 and a terminal created for it is disposed first, as on Ctrl-C.
 
-Output: at most ``--max-output-bytes`` bytes of the rendered output
-(:class:`~ahp.agent.CommandResult` ``output``: progress bars as their last
-state, no escapes) are printed, counted in UTF-8 and in whole lines, the most
-recent ones. When output was dropped, one line on stderr says exactly how many
-bytes and lines. (The command's output budget is :data:`RAW_FACTOR` times the
-limit, so that the tail it keeps always covers what is printed.)
+Output: the rendered output (progress bars as their last state, cursor moves
+applied, no escapes) is printed as it comes, a line once it is done changing
+(:meth:`~ahp.agent.CommandHandle.read_settled`: a progress bar settles before it
+is printed), at most ``--max-output-bytes`` bytes in whole lines: the first ones
+as they come, and, when there is more than the limit, the most recent
+:data:`TAIL_BYTES` at most (held back, printed at the end). When output was
+dropped, one line on stderr says exactly how many bytes and lines. On Ctrl-C,
+SIGTERM or SIGHUP the command is interrupted and what it printed until then is
+printed before the status line. ``--json`` prints the whole result at the end
+instead (its ``output``: the last ``--max-output-bytes`` bytes; the command's
+budget is :data:`RAW_FACTOR` times the limit, so that its tail covers them).
 
 Input: the command reads from its terminal, not from ``run``'s standard input,
 which is not forwarded. So that ``echo data | ahp run URL -- cat`` does not wait
@@ -31,20 +36,22 @@ input is a pipe, socket or file with data in it.
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
 import secrets
 import shlex
 import signal
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Final
 
 import attrs
 import trio
 
-from ahp.agent import DEFAULT_MAX_OUTPUT, CommandResult, RunOptions, run_command
+from ahp.agent import DEFAULT_MAX_OUTPUT, CommandHandle, CommandResult, RunOptions, run_command
 from ahp.agent.budget import RETAINED_OUTPUT_BYTES
+from ahp.agent.surface import CANCEL_INTERRUPT_TIMEOUT
 from ahp.client.commands.common import (
     CommandFailed,
     main,
@@ -59,6 +66,7 @@ if TYPE_CHECKING:
 __all__ = [
     "FAILED",
     "TIMED_OUT",
+    "OutputPrinter",
     "Printed",
     "add_parser",
     "command_line",
@@ -79,6 +87,12 @@ RAW_FACTOR: Final = 4
 MAX_PRINTED: Final = RETAINED_OUTPUT_BYTES
 #: The raw budget asked for at most: its tail (three quarters) stays within the bound.
 MAX_BUDGET: Final = RETAINED_OUTPUT_BYTES * 4 // 3
+#: Bytes of the most recent output held back for the end when the output exceeds the
+#: limit (at most half of it); the rest of the limit is printed as it comes.
+TAIL_BYTES: Final = 64 * 1024
+#: Seconds between looks at the output when none arrives (a line can settle without
+#: new output: the command ended, or the cursor moved on).
+STREAM_POLL: Final = 0.5
 #: Signals that stop ``run`` the way Ctrl-C does (command interrupted, terminal disposed).
 STOP_SIGNALS: Final = (signal.SIGTERM, signal.SIGHUP)
 STDIN_REFUSED: Final = (
@@ -242,6 +256,66 @@ def printed_output(output: str, limit: int, *, cut_before: bool = False) -> Prin
     return Printed(text, None if cut_before else start, True)
 
 
+@attrs.define
+class OutputPrinter:
+    """Prints lines as they come within ``limit`` bytes (UTF-8, as printed): up to
+    ``limit - tail`` from the start at once, then the most recent lines, at most
+    ``tail`` bytes (:data:`TAIL_BYTES`, at most half the limit), at :meth:`close`.
+
+    Buffering: the held-back tail, at most ``tail`` bytes.
+    """
+
+    limit: int
+    write: Callable[[str], None]
+    printed_bytes: int = 0
+    printed_lines: int = 0
+    _tail: collections.deque[tuple[str, int]] = attrs.field(factory=collections.deque)
+    _tail_size: int = 0
+    _holding: bool = False
+
+    @property
+    def tail_limit(self) -> int:
+        return min(self.limit // 2, TAIL_BYTES)
+
+    @property
+    def truncated(self) -> bool:
+        """Whether lines were held back (the output reached the limit)."""
+        return self._holding
+
+    def feed(self, text: str) -> None:
+        """Lines (each ending in ``\n``) that are done changing."""
+        head_limit = self.limit - self.tail_limit
+        for whole in text.splitlines(keepends=True):
+            line = whole
+            size = len(line.encode("utf-8", "surrogatepass"))
+            if not self._holding and self.printed_bytes + size <= head_limit:
+                self.write(line)
+                self.printed_bytes += size
+                self.printed_lines += 1
+                continue
+            self._holding = True
+            if size > self.tail_limit:  # one line longer than the whole tail: its end
+                data = line.encode("utf-8", "surrogatepass")[-self.tail_limit :]
+                line = data.decode("utf-8", "ignore")
+                size = len(line.encode("utf-8", "surrogatepass"))
+                self._tail.clear()
+                self._tail_size = 0
+            self._tail.append((line, size))
+            self._tail_size += size
+            while self._tail_size > self.tail_limit:
+                _, dropped = self._tail.popleft()
+                self._tail_size -= dropped
+
+    def close(self) -> None:
+        """Print the held-back tail."""
+        for line, size in self._tail:
+            self.write(line)
+            self.printed_bytes += size
+            self.printed_lines += 1
+        self._tail.clear()
+        self._tail_size = 0
+
+
 def exit_status(result: CommandResult) -> int:
     if result.timed_out:
         return TIMED_OUT
@@ -264,39 +338,39 @@ def run(args: argparse.Namespace) -> int:
         url, token = resolve_target(args.url, args.token)
         if pending_input(0):
             raise CommandFailed(STDIN_REFUSED)
+        printer = None if args.json else OutputPrinter(args.max_output_bytes, _write_out)
         with trio.open_signal_receiver(*STOP_SIGNALS) as signals:
             async with open_client(url, token) as client:
-                result, stopped_by = await _run_in(client, line, signals)
+                result, stopped_by = await _run_in(client, line, signals, printer)
         if stopped_by is not None:
             name = signal.Signals(stopped_by).name
             print(f"ahp run: {name}: the command was interrupted", file=sys.stderr)
             return 128 + stopped_by
         assert result is not None
-        # The result holds the whole output's head and tail (each larger than the
-        # limit) and its exact size: what is printed is a suffix of the tail.
-        printed = printed_output(result.output, args.max_output_bytes)
-        printed_bytes = len(printed.text.encode("utf-8", "surrogatepass"))
-        dropped_bytes = result.total_bytes - printed_bytes
-        dropped_lines = result.total_lines - printed.text.count("\n")
-        if args.json:
+        if printer is not None:
+            if printer.truncated:
+                dropped_bytes = max(0, result.total_bytes - printer.printed_bytes)
+                dropped_lines = max(0, result.total_lines - printer.printed_lines)
+                print(
+                    f"ahp run: output truncated: {dropped_bytes} bytes in {dropped_lines} "
+                    f"lines dropped, printed {printer.printed_bytes} bytes: the first ones as "
+                    f"they came and the last {printer.tail_limit} at most "
+                    f"(--max-output-bytes {args.max_output_bytes})",
+                    file=sys.stderr,
+                )
+        else:
+            # The result holds the whole output's head and tail (each larger than the
+            # limit) and its exact size: what is printed is a suffix of the tail.
+            printed = printed_output(result.output, args.max_output_bytes)
+            printed_bytes = len(printed.text.encode("utf-8", "surrogatepass"))
             shown = attrs.evolve(
                 result,
                 output=printed.text,
                 truncated=printed.truncated,
-                omitted_bytes=dropped_bytes,
-                omitted_lines=dropped_lines,
+                omitted_bytes=result.total_bytes - printed_bytes,
+                omitted_lines=result.total_lines - printed.text.count("\n"),
             )
             print(json.dumps(shown.to_json(), indent=2))
-        else:
-            sys.stdout.write(printed.text)
-            sys.stdout.flush()
-        if printed.truncated:
-            print(
-                f"ahp run: output truncated: {dropped_bytes} bytes in {dropped_lines} lines "
-                f"dropped, printed the last {printed_bytes} bytes "
-                f"(--max-output-bytes {args.max_output_bytes})",
-                file=sys.stderr,
-            )
         if result.status == "refused":
             print(f"ahp run: refused: {result.note}", file=sys.stderr)
         elif result.timed_out:
@@ -310,9 +384,11 @@ def run(args: argparse.Namespace) -> int:
         return exit_status(result)
 
     async def _run_in(
-        client: Client, line: str, signals: AsyncIterator[int]
+        client: Client, line: str, signals: AsyncIterator[int], printer: OutputPrinter | None
     ) -> tuple[CommandResult | None, int | None]:
-        """``(result, None)``, or ``(None, signum)`` when a stop signal ended it first."""
+        """``(result, None)``, or ``(None, signum)`` when a stop signal ended it first.
+        With ``printer``, the output is printed as it comes (and what came, at the end
+        or on a signal, before returning)."""
         from ahp.client.connection import RpcError
         from ahp.protocol.jsonrpc import ErrorCode
 
@@ -350,14 +426,19 @@ def run(args: argparse.Namespace) -> int:
 
                 nursery.start_soon(watch)
                 nursery.start_soon(stop_on_signal)
-                result = await run_command(
-                    client.terminal(uri),
-                    line,
-                    RunOptions(
-                        timeout=args.timeout,
-                        max_output_bytes=min(args.max_output_bytes * RAW_FACTOR, MAX_BUDGET),
-                    ),
+                options = RunOptions(
+                    timeout=args.timeout,
+                    max_output_bytes=min(args.max_output_bytes * RAW_FACTOR, MAX_BUDGET),
                 )
+                if printer is None:
+                    result = await run_command(client.terminal(uri), line, options)
+                else:
+                    handle = await client.terminal(uri).start(line, options)
+                    try:
+                        result = await _stream(handle, printer)
+                    finally:
+                        printer.feed(handle.read_settled(final=True))
+                        printer.close()
                 nursery.cancel_scope.cancel()
         finally:
             if created and client.connected:
@@ -366,3 +447,34 @@ def run(args: argparse.Namespace) -> int:
         return result, stopped_by
 
     return main("ahp run", body, failure=FAILED)
+
+
+def _write_out(text: str) -> None:
+    sys.stdout.write(text)
+    sys.stdout.flush()
+
+
+async def _stream(handle: CommandHandle, printer: OutputPrinter) -> CommandResult:
+    """Print ``handle``'s output as it settles until the command is over or waits for
+    input; its result. Cancelled: the command is interrupted (as ``run_command``)."""
+    try:
+        async with trio.open_nursery() as nursery:
+
+            async def follow() -> None:
+                while not handle.done:
+                    await handle.wait_output(timeout=STREAM_POLL)
+                    printer.feed(handle.read_settled())
+                    await trio.lowlevel.checkpoint()
+
+            nursery.start_soon(follow)
+            result = await handle.wait()
+            nursery.cancel_scope.cancel()
+    except trio.Cancelled:
+        if not handle.done:
+            with trio.CancelScope(shield=True), trio.move_on_after(CANCEL_INTERRUPT_TIMEOUT):
+                await handle.interrupt()
+                # What the interrupt makes it print (^C, a message) belongs to the output.
+                with trio.move_on_after(STREAM_POLL):
+                    await handle.wait_done()
+        raise
+    return result
