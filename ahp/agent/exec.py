@@ -84,6 +84,10 @@ __all__ = [
 EXEC_TERMINALS_KEPT: Final = 8
 #: Longest wait (seconds) for a process to be reaped after its group got ``SIGKILL``.
 KILL_WAIT: Final = 10.0
+#: Seconds :func:`exec_remote` waits for ``terminal/exited`` before it asks for a fresh
+#: snapshot, doubling up to the second bound.
+EXIT_POLL_MIN: Final = 0.5
+EXIT_POLL_MAX: Final = 5.0
 #: Most leftover processes listed in ``background`` (the lowest pids).
 MAX_BACKGROUND_REPORTED: Final = 64
 #: The renderer's window: wide, so that long lines of a log are not wrapped and joined.
@@ -437,9 +441,7 @@ async def exec_remote(
         if not isinstance(answer, dict) or answer.get("channel") != uri:
             raise ClientError(f"malformed {xp.EXEC} answer: {answer!r:.200}")  # noqa: TRY301
         await client.subscribe(uri)
-        await client.wait_for(
-            lambda: uri not in client.mirrors or client.terminal_state(uri).exited
-        )
+        await _wait_exited(client, uri)
         data = await client.request(xp.EXEC_RESULT, {"channel": uri})
     except BaseException:
         await _dispose_quietly(client, uri)
@@ -447,6 +449,28 @@ async def exec_remote(
     with contextlib.suppress(Exception):
         await client.unsubscribe(uri)
     return result_from_json(data)
+
+
+async def _wait_exited(client: Client, uri: str) -> None:
+    """Until the mirror shows ``terminal/exited`` (or the channel is gone).
+
+    The envelope is the fast way; a fresh snapshot is asked for after
+    :data:`EXIT_POLL_MIN` seconds without it, then at doubling intervals up to
+    :data:`EXIT_POLL_MAX`, because an ``exited`` that raced the subscription was seen
+    to be missed (a server delivering the envelope before the subscribe answer)."""
+
+    def ended() -> bool:
+        return uri not in client.mirrors or client.terminal_state(uri).exited
+
+    delay = EXIT_POLL_MIN
+    while True:
+        with trio.move_on_after(delay):
+            await client.wait_for(ended)
+            return
+        state = await client.subscribe(uri)
+        if getattr(state, "exited", False):
+            return
+        delay = min(2 * delay, EXIT_POLL_MAX)
 
 
 async def _dispose_quietly(client: Client, uri: str) -> None:
