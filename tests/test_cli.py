@@ -959,9 +959,9 @@ def _readme_block(heading: str) -> str:
 
 async def test_readme_embedding_quick_start_runs_in_its_own_directory(tmp_path: Path) -> None:
     script = tmp_path / "quick_start.py"
-    script.write_text(_readme_block("## Embedding quick-start"))
-    (tmp_path / "test_stray.py").write_text("def test_stray():\n    raise AssertionError\n")
-    # The terminal's shell finds this interpreter (with pytest) as `python`.
+    script.write_text(_readme_block("## The library"))
+    # A stray check.py where the script is started: the example's own one runs instead.
+    (tmp_path / "check.py").write_text("raise SystemExit('the stray check ran')\n")
     bin_dir = os.path.dirname(sys.executable)
     path = f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"
     with trio.fail_after(TIMEOUT * 2):
@@ -975,8 +975,8 @@ async def test_readme_embedding_quick_start_runs_in_its_own_directory(tmp_path: 
         )
     out = done.stdout.decode()
     assert done.returncode == 0, done.stderr.decode()
-    assert out.startswith("watch with: python -m ahp attach 'ws://127.0.0.1:")
-    assert "0 False" in out and "1 passed" in out, out
+    assert out.startswith("watch with: ahp-terminals attach 'ws://127.0.0.1:")
+    assert "finished 0 " in out and "all good" in out, out
 
 
 async def test_watcher_example_exits_when_the_server_goes_away() -> None:
