@@ -30,17 +30,16 @@ the keystroke's fast path"):
 ``no_checkpoint`` (``ahp.server.session``)
     The connection's reader dispatches input with ``checkpoint=False``: its own loop
     checkpoints at the next receive, so the dispatch does not add a pass.
+``echo_spin`` (``ahp.engine.terminal``, input-write)
+    After a keystroke of at most :data:`ECHO_SPIN_INPUT` bytes reached the pty, the
+    scheduler keeps polling (checkpoints) for at most :data:`ECHO_SPIN` seconds until
+    the echo was read, instead of sleeping in ``epoll_wait`` to be woken by the kernel
+    tens of microseconds later. Latency 0.86x (issue 17).
 ``echo_pairing`` (``ahp.server.websocket``, ``ahp.engine.outbox``)
     The envelope echoing a client's input is queued without waking the writer; the
     output it causes follows a few passes later and both leave in one write (one
     system call, one wake-up of the client), or the echo leaves alone after
     :data:`ECHO_PAIR_WAIT`. Server CPU per keystroke 0.82x (issue 17).
-
-Dropped this round: ``echo_spin`` (after a keystroke reached the pty, the scheduler
-polled for up to 0.2 ms for its echo instead of sleeping in ``epoll_wait``; issue 17
-measured 0.86x latency on a quiet machine). Its A/B this round showed no gain in latency
-(1.02x with it off) and 5% more server CPU with it on, on a busy machine — where an
-agent host usually runs — so it went.
 
 Switches: ``AHP_KEYSTROKE_OFF=name[,name...]`` (read once, at import) turns tricks off,
 for A/B measurements only; :func:`enabled` tells the sites.
@@ -53,6 +52,8 @@ from typing import Final
 
 __all__ = [
     "ECHO_PAIR_WAIT",
+    "ECHO_SPIN",
+    "ECHO_SPIN_INPUT",
     "FAST_FRAME_MAX",
     "SMALL_READ",
     "TRICKS",
@@ -61,7 +62,9 @@ __all__ = [
 ]
 
 #: The tricks by name (see the module docstring).
-TRICKS: Final = frozenset({"fast_frames", "fd_io", "small_read", "no_checkpoint", "echo_pairing"})
+TRICKS: Final = frozenset(
+    {"fast_frames", "fd_io", "small_read", "no_checkpoint", "echo_spin", "echo_pairing"}
+)
 _OFF: Final = frozenset(
     name.strip() for name in os.environ.get("AHP_KEYSTROKE_OFF", "").split(",") if name.strip()
 )
@@ -70,6 +73,10 @@ _OFF: Final = frozenset(
 FAST_FRAME_MAX: Final = 64 * 1024
 #: ``small_read``: a first read shorter than this ends its batch at once.
 SMALL_READ: Final = 256
+#: ``echo_spin``: input of at most this many bytes (a keystroke) is followed by a spin
+#: of at most ECHO_SPIN seconds.
+ECHO_SPIN_INPUT: Final = 8
+ECHO_SPIN: Final = 0.0002
 #: ``echo_pairing``: seconds a lone input echo waits for the output it causes.
 ECHO_PAIR_WAIT: Final = 0.002
 

@@ -145,6 +145,10 @@ PARSE_QUEUE: Final = 4
 REDUCER_QUEUE: Final = 64
 #: Input chunks queued for the input-write task (bytes bounded by MAX_PENDING_INPUT).
 INPUT_QUEUE: Final = 1024
+#: Input of at most this many bytes (a keystroke) is followed by a short spin (see
+#: Terminal._spin_for_echo), at most ECHO_SPIN seconds (keystroke trick ``echo_spin``).
+ECHO_SPIN_INPUT: Final = keystroke.ECHO_SPIN_INPUT if keystroke.enabled("echo_spin") else -1
+ECHO_SPIN: Final = keystroke.ECHO_SPIN
 #: After the process exits, a pty still held open is read until quiet this long.
 EXIT_LINGER: Final = 0.1
 
@@ -777,6 +781,8 @@ class Terminal(CommandSurface):
                     written = child.write_nowait(data)
                     if written < len(data):
                         await child.write(data[written:] if written else data)
+                    elif len(data) <= ECHO_SPIN_INPUT:
+                        await self._spin_for_echo()
                 except (ChildGone, trio.ClosedResourceError):
                     self._input_gone = True  # later input is published but not written
                     return
@@ -784,6 +790,17 @@ class Terminal(CommandSurface):
                     # Nothing is pending once the input side is gone (what is still
                     # queued is dropped with the channel).
                     self._pending_input = 0 if self._input_gone else self._pending_input - len(data)
+
+    async def _spin_for_echo(self) -> None:
+        """After a keystroke reached the pty, keep the scheduler polling (checkpoints)
+        until the pty-read task has read its echo, for at most :data:`ECHO_SPIN`
+        seconds: the process does not go to sleep in ``epoll_wait`` only to be woken
+        by the kernel's echo tens of microseconds later (a sleep and a wake-up cost
+        more than the wait on a virtual machine)."""
+        before = self.read_batches
+        deadline = trio.current_time() + ECHO_SPIN
+        while self.read_batches == before and trio.current_time() < deadline:
+            await trio.lowlevel.checkpoint()
 
     # -- reducer -------------------------------------------------------------------------------
 
