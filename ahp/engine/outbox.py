@@ -579,7 +579,8 @@ CHUNKED_WEIGHT: Final = 16 * PIECE_WEIGHT
 
 async def encode_answer(outbox: Outbox, pending: PendingAnswer, value: Any) -> None:
     """Encode ``value`` (JSON-ready data) into ``pending`` in pieces, letting other tasks
-    run between them, then complete it; one answer at a time per server pool.
+    run between them, then complete it; one answer at a time per server pool, and
+    only while the pool has room (:meth:`ResponsePool.wait_room`).
 
     Buffering: small pieces are gathered into buffers of about :data:`WRITE_PIECE`
     bytes; everything encoded counts in the outbox (and the pool) as it grows. If the
@@ -589,10 +590,15 @@ async def encode_answer(outbox: Outbox, pending: PendingAnswer, value: Any) -> N
     Cancellation: a cancelled encoding leaves the placeholder incomplete, holding what
     waits behind it, until :meth:`Outbox.close` drops both (the connection is going).
     """
-    lock = outbox.pool.encoding if outbox.pool is not None else None
+    pool = outbox.pool
+    lock = pool.encoding if pool is not None else None
     if lock is not None:
         await lock.acquire()
     try:
+        if pool is not None:
+            # (Its turn may come long after its request waited for room: the answers
+            # encoded meanwhile may have filled the pool again.)
+            await pool.wait_room()
         buffer: list[bytes] = []
         gathered = 0
         for piece in encode_pieces(value):
