@@ -13,6 +13,7 @@ Each runs with the shortcut on and off (real ptys, real programs).
 from __future__ import annotations
 
 import hashlib
+import re
 import sys
 
 import pytest
@@ -22,7 +23,7 @@ import trio.lowlevel
 from ahp.engine import open_host
 from ahp.engine import terminal as terminal_module
 from ahp.protocol import ActionEnvelope, TerminalData
-from tests.helpers import TIMEOUT, wait_for_text
+from tests.helpers import TIMEOUT, wait_for_state, wait_for_text
 
 #: Reads exactly N bytes of raw input and prints their SHA-256.
 _DIGEST = (
@@ -34,6 +35,8 @@ _DIGEST = (
     "    data += sys.stdin.buffer.read1(n - len(data))\n"
     "print('\\r\\ndigest', hashlib.sha256(data).hexdigest(), flush=True)\n"
 )
+
+_DIGEST_LINE = re.compile(r"digest ([0-9a-f]{64})")
 
 
 @pytest.mark.parametrize("direct", [True, False], ids=["direct_write", "queued"])
@@ -55,8 +58,9 @@ async def test_input_reaches_the_program_whole_and_in_order(
                 await term.send_input(piece)
                 if i % 7 == 0:
                     await trio.lowlevel.checkpoint()  # sometimes input-write gets a turn in between
-        text = await wait_for_text(term, "digest")
-        assert hashlib.sha256(expected).hexdigest() in text
+        state = await wait_for_state(term, lambda s: _DIGEST_LINE.search(s.text()) is not None)
+        found = _DIGEST_LINE.search(state.text())
+        assert found is not None and found.group(1) == hashlib.sha256(expected).hexdigest()
         if direct:
             assert term.direct_writes > 0
         else:
