@@ -9,24 +9,39 @@ and not the router, and no import runs back.
 Ordering and buffering: answers and envelopes share the connection's outbox, a
 FIFO owned by the transport; :meth:`Connection.subscribe` takes the snapshot
 and registers the subscription in one synchronous step, so an answer queued
-with it always precedes any envelope newer than its ``fromSeq``.
+with it always precedes any envelope newer than its ``fromSeq``. An answer too
+big to encode in one step (a snapshot of megabytes) is queued as a placeholder
+in that step and encoded in pieces afterwards, other tasks running in between;
+the envelopes queued meanwhile wait behind it
+(:func:`ahp.engine.outbox.encode_answer`).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any, Final
 
 from ahp.engine import Outbox
 from ahp.engine.envelopes import Published
+from ahp.engine.outbox import CHUNKED_WEIGHT, encode_answer
+from ahp.protocol.chunked import weight
 from ahp.protocol.codec import dumps_utf8, encode_message, message_to_json
 from ahp.protocol.dialect import Dialect, dialect_of, envelope_json, projects
-from ahp.protocol.jsonrpc import JsonRpcError, JsonRpcErrorObject, JsonRpcId, JsonRpcSuccess
+from ahp.protocol.jsonrpc import (
+    ErrorCode,
+    JsonRpcError,
+    JsonRpcErrorObject,
+    JsonRpcId,
+    JsonRpcSuccess,
+)
 from ahp.protocol.state import ROOT_URI, Snapshot
 from ahp.server.clients import ClientRecord, Link
 from ahp.server.state import ServerState
 
 __all__ = ["REPLACED_CLOSE", "Connection"]
+
+log = logging.getLogger("ahp.server")
 
 #: The close a connection gets when a newer connection of its client replaced it.
 REPLACED_CLOSE: Final = (1008, "replaced by a newer connection of this clientId")
@@ -112,11 +127,30 @@ class Connection:
 
     # -- answers -----------------------------------------------------------------------------
 
-    def respond(self, msg_id: JsonRpcId, result: Any) -> None:
-        """Queue a success answer on the outbox (never waits)."""
+    async def respond(self, msg_id: JsonRpcId, result: Any) -> None:
+        """Queue a success answer on the outbox. Its place in the outbox is taken before
+        the first checkpoint; an answer too big to encode in one step is then encoded in
+        pieces (:func:`ahp.engine.outbox.encode_answer`), other tasks running between
+        them. Cancelled meanwhile, the placeholder stays incomplete, holding what waits
+        behind it, until the outbox is closed (the connection is going)."""
         # UTF-8 bytes, as the writer sends them: a 9 MB snapshot is not decoded into a
         # str to be encoded again (that was half of its cost, ~55 ms; issue 25).
-        self.outbox.put(dumps_utf8(message_to_json(JsonRpcSuccess(id=msg_id, result=result))))
+        message = message_to_json(JsonRpcSuccess(id=msg_id, result=result))
+        if weight(message, CHUNKED_WEIGHT) <= CHUNKED_WEIGHT:
+            self.outbox.put(dumps_utf8(message))
+            return
+        # Too big for one step: its place is kept now (before any checkpoint, so
+        # before any envelope newer than the answer), its bytes come in pieces.
+        pending = self.outbox.hold()
+        try:
+            await encode_answer(self.outbox, pending, message)
+        except (TypeError, ValueError):  # (orjson refused a value: a bug of ours)
+            log.exception("internal error encoding an answer")
+            self.server.errors += 1
+            error = JsonRpcErrorObject(code=ErrorCode.INTERNAL_ERROR, message="internal error")
+            self.outbox.replace(
+                pending, dumps_utf8(message_to_json(JsonRpcError(id=msg_id, error=error)))
+            )
 
     def error(self, msg_id: JsonRpcId, code: int, message: str, data: Any = None) -> None:
         """Queue an error answer on the outbox (never waits) and count it."""

@@ -15,7 +15,10 @@ actions (:mod:`ahp.server.dispatch`) and the process extension
 Ordering: responses and envelopes share the connection's outbox, a FIFO. A
 subscribe / initialize / reconnect answer is queued and the subscription
 registered in the same synchronous step, so the answer always precedes any
-envelope newer than its ``fromSeq``.
+envelope newer than its ``fromSeq``. An answer too big to encode in one step
+(a snapshot of megabytes) is queued as a placeholder in that step and encoded
+in pieces afterwards, other tasks running in between; the envelopes queued
+meanwhile wait behind it (:func:`ahp.engine.outbox.encode_answer`).
 
 Errors never end the connection: a malformed frame gets its JSON-RPC error
 (``-32700``, ``-32600``, ``-32601``, ``-32602`` with ``data.path``) and the
@@ -187,7 +190,7 @@ class Session(Connection):
             log.exception("internal error handling %r", method)
             self.error(request.id, ErrorCode.INTERNAL_ERROR, "internal error")
         else:
-            self.respond(request.id, result)
+            await self.respond(request.id, result)
 
     async def _notification(self, note: JsonRpcNotification) -> None:
         if self.record is None:
