@@ -27,7 +27,7 @@ the keystroke's fast path"):
 ``small_read`` (``ahp.engine.terminal``, pty-read)
     A first read shorter than :data:`SMALL_READ` bytes (an echo, a prompt) is handed on
     at once, without the read that would almost always find the pty empty (EAGAIN).
-``no_checkpoint`` (``ahp.server.session``)
+``no_checkpoint`` (``ahp.server.dispatch``)
     The connection's reader dispatches input with ``checkpoint=False``: its own loop
     checkpoints at the next receive, so the dispatch does not add a pass.
 ``direct_write`` (``ahp.engine.terminal``, reducer)
