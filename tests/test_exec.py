@@ -1,4 +1,4 @@
-"""Non-pty execution (``host.exec``, ``ahp/agent/exec.py``) with real processes.
+"""Non-pty execution (``exec_command``, ``ahp/agent/exec.py``) with real processes.
 
 Test rules:
 - Every case runs a real program on real pipes through the engine; the AHP case
