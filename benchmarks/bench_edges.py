@@ -286,6 +286,12 @@ class _Peer:
             await self._drain()
         finally:
             self.draining = False
+            # A call waiting for its answer reads for itself from now on (the drain is
+            # cancelled when the attack is: a shielded clean-up's disposeTerminal then
+            # waited the whole 120 s for an answer no one would route; issue 25).
+            for waiting in self._waiting.values():
+                waiting.close()
+            self._waiting.clear()
 
     async def _drain(self) -> None:
         with contextlib.suppress(Closed, trio.BrokenResourceError, trio.ClosedResourceError):
@@ -306,12 +312,16 @@ class _Peer:
         self._waiting[msg_id] = send
         message = {"jsonrpc": "2.0", "id": msg_id, "method": method, "params": params}
         await self.ws.send_message(orjson.dumps(message).decode())
-        if not self.draining:  # (cancelled: the attack's clean-up reads for itself)
-            while True:
-                answer: dict[str, Any] = orjson.loads(await self.ws.get_message())
-                if answer.get("id") == msg_id:
-                    return answer
-        return await receive.receive()
+        if self.draining:
+            try:
+                return await receive.receive()
+            except trio.EndOfChannel:  # the drain ended before the answer came
+                pass
+        self._waiting.pop(msg_id, None)
+        while True:  # (cancelled: the attack's clean-up reads for itself)
+            answer: dict[str, Any] = orjson.loads(await self.ws.get_message())
+            if answer.get("id") == msg_id:
+                return answer
 
     async def dispatch(self, channel: str, action: dict[str, Any]) -> None:
         params = {"channel": channel, "clientSeq": next(self.seq), "action": action}

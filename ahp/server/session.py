@@ -60,7 +60,7 @@ from ahp.protocol.actions import (
     UnknownAction,
     action_type,
 )
-from ahp.protocol.chunked import weight
+from ahp.protocol.chunked import json_size_over, weight
 from ahp.protocol.codec import (
     ProtocolError,
     decode_json,
@@ -111,6 +111,7 @@ from ahp.protocol.jsonrpc import (
     JsonRpcError,
     JsonRpcErrorObject,
     JsonRpcId,
+    JsonRpcMessage,
     JsonRpcNotification,
     JsonRpcRequest,
     JsonRpcSuccess,
@@ -441,12 +442,26 @@ class Session:
 
     async def handle_frame(self, frame: str | bytes, *, checked: bool = False) -> None:
         """Handle one inbound frame; answers (if any) are queued on the outbox."""
+        message = self.decode_frame(frame, checked=checked)
+        if message is not None:
+            await self.handle_message(message)
+
+    def decode_frame(self, frame: str | bytes, *, checked: bool = False) -> JsonRpcMessage | None:
+        """The decoding of :meth:`handle_frame` on its own (one synchronous step, tens
+        of milliseconds for a frame of megabytes): the message, or None when there is
+        nothing to handle (the frame was answered with its error, or the session
+        stopped)."""
         if self.stopped:
-            return
+            return None
         try:
-            message = decode_message(_parse(frame, checked=checked))
+            return decode_message(_parse(frame, checked=checked))
         except ProtocolError as exc:
             self._error(None, exc.code, exc.message, {"path": exc.path})
+            return None
+
+    async def handle_message(self, message: JsonRpcMessage) -> None:
+        """Handle one decoded message (:meth:`decode_frame`)."""
+        if self.stopped:
             return
         if isinstance(message, JsonRpcRequest):
             await self._request(message)
@@ -991,9 +1006,7 @@ class Session:
             problem = f"malformed action: {exc.message}"
         hub = self.host.hub
         if channel == ROOT_URI:
-            if isinstance(action, RootConfigChanged) and len(dumps_utf8(p.action)) > (
-                MAX_CONFIG_BYTES
-            ):
+            if isinstance(action, RootConfigChanged) and json_size_over(p.action, MAX_CONFIG_BYTES):
                 # Refused, and echoed without its config: the sender has it, and a
                 # rejection need not cost the size of what it refuses.
                 action = RootConfigChanged(config={}, replace=action.replace)
