@@ -25,6 +25,7 @@ from typing import Any
 
 import orjson
 import trio
+import trio.lowlevel
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -34,6 +35,7 @@ from ahp.engine.envelopes import Published, ReplayLog
 from ahp.engine.host import CATALOGUE_INTERVAL
 from ahp.engine.memory import TRIM_INTERVAL, Trimmer
 from ahp.engine.outbox import Outbox, ResponsePool
+from ahp.engine.terminal import INPUT_PACE
 from ahp.protocol.actions import (
     ActionEnvelope,
     ActionOrigin,
@@ -470,6 +472,38 @@ def test_json_size_over_is_the_encoded_size_compared(value: Any, limit: int) -> 
     except orjson.JSONEncodeError:
         return  # (lone surrogates: refused by the codec before any size check)
     assert json_size_over(value, limit) == (size > limit)
+
+
+# -- item 4: memory comes back (RSS of a server subprocess) ----------------------------------------
+
+
+async def test_a_flood_of_input_waits_for_the_pty_instead_of_piling_up(tmp_path: Path) -> None:
+    """4 MiB of input in 128 KiB pieces, past INPUT_PACE: the sender waits while more
+    than INPUT_PACE bytes are pending for the pty, and every byte arrives."""
+    out = tmp_path / "out"
+    total, piece = 4 * 1024 * 1024, 128 * 1024
+    script = f"stty raw -echo; echo READY; head -c {total} > {out}; echo DONE"
+    async with open_host() as host:
+        terminal = await host.create_terminal(argv=["sh", "-c", script])
+        await wait_for_text(terminal, "READY")
+        peak = 0
+
+        async def watch() -> None:
+            nonlocal peak
+            while True:
+                peak = max(peak, terminal._pending_input)
+                await trio.lowlevel.checkpoint()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(watch)
+            for n in range(total // piece):
+                origin = ActionOrigin(clientId="flood", clientSeq=n + 1)
+                await terminal.dispatch(TerminalInput(data="k" * piece), origin=origin)
+            await wait_for_text(terminal, "DONE")
+            nursery.cancel_scope.cancel()
+        assert out.stat().st_size == total
+        # (Past the pace by what the reducer had not taken yet when the sender looked.)
+        assert 0 < peak <= INPUT_PACE + 4 * piece, peak
 
 
 # -- item 4: memory comes back (RSS of a server subprocess) ----------------------------------------
