@@ -513,7 +513,7 @@ class Terminal(CommandSurface):
                 if spec.use_pty:
                     self._jobs = Jobs(child.pid, child.output_fd, self._alive_check())
                 if spec.nice:
-                    child.renice(spec.nice)
+                    await child.renice(spec.nice)
                 try:
                     await self._run_stages(child, task_status)
                 except Exception as exc:  # one terminal's failure ends that terminal only
