@@ -1,21 +1,21 @@
-"""Reading busy pty masters in one thread shared by every terminal of a Trio run.
+"""Reading busy pty masters in a few threads shared by every terminal of a Trio run.
 
 Why: the kernel's tty work happens inside ``read(2)`` on the master — on this
 project's 2-core machines more than half of the event loop's time under
 sustained output — and while the loop is in that system call nothing else in
 the process runs. ``read`` releases the GIL, so a thread that reads while the
-loop works overlaps the two. It is *one* thread (an ``epoll`` over every busy
-master), not one per terminal: with a thread per terminal, thirty terminals
+loop works overlaps the two. It is at most :data:`PUMP_THREADS` threads (each an
+``epoll`` over its share of the busy masters), not one per terminal: with a thread per terminal, thirty terminals
 printing in a loop were thirty runnable threads beside the event loop's, and on
 2 cores the loop waited for a CPU 60-75 % of the time (``/proc/PID/task/*/schedstat``;
 issue 25's ``silent subscriber``): an interactive client's echo waited with it.
-One reader uses the second core, never more.
+A reader or two use the second core; more would only compete with the loop.
 
 An idle terminal is still read by its pty-read task directly (a keystroke's echo
 takes no thread hop); the task starts a :class:`ReadPump` only when a batch comes
 back full, and the pump ends after :data:`PUMP_QUIET` seconds without output on
-its fd, handing reading back to the task. The shared thread ends when no pump is
-left, and is started again by the next one.
+its fd, handing reading back to the task. A reader thread ends when no pump is
+left to it, and one is started again by the next pump.
 
 Ownership: the pty-read task owns its :class:`ReadPump`; the fd stays the
 terminal's. The reader thread never touches an fd after its pump's
@@ -50,7 +50,15 @@ from typing import Final
 
 import trio
 
-__all__ = ["PUMP_BUFFER", "PUMP_QUIET", "PUMP_READ", "ReadPump", "reader_running"]
+__all__ = [
+    "PUMP_BUFFER",
+    "PUMP_QUIET",
+    "PUMP_READ",
+    "PUMP_THREADS",
+    "PUMP_TURN",
+    "ReadPump",
+    "reader_running",
+]
 
 #: Bytes asked of the kernel per read in the thread (it hands out ~4 KiB per read).
 PUMP_READ: Final = 64 * 1024
@@ -59,9 +67,12 @@ PUMP_READ: Final = 64 * 1024
 PUMP_BUFFER: Final = 256 * 1024
 #: Seconds without output after which a pump ends (reading goes back to the task).
 PUMP_QUIET: Final = 0.005
-#: Bytes the thread reads from one fd before it turns to the next ready one (and
-#: hands over what it read): a round reads at most this much per busy terminal.
-PUMP_TURN: Final = 64 * 1024
+#: Bytes a reader thread reads from one fd before it turns to the next ready one
+#: (and hands over what it read): a round reads at most this much per busy terminal.
+PUMP_TURN: Final = 256 * 1024
+#: Reader threads at most (pumps are spread over them, the fewest pumps first): the
+#: second core is used by one, and more than a few only compete with the loop.
+PUMP_THREADS: Final = 2
 
 
 class _Reader:
@@ -120,8 +131,8 @@ class _Reader:
                         polled.add(fd)
                         pump.last = time.monotonic()
                 if not self.pumps:
-                    if _RUNNING.reader is self:
-                        _RUNNING.reader = None
+                    if self in _RUNNING.readers:
+                        _RUNNING.readers.remove(self)
                     self._finish(finished)
                     return
             self._finish(finished)
@@ -216,20 +227,31 @@ _LOCK: Final = threading.Lock()
 
 
 class _Running:
-    """The running reader thread, if any (guarded by :data:`_LOCK`): one at a time,
-    for the Trio run whose pumps it serves (a pump of a second, concurrent run gets
-    a reader of its own, not recorded here)."""
+    """The running reader threads (guarded by :data:`_LOCK`): at most
+    :data:`PUMP_THREADS`, each serving the pumps of one Trio run."""
 
-    reader: _Reader | None = None
+    def __init__(self) -> None:
+        self.readers: list[_Reader] = []
+
+    def pick(self, token: trio.lowlevel.TrioToken) -> tuple[_Reader, bool]:
+        """The reader a new pump of ``token``'s run joins, and whether it is new (its
+        thread must be started): a new one while fewer than :data:`PUMP_THREADS` run
+        and each has a pump, else the one with the fewest pumps."""
+        mine = [r for r in self.readers if r.token is token]
+        if len(mine) < PUMP_THREADS and all(r.pumps for r in mine):
+            reader = _Reader(token)
+            self.readers.append(reader)
+            return reader, True
+        return min(mine, key=lambda r: len(r.pumps)), False
 
 
 _RUNNING: Final = _Running()
 
 
 def reader_running() -> bool:
-    """Whether the shared reader thread is running (for tests)."""
+    """Whether a reader thread is running (for tests)."""
     with _LOCK:
-        return _RUNNING.reader is not None
+        return bool(_RUNNING.readers)
 
 
 class ReadPump:
@@ -269,13 +291,7 @@ class ReadPump:
     def start(self) -> None:
         """Join the run's reader thread (starting it if none runs)."""
         with _LOCK:
-            reader = _RUNNING.reader
-            fresh = reader is None or reader.token is not self._token
-            if fresh:
-                reader = _Reader(self._token)
-                if _RUNNING.reader is None:
-                    _RUNNING.reader = reader
-            assert reader is not None
+            reader, fresh = _RUNNING.pick(self._token)
             self._reader = reader
             reader.pumps[self.fd] = self
             reader.changed.append(self)
