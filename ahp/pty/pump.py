@@ -5,10 +5,11 @@ project's 2-core machines more than half of the event loop's time under
 sustained output — and while the loop is in that system call nothing else in
 the process runs. ``read`` releases the GIL, so a thread that reads while the
 loop works overlaps the two. It is at most :data:`PUMP_THREADS` threads (each an
-``epoll`` over its share of the busy masters), not one per terminal: with a thread per terminal, thirty terminals
-printing in a loop were thirty runnable threads beside the event loop's, and on
-2 cores the loop waited for a CPU 60-75 % of the time (``/proc/PID/task/*/schedstat``;
-issue 25's ``silent subscriber``): an interactive client's echo waited with it.
+``epoll`` over its share of the busy masters), not one per terminal: with a
+thread per terminal, thirty terminals printing in a loop were thirty runnable
+threads beside the event loop's, and on 2 cores the loop waited for a CPU 60-75 %
+of the time (``/proc/PID/task/*/schedstat``; issue 25's ``silent subscriber``): an
+interactive client's echo waited with it.
 A reader or two use the second core; more would only compete with the loop.
 
 An idle terminal is still read by its pty-read task directly (a keystroke's echo
@@ -293,6 +294,7 @@ class ReadPump:
         with _LOCK:
             reader, fresh = _RUNNING.pick(self._token)
             self._reader = reader
+            self.last = time.monotonic()  # (a round under way must not find it quiet)
             reader.pumps[self.fd] = self
             reader.changed.append(self)
             reader.wake()
