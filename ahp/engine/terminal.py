@@ -280,6 +280,11 @@ class Terminal(CommandSurface):
         return self._core.state
 
     @property
+    def scrollback_chars(self) -> int:
+        """Characters the content retains now (O(1); :mod:`ahp.engine.packing`)."""
+        return self._core.scrollback.length
+
+    @property
     def pid(self) -> int | None:
         return self._child.pid if self._child is not None else None
 
