@@ -42,7 +42,10 @@ def bench(session: nox.Session) -> None:
 
     matplotlib (the chart) and terminado (the peer of ``--peers``) come from the
     ``[bench]`` extra: the package does not need them, so this session always passes
-    ``--peers``. More options go after ``--`` (``nox -s bench -- --size-mb 10 --runs 2``).
+    ``--peers``. ttyd, the C peer, is not a Python package: it is measured when
+    ``$AHP_BENCH_TTYD`` names it or ``ttyd`` is on PATH, else reported "not measured"
+    (benchmarks/README.md, "Issue 23: ttyd as a peer", says how it was built here).
+    More options go after ``--`` (``nox -s bench -- --size-mb 10 --runs 2``).
     """
     session.install("-e", ".[bench]")
     session.run("python", "-m", "ahp", "bench", "--peers", *session.posargs)

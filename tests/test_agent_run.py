@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
 import pytest
@@ -658,3 +658,35 @@ async def test_a_run_with_a_claim_gives_back_the_claim_it_found(mode: str) -> No
                 result = await term.run(f"echo {i}", claim=claim)
                 assert result.status == "finished"
                 assert term.state.claim == found, i
+
+
+SHELLS = [s for s in ("/bin/bash", "/usr/bin/zsh", "/usr/bin/fish") if shutil.which(s)]
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("shell", SHELLS)
+async def test_a_command_of_several_lines_is_one_command(mode: str, shell: str) -> None:
+    """Typed as it is, each line would be a command of its own: the run would end at
+    the first one's end and the rest would land in the next run's output."""
+    if shell.endswith("fish"):
+        several = "echo one\necho two; echo three\nfalse\n"
+        first = ("one\ntwo\nthree\n", 1)
+    else:
+        several = "cat <<'EOF' > lines.txt\na\nb\nEOF\nwc -l < lines.txt\necho last; (exit 3)\n"
+        first = ("2\nlast\n", 3)
+    async with AsyncExitStack() as stack:
+        if mode == "local":
+            host = await stack.enter_async_context(ahp.open_host())
+            term: Any = await host.create_terminal(shell=shell, cwd="/tmp")
+        else:
+            server = await stack.enter_async_context(running_server(shell=shell))
+            client = await stack.enter_async_context(connect(server.url))
+            await client.create_terminal("ahp-terminal:/lines", cwd="/tmp")
+            term = client.terminal("ahp-terminal:/lines")
+            with trio.move_on_after(TIMEOUT):
+                await client.wait_for(lambda: term.state.supportsCommandDetection is not None)
+        with trio.fail_after(TIMEOUT):
+            result = await term.run(several)
+            after = await term.run("echo next")
+    assert (result.status, result.output, result.exit_code) == ("finished", *first)
+    assert (after.status, after.output, after.exit_code) == ("finished", "next\n", 0)

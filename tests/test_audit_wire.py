@@ -18,6 +18,7 @@ import trio
 from ahp.protocol.processes import EXEC, SIGNAL
 from ahp.record.asciicast import decode
 from ahp.record.audit import MAX_AUDIT_ITEMS, MAX_AUDIT_TEXT, AuditLog
+from ahp.record.recorder import DISPOSED_MARKER, STOPPED_MARKER
 from ahp.record.sink import REDACTED
 from ahp.record.wirelog import WireLog
 from ahp.server import ServeOptions
@@ -311,17 +312,33 @@ async def test_serve_flags_write_all_three(tmp_path: Path) -> None:
                 env=env,
             )
         assert (done.returncode, done.stdout) == (0, b"three-logs\n")
-        proc.send_signal(signal.SIGTERM)
-        with trio.fail_after(TIMEOUT):
-            assert await proc.wait() == 0
+        # A terminal still there when the server stops (``ahp run`` disposed its own).
+        async with peer(url) as p:
+            init = {"channel": ROOT, "clientId": "stays", "protocolVersions": ["0.5.0"]}
+            await p.result("initialize", init)
+            claim = {"kind": "client", "clientId": "stays"}
+            await p.result("createTerminal", {"channel": "ahp-terminal:/stays", "claim": claim})
+            proc.send_signal(signal.SIGTERM)
+            with trio.fail_after(TIMEOUT):
+                assert await proc.wait() == 0
     finally:
         await kill_and_reap(proc)
-    [cast] = listing(tmp_path / "casts")
-    header, events = decode(cast.read_bytes().splitlines())
+    casts = listing(tmp_path / "casts")
+    [left] = [c for c in casts if "stays" in c.name]
+    _, decoded = decode(left.read_bytes().splitlines())
+    ends = [(e.code, e.data) for e in decoded][-2:]
+    # The terminals are disposed before the recorders stop: the recording ends with
+    # the terminal's end (its exit, or the disposal), not with the server's.
+    assert ("m", STOPPED_MARKER) not in ends, ends
+    assert ends[-1][0] == "x" or ends[-1] == ("m", DISPOSED_MARKER), ends
+    [cast] = [c for c in casts if c is not left]
+    header, decoded = decode(cast.read_bytes().splitlines())
+    events = list(decoded)
     assert header.cols > 0
     assert "three-logs" in "".join(e.data for e in events if e.code == "o")
     audit = read_lines([tmp_path / "audit.log"])
     kinds = [x["event"] for x in audit]
+    assert "terminal.disposed" in kinds, kinds
     for kind in ("connection", "initialize", "terminal.created", "input"):
         assert kind in kinds, kinds
     wire = read_lines(listing(tmp_path / "wire"))

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from ahp.agent.budget import RETAINED_OUTPUT_BYTES, OutputBudget, omission_marker
 from ahp.agent.evidence import looks_like_prompt
-from ahp.agent.markers import Markers
+from ahp.agent.markers import Markers, group
 from ahp.agent.render import MAX_SEQUENCE, LineRenderer
 from ahp.agent.screen import SCREEN_REPLAY, ScreenModel
 from ahp.protocol.state import ClientClaim, CommandPart, TerminalState, UnclassifiedPart
@@ -298,3 +298,10 @@ def test_budget_finished_lines_from_an_index() -> None:
     assert budget.finished_lines(8) == ["line8", "line9"]
     assert budget.finished_lines(0) == [f"line{i}" for i in range(5, 10)]  # the rest dropped
     assert budget.finished_lines(10) == []
+
+
+def test_group_makes_one_command_of_several_lines() -> None:
+    assert group("echo a") == "echo a"
+    assert group("echo a\n") == "echo a"
+    assert group("cat <<EOF\nx\nEOF\nwc -l\n") == "{ cat <<EOF\nx\nEOF\nwc -l\n}"
+    assert group("echo a\necho b", fish=True) == "begin\necho a\necho b\nend"

@@ -51,7 +51,7 @@ import trio
 
 from ahp.agent.evidence import InputEvidence, evidence_of, looks_like_prompt
 from ahp.agent.handle import CommandHandle
-from ahp.agent.markers import MARKER_LOOKBACK, MARKER_TAIL, Markers, wrap
+from ahp.agent.markers import MARKER_LOOKBACK, MARKER_TAIL, Markers, group, wrap
 from ahp.agent.options import RunOptions
 from ahp.agent.port import TerminalPort
 from ahp.agent.record import CommandRecord
@@ -133,6 +133,27 @@ async def holder_of(port: TerminalPort, *, detected: bool) -> Holder | None:
     return Holder(line, None, waiting)
 
 
+#: Looks at the terminal's processes for the name of the shell reading it (a shell
+#: drawing its prompt reads nothing yet), and the pause between two looks.
+SHELL_LOOKS: Final = 10
+SHELL_LOOK_PAUSE: Final = 0.05
+
+
+async def _is_fish(port: TerminalPort) -> bool:
+    """Whether the terminal's shell is fish (else a POSIX-like shell is assumed, as
+    when nothing can be seen: a remote server without the process extension)."""
+    name = port.shell_name
+    if name is None and port.processes is not None:
+        for _ in range(SHELL_LOOKS):
+            status = await port.processes.tty_status()
+            if status is None or status.programs:
+                break
+            await trio.sleep(SHELL_LOOK_PAUSE)
+        if status is not None and status.programs:
+            name = status.programs[0].split(" ", 1)[0].rsplit("/", 1)[-1]
+    return name is not None and name.lstrip("-") == "fish"
+
+
 def _refusal_note(holder: Holder) -> str:
     """One sentence for any surface (library, CLI, MCP): what holds it, what to do."""
     what = "waiting for input" if holder.status == "waiting_for_input" else "running"
@@ -202,7 +223,12 @@ async def start_command(
             claimed = True
             await port.set_claim(claim)
         token = secrets.token_hex(8)
-        typed = command_line if detected else wrap(command_line, token)
+        if not detected:
+            typed = wrap(command_line, token)
+        elif "\n" in command_line.rstrip("\r\n"):
+            typed = group(command_line, fish=await _is_fish(port))
+        else:
+            typed = command_line
         processes = port.processes
         if processes is not None:
             record.job_mark = await processes.job_mark()

@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from typing import Final
 
-__all__ = ["MARKER_LOOKBACK", "MARKER_TAIL", "Markers", "wrap"]
+__all__ = ["MARKER_LOOKBACK", "MARKER_TAIL", "Markers", "group", "wrap"]
 
 #: After a resynchronisation, the end of the terminal's text searched for the end marker.
 MARKER_LOOKBACK: Final = 64 * 1024
@@ -32,6 +32,24 @@ def wrap(command_line: str, token: str) -> str:
         f"printf '__AHP_%s_{token}__\\n' BEGIN; eval {quoted}; "
         f"printf '\\n__AHP_END_{token}_%s__\\n' \"$?\""
     )
+
+
+def group(command_line: str, *, fish: bool = False) -> str:
+    """``command_line`` as one command for a shell with command detection.
+
+    Typed as it is, a command of several lines (``cat <<EOF`` … ``EOF``, then
+    ``wc -l``) runs as several commands, each with its own start and end: the
+    command would be over at the first one's end and the later ones' output would
+    land in the next command. Grouped — ``{ …\n}`` (bash, zsh, sh), ``begin …\nend``
+    (fish) — the shell reads every line before it runs any, so they are one command,
+    reported once, with the last one's exit status, in the same shell (``cd`` and
+    variables persist, ``exit`` exits). One line is left as it is; trailing line
+    ends are dropped.
+    """
+    body = command_line.rstrip("\r\n")
+    if "\n" not in body:
+        return body
+    return f"begin\n{body}\nend" if fish else f"{{ {body}\n}}"
 
 
 class Markers:

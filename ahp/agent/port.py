@@ -82,6 +82,12 @@ class TerminalPort(Protocol):
         ...
 
     @property
+    def shell_name(self) -> str | None:
+        """The name of the terminal's program (``"bash"``, ``"fish"``) when this side
+        knows it (in-process), else ``None`` (the processes may tell)."""
+        ...
+
+    @property
     def processes(self) -> ProcessPort | None:
         """What the terminal's processes show; ``None`` when nothing can be seen (no
         pty, a server without the process extension): the screen heuristics apply."""

@@ -141,7 +141,10 @@ async def _run(argv: list[str]) -> dict[str, Any]:
     return parsed
 
 
-def _dialect_args(dialect: str, channel: str | None) -> list[str]:
+def _dialect_args(dialect: str, channel: str | None, expect_chars: int | None) -> list[str]:
+    if dialect == "ttyd":
+        expect = [] if expect_chars is None else [f"--expect-chars={expect_chars}"]
+        return ["--dialect=ttyd", *expect]
     if dialect == "ahp":
         if channel is None:
             raise ValueError("the AHP dialect needs the terminal's channel")
@@ -159,14 +162,18 @@ async def c_stream(
     *,
     release: str = "\r",
     ready: str | None = None,
+    expect_chars: int | None = None,
 ) -> CStreamRun:
     """Follow a gated terminal with the C client: type ``release``, time until the end
-    (first waiting for output holding ``ready``, e.g. a shell's prompt, when given)."""
+    (first waiting for output holding ``ready``, e.g. a shell's prompt, when given).
+
+    ``expect_chars`` (the ttyd dialect): the end is that many characters of output.
+    """
     machine = MachineCpu()
     out = await _run(
         [
             str(binary),
-            *_dialect_args(dialect, channel),
+            *_dialect_args(dialect, channel, expect_chars),
             f"--release={release}",
             *([f"--ready={ready}"] if ready is not None else []),
             f"--timeout={CLIENT_TIMEOUT}",
@@ -201,7 +208,7 @@ async def c_echo(
     out = await _run(
         [
             str(binary),
-            *_dialect_args(dialect, channel),
+            *_dialect_args(dialect, channel, None),
             f"--count={count}",
             f"--warmup={warmup}",
             f"--pause={pause!r}",

@@ -13,6 +13,9 @@ from typing import Any
 
 __all__ = ["chart_unavailable", "write_chart"]
 
+#: Bar colours of the peers (by name; the sidecar's bars are green).
+PEER_COLOURS = {"terminado": "#d95f02", "ttyd": "#7570b3"}
+
 
 def chart_unavailable() -> str | None:
     if importlib.util.find_spec("matplotlib") is None:
@@ -34,12 +37,14 @@ def _bars(results: dict[str, Any]) -> tuple[list[tuple[str, dict[str, Any]]], li
         ("engine\nin-process", echo["engine"]),
         ("sidecar\nWebSocket", echo["sidecar"]),
     ]
-    terminado = results.get("peers", {}).get("terminado")
-    if terminado:
-        throughput.append(("terminado", terminado["alone"]["throughput"]))
-        throughput.append(("terminado\n+stalled", terminado["with_stalled"]["throughput"]))
-        if "echo" in terminado:
-            latency.append(("terminado", terminado["echo"]))
+    for name, node in results.get("peers", {}).items():
+        if not isinstance(node, dict) or "alone" not in node:
+            continue
+        throughput.append((name, node["alone"]["throughput"]))
+        if "throughput" in node["with_stalled"]:
+            throughput.append((f"{name}\n+stalled", node["with_stalled"]["throughput"]))
+        if "echo" in node:
+            latency.append((name, node["echo"]))
     return throughput, latency
 
 
@@ -60,7 +65,8 @@ def write_chart(results: dict[str, Any], path: Path) -> Path:
         [node["median"] - node["min"] for _, node in throughput],
         [node["max"] - node["median"] for _, node in throughput],
     ]
-    colours = ["#888888", "#2b7bba", "#2b7bba", "#1a9850", "#1a9850", "#d95f02", "#d95f02"]
+    colours = ["#888888", "#2b7bba", "#2b7bba", "#1a9850", "#1a9850"]
+    colours += [PEER_COLOURS.get(n.split()[0], "#d95f02") for n in names[len(colours) :]]
     left.bar(names, medians, yerr=errors, capsize=4, color=colours[: len(names)])
     for index, (value, (_, node)) in enumerate(zip(medians, throughput, strict=True)):
         left.annotate(f"{value:.1f}", (index, node["max"]), ha="center", va="bottom",

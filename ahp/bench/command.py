@@ -28,7 +28,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
             "Run the benchmark in one process tree on this machine: a bare pty reader "
             "(the ceiling), the engine in-process, the sidecar over loopback WebSocket "
             "(alone and beside a stalled client), echo latency, memory, reducer append "
-            "scaling, the scanner benchmarks and, with --peers, terminado. Prints a table "
+            "scaling, the scanner benchmarks and, with --peers, terminado and ttyd (ttyd "
+            "from $AHP_BENCH_TTYD or PATH; without it its figures are 'not measured'). "
+            "Prints a table "
             "on stdout (progress on stderr) and writes JSON and, when matplotlib is installed "
             "(pip install '.[bench]' in a checkout, or nox -s bench), a PNG chart; each run's "
             "files are named by date and time, so runs do not overwrite each other."
@@ -66,7 +68,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="seconds a stalled client stays stalled after the run, waiting for the "
         "sidecar to cut it off (default 12, or 0 below 20 MB: no overflow to wait for)",
     )
-    p.add_argument("--peers", action="store_true", help="also measure terminado")
+    p.add_argument(
+        "--peers",
+        action="store_true",
+        help="also measure terminado and ttyd ($AHP_BENCH_TTYD or ttyd on PATH)",
+    )
     p.add_argument(
         "--no-c-client",
         action="store_true",

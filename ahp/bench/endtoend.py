@@ -44,6 +44,7 @@ __all__ = [
     "Measured",
     "PairRun",
     "ServerUnderTest",
+    "alone_run",
     "c_echo_run",
     "c_stream_run",
     "echo_run",
@@ -59,14 +60,20 @@ class ServerUnderTest(Protocol):
 
     pid: int
 
-    #: The dialect's name for the independent C client (``ahp`` or ``terminado``).
+    #: The dialect's name for the independent C client (``ahp``, ``terminado``, ``ttyd``).
     dialect_name: str
+    #: Whether two clients can follow one terminal (the stalled-viewer run needs it).
+    shares_terminals: bool
 
     async def terminal(self, kind: TerminalKind) -> tuple[str, Callable[[], Dialect], Any]:
         """A new terminal: its URL, a dialect factory, and a handle for :meth:`release`."""
 
     def channel(self, handle: Any) -> str | None:
         """The terminal's AHP channel (None for servers without channels)."""
+
+    def expected_chars(self, handle: Any) -> int | None:
+        """Characters after which a client counts the output as ended, for a server
+        without an end-of-output message (ttyd); None: the server says when."""
 
     async def release(self, handle: Any) -> None: ...
 
@@ -81,6 +88,7 @@ class AhpServer:
     """The sidecar worker as a :class:`ServerUnderTest` (terminals created in-process)."""
 
     dialect_name = "ahp"
+    shares_terminals = True
 
     def __init__(self, worker: SidecarWorker, workload: Workload) -> None:
         self.worker = worker
@@ -95,6 +103,9 @@ class AhpServer:
 
     def channel(self, handle: Any) -> str | None:
         return str(handle)
+
+    def expected_chars(self, handle: Any) -> int | None:
+        return None
 
     async def release(self, handle: Any) -> None:
         await self.worker.call("dispose", uri=handle)
@@ -198,6 +209,19 @@ async def pair_run(
     )
 
 
+async def alone_run(server: ServerUnderTest) -> Measured:
+    """A warm-up, then the workload to one client: for a server whose terminals
+    cannot have a second viewer (ttyd), the first half of :func:`pair_run`."""
+    url, dialect, handle = await server.terminal("gate")
+    await stream_throughput(url, dialect())
+    await server.release(handle)
+    url, dialect, handle = await server.terminal("gate")
+    try:
+        return await _measured(server, url, dialect())
+    finally:
+        await server.release(handle)
+
+
 async def echo_run(server: ServerUnderTest, count: int, *, pause: float = 0.0) -> list[float]:
     """``count`` keystroke round trips through ``server`` to a fresh ``cat`` terminal,
     each after ``pause`` seconds of idleness when given."""
@@ -221,7 +245,13 @@ async def c_stream_run(server: ServerUnderTest, binary: Path) -> CMeasured:
     url, _, handle = await server.terminal("gate")
     try:
         cpu = server.cpu_seconds()
-        run = await c_stream(binary, url, server.dialect_name, server.channel(handle))
+        run = await c_stream(
+            binary,
+            url,
+            server.dialect_name,
+            server.channel(handle),
+            expect_chars=server.expected_chars(handle),
+        )
         return CMeasured(run=run, server_cpu_seconds=server.cpu_seconds() - cpu)
     finally:
         await server.release(handle)
@@ -298,7 +328,13 @@ async def many_run(
             nonlocal total, incomplete
             if binary is not None:
                 await go.wait()
-                c = await c_stream(binary, url, server.dialect_name, server.channel(handle))
+                c = await c_stream(
+                    binary,
+                    url,
+                    server.dialect_name,
+                    server.channel(handle),
+                    expect_chars=server.expected_chars(handle),
+                )
                 nbytes = expected * c.chars / workload.gated_chars()
                 complete = c.ended and c.chars == workload.gated_chars()
                 seconds = c.seconds

@@ -106,6 +106,7 @@ class TerminadoServer:
     """A terminado child process as a :class:`~ahp.bench.endtoend.ServerUnderTest`."""
 
     dialect_name = "terminado"
+    shares_terminals = True
 
     def __init__(self, server: ChildServer) -> None:
         self.server = server
@@ -118,6 +119,9 @@ class TerminadoServer:
         return url, TerminadoDialect, None
 
     def channel(self, handle: Any) -> str | None:
+        return None
+
+    def expected_chars(self, handle: Any) -> int | None:
         return None
 
     async def release(self, handle: Any) -> None:

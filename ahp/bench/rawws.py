@@ -29,6 +29,7 @@ import trio
 from wsproto import ConnectionType, WSConnection
 from wsproto.events import (
     AcceptConnection,
+    BytesMessage,
     CloseConnection,
     Pong,
     RejectConnection,
@@ -65,10 +66,12 @@ class RawWebSocket:
         self._parts: list[bytes] = []
         self.closed: Closed | None = None
 
-    async def send_message(self, text: str) -> None:
+    async def send_message(self, message: str | bytes) -> None:
+        """One text message (``str``) or binary message (``bytes``)."""
         if self.closed is not None:
             raise self.closed
-        await self._stream.send_all(self._ws.send(TextMessage(data=text)))
+        event = BytesMessage(data=message) if isinstance(message, bytes) else TextMessage(message)
+        await self._stream.send_all(self._ws.send(event))
 
     async def get_message(self) -> bytes:
         """The next text or binary message's payload; pings are answered."""
@@ -158,8 +161,11 @@ class RawWebSocket:
 
 
 @asynccontextmanager
-async def open_raw_websocket(url: str, *, timeout: float = 10) -> AsyncIterator[RawWebSocket]:
-    """Connect to ``ws://host:port/path?query`` and complete the upgrade."""
+async def open_raw_websocket(
+    url: str, *, timeout: float = 10, subprotocols: tuple[str, ...] = ()
+) -> AsyncIterator[RawWebSocket]:
+    """Connect to ``ws://host:port/path?query`` and complete the upgrade, asking for
+    ``subprotocols`` (ttyd serves its terminal only under ``tty``)."""
     parts = urlsplit(url)
     host, port = parts.hostname or "127.0.0.1", parts.port or 80
     target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
@@ -169,7 +175,11 @@ async def open_raw_websocket(url: str, *, timeout: float = 10) -> AsyncIterator[
     try:
         ws = WSConnection(ConnectionType.CLIENT)
         with trio.fail_after(timeout):
-            await stream.send_all(ws.send(Request(host=f"{host}:{port}", target=target)))
+            await stream.send_all(
+                ws.send(
+                    Request(host=f"{host}:{port}", target=target, subprotocols=list(subprotocols))
+                )
+            )
             # Only the response head goes to wsproto: the server's first frames may
             # follow in the same segment, and they are ours to parse.
             raw = b""

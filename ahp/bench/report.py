@@ -62,6 +62,14 @@ def stalled_outcome(entries: list[dict[str, Any]]) -> str:
     return "; ".join(parts)
 
 
+def _peer_nodes(results: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """The peers that were measured (name, results), in the order of the run."""
+    peers = results.get("peers", {})
+    return [
+        (name, node) for name, node in peers.items() if isinstance(node, dict) and "alone" in node
+    ]
+
+
 def _row(label: str, value: str, extra: str = "") -> str:
     return f"  {label:<52} {value:<28} {extra}".rstrip()
 
@@ -171,35 +179,44 @@ def render_table(results: dict[str, Any], targets: list[Target]) -> str:
     if broken:
         lines.append(f"  WARNING: incomplete output in: {', '.join(broken)} (see JSON)")
     peers = r.get("peers", {})
-    td = peers.get("terminado")
-    if td:
-        lines += [
+    measured = _peer_nodes(r)
+    for name, node in measured:
+        lines.append(
             _row(
-                f"7 terminado {td['version']} -> WebSocket -> 1 client",
-                _fig(td["alone"]["throughput"]),
-                f"ours {_ratio(e2e['alone']['throughput'], td['alone']['throughput'])} terminado"
-                + cpu(td["alone"], "server_cpu_cores", "server"),
-            ),
-            _row(
-                "  terminado, beside a stalled client",
-                _fig(td["with_stalled"]["throughput"]),
-                f"{_fig(td['stalled_cost_ratio'], 2)} of alone"
-                + cpu(td["with_stalled"], "server_cpu_cores", "server"),
-            ),
-        ]
-        c_td = td.get("c_client", {})
-        if "throughput" in c_td and "throughput" in c_ours:
+                f"7 {name} {node['version']} -> WebSocket -> 1 client",
+                _fig(node["alone"]["throughput"]),
+                f"ours {_ratio(e2e['alone']['throughput'], node['alone']['throughput'])} {name}"
+                + cpu(node["alone"], "server_cpu_cores", "server"),
+            )
+        )
+        if "throughput" in node["with_stalled"]:
             lines.append(
                 _row(
-                    "7 terminado -> independent C client",
-                    _fig(c_td["throughput"]),
-                    f"ours {_ratio(c_ours['throughput'], c_td['throughput'])} terminado; server "
-                    f"{_med(c_td['server_cpu_s_per_100mb']) or 0:.2f} CPU-s per 100 MB"
-                    + cpu(c_td, "server_cpu_cores", "server"),
+                    f"  {name}, beside a stalled client",
+                    _fig(node["with_stalled"]["throughput"]),
+                    f"{_fig(node['stalled_cost_ratio'], 2)} of alone"
+                    + cpu(node["with_stalled"], "server_cpu_cores", "server"),
                 )
             )
-    else:
-        lines.append(f"  7 peers: skipped: {peers.get('skipped', 'not run')}")
+        else:
+            why = node["with_stalled"]["skipped"]
+            lines.append(f"  {name}, beside a stalled client: n/a: {why}")
+        c_peer = node.get("c_client", {})
+        if "throughput" in c_peer and "throughput" in c_ours:
+            lines.append(
+                _row(
+                    f"7 {name} -> independent C client",
+                    _fig(c_peer["throughput"]),
+                    f"ours {_ratio(c_ours['throughput'], c_peer['throughput'])} {name}; server "
+                    f"{_med(c_peer['server_cpu_s_per_100mb']) or 0:.2f} CPU-s per 100 MB"
+                    + cpu(c_peer, "server_cpu_cores", "server"),
+                )
+            )
+    if "skipped" in peers:
+        lines.append(f"  7 peers: skipped: {peers['skipped']}")
+    for name, node in peers.items():
+        if isinstance(node, dict) and "skipped" in node:
+            lines.append(f"  7 {name}: not measured: {node['skipped']}")
 
     many = r.get("many", {})
     if "ours" in many:
@@ -215,14 +232,27 @@ def render_table(results: dict[str, Any], targets: list[Target]) -> str:
                 f"machine {_med(mine['machine_busy_cores']) or 0:.1f}/{cores} ({many['client']})",
             )
         )
-        theirs = many.get("terminado", {})
-        if "aggregate_throughput" in theirs:
+        if "server_rss_kept_mb" in mine:
             lines.append(
                 _row(
-                    "  terminado, same",
+                    "  server RSS kept after the terminals were disposed",
+                    _fig(mine["server_rss_kept_mb"]),
+                )
+            )
+        for name, theirs in many.items():
+            if not isinstance(theirs, dict) or "aggregate_throughput" not in theirs:
+                continue
+            if name == "ours":
+                continue
+            kept = theirs.get("server_rss_kept_mb")
+            lines.append(
+                _row(
+                    f"  {name}, same",
                     _fig(theirs["aggregate_throughput"]),
-                    f"ours {many['ours_over_terminado']:.2f}x terminado; fairness "
-                    f"{_fig(theirs['fairness_min_over_max'], 2)}",
+                    f"ours {many[f'ours_over_{name}']:.2f}x {name}; fairness "
+                    f"{_fig(theirs['fairness_min_over_max'], 2)}; server "
+                    f"{_med(theirs['server_cpu_cores']) or 0:.2f} cores"
+                    + (f", RSS kept {_fig(kept)}" if kept else ""),
                 )
             )
         if not mine["complete"]:
@@ -237,27 +267,29 @@ def render_table(results: dict[str, Any], targets: list[Target]) -> str:
         ("engine in-process (send_input -> subscriber)", echo["engine"]),
         ("sidecar -> WebSocket client", echo["sidecar"]),
     ]
-    if td and "echo" in td:
-        rows.append(("terminado -> WebSocket client", td["echo"]))
+    for name, node in measured:
+        if "echo" in node:
+            rows.append((f"{name} -> WebSocket client", node["echo"]))
     if "sidecar_idle" in echo:
         idle = f"after {echo['idle_pause_s']} s idle"
         rows += [
             (f"bare pty, {idle}", echo["bare_pty_idle"]),
             (f"sidecar, {idle}", echo["sidecar_idle"]),
         ]
-        if td and "echo_idle" in td:
-            rows.append((f"terminado, {idle}", td["echo_idle"]))
+        for name, node in measured:
+            if "echo_idle" in node:
+                rows.append((f"{name}, {idle}", node["echo_idle"]))
     if "median_ms" in echo.get("sidecar_c", {}):
         idle = f"after {echo['idle_pause_s']} s idle"
         rows += [
             ("sidecar -> independent C client", echo["sidecar_c"]),
             (f"sidecar -> C client, {idle}", echo["sidecar_c_idle"]),
         ]
-        if td and "echo_c" in td:
-            rows += [
-                ("terminado -> independent C client", td["echo_c"]),
-                (f"terminado -> C client, {idle}", td["echo_c_idle"]),
-            ]
+        for name, node in measured:
+            if "echo_c" in node:
+                rows.append((f"{name} -> independent C client", node["echo_c"]))
+            if "echo_c_idle" in node:
+                rows.append((f"{name} -> C client, {idle}", node["echo_c_idle"]))
     for label, node in rows:
         lines.append(
             _row(f"4 {label}", _fig(node["median_ms"], 3), f"p99 {_fig(node['p99_ms'], 3)}")
@@ -288,11 +320,20 @@ def render_table(results: dict[str, Any], targets: list[Target]) -> str:
         ),
         f"    stalled client: {stalled_outcome(e2e['stalled_client'])}",
     ]
-    if td:
-        lines += [
-            _row("  terminado: growth while a client stalls", _fig(td["stalled_growth_mb"])),
-            f"    stalled client: {stalled_outcome(td['stalled_client'])}",
-        ]
+    for name, node in measured:
+        if "stalled_growth_mb" in node:
+            lines += [
+                _row(f"  {name}: growth while a client stalls", _fig(node["stalled_growth_mb"])),
+                f"    stalled client: {stalled_outcome(node['stalled_client'])}",
+            ]
+        else:
+            lines.append(
+                _row(
+                    f"  {name}: after one cat to a client / growth during it",
+                    _fig(node["alone"]["server_rss_start_mb"]),
+                    f"growth {_fig(node['alone_growth_mb'])}",
+                )
+            )
     lines += [
         _row(
             f"  after cat of {big['output_mb']:.0f} MB in-process, RSS",

@@ -15,9 +15,9 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Callable
-from contextlib import AsyncExitStack
+from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import attrs
 import trio
@@ -29,7 +29,10 @@ from ahp.bench.endtoend import (
     AhpServer,
     CMeasured,
     ManyRun,
+    Measured,
     PairRun,
+    ServerUnderTest,
+    alone_run,
     c_echo_run,
     c_stream_run,
     echo_run,
@@ -44,6 +47,7 @@ from ahp.bench.processes import open_worker
 from ahp.bench.procfs import machine_info
 from ahp.bench.progress import Progress
 from ahp.bench.stats import percentile, summarize
+from ahp.bench.ttyd import open_ttyd, ttyd_missing, ttyd_version
 from ahp.bench.workload import Workload, generate
 from ahp.bench.wsclient import ECHO_WARMUP, IDLE_WARMUP
 from ahp.engine import open_host
@@ -238,18 +242,63 @@ def _pairs_json(workload: Workload, pairs: list[PairRun]) -> dict[str, Any]:
     }
 
 
+@attrs.frozen
+class _Peer:
+    """A peer server of ``--peers``: how to tell it is missing, its version, how to start it."""
+
+    name: str
+    missing: Callable[[], str | None]
+    version: Callable[[], str]
+    open: Callable[[Workload], AbstractAsyncContextManager[ServerUnderTest]]
+
+
+#: The peers, in the order they are measured in each round.
+PEERS: Final = (
+    _Peer("terminado", terminado_missing, terminado_version, open_terminado),
+    _Peer("ttyd", ttyd_missing, ttyd_version, open_ttyd),
+)
+#: Why a peer is not measured when ``--peers`` was not given.
+NOT_REQUESTED: Final = "not requested (use --peers)"
+
+
+def _peers_missing(config: Config) -> dict[str, str | None]:
+    """Each peer's reason not to be measured (None: it is measured)."""
+    return {p.name: (p.missing() if config.peers else NOT_REQUESTED) for p in PEERS}
+
+
+def _failed(peer: _Peer, exc: Exception) -> str:
+    return f"{peer.name} failed: {type(exc).__name__}: {exc}"
+
+
+def _alone_json(workload: Workload, alone: list[Measured]) -> dict[str, Any]:
+    """A peer measured without the stalled viewer (its terminals cannot have two)."""
+    return {
+        "alone": _client_json(workload, alone),
+        "alone_growth_mb": _fig(
+            [(a.rss_peak_kb - a.rss_start_kb) * 1024 / MB for a in alone], "MB"
+        ),
+        "with_stalled": {"skipped": NO_SECOND_VIEWER},
+    }
+
+
+#: Why a peer has no stalled-viewer figures.
+NO_SECOND_VIEWER: Final = (
+    "every connection gets its own program: one terminal cannot have a second viewer"
+)
+
+
 async def _throughput(
     config: Config, workload: Workload, progress: Progress, results: dict[str, Any]
 ) -> None:
     progress.begin("throughput (ceiling, engine, end to end, interleaved)")
-    missing = terminado_missing() if config.peers else "not requested (use --peers)"
+    missing = _peers_missing(config)
     ceiling: list[BareRun] = []
     one: list[EngineRun] = []
     ten: list[EngineRun] = []
     ours: list[PairRun] = []
-    theirs: list[PairRun] = []
     c_ours: list[CMeasured] = []
-    c_theirs: list[CMeasured] = []
+    theirs: dict[str, list[PairRun | Measured]] = {p.name: [] for p in PEERS}
+    c_theirs: dict[str, list[CMeasured]] = {p.name: [] for p in PEERS}
     cclient = _CClient(config)
     await cclient.build(progress)
     async with open_host() as host:
@@ -271,20 +320,25 @@ async def _throughput(
                         c_ours.append(await c_stream_run(sidecar, cclient.binary))
                     except (CClientError, OSError) as exc:
                         cclient.fail(progress, exc)
-            if missing is None:
-                progress.update(f"{run}: terminado, alone then beside a stalled client")
+            for peer in PEERS:
+                if missing[peer.name] is not None:
+                    continue
                 try:
-                    async with open_terminado(workload) as terminado:
-                        theirs.append(await pair_run(terminado, stall_hold=config.stall_hold))
+                    async with peer.open(workload) as server:
+                        if server.shares_terminals:
+                            progress.update(f"{run}: {peer.name}, alone then beside a stalled one")
+                            theirs[peer.name].append(
+                                await pair_run(server, stall_hold=config.stall_hold)
+                            )
+                        else:
+                            progress.update(f"{run}: {peer.name}, one client")
+                            theirs[peer.name].append(await alone_run(server))
                         if cclient.binary is not None:
-                            progress.update(f"{run}: terminado -> independent C client")
-                            try:
-                                c_theirs.append(await c_stream_run(terminado, cclient.binary))
-                            except (CClientError, OSError) as exc:
-                                cclient.fail(progress, exc)
+                            progress.update(f"{run}: {peer.name} -> independent C client")
+                            c_theirs[peer.name].append(await c_stream_run(server, cclient.binary))
                 except Exception as exc:  # a peer's failure must not lose our figures
-                    missing = f"terminado failed: {type(exc).__name__}: {exc}"
-                    progress.note(missing)
+                    missing[peer.name] = _failed(peer, exc)
+                    progress.note(missing[peer.name] or "")
     results["ceiling"] = _ceiling_json(workload, ceiling)
     results["engine"] = {"one": _engine_json(workload, one), "ten": _engine_json(workload, ten)}
     results["end_to_end"] = _pairs_json(workload, ours)
@@ -292,24 +346,31 @@ async def _throughput(
     results["end_to_end"]["c_client"] = (
         _c_json(workload, c_ours) if len(c_ours) == config.runs else c_skipped
     )
-    if missing is None:
-        results["peers"] = {
-            "terminado": {
-                "version": terminado_version(),
-                **_pairs_json(workload, theirs),
-                "c_client": _c_json(workload, c_theirs)
-                if len(c_theirs) == config.runs
-                else c_skipped,
-            }
+    if not config.peers:
+        results["peers"] = {"skipped": NOT_REQUESTED}
+        return
+    peers: dict[str, Any] = {}
+    for peer in PEERS:
+        why = missing[peer.name]
+        runs = theirs[peer.name]
+        if why is not None or len(runs) != config.runs:
+            peers[peer.name] = {"skipped": why or "not run"}
+            continue
+        pairs = [r for r in runs if isinstance(r, PairRun)]
+        alone = [r for r in runs if isinstance(r, Measured)]
+        c_runs = c_theirs[peer.name]
+        peers[peer.name] = {
+            "version": peer.version(),
+            **(_pairs_json(workload, pairs) if pairs else _alone_json(workload, alone)),
+            "c_client": _c_json(workload, c_runs) if len(c_runs) == config.runs else c_skipped,
         }
-    else:
-        results["peers"] = {"skipped": missing}
+    results["peers"] = peers
 
 
 # -- many terminals at once ---------------------------------------------------------------------
 
 
-def _many_json(runs: list[ManyRun]) -> dict[str, Any]:
+def _many_json(runs: list[ManyRun], rss_kept_kb: list[int]) -> dict[str, Any]:
     return {
         "terminals": runs[0].terminals,
         "aggregate_throughput": _fig([r.total_bytes / r.seconds / MB for r in runs], "MB/s"),
@@ -323,12 +384,24 @@ def _many_json(runs: list[ManyRun]) -> dict[str, Any]:
             [r.server_cpu_seconds / (r.total_bytes / (100 * MB)) for r in runs], "s"
         ),
         "machine_busy_cores": _fig([r.machine_cores for r in runs], "cores"),
+        # The server's RSS once the terminals were disposed, minus before they were made.
+        "server_rss_kept_mb": _fig([kb * 1024 / MB for kb in rss_kept_kb], "MB"),
         "complete": all(r.incomplete == 0 for r in runs),
     }
 
 
+async def _many_measured(
+    server: ServerUnderTest, workload: Workload, terminals: int, binary: Path | None
+) -> tuple[ManyRun, int]:
+    """:func:`many_run` and the server's RSS growth from before it to after it."""
+    before = server.rss_kb()
+    run = await many_run(server, workload, terminals, binary)
+    await trio.sleep(0.2)  # let the server settle (closing handshakes, frees)
+    return run, server.rss_kb() - before
+
+
 async def _many(config: Config, tmp: Path, progress: Progress, results: dict[str, Any]) -> None:
-    """``config.many`` terminals streaming at once, through the sidecar (and terminado)."""
+    """``config.many`` terminals streaming at once, through the sidecar (and the peers)."""
     progress.begin(f"{config.many} terminals at once")
     if config.many < 1:
         results["many"] = {"skipped": "--many 0"}
@@ -339,34 +412,49 @@ async def _many(config: Config, tmp: Path, progress: Progress, results: dict[str
     workload = generate(directory, per_mb)
     cclient = _CClient(config)
     await cclient.build(progress)
-    missing = terminado_missing() if config.peers else "not requested (use --peers)"
+    missing = _peers_missing(config)
     ours: list[ManyRun] = []
-    theirs: list[ManyRun] = []
+    ours_kept: list[int] = []
+    theirs: dict[str, list[ManyRun]] = {p.name: [] for p in PEERS}
+    theirs_kept: dict[str, list[int]] = {p.name: [] for p in PEERS}
     for i in range(config.runs):
         run = f"run {i + 1}/{config.runs}"
         progress.update(f"{run}: sidecar, {config.many} x {per_mb:g} MB")
         async with open_worker() as worker:
-            ours.append(
-                await many_run(AhpServer(worker, workload), workload, config.many, cclient.binary)
+            many, kept = await _many_measured(
+                AhpServer(worker, workload), workload, config.many, cclient.binary
             )
-        if missing is None:
-            progress.update(f"{run}: terminado, {config.many} x {per_mb:g} MB")
+            ours.append(many)
+            ours_kept.append(kept)
+        for peer in PEERS:
+            if missing[peer.name] is not None:
+                continue
+            progress.update(f"{run}: {peer.name}, {config.many} x {per_mb:g} MB")
             try:
-                async with open_terminado(workload) as terminado:
-                    theirs.append(await many_run(terminado, workload, config.many, cclient.binary))
+                async with peer.open(workload) as server:
+                    many, kept = await _many_measured(server, workload, config.many, cclient.binary)
+                    theirs[peer.name].append(many)
+                    theirs_kept[peer.name].append(kept)
             except Exception as exc:  # a peer's failure must not lose our figures
-                missing = f"terminado failed: {type(exc).__name__}: {exc}"
-                progress.note(missing)
+                missing[peer.name] = _failed(peer, exc)
+                progress.note(missing[peer.name] or "")
     client = "independent C client, one process per terminal" if cclient.binary else "Python"
-    results["many"] = {"mb_per_terminal": per_mb, "client": client, "ours": _many_json(ours)}
-    if missing is None and theirs:
-        results["many"]["terminado"] = _many_json(theirs)
-        results["many"]["ours_over_terminado"] = (
-            results["many"]["ours"]["aggregate_throughput"]["median"]
-            / results["many"]["terminado"]["aggregate_throughput"]["median"]
-        )
-    else:
-        results["many"]["terminado"] = {"skipped": missing}
+    node: dict[str, Any] = {
+        "mb_per_terminal": per_mb,
+        "client": client,
+        "ours": _many_json(ours, ours_kept),
+    }
+    for peer in PEERS:
+        runs = theirs[peer.name]
+        if missing[peer.name] is None and len(runs) == config.runs:
+            node[peer.name] = _many_json(runs, theirs_kept[peer.name])
+            node[f"ours_over_{peer.name}"] = (
+                node["ours"]["aggregate_throughput"]["median"]
+                / node[peer.name]["aggregate_throughput"]["median"]
+            )
+        else:
+            node[peer.name] = {"skipped": missing[peer.name] or "not run"}
+    results["many"] = node
 
 
 # -- echo -------------------------------------------------------------------------------------
@@ -383,6 +471,26 @@ def _echo_json(runs: list[list[float]]) -> dict[str, Any]:
     }
 
 
+#: A peer's echo series: Python client back to back and after the pause, then the C client's.
+_PEER_ECHO: Final = ("echo", "echo_idle", "echo_c", "echo_c_idle")
+
+
+async def _peer_echo(
+    config: Config, server: ServerUnderTest, binary: Path | None, series: dict[str, list[Any]]
+) -> None:
+    """One round of a peer's echo series (see :data:`_PEER_ECHO`)."""
+    series["echo"].append(await echo_run(server, config.echo_count))
+    series["echo_idle"].append(await echo_run(server, config.idle_count, pause=config.idle_pause))
+    if binary is None:
+        return
+    series["echo_c"].append(await c_echo_run(server, binary, config.echo_count, warmup=ECHO_WARMUP))
+    series["echo_c_idle"].append(
+        await c_echo_run(
+            server, binary, config.idle_count, warmup=IDLE_WARMUP, pause=config.idle_pause
+        )
+    )
+
+
 async def _echo(
     config: Config, workload: Workload, progress: Progress, results: dict[str, Any]
 ) -> None:
@@ -391,25 +499,29 @@ async def _echo(
     bare: list[list[float]] = []
     engine: list[list[float]] = []
     ours: list[list[float]] = []
-    theirs: list[list[float]] = []
     bare_idle: list[list[float]] = []
     ours_idle: list[list[float]] = []
-    theirs_idle: list[list[float]] = []
-    # The independent C client: back to back and after the pause, ours and terminado's.
-    c_runs: dict[str, list[list[float]]] = {
-        "ours": [],
-        "ours_idle": [],
-        "theirs": [],
-        "theirs_idle": [],
+    # The independent C client: back to back and after the pause.
+    c_ours: list[list[float]] = []
+    c_ours_idle: list[list[float]] = []
+    theirs: dict[str, dict[str, list[Any]]] = {
+        p.name: {key: [] for key in _PEER_ECHO} for p in PEERS
     }
+    missing = _peers_missing(config)
     cclient = _CClient(config)
     await cclient.build(progress)
-    peers = config.peers and terminado_missing() is None
     async with AsyncExitStack() as stack:
         host = await stack.enter_async_context(open_host())
         worker = await stack.enter_async_context(open_worker())
         server = AhpServer(worker, workload)
-        terminado = await stack.enter_async_context(open_terminado(workload)) if peers else None
+        peers: dict[str, ServerUnderTest] = {}
+        for peer in PEERS:
+            if missing[peer.name] is None:
+                try:
+                    peers[peer.name] = await stack.enter_async_context(peer.open(workload))
+                except Exception as exc:  # a peer's failure must not lose our figures
+                    missing[peer.name] = _failed(peer, exc)
+                    progress.note(missing[peer.name] or "")
         for i in range(config.runs):
             run = f"run {i + 1}/{config.runs}"
             progress.update(f"{run}: bare pty")
@@ -425,12 +537,12 @@ async def _echo(
             if cclient.binary is not None:
                 progress.update(f"{run}: sidecar, independent C client")
                 try:
-                    c_runs["ours"].append(
+                    c_ours.append(
                         await c_echo_run(
                             server, cclient.binary, config.echo_count, warmup=ECHO_WARMUP
                         )
                     )
-                    c_runs["ours_idle"].append(
+                    c_ours_idle.append(
                         await c_echo_run(
                             server,
                             cclient.binary,
@@ -439,35 +551,17 @@ async def _echo(
                             pause=config.idle_pause,
                         )
                     )
-                    if terminado is not None:
-                        progress.update(f"{run}: terminado, independent C client")
-                        c_runs["theirs"].append(
-                            await c_echo_run(
-                                terminado, cclient.binary, config.echo_count, warmup=ECHO_WARMUP
-                            )
-                        )
-                        c_runs["theirs_idle"].append(
-                            await c_echo_run(
-                                terminado,
-                                cclient.binary,
-                                config.idle_count,
-                                warmup=IDLE_WARMUP,
-                                pause=config.idle_pause,
-                            )
-                        )
                 except (CClientError, OSError) as exc:
                     cclient.fail(progress, exc)
-            if terminado is not None:
-                progress.update(f"{run}: terminado")
+            for peer in PEERS:
+                if peer.name not in peers:
+                    continue
+                progress.update(f"{run}: {peer.name}, back to back and after the pause")
                 try:
-                    theirs.append(await echo_run(terminado, config.echo_count))
-                    progress.update(f"{run}: terminado after {config.idle_pause} s idle")
-                    theirs_idle.append(
-                        await echo_run(terminado, config.idle_count, pause=config.idle_pause)
-                    )
+                    await _peer_echo(config, peers[peer.name], cclient.binary, theirs[peer.name])
                 except Exception as exc:  # a peer's failure must not lose our figures
-                    progress.note(f"terminado echo failed: {type(exc).__name__}: {exc}")
-                    terminado = None
+                    progress.note(f"{peer.name} echo failed: {type(exc).__name__}: {exc}")
+                    del peers[peer.name]
     results["echo"] = {
         "bare_pty": _echo_json(bare),
         "engine": _echo_json(engine),
@@ -476,19 +570,20 @@ async def _echo(
         "bare_pty_idle": _echo_json(bare_idle),
         "sidecar_idle": _echo_json(ours_idle),
     }
-    complete = len(c_runs["ours"]) == config.runs and len(c_runs["ours_idle"]) == config.runs
+    complete = len(c_ours) == config.runs and len(c_ours_idle) == config.runs
     if complete:
-        results["echo"]["sidecar_c"] = _echo_json(c_runs["ours"])
-        results["echo"]["sidecar_c_idle"] = _echo_json(c_runs["ours_idle"])
+        results["echo"]["sidecar_c"] = _echo_json(c_ours)
+        results["echo"]["sidecar_c_idle"] = _echo_json(c_ours_idle)
     else:
         results["echo"]["sidecar_c"] = {"skipped": cclient.missing or "not run"}
-    if theirs and "terminado" in results.get("peers", {}):
-        results["peers"]["terminado"]["echo"] = _echo_json(theirs)
-        if theirs_idle:
-            results["peers"]["terminado"]["echo_idle"] = _echo_json(theirs_idle)
-        if complete and len(c_runs["theirs_idle"]) == config.runs:
-            results["peers"]["terminado"]["echo_c"] = _echo_json(c_runs["theirs"])
-            results["peers"]["terminado"]["echo_c_idle"] = _echo_json(c_runs["theirs_idle"])
+    for peer in PEERS:
+        node = results.get("peers", {}).get(peer.name)
+        if not isinstance(node, dict) or "alone" not in node:
+            continue
+        for key in _PEER_ECHO:
+            runs = theirs[peer.name][key]
+            if len(runs) == config.runs and (complete or not key.startswith("echo_c")):
+                node[key] = _echo_json(runs)
 
 
 # -- memory -----------------------------------------------------------------------------------

@@ -73,7 +73,17 @@ def evaluate(results: dict[str, Any]) -> list[Target]:
     ceiling = m("ceiling", "throughput")
     e2e = m("end_to_end", "alone", "throughput")
     terminado = m("peers", "terminado", "alone", "throughput")
-    peers_missing = _get(results, "peers", "skipped")
+    peers_missing = _get(results, "peers", "skipped") or _get(
+        results, "peers", "terminado", "skipped"
+    )
+    ttyd_missing = _get(results, "peers", "skipped") or _get(results, "peers", "ttyd", "skipped")
+    c_skipped = _get(results, "end_to_end", "c_client", "skipped")
+    c_ttyd_missing = c_skipped or ttyd_missing
+    many_ttyd_missing = _get(results, "many", "skipped") or _get(results, "many", "ttyd", "skipped")
+    c_ttyd = m("peers", "ttyd", "c_client", "throughput")
+    c_ttyd_med = m("peers", "ttyd", "echo_c", "median_ms")
+    c_ttyd_idle = m("peers", "ttyd", "echo_c_idle", "median_ms")
+    c_terminado_idle = m("peers", "terminado", "echo_c_idle", "median_ms")
     bare_med = m("echo", "bare_pty", "median_ms")
     bare_p99 = m("echo", "bare_pty", "p99_ms")
     ours_med = m("echo", "sidecar", "median_ms")
@@ -88,7 +98,7 @@ def evaluate(results: dict[str, Any]) -> list[Target]:
     c_idle_med = m("echo", "sidecar_c_idle", "median_ms")
     c_their_med = m("peers", "terminado", "echo_c", "median_ms")
     c_their_p99 = m("peers", "terminado", "echo_c", "p99_ms")
-    c_missing = _get(results, "end_to_end", "c_client", "skipped") or peers_missing
+    c_missing = c_skipped or peers_missing
     return [
         Target(
             "engine_vs_ceiling",
@@ -225,6 +235,79 @@ def evaluate(results: dict[str, Any]) -> list[Target]:
             1.5,
             _div(c_idle_med, c_ours_med),
             why_missing=_get(results, "end_to_end", "c_client", "skipped"),
+        ),
+        Target(
+            "echo_idle_vs_terminado_c",
+            "echo median after 150 ms idle / terminado's, independent C client",
+            "<=",
+            1.0,
+            _div(c_idle_med, c_terminado_idle),
+            why_missing=c_missing,
+        ),
+        # Issue 23's goals against ttyd (the C peer, :mod:`ahp.bench.ttyd`), every one
+        # measured with the independent C client, as the issue's table was.
+        Target(
+            "e2e_vs_ttyd_c",
+            "one terminal, end to end / ttyd's, independent C client",
+            ">=",
+            1.25,
+            _div(c_e2e, c_ttyd),
+            why_missing=c_ttyd_missing,
+        ),
+        Target(
+            "e2e_vs_ttyd",
+            "one terminal, end to end / ttyd's, Python client",
+            ">=",
+            1.25,
+            _div(e2e, m("peers", "ttyd", "alone", "throughput")),
+            why_missing=ttyd_missing,
+        ),
+        Target(
+            "many_vs_ttyd",
+            "many terminals at once, aggregate / ttyd's aggregate",
+            ">=",
+            1.5,
+            _div(
+                m("many", "ours", "aggregate_throughput"),
+                m("many", "ttyd", "aggregate_throughput"),
+            ),
+            why_missing=many_ttyd_missing,
+        ),
+        Target(
+            "server_cpu_vs_ttyd_c",
+            "server CPU per 100 MB / ttyd's, independent C client (0.75 s against ttyd's 0.83)",
+            "<=",
+            0.9,
+            _div(
+                m("end_to_end", "c_client", "server_cpu_s_per_100mb"),
+                m("peers", "ttyd", "c_client", "server_cpu_s_per_100mb"),
+            ),
+            why_missing=c_ttyd_missing,
+        ),
+        Target(
+            "echo_vs_ttyd_c",
+            "echo median / ttyd's, independent C client (the moonshot)",
+            "<=",
+            2.0,
+            _div(c_ours_med, c_ttyd_med),
+            why_missing=c_ttyd_missing,
+        ),
+        Target(
+            "echo_idle_vs_ttyd_c",
+            "echo median after 150 ms idle / ttyd's, independent C client (as the moonshot)",
+            "<=",
+            2.0,
+            _div(c_idle_med, c_ttyd_idle),
+            why_missing=c_ttyd_missing,
+        ),
+        Target(
+            "many_rss_kept",
+            "sidecar RSS kept after the many-terminals run, terminals disposed",
+            "<=",
+            16.0,
+            m("many", "ours", "server_rss_kept_mb"),
+            unit="MB",
+            why_missing=_get(results, "many", "skipped"),
         ),
         Target(
             "idle_per_terminal",

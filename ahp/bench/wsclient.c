@@ -10,9 +10,13 @@
  * It speaks RFC 6455 as a client: TCP_NODELAY, the HTTP upgrade (with a
  * checked Sec-WebSocket-Accept), masked frames out; frames in with
  * fragmentation, pings (answered), pongs (ignored) and close (answered).
- * Two dialects: AHP (initialize with initialSubscriptions, dispatchAction
- * terminal/input, output in terminal/data, end at terminal/exited) and
- * terminado (["stdin", ...] in, ["stdout", ...] out, end at ["disconnect", ...]).
+ * Three dialects: AHP (initialize with initialSubscriptions, dispatchAction
+ * terminal/input, output in terminal/data, end at terminal/exited),
+ * terminado (["stdin", ...] in, ["stdout", ...] out, end at ["disconnect", ...])
+ * and ttyd (subprotocol "tty"; binary messages tagged by their first byte:
+ * a JSON hello {"AuthToken", "columns", "rows"} out, then '0' + bytes typed;
+ * in, '1' title and '2' preferences before '0' + raw output bytes; ttyd has no
+ * end-of-output message, so the end is --expect-chars characters of output).
  *
  * Modes:
  *   stream  handshake, then type "\r" (releases the benchmark's gate) and
@@ -20,7 +24,8 @@
  *   echo    type "x" and wait for output holding "x", --warmup + --count
  *           times, optionally sleeping --pause seconds before each one.
  *
- * Usage: wsclient [--dialect ahp --channel URI | --dialect terminado] [--release TEXT [--ready TEXT]]
+ * Usage: wsclient [--dialect ahp --channel URI | --dialect terminado |
+ *                 --dialect ttyd [--expect-chars N]] [--release TEXT [--ready TEXT]]
  *        [--count N --warmup N --pause S] [--timeout S] URL stream|echo
  *
  * Output: one JSON object on stdout. Errors: a line on stderr, exit status 2.
@@ -53,7 +58,12 @@
 #define HEAD_MAX 8192
 
 enum { OP_CONT = 0, OP_TEXT = 1, OP_BINARY = 2, OP_CLOSE = 8, OP_PING = 9, OP_PONG = 10 };
-enum { DIALECT_AHP, DIALECT_TERMINADO };
+enum { DIALECT_AHP, DIALECT_TERMINADO, DIALECT_TTYD };
+/* ttyd's message types (its src/server.h) and the size its hello announces. */
+#define TTYD_INPUT '0'
+#define TTYD_OUTPUT '0'
+#define TTYD_PREFERENCES '2'
+#define TTYD_HELLO "{\"AuthToken\":\"\",\"columns\":80,\"rows\":24}"
 
 static int sock = -1;
 static unsigned char *rbuf;
@@ -312,7 +322,7 @@ static int get_message(unsigned char **payload, size_t *n) {
 
 /* -- the upgrade ---------------------------------------------------------------------- */
 
-static void connect_ws(const char *url, double timeout) {
+static void connect_ws(const char *url, double timeout, const char *subprotocol) {
     char host[256], port[16] = "80", target[4096];
     const char *p = url;
     if (strncmp(p, "ws://", 5) != 0) die("only ws:// URLs: %s", url);
@@ -352,13 +362,15 @@ static void connect_ws(const char *url, double timeout) {
         uint64_t r = next_random();
         memcpy(nonce + i, &r, 8);
     }
-    char key[32], request[HEAD_MAX + 4096];
+    char key[32], request[HEAD_MAX + 4096], protocol[128] = "";
     base64(nonce, 16, key);
+    if (subprotocol)
+        snprintf(protocol, sizeof protocol, "Sec-WebSocket-Protocol: %s\r\n", subprotocol);
     int n = snprintf(request, sizeof request,
                      "GET %s HTTP/1.1\r\nHost: %s:%s\r\nUpgrade: websocket\r\n"
                      "Connection: Upgrade\r\nSec-WebSocket-Key: %s\r\n"
-                     "Sec-WebSocket-Version: 13\r\n\r\n",
-                     target, host, port, key);
+                     "Sec-WebSocket-Version: 13\r\n%s\r\n",
+                     target, host, port, key, protocol);
     if (n < 0 || (size_t)n >= sizeof request) die("URL too long");
     write_all((const unsigned char *)request, (size_t)n);
 
@@ -626,9 +638,28 @@ static void json_escape(const char *in, char *out, size_t cap) {
     out[o] = 0;
 }
 
-static void type_text(const char *json_string_body) {
-    char frame[8192];
+/* Characters (code points, counted by their first byte, so a sequence split
+ * across messages counts once) and bytes of raw UTF-8 output (ttyd's). */
+static void measure_raw(const unsigned char *p, size_t n, Text *t) {
+    for (size_t i = 0; i < n; i++) {
+        if ((p[i] & 0xC0) != 0x80) t->chars++;
+        t->has_x |= p[i] == 'x';
+    }
+    t->bytes += (long long)n;
+}
+
+static void type_text(const char *raw) {
+    char frame[8192], json_string_body[4096];
     int n;
+    if (dialect == DIALECT_TTYD) {
+        size_t len = strlen(raw);
+        if (len + 1 > sizeof frame) die("input too long");
+        frame[0] = TTYD_INPUT;
+        memcpy(frame + 1, raw, len);
+        send_frame(OP_BINARY, frame, len + 1);
+        return;
+    }
+    json_escape(raw, json_string_body, sizeof json_string_body);
     if (dialect == DIALECT_AHP) {
         char ch[4096];
         json_escape(channel, ch, sizeof ch);
@@ -650,6 +681,13 @@ static Span last_data;
 /* What one message means: 1 output (text filled), 2 end of output, 0 anything else. */
 static int classify(const unsigned char *p, size_t n, Text *text) {
     Cursor c = {p, p + n};
+    if (dialect == DIALECT_TTYD) {
+        if (n < 1 || p[0] != TTYD_OUTPUT) return 0; /* title, preferences */
+        last_data.s = p + 1;
+        last_data.n = n - 1;
+        measure_raw(p + 1, n - 1, text);
+        return 1;
+    }
     if (dialect == DIALECT_AHP) {
         Ahp m = {0};
         if (walk_object(&c, visit_top, &m, 0)) die("malformed JSON from the server");
@@ -697,6 +735,13 @@ static void handshake(void) {
             if (!m.has_id1 || m.method.s) continue;
             if (m.has_error) die("initialize failed: %.*s", (int)(n > 300 ? 300 : n), p);
             if (m.has_result) return;
+        }
+    }
+    if (dialect == DIALECT_TTYD) { /* the hello starts the program; preferences follow */
+        send_frame(OP_BINARY, TTYD_HELLO, strlen(TTYD_HELLO));
+        for (;;) {
+            if (!get_message(&p, &n)) die("closed before the preferences (%d)", close_code);
+            if (n >= 1 && p[0] == TTYD_PREFERENCES) return;
         }
     }
     for (;;) { /* terminado: ["setup", {}] first */
@@ -747,7 +792,7 @@ static void wait_ready(const char *ready) {
     }
 }
 
-static void run_stream(const char *release, const char *ready) {
+static void run_stream(const char *release, const char *ready, long long expect_chars) {
     long long frames = 0;
     Text text = {0};
     int ended = 0;
@@ -759,7 +804,7 @@ static void run_stream(const char *release, const char *ready) {
     while (get_message(&p, &n)) {
         frames++;
         int kind = classify(p, n, &text);
-        if (kind == 2) {
+        if (kind == 2 || (expect_chars > 0 && text.chars >= expect_chars)) {
             ended = 1;
             break;
         }
@@ -808,8 +853,9 @@ static void run_echo(int count, int warmup, double pause) {
 static void usage(void) {
     fprintf(stderr,
             "usage: %s [options] URL stream|echo\n"
-            "  --dialect ahp|terminado   (default ahp; ahp needs --channel URI)\n"
+            "  --dialect ahp|terminado|ttyd (default ahp; ahp needs --channel URI)\n"
             "  --channel URI             the AHP terminal to follow\n"
+            "  --expect-chars N          stream, ttyd: the output ends after N characters\n"
             "  --release TEXT            stream: what is typed to start the output (default CR)\n"
             "  --ready TEXT              stream: first wait for output holding TEXT (a prompt)\n"
             "  --count N --warmup N      echo: measured and unmeasured keystrokes (300, 20)\n"
@@ -826,9 +872,10 @@ int main(int argc, char **argv) {
         {"release", required_argument, 0, 'r'}, {"count", required_argument, 0, 'n'},
         {"warmup", required_argument, 0, 'w'},  {"pause", required_argument, 0, 'p'},
         {"timeout", required_argument, 0, 't'}, {"ready", required_argument, 0, 'y'},
-        {0, 0, 0, 0},
+        {"expect-chars", required_argument, 0, 'e'}, {0, 0, 0, 0},
     };
     int count = 300, warmup = 20, opt;
+    long long expect_chars = 0;
     double pause = 0, timeout = 60;
     const char *release = "\r", *ready = NULL;
     dialect = DIALECT_AHP;
@@ -837,6 +884,7 @@ int main(int argc, char **argv) {
         case 'd':
             if (strcmp(optarg, "ahp") == 0) dialect = DIALECT_AHP;
             else if (strcmp(optarg, "terminado") == 0) dialect = DIALECT_TERMINADO;
+            else if (strcmp(optarg, "ttyd") == 0) dialect = DIALECT_TTYD;
             else usage();
             break;
         case 'c': channel = optarg; break;
@@ -846,6 +894,7 @@ int main(int argc, char **argv) {
         case 'w': warmup = atoi(optarg); break;
         case 'p': pause = atof(optarg); break;
         case 't': timeout = atof(optarg); break;
+        case 'e': expect_chars = atoll(optarg); break;
         default: usage();
         }
     }
@@ -857,20 +906,20 @@ int main(int argc, char **argv) {
     if (count < 1 || warmup < 0 || count + warmup > MAX_ECHO || pause < 0 || pause > 60)
         die("--count 1.., --warmup 0.., count + warmup <= %d, --pause 0..60", MAX_ECHO);
     if (timeout <= 0) die("--timeout must be positive");
+    if (expect_chars < 0 || (expect_chars > 0 && dialect != DIALECT_TTYD))
+        die("--expect-chars N: N >= 0, with --dialect ttyd only");
     struct timespec seed;
     clock_gettime(CLOCK_REALTIME, &seed);
     rng = (uint64_t)seed.tv_nsec * 6364136223846793005ULL ^ (uint64_t)getpid() ^
           0x9E3779B97F4A7C15ULL;
     if (!rng) rng = 1;
 
-    connect_ws(url, timeout);
+    connect_ws(url, timeout, dialect == DIALECT_TTYD ? "tty" : NULL);
     handshake();
     if (echo) {
         run_echo(count, warmup, pause);
     } else {
-        char body[4096];
-        json_escape(release, body, sizeof body);
-        run_stream(body, ready);
+        run_stream(release, ready, expect_chars);
     }
     fflush(stdout);
     close(sock);

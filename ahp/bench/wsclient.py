@@ -4,7 +4,9 @@ Why one client: a comparison between servers is only fair if the same client
 code, with the same buffers and the same JSON decoder (orjson), consumes the
 same workload. A small *dialect* object is all that differs between servers:
 how to say hello, how to type, and how to tell output and the end of it in a
-frame (AHP's ``action`` notifications; terminado's ``["stdout", text]``).
+frame (AHP's ``action`` notifications; terminado's ``["stdout", text]``;
+ttyd's binary frames, whose first byte says what they carry, with the end
+known by count: see :class:`TtydDialect`).
 
 The connection is :mod:`ahp.bench.rawws` (256 KiB reads, frames cut out of
 one buffer, no reader task: the client spends as little CPU as it can, see
@@ -15,11 +17,12 @@ went away without closing.
 
 from __future__ import annotations
 
+import codecs
 import itertools
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Protocol
+from typing import Final, Protocol
 
 import attrs
 import orjson
@@ -34,6 +37,7 @@ __all__ = [
     "StalledClient",
     "StreamRun",
     "TerminadoDialect",
+    "TtydDialect",
     "echo_round_trips",
     "stalled_client",
     "stream_throughput",
@@ -49,12 +53,14 @@ class Dialect(Protocol):
     """How one server's protocol says hello, takes input and carries output."""
 
     name: str
+    #: Subprotocols asked for in the upgrade (``Sec-WebSocket-Protocol``).
+    subprotocols: tuple[str, ...]
 
     async def handshake(self, ws: RawWebSocket) -> None:
         """After the upgrade: until the client follows the terminal."""
 
-    def input_frame(self, text: str) -> str:
-        """A frame that types ``text`` into the terminal."""
+    def input_frame(self, text: str) -> str | bytes:
+        """A message (text or binary) that types ``text`` into the terminal."""
 
     def parse(self, frame: bytes) -> tuple[str | None, bool]:
         """``(output text or None, whether this frame ends the output)``."""
@@ -64,6 +70,7 @@ class AhpDialect:
     """AHP: ``initialize`` subscribed to the terminal, input via ``dispatchAction``."""
 
     name = "ahp"
+    subprotocols: tuple[str, ...] = ()
 
     def __init__(self, channel: str) -> None:
         self.channel = channel
@@ -125,6 +132,7 @@ class TerminadoDialect:
     """terminado: JSON arrays; ``["setup", {}]`` first, ``["disconnect", 1]`` at the end."""
 
     name = "terminado"
+    subprotocols: tuple[str, ...] = ()
 
     async def handshake(self, ws: RawWebSocket) -> None:
         while True:
@@ -144,6 +152,70 @@ class TerminadoDialect:
         return None, kind == "disconnect"
 
 
+#: ttyd's message types (its ``src/server.h``): the first byte of every message.
+TTYD_INPUT: Final = ord("0")
+TTYD_OUTPUT: Final = ord("0")
+TTYD_TITLE: Final = ord("1")
+TTYD_PREFERENCES: Final = ord("2")
+#: Terminal size the ttyd client announces (ttyd starts the program only then).
+TTYD_COLUMNS: Final = 80
+TTYD_ROWS: Final = 24
+
+
+def ttyd_init(columns: int = TTYD_COLUMNS, rows: int = TTYD_ROWS) -> bytes:
+    """ttyd's first client message: JSON with the (empty) token and the size."""
+    return orjson.dumps({"AuthToken": "", "columns": columns, "rows": rows})
+
+
+def ttyd_input(text: str) -> bytes:
+    """A ttyd input message: ``'0'`` and the UTF-8 bytes to type."""
+    return bytes([TTYD_INPUT]) + text.encode()
+
+
+class TtydDialect:
+    """ttyd: binary messages tagged by their first byte, output raw terminal bytes.
+
+    The client says hello with :func:`ttyd_init` (ttyd starts the program on it),
+    ttyd answers with its title (``'1'``) and preferences (``'2'``) before any output
+    (``'0'`` + bytes). Output is cut wherever ttyd's read of the pty ended, so a
+    UTF-8 sequence may straddle two messages: one incremental decoder per
+    connection (bounded: it holds at most 3 bytes of an unfinished sequence).
+
+    ttyd has no end-of-output message: when its program exits it closes the
+    connection at once, dropping what it had not sent yet (on this machine the
+    last 16-20 KB of a 5 MB ``cat``, and without a close frame). So the bench's
+    ttyd gate keeps its program alive after the output (:mod:`ahp.bench.ttyd`),
+    and the output ends once ``expect_chars`` characters arrived (None: never,
+    for the echo runs).
+    """
+
+    name = "ttyd"
+    subprotocols: tuple[str, ...] = ("tty",)
+
+    def __init__(self, expect_chars: int | None = None) -> None:
+        self._decode = codecs.getincrementaldecoder("utf-8")("replace").decode
+        self.expect_chars = expect_chars
+        #: Characters of output decoded so far.
+        self.chars = 0
+
+    async def handshake(self, ws: RawWebSocket) -> None:
+        await ws.send_message(ttyd_init())
+        while True:
+            message = await ws.get_message()
+            if message and message[0] == TTYD_PREFERENCES:
+                return
+
+    def input_frame(self, text: str) -> bytes:
+        return ttyd_input(text)
+
+    def parse(self, frame: bytes) -> tuple[str | None, bool]:
+        if not frame or frame[0] != TTYD_OUTPUT:
+            return None, False
+        text = self._decode(frame[1:])
+        self.chars += len(text)
+        return text, self.expect_chars is not None and self.chars >= self.expect_chars
+
+
 @attrs.frozen
 class StreamRun:
     seconds: float
@@ -157,8 +229,8 @@ class StreamRun:
 
 
 @asynccontextmanager
-async def _connect(url: str) -> AsyncIterator[RawWebSocket]:
-    async with open_raw_websocket(url, timeout=10) as ws:
+async def _connect(url: str, dialect: Dialect) -> AsyncIterator[RawWebSocket]:
+    async with open_raw_websocket(url, timeout=10, subprotocols=dialect.subprotocols) as ws:
         yield ws
 
 
@@ -175,7 +247,7 @@ async def stream_throughput(
     """
     chars = frames = 0
     closed: int | None = None
-    async with _connect(url) as ws:
+    async with _connect(url, dialect) as ws:
         await dialect.handshake(ws)
         if connected is not None:
             connected.set()
@@ -220,7 +292,7 @@ async def echo_round_trips(
     """
     samples: list[float] = []
     parse = dialect.parse
-    async with _connect(url) as ws:
+    async with _connect(url, dialect) as ws:
         await dialect.handshake(ws)
         warmup = IDLE_WARMUP if pause else ECHO_WARMUP
         for i in range(warmup + count):
@@ -263,7 +335,7 @@ async def stalled_client(
     server treated it (closed with 1013, or kept everything for it).
     """
     result = StalledClient()
-    async with _connect(url) as ws:
+    async with _connect(url, dialect) as ws:
         await dialect.handshake(ws)
         yield result
         with trio.move_on_after(drain_timeout) as drain:

@@ -96,6 +96,10 @@ class RemoteTerminal(CommandSurface):
         return self.client.terminal_state(self.uri)
 
     @property
+    def shell_name(self) -> str | None:
+        return None  # (not in the protocol: the process extension's answers may tell)
+
+    @property
     def detection_wait(self) -> float:
         return DETECTION_WAIT if self.state.supportsCommandDetection is None else 0.0
 

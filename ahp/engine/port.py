@@ -97,6 +97,10 @@ class LocalPort:
         return terminal.exited.is_set() or terminal.closing
 
     @property
+    def shell_name(self) -> str | None:
+        return self._terminal.program_name
+
+    @property
     def processes(self) -> LocalProcesses | None:
         return self._processes if self._terminal.spec.use_pty else None
 

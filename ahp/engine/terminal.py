@@ -327,6 +327,11 @@ class Terminal(CommandSurface):
         """Whether command detection was injected into the shell."""
         return self._launch.integrated
 
+    @property
+    def program_name(self) -> str:
+        """The name of the program the terminal runs (its shell's, e.g. ``"bash"``)."""
+        return os.path.basename(self._launch.spawn.argv[0])
+
     def info(self) -> TerminalInfo:
         """The terminal's catalogue entry."""
         return self._core.info()

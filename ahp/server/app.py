@@ -9,8 +9,10 @@ and the command line additionally needs signals:
   refused, running commands get ``drain_timeout`` seconds to finish, every
   client is told 1001 after what was queued for it, every terminal is disposed,
   exit 0. ``drain_timeout=0`` shuts down at once, as SIGINT does.
-- SIGINT (Ctrl-C: a person at a terminal, who wants it gone now) closes every
-  connection with 1001 and disposes every terminal at once (no orphans); exit 0.
+- SIGINT (Ctrl-C: a person at a terminal, who wants it gone now) disposes every
+  terminal at once (no orphans), then closes every connection with 1001; exit 0.
+- Either way the terminals are disposed while the server still runs, so recorders
+  (``--record``), the audit log and connected clients see each terminal end.
 - Any signal after the first (during the drain or the disposal) kills every
   terminal's session and exits 1 at once.
 
@@ -384,33 +386,44 @@ async def run_sidecar(
                 if on_ready is not None:
                     on_ready(sidecar)
 
-                async def drain_then_stop() -> None:
-                    await drain(sidecar.state, options.drain_timeout)
+                # The pids of terminals being disposed (they leave host.terminals when
+                # their disposal starts), for a second signal to kill.
+                disposing: list[int] = []
+
+                async def stop(drain_first: bool) -> None:
+                    if drain_first:
+                        await drain(sidecar.state, options.drain_timeout)
+                    # Terminals are disposed while the server still runs, so that the
+                    # recorders, the audit log and any client still connected see each
+                    # terminal end (its exit or the disposal) before they stop.
+                    sidecar.state.draining = True
+                    log.info("disposing %d terminal(s)", len(host.terminals))
+                    disposing.extend(_pids(host))
+                    await host.aclose()
                     nursery.cancel_scope.cancel()
 
                 async def watch_signals() -> None:
-                    draining = False
+                    stopping = False
                     async for signum in signals:
                         name = signal.Signals(signum).name
-                        if draining:
-                            _exit_now(_pids(host), name)
-                        if signum == signal.SIGTERM and options.drain_timeout > 0:
+                        if stopping:
+                            _exit_now(sorted({*disposing, *_pids(host)}), name)
+                        stopping = True
+                        drain_first = signum == signal.SIGTERM and options.drain_timeout > 0
+                        if drain_first:
                             log.info("%s: draining (up to %g s)", name, options.drain_timeout)
-                            draining = True
-                            nursery.start_soon(drain_then_stop)
-                            continue
-                        log.info("%s: shutting down", name)
-                        nursery.cancel_scope.cancel()
-                        return
+                        else:
+                            log.info("%s: shutting down", name)
+                        nursery.start_soon(stop, drain_first)
 
                 nursery.start_soon(watch_signals)
-            log.info("disposing %d terminal(s)", len(host.terminals))
-            # Keep listening for a second signal while terminals are disposed (each
-            # leaves host.terminals when its disposal starts: the pids are taken now).
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(_exit_on_second_signal, signals, _pids(host))
-                await host.aclose()
-                nursery.cancel_scope.cancel()
+            # What is left if the server itself failed (normally nothing: stop() ran).
+            if host.terminals:
+                log.info("disposing %d terminal(s)", len(host.terminals))
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(_exit_on_second_signal, signals, _pids(host))
+                    await host.aclose()
+                    nursery.cancel_scope.cancel()
     return 0
 
 

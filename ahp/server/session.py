@@ -8,7 +8,10 @@ socket; :mod:`ahp.server.websocket` only moves frames.
 Ordering: responses and envelopes share the connection's outbox, a FIFO. A
 subscribe / initialize / reconnect answer is queued and the subscription
 registered in the same synchronous step, so the answer always precedes any
-envelope newer than its ``fromSeq``.
+envelope newer than its ``fromSeq``. An answer too big to encode in one step
+(a snapshot of megabytes) is queued as a placeholder in that step and encoded
+in pieces afterwards, other tasks running in between; the envelopes queued
+meanwhile wait behind it (:func:`ahp.engine.outbox.encode_answer`).
 
 Errors never end the connection: a malformed frame gets its JSON-RPC error
 (``-32700``, ``-32600``, ``-32601``, ``-32602`` with ``data.path``) and the
@@ -47,7 +50,7 @@ import trio
 from ahp import __version__, keystroke
 from ahp.engine import Host, Outbox, Terminal, TerminalExists, TerminalNotFound
 from ahp.engine.envelopes import Published
-from ahp.engine.outbox import ResponsePool
+from ahp.engine.outbox import CHUNKED_WEIGHT, ResponsePool, encode_answer
 from ahp.protocol.actions import (
     ActionOrigin,
     RootConfigChanged,
@@ -57,6 +60,7 @@ from ahp.protocol.actions import (
     UnknownAction,
     action_type,
 )
+from ahp.protocol.chunked import weight
 from ahp.protocol.codec import (
     ProtocolError,
     decode_json,
@@ -450,10 +454,25 @@ class Session:
             await self._notification(message)
         # Responses from the client: a terminal host sends no requests; ignore.
 
-    def _respond(self, msg_id: JsonRpcId, result: Any) -> None:
+    async def _respond(self, msg_id: JsonRpcId, result: Any) -> None:
         # UTF-8 bytes, as the writer sends them: a 9 MB snapshot is not decoded into a
         # str to be encoded again (that was half of its cost, ~55 ms; issue 25).
-        self.outbox.put(dumps_utf8(message_to_json(JsonRpcSuccess(id=msg_id, result=result))))
+        message = message_to_json(JsonRpcSuccess(id=msg_id, result=result))
+        if weight(message, CHUNKED_WEIGHT) <= CHUNKED_WEIGHT:
+            self.outbox.put(dumps_utf8(message))
+            return
+        # Too big for one step: its place is kept now (before any checkpoint, so
+        # before any envelope newer than the answer), its bytes come in pieces.
+        pending = self.outbox.hold()
+        try:
+            await encode_answer(self.outbox, pending, message)
+        except (TypeError, ValueError):  # (orjson refused a value: a bug of ours)
+            log.exception("internal error encoding an answer")
+            self.server.errors += 1
+            error = JsonRpcErrorObject(code=ErrorCode.INTERNAL_ERROR, message="internal error")
+            self.outbox.replace(
+                pending, dumps_utf8(message_to_json(JsonRpcError(id=msg_id, error=error)))
+            )
 
     def _error(self, msg_id: JsonRpcId, code: int, message: str, data: Any = None) -> None:
         self.server.errors += 1
@@ -507,7 +526,7 @@ class Session:
             log.exception("internal error handling %r", method)
             self._error(request.id, ErrorCode.INTERNAL_ERROR, "internal error")
         else:
-            self._respond(request.id, result)
+            await self._respond(request.id, result)
 
     async def _notification(self, note: JsonRpcNotification) -> None:
         if self.record is None:

@@ -66,7 +66,7 @@ import trio
 from ahp import keystroke
 from ahp.engine import Outbox
 from ahp.engine.envelopes import Published
-from ahp.engine.outbox import OutboxItem
+from ahp.engine.outbox import OutboxItem, PendingAnswer
 from ahp.record.audit import AuditLog
 from ahp.server.admission import (
     BudgetTicket,
@@ -233,17 +233,20 @@ def _answer_protocol(offers: Sequence[str]) -> str | None:
 
 def _encoded(
     batch: list[OutboxItem], project: Callable[[Published], bytes] | None = None
-) -> Iterator[bytes]:
+) -> Iterator[bytes | list[bytes]]:
     """The batch's frames, encoded one at a time as they are consumed; each item is
     dropped from ``batch`` when its frame is taken, so a merged envelope (and its
     cached frame) is freed once written, not when the whole batch is. ``project``
     encodes envelopes for a connection that speaks another dialect than the
-    shared frame's (:attr:`Session.project <ahp.server.session.Session.project>`)."""
+    shared frame's (:attr:`Session.project <ahp.server.session.Session.project>`).
+    An answer encoded in pieces is one frame given as its list of pieces."""
     batch.reverse()
     while batch:
         item = batch.pop()
         if isinstance(item, Published):
             yield item.frame if project is None else project(item)
+        elif isinstance(item, PendingAnswer):
+            yield item.pieces
         else:
             yield item if isinstance(item, bytes) else item.encode()
 
@@ -286,7 +289,7 @@ class _Writer:
 
     async def _next_batch(self) -> list[OutboxItem]:
         outbox = self.outbox
-        if len(outbox):
+        if outbox.has_ready:
             # Items queued while the last write went out are taken without another
             # checkpoint (the writer's loop parks here when there is nothing).
             return outbox.get_nowait()
@@ -319,7 +322,10 @@ class _Writer:
                     if outbox.overflowed:
                         log.info("client %s too slow: closing with 1013", session.client_id)
                         self.close = OVERFLOW_CLOSE
-                    return
+                    if outbox.overflowed or outbox.closed:
+                        return
+                    # (A lone echo's wait ended with an answer still being encoded
+                    # ahead of it: wait for the answer.)
 
     async def watch_overflow(self, grace: float) -> None:
         """Bound the writer once the outbox overflows (it may be blocked in a send)."""

@@ -620,9 +620,11 @@ class ServerWebSocket:
 
     # -- sending -----------------------------------------------------------------------------
 
-    async def send_texts(self, payloads: Iterable[bytes]) -> None:
+    async def send_texts(self, payloads: Iterable[bytes | list[bytes]]) -> None:
         """Send each UTF-8 payload as one text frame (not checked), small frames
-        gathered into writes of about :data:`WRITE_CHUNK` bytes.
+        gathered into writes of about :data:`WRITE_CHUNK` bytes. A payload may be
+        given as a list of pieces (an answer encoded in pieces): one frame, its
+        pieces written after its header as they are.
 
         Buffering: ``payloads`` is consumed as the writes go (a lazy iterable keeps
         only one write's frames encoded at a time), and a write's buffer is bounded:
@@ -633,6 +635,12 @@ class ServerWebSocket:
         parts: list[bytes] = []
         size = 0
         for payload in payloads:
+            if isinstance(payload, list):
+                header = text_frame_header(sum(map(len, payload)))
+                parts.append(header)
+                await self._send_raw(b"".join(parts), *payload, data_frame=True)
+                parts, size = [], 0
+                continue
             header = text_frame_header(len(payload))
             if len(payload) >= WRITE_CHUNK:
                 parts.append(header)
