@@ -31,13 +31,12 @@ from __future__ import annotations
 import logging
 import math
 import secrets
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, Final
 
 import trio
 
-from ahp.agent.result import CommandResult
 from ahp.engine.envelopes import ReplayLog
 from ahp.engine.hub import Hub
 from ahp.engine.launch import TerminalSpec, discard, prepare_launch
@@ -298,22 +297,6 @@ class Host:
             raise
         self._catalogue_changed()
         return terminal
-
-    async def exec(
-        self,
-        command: str | Sequence[str],
-        *,
-        cwd: str | None = None,
-        env: Mapping[str, str] | None = None,
-        timeout: float | None = None,
-        **options: Any,
-    ) -> CommandResult:
-        """Run ``command`` (an argv, or a line for ``/bin/sh -c``) without a terminal:
-        stdin closed, stdout and stderr apart, shown to AHP clients as an ``isPty: false``
-        terminal; see :func:`ahp.agent.exec.exec_command` (and ``docs/exec.md``)."""
-        from ahp.agent.exec import exec_command
-
-        return await exec_command(self, command, cwd=cwd, env=env, timeout=timeout, **options)
 
     async def _run_terminal(
         self, terminal: Terminal, *, task_status: trio.TaskStatus[Terminal]

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any, Final
 import attrs
 import trio
 
+from ahp.agent.exec import exec_command
 from ahp.mcp.backend import Backend, ClientBackend, HostBackend, NoSuchTerminal
 from ahp.mcp.contract import Handle, Result, ScreenView
 from ahp.mcp.keys import keys_text
@@ -515,7 +516,7 @@ class Toolbox:
         return self._command_output(result, tracked, Shown.whole(result), first=True)
 
     async def _exec(self, command: str, args: dict[str, Any]) -> ToolOutput:
-        """run_command with ``pty: false``: ``host.exec`` here, or ``x-ahp-terminals/exec``
+        """run_command with ``pty: false``: ``exec_command`` here, or ``x-ahp-terminals/exec``
         on the server of ``--connect`` (:mod:`ahp.agent.exec`); one answer, nothing tracked."""
         from ahp.agent.exec import exec_remote
 
@@ -532,7 +533,7 @@ class Toolbox:
         }
         backend = self.backend
         if isinstance(backend, HostBackend):
-            result = await backend.host.exec(command, **options)
+            result = await exec_command(backend.host, command, **options)
         elif isinstance(backend, ClientBackend):
             result = await exec_remote(backend.client, command, **options)
         else:

@@ -77,8 +77,10 @@ from ahp.server.admission import (
     pending_limit,
     serve_listener,
 )
+from ahp.server.connection import REPLACED_CLOSE
 from ahp.server.http import HttpResponse, PlainRequest, Routes
-from ahp.server.session import REPLACED_CLOSE, ServerState, Session
+from ahp.server.session import Session
+from ahp.server.state import ServerState
 from ahp.server.web import BEARER_PROTOCOL_PREFIX
 from ahp.server.wsconn import (
     HANDSHAKE_TIMEOUT,
@@ -238,7 +240,7 @@ def _encoded(
     dropped from ``batch`` when its frame is taken, so a merged envelope (and its
     cached frame) is freed once written, not when the whole batch is. ``project``
     encodes envelopes for a connection that speaks another dialect than the
-    shared frame's (:attr:`Session.project <ahp.server.session.Session.project>`).
+    shared frame's (:attr:`Session.project <ahp.server.connection.Connection.project>`).
     An answer encoded in pieces is one frame given as its list of pieces."""
     batch.reverse()
     while batch:
