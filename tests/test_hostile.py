@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 import trio
 import trio.lowlevel
 from hypothesis import given
@@ -709,3 +710,28 @@ async def test_serve_child_nice_lowers_the_terminals_priority() -> None:
         text = await wait_for_text(terminal, ")")
         fields = text.rsplit(")", 1)[1].split()
         assert int(fields[16]) == os.getpriority(os.PRIO_PROCESS, 0) + 7  # (field 19: nice)
+
+
+async def test_child_nice_reaches_the_terminals_autogroup() -> None:
+    """With autogroup scheduling, niceness only counts inside an autogroup and a pty
+    child's ``setsid`` made a new one: ``--child-nice`` sets the group's nice too, and
+    never the server's own group."""
+    ours = _own_autogroup()
+    if ours is None:
+        pytest.skip("this kernel has no autogroup scheduling (CONFIG_SCHED_AUTOGROUP)")
+    async with open_host() as host:
+        host.child_nice = 7
+        terminal = await host.create_terminal(
+            argv=["sh", "-c", "sleep 0.2; echo; cat /proc/self/autogroup"]
+        )
+        text = await wait_for_text(terminal, "nice 7")
+    assert "/autogroup-" in text
+    assert _own_autogroup() == ours  # the server's own group is untouched
+
+
+def _own_autogroup() -> str | None:
+    try:
+        with open("/proc/self/autogroup") as f:
+            return f.read()
+    except FileNotFoundError:
+        return None

@@ -309,6 +309,11 @@ class Terminal(CommandSurface):
         return self._core.state
 
     @property
+    def scrollback_chars(self) -> int:
+        """Characters the content retains now (O(1); :mod:`ahp.engine.packing`)."""
+        return self._core.scrollback.length
+
+    @property
     def pid(self) -> int | None:
         return self._child.pid if self._child is not None else None
 
@@ -552,7 +557,7 @@ class Terminal(CommandSurface):
                 if spec.use_pty:
                     self._jobs = Jobs(child.pid, child.output_fd, self._alive_check())
                 if spec.nice:
-                    child.renice(spec.nice)
+                    await child.renice(spec.nice)
                 try:
                     await self._run_stages(child, task_status)
                 except Exception as exc:  # one terminal's failure ends that terminal only
