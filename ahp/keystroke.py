@@ -53,7 +53,12 @@ the keystroke's fast path"):
     scheduler keeps polling (checkpoints) for at most :data:`ECHO_SPIN` seconds until
     the echo was read, instead of sleeping in ``epoll_wait`` to be woken by the kernel
     tens of microseconds later. Latency 0.86x (issue 17); this round on a quiet machine
-    0.79x in-process, on a busy one no gain for 5% more CPU per keystroke.
+    0.79x in-process, on a busy one no gain for 5% more CPU per keystroke. Why both: the
+    echo is the kernel's work (``flush_to_ldisc`` in a kworker); on a quiet machine it
+    runs on the idle core while this process spins, on a busy one it waits for this
+    core, so spinning delays it to the end of the spin (in-process echo 0.35 ms with
+    the spin, 0.15 without, under load 10). So a spin that ends without the echo
+    stops the spinning for :data:`ECHO_SPIN_REST` seconds.
 ``echo_pairing`` (``ahp.server.websocket``, ``ahp.engine.outbox``)
     The envelope echoing a client's input is queued without waking the writer; the
     output it causes follows a few passes later and both leave in one write (one
@@ -73,6 +78,7 @@ __all__ = [
     "ECHO_PAIR_WAIT",
     "ECHO_SPIN",
     "ECHO_SPIN_INPUT",
+    "ECHO_SPIN_REST",
     "FAST_FRAME_MAX",
     "SMALL_READ",
     "TRICKS",
@@ -106,6 +112,9 @@ SMALL_READ: Final = 256
 #: of at most ECHO_SPIN seconds.
 ECHO_SPIN_INPUT: Final = 8
 ECHO_SPIN: Final = 0.0002
+#: ``echo_spin``: seconds without spins after one ended without its echo (one such miss
+#: per ECHO_SPIN_REST costs at most ECHO_SPIN on a machine where spinning does not pay).
+ECHO_SPIN_REST: Final = 1.0
 #: ``echo_pairing``: seconds a lone input echo waits for the output it causes.
 ECHO_PAIR_WAIT: Final = 0.002
 

@@ -22,6 +22,7 @@ import sys
 import pytest
 import trio
 import trio.lowlevel
+import trio.testing
 
 from ahp.engine import Outbox, Published, open_host
 from ahp.engine import terminal as terminal_module
@@ -146,3 +147,22 @@ async def test_dispatched_actions_apply_once_each_and_in_order(
         assert seqs[: count // 3] == list(range(count // 3))  # (awaited one by one)
         assert sorted(seqs) == list(range(count))  # each once
         assert (term.inline_dispatches > 0) is inline
+
+
+async def test_a_spin_without_its_echo_rests_the_spinning(monkeypatch: pytest.MonkeyPatch) -> None:
+    # (The rest is long here so that the second keystroke surely falls in it.)
+    monkeypatch.setattr(terminal_module, "ECHO_SPIN_REST", 3600.0)
+    async with open_host() as host:
+        # Nothing is ever echoed: every spin ends without its echo.
+        term = await host.create_terminal(
+            argv=["sh", "-c", "stty -echo; echo ready; exec cat >/dev/null"], grace=0.2
+        )
+        await wait_for_text(term, "ready")
+        with trio.fail_after(TIMEOUT):
+            await term.send_input("a")
+            await trio.testing.wait_all_tasks_blocked()  # (a spin is not blocked)
+            assert (term.spins, term.spin_misses) == (1, 1)
+            await term.send_input("b")
+            await trio.testing.wait_all_tasks_blocked()
+        assert term.direct_writes == 2
+        assert (term.spins, term.spin_misses) == (1, 1)  # no spin in the rest

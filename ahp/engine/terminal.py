@@ -166,6 +166,7 @@ INPUT_PACE: Final = 1024 * 1024
 #: Terminal._spin_for_echo), at most ECHO_SPIN seconds (keystroke trick ``echo_spin``).
 ECHO_SPIN_INPUT: Final = keystroke.ECHO_SPIN_INPUT if keystroke.enabled("echo_spin") else -1
 ECHO_SPIN: Final = keystroke.ECHO_SPIN
+ECHO_SPIN_REST: Final = keystroke.ECHO_SPIN_REST
 #: A read shorter than this is parsed and applied by pty-read itself while the parse and
 #: reducer tasks are idle (keystroke trick ``inline_output``); 0: never.
 INLINE_OUTPUT: Final = keystroke.SMALL_READ if keystroke.enabled("inline_output") else 0
@@ -314,6 +315,11 @@ class Terminal(CommandSurface):
         self.inline_batches = 0
         self.inline_dispatches = 0
         self.direct_writes = 0
+        #: Spins for an echo (``echo_spin``), and those that ended without it: none
+        #: follow a miss for ECHO_SPIN_REST seconds (until _spin_rest_until).
+        self.spins = 0
+        self.spin_misses = 0
+        self._spin_rest_until = float("-inf")
 
     # -- public view -------------------------------------------------------------------------
 
@@ -944,7 +950,7 @@ class Terminal(CommandSurface):
             self.direct_writes += 1
         if written < len(data):
             return data[written:] if written else data
-        if len(data) <= ECHO_SPIN_INPUT:
+        if len(data) <= ECHO_SPIN_INPUT and trio.current_time() >= self._spin_rest_until:
             with contextlib.suppress(trio.WouldBlock, trio.BrokenResourceError):
                 self._to_writer.send_nowait(b"")  # type: ignore[union-attr]
         return b""
@@ -955,10 +961,20 @@ class Terminal(CommandSurface):
         seconds: the process does not go to sleep in ``epoll_wait`` only to be woken
         by the kernel's echo tens of microseconds later (a sleep and a wake-up cost
         more than the wait on a virtual machine)."""
+        now = trio.current_time()
+        if now < self._spin_rest_until:
+            return
+        self.spins += 1
         before = self.read_batches
-        deadline = trio.current_time() + ECHO_SPIN
-        while self.read_batches == before and trio.current_time() < deadline:
+        deadline = now + ECHO_SPIN
+        while self.read_batches == before and now < deadline:
             await trio.lowlevel.checkpoint()
+            now = trio.current_time()
+        if self.read_batches == before:
+            # Missed: on a busy machine the kernel's echo worker waits for this CPU,
+            # so spinning only delayed it. Sleep in epoll_wait for a while instead.
+            self.spin_misses += 1
+            self._spin_rest_until = now + ECHO_SPIN_REST
 
     # -- reducer -------------------------------------------------------------------------------
 
