@@ -39,7 +39,9 @@ Every channel is bounded (:data:`PARSE_QUEUE`, :data:`REDUCER_QUEUE`,
 :data:`INPUT_QUEUE`). A full channel is the backpressure: when the parse or
 reducer task cannot keep up, the reader waits, the kernel's pty buffer fills
 and the child blocks in ``write``; a caller of :meth:`Terminal.dispatch` waits
-for room too. The reducer never waits on anyone: it publishes into bounded
+for room too, and a caller dispatching input waits while more than
+:data:`INPUT_PACE` bytes of input are pending for the pty. The reducer never waits
+on anyone: it publishes into bounded
 outboxes that decide for themselves (merge, resynchronise, overflow; see
 :mod:`ahp.engine.outbox`), and input beyond the input channel's bound (or
 :data:`~ahp.reducers.core.MAX_PENDING_INPUT` bytes) is rejected, not queued.
@@ -146,6 +148,11 @@ PARSE_QUEUE: Final = 4
 REDUCER_QUEUE: Final = 64
 #: Input chunks queued for the input-write task (bytes bounded by MAX_PENDING_INPUT).
 INPUT_QUEUE: Final = 1024
+#: Bytes of input pending for the pty past which a caller of :meth:`Terminal.dispatch`
+#: with input waits until the pty has taken them below it (backpressure: issue 25, 24
+#: MiB of keystrokes into ``cat >/dev/null`` held 16 MiB pending, twice over while
+#: joined for one write, +57 MiB of RSS). A single input larger than this is taken.
+INPUT_PACE: Final = 1024 * 1024
 #: Input of at most this many bytes (a keystroke) is followed by a short spin (see
 #: Terminal._spin_for_echo), at most ECHO_SPIN seconds (keystroke trick ``echo_spin``).
 ECHO_SPIN_INPUT: Final = keystroke.ECHO_SPIN_INPUT if keystroke.enabled("echo_spin") else -1
@@ -258,6 +265,9 @@ class Terminal(CommandSurface):
         self._accepting = False
         self._to_writer: trio.MemorySendChannel[bytes] | None = None
         self._pending_input = 0  # bytes accepted for the pty and not yet written
+        #: Where input senders wait for :data:`INPUT_PACE` (woken by input-write).
+        self._input_room = trio.lowlevel.ParkingLot()
+        self._writer_done = False  # input-write ended: nobody waits for it any more
         self._input_gone = False  # the child's input side is gone: input is dropped
         self._output_ended = False
         self._exit_code: _ProcessExited | None = None
@@ -297,6 +307,11 @@ class Terminal(CommandSurface):
     def state(self) -> TerminalState:
         """The current state (immutable; later changes produce new values)."""
         return self._core.state
+
+    @property
+    def scrollback_chars(self) -> int:
+        """Characters the content retains now (O(1); :mod:`ahp.engine.packing`)."""
+        return self._core.scrollback.length
 
     @property
     def pid(self) -> int | None:
@@ -413,6 +428,10 @@ class Terminal(CommandSurface):
                 # The reducer ended meanwhile: the terminal is closing.
                 self._refuse_closing(action, origin, sender)
             else:
+                if action.__class__ is TerminalInput and self._pending_input > INPUT_PACE:
+                    await self._wait_input_room()
+                    if decided is None:
+                        return
                 if decided is None:
                     if checkpoint:
                         await trio.lowlevel.checkpoint()
@@ -538,7 +557,7 @@ class Terminal(CommandSurface):
                 if spec.use_pty:
                     self._jobs = Jobs(child.pid, child.output_fd, self._alive_check())
                 if spec.nice:
-                    child.renice(spec.nice)
+                    await child.renice(spec.nice)
                 try:
                     await self._run_stages(child, task_status)
                 except Exception as exc:  # one terminal's failure ends that terminal only
@@ -814,8 +833,22 @@ class Terminal(CommandSurface):
 
     # -- input-write -------------------------------------------------------------------------
 
+    async def _wait_input_room(self) -> None:
+        """Wait while more than :data:`INPUT_PACE` bytes of input are pending (ends when
+        the input side goes or the input-write task ends)."""
+        while self._pending_input > INPUT_PACE and not self._writer_done:
+            await self._input_room.park()
+
     async def _write_task(self, child: Child, inbox: trio.MemoryReceiveChannel[bytes]) -> None:
-        """Write input to the pty in order: everything waiting, in one write."""
+        """Write input to the pty in order: everything waiting, in one write (input
+        senders waiting for :data:`INPUT_PACE` are woken as the pending bytes fall)."""
+        try:
+            await self._write_loop(child, inbox)
+        finally:
+            self._writer_done = True
+            self._input_room.unpark_all()
+
+    async def _write_loop(self, child: Child, inbox: trio.MemoryReceiveChannel[bytes]) -> None:
         async with inbox:
             while True:
                 try:
@@ -852,6 +885,8 @@ class Terminal(CommandSurface):
                     # Nothing is pending once the input side is gone (what is still
                     # queued is dropped with the channel).
                     self._pending_input = 0 if self._input_gone else self._pending_input - len(data)
+                    if self._input_room and self._pending_input <= INPUT_PACE:
+                        self._input_room.unpark_all()
 
     def _write_direct(self, child: Child, data: bytes) -> bytes:
         """Keystroke trick ``direct_write``: input-write is idle (nothing pending), so
