@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ahp.agent import BackgroundProcess, CommandHandle, CommandResult
+    from ahp.agent.exec import exec_command
     from ahp.agent.screen import Screen
     from ahp.engine import Host, Subscription, Terminal, TerminalExists, TerminalNotFound, open_host
     from ahp.protocol import (
@@ -57,6 +58,7 @@ _EXPORTS = {
     "CommandHandle": "ahp.agent",
     "CommandResult": "ahp.agent",
     "Screen": "ahp.agent.screen",
+    "exec_command": "ahp.agent.exec",
     "ServeOptions": "ahp.server",
     "Sidecar": "ahp.server",
     "serve_host": "ahp.server",
@@ -98,6 +100,7 @@ __all__ = [
     "TerminalState",
     "UnclassifiedPart",
     "__version__",
+    "exec_command",
     "open_host",
     "serve_host",
 ]

@@ -42,7 +42,7 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     from ahp.reducers.scrollback import DEFAULT_SCROLLBACK
     from ahp.server.app import DEFAULT_PORT
     from ahp.server.drain import DEFAULT_DRAIN_TIMEOUT
-    from ahp.server.session import DEFAULT_MAX_TERMINALS
+    from ahp.server.state import DEFAULT_MAX_TERMINALS
 
     p = sub.add_parser(
         "serve",

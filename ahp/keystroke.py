@@ -27,9 +27,20 @@ the keystroke's fast path"):
 ``small_read`` (``ahp.engine.terminal``, pty-read)
     A first read shorter than :data:`SMALL_READ` bytes (an echo, a prompt) is handed on
     at once, without the read that would almost always find the pty empty (EAGAIN).
-``no_checkpoint`` (``ahp.server.session``)
+``no_checkpoint`` (``ahp.server.dispatch``)
     The connection's reader dispatches input with ``checkpoint=False``: its own loop
     checkpoints at the next receive, so the dispatch does not add a pass.
+``direct_write`` (``ahp.engine.terminal``, reducer)
+    While input-write is idle (no input pending), the reducer writes accepted input
+    to the pty itself (one non-blocking ``write(2)``; what the kernel does not take
+    goes to input-write, in order): the keystroke reaches the pty one scheduler pass
+    sooner, without a channel send and receive. Input-write is still woken after a
+    keystroke, off its path, to spin for the echo (``echo_spin``).
+``inline_output`` (``ahp.engine.terminal``, pty-read)
+    A read shorter than :data:`SMALL_READ` bytes, while the parse and reducer tasks
+    both wait for work with nothing handed to them, is parsed and applied by pty-read
+    itself (the same parser and reducer code, in order): two scheduler passes and two
+    channel hops fewer on the echo's way back. Everything else goes through the tasks.
 ``echo_spin`` (``ahp.engine.terminal``, input-write)
     After a keystroke of at most :data:`ECHO_SPIN_INPUT` bytes reached the pty, the
     scheduler keeps polling (checkpoints) for at most :data:`ECHO_SPIN` seconds until
@@ -64,7 +75,16 @@ __all__ = [
 
 #: The tricks by name (see the module docstring).
 TRICKS: Final = frozenset(
-    {"fast_frames", "fd_io", "small_read", "no_checkpoint", "echo_spin", "echo_pairing"}
+    {
+        "fast_frames",
+        "fd_io",
+        "small_read",
+        "no_checkpoint",
+        "direct_write",
+        "inline_output",
+        "echo_spin",
+        "echo_pairing",
+    }
 )
 _OFF: Final = frozenset(
     name.strip() for name in os.environ.get("AHP_KEYSTROKE_OFF", "").split(",") if name.strip()

@@ -370,6 +370,30 @@ async def hard_timeout(agent: Agent) -> bool:
 
 
 @scenario()
+async def heredoc_then_more(agent: Agent) -> bool:
+    """Several lines are one command: the later lines' output is this run's."""
+    result = await agent.run("cat <<'EOF' > lines.txt\na\nb\nEOF\nwc -l < lines.txt\necho last")
+    after = await agent.run("echo next")
+    return result.output == "2\nlast\n" and after.output == "next\n"
+
+
+@scenario()
+async def syntax_error(agent: Agent) -> bool:
+    """A line the shell never starts ends, with the shell's message."""
+    result = await agent.run("echo (")
+    after = await agent.run("echo next")
+    return "syntax error" in result.output and after.output == "next\n"
+
+
+@scenario()
+async def tiny_timeout(agent: Agent) -> bool:
+    """A timeout so short its Ctrl-C may beat the command's start."""
+    result = await agent.run("sleep 2", timeout=1e-6)
+    after = await agent.run("echo next")
+    return result.status == "timed_out" and after.output == "next\n"
+
+
+@scenario()
 async def shell_exits(agent: Agent) -> bool:
     result = await agent.run("echo bye; exit 3")
     return result.status == "shell_exited" and result.exit_code == 3

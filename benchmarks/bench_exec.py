@@ -1,14 +1,14 @@
-"""Cost of ``host.exec`` (non-pty execution) beside its peers.
+"""Cost of ``exec_command`` (non-pty execution) beside its peers.
 
 Run ``python benchmarks/bench_exec.py [runs] [size_mb]``. Figures (medians over
 ``runs``, in-process, one host):
 
 * ``process_true_ms``: ``trio.run_process(["true"])``, the floor (spawn and reap);
-* ``exec_true_ms``: ``await host.exec(["true"])`` (an ``isPty: false`` terminal
+* ``exec_true_ms``: ``await exec_command(host, ["true"])`` (an ``isPty: false`` terminal
   created, stdout and stderr read, the result built, the terminal kept listed);
 * ``run_true_ms``: ``await term.run("true")`` in a bash terminal (typed at the
   prompt, command detection);
-* ``exec_mb_s``: ``host.exec`` of ``head -c SIZE /dev/zero | tr`` printing ``size_mb``
+* ``exec_mb_s``: ``exec_command`` of ``head -c SIZE /dev/zero | tr`` printing ``size_mb``
   MB of text lines, read, published and budgeted (MB/s of stdout).
 """
 
@@ -22,9 +22,11 @@ from pathlib import Path
 import trio
 
 try:
+    from ahp.agent.exec import exec_command
     from ahp.engine import open_host
 except ModuleNotFoundError:  # a checkout without `pip install -e .`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from ahp.agent.exec import exec_command
     from ahp.engine import open_host
 
 __all__ = ["run"]
@@ -42,7 +44,7 @@ async def _figures(runs: int, size_mb: float) -> dict[str, float]:
         times = []
         for _ in range(runs):
             start = time.perf_counter()
-            await host.exec(["true"])
+            await exec_command(host, ["true"])
             times.append((time.perf_counter() - start) * 1000)
         out["exec_true_ms"] = statistics.median(times)
         term = await host.create_terminal(shell="/bin/bash")
@@ -55,7 +57,7 @@ async def _figures(runs: int, size_mb: float) -> dict[str, float]:
         out["run_true_ms"] = statistics.median(times)
         size = int(size_mb * 1e6)
         start = time.perf_counter()
-        result = await host.exec(f"head -c {size} /dev/zero | tr '\\0' 'x' | fold -w 99")
+        result = await exec_command(host, f"head -c {size} /dev/zero | tr '\\0' 'x' | fold -w 99")
         out["exec_mb_s"] = result.total_bytes / (time.perf_counter() - start) / 1e6
     return out
 

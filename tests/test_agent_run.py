@@ -690,3 +690,45 @@ async def test_a_command_of_several_lines_is_one_command(mode: str, shell: str) 
             after = await term.run("echo next")
     assert (result.status, result.output, result.exit_code) == ("finished", *first)
     assert (after.status, after.output, after.exit_code) == ("finished", "next\n", 0)
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_line_the_shell_does_not_run_ends(mode: str) -> None:
+    """A syntax error: the shell never reports a start. The run ends with what the
+    shell said, and the terminal is not left busy."""
+    async with terminal(mode) as term:
+        with trio.fail_after(TIMEOUT):
+            result = await term.run("echo (")
+            after = await term.run("echo next")
+    assert (result.status, result.exit_code) == ("finished", None), result
+    assert "syntax error" in result.output and "not run" in result.note, result
+    assert (after.status, after.output) == ("finished", "next\n")
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_tiny_timeout_never_leaves_the_terminal_busy(mode: str) -> None:
+    """The Ctrl-C of a 1 µs timeout may reach the shell after it read the line and
+    before it ran it: the command never starts, and must end all the same."""
+    async with terminal(mode) as term:
+        for _ in range(3):
+            with trio.fail_after(TIMEOUT):
+                result = await term.run("sleep 3; echo slept", timeout=1e-6)
+                after = await term.run("echo next")
+            # (Its Ctrl-C can also reach bash between the start and the fork and be
+            # lost: then the command runs to its end, still reported timed out.)
+            assert result.status == "timed_out", result
+            assert (after.status, after.output) == ("finished", "next\n"), after
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_an_unfinished_line_waits_for_its_rest(mode: str) -> None:
+    """An unclosed quote: the shell reads the rest of the line at its continuation
+    prompt. That is waiting for input; the rest is answered with send_input."""
+    async with terminal(mode) as term:
+        with trio.fail_after(TIMEOUT):
+            result = await term.run("echo 'abc")
+            assert result.status == "waiting_for_input", result
+            assert result.handle is not None
+            await result.handle.send_input("def'\r")
+            done = await result.handle.wait()
+    assert (done.status, done.exit_code, done.output) == ("finished", 0, "abc\ndef\n"), done

@@ -1,4 +1,4 @@
-"""Non-pty execution (``host.exec``, ``ahp/agent/exec.py``) with real processes.
+"""Non-pty execution (``exec_command``, ``ahp/agent/exec.py``) with real processes.
 
 Test rules:
 - Every case runs a real program on real pipes through the engine; the AHP case
@@ -22,7 +22,13 @@ import trio
 
 import ahp
 from ahp.agent.budget import omission_marker
-from ahp.agent.exec import EXEC_TERMINALS_KEPT, exec_remote, find_exec, start_exec
+from ahp.agent.exec import (
+    EXEC_TERMINALS_KEPT,
+    exec_command,
+    exec_remote,
+    find_exec,
+    start_exec,
+)
 from ahp.client import RpcError, connect
 from ahp.client.commands.exec import exec_status
 from ahp.engine import Host
@@ -59,9 +65,9 @@ async def gone(pids: list[int]) -> bool:
 
 async def test_exit_codes_are_exact(host: Host) -> None:
     with trio.fail_after(TIMEOUT):
-        three = await host.exec("exit 3")
-        false = await host.exec(["false"])
-        true = await host.exec(["true"])
+        three = await exec_command(host, "exit 3")
+        false = await exec_command(host, ["false"])
+        true = await exec_command(host, ["true"])
     assert (three.status, three.exit_code, three.signal) == ("finished", 3, None)
     assert (false.status, false.exit_code) == ("finished", 1)
     assert (true.status, true.exit_code, true.done) == ("finished", 0, True)
@@ -71,14 +77,14 @@ async def test_exit_codes_are_exact(host: Host) -> None:
 @pytest.mark.parametrize(("sig", "name"), [("TERM", "SIGTERM"), ("KILL", "SIGKILL")])
 async def test_a_signal_is_reported_by_name(host: Host, sig: str, name: str) -> None:
     with trio.fail_after(TIMEOUT):
-        result = await host.exec(f"echo before; kill -{sig} $$; echo never")
+        result = await exec_command(host, f"echo before; kill -{sig} $$; echo never")
     assert result.status == "killed" and result.signal == name
     assert result.exit_code is None and result.output == "before\n"
 
 
 async def test_stdout_and_stderr_are_kept_apart(host: Host) -> None:
     with trio.fail_after(TIMEOUT):
-        result = await host.exec("echo out1; echo err1 >&2; echo out2; echo err2 >&2")
+        result = await exec_command(host, "echo out1; echo err1 >&2; echo out2; echo err2 >&2")
     assert result.output == "out1\nout2\n"
     assert result.stderr == "err1\nerr2\n"
     assert result.raw_output == "out1\nout2\n"
@@ -87,7 +93,9 @@ async def test_stdout_and_stderr_are_kept_apart(host: Host) -> None:
 
 async def test_the_terminal_shows_both_streams(host: Host) -> None:
     with trio.fail_after(TIMEOUT):
-        result = await host.exec("echo to-out; sleep 0.1; echo to-err >&2", uri="ahp-terminal:/x1")
+        result = await exec_command(
+            host, "echo to-out; sleep 0.1; echo to-err >&2", uri="ahp-terminal:/x1"
+        )
     state = host.get("ahp-terminal:/x1").state
     assert state.isPty is False and state.exitCode == 0
     assert "to-out" in state.text() and "to-err" in state.text()
@@ -96,9 +104,9 @@ async def test_the_terminal_shows_both_streams(host: Host) -> None:
 
 async def test_stdin_is_closed(host: Host) -> None:
     with trio.fail_after(TIMEOUT):
-        cat = await host.exec(["cat"])
-        py = await host.exec([sys.executable, "-c", "input()"])
-        read = await host.exec("read answer; echo read-status=$?")
+        cat = await exec_command(host, ["cat"])
+        py = await exec_command(host, [sys.executable, "-c", "input()"])
+        read = await exec_command(host, "read answer; echo read-status=$?")
     assert (cat.status, cat.exit_code, cat.output) == ("finished", 0, "")
     assert py.exit_code == 1 and "EOFError" in py.stderr
     assert read.output == "read-status=1\n"
@@ -108,8 +116,8 @@ async def test_a_huge_output_is_cut_to_the_budget_with_exact_counts(host: Host) 
     count = 200_000
     whole = "".join(f"{i}\n" for i in range(1, count + 1))
     with trio.fail_after(60):
-        result = await host.exec(
-            f"seq 1 {count}; seq 1 {count} >&2", head_bytes=1000, tail_bytes=2000
+        result = await exec_command(
+            host, f"seq 1 {count}; seq 1 {count} >&2", head_bytes=1000, tail_bytes=2000
         )
     assert result.truncated and result.total_lines == count
     assert result.total_bytes == len(whole)
@@ -128,7 +136,7 @@ async def test_a_timeout_kills_the_group_and_reaps_it(host: Host, tmp_path: Path
     pids = tmp_path / "pids"
     command = f"sleep 300 & echo $! > {pids}; echo $$ >> {pids}; echo started; wait"
     with trio.fail_after(TIMEOUT):
-        result = await host.exec(command, timeout=1)
+        result = await exec_command(host, command, timeout=1)
     assert result.status == "timed_out" and result.timed_out
     assert result.signal == "SIGKILL" and result.output == "started\n"
     background, shell = (int(line) for line in pids.read_text().split())
@@ -149,7 +157,9 @@ async def test_cancelling_the_caller_kills_and_reaps(host: Host, tmp_path: Path)
                     await trio.sleep(0.02)
 
             nursery.start_soon(cancel_once_started)
-            await host.exec(f"echo $$ > {pid_file}; exec sleep 300", uri="ahp-terminal:/x2")
+            await exec_command(
+                host, f"echo $$ > {pid_file}; exec sleep 300", uri="ahp-terminal:/x2"
+            )
     pid = int(pid_file.read_text())
     assert await gone([pid])
     # (Reaping follows the kill by a scheduler pass or two; on a loaded machine more.)
@@ -162,7 +172,7 @@ async def test_cancelling_the_caller_kills_and_reaps(host: Host, tmp_path: Path)
 
 async def test_finished_terminals_are_kept_up_to_the_bound(host: Host) -> None:
     with trio.fail_after(60):
-        results = [await host.exec(["true"]) for _ in range(EXEC_TERMINALS_KEPT + 3)]
+        results = [await exec_command(host, ["true"]) for _ in range(EXEC_TERMINALS_KEPT + 3)]
     uris = [r.command_id for r in results]
     assert [uri in host for uri in uris] == [False] * 3 + [True] * EXEC_TERMINALS_KEPT
 
@@ -170,13 +180,13 @@ async def test_finished_terminals_are_kept_up_to_the_bound(host: Host) -> None:
 async def test_bad_commands_are_refused_and_leave_nothing(host: Host) -> None:
     fds = open_fds()
     with pytest.raises(ValueError, match="must not be empty"):
-        await host.exec("  ")
+        await exec_command(host, "  ")
     with pytest.raises(ValueError, match="must not be empty"):
-        await host.exec([])
+        await exec_command(host, [])
     with pytest.raises(SpawnError, match="not found on PATH"):
-        await host.exec(["no-such-program-ahp"])
+        await exec_command(host, ["no-such-program-ahp"])
     with pytest.raises(SpawnError, match="does not exist"):
-        await host.exec(["true"], cwd="/no/such/dir")
+        await exec_command(host, ["true"], cwd="/no/such/dir")
     assert host.list_terminals() == () and open_fds() == fds
 
 
@@ -211,7 +221,7 @@ async def test_an_ahp_client_watches_the_exec_terminal(tmp_path: Path) -> None:
             results = []
 
             async def run() -> None:
-                results.append(await host.exec(command, uri=uri))
+                results.append(await exec_command(host, command, uri=uri))
 
             nursery.start_soon(run)
             with trio.fail_after(TIMEOUT):
@@ -232,8 +242,11 @@ async def test_an_ahp_client_watches_the_exec_terminal(tmp_path: Path) -> None:
 
 async def test_cwd_and_env_reach_the_command(host: Host, tmp_path: Path) -> None:
     with trio.fail_after(TIMEOUT):
-        result = await host.exec(
-            "pwd; echo $AHP_EXEC_VALUE", cwd=str(tmp_path), env={"AHP_EXEC_VALUE": "forty-two"}
+        result = await exec_command(
+            host,
+            "pwd; echo $AHP_EXEC_VALUE",
+            cwd=str(tmp_path),
+            env={"AHP_EXEC_VALUE": "forty-two"},
         )
     assert result.output == f"{tmp_path}\nforty-two\n"
 
@@ -241,7 +254,7 @@ async def test_cwd_and_env_reach_the_command(host: Host, tmp_path: Path) -> None
 async def test_a_process_left_running_is_reported_not_killed(host: Host, tmp_path: Path) -> None:
     pid_file = tmp_path / "pid"
     with trio.fail_after(TIMEOUT):
-        result = await host.exec(f"sleep 60 > /dev/null 2>&1 & echo $! > {pid_file}")
+        result = await exec_command(host, f"sleep 60 > /dev/null 2>&1 & echo $! > {pid_file}")
     pid = int(pid_file.read_text())
     try:
         assert result.status == "finished" and result.exit_code == 0
@@ -253,7 +266,7 @@ async def test_a_process_left_running_is_reported_not_killed(host: Host, tmp_pat
 
 async def test_closing_stdout_early_still_waits_for_the_exit(host: Host) -> None:
     with trio.fail_after(TIMEOUT):
-        result = await host.exec("echo first; exec >&- 2>&-; sleep 0.3; exit 5")
+        result = await exec_command(host, "echo first; exec >&- 2>&-; sleep 0.3; exit 5")
     assert result.exit_code == 5 and result.output == "first\n"
     assert result.duration_ms >= 300
 

@@ -26,8 +26,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ahp.mcp import keys, render, tools
+from ahp.mcp.output import ToolError
+from ahp.mcp.render import terminal_uri
 from ahp.mcp.stdio import MAX_LINE_BYTES, TOO_LONG, StdinLines
-from ahp.mcp.toolbox import CommandTable, ToolError, Tracked, terminal_uri
+from ahp.mcp.tracked import CommandTable, Tracked
 
 ROOT = Path(__file__).resolve().parents[1]
 #: Generous bound for anything involving the subprocess on a loaded machine.
@@ -445,7 +447,7 @@ def test_command_table_is_bounded() -> None:
 
 
 def test_default_command_bound_is_named() -> None:
-    from ahp.mcp.toolbox import MAX_TRACKED_COMMANDS
+    from ahp.mcp.tracked import MAX_TRACKED_COMMANDS
 
     table = CommandTable()
     assert table.limit == MAX_TRACKED_COMMANDS

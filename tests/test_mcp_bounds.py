@@ -58,7 +58,9 @@ async def test_negative_and_huge_times_are_clamped(tmp_path: Path) -> None:
         assert facts(result)["output"] == "big\n"
         result = await _call(session, "run_command", command="echo y", yield_after=1e300)
         assert "'yield_after' 1e+300 is above the most allowed" in _note(result)
-        started = await _call(session, "run_command", command="sleep 600", yield_after=-1)
+        started = await _call(
+            session, "run_command", command="echo up-$((6*7)); sleep 600", yield_after=-1
+        )
         assert "'yield_after' -1 is below the least allowed: 0.0 was used" in _note(started)
         command_id = facts(started)["command_id"]
         assert facts(started)["status"] == "running"
@@ -67,6 +69,14 @@ async def test_negative_and_huge_times_are_clamped(tmp_path: Path) -> None:
         assert facts(waited)["status"] == "running"
         sent = await _call(session, "send_input", command_id=command_id, text="x", wait=-1)
         assert "'wait' -1 is below the least allowed" in _note(sent)
+        # Kill once the shell has read the line and runs it (under load the kill could
+        # otherwise come while the line still sits unread in the pty: its Ctrl-C then
+        # discards the line, and no command ever ends).
+        output = facts(started)["output"] + facts(waited)["output"]
+        with trio.fail_after(TIMEOUT):
+            while "up-42" not in output:
+                polled = await _call(session, "wait_command", command_id=command_id, timeout=1)
+                output += facts(polled)["output"]
         killed = await _call(session, "kill_command", command_id=command_id)
         assert facts(killed)["status"] == "killed"
 

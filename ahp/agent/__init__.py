@@ -24,7 +24,7 @@ Each module holds one (``docs/agent.md`` is the guide):
 * :mod:`~ahp.agent.result`, :mod:`~ahp.agent.budget`, :mod:`~ahp.agent.render`
   — the result value, the output budget and the line renderer (pure);
 * :mod:`~ahp.agent.screen` — the screen model (``term.screen()``);
-  :mod:`~ahp.agent.exec` — non-pty execution (``host.exec``).
+  :mod:`~ahp.agent.exec` — non-pty execution (:func:`exec_command`).
 """
 
 from typing import TYPE_CHECKING, Any
@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from ahp.agent.collector import INTERRUPT_GRACE, start_command
     from ahp.agent.evidence import InputEvidence, evidence_of, looks_like_prompt
+    from ahp.agent.exec import exec_command
     from ahp.agent.handle import CommandHandle
     from ahp.agent.options import DEFAULT_INPUT_QUIET, DEFAULT_MAX_OUTPUT, RunChanges, RunOptions
     from ahp.agent.port import ProcessPort, TerminalPort
@@ -66,6 +67,7 @@ _EXPORTS = {
     "Status": "ahp.agent.status",
     "TerminalPort": "ahp.agent.port",
     "as_completed": "ahp.agent.surface",
+    "exec_command": "ahp.agent.exec",
     "evidence_of": "ahp.agent.evidence",
     "looks_like_prompt": "ahp.agent.evidence",
     "run_command": "ahp.agent.surface",
@@ -109,6 +111,7 @@ __all__ = [
     "TerminalPort",
     "as_completed",
     "evidence_of",
+    "exec_command",
     "looks_like_prompt",
     "run_command",
     "start_command",

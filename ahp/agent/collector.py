@@ -51,9 +51,11 @@ import trio
 
 from ahp.agent.evidence import InputEvidence, evidence_of, looks_like_prompt
 from ahp.agent.handle import CommandHandle
+from ahp.agent.machine import INPUT_POLL, MAX_INPUT_POLL
 from ahp.agent.markers import MARKER_LOOKBACK, MARKER_TAIL, Markers, group, wrap
 from ahp.agent.options import RunOptions
 from ahp.agent.port import TerminalPort
+from ahp.agent.prestart import PreStart, screen_line
 from ahp.agent.record import CommandRecord
 from ahp.agent.result import BackgroundProcess, Holder
 from ahp.agent.status import Event
@@ -76,6 +78,8 @@ log = logging.getLogger("ahp.agent")
 INTERRUPT_GRACE: Final = 5.0
 #: Bound on giving a claim back (and on closing a follower) at the end.
 CLAIM_TIMEOUT: Final = 5.0
+#: The end of the terminal's text read for the prompt a command is typed at.
+PROMPT_LOOKBACK: Final = 4096
 #: Bound on closing the follower at the end.
 CLOSE_TIMEOUT: Final = 1.0
 
@@ -234,6 +238,7 @@ async def start_command(
             record.job_mark = await processes.job_mark()
         known = frozenset(p.commandId for p in port.state.content if isinstance(p, CommandPart))
         record.started = time.monotonic()
+        prompt = screen_line(port.state.tail(PROMPT_LOOKBACK))
         await port.send_input(typed.replace("\n", "\r") + "\r")
         collector = _Collector(
             record,
@@ -243,6 +248,7 @@ async def start_command(
             known=known,
             give_back=found_claim if claim is not None else None,
             timeout=options.timeout,
+            pre_start=PreStart(prompt, typed.count("\n") + 1) if detected else None,
         )
         port.spawn_task(collector.run)
         spawned = True
@@ -283,6 +289,10 @@ class _Collector:
     back_at_prompt: bool = False
     #: The collector's nursery (the watcher ends the follower through it).
     scope: trio.CancelScope | None = None
+    #: Detected mode: what the terminal printed after the typing, until the start.
+    pre_start: PreStart | None = None
+    #: Set when pre-start output arrives (replaced by the watcher once seen).
+    pre_activity: trio.Event = attrs.Factory(trio.Event)
 
     async def run(self) -> None:
         record = self.record
@@ -291,6 +301,8 @@ class _Collector:
             async with trio.open_nursery() as nursery:
                 self.scope = nursery.cancel_scope
                 nursery.start_soon(self._watch_input)
+                if self.pre_start is not None:
+                    nursery.start_soon(self._watch_start, self.pre_start)
                 if self.timeout is not None:
                     nursery.start_soon(self._time_out, self.timeout)
                 if self.markers is None:
@@ -408,8 +420,12 @@ class _Collector:
             if isinstance(action, TerminalCommandExecuted) and self.command_id is None:
                 self.command_id = action.commandId
                 record.apply(Event.EXECUTING)
-            elif isinstance(action, TerminalData) and self.command_id is not None:
-                record.output(action.data)
+            elif isinstance(action, TerminalData):
+                if self.command_id is not None:
+                    record.output(action.data)
+                elif self.pre_start is not None:
+                    self.pre_start.feed(action.data)
+                    self.pre_activity.set()
             elif (
                 isinstance(action, TerminalCommandFinished) and action.commandId == self.command_id
             ):
@@ -454,6 +470,76 @@ class _Collector:
             if markers.done:
                 await self._end(Event.ENDED, exit_code=markers.exit_code)
                 return
+
+    # -- a line the shell did not start ---------------------------------------------------------
+
+    async def _watch_start(self, pre: PreStart) -> None:
+        """Detected mode, until the shell reports the command's start: once the
+        terminal is quiet and the shell itself is seen reading it again (twice, with
+        nothing printed in between), the line was not started. Back at the prompt it
+        was typed at, or after an interrupt: the command is over (the shell dropped
+        it: a syntax error, a Ctrl-C before it ran). At another prompt (``> ``: an
+        unclosed quote or block): it waits for input, the rest of the line."""
+        record = self.record
+        pause = self.record.machine.input_quiet
+        seen: int | None = None
+        while self.command_id is None and not self._over():
+            count = pre.count
+            if self.pre_activity.is_set():
+                self.pre_activity = trio.Event()
+            with trio.move_on_after(pause):
+                await self.pre_activity.wait()
+            if pre.count != count:
+                seen = None
+                pause = self.record.machine.input_quiet
+                continue
+            reading = await self._shell_reads(pre)
+            if self.command_id is not None or self._over():
+                return
+            if not reading or pre.count != count:
+                seen = None
+                pause = min(pause * 2, MAX_INPUT_POLL)
+                continue
+            if seen != count:
+                seen, pause = count, INPUT_POLL  # a second look, nothing printed between
+                continue
+            if record.machine.asked or pre.back_at_prompt():
+                record.output(pre.said())
+                why = (
+                    "it was interrupted before the shell started it"
+                    if record.machine.asked
+                    else "the shell is back at its prompt without running it (the output "
+                    "says why: a syntax error?)"
+                )
+                await self._end(Event.ENDED, note=f"not run: {why}; no exit code")
+                if self.scope is not None:
+                    self.scope.cancel()  # the follower waits for a start that will not come
+                return
+            if not record.machine.waiting:
+                # The shell reads the rest of the command line (``> ``: an unclosed quote,
+                # bracket or block): answered with send_input, or interrupted.
+                record.apply(Event.INPUT_SEEN, evidence=reading)
+            pause = MAX_INPUT_POLL
+
+    async def _shell_reads(self, pre: PreStart) -> InputEvidence | None:
+        """Evidence that the shell itself (no job of its own) reads the terminal,
+        nothing unread; without the processes to look at, that the last line looks
+        like a prompt."""
+        processes = self.port.processes
+        if processes is None:
+            await trio.lowlevel.checkpoint()
+            if looks_like_prompt(pre.last_line()):
+                return InputEvidence(readers=(), echo=True, source="heuristic")
+            return None
+        status = await processes.tty_status()
+        if status is None or not status.shell_foreground or status.unread:
+            return None
+        readers = status.readers or status.tty_pollers
+        if not readers:
+            return None
+        return InputEvidence(
+            readers=readers, echo=status.echo, source="procfs", programs=status.programs
+        )
 
     # -- waiting for input ---------------------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""Non-interactive execution beside the pty: :func:`exec_command` (``host.exec``).
+"""Non-interactive execution beside the pty: :func:`exec_command` (``ahp.exec_command``).
 
 Why: an agent's build, test or ``git`` command does not need a terminal, and a
 terminal is what lets it hang (a prompt, a pager, an editor) and mixes its two

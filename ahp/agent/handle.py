@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 
+import attrs
 import trio
 
 from ahp.agent.evidence import InputEvidence
@@ -69,8 +70,10 @@ class CommandHandle:
         return self.record.evidence
 
     def result(self) -> CommandResult:
-        """The result so far, without waiting."""
-        return self.record.result(self)
+        """The result so far, without waiting (with this handle in it while the command
+        is not over)."""
+        result = self.record.result()
+        return result if self.done else attrs.evolve(result, handle=self)
 
     def output(self) -> str:
         """All rendered output retained so far (the oldest lines beyond

@@ -27,7 +27,6 @@ from ahp.agent.status import Event, Status
 
 if TYPE_CHECKING:
     from ahp.agent.evidence import InputEvidence
-    from ahp.agent.handle import CommandHandle
 
 __all__ = ["MAX_RAW_OUTPUT", "CommandRecord", "RawTail"]
 
@@ -161,8 +160,9 @@ class CommandRecord:
         """The renderer's window: lines the cursor can still change."""
         return self.renderer.lines()
 
-    def result(self, handle: CommandHandle) -> CommandResult:
-        """The result so far (``handle`` is put in it while the command is not over)."""
+    def result(self) -> CommandResult:
+        """The result so far, without a handle (the handle puts itself in while the
+        command is not over: :meth:`ahp.agent.handle.CommandHandle.result`)."""
         machine = self.machine
         budgeted = self.budget.render(self.live())
         end = self.ended if self.ended is not None else time.monotonic()
@@ -192,5 +192,4 @@ class CommandRecord:
             command_id=self.id,
             note=note,
             holder=self.holder,
-            handle=None if machine.done else handle,
         )

@@ -94,7 +94,7 @@ class CommandResult:
             why it was refused, how it was lost (empty when there is nothing to say).
         holder: the command that held the terminal (``refused`` only).
         handle: the handle while the command still runs, else ``None``.
-        stderr: a non-pty run's (``host.exec``) stderr, rendered within the same
+        stderr: a non-pty run's (``exec_command``) stderr, rendered within the same
             budget as ``output``; empty for a terminal command (its stderr is in
             ``output``).
         signal: the name of the signal that ended a non-pty run (``"SIGKILL"``),

@@ -208,7 +208,7 @@ class ClientSession:
                 "clientInfo": dict(self.client_info),
                 "initialSubscriptions": list(dict.fromkeys([ROOT_URI, *subscriptions])),
                 # This host's resume token (other hosts ignore the key): asked for, or
-                # presented again (see ahp.server.session.Session.take_identity).
+                # presented again (see ahp.server.identity.take_identity).
                 "_meta": {RESUME_META: self.resume_token or ""},
             },
         )

@@ -31,18 +31,18 @@ from __future__ import annotations
 import logging
 import math
 import secrets
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, Final
 
 import trio
 
-from ahp.agent.result import CommandResult
 from ahp.engine.envelopes import ReplayLog
 from ahp.engine.hub import Hub
 from ahp.engine.launch import TerminalSpec, discard, prepare_launch
 from ahp.engine.memory import Trimmer
 from ahp.engine.outbox import Outbox
+from ahp.engine.packing import pack_scrollback
 from ahp.engine.subscription import Subscription
 from ahp.engine.terminal import Terminal
 from ahp.protocol.actions import RootTerminalsChanged
@@ -108,6 +108,7 @@ class Host:
         self._root_stale = False
         self._unpublished = False
         self._catalogue_task = False  # a publishing task is scheduled
+        self._packing = False  # the scrollback packer runs (ahp.engine.packing)
         self._published_at = -math.inf
         self._counter = 0
         self._holder_only_input = False
@@ -297,23 +298,18 @@ class Host:
                 self.hub.drop_channel(uri)  # subscribers the hooks registered end
             raise
         self._catalogue_changed()
+        if not self._packing:
+            self._packing = True
+            self._nursery.start_soon(self._pack_scrollback)
         return terminal
 
-    async def exec(
-        self,
-        command: str | Sequence[str],
-        *,
-        cwd: str | None = None,
-        env: Mapping[str, str] | None = None,
-        timeout: float | None = None,
-        **options: Any,
-    ) -> CommandResult:
-        """Run ``command`` (an argv, or a line for ``/bin/sh -c``) without a terminal:
-        stdin closed, stdout and stderr apart, shown to AHP clients as an ``isPty: false``
-        terminal; see :func:`ahp.agent.exec.exec_command` (and ``docs/exec.md``)."""
-        from ahp.agent.exec import exec_command
-
-        return await exec_command(self, command, cwd=cwd, env=env, timeout=timeout, **options)
+    async def _pack_scrollback(self) -> None:
+        """Old scrollback packed while the terminals hold much (:mod:`ahp.engine.packing`);
+        ends when no terminal is left (the next creation starts it again)."""
+        try:
+            await pack_scrollback(self._terminals.values)
+        finally:
+            self._packing = False
 
     async def _run_terminal(
         self, terminal: Terminal, *, task_status: trio.TaskStatus[Terminal]

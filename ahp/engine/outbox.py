@@ -52,6 +52,17 @@ client that takes nothing for its grace period (see
 (:meth:`Outbox.wait_responses_below`, responses queued or being written) before
 handling the next request.
 
+Answers encoded in pieces (:class:`PendingAnswer`, issue 25): an answer too big to
+encode in one step is queued as a placeholder in the same synchronous step as the
+registration it answers, so it keeps its place; its producer then encodes it in
+pieces (:func:`encode_answer`, other tasks running in between) into the
+placeholder. Until the placeholder is complete, the consumer takes only what was
+queued before it: envelopes published meanwhile wait behind it (and count towards
+the bound as usual), so none overtakes the answer and none is lost. One answer is
+encoded at a time per server (:attr:`ResponsePool.encoding`), so the pool's bound
+holds as it did when every answer was one step. A placeholder dropped with the
+queue (overflow, reset, close) stops its encoding.
+
 Ownership: created and consumed by one subscriber task; fed by any publisher in
 the same Trio run. Cancellation: :meth:`get_batch` is a plain checkpointed wait.
 """
@@ -61,21 +72,57 @@ from __future__ import annotations
 import sys
 from collections import deque
 from collections.abc import Callable
-from typing import Final
+from typing import Any, Final
 
 import trio
 
 from ahp.engine.envelopes import MERGE_LIMIT, Published
 from ahp.protocol.actions import TerminalInput
+from ahp.protocol.chunked import PIECE_WEIGHT, encode_pieces
 
-__all__ = ["DEFAULT_OUTBOX_BYTES", "Outbox", "OutboxItem", "ResponsePool", "coalesce_runs"]
+__all__ = [
+    "DEFAULT_OUTBOX_BYTES",
+    "WRITE_PIECE",
+    "Outbox",
+    "OutboxItem",
+    "PendingAnswer",
+    "ResponsePool",
+    "coalesce_runs",
+    "encode_answer",
+]
 
 #: Default bound on queued bytes (memory) per subscriber.
 DEFAULT_OUTBOX_BYTES: Final = 4 * 1024 * 1024
+#: Small pieces of an answer encoded in pieces are gathered into buffers of about this
+#: many bytes (what the writer hands the socket; bigger pieces stay as they are).
+WRITE_PIECE: Final = 64 * 1024
+
+
+class PendingAnswer:
+    """One text frame whose bytes are still being encoded (see the module docstring).
+
+    :attr:`pieces` joined are the frame's UTF-8 payload once :attr:`ready`;
+    :attr:`dropped` when the outbox let go of it (its encoding stops). Created by
+    :meth:`Outbox.hold`, filled only through :meth:`Outbox.grow` and
+    :meth:`Outbox.complete`.
+    """
+
+    __slots__ = ("dropped", "pieces", "ready", "size")
+
+    def __init__(self) -> None:
+        self.pieces: list[bytes] = []
+        self.size = 0
+        self.ready = False
+        self.dropped = False
+
 
 #: Items that are not envelopes (responses, snapshots) are queued as text frames: ``str``,
-#: or ``bytes`` already encoded as UTF-8 (large answers, encoded in slices).
-OutboxItem = Published | str | bytes
+#: ``bytes`` already encoded as UTF-8, or an answer encoded in pieces.
+OutboxItem = Published | str | bytes | PendingAnswer
+
+
+def _response_size(item: str | bytes | PendingAnswer) -> int:
+    return item.size if isinstance(item, PendingAnswer) else sys.getsizeof(item)
 
 
 class ResponsePool:
@@ -95,6 +142,9 @@ class ResponsePool:
         self._room = trio.lowlevel.ParkingLot()
         #: Where every member outbox's watchdog waits (woken when the pool goes over).
         self.pressure = trio.lowlevel.ParkingLot()
+        #: Held while an answer is encoded in pieces: one at a time, as when every
+        #: answer was one step (:func:`encode_answer`).
+        self.encoding = trio.Lock()
 
     @property
     def over(self) -> bool:
@@ -193,6 +243,9 @@ class Outbox:
         #: Batches taken (a consumer's progress, for watchdogs).
         self.takes = 0
         self._items: deque[OutboxItem] = deque()
+        #: Queued answers still being encoded, in queue order: nothing from the first
+        #: one on is taken until it is complete.
+        self._held: deque[PendingAnswer] = deque()
         self._bytes = 0  # envelopes (the backlog that can overflow)
         self._response_bytes = 0  # str items
         #: The newest queued latest-wins envelope per channel, and how many older ones
@@ -213,6 +266,8 @@ class Outbox:
         #: Counters for tests and figures.
         self.merged = 0
         self.delivered = 0
+        #: Items queued behind an answer still being encoded (they waited for it).
+        self.queued_behind = 0
         #: A consumer's hook for a lone keystroke echo (see :meth:`put`): called
         #: instead of waking the consumer while only such echoes are queued.
         self.on_lone_echo: Callable[[], None] | None = None
@@ -250,13 +305,24 @@ class Outbox:
     def __len__(self) -> int:
         return len(self._items)
 
+    @property
+    def has_ready(self) -> bool:
+        """Whether the consumer can take something now (queued items, and not only an
+        answer still being encoded and what waits behind it)."""
+        items = self._items
+        return bool(items) and not (self._held and items[0] is self._held[0])
+
     def put(self, item: OutboxItem) -> bool:
         """Queue ``item``; returns False when the outbox has overflowed or closed."""
         if self.overflowed or self.closed:
             return False
         self._items.append(item)
+        if self._held:
+            self.queued_behind += 1
         if not isinstance(item, Published):
-            size = sys.getsizeof(item)
+            if isinstance(item, PendingAnswer) and not item.ready:
+                self._held.append(item)
+            size = _response_size(item)
             self._response_bytes += size
             if self.pool is not None:
                 self.pool.add(size)
@@ -283,6 +349,57 @@ class Outbox:
         self._lot.unpark_all()
         return True
 
+    # -- answers encoded in pieces ------------------------------------------------------------
+
+    def hold(self) -> PendingAnswer:
+        """Queue a placeholder for an answer about to be encoded in pieces (it is
+        :attr:`~PendingAnswer.dropped` at once if the outbox overflowed or closed)."""
+        pending = PendingAnswer()
+        if not self.put(pending):
+            pending.dropped = True
+        return pending
+
+    def grow(self, pending: PendingAnswer, piece: bytes) -> bool:
+        """Add ``piece`` to a held answer (it counts as a queued response from now on);
+        False when the outbox let go of the answer (stop encoding it)."""
+        if pending.dropped:
+            return False
+        size = len(piece)
+        pending.pieces.append(piece)
+        pending.size += size
+        self._response_bytes += size
+        if self.pool is not None:
+            self.pool.add(size)
+        if self._over_lot and self.over_bound:
+            self._over_lot.unpark_all()
+        return True
+
+    def complete(self, pending: PendingAnswer) -> None:
+        """The held answer is whole: it, and what waits behind it, may be taken."""
+        if pending.dropped or pending.ready:
+            return
+        pending.ready = True
+        head = self._held[0] is pending
+        self._held.remove(pending)
+        if head:
+            self._lot.unpark_all()
+
+    def replace(self, pending: PendingAnswer, payload: bytes) -> None:
+        """Give a held answer ``payload`` instead of what was encoded so far (its
+        encoding failed: an error answer takes its place), and complete it."""
+        if pending.dropped or pending.ready:
+            return
+        self._response_bytes -= pending.size
+        self._release_pool(pending.size)
+        pending.pieces, pending.size = [], 0
+        self.grow(pending, payload)
+        self.complete(pending)
+
+    def _drop_held(self) -> None:
+        for pending in self._held:
+            pending.dropped = True
+        self._held.clear()
+
     def _forget_latest(self) -> None:
         if self._latest:
             self._latest.clear()
@@ -292,6 +409,7 @@ class Outbox:
         self.overflowed = True
         self._overflow.set()
         self._items.clear()
+        self._drop_held()
         self._echoes_only = True
         self._forget_latest()
         self._release_pool(self._response_bytes)
@@ -307,6 +425,12 @@ class Outbox:
         """No more items; a waiting consumer wakes and sees an empty batch (the
         responses it will never deliver leave the server's pool)."""
         if not self.closed:
+            if self._held:
+                # An answer never completed: it, and what waited behind it, never go.
+                first = self._held[0]
+                while self._items and self._items.pop() is not first:
+                    pass
+                self._drop_held()
             self._release_pool(self._response_bytes + self._in_flight_responses)
             self._response_bytes = self._in_flight_responses = 0
         self.closed = True
@@ -318,6 +442,7 @@ class Outbox:
         self.overflowed = False
         self._overflow = trio.Event()
         self._items.clear()
+        self._drop_held()
         self._echoes_only = True
         self._forget_latest()
         self._release_pool(self._response_bytes)
@@ -366,31 +491,37 @@ class Outbox:
         await self._overflow.wait()
 
     def get_nowait(self, *, coalesce: bool = True) -> list[OutboxItem]:
-        """Everything queued now (possibly nothing); see the module docstring for
+        """Everything queued now that may be taken (possibly nothing: not an answer
+        still being encoded, nor what waits behind it); see the module docstring for
         ``coalesce``."""
-        items = list(self._items)
-        self._items.clear()
-        self._echoes_only = True
-        if self._latest:
-            if self._superseded:
-                latest = self._latest
-                items = [
-                    item
-                    for item in items
-                    if not isinstance(item, Published)
-                    or not item.latest_wins
-                    or latest.get(item.channel) is item
-                ]
-            self._forget_latest()
+        if self._held:
+            items, envelopes, responses = self._take_before_held()
+        else:
+            items = list(self._items)
+            self._items.clear()
+            self._echoes_only = True
+            if self._latest:
+                if self._superseded:
+                    latest = self._latest
+                    items = [
+                        item
+                        for item in items
+                        if not isinstance(item, Published)
+                        or not item.latest_wins
+                        or latest.get(item.channel) is item
+                    ]
+                self._forget_latest()
+            envelopes, responses = self._bytes, self._response_bytes
+        self._bytes -= envelopes
+        self._response_bytes -= responses
         if self.track_in_flight:
-            self._in_flight += self._bytes + self._response_bytes
-            self._in_flight_responses += self._response_bytes
+            self._in_flight += envelopes + responses
+            self._in_flight_responses += responses
             if self._over_lot and self.over_bound:
                 self._over_lot.unpark_all()
         else:
-            self._release_pool(self._response_bytes)
+            self._release_pool(responses)
         self.takes += 1
-        self._bytes = self._response_bytes = 0
         self.taken_at = self.progress_at = _now()
         self._drained.unpark_all()
         if coalesce and len(items) > 1:
@@ -400,19 +531,95 @@ class Outbox:
         self.delivered += len(items)
         return items
 
+    def _take_before_held(self) -> tuple[list[OutboxItem], int, int]:
+        """The items queued before the first held answer, and their envelope and
+        response bytes (superseded latest-wins envelopes left out: they stopped
+        counting when they were superseded)."""
+        queue, head, latest = self._items, self._held[0], self._latest
+        items: list[OutboxItem] = []
+        envelopes = responses = 0
+        while queue[0] is not head:
+            item = queue.popleft()
+            if isinstance(item, Published):
+                if item.latest_wins:
+                    if latest.get(item.channel) is not item:
+                        self._superseded -= 1
+                        continue
+                    del latest[item.channel]
+                envelopes += item.size
+            else:
+                responses += _response_size(item)
+            items.append(item)
+        self._echoes_only = False
+        return items, envelopes, responses
+
     async def get_batch(self, *, coalesce: bool = True) -> list[OutboxItem]:
         """Wait until something is queued, then take all of it.
 
         Returns an empty list when the outbox is closed or has overflowed; the
         caller checks :attr:`overflowed` / :attr:`closed` to tell which.
         """
-        if not self._items and not self.overflowed and not self.closed:
+        if not self.has_ready and not self.overflowed and not self.closed:
             # Parking is the checkpoint: once woken, take the batch at once (a second
             # checkpoint here would delay every keystroke echo by a scheduler pass).
-            while not self._items and not self.overflowed and not self.closed:
+            while not self.has_ready and not self.overflowed and not self.closed:
                 await self._lot.park()
         else:
             await trio.lowlevel.checkpoint()
-        if self.overflowed or (self.closed and not self._items):
+        if self.overflowed or (self.closed and not self.has_ready):
             return []
         return self.get_nowait(coalesce=coalesce)
+
+
+#: Answers whose :func:`~ahp.protocol.chunked.weight` passes this are encoded in pieces
+#: (:func:`encode_answer`); lighter ones in one ``orjson.dumps`` (a few milliseconds at
+#: most: 16 x :data:`~ahp.protocol.chunked.PIECE_WEIGHT`, ~1 MB of text).
+CHUNKED_WEIGHT: Final = 16 * PIECE_WEIGHT
+
+
+async def encode_answer(outbox: Outbox, pending: PendingAnswer, value: Any) -> None:
+    """Encode ``value`` (JSON-ready data) into ``pending`` in pieces, letting other tasks
+    run between them, then complete it; one answer at a time per server pool, and
+    only while the pool has room (:meth:`ResponsePool.wait_room`).
+
+    Buffering: small pieces are gathered into buffers of about :data:`WRITE_PIECE`
+    bytes; everything encoded counts in the outbox (and the pool) as it grows. If the
+    encoding fails (a value ``orjson`` refuses), the exception propagates and the
+    answer stays held: the caller gives it an error answer (:meth:`Outbox.replace`).
+    If the outbox lets go of the answer (overflow, close), the encoding stops.
+    Cancellation: a cancelled encoding leaves the placeholder incomplete, holding what
+    waits behind it, until :meth:`Outbox.close` drops both (the connection is going).
+    """
+    pool = outbox.pool
+    lock = pool.encoding if pool is not None else None
+    if lock is not None:
+        await lock.acquire()
+    try:
+        if pool is not None:
+            # (Its turn may come long after its request waited for room: the answers
+            # encoded meanwhile may have filled the pool again.)
+            await pool.wait_room()
+        buffer: list[bytes] = []
+        gathered = 0
+        for piece in encode_pieces(value):
+            out = piece
+            if len(piece) < WRITE_PIECE:
+                buffer.append(piece)
+                gathered += len(piece)
+                if gathered < WRITE_PIECE:
+                    continue
+                out = b"".join(buffer)
+                buffer, gathered = [], 0
+            elif buffer:
+                if not outbox.grow(pending, b"".join(buffer)):
+                    return
+                buffer, gathered = [], 0
+            if not outbox.grow(pending, out):
+                return
+            await trio.lowlevel.checkpoint()
+        if buffer and not outbox.grow(pending, b"".join(buffer)):
+            return
+        outbox.complete(pending)
+    finally:
+        if lock is not None:
+            lock.release()

@@ -39,7 +39,9 @@ Every channel is bounded (:data:`PARSE_QUEUE`, :data:`REDUCER_QUEUE`,
 :data:`INPUT_QUEUE`). A full channel is the backpressure: when the parse or
 reducer task cannot keep up, the reader waits, the kernel's pty buffer fills
 and the child blocks in ``write``; a caller of :meth:`Terminal.dispatch` waits
-for room too. The reducer never waits on anyone: it publishes into bounded
+for room too, and a caller dispatching input waits while more than
+:data:`INPUT_PACE` bytes of input are pending for the pty. The reducer never waits
+on anyone: it publishes into bounded
 outboxes that decide for themselves (merge, resynchronise, overflow; see
 :mod:`ahp.engine.outbox`), and input beyond the input channel's bound (or
 :data:`~ahp.reducers.core.MAX_PENDING_INPUT` bytes) is rejected, not queued.
@@ -69,6 +71,7 @@ of the tasks ends this terminal only (:attr:`Terminal.failure`).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -145,10 +148,21 @@ PARSE_QUEUE: Final = 4
 REDUCER_QUEUE: Final = 64
 #: Input chunks queued for the input-write task (bytes bounded by MAX_PENDING_INPUT).
 INPUT_QUEUE: Final = 1024
+#: Bytes of input pending for the pty past which a caller of :meth:`Terminal.dispatch`
+#: with input waits until the pty has taken them below it (backpressure: issue 25, 24
+#: MiB of keystrokes into ``cat >/dev/null`` held 16 MiB pending, twice over while
+#: joined for one write, +57 MiB of RSS). A single input larger than this is taken.
+INPUT_PACE: Final = 1024 * 1024
 #: Input of at most this many bytes (a keystroke) is followed by a short spin (see
 #: Terminal._spin_for_echo), at most ECHO_SPIN seconds (keystroke trick ``echo_spin``).
 ECHO_SPIN_INPUT: Final = keystroke.ECHO_SPIN_INPUT if keystroke.enabled("echo_spin") else -1
 ECHO_SPIN: Final = keystroke.ECHO_SPIN
+#: A read shorter than this is parsed and applied by pty-read itself while the parse and
+#: reducer tasks are idle (keystroke trick ``inline_output``); 0: never.
+INLINE_OUTPUT: Final = keystroke.SMALL_READ if keystroke.enabled("inline_output") else 0
+#: The reducer writes input to the pty itself while input-write is idle (keystroke
+#: trick ``direct_write``, see Terminal._write_direct).
+DIRECT_WRITE: Final = keystroke.enabled("direct_write")
 #: After the process exits, a pty still held open is read until quiet this long.
 EXIT_LINGER: Final = 0.1
 
@@ -251,11 +265,22 @@ class Terminal(CommandSurface):
         self._accepting = False
         self._to_writer: trio.MemorySendChannel[bytes] | None = None
         self._pending_input = 0  # bytes accepted for the pty and not yet written
+        #: Where input senders wait for :data:`INPUT_PACE` (woken by input-write).
+        self._input_room = trio.lowlevel.ParkingLot()
+        self._writer_done = False  # input-write ended: nobody waits for it any more
         self._input_gone = False  # the child's input side is gone: input is dropped
         self._output_ended = False
         self._exit_code: _ProcessExited | None = None
         self._cancel_scope = trio.CancelScope()
         self._wait_scopes: set[trio.CancelScope] = set()  # the read tasks' waits
+        #: The parse task's parser (set when the task starts).
+        self._parser: OutputParser | None = None
+        #: The parse and reducer tasks wait in ``receive`` with nothing handed to them
+        #: since (set by each task right before that wait, cleared by it after and by
+        #: every sender): while both are, pty-read may do their work on a short read
+        #: itself (keystroke trick ``inline_output``, see Terminal._parse_and_reduce).
+        self._parse_parked = False
+        self._reducer_parked = False
         self._tasks: trio.Nursery | None = None  # command collectors (ahp.agent)
         self._jobs: Jobs | None = None
         self._screen: ScreenModel | None = None
@@ -271,6 +296,10 @@ class Terminal(CommandSurface):
         self.reducer_batches = 0
         #: Times the pty-read task found the parse channel full and waited.
         self.parse_waits = 0
+        #: Reads parsed and applied by pty-read itself (``inline_output``), and inputs
+        #: the reducer wrote to the pty itself (``direct_write``).
+        self.inline_batches = 0
+        self.direct_writes = 0
 
     # -- public view -------------------------------------------------------------------------
 
@@ -278,6 +307,11 @@ class Terminal(CommandSurface):
     def state(self) -> TerminalState:
         """The current state (immutable; later changes produce new values)."""
         return self._core.state
+
+    @property
+    def scrollback_chars(self) -> int:
+        """Characters the content retains now (O(1); :mod:`ahp.engine.packing`)."""
+        return self._core.scrollback.length
 
     @property
     def pid(self) -> int | None:
@@ -388,11 +422,16 @@ class Terminal(CommandSurface):
         if self._accepting:
             decided = trio.Event() if wait else None
             try:
+                self._reducer_parked = False
                 await _send(self._to_reducer, _ClientAction(action, origin, sender, decided))
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 # The reducer ended meanwhile: the terminal is closing.
                 self._refuse_closing(action, origin, sender)
             else:
+                if action.__class__ is TerminalInput and self._pending_input > INPUT_PACE:
+                    await self._wait_input_room()
+                    if decided is None:
+                        return
                 if decided is None:
                     if checkpoint:
                         await trio.lowlevel.checkpoint()
@@ -518,7 +557,7 @@ class Terminal(CommandSurface):
                 if spec.use_pty:
                     self._jobs = Jobs(child.pid, child.output_fd, self._alive_check())
                 if spec.nice:
-                    child.renice(spec.nice)
+                    await child.renice(spec.nice)
                 try:
                     await self._run_stages(child, task_status)
                 except Exception as exc:  # one terminal's failure ends that terminal only
@@ -629,11 +668,15 @@ class Terminal(CommandSurface):
                     batch = chunks[0] if len(chunks) == 1 else b"".join(chunks)
                     if self._on_output is not None:
                         self._on_output(error, batch)
-                    try:
-                        to_parse.send_nowait(batch)
-                    except trio.WouldBlock:
-                        self.parse_waits += 1  # the parser is behind: wait (backpressure)
-                        await to_parse.send(batch)
+                    if size < INLINE_OUTPUT and self._parse_parked and self._reducer_parked:
+                        self._parse_and_reduce(batch)
+                    else:
+                        self._parse_parked = False
+                        try:
+                            to_parse.send_nowait(batch)
+                        except trio.WouldBlock:
+                            self.parse_waits += 1  # the parser is behind: wait (backpressure)
+                            await to_parse.send(batch)
                 if eof:
                     return
                 if chunks:
@@ -664,6 +707,27 @@ class Terminal(CommandSurface):
                     await child.wait_readable(error=error)
                 self._wait_scopes.discard(wait_scope)
 
+    def _parse_and_reduce(self, data: bytes) -> None:
+        """Keystroke trick ``inline_output``: a short read (an echo, a prompt) while the
+        parse and reducer tasks both wait for work is parsed and applied here, in
+        pty-read's own step, exactly as those tasks would (same parser, same reducer
+        code, in order: nothing was handed to either since they began to wait, and
+        neither runs before this returns). Saves two scheduler passes and two channel
+        hops on the echo's way back. The tasks stay: everything else goes through them."""
+        parser = self._parser
+        assert parser is not None
+        self.inline_batches += 1
+        actions = compact(
+            parser.feed(data, wall_ms=int(time.time() * 1000), mono_ms=time.monotonic() * 1000)
+        )
+        if actions:
+            self.reducer_batches += 1
+            self._reduce(actions)
+            core = self._core
+            if core.info_changed:
+                core.info_changed = False
+                self._on_info_changed(self)
+
     async def _pump(
         self, child: Child, to_parse: trio.MemorySendChannel[bytes], error: bool = False
     ) -> bool:
@@ -683,6 +747,7 @@ class Terminal(CommandSurface):
                 self.bytes_read += len(data)
                 if self._on_output is not None:
                     self._on_output(error, data)
+                self._parse_parked = False
                 try:
                     to_parse.send_nowait(data)
                 except trio.WouldBlock:
@@ -699,7 +764,7 @@ class Terminal(CommandSurface):
 
     async def _parse_task(self, inbox: trio.MemoryReceiveChannel[bytes]) -> None:
         """Bytes in, actions out: feed every batch waiting to the parser at once."""
-        parser = OutputParser(
+        parser = self._parser = OutputParser(
             use_pty=self.spec.use_pty, nonce=self.nonce if self.integrated else None
         )
         to_reducer = self._to_reducer
@@ -709,10 +774,13 @@ class Terminal(CommandSurface):
                 try:
                     data = inbox.receive_nowait()
                 except trio.WouldBlock:
+                    self._parse_parked = True
                     try:
                         data = await inbox.receive()
                     except trio.EndOfChannel:
                         break
+                    finally:
+                        self._parse_parked = False
                 except trio.EndOfChannel:
                     break
                 more: list[bytes] | None = None
@@ -743,8 +811,12 @@ class Terminal(CommandSurface):
                     # longer than PARSE_STEP (escape-dense output costs ~2 us a byte).
                     slow = (time.perf_counter() - start) * READ_BATCH > PARSE_STEP * len(piece)
                     if actions:
+                        self._reducer_parked = False
                         await _send(to_reducer, actions)
+        self._parse_parked = False
+        self._parser = None  # (closed below: nobody else may feed it)
         tail = parser.close(wall_ms=int(time.time() * 1000), mono_ms=time.monotonic() * 1000)
+        self._reducer_parked = False
         if tail:
             await _send(to_reducer, tail)
         await _send(to_reducer, _OUTPUT_ENDED)
@@ -756,12 +828,27 @@ class Terminal(CommandSurface):
         self._process_exited.set()
         for scope in self._wait_scopes:
             scope.cancel()  # each reader lingers for what is left, then ends
+        self._reducer_parked = False
         await _send(self._to_reducer, _ProcessExited(code))
 
     # -- input-write -------------------------------------------------------------------------
 
+    async def _wait_input_room(self) -> None:
+        """Wait while more than :data:`INPUT_PACE` bytes of input are pending (ends when
+        the input side goes or the input-write task ends)."""
+        while self._pending_input > INPUT_PACE and not self._writer_done:
+            await self._input_room.park()
+
     async def _write_task(self, child: Child, inbox: trio.MemoryReceiveChannel[bytes]) -> None:
-        """Write input to the pty in order: everything waiting, in one write."""
+        """Write input to the pty in order: everything waiting, in one write (input
+        senders waiting for :data:`INPUT_PACE` are woken as the pending bytes fall)."""
+        try:
+            await self._write_loop(child, inbox)
+        finally:
+            self._writer_done = True
+            self._input_room.unpark_all()
+
+    async def _write_loop(self, child: Child, inbox: trio.MemoryReceiveChannel[bytes]) -> None:
         async with inbox:
             while True:
                 try:
@@ -779,6 +866,9 @@ class Terminal(CommandSurface):
                     more.append(extra)
                 if more is not None:
                     data = b"".join(more)
+                if not data:  # (``direct_write``: the reducer wrote a keystroke)
+                    await self._spin_for_echo()
+                    continue
                 try:
                     # One write(2) first: a keystroke is in the kernel without the
                     # checkpoint that write() takes after each slice (a scheduler pass
@@ -795,6 +885,30 @@ class Terminal(CommandSurface):
                     # Nothing is pending once the input side is gone (what is still
                     # queued is dropped with the channel).
                     self._pending_input = 0 if self._input_gone else self._pending_input - len(data)
+                    if self._input_room and self._pending_input <= INPUT_PACE:
+                        self._input_room.unpark_all()
+
+    def _write_direct(self, child: Child, data: bytes) -> bytes:
+        """Keystroke trick ``direct_write``: input-write is idle (nothing pending), so
+        the reducer writes ``data`` to the pty itself, in order, with one non-blocking
+        ``write(2)``; what the kernel did not take (returned) goes to input-write as
+        before. A keystroke then reaches the pty one scheduler pass sooner, without the
+        channel's send and receive. After a keystroke input-write is still woken (an
+        empty item), only to spin for the echo (``echo_spin``), off the keystroke's
+        path."""
+        try:
+            written = child.write_nowait(data)
+        except (ChildGone, trio.ClosedResourceError):
+            self._input_gone = True  # (as input-write does: published, not written)
+            return b""
+        if written:
+            self.direct_writes += 1
+        if written < len(data):
+            return data[written:] if written else data
+        if len(data) <= ECHO_SPIN_INPUT:
+            with contextlib.suppress(trio.WouldBlock, trio.BrokenResourceError):
+                self._to_writer.send_nowait(b"")  # type: ignore[union-attr]
+        return b""
 
     async def _spin_for_echo(self) -> None:
         """After a keystroke reached the pty, keep the scheduler polling (checkpoints)
@@ -819,7 +933,11 @@ class Terminal(CommandSurface):
             try:
                 item = inbox.receive_nowait()
             except trio.WouldBlock:
-                item = await inbox.receive()
+                self._reducer_parked = True
+                try:
+                    item = await inbox.receive()
+                finally:
+                    self._reducer_parked = False
             self.reducer_batches += 1
             decided: list[trio.Event] | None = None
             try:
@@ -888,14 +1006,18 @@ class Terminal(CommandSurface):
         if verdict.write is not None and not self._input_gone:
             writer = self._to_writer
             assert writer is not None
-            try:
-                writer.send_nowait(verdict.write)
-            except (trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
-                if origin is not None:
-                    reason = f"input queue full ({INPUT_QUEUE} writes pending)"
-                    self._hub.reject(sender, self.uri, action, origin, reason)
-                return
-            self._pending_input += len(verdict.write)
+            data = verdict.write
+            if DIRECT_WRITE and not self._pending_input and self._child is not None:
+                data = self._write_direct(self._child, data)
+            if data:
+                try:
+                    writer.send_nowait(data)
+                except (trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
+                    if origin is not None:
+                        reason = f"input queue full ({INPUT_QUEUE} writes pending)"
+                        self._hub.reject(sender, self.uri, action, origin, reason)
+                    return
+                self._pending_input += len(data)
         if verdict.resize is not None and self._child is not None:
             self._child.resize(*verdict.resize)
         self._apply(verdict.action, origin)

@@ -10,6 +10,8 @@ terminals, layered thinly over the agent-facing command API
 * :mod:`ahp.mcp.render` — results as text and structured content (pure);
 * :mod:`ahp.mcp.contract` — the command API the tools rely on, as protocols;
 * :mod:`ahp.mcp.backend` — our own host, or a sidecar through ``ahp.client``;
+* :mod:`ahp.mcp.output` — what a tool call answers (pure);
+* :mod:`ahp.mcp.tracked` — the commands the tools keep, bounded (pure);
 * :mod:`ahp.mcp.toolbox` — what each tool does;
 * :mod:`ahp.mcp.stdio` / :mod:`ahp.mcp.server` — the SDK server, stdio, lifetime;
 * :mod:`ahp.mcp.command` — the ``mcp`` subcommand.

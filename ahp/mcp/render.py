@@ -23,14 +23,19 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 
 from ahp.agent.budget import OutputBudget
 from ahp.mcp.contract import Evidence, Result
+from ahp.mcp.output import ToolError, ToolOutput
+from ahp.mcp.tools import NAME_PATTERN_TEXT
 from ahp.protocol.state import TERMINAL_SCHEME
 from ahp.protocol.uri import file_uri_to_path
+
+if TYPE_CHECKING:
+    from ahp.agent.result import CommandResult
 
 __all__ = [
     "ECHO_KEEP_LINES",
@@ -41,8 +46,10 @@ __all__ = [
     "cwd_text",
     "display_name",
     "elide_echo",
+    "exec_output",
     "format_result",
     "result_data",
+    "terminal_uri",
     "waiting_reason",
 ]
 
@@ -68,6 +75,18 @@ def display_name(uri: str) -> str:
     prefix = TERMINAL_SCHEME + "/"
     rest = uri[len(prefix) :]
     return rest if uri.startswith(prefix) and NAME.fullmatch(rest) else uri
+
+
+def terminal_uri(name: str) -> str:
+    """The terminal URI for a name the model gave (a bare name or an ``ahp-terminal:`` URI)."""
+    if name.startswith(TERMINAL_SCHEME):
+        # A URI as listed (terminals made by other clients may use other characters).
+        rest = name[len(TERMINAL_SCHEME) :]
+        if rest.strip("/") and rest.isprintable() and not any(c.isspace() for c in rest):
+            return name
+    elif NAME.fullmatch(name):
+        return f"{TERMINAL_SCHEME}/{name}"
+    raise ToolError(f"bad terminal name {name!r}: use {NAME_PATTERN_TEXT}")
 
 
 def cwd_text(cwd: str | None) -> str | None:
@@ -344,3 +363,32 @@ def result_data(
         "shell_exited": result.shell_exited,
         "background": [{"pid": p.pid, "command_line": p.command_line} for p in result.background],
     }
+
+
+def exec_output(result: CommandResult, command: str) -> ToolOutput:
+    """The answer of run_command with ``pty: false``: stdout, stderr, how it ended."""
+    name = display_name(result.command_id)
+    parts = [command_header(command), f"{MARK} no terminal (pty false), shown as {name!r}"]
+    parts.append(result.output.rstrip("\n") or "(no output)")
+    if result.stderr:
+        parts += [f"{MARK} stderr:", result.stderr.rstrip("\n")]
+    took = f"{result.duration_ms / 1000:.1f} s"
+    if result.status == "timed_out":
+        ending = f"TIMED OUT after {took}: its process group got SIGKILL"
+    elif result.signal is not None:
+        ending = f"KILLED by {result.signal} after {took}"
+    else:
+        ending = f"exit code {result.exit_code} · {took}"
+    remarks = [ending]
+    if result.truncated:
+        remarks.append(
+            f"stdout truncated: {result.omitted_bytes} bytes ({result.omitted_lines} lines) "
+            "left out of the middle; the start and the end are shown"
+        )
+    remarks += [
+        f"left running in the background: pid {p.pid} `{p.command_line}`" for p in result.background
+    ]
+    parts += [f"{MARK} {r}" for r in remarks]
+    data = result_data(result, name, command)
+    data.update(stderr=result.stderr, signal=result.signal)
+    return ToolOutput("\n".join(parts), data, headline=f"{command_header(command)}: {ending}")

@@ -8,11 +8,11 @@ types, so it is tested in-process as well as through the real server.
 
 Errors: every failure a call can meet (bad arguments, an unknown terminal or
 command, a busy terminal, a process that cannot start, a lost sidecar) becomes
-a :class:`ToolOutput` with ``is_error`` and a message saying what to do; an
+a :class:`~ahp.mcp.output.ToolOutput` with ``is_error`` and a message saying what to do; an
 unexpected exception is logged with its traceback and reported the same way.
 A tool call never takes the server down.
 
-Bounds: :data:`MAX_TRACKED_COMMANDS` handles are kept (the oldest finished
+Bounds: :data:`~ahp.mcp.tracked.MAX_TRACKED_COMMANDS` handles are kept (the oldest finished
 ones are forgotten first; when all are running a new command is refused), and
 at most :data:`MAX_TERMINALS` terminals are created through the tools.
 
@@ -40,34 +40,34 @@ from typing import TYPE_CHECKING, Any, Final
 import attrs
 import trio
 
+from ahp.agent.exec import exec_command
 from ahp.mcp.backend import Backend, ClientBackend, HostBackend, NoSuchTerminal
-from ahp.mcp.contract import Handle, Result, ScreenView
+from ahp.mcp.contract import Result, ScreenView
 from ahp.mcp.keys import keys_text
+from ahp.mcp.output import ToolError, ToolOutput
 from ahp.mcp.render import (
     MARK,
-    NAME,
     Shown,
     budget_text,
-    command_header,
     cwd_text,
     display_name,
-    elide_echo,
+    exec_output,
     format_result,
     result_data,
     status_lines,
+    terminal_uri,
 )
 from ahp.mcp.tools import (
     DEFAULT_HEAD_BYTES,
     DEFAULT_TAIL_BYTES,
-    NAME_PATTERN_TEXT,
     ArgumentError,
     check_arguments,
     tool,
 )
-from ahp.protocol.state import TERMINAL_SCHEME, CommandPart, TerminalState
+from ahp.mcp.tracked import CommandTable, Tracked
+from ahp.protocol.state import CommandPart, TerminalState
 
 if TYPE_CHECKING:
-    from ahp.agent.result import CommandResult
     from ahp.agent.screen import ScreenModel
 
 __all__ = [
@@ -75,18 +75,11 @@ __all__ = [
     "MAX_SCREEN_COLS",
     "MAX_SCREEN_ROWS",
     "MAX_TERMINALS",
-    "MAX_TRACKED_COMMANDS",
-    "CommandTable",
-    "ToolError",
-    "ToolOutput",
     "Toolbox",
-    "terminal_uri",
 ]
 
 log = logging.getLogger("ahp.mcp")
 
-#: Commands whose handles are kept for read_output / wait_command / kill_command.
-MAX_TRACKED_COMMANDS: Final = 256
 #: Terminals that may exist before run_command / create_terminal refuse to make more.
 MAX_TERMINALS: Final = 32
 #: The terminal run_command uses when none is named.
@@ -105,172 +98,6 @@ MAX_SCREEN_COLS: Final = 500
 MAX_SCREEN_ROWS: Final = 200
 #: Capped screen models kept (one per terminal read over the cap, oldest dropped).
 MAX_CAPPED_SCREENS: Final = 4
-
-
-class ToolError(Exception):
-    """A call that cannot be done; the message is shown to the model as is."""
-
-
-@attrs.frozen
-class ToolOutput:
-    """What a tool call answers: text for the model, optional structured data, error flag."""
-
-    text: str
-    data: dict[str, Any] | None = None
-    is_error: bool = False
-    #: Arguments that were clamped to their bounds, one sentence each (also in ``text``).
-    notes: tuple[str, ...] = ()
-
-    #: One line that says what happened (default: the text's first line).
-    headline: str = ""
-
-    @property
-    def summary(self) -> str:
-        """The text of a ``--structured`` answer, whose data carries the rest."""
-        return self.headline or self.text.partition("\n")[0]
-
-
-def terminal_uri(name: str) -> str:
-    """The terminal URI for a name the model gave (a bare name or an ``ahp-terminal:`` URI)."""
-    if name.startswith(TERMINAL_SCHEME):
-        # A URI as listed (terminals made by other clients may use other characters).
-        rest = name[len(TERMINAL_SCHEME) :]
-        if rest.strip("/") and rest.isprintable() and not any(c.isspace() for c in rest):
-            return name
-    elif NAME.fullmatch(name):
-        return f"{TERMINAL_SCHEME}/{name}"
-    raise ToolError(f"bad terminal name {name!r}: use {NAME_PATTERN_TEXT}")
-
-
-@attrs.define
-class Tracked:
-    """A command started through the tools: its handle while it runs, else its last result."""
-
-    command_id: str
-    uri: str
-    command: str  # as the model wrote it (without a ``cd`` we put in front)
-    handle: Handle | None  # None: it was over when run() returned
-    last: Result
-    #: An answer has shown the output of a command that had no handle.
-    consumed: bool = False
-
-    def read(self, *, full: bool, head_bytes: int, tail_bytes: int, typed: str = "") -> Shown:
-        """What the next answer shows, and the cursor moved past it (synchronous: call it
-        right after taking the result). ``typed``: text just sent, whose echo is left out."""
-        handle = self.handle
-        if full:
-            if handle is not None:
-                handle.read_new()
-            self.consumed = True
-            return Shown.whole(self.last)
-        if handle is not None:
-            new = handle.read_new()
-        else:
-            new = "" if self.consumed else self.last.output
-            self.consumed = True
-        echo = 0
-        if typed:
-            new, echo = elide_echo(new, typed)
-        shown = budget_text(new, head_bytes, tail_bytes)
-        return attrs.evolve(shown, echo_lines=echo)
-
-    @property
-    def terminal(self) -> str:
-        return display_name(self.uri)
-
-    @property
-    def done(self) -> bool:
-        return self.handle is None or self.handle.done
-
-    def result(self) -> Result:
-        """The result so far, without waiting."""
-        if self.handle is not None:
-            self.last = self.handle.result()
-        return self.last
-
-    async def wait(self, timeout: float) -> Result:
-        """Until the command ends, waits for input, or ``timeout`` s pass (never stops it)."""
-        if self.handle is not None:
-            self.last = await self.handle.wait(timeout=timeout)
-        return self.last
-
-
-class CommandTable:
-    """Started commands by id, bounded by ``limit`` (oldest finished ones evicted first).
-
-    Not thread-safe; used from one Trio thread. No I/O.
-    """
-
-    def __init__(self, limit: int = MAX_TRACKED_COMMANDS) -> None:
-        self.limit = limit
-        self._by_id: OrderedDict[str, Tracked] = OrderedDict()
-
-    def __len__(self) -> int:
-        return len(self._by_id)
-
-    def check_room(self) -> None:
-        """Make room for one more command, or raise ``ToolError`` when all are running."""
-        while len(self._by_id) >= self.limit:
-            victim = next((cid for cid, t in self._by_id.items() if t.done), None)
-            if victim is None:
-                raise ToolError(
-                    f"{len(self._by_id)} commands are running, the most this server tracks; "
-                    "stop some with kill_command or close_terminal first"
-                )
-            del self._by_id[victim]
-
-    def add(self, tracked: Tracked) -> None:
-        self.check_room()
-        self._by_id[tracked.command_id] = tracked
-
-    def get(self, command_id: str) -> Tracked:
-        tracked = self._by_id.get(command_id)
-        if tracked is None:
-            raise ToolError(
-                f"no command {command_id!r}: use the command_id a run_command result gave "
-                "(list_terminals shows the running ones)"
-            )
-        return tracked
-
-    def running_in(self, uri: str) -> Tracked | None:
-        """The newest unfinished command started in terminal ``uri``."""
-        for tracked in reversed(self._by_id.values()):
-            if tracked.uri == uri and not tracked.done:
-                return tracked
-        return None
-
-    def forget_terminal(self, uri: str) -> None:
-        for cid in [cid for cid, t in self._by_id.items() if t.uri == uri]:
-            del self._by_id[cid]
-
-
-def exec_output(result: CommandResult, command: str) -> ToolOutput:
-    """The answer of run_command with ``pty: false``: stdout, stderr, how it ended."""
-    name = display_name(result.command_id)
-    parts = [command_header(command), f"{MARK} no terminal (pty false), shown as {name!r}"]
-    parts.append(result.output.rstrip("\n") or "(no output)")
-    if result.stderr:
-        parts += [f"{MARK} stderr:", result.stderr.rstrip("\n")]
-    took = f"{result.duration_ms / 1000:.1f} s"
-    if result.status == "timed_out":
-        ending = f"TIMED OUT after {took}: its process group got SIGKILL"
-    elif result.signal is not None:
-        ending = f"KILLED by {result.signal} after {took}"
-    else:
-        ending = f"exit code {result.exit_code} · {took}"
-    remarks = [ending]
-    if result.truncated:
-        remarks.append(
-            f"stdout truncated: {result.omitted_bytes} bytes ({result.omitted_lines} lines) "
-            "left out of the middle; the start and the end are shown"
-        )
-    remarks += [
-        f"left running in the background: pid {p.pid} `{p.command_line}`" for p in result.background
-    ]
-    parts += [f"{MARK} {r}" for r in remarks]
-    data = result_data(result, name, command)
-    data.update(stderr=result.stderr, signal=result.signal)
-    return ToolOutput("\n".join(parts), data, headline=f"{command_header(command)}: {ending}")
 
 
 def _foreign_busy(backend: Backend, uri: str) -> bool:
@@ -515,7 +342,7 @@ class Toolbox:
         return self._command_output(result, tracked, Shown.whole(result), first=True)
 
     async def _exec(self, command: str, args: dict[str, Any]) -> ToolOutput:
-        """run_command with ``pty: false``: ``host.exec`` here, or ``x-ahp-terminals/exec``
+        """run_command with ``pty: false``: ``exec_command`` here, or ``x-ahp-terminals/exec``
         on the server of ``--connect`` (:mod:`ahp.agent.exec`); one answer, nothing tracked."""
         from ahp.agent.exec import exec_remote
 
@@ -532,7 +359,7 @@ class Toolbox:
         }
         backend = self.backend
         if isinstance(backend, HostBackend):
-            result = await backend.host.exec(command, **options)
+            result = await exec_command(backend.host, command, **options)
         elif isinstance(backend, ClientBackend):
             result = await exec_remote(backend.client, command, **options)
         else:

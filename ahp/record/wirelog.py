@@ -222,9 +222,19 @@ class WireLog:
         """A message sent (never waits)."""
         self.sink.put((time.time(), "s2c", connection_id, frame))
 
-    def tap(self, frames: Iterator[bytes], connection_id: str) -> Iterator[bytes]:
-        """``frames``, each logged as sent as it is taken (the writer's batch)."""
+    def tap(
+        self, frames: Iterator[bytes | list[bytes]], connection_id: str
+    ) -> Iterator[bytes | list[bytes]]:
+        """``frames``, each logged as sent as it is taken (the writer's batch; a frame
+        given in pieces is logged joined)."""
         put, now = self.sink.put, time.time
         for frame in frames:
-            put((now(), "s2c", connection_id, frame))
+            put(
+                (
+                    now(),
+                    "s2c",
+                    connection_id,
+                    frame if isinstance(frame, bytes) else b"".join(frame),
+                )
+            )
             yield frame

@@ -45,7 +45,7 @@ from ahp.record.audit import AuditLog
 from ahp.record.wirelog import WireLog
 from ahp.server.drain import DEFAULT_DRAIN_TIMEOUT, drain
 from ahp.server.http import health_routes
-from ahp.server.session import DEFAULT_MAX_TERMINALS, ServerState
+from ahp.server.state import DEFAULT_MAX_TERMINALS, ServerState
 from ahp.server.web import web_routes
 from ahp.server.websocket import ServerConfig, open_listeners, serve_connections
 

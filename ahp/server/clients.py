@@ -14,7 +14,7 @@ terminal claims.
 
 Identity: a record has at most one live connection, its :class:`Link` (the
 session decides at ``initialize`` / ``reconnect`` who may take a live or a
-bound id: :meth:`ahp.server.session.Session.take_identity`). A record also has
+bound id: :func:`ahp.server.identity.take_identity`). A record also has
 a *resume token* (:attr:`ClientRecord.secret`), handed to a client that asks
 for one at ``initialize`` and proof, later, that a connection is that client;
 a record whose client asked is *bound*: only the token resumes it.

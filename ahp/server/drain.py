@@ -5,7 +5,7 @@ SIGTERM and a grace period before SIGKILL. Killing every terminal at once would
 cut an agent's build or test run short for no reason; waiting forever would get
 the sidecar killed with its children orphaned. So a drain:
 
-1. sets :attr:`ServerState.draining <ahp.server.session.ServerState.draining>`:
+1. sets :attr:`ServerState.draining <ahp.server.state.ServerState.draining>`:
    ``/readyz`` answers 503 (the engine stops routing new work here) and
    ``createTerminal`` is refused (``-32000``, message ``draining``);
 2. waits until no terminal has a command in progress, for ``timeout`` seconds at
@@ -21,7 +21,7 @@ is running after the timeout is disposed with the rest (hang-up, grace, kill).
 Waiting: the engine has no "a command finished" event to wait on, so the drain
 looks every :data:`DRAIN_POLL` seconds (a drain ends at most that much after the
 last command); the goodbye waits for the connections to leave
-(:attr:`ServerState.sessions_changed <ahp.server.session.ServerState.sessions_changed>`);
+(:attr:`ServerState.sessions_changed <ahp.server.state.ServerState.sessions_changed>`);
 both waits end at their deadline. Cancellation: cancelling
 :func:`drain` stops it wherever it is (the goodbye may be half done; the
 connections close with 1001 when their tasks are cancelled).
@@ -38,7 +38,7 @@ import trio
 
 from ahp.engine import Terminal
 from ahp.protocol.state import CommandPart, TerminalState
-from ahp.server.session import ServerState
+from ahp.server.state import ServerState
 
 __all__ = [
     "DEFAULT_DRAIN_TIMEOUT",

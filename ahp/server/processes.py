@@ -14,7 +14,7 @@ authenticated client, like subscribing to its output. Signalling is the
 ``signal`` row of the one policy table (:mod:`ahp.reducers.policy`), decided for
 the connection's own ``clientId``: open to every client by default, only the
 holder's with ``serve --holder-only-input``
-(:attr:`ServerState.holder_only_input <ahp.server.session.ServerState.holder_only_input>`).
+(:attr:`ServerState.holder_only_input <ahp.server.state.ServerState.holder_only_input>`).
 
 Cost and buffering: each request is one scan of ``/proc`` (synchronous, a few
 milliseconds), answered on the connection's outbox like any other request. A
@@ -28,7 +28,7 @@ from __future__ import annotations
 import shlex
 import signal
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 import trio
 
@@ -69,9 +69,7 @@ from ahp.protocol.state import ROOT_URI
 from ahp.pty import SpawnError, procfs
 from ahp.record.audit import ACTOR, MAX_AUDIT_TEXT
 from ahp.reducers.policy import Change
-
-if TYPE_CHECKING:
-    from ahp.server.session import Session
+from ahp.server.connection import Connection
 
 __all__ = ["PROCESS_REQUESTS", "Refused"]
 
@@ -91,7 +89,7 @@ class Refused(Exception):
         self.data = data
 
 
-def _terminal(session: Session, channel: str) -> Terminal:
+def _terminal(session: Connection, channel: str) -> Terminal:
     quoted = channel if len(channel) <= _QUOTE_LIMIT else channel[:_QUOTE_LIMIT] + "…"
     if channel == ROOT_URI:
         raise Refused(
@@ -116,7 +114,7 @@ def _mark(wire: JobMarkWire | None) -> procfs.JobMark | None:
     return procfs.JobMark(known=frozenset(wire.known), tick=wire.tick)
 
 
-def _check_may_signal(session: Session, terminal: Terminal) -> None:
+def _check_may_signal(session: Connection, terminal: Terminal) -> None:
     """The policy table's ``signal`` row (:mod:`ahp.reducers.policy`), for the
     connection's own identity."""
     why = terminal.refusal(Change.SIGNAL, session.client_id)
@@ -128,7 +126,7 @@ def _bounded(pids: tuple[int, ...]) -> tuple[int, ...]:
     return pids[:MAX_JOBS_REPORTED]
 
 
-async def _tty_status(session: Session, params: Any) -> Any:
+async def _tty_status(session: Connection, params: Any) -> Any:
     p = structure(params, ChannelParams)
     terminal = _terminal(session, p.channel)
     jobs = terminal.jobs
@@ -150,7 +148,7 @@ async def _tty_status(session: Session, params: Any) -> Any:
     return unstructure(TtyStatusResult(status=wire))
 
 
-async def _job_mark(session: Session, params: Any) -> Any:
+async def _job_mark(session: Connection, params: Any) -> Any:
     p = structure(params, ChannelParams)
     jobs = _terminal(session, p.channel).jobs
     mark = jobs.mark() if jobs is not None else None
@@ -163,7 +161,7 @@ async def _job_mark(session: Session, params: Any) -> Any:
     return unstructure(JobMarkResult(mark=wire))
 
 
-async def _jobs(session: Session, params: Any) -> Any:
+async def _jobs(session: Connection, params: Any) -> Any:
     p = structure(params, JobsParams)
     terminal = _terminal(session, p.channel)
     found = terminal.jobs
@@ -179,7 +177,7 @@ async def _jobs(session: Session, params: Any) -> Any:
     )
 
 
-async def _signal(session: Session, params: Any) -> Any:
+async def _signal(session: Connection, params: Any) -> Any:
     p = structure(params, SignalParams)
     if p.signal not in SIGNALS:
         raise Refused(
@@ -219,7 +217,7 @@ async def _signal(session: Session, params: Any) -> Any:
     )
 
 
-async def _exec(session: Session, params: Any) -> Any:
+async def _exec(session: Connection, params: Any) -> Any:
     audit = session.server.audit
     if audit is None:
         return await _start_exec(session, params)
@@ -243,7 +241,7 @@ async def _exec(session: Session, params: Any) -> Any:
     return result
 
 
-async def _start_exec(session: Session, params: Any) -> Any:
+async def _start_exec(session: Connection, params: Any) -> Any:
     p = structure(params, ExecParams)
     problem = exec_problem(p)
     if problem is not None:
@@ -283,7 +281,7 @@ async def _start_exec(session: Session, params: Any) -> Any:
     return unstructure(ExecResult(channel=started.uri))
 
 
-async def _exec_result(session: Session, params: Any) -> Any:
+async def _exec_result(session: Connection, params: Any) -> Any:
     p = structure(params, ChannelParams)
     started = find_exec(session.host, p.channel)
     if started is None:
@@ -301,7 +299,7 @@ async def _exec_result(session: Session, params: Any) -> Any:
 
 
 #: The extension's handlers, merged into the session's request table.
-PROCESS_REQUESTS: Final[dict[str, Callable[[Session, Any], Awaitable[Any]]]] = {
+PROCESS_REQUESTS: Final[dict[str, Callable[[Connection, Any], Awaitable[Any]]]] = {
     TTY_STATUS: _tty_status,
     JOB_MARK: _job_mark,
     JOBS: _jobs,

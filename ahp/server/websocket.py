@@ -44,8 +44,10 @@ off when out of fds, and lines about unauthenticated peers are rate-limited
 (:mod:`ahp.server.admission`).
 
 An inbound frame of :data:`LARGE_FRAME` or more is cost-checked and decoded in two
-steps with a checkpoint between (each takes tens of milliseconds at 8 MiB), and
-the reader drops it before receiving the next.
+steps (each takes tens of milliseconds at 8 MiB), one large frame of any connection
+at a time, each step followed by a pause as long as it took
+(:meth:`~ahp.server.wsconn.InboundBudget.paced`), the frame counted in the inbound
+budget while it waits; the reader drops it before receiving the next.
 """
 
 from __future__ import annotations
@@ -56,7 +58,9 @@ import logging
 import math
 import os
 import socket
+import sys
 from collections.abc import Callable, Iterator, Sequence
+from functools import partial
 from typing import Any, Final
 from urllib.parse import parse_qs, urlsplit
 
@@ -66,7 +70,7 @@ import trio
 from ahp import keystroke
 from ahp.engine import Outbox
 from ahp.engine.envelopes import Published
-from ahp.engine.outbox import OutboxItem
+from ahp.engine.outbox import OutboxItem, PendingAnswer
 from ahp.record.audit import AuditLog
 from ahp.server.admission import (
     BudgetTicket,
@@ -77,12 +81,15 @@ from ahp.server.admission import (
     pending_limit,
     serve_listener,
 )
+from ahp.server.connection import REPLACED_CLOSE
 from ahp.server.http import HttpResponse, PlainRequest, Routes
-from ahp.server.session import REPLACED_CLOSE, ServerState, Session
+from ahp.server.session import Session
+from ahp.server.state import ServerState
 from ahp.server.web import BEARER_PROTOCOL_PREFIX
 from ahp.server.wsconn import (
     HANDSHAKE_TIMEOUT,
     MESSAGE_DEADLINE,
+    TRY_AGAIN,
     ConnectionClosed,
     InboundBudget,
     ServerWebSocket,
@@ -233,17 +240,20 @@ def _answer_protocol(offers: Sequence[str]) -> str | None:
 
 def _encoded(
     batch: list[OutboxItem], project: Callable[[Published], bytes] | None = None
-) -> Iterator[bytes]:
+) -> Iterator[bytes | list[bytes]]:
     """The batch's frames, encoded one at a time as they are consumed; each item is
     dropped from ``batch`` when its frame is taken, so a merged envelope (and its
     cached frame) is freed once written, not when the whole batch is. ``project``
     encodes envelopes for a connection that speaks another dialect than the
-    shared frame's (:attr:`Session.project <ahp.server.session.Session.project>`)."""
+    shared frame's (:attr:`Session.project <ahp.server.connection.Connection.project>`).
+    An answer encoded in pieces is one frame given as its list of pieces."""
     batch.reverse()
     while batch:
         item = batch.pop()
         if isinstance(item, Published):
             yield item.frame if project is None else project(item)
+        elif isinstance(item, PendingAnswer):
+            yield item.pieces
         else:
             yield item if isinstance(item, bytes) else item.encode()
 
@@ -286,7 +296,7 @@ class _Writer:
 
     async def _next_batch(self) -> list[OutboxItem]:
         outbox = self.outbox
-        if len(outbox):
+        if outbox.has_ready:
             # Items queued while the last write went out are taken without another
             # checkpoint (the writer's loop parks here when there is nothing).
             return outbox.get_nowait()
@@ -319,7 +329,10 @@ class _Writer:
                     if outbox.overflowed:
                         log.info("client %s too slow: closing with 1013", session.client_id)
                         self.close = OVERFLOW_CLOSE
-                    return
+                    if outbox.overflowed or outbox.closed:
+                        return
+                    # (A lone echo's wait ended with an answer still being encoded
+                    # ahead of it: wait for the answer.)
 
     async def watch_overflow(self, grace: float) -> None:
         """Bound the writer once the outbox overflows (it may be blocked in a send)."""
@@ -395,14 +408,31 @@ async def _reader(
             wire.c2s(connection_id, message)
         if len(message) < LARGE_FRAME:
             await session.handle_frame(message)
+            del message  # (not held while the next one arrives)
         else:
-            if session.check_frame(message):
-                # Checking and decoding a frame of megabytes take tens of milliseconds
-                # each: other clients' keystrokes get a turn in between.
-                await trio.lowlevel.checkpoint()
-                await session.handle_frame(message, checked=True)
+            # Checking and decoding a frame of megabytes take tens of milliseconds each:
+            # one large frame of any connection at a time, each step followed by a
+            # pause as long (other clients' keystrokes get their turns), and the frame
+            # keeps its share of the inbound budget while it waits (bounded memory).
+            inbound = session.server.inbound
+            size = sys.getsizeof(message)
+            if not inbound.take(size):
+                await ws.aclose(TRY_AGAIN, "server busy: too many large messages")
+                return
+            try:
+                async with inbound.decoding:
+                    decoded = None
+                    if await inbound.paced(partial(session.check_frame, message)):
+                        decoded = await inbound.paced(
+                            partial(session.decode_frame, message, checked=True)
+                        )
+            finally:
+                inbound.give_back(size)
+            del message  # (not held while it is handled, nor while the next one arrives)
             session.host.trimmer.request()  # (megabytes were just freed)
-        del message  # (not held while the next one arrives: a frame may be 8 MiB)
+            if decoded is not None:
+                await session.handle_message(decoded)
+            del decoded
         if session.close_request is not None:
             session.outbox.close()
             return

@@ -8,7 +8,7 @@ the others are listed all the same, and the exit status is then 1.
 The catalogue is the root channel's ``terminals`` list (what every AHP client
 sees): URI, title, claim, and the exit code once the process has exited. A
 client claim whose holder is gone for good is released by the server (see
-``Session._release_forgotten_claims``), so it shows as ``-``.
+``ahp.server.identity.release_forgotten_claims``), so it shows as ``-``.
 """
 
 from __future__ import annotations

@@ -146,7 +146,7 @@ def _add_options(p: argparse.ArgumentParser) -> None:
         help="print the whole CommandResult as JSON (command_line, status, output, "
         "raw_output, exit_code, duration_ms, truncated, omitted_bytes, omitted_lines, "
         "total_bytes, total_lines, timed_out, waiting_for_input, alternate_screen, "
-        "shell_exited, background, command_id; stderr and signal, filled by host.exec only)",
+        "shell_exited, background, command_id; stderr and signal, filled by exec_command only)",
     )
 
 

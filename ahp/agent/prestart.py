@@ -1,0 +1,74 @@
+"""What a typed command line printed before the shell started it, and what that means.
+
+Why: with command detection a command exists for the collector from the shell's
+``commandExecuted`` on. Some typed lines never get one: a syntax error (``echo (``
+in bash, ``fi``), a Ctrl-C that reached the shell after it read the line and before
+it ran it (a tiny ``timeout``), a line the shell keeps reading the rest of (an
+unclosed quote or bracket: zsh's and fish's continuation prompt). Waiting for the
+start would wait for ever, and the terminal would stay "busy" for every later run.
+:class:`PreStart` keeps what the terminal printed from the typing on (the echo,
+the error, the new prompt), bounded, and answers the collector's two questions
+once the shell is seen reading again: is this the shell's primary prompt again
+(:meth:`PreStart.back_at_prompt`: the command was dropped), and what did the shell
+say (:meth:`PreStart.said`: the error, without the echo and the prompt).
+
+Pure: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from ahp.agent.render import strip_escapes
+
+__all__ = ["MAX_PRE_START", "PreStart", "screen_line"]
+
+#: Characters of pre-start output kept (the tail: the new prompt is at its end).
+MAX_PRE_START: Final = 16 * 1024
+
+
+def screen_line(text: str) -> str:
+    """The last line of VT ``text`` as it shows: escapes gone, and of a line
+    rewritten after ``\\r`` (a prompt redrawn) the last non-blank part."""
+    line = strip_escapes(text).rpartition("\n")[2]
+    for part in reversed(line.split("\r")):
+        if part.strip():
+            return part
+    return ""
+
+
+class PreStart:
+    """Output of a typed command before its start, and the prompt it was typed at.
+
+    Args:
+        prompt: the terminal's last line when the command was typed
+            (:func:`screen_line` of its text).
+        typed_lines: how many lines were typed (the echo to leave out).
+    """
+
+    def __init__(self, prompt: str, typed_lines: int) -> None:
+        self.prompt = prompt.strip()
+        self.typed_lines = typed_lines
+        self._text = ""
+        #: Changes with every :meth:`feed` (a look before and after tells "quiet").
+        self.count = 0
+
+    def feed(self, data: str) -> None:
+        self.count += 1
+        text = self._text + data
+        self._text = text[-MAX_PRE_START:]
+
+    def last_line(self) -> str:
+        return screen_line(self._text)
+
+    def back_at_prompt(self) -> bool:
+        """The last line is the prompt the command was typed at (not a continuation
+        prompt such as ``> ``): the shell dropped the line."""
+        last = self.last_line().strip()
+        return bool(last) and bool(self.prompt) and last == self.prompt
+
+    def said(self) -> str:
+        """What the shell printed between the echo of the typed lines and the new
+        prompt (VT text; e.g. ``bash: syntax error near unexpected token ...``)."""
+        said = self._text.split("\n")[self.typed_lines : -1]
+        return "".join(line + "\n" for line in said)

@@ -1,0 +1,227 @@
+"""The handshake and subscription requests: ``initialize``, ``reconnect``,
+``subscribe``, ``unsubscribe`` and ``ping``.
+
+Why a module of its own: these are the requests that answer with snapshots or
+replayed envelopes, projected onto the connection's dialect; their rule is the
+ordering guarantee (each answer is queued in the same synchronous step that
+registers its subscriptions, :meth:`ahp.server.connection.Connection.subscribe`),
+and they are the ones the server's response pool holds back when it is full.
+
+Dialects: ``initialize`` picks the highest offered version this host speaks
+(0.3.x to 0.8.x: the 0.5 dialect; 0.9.x, 0.10.x and 1.x: the 1.x dialect; see
+:mod:`ahp.protocol.dialect`) and the connection keeps it (a ``reconnect``
+resumes the record's). Answers and replayed envelopes are projected onto it.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Final
+
+from ahp import __version__
+from ahp.protocol.codec import structure
+from ahp.protocol.commands import (
+    RESUME_META,
+    ChannelMissing,
+    ChannelParams,
+    ChannelRecovery,
+    ChannelReplay,
+    ChannelSnapshot,
+    Implementation,
+    InitializeParams,
+    InitializeResult,
+    ReconnectChannels,
+    ReconnectCursorParams,
+    ReconnectParams,
+    ReconnectReplay,
+    ReconnectSnapshot,
+    ResumedWindows,
+    SubscribeResult,
+    reconnect_form,
+)
+from ahp.protocol.dialect import (
+    SUPPORTED_VERSIONS,
+    Dialect,
+    envelope_json,
+    negotiate,
+    result_json,
+)
+from ahp.protocol.jsonrpc import ErrorCode
+from ahp.protocol.state import ROOT_URI
+from ahp.server.clients import ClientRecord
+from ahp.server.connection import Connection
+from ahp.server.errors import Fail, short
+from ahp.server.identity import (
+    check_client_id,
+    check_read_only_id,
+    release_forgotten_claims,
+    take_identity,
+    token_of,
+)
+
+__all__ = [
+    "READ_ONLY_META",
+    "SERVER_INFO",
+    "initialize",
+    "ping",
+    "reconnect",
+    "subscribe",
+    "unsubscribe",
+]
+
+log = logging.getLogger("ahp.server")
+
+#: Who this server is (``serverInfo``, sent to 1.x clients).
+SERVER_INFO: Final = Implementation(name="ahp-terminals", version=__version__)
+#: ``InitializeResult._meta`` key telling a read-only connection what it is (the viewer
+#: page hides "Take over" then).
+READ_ONLY_META: Final = "ahp-terminals/readOnly"
+
+
+async def ping(conn: Connection, params: Any) -> None:
+    return None
+
+
+async def initialize(conn: Connection, params: Any) -> Any:
+    if conn.record is not None:
+        raise Fail(ErrorCode.METHOD_NOT_FOUND, "already initialized")
+    p = structure(params, InitializeParams)
+    check_client_id(p.clientId)
+    version = negotiate(p.protocolVersions)
+    if (audit := conn.server.audit) is not None:
+        audit.initialize(p.clientId, version, p.protocolVersions, peer=conn.peer)
+    if version is None:
+        conn.close_request = (1002, "unsupported protocol version")
+        raise Fail(
+            ErrorCode.UNSUPPORTED_PROTOCOL_VERSION,
+            "unsupported protocol version; this host speaks 0.3 to 0.10 and 1.x",
+            {"supportedVersions": list(SUPPORTED_VERSIONS)},
+        )
+    if p.clientInfo is not None:
+        log.debug("client %s is %s %s", p.clientId, p.clientInfo.name, p.clientInfo.version)
+    check_read_only_id(conn, p.clientId)
+    token = token_of(params)
+    await take_identity(conn, p.clientId, token)
+    bound = token is not None  # (asked for a token: only it resumes this id)
+    record = conn.server.clients.connect(
+        p.clientId, version, conn.link, bound=bound, read_only=conn.read_only
+    )
+    conn.begin(record)
+    await release_forgotten_claims(conn)
+    snapshots = [s for s in map(conn.subscribe, dict.fromkeys(p.initialSubscriptions)) if s]
+    result = InitializeResult(
+        protocolVersion=version,
+        serverSeq=conn.host.hub.seq,
+        snapshots=tuple(snapshots),
+        defaultDirectory=conn.server.default_directory,
+        serverInfo=SERVER_INFO if conn.dialect is Dialect.V1 else None,
+    )
+    out = result_json(result, conn.dialect)
+    meta: dict[str, Any] = {}
+    if conn.read_only:
+        meta[READ_ONLY_META] = True
+    if token is not None:
+        meta[RESUME_META] = record.secret
+    if meta:
+        out["_meta"] = meta
+    return out
+
+
+async def reconnect(conn: Connection, params: Any) -> Any:
+    if conn.record is not None:
+        raise Fail(ErrorCode.METHOD_NOT_FOUND, "already initialized")
+    form = reconnect_form(params)
+    p = structure(params, form)
+    check_client_id(p.clientId)
+    if conn.read_only:
+        check_read_only_id(conn, p.clientId)
+    await take_identity(conn, p.clientId, token_of(params))
+    record = conn.server.clients.resume(p.clientId, conn.link)
+    if (audit := conn.server.audit) is not None:
+        version = record.protocol_version if record is not None else None
+        audit.initialize(p.clientId, version, peer=conn.peer, reconnect=True)
+    await release_forgotten_claims(conn)
+    if record is None:
+        raise Fail(ErrorCode.NOT_FOUND, "Reconnect client not found")
+    conn.begin(record)
+    if isinstance(p, ReconnectCursorParams):
+        return _recover_channels(conn, p, record)
+    assert isinstance(p, ReconnectParams)
+    requested = list(dict.fromkeys(p.subscriptions))
+    valid = [c for c in requested if c == ROOT_URI or c in conn.host]
+    missing = [c for c in requested if c not in valid]
+    log_ = conn.host.hub.log
+    # Windowed delivery is never granted here, so no windowed subscription resumes.
+    windows = ResumedWindows(items=()) if p.windows is not None else None
+    result: ReconnectReplay | ReconnectSnapshot
+    if log_.can_replay_after(p.lastSeenServerSeq):
+        floors = {c: record.snapshot_seq.get(c, 0) for c in valid}
+        actions = tuple(
+            envelope_json(envelope, conn.dialect)
+            for envelope in log_.after(p.lastSeenServerSeq, valid)
+            if envelope.serverSeq > floors[envelope.channel]
+        )
+        for channel in valid:
+            conn.host.hub.subscribe(channel, conn.outbox)
+            conn.subscriptions.add(channel)
+        result = ReconnectReplay(
+            type="replay", actions=actions, missing=tuple(missing), windows=windows
+        )
+    else:
+        snapshots = tuple(s for s in map(conn.subscribe, valid) if s)
+        result = ReconnectSnapshot(
+            type="snapshot",
+            snapshots=snapshots,
+            # (1.x: the channels that cannot be resumed; 0.5 had no such field here.)
+            missing=tuple(missing) if conn.dialect is Dialect.V1 else None,
+            windows=windows,
+        )
+    return result_json(result, conn.dialect)
+
+
+def _recover_channels(conn: Connection, p: ReconnectCursorParams, record: ClientRecord) -> Any:
+    """Reconnect form B: one replay, snapshot or missing entry per requested channel,
+    each from its own cursor (a snapshot when the cursor is 0 or too old)."""
+    cursors: dict[str, int] = {}
+    for cursor in p.subscriptions:
+        cursors.setdefault(cursor.channel, cursor.lastSeenServerSeq)
+    log_ = conn.host.hub.log
+    replayable = {
+        c: max(seq, record.snapshot_seq.get(c, 0))
+        for c, seq in cursors.items()
+        if (c == ROOT_URI or c in conn.host) and seq > 0 and log_.can_replay_after(seq)
+    }
+    replays: dict[str, list[Any]] = {c: [] for c in replayable}
+    if replayable:
+        for envelope in log_.after(min(replayable.values()), replayable):
+            if envelope.serverSeq > replayable[envelope.channel]:
+                replays[envelope.channel].append(envelope_json(envelope, conn.dialect))
+    channels: list[ChannelRecovery] = []
+    for channel in cursors:
+        if channel in replays:
+            conn.host.hub.subscribe(channel, conn.outbox)
+            conn.subscriptions.add(channel)
+            channels.append(ChannelReplay(channel=channel, actions=tuple(replays[channel])))
+            continue
+        snapshot = conn.subscribe(channel)
+        if snapshot is None:
+            channels.append(ChannelMissing(channel=channel))
+        else:
+            channels.append(ChannelSnapshot(channel=channel, snapshot=snapshot))
+    return result_json(ReconnectChannels(channels=tuple(channels)), conn.dialect)
+
+
+async def subscribe(conn: Connection, params: Any) -> Any:
+    p = structure(params, ChannelParams)
+    snapshot = conn.subscribe(p.channel)
+    if snapshot is None:
+        raise Fail(ErrorCode.NOT_FOUND, f"Resource not found: {short(p.channel)}")
+    # Windowed delivery (``flowControl``) is declined by leaving it out.
+    return result_json(SubscribeResult(snapshot=snapshot), conn.dialect)
+
+
+async def unsubscribe(conn: Connection, params: Any) -> None:
+    p = structure(params, ChannelParams)
+    if p.channel in conn.subscriptions:
+        conn.subscriptions.discard(p.channel)
+        conn.host.hub.unsubscribe(p.channel, conn.outbox)
