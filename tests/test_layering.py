@@ -75,6 +75,8 @@ PURE_PACKAGES = (
     "ahp.client.session",
     "ahp.client.mirror",
     "ahp.client.errors",
+    "ahp.exports",
+    "ahp.arguments",
 )
 #: The agent layer's pure modules (the rest of ``ahp.agent`` runs on Trio): the
 #: state machine and its table, the options, the evidence rules, the renderer.
