@@ -103,7 +103,12 @@ async def test_output_is_published_whole_and_in_order_whichever_path(
                         published.append(item.action.data)
                         if sum(map(len, published)) >= len(expected):
                             break
-        assert "".join(published) == expected
+            assert "".join(published) == expected
+            # Then keystrokes one at a time, each echo awaited: the stages are idle
+            # when it comes (under load, the burst above may have had no short read).
+            for i in range(5):
+                await term.send_input(f"e{i}")
+                await wait_for_state(term, lambda s, i=i: f"e{i}" in s.text())
         if inline:
             assert term.inline_batches > 0
         else:
