@@ -8,11 +8,16 @@ scheduler (~20 µs on this project's VMs) and each wait in ``epoll`` a sleep and
 wake-up. The tricks below cut passes, system calls and wake-ups on that path; they
 used to be spread over five files and three layers. The code of each stays where it
 acts (the engine cannot import the server), but its constants, its switch and the
-account of what it saves live here, and every site names its trick.
+account of what it saves live here, and every site names its trick. With
+``inline_dispatch``, ``direct_write`` and ``inline_output`` a keystroke's round trip
+in the sidecar is three task steps (connection reader, pty-read, connection writer)
+where it was eight: the time is the Python work on the path, not waiting (issue 23's
+trace, ``benchmarks/README.md``, "Issue 23: keystroke echo").
 
 The tricks (what each saves, measured on the sidecar's echo with the independent C
-client unless said; the A/B that keeps each is in ``benchmarks/README.md``, "Issue 23:
-the keystroke's fast path"):
+client unless said; the A/Bs that keep each are in ``benchmarks/README.md``, "Issue 23:
+the keystroke's fast path" and "Issue 23: keystroke echo"; ``benchmarks/ab_echo.py``
+runs them):
 
 ``fast_frames`` (``ahp.server.wsconn``)
     A client's small, final, masked text frame is unmasked and decoded here
