@@ -476,7 +476,9 @@ async def test_terminate_escalates_to_sigkill() -> None:
         with trio.fail_after(TIMEOUT):
             await child.terminate(grace=grace)
         elapsed = trio.current_time() - start
-        assert grace <= elapsed < 2 * grace + 2.0
+        # It waited the grace, then did not wait for anything else (a generous upper
+        # bound: a loaded machine may take seconds to run the escalation).
+        assert grace <= elapsed < grace + 10.0
         assert child.returncode == -signal.SIGKILL
         assert child.pid not in children_of(os.getpid())
         assert child.output_fd == -1
