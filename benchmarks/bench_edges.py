@@ -35,8 +35,10 @@ holding 8.3 MB of an unfinished frame), ``process requests`` (``jobs`` and
 replay`` (a 256 KB ``clientId``, 1000 keystrokes, a reconnect asking for
 replay), ``big clientId viewers`` (a 1 MB ``clientId``, 300 keystrokes, one
 viewer reading, one silent), ``silent snapshots`` (8 silent clients each
-asking for a 15 MB snapshot), ``silent subscriber`` (one client subscribed to
-30 printing terminals, never reading), ``big session claim`` (a 5 MB session
+asking for a 15 MB snapshot), ``snapshot readers`` (8 clients subscribing to a
+9 MB snapshot, reading it, unsubscribing, over and over), ``silent subscriber``
+(one client subscribed to 30 printing terminals, never reading), ``big session
+claim`` (a 5 MB session
 claim, then a child's title storm), ``idle connections`` (900 authenticated
 connections doing nothing), ``fork and dispose`` (a terminal forking 1000
 processes, then disposed), ``keystroke flood`` (24 MiB of keystrokes). Run some
@@ -286,6 +288,12 @@ class _Peer:
             await self._drain()
         finally:
             self.draining = False
+            # A call waiting for its answer reads for itself from now on (the drain is
+            # cancelled when the attack is: a shielded clean-up's disposeTerminal then
+            # waited the whole 120 s for an answer no one would route; issue 25).
+            for waiting in self._waiting.values():
+                waiting.close()
+            self._waiting.clear()
 
     async def _drain(self) -> None:
         with contextlib.suppress(Closed, trio.BrokenResourceError, trio.ClosedResourceError):
@@ -306,12 +314,16 @@ class _Peer:
         self._waiting[msg_id] = send
         message = {"jsonrpc": "2.0", "id": msg_id, "method": method, "params": params}
         await self.ws.send_message(orjson.dumps(message).decode())
-        if not self.draining:  # (cancelled: the attack's clean-up reads for itself)
-            while True:
-                answer: dict[str, Any] = orjson.loads(await self.ws.get_message())
-                if answer.get("id") == msg_id:
-                    return answer
-        return await receive.receive()
+        if self.draining:
+            try:
+                return await receive.receive()
+            except trio.EndOfChannel:  # the drain ended before the answer came
+                pass
+        self._waiting.pop(msg_id, None)
+        while True:  # (cancelled: the attack's clean-up reads for itself)
+            answer: dict[str, Any] = orjson.loads(await self.ws.get_message())
+            if answer.get("id") == msg_id:
+                return answer
 
     async def dispatch(self, channel: str, action: dict[str, Any]) -> None:
         params = {"channel": channel, "clientSeq": next(self.seq), "action": action}
@@ -584,6 +596,41 @@ async def silent_snapshots(port: int, url: str, note: dict[str, Any]) -> None:
             await _dispose(owner, uris)
 
 
+async def snapshot_readers(port: int, url: str, note: dict[str, Any]) -> None:
+    """8 clients that read, each subscribing to a terminal of ~9 MB of escape-dense
+    snapshot, reading the answer, unsubscribing, again and again: big answers encoded
+    back to back (issue 25 item 5)."""
+    async with _peer(url, "attacker") as owner:
+        uris = await _terminals(owner, "snapread", 1, note)
+        try:
+            await _shell_loop(owner, uris, f"{_ESCAPES}; {_ESCAPES}; {_ESCAPES}")
+            await trio.sleep(4.0)  # (the scrollback fills)
+            answers = 0
+
+            async def reader(i: int) -> None:
+                nonlocal answers
+                async with open_raw_websocket(url, timeout=60) as ws:
+                    await _initialize(ws, f"reader{i}")
+                    ids = itertools.count(1)
+                    while True:
+                        for method in ("subscribe", "unsubscribe"):
+                            msg_id = next(ids)
+                            request = {"jsonrpc": "2.0", "id": msg_id, "method": method}
+                            request["params"] = {"channel": uris[0]}
+                            await ws.send_message(orjson.dumps(request).decode())
+                            expect = b'{"jsonrpc":"2.0","id":%d,' % msg_id
+                            while not (await ws.get_message()).startswith(expect):
+                                pass
+                        answers += 1
+                        note["snapshots read"] = answers
+
+            async with trio.open_nursery() as nursery:
+                for i in range(8):
+                    nursery.start_soon(reader, i)
+        finally:
+            await _dispose(owner, uris)
+
+
 async def silent_subscriber(port: int, url: str, note: dict[str, Any]) -> None:
     script = "while :; do echo 'printing, printing, printing, printing, printing'; done"
     async with _peer(url, "attacker") as owner:
@@ -687,6 +734,7 @@ ATTACKS: list[tuple[str, Attack | None]] = [
     ("big clientId replay", big_client_id_replay),
     ("big clientId viewers", big_client_id_viewers),
     ("silent snapshots", silent_snapshots),
+    ("snapshot readers", snapshot_readers),
     ("silent subscriber", silent_subscriber),
     ("big session claim", big_session_claim),
     ("idle connections", idle_connections),

@@ -24,7 +24,9 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 import trio
+import trio.lowlevel
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -34,6 +36,7 @@ from ahp.engine.envelopes import Published, ReplayLog
 from ahp.engine.host import CATALOGUE_INTERVAL
 from ahp.engine.memory import TRIM_INTERVAL, Trimmer
 from ahp.engine.outbox import Outbox, ResponsePool
+from ahp.engine.terminal import INPUT_PACE
 from ahp.protocol.actions import (
     ActionEnvelope,
     ActionOrigin,
@@ -41,6 +44,7 @@ from ahp.protocol.actions import (
     TerminalInput,
     TerminalTitleChanged,
 )
+from ahp.protocol.chunked import json_size_over
 from ahp.protocol.state import ClientClaim, SessionClaim, TerminalState, UnclassifiedPart
 from ahp.reducers import TerminalCore, reduce_terminal
 from ahp.reducers.core import (
@@ -51,8 +55,8 @@ from ahp.reducers.core import (
     normal_title,
     trim_marker,
 )
-from ahp.server.session import ServerState
-from ahp.server.websocket import ServerConfig, open_listeners, serve_connections
+from ahp.server.session import MAX_CONFIG_BYTES, ServerState
+from ahp.server.websocket import LARGE_FRAME, ServerConfig, open_listeners, serve_connections
 from ahp.server.wsconn import MAX_FRAGMENTS, InboundBudget
 from ahp.vt.parser import compact
 from tests.helpers import TIMEOUT, kill_and_reap, wait_for_text
@@ -402,6 +406,107 @@ async def test_answers_of_every_connection_share_one_pool() -> None:
         nursery.cancel_scope.cancel()
 
 
+# -- item 5 (and the frames near the 8 MiB bound): large frames one at a time, paced --------------
+
+
+async def test_large_frames_are_decoded_one_at_a_time_and_paced() -> None:
+    """A large frame waits for the server-wide turn (here held by the test), counted in
+    the inbound budget meanwhile: past the budget the next waiting one is closed with
+    1013; once the turn is free, each waiting frame is checked and decoded, each step
+    followed by a pause (DECODE_PACE), and answered."""
+    frame = _frame(_ping(LARGE_FRAME + 1000))
+    async with open_host() as host:
+        state = ServerState(host=host, inbound=InboundBudget(int(2.5 * LARGE_FRAME)))
+        inbound = state.inbound
+        async with (
+            _server(state) as url,
+            open_raw_websocket(url) as a,
+            open_raw_websocket(url) as b,
+            open_raw_websocket(url) as c,
+        ):
+            for ws, name in ((a, "a"), (b, "b"), (c, "c")):
+                await _initialized(ws, name)
+            await inbound.decoding.acquire()
+            try:
+                await a._stream.send_all(frame)
+                await eventually(lambda: inbound.held > LARGE_FRAME)  # a waits, counted
+                await b._stream.send_all(frame)
+                await eventually(lambda: inbound.held > 2 * LARGE_FRAME)  # b too
+                await c._stream.send_all(frame)  # c's would pass the budget
+                closed = await _answer(c)
+                assert isinstance(closed, Closed) and closed.code == 1013, closed
+                assert inbound.paced_steps == 0  # nothing decoded while the turn is held
+            finally:
+                inbound.decoding.release()
+            for ws in (a, b):
+                answer = await _answer(ws)
+                assert isinstance(answer, dict) and answer["result"] is None, answer
+        assert inbound.paced_steps == 4 and inbound.paused > 0  # check + decode, twice
+        assert inbound.held == 0
+
+
+async def test_a_big_config_is_refused_without_encoding_it() -> None:
+    """``root/configChanged`` past MAX_CONFIG_BYTES is rejected to its sender (the size
+    decided by a bounded lower-bound count: ``json_size_over``)."""
+    async with running_server() as server, peer(server.url) as p:
+        await p.initialize("config", [ROOT])
+        config = {"k": "x" * (2 * MAX_CONFIG_BYTES)}
+        await p.dispatch(ROOT, {"type": "root/configChanged", "config": config})
+        echo = await p.action(lambda q: q["action"]["type"] == "root/configChanged")
+        assert "larger than" in echo["rejectionReason"] and echo["action"]["config"] == {}
+        await p.dispatch(ROOT, {"type": "root/configChanged", "config": {"k": "small"}})
+        echo = await p.action(lambda q: q["action"]["type"] == "root/configChanged")
+        assert "rejectionReason" not in echo
+
+
+@given(
+    st.recursive(
+        st.none() | st.booleans() | st.integers(-(2**63), 2**63) | st.floats() | st.text(),
+        lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text(), inner, max_size=5),
+        max_leaves=30,
+    ),
+    st.integers(min_value=0, max_value=400),
+)
+def test_json_size_over_is_the_encoded_size_compared(value: Any, limit: int) -> None:
+    try:
+        size = len(orjson.dumps(value))
+    except orjson.JSONEncodeError:
+        return  # (lone surrogates: refused by the codec before any size check)
+    assert json_size_over(value, limit) == (size > limit)
+
+
+# -- item 4: memory comes back (RSS of a server subprocess) ----------------------------------------
+
+
+async def test_a_flood_of_input_waits_for_the_pty_instead_of_piling_up(tmp_path: Path) -> None:
+    """4 MiB of input in 128 KiB pieces, past INPUT_PACE: the sender waits while more
+    than INPUT_PACE bytes are pending for the pty, and every byte arrives."""
+    out = tmp_path / "out"
+    total, piece = 4 * 1024 * 1024, 128 * 1024
+    script = f"stty raw -echo; echo READY; head -c {total} > {out}; echo DONE"
+    async with open_host() as host:
+        terminal = await host.create_terminal(argv=["sh", "-c", script])
+        await wait_for_text(terminal, "READY")
+        peak = 0
+
+        async def watch() -> None:
+            nonlocal peak
+            while True:
+                peak = max(peak, terminal._pending_input)
+                await trio.lowlevel.checkpoint()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(watch)
+            for n in range(total // piece):
+                origin = ActionOrigin(clientId="flood", clientSeq=n + 1)
+                await terminal.dispatch(TerminalInput(data="k" * piece), origin=origin)
+            await wait_for_text(terminal, "DONE")
+            nursery.cancel_scope.cancel()
+        assert out.stat().st_size == total
+        # (Past the pace by what the reducer had not taken yet when the sender looked.)
+        assert 0 < peak <= INPUT_PACE + 4 * piece, peak
+
+
 # -- item 4: memory comes back (RSS of a server subprocess) ----------------------------------------
 
 
@@ -605,3 +710,28 @@ async def test_serve_child_nice_lowers_the_terminals_priority() -> None:
         text = await wait_for_text(terminal, ")")
         fields = text.rsplit(")", 1)[1].split()
         assert int(fields[16]) == os.getpriority(os.PRIO_PROCESS, 0) + 7  # (field 19: nice)
+
+
+async def test_child_nice_reaches_the_terminals_autogroup() -> None:
+    """With autogroup scheduling, niceness only counts inside an autogroup and a pty
+    child's ``setsid`` made a new one: ``--child-nice`` sets the group's nice too, and
+    never the server's own group."""
+    ours = _own_autogroup()
+    if ours is None:
+        pytest.skip("this kernel has no autogroup scheduling (CONFIG_SCHED_AUTOGROUP)")
+    async with open_host() as host:
+        host.child_nice = 7
+        terminal = await host.create_terminal(
+            argv=["sh", "-c", "sleep 0.2; echo; cat /proc/self/autogroup"]
+        )
+        text = await wait_for_text(terminal, "nice 7")
+    assert "/autogroup-" in text
+    assert _own_autogroup() == ours  # the server's own group is untouched
+
+
+def _own_autogroup() -> str | None:
+    try:
+        with open("/proc/self/autogroup") as f:
+            return f.read()
+    except FileNotFoundError:
+        return None

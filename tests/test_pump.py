@@ -5,12 +5,13 @@ from __future__ import annotations
 import contextlib
 import os
 import pty
+import threading
 
 import pytest
 import trio
 
 from ahp.engine import open_host
-from ahp.pty.pump import ReadPump
+from ahp.pty.pump import PUMP_THREADS, ReadPump, reader_running
 from tests.helpers import TIMEOUT, wait_for_state
 
 
@@ -22,6 +23,12 @@ def pipe() -> tuple[int, int]:
     for fd in (r, w):
         with contextlib.suppress(OSError):
             os.close(fd)
+
+
+async def _reader_gone() -> None:
+    """Wait until the shared reader thread has ended (it ends within a round)."""
+    while reader_running():  # noqa: ASYNC110 (a thread's state: no event to wait on)
+        await trio.sleep(0.01)
 
 
 async def _take_all(pump: ReadPump) -> bytes:
@@ -148,3 +155,66 @@ async def test_sustained_output_through_the_engine_arrives_whole() -> None:
     expected += [str(i) for i in range(60001, 70001)]
     assert lines[: len(expected)] == expected
     assert term.read_batches < 60000 // 50  # batched, not one read per line
+
+
+async def test_many_pumps_share_one_thread_which_ends_with_the_last() -> None:
+    """Eight busy fds are read by at most PUMP_THREADS threads (not eight); closing
+    one pump leaves the others served; the threads are gone once the last pump is
+    closed."""
+    pipes = [os.pipe() for _ in range(8)]
+    for r, _ in pipes:
+        os.set_blocking(r, False)
+    pumps = [ReadPump(r, is_pty=False, quiet=60.0) for r, _ in pipes]
+    threads_before = threading.active_count()
+    try:
+        for pump in pumps:
+            pump.start()
+        for index, (_, w) in enumerate(pipes):
+            os.write(w, bytes([65 + index]) * 5000)
+        with trio.fail_after(TIMEOUT):
+            for index, pump in enumerate(pumps):
+                got = b""
+                while len(got) < 5000:
+                    data = await pump.take()
+                    assert data
+                    got += data
+                assert got == bytes([65 + index]) * 5000
+            assert reader_running()
+            assert threading.active_count() <= threads_before + PUMP_THREADS
+            await pumps[0].aclose()
+            os.write(pipes[1][1], b"still read")
+            assert await pumps[1].take() == b"still read"
+            for pump in pumps[1:]:
+                await pump.aclose()
+            await _reader_gone()
+    finally:
+        for pump in pumps:
+            await pump.aclose()
+        for r, w in pipes:
+            os.close(r)
+            os.close(w)
+
+
+async def test_a_cancelled_task_closes_its_pump_and_the_thread_ends(
+    pipe: tuple[int, int],
+) -> None:
+    """A pty-read task cancelled while it waits in take() (a dispose): its aclose in a
+    finally still runs, the thread drops the fd and ends."""
+    r, w = pipe
+    with trio.fail_after(TIMEOUT):
+        async with trio.open_nursery() as nursery:
+
+            async def reader() -> None:
+                pump = ReadPump(r, is_pty=False, quiet=60.0)
+                pump.start()
+                try:
+                    while True:
+                        await pump.take()
+                finally:
+                    await pump.aclose()
+
+            nursery.start_soon(reader)
+            os.write(w, b"some")
+            await trio.sleep(0.05)
+            nursery.cancel_scope.cancel()
+        await _reader_gone()

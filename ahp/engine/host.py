@@ -42,6 +42,7 @@ from ahp.engine.hub import Hub
 from ahp.engine.launch import TerminalSpec, discard, prepare_launch
 from ahp.engine.memory import Trimmer
 from ahp.engine.outbox import Outbox
+from ahp.engine.packing import pack_scrollback
 from ahp.engine.subscription import Subscription
 from ahp.engine.terminal import Terminal
 from ahp.protocol.actions import RootTerminalsChanged
@@ -107,6 +108,7 @@ class Host:
         self._root_stale = False
         self._unpublished = False
         self._catalogue_task = False  # a publishing task is scheduled
+        self._packing = False  # the scrollback packer runs (ahp.engine.packing)
         self._published_at = -math.inf
         self._counter = 0
         self._holder_only_input = False
@@ -296,7 +298,18 @@ class Host:
                 self.hub.drop_channel(uri)  # subscribers the hooks registered end
             raise
         self._catalogue_changed()
+        if not self._packing:
+            self._packing = True
+            self._nursery.start_soon(self._pack_scrollback)
         return terminal
+
+    async def _pack_scrollback(self) -> None:
+        """Old scrollback packed while the terminals hold much (:mod:`ahp.engine.packing`);
+        ends when no terminal is left (the next creation starts it again)."""
+        try:
+            await pack_scrollback(self._terminals.values)
+        finally:
+            self._packing = False
 
     async def _run_terminal(
         self, terminal: Terminal, *, task_status: trio.TaskStatus[Terminal]

@@ -39,7 +39,9 @@ Every channel is bounded (:data:`PARSE_QUEUE`, :data:`REDUCER_QUEUE`,
 :data:`INPUT_QUEUE`). A full channel is the backpressure: when the parse or
 reducer task cannot keep up, the reader waits, the kernel's pty buffer fills
 and the child blocks in ``write``; a caller of :meth:`Terminal.dispatch` waits
-for room too. The reducer never waits on anyone: it publishes into bounded
+for room too, and a caller dispatching input waits while more than
+:data:`INPUT_PACE` bytes of input are pending for the pty. The reducer never waits
+on anyone: it publishes into bounded
 outboxes that decide for themselves (merge, resynchronise, overflow; see
 :mod:`ahp.engine.outbox`), and input beyond the input channel's bound (or
 :data:`~ahp.reducers.core.MAX_PENDING_INPUT` bytes) is rejected, not queued.
@@ -53,6 +55,15 @@ read; an isolated keystroke echo goes through at once. Because consumers drain
 everything, a channel fills only when its consumer cannot run for a while (a
 parse task waiting for room at the reducer, many callers in one pass); the
 bounds then hold memory and stop the producers.
+
+Shortcuts (``ahp.keystroke``: ``inline_dispatch``, ``direct_write``,
+``inline_output``): while a stage's task waits for work with nothing handed to it
+(``_reducer_parked``, ``_parse_parked``; every sender clears the flag), its upstream
+does that stage's work in its own step with the same code — the caller of
+:meth:`Terminal.dispatch` applies the action, the reducer writes input to the pty,
+pty-read parses and applies a short read. Order is kept (nothing is queued ahead)
+and the state still has one writer at a time; a keystroke's round trip takes two
+scheduler batches instead of seven.
 
 Callers: :meth:`Terminal.dispatch` returns once the action is queued; with
 ``wait=True``, once the reducer decided on it and told the catalogue (the
@@ -146,6 +157,11 @@ PARSE_QUEUE: Final = 4
 REDUCER_QUEUE: Final = 64
 #: Input chunks queued for the input-write task (bytes bounded by MAX_PENDING_INPUT).
 INPUT_QUEUE: Final = 1024
+#: Bytes of input pending for the pty past which a caller of :meth:`Terminal.dispatch`
+#: with input waits until the pty has taken them below it (backpressure: issue 25, 24
+#: MiB of keystrokes into ``cat >/dev/null`` held 16 MiB pending, twice over while
+#: joined for one write, +57 MiB of RSS). A single input larger than this is taken.
+INPUT_PACE: Final = 1024 * 1024
 #: Input of at most this many bytes (a keystroke) is followed by a short spin (see
 #: Terminal._spin_for_echo), at most ECHO_SPIN seconds (keystroke trick ``echo_spin``).
 ECHO_SPIN_INPUT: Final = keystroke.ECHO_SPIN_INPUT if keystroke.enabled("echo_spin") else -1
@@ -153,6 +169,9 @@ ECHO_SPIN: Final = keystroke.ECHO_SPIN
 #: A read shorter than this is parsed and applied by pty-read itself while the parse and
 #: reducer tasks are idle (keystroke trick ``inline_output``); 0: never.
 INLINE_OUTPUT: Final = keystroke.SMALL_READ if keystroke.enabled("inline_output") else 0
+#: A dispatched action is applied by its caller while the reducer task is idle
+#: (keystroke trick ``inline_dispatch``, see Terminal._reduce_inline).
+INLINE_DISPATCH: Final = keystroke.enabled("inline_dispatch")
 #: The reducer writes input to the pty itself while input-write is idle (keystroke
 #: trick ``direct_write``, see Terminal._write_direct).
 DIRECT_WRITE: Final = keystroke.enabled("direct_write")
@@ -258,6 +277,9 @@ class Terminal(CommandSurface):
         self._accepting = False
         self._to_writer: trio.MemorySendChannel[bytes] | None = None
         self._pending_input = 0  # bytes accepted for the pty and not yet written
+        #: Where input senders wait for :data:`INPUT_PACE` (woken by input-write).
+        self._input_room = trio.lowlevel.ParkingLot()
+        self._writer_done = False  # input-write ended: nobody waits for it any more
         self._input_gone = False  # the child's input side is gone: input is dropped
         self._output_ended = False
         self._exit_code: _ProcessExited | None = None
@@ -286,9 +308,11 @@ class Terminal(CommandSurface):
         self.reducer_batches = 0
         #: Times the pty-read task found the parse channel full and waited.
         self.parse_waits = 0
-        #: Reads parsed and applied by pty-read itself (``inline_output``), and inputs
-        #: the reducer wrote to the pty itself (``direct_write``).
+        #: Reads parsed and applied by pty-read itself (``inline_output``) and actions
+        #: applied by their caller (``inline_dispatch``); inputs the reducer wrote to
+        #: the pty itself (``direct_write``).
         self.inline_batches = 0
+        self.inline_dispatches = 0
         self.direct_writes = 0
 
     # -- public view -------------------------------------------------------------------------
@@ -297,6 +321,11 @@ class Terminal(CommandSurface):
     def state(self) -> TerminalState:
         """The current state (immutable; later changes produce new values)."""
         return self._core.state
+
+    @property
+    def scrollback_chars(self) -> int:
+        """Characters the content retains now (O(1); :mod:`ahp.engine.packing`)."""
+        return self._core.scrollback.length
 
     @property
     def pid(self) -> int | None:
@@ -405,6 +434,11 @@ class Terminal(CommandSurface):
         the call then returns without a second pass of the scheduler for its task.
         """
         if self._accepting:
+            if not wait and INLINE_DISPATCH and self._reducer_parked:
+                self._reduce_inline(_ClientAction(action, origin, sender, None))
+                if checkpoint:
+                    await trio.lowlevel.checkpoint()
+                return
             decided = trio.Event() if wait else None
             try:
                 self._reducer_parked = False
@@ -413,6 +447,10 @@ class Terminal(CommandSurface):
                 # The reducer ended meanwhile: the terminal is closing.
                 self._refuse_closing(action, origin, sender)
             else:
+                if action.__class__ is TerminalInput and self._pending_input > INPUT_PACE:
+                    await self._wait_input_room()
+                    if decided is None:
+                        return
                 if decided is None:
                     if checkpoint:
                         await trio.lowlevel.checkpoint()
@@ -538,7 +576,7 @@ class Terminal(CommandSurface):
                 if spec.use_pty:
                     self._jobs = Jobs(child.pid, child.output_fd, self._alive_check())
                 if spec.nice:
-                    child.renice(spec.nice)
+                    await child.renice(spec.nice)
                 try:
                     await self._run_stages(child, task_status)
                 except Exception as exc:  # one terminal's failure ends that terminal only
@@ -702,12 +740,32 @@ class Terminal(CommandSurface):
             parser.feed(data, wall_ms=int(time.time() * 1000), mono_ms=time.monotonic() * 1000)
         )
         if actions:
-            self.reducer_batches += 1
-            self._reduce(actions)
-            core = self._core
-            if core.info_changed:
-                core.info_changed = False
-                self._on_info_changed(self)
+            self._reduce_now(actions)
+
+    def _reduce_now(self, item: _ReducerItem) -> None:
+        """Apply ``item`` as the reducer task applies a batch (then tell the host if the
+        catalogue entry changed), in the caller's step; only while the reducer task
+        waits for work with nothing handed to it (``inline_output``,
+        ``inline_dispatch``): the order is kept and nobody else applies meanwhile."""
+        self.reducer_batches += 1
+        self._reduce(item)
+        core = self._core
+        if core.info_changed:
+            core.info_changed = False
+            self._on_info_changed(self)
+
+    def _reduce_inline(self, item: _ClientAction) -> None:
+        """Keystroke trick ``inline_dispatch``: a caller's action applied in its own
+        step (:meth:`_reduce_now`). A failure is this terminal's, as if the reducer
+        task had raised it: recorded, logged, the terminal closed; the caller (a
+        connection's reader) goes on."""
+        self.inline_dispatches += 1
+        try:
+            self._reduce_now(item)
+        except Exception as exc:
+            self.failure = exc
+            log.exception("terminal %s failed", self.uri)
+            self.close()
 
     async def _pump(
         self, child: Child, to_parse: trio.MemorySendChannel[bytes], error: bool = False
@@ -814,8 +872,22 @@ class Terminal(CommandSurface):
 
     # -- input-write -------------------------------------------------------------------------
 
+    async def _wait_input_room(self) -> None:
+        """Wait while more than :data:`INPUT_PACE` bytes of input are pending (ends when
+        the input side goes or the input-write task ends)."""
+        while self._pending_input > INPUT_PACE and not self._writer_done:
+            await self._input_room.park()
+
     async def _write_task(self, child: Child, inbox: trio.MemoryReceiveChannel[bytes]) -> None:
-        """Write input to the pty in order: everything waiting, in one write."""
+        """Write input to the pty in order: everything waiting, in one write (input
+        senders waiting for :data:`INPUT_PACE` are woken as the pending bytes fall)."""
+        try:
+            await self._write_loop(child, inbox)
+        finally:
+            self._writer_done = True
+            self._input_room.unpark_all()
+
+    async def _write_loop(self, child: Child, inbox: trio.MemoryReceiveChannel[bytes]) -> None:
         async with inbox:
             while True:
                 try:
@@ -852,6 +924,8 @@ class Terminal(CommandSurface):
                     # Nothing is pending once the input side is gone (what is still
                     # queued is dropped with the channel).
                     self._pending_input = 0 if self._input_gone else self._pending_input - len(data)
+                    if self._input_room and self._pending_input <= INPUT_PACE:
+                        self._input_room.unpark_all()
 
     def _write_direct(self, child: Child, data: bytes) -> bytes:
         """Keystroke trick ``direct_write``: input-write is idle (nothing pending), so

@@ -62,6 +62,11 @@ SIGTERM_GRACE: Final = 1.0
 SESSION_WAIT: Final = 2.0
 #: Poll interval (seconds) of that wait.
 _SESSION_POLL: Final = 0.001
+#: Longest wait (seconds) of :meth:`Child.renice` for a pty child's own autogroup
+#: (its ``setsid``); past it only the process's niceness is set.
+AUTOGROUP_WAIT: Final = 2.0
+#: Poll interval (seconds) of that wait.
+AUTOGROUP_POLL: Final = 0.002
 
 _HANGUP_EVENTS: Final = select.POLLHUP | select.POLLERR | select.POLLNVAL
 _WINSIZE: Final = struct.Struct("HHHH")  # rows, cols, xpixel, ypixel
@@ -313,13 +318,36 @@ class Child:
         if self.is_pty and self._output_fd >= 0:
             set_window_size(self._output_fd, cols, rows)
 
-    def renice(self, nice: int) -> None:
-        """Add ``nice`` to the child's niceness (``setpriority``); nothing once it is
-        reaped, and an ``OSError`` (it exited meanwhile) is ignored."""
+    async def renice(self, nice: int) -> None:
+        """Add ``nice`` to the child's niceness (``setpriority``, at once); nothing once
+        it is reaped, and an ``OSError`` (it exited meanwhile) is ignored.
+
+        With the kernel's autogroup scheduling (``/proc/sys/kernel/sched_autogroup_enabled``,
+        on by default on desktop and many server kernels) a process's niceness only
+        weighs against the processes of its own autogroup, and a pty child's
+        ``setsid`` gives it a new one: the CPU is shared between the server and each
+        terminal *group* equally whatever the niceness (issue 25: thirty shells printing
+        in a loop held the event loop on the run queue 60-75 % of the time). So a pty
+        child's autogroup gets ``nice`` too (``/proc/PID/autogroup``; the jobs it starts
+        share it), once it is in an autogroup of its own: this waits (polling, at most
+        :data:`AUTOGROUP_WAIT` seconds) until the child's ``setsid`` ran, and never
+        touches the server's own group."""
         if self._process.returncode is not None:
             return
         with contextlib.suppress(OSError):
             os.setpriority(os.PRIO_PROCESS, self.pid, nice)
+        if not self.is_pty:
+            return
+        deadline = trio.current_time() + AUTOGROUP_WAIT
+        while self._process.returncode is None:
+            try:
+                if _renice_autogroup(self.pid, nice):
+                    return
+            except OSError:  # no autogroups on this kernel, or the child is gone
+                return
+            if trio.current_time() >= deadline:
+                return
+            await trio.sleep(AUTOGROUP_POLL)
 
     # -- lifecycle ------------------------------------------------------------------
 
@@ -414,3 +442,18 @@ class Child:
         # Last resort against fd leaks, like trio's _FdHolder; the process is trio's.
         with contextlib.suppress(Exception):
             self.close_fds()
+
+
+def _renice_autogroup(pid: int, nice: int) -> bool:
+    """Set the nice value of ``pid``'s autogroup; False (and nothing done) while it is
+    this process's own (the child has not called ``setsid`` yet: the server must not
+    renice itself). Raises ``OSError`` without autogroups or once ``pid`` is gone."""
+    with open(f"/proc/{pid}/autogroup") as f:
+        theirs = f.read().split()[0]
+    with open("/proc/self/autogroup") as f:
+        ours = f.read().split()[0]
+    if theirs == ours:
+        return False
+    with open(f"/proc/{pid}/autogroup", "w") as f:
+        f.write(str(nice))
+    return True

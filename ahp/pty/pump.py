@@ -1,33 +1,42 @@
-"""Reading a pty master in a thread of its own while output streams.
+"""Reading busy pty masters in a few threads shared by every terminal of a Trio run.
 
 Why: the kernel's tty work happens inside ``read(2)`` on the master — on this
 project's 2-core machines more than half of the event loop's time under
 sustained output — and while the loop is in that system call nothing else in
-the process runs: not the parse, reducer and writer tasks handling the previous
-batch, not another terminal. ``read`` releases the GIL, so a thread that reads
-while the loop works overlaps the two, and the child never waits for the loop to
-come back to its pty. An idle terminal is still read by its pty-read task
-directly (a keystroke's echo takes no thread hop); the task starts a pump only
-when a batch comes back full, and the pump ends itself after :data:`PUMP_QUIET`
-seconds without output, handing reading back to the task.
+the process runs. ``read`` releases the GIL, so a thread that reads while the
+loop works overlaps the two. It is at most :data:`PUMP_THREADS` threads (each an
+``epoll`` over its share of the busy masters), not one per terminal: with a
+thread per terminal, thirty terminals printing in a loop were thirty runnable
+threads beside the event loop's, and on 2 cores the loop waited for a CPU 60-75 %
+of the time (``/proc/PID/task/*/schedstat``; issue 25's ``silent subscriber``): an
+interactive client's echo waited with it.
+A reader or two use the second core; more would only compete with the loop.
 
-Ownership: the pty-read task owns its :class:`ReadPump` and the thread it runs;
-the fd stays the terminal's. The thread never outlives the task: :meth:`ReadPump.aclose`
-(always awaited, shielded, before the task returns) stops it and waits for it,
-so the fd cannot be closed — or its number reused — while the thread may still
-read it. The thread only reads the fd, polls it, and hands bytes over; it never
-touches Trio objects except through the run's token (``run_sync_soon``).
+An idle terminal is still read by its pty-read task directly (a keystroke's echo
+takes no thread hop); the task starts a :class:`ReadPump` only when a batch comes
+back full, and the pump ends after :data:`PUMP_QUIET` seconds without output on
+its fd, handing reading back to the task. A reader thread ends when no pump is
+left to it, and one is started again by the next pump.
 
-Buffering: at most :data:`PUMP_BUFFER` bytes (plus one read) wait between the
-thread and the task; past it the thread stops reading, the kernel's pty buffer
-fills and the child blocks in ``write`` — the same backpressure as without a
-pump. :meth:`ReadPump.take` hands over everything buffered at once (one hop for
-the parse task per take, however many reads it holds).
+Ownership: the pty-read task owns its :class:`ReadPump`; the fd stays the
+terminal's. The reader thread never touches an fd after its pump's
+:meth:`ReadPump.aclose` returned (always awaited, shielded, before the task
+returns): ``aclose`` waits for the thread to drop the fd from its ``epoll``, so the
+fd cannot be closed — or its number reused — while the thread may read it. The
+thread only polls and reads fds and hands bytes over; it touches Trio only
+through the run's token (``run_sync_soon``: one call per round of the thread,
+waking every pump that got data in it).
 
-Cancellation: :meth:`take` is a plain Trio wait (cancellable); nothing is lost
-by cancelling it, since the bytes stay buffered until the pump is closed. Every
-wait of the thread ends at once on :meth:`ReadPump.aclose` (a byte on a pipe of
-the pump's own wakes its ``poll``; a condition variable its wait for room).
+Buffering: at most :data:`PUMP_BUFFER` bytes (plus one read) wait per pump
+between the thread and its task; past it the thread stops polling that fd (the
+kernel's pty buffer fills and the child blocks in ``write`` — the same
+backpressure as without a pump) until the task takes. :meth:`ReadPump.take`
+hands over everything buffered at once (one hop for the parse task per take).
+
+Cancellation: :meth:`ReadPump.take` is a plain Trio wait (cancellable); nothing
+is lost by cancelling it, the bytes stay buffered until the pump is closed. The
+thread's ``epoll`` wait ends at once on every registration, resumption and close
+(a byte on a pipe of the thread's own).
 """
 
 from __future__ import annotations
@@ -37,22 +46,219 @@ import errno
 import os
 import select
 import threading
+import time
 from typing import Final
 
 import trio
 
-__all__ = ["PUMP_BUFFER", "PUMP_QUIET", "PUMP_READ", "ReadPump"]
+__all__ = [
+    "PUMP_BUFFER",
+    "PUMP_QUIET",
+    "PUMP_READ",
+    "PUMP_THREADS",
+    "PUMP_TURN",
+    "ReadPump",
+    "reader_running",
+]
 
 #: Bytes asked of the kernel per read in the thread (it hands out ~4 KiB per read).
 PUMP_READ: Final = 64 * 1024
-#: Bytes buffered between the thread and the task at most (then the thread waits).
+#: Bytes buffered between the thread and one pump's task at most (then that fd
+#: is not polled until the task takes).
 PUMP_BUFFER: Final = 256 * 1024
-#: Seconds without output after which the pump ends (reading goes back to the task).
-PUMP_QUIET: Final = 0.005
+#: Seconds without output after which a pump ends (reading goes back to the task):
+#: 5 ms ended pumps whenever a busy child waited for a CPU, and the loop read again
+#: (8 interleaved pairs at load 9-13: 0.84x server CPU per MB at 50 ms).
+PUMP_QUIET: Final = 0.05
+#: Bytes a reader thread reads from one fd before it turns to the next ready one
+#: (and hands over what it read): a round reads at most this much per busy terminal.
+PUMP_TURN: Final = 256 * 1024
+#: Reader threads at most (pumps are spread over them, the fewest pumps first): the
+#: second core is used by one, and more than a few only compete with the loop.
+PUMP_THREADS: Final = 2
+
+
+class _Reader:
+    """The thread shared by a run's pumps: an ``epoll`` over their fds (one instance
+    per thread's life; see the module docstring)."""
+
+    def __init__(self, token: trio.lowlevel.TrioToken) -> None:
+        self.token = token
+        self.epoll = select.epoll()
+        self.wake_r, self.wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+        self.epoll.register(self.wake_r, select.EPOLLIN)
+        #: fd -> pump, every pump the thread serves (guarded by the module lock).
+        self.pumps: dict[int, ReadPump] = {}
+        #: Pumps whose state changed for the thread (new, resumed, closing).
+        self.changed: list[ReadPump] = []
+        self.woken = False  # a wake byte is pending
+
+    def wake(self) -> None:
+        """Called with the lock held: the thread looks at ``changed`` soon."""
+        if not self.woken:
+            self.woken = True
+            with contextlib.suppress(OSError):
+                os.write(self.wake_w, b"x")
+
+    def run(self) -> None:
+        try:
+            self._loop()
+        finally:
+            for fd in (self.wake_r, self.wake_w):
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            self.epoll.close()
+
+    def _loop(self) -> None:
+        epoll = self.epoll
+        polled: set[int] = set()  # fds registered in the epoll
+        while True:
+            finished: list[ReadPump] = []
+            with _LOCK:
+                self.woken = False
+                changed, self.changed = self.changed, []
+                for pump in changed:
+                    fd = pump.fd
+                    want = not pump.stopping and not pump.ended and pump.size < pump.limit
+                    if pump.stopping and not pump.ended:
+                        pump.ended = True
+                    if pump.ended:
+                        if self.pumps.get(fd) is pump:
+                            del self.pumps[fd]
+                        if fd in polled:
+                            polled.discard(fd)
+                            epoll.unregister(fd)
+                        finished.append(pump)
+                    elif want and fd not in polled:
+                        epoll.register(fd, select.EPOLLIN)
+                        polled.add(fd)
+                        pump.last = time.monotonic()
+                if not self.pumps:
+                    if self in _RUNNING.readers:
+                        _RUNNING.readers.remove(self)
+                    self._finish(finished)
+                    return
+            self._finish(finished)
+            timeout = min((p.quiet for p in self.pumps.values()), default=PUMP_QUIET)
+            try:
+                events = epoll.poll(timeout)
+            except InterruptedError:  # pragma: no cover - PEP 475 retries
+                continue
+            now = time.monotonic()
+            woken: list[ReadPump] = []
+            for fd, _ in events:
+                if fd == self.wake_r:
+                    with contextlib.suppress(OSError):
+                        os.read(self.wake_r, 4096)
+                    continue
+                ready = self.pumps.get(fd)
+                if ready is None or ready.ended:
+                    continue
+                if self._read(ready):
+                    ready.last = now
+                    woken.append(ready)
+            with _LOCK:
+                for pump in list(self.pumps.values()):
+                    if pump.ended:
+                        continue
+                    full = pump.size >= pump.limit
+                    if (pump.eof or pump.error is not None) or (
+                        not full and now - pump.last >= pump.quiet
+                    ):
+                        # Quiet, EOF or failed: the pump is done with the thread.
+                        pump.ended = True
+                        self.changed.append(pump)
+                        if pump not in woken:
+                            woken.append(pump)
+                    elif full and pump.fd in polled:
+                        polled.discard(pump.fd)
+                        epoll.unregister(pump.fd)  # until its task takes (resume)
+                wake = [p for p in woken if p.waiting]
+                for pump in wake:
+                    pump.waiting = False
+            if wake:
+                with contextlib.suppress(trio.RunFinishedError):
+                    self.token.run_sync_soon(_set_all, [p.wakeup for p in wake])
+
+    def _read(self, pump: ReadPump) -> bool:
+        """Read ``pump``'s fd for one turn; whether anything (data, EOF, an error) came."""
+        chunks: list[bytes] = []
+        size = 0
+        eof = False
+        error: BaseException | None = None
+        room = min(PUMP_TURN, pump.limit - pump.size)
+        while size < room:
+            try:
+                data = os.read(pump.fd, PUMP_READ)
+            except BlockingIOError:
+                break
+            except OSError as exc:
+                if pump.is_pty and exc.errno == errno.EIO:
+                    eof = True
+                else:
+                    error = exc
+                break
+            pump.reads += 1
+            if not data:
+                eof = True
+                break
+            chunks.append(data)
+            size += len(data)
+        if not (chunks or eof or error is not None):
+            return False
+        with _LOCK:
+            pump.chunks.extend(chunks)
+            pump.size += size
+            pump.eof = pump.eof or eof
+            if error is not None:
+                pump.error = error
+        return True
+
+    def _finish(self, finished: list[ReadPump]) -> None:
+        if finished:
+            with contextlib.suppress(trio.RunFinishedError):
+                self.token.run_sync_soon(_set_all, [p.finished for p in finished])
+
+
+def _set_all(events: list[trio.Event]) -> None:
+    for event in events:
+        event.set()
+
+
+#: Guards every pump's buffer and the reader's tables (the thread and the loop).
+_LOCK: Final = threading.Lock()
+
+
+class _Running:
+    """The running reader threads (guarded by :data:`_LOCK`): at most
+    :data:`PUMP_THREADS`, each serving the pumps of one Trio run."""
+
+    def __init__(self) -> None:
+        self.readers: list[_Reader] = []
+
+    def pick(self, token: trio.lowlevel.TrioToken) -> tuple[_Reader, bool]:
+        """The reader a new pump of ``token``'s run joins, and whether it is new (its
+        thread must be started): a new one while fewer than :data:`PUMP_THREADS` run
+        and each has a pump, else the one with the fewest pumps."""
+        mine = [r for r in self.readers if r.token is token]
+        if len(mine) < PUMP_THREADS and all(r.pumps for r in mine):
+            reader = _Reader(token)
+            self.readers.append(reader)
+            return reader, True
+        return min(mine, key=lambda r: len(r.pumps)), False
+
+
+_RUNNING: Final = _Running()
+
+
+def reader_running() -> bool:
+    """Whether a reader thread is running (for tests)."""
+    with _LOCK:
+        return bool(_RUNNING.readers)
 
 
 class ReadPump:
-    """One burst of reading ``fd`` in a thread; see the module docstring.
+    """One burst of reading ``fd`` through the shared reader; see the module docstring.
 
     ``is_pty``: an ``EIO`` from the master means every slave fd is closed (EOF).
     """
@@ -65,92 +271,37 @@ class ReadPump:
         buffer_bytes: int = PUMP_BUFFER,
         quiet: float = PUMP_QUIET,
     ) -> None:
-        self._fd = fd
-        self._is_pty = is_pty
-        self._limit = buffer_bytes
-        self._quiet_ms = max(1, int(quiet * 1000))
+        self.fd = fd
+        self.is_pty = is_pty
+        self.limit = buffer_bytes
+        self.quiet = quiet
         self._token = trio.lowlevel.current_trio_token()
-        self._lock = threading.Lock()
-        self._room = threading.Condition(self._lock)
-        self._chunks: list[bytes] = []
-        self._size = 0
-        self._eof = False
-        self._ended = False  # the thread returned (quiet, EOF, stop or error)
-        self._error: BaseException | None = None
-        self._stopping = False
-        self._waiting = False  # the task waits in take(): wake it on new data
-        self._wakeup = trio.Event()
-        self._finished = trio.Event()
-        # Written by aclose() so that a thread waiting in poll returns at once.
-        self._stop_r, self._stop_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+        # All below guarded by _LOCK.
+        self.chunks: list[bytes] = []
+        self.size = 0
+        self.eof = False
+        self.error: BaseException | None = None
+        self.ended = False  # the thread is done with the fd (quiet, EOF, error, stop)
+        self.stopping = False
+        self.waiting = False  # the task waits in take(): wake it on new data
+        self.last = 0.0  # the thread's clock at the last data (quiet detection)
+        self.wakeup = trio.Event()
+        self.finished = trio.Event()  # set on the loop once the thread dropped the fd
+        self._reader: _Reader | None = None
         #: Reads the thread made (figures for tests and the bench).
         self.reads = 0
 
     def start(self) -> None:
-        trio.lowlevel.start_thread_soon(self._run, self._thread_done)
-
-    # -- the thread ------------------------------------------------------------------------
-
-    def _run(self) -> None:
-        poller = select.poll()
-        poller.register(self._fd, select.POLLIN)
-        poller.register(self._stop_r, select.POLLIN)
-        while True:
-            with self._lock:
-                while self._size >= self._limit and not self._stopping:
-                    self._room.wait()
-                if self._stopping:
-                    return
-            ready = poller.poll(self._quiet_ms)
-            if not ready:
-                return  # quiet: reading goes back to the task
-            if any(fd == self._stop_r for fd, _ in ready):
-                return
-            chunks: list[bytes] = []
-            size = 0
-            eof = False
-            while size < self._limit:
-                try:
-                    data = os.read(self._fd, PUMP_READ)
-                except BlockingIOError:
-                    break
-                except OSError as exc:
-                    if self._is_pty and exc.errno == errno.EIO:
-                        eof = True
-                        break
-                    raise
-                self.reads += 1
-                if not data:
-                    eof = True
-                    break
-                chunks.append(data)
-                size += len(data)
-            with self._lock:
-                self._chunks.extend(chunks)
-                self._size += size
-                self._eof = eof
-                wake = self._waiting and (size > 0 or eof)
-                if wake:
-                    self._waiting = False
-            if wake:
-                self._token.run_sync_soon(self._wake)
-            if eof:
-                return
-
-    def _thread_done(self, outcome: object) -> None:
-        # Called in the thread when _run returned or raised; report to the loop.
-        error = getattr(outcome, "error", None)
-        with self._lock:
-            self._ended = True
-            self._error = error if isinstance(error, BaseException) else None
-        self._token.run_sync_soon(self._on_finished)
-
-    def _wake(self) -> None:
-        self._wakeup.set()
-
-    def _on_finished(self) -> None:
-        self._finished.set()
-        self._wakeup.set()
+        """Join the run's reader thread (starting it if none runs)."""
+        with _LOCK:
+            reader, fresh = _RUNNING.pick(self._token)
+            self._reader = reader
+            self.last = time.monotonic()  # (a round under way must not find it quiet)
+            reader.pumps[self.fd] = self
+            reader.changed.append(self)
+            reader.wake()
+        if fresh:
+            trio.lowlevel.start_thread_soon(reader.run, _ignore)
 
     # -- the task --------------------------------------------------------------------------
 
@@ -162,34 +313,48 @@ class ReadPump:
             OSError: the thread's read failed (other than EAGAIN/EIO).
         """
         while True:
-            with self._lock:
-                if self._chunks:
-                    chunks, self._chunks = self._chunks, []
-                    self._size = 0
-                    self._room.notify()
+            with _LOCK:
+                if self.chunks:
+                    chunks, self.chunks = self.chunks, []
+                    full = self.size >= self.limit
+                    self.size = 0
+                    if full and not self.ended and self._reader is not None:
+                        self._reader.changed.append(self)  # poll the fd again
+                        self._reader.wake()
                     return chunks[0] if len(chunks) == 1 else b"".join(chunks)
-                if self._eof:
+                if self.eof:
                     return b""
-                if self._ended:
-                    if self._error is not None:
-                        raise self._error
+                if self.ended:
+                    if self.error is not None:
+                        raise self.error
                     return None
-                self._waiting = True
-                self._wakeup = trio.Event()
-                wakeup = self._wakeup
+                self.waiting = True
+                self.wakeup = trio.Event()
+                wakeup = self.wakeup
             await wakeup.wait()
 
     async def aclose(self) -> None:
-        """Stop the thread and wait until it has returned (woken at once, whether it
-        waits for room or in ``poll``). Shielded: the fd is safe to close afterwards."""
-        with self._lock:
-            self._stopping = True
-            self._room.notify()
-        with contextlib.suppress(OSError):
-            os.write(self._stop_w, b"x")
+        """Leave the reader and wait until its thread no longer touches the fd.
+        Shielded: the fd is safe to close afterwards."""
+        with _LOCK:
+            reader = self._reader
+            if reader is None:
+                return
+            # Once ended, the thread drops the fd by itself (and may be gone after it:
+            # its reader must not be touched then).
+            if not self.ended and not self.stopping:
+                self.stopping = True
+                reader.changed.append(self)
+                reader.wake()
         with trio.CancelScope(shield=True):
-            await self._finished.wait()
-        for fd in (self._stop_r, self._stop_w):
-            with contextlib.suppress(OSError):
-                os.close(fd)
-        self._stop_r = self._stop_w = -1
+            await self.finished.wait()
+
+
+def _ignore(outcome: object) -> None:
+    """The thread's result: it reports through the pumps (``run`` never raises but
+    for a bug, which the ``finally`` there leaves visible through the outcome)."""
+    error = getattr(outcome, "error", None)
+    if error is not None:  # pragma: no cover - a bug in the loop above
+        import logging
+
+        logging.getLogger("ahp.pty").error("pty reader thread failed", exc_info=error)

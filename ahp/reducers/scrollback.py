@@ -29,11 +29,14 @@ from ahp.protocol.actions import (
     TerminalCommandExecuted,
     TerminalData,
 )
+from ahp.protocol.rope import ChunkList
 from ahp.protocol.state import CommandPart, ContentPart, TerminalState
 
 __all__ = [
     "DEFAULT_SCROLLBACK",
     "MAX_PARTS",
+    "PACK_SCAN_PARTS",
+    "cold_chunks",
     "Scrollback",
     "content_length",
     "low_water_for",
@@ -45,6 +48,9 @@ __all__ = [
 DEFAULT_SCROLLBACK: Final = 4 * 1024 * 1024
 #: Most parts (commands and the text between them) a terminal retains.
 MAX_PARTS: Final = 8192
+#: Parts, from the newest, whose text :func:`cold_chunks` looks at (older parts'
+#: text stays as it is: large output is almost always in the last few).
+PACK_SCAN_PARTS: Final = 64
 
 
 def low_water_for(limit: int) -> int:
@@ -62,6 +68,23 @@ def part_length(part: ContentPart) -> int:
 def content_length(state: TerminalState) -> int:
     """Characters held in all parts (O(number of parts))."""
     return sum(part_length(p) for p in state.content)
+
+
+def cold_chunks(
+    state: TerminalState, keep: int, *, scan_parts: int = PACK_SCAN_PARTS
+) -> list[tuple[ChunkList, int, str]]:
+    """The chunks of ``state``'s text worth packing and not looked at yet, older than
+    its newest ``keep`` characters, in its last ``scan_parts`` parts (see
+    :meth:`ahp.protocol.rope.Rope.cold_chunks`); marks them looked at."""
+    found: list[tuple[ChunkList, int, str]] = []
+    tail = 0
+    for count, part in enumerate(reversed(state.content)):
+        if count >= scan_parts:
+            break
+        rope = part.output if isinstance(part, CommandPart) else part.value
+        found.extend(rope.cold_chunks(max(0, keep - tail)))
+        tail += len(rope)
+    return found
 
 
 def trim(

@@ -33,7 +33,8 @@ from ahp.protocol.actions import (
     UnknownAction,
     action_type,
 )
-from ahp.protocol.codec import ProtocolError, dumps_utf8, structure, structure_action, unstructure
+from ahp.protocol.chunked import json_size_over
+from ahp.protocol.codec import ProtocolError, structure, structure_action, unstructure
 from ahp.protocol.commands import DispatchActionParams
 from ahp.protocol.dialect import Dialect
 from ahp.protocol.state import ROOT_URI, SessionClaim, TerminalClaim
@@ -100,7 +101,7 @@ async def dispatch_action(conn: Connection, params: Any) -> None:
         problem = f"malformed action: {exc.message}"
     hub = conn.host.hub
     if channel == ROOT_URI:
-        if isinstance(action, RootConfigChanged) and len(dumps_utf8(p.action)) > (MAX_CONFIG_BYTES):
+        if isinstance(action, RootConfigChanged) and json_size_over(p.action, MAX_CONFIG_BYTES):
             # Refused, and echoed without its config: the sender has it, and a
             # rejection need not cost the size of what it refuses.
             action = RootConfigChanged(config={}, replace=action.replace)

@@ -47,7 +47,7 @@ from typing import Any, Final
 
 from ahp.protocol.codec import ProtocolError, decode_json, decode_message
 from ahp.protocol.dialect import SUPPORTED_VERSIONS, negotiate
-from ahp.protocol.jsonrpc import ErrorCode, JsonRpcNotification, JsonRpcRequest
+from ahp.protocol.jsonrpc import ErrorCode, JsonRpcMessage, JsonRpcNotification, JsonRpcRequest
 from ahp.protocol.jsonshape import MAX_DEPTH, FrameShapeError, check_shape
 from ahp.server import handshake, identity, terminals
 from ahp.server.connection import REPLACED_CLOSE, Connection
@@ -55,7 +55,7 @@ from ahp.server.dispatch import MAX_CONFIG_BYTES, READ_ONLY_REFUSAL, dispatch_ac
 from ahp.server.errors import SERVER_LIMIT, Fail, short
 from ahp.server.handshake import READ_ONLY_META
 from ahp.server.identity import PROBE_TIMEOUT
-from ahp.server.processes import PROCESS_REQUESTS, Refused
+from ahp.server.processes import PROCESS_REQUESTS
 from ahp.server.state import DEFAULT_MAX_TERMINALS, ServerState
 
 __all__ = [
@@ -130,12 +130,26 @@ class Session(Connection):
 
     async def handle_frame(self, frame: str | bytes, *, checked: bool = False) -> None:
         """Handle one inbound frame; answers (if any) are queued on the outbox."""
+        message = self.decode_frame(frame, checked=checked)
+        if message is not None:
+            await self.handle_message(message)
+
+    def decode_frame(self, frame: str | bytes, *, checked: bool = False) -> JsonRpcMessage | None:
+        """The decoding of :meth:`handle_frame` on its own (one synchronous step, tens
+        of milliseconds for a frame of megabytes): the message, or None when there is
+        nothing to handle (the frame was answered with its error, or the session
+        stopped)."""
         if self.stopped:
-            return
+            return None
         try:
-            message = decode_message(_parse(frame, checked=checked))
+            return decode_message(_parse(frame, checked=checked))
         except ProtocolError as exc:
             self.error(None, exc.code, exc.message, {"path": exc.path})
+            return None
+
+    async def handle_message(self, message: JsonRpcMessage) -> None:
+        """Handle one decoded message (:meth:`decode_frame`)."""
+        if self.stopped:
             return
         if isinstance(message, JsonRpcRequest):
             await self._request(message)
@@ -175,7 +189,7 @@ class Session(Connection):
             await pool.wait_room()
         try:
             result = await handler(self, request.params if request.params is not None else {})
-        except (Fail, Refused) as fail:
+        except Fail as fail:
             self.error(request.id, fail.code, fail.message, fail.data)
         except ProtocolError as exc:
             path = "$.params" + exc.path[1:]

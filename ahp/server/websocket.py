@@ -44,8 +44,10 @@ off when out of fds, and lines about unauthenticated peers are rate-limited
 (:mod:`ahp.server.admission`).
 
 An inbound frame of :data:`LARGE_FRAME` or more is cost-checked and decoded in two
-steps with a checkpoint between (each takes tens of milliseconds at 8 MiB), and
-the reader drops it before receiving the next.
+steps (each takes tens of milliseconds at 8 MiB), one large frame of any connection
+at a time, each step followed by a pause as long as it took
+(:meth:`~ahp.server.wsconn.InboundBudget.paced`), the frame counted in the inbound
+budget while it waits; the reader drops it before receiving the next.
 """
 
 from __future__ import annotations
@@ -56,7 +58,9 @@ import logging
 import math
 import os
 import socket
+import sys
 from collections.abc import Callable, Iterator, Sequence
+from functools import partial
 from typing import Any, Final
 from urllib.parse import parse_qs, urlsplit
 
@@ -85,6 +89,7 @@ from ahp.server.web import BEARER_PROTOCOL_PREFIX
 from ahp.server.wsconn import (
     HANDSHAKE_TIMEOUT,
     MESSAGE_DEADLINE,
+    TRY_AGAIN,
     ConnectionClosed,
     InboundBudget,
     ServerWebSocket,
@@ -403,14 +408,31 @@ async def _reader(
             wire.c2s(connection_id, message)
         if len(message) < LARGE_FRAME:
             await session.handle_frame(message)
+            del message  # (not held while the next one arrives)
         else:
-            if session.check_frame(message):
-                # Checking and decoding a frame of megabytes take tens of milliseconds
-                # each: other clients' keystrokes get a turn in between.
-                await trio.lowlevel.checkpoint()
-                await session.handle_frame(message, checked=True)
+            # Checking and decoding a frame of megabytes take tens of milliseconds each:
+            # one large frame of any connection at a time, each step followed by a
+            # pause as long (other clients' keystrokes get their turns), and the frame
+            # keeps its share of the inbound budget while it waits (bounded memory).
+            inbound = session.server.inbound
+            size = sys.getsizeof(message)
+            if not inbound.take(size):
+                await ws.aclose(TRY_AGAIN, "server busy: too many large messages")
+                return
+            try:
+                async with inbound.decoding:
+                    decoded = None
+                    if await inbound.paced(partial(session.check_frame, message)):
+                        decoded = await inbound.paced(
+                            partial(session.decode_frame, message, checked=True)
+                        )
+            finally:
+                inbound.give_back(size)
+            del message  # (not held while it is handled, nor while the next one arrives)
             session.host.trimmer.request()  # (megabytes were just freed)
-        del message  # (not held while the next one arrives: a frame may be 8 MiB)
+            if decoded is not None:
+                await session.handle_message(decoded)
+            del decoded
         if session.close_request is not None:
             session.outbox.close()
             return

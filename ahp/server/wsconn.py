@@ -30,8 +30,9 @@ import logging
 import os
 import re
 import sys
+import time
 from collections.abc import Callable, Iterable
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 from urllib.parse import urlsplit
 
 import attrs
@@ -66,6 +67,8 @@ __all__ = [
 
 log = logging.getLogger("ahp.server")
 
+_T = TypeVar("_T")
+
 #: Bytes asked of the socket per read.
 RECEIVE_SIZE: Final = 64 * 1024
 #: Largest client frame parsed here rather than by wsproto (see ``_fast_message``):
@@ -88,6 +91,13 @@ EVENT_BATCH: Final = 64
 CLOSE_DRAIN_BYTES: Final = 256 * 1024
 #: wsproto events parsed after our close frame at most (~10 us each).
 CLOSE_DRAIN_EVENTS: Final = 256
+#: Pause after each step of checking or decoding a large message (see
+#: ``websocket.LARGE_FRAME``), per second the step took: 1 leaves the loop to the other
+#: tasks at least half the time while large messages are decoded back to back, by one
+#: connection or many (one at a time: :attr:`InboundBudget.decoding`). One such step is
+#: one ``orjson.loads`` of up to 8 MiB (~10-20 ms quiet, 30 ms loaded); paced, a
+#: keystroke's echo meets one of them at most, not two or three in a row (issue 25).
+DECODE_PACE: Final = 1.0
 #: Close code for a policy violation (RFC 6455 7.4.1).
 POLICY: Final = 1008
 #: Close code "try again later" (an inbound budget exhausted).
@@ -121,6 +131,24 @@ class InboundBudget:
         self.held = 0
         #: Connections closed for it (figures for tests).
         self.refused = 0
+        #: Held while a large message is checked and decoded (one at a time, paced:
+        #: :meth:`paced`); a message waiting for it keeps its share of the budget.
+        self.decoding = trio.Lock()
+        #: Large messages' steps run, and the seconds paused after them (figures).
+        self.paced_steps = 0
+        self.paused = 0.0
+
+    async def paced(self, step: Callable[[], _T]) -> _T:
+        """Run ``step`` (synchronous: a large message's check or decoding, the caller
+        holding :attr:`decoding`), then pause :data:`DECODE_PACE` times as long as it
+        took, so that no two such steps of any connections run back to back."""
+        start = time.perf_counter()
+        result = step()
+        pause = (time.perf_counter() - start) * DECODE_PACE
+        self.paced_steps += 1
+        self.paused += pause
+        await trio.sleep(pause)
+        return result
 
     def take(self, size: int) -> bool:
         if self.held + size > self.limit:

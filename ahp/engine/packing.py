@@ -1,0 +1,94 @@
+"""Old scrollback text packed (compressed) when a host's terminals hold much of it.
+
+Why: a terminal's scrollback is its text — :data:`~ahp.reducers.scrollback.DEFAULT_SCROLLBACK`
+is 4 Mi characters, between 3.2 and 4 MiB of ASCII as Python strings once full
+(trimming goes down to 80 %), plus the chunk lists and the replay log's share:
+~4.3 MiB per terminal. Thirty terminals printing in a loop held 130 MiB (issue 25's
+``silent subscriber``). Terminal output is mostly repetitive, and zlib's fastest
+level shrinks it 3-100x; text that does not shrink at least
+:data:`~ahp.protocol.rope.PACK_MIN_RATIO` times (base64, say) is left as it is.
+
+What it does: while the host's terminals retain more than :data:`PACK_BUDGET`
+characters in all, every :data:`PACK_PERIOD` seconds it packs the chunks older
+than each terminal's newest :data:`PACK_KEEP` characters (the chunks no append
+touches), compressing in a worker thread, :data:`PACK_STEP` characters per thread
+call; the loop only swaps each chunk for its packed form
+(:func:`~ahp.protocol.rope.swap_chunk`: every state sharing it reads the same
+text). Below the budget nothing is done: a terminal or a few streaming never
+pack, and their hot path is the same as without this module. Reading packed text
+(a snapshot, a render of old lines) decompresses it (about 1 GB/s for text that
+packed well).
+
+Bounds: the work per round is the chunks added since the last round (each chunk
+list remembers how far it was looked at), in the last
+:data:`~ahp.reducers.scrollback.PACK_SCAN_PARTS` parts of each terminal.
+
+Ownership and cancellation: one task in the host's nursery
+(:meth:`ahp.engine.Host.create_terminal` starts it when none runs), ending once
+the host has no terminal left; cancelled with the host. A cancelled thread call
+is abandoned (the thread only compresses strings; its results are dropped).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection
+from typing import TYPE_CHECKING, Final
+
+import trio
+
+from ahp.protocol.rope import Packed, pack_chunk, swap_chunk
+from ahp.reducers.scrollback import cold_chunks
+
+if TYPE_CHECKING:
+    from ahp.engine.terminal import Terminal
+
+__all__ = ["PACK_BUDGET", "PACK_KEEP", "PACK_PERIOD", "PACK_STEP", "pack_scrollback"]
+
+#: Characters retained over all of a host's terminals below which nothing is packed
+#: (8 terminals at full default scrollback).
+PACK_BUDGET: Final = 32 * 1024 * 1024
+#: The newest characters of each terminal never packed (appends, the screen, tails).
+PACK_KEEP: Final = 512 * 1024
+#: Seconds between looks at the host's terminals while any exist.
+PACK_PERIOD: Final = 0.25
+#: Characters compressed per worker-thread call (then the loop swaps them in).
+PACK_STEP: Final = 4 * 1024 * 1024
+
+
+def _pack_all(texts: list[str]) -> list[Packed | None]:
+    return [pack_chunk(text) for text in texts]
+
+
+async def pack_scrollback(
+    terminals: Callable[[], Collection[Terminal]],
+    *,
+    budget: int = PACK_BUDGET,
+    keep: int = PACK_KEEP,
+    period: float = PACK_PERIOD,
+    step: int = PACK_STEP,
+) -> None:
+    """Pack old scrollback while ``terminals()`` retain more than ``budget`` characters;
+    return once ``terminals()`` is empty. See the module docstring."""
+    while True:
+        live = terminals()
+        if not live:
+            return
+        if sum(t.scrollback_chars for t in live) > budget:
+            found = []
+            for terminal in sorted(live, key=lambda t: -t.scrollback_chars):
+                found.extend(cold_chunks(terminal.state, keep))
+            start = 0
+            while start < len(found):
+                size = 0
+                end = start
+                while end < len(found) and size < step:
+                    size += len(found[end][2])
+                    end += 1
+                batch = found[start:end]
+                texts = [text for _, _, text in batch]
+                packed = await trio.to_thread.run_sync(_pack_all, texts, abandon_on_cancel=True)
+                for (chunks, index, text), done in zip(batch, packed, strict=True):
+                    if done is not None:
+                        swap_chunk(chunks, index, text, done)
+                start = end
+        await trio.sleep(period)
