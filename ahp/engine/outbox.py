@@ -437,6 +437,18 @@ class Outbox:
         self._lot.unpark_all()
         self._drained.unpark_all()
 
+    def discard(self) -> None:
+        """Close, and drop everything still queued: the consumer is gone (a closed
+        connection), so its answers and envelopes are freed now, not when the last
+        reference to the outbox goes (a connection's objects form cycles that wait for
+        a full garbage collection: 8 connections' unread 9 MB answers held ~50 MiB
+        after they closed; issue 25)."""
+        self.close()
+        self._items.clear()
+        self._drop_held()
+        self._forget_latest()
+        self._bytes = self._response_bytes = self._in_flight = 0
+
     def reset(self) -> None:
         """Clear the overflow verdict (after the consumer has resynchronised)."""
         self.overflowed = False

@@ -620,7 +620,7 @@ async def _serve_one(
         # The client's own close frame (a normal or going-away close) means it left.
         peer_close = ws.closed
         session.disconnect(left=peer_close is not None and peer_close.code in (1000, 1001))
-        outbox.close()
+        outbox.discard()  # (what it still held is freed now, not at the next full GC)
         state.host.trimmer.request()  # (what the connection held: its buffers, outbox)
         with trio.CancelScope(shield=True):
             await ws.aclose(close_code, close_reason, timeout=CLOSE_TIMEOUT)
