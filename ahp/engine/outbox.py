@@ -439,10 +439,8 @@ class Outbox:
 
     def discard(self) -> None:
         """Close, and drop everything still queued: the consumer is gone (a closed
-        connection), so its answers and envelopes are freed now, not when the last
-        reference to the outbox goes (a connection's objects form cycles that wait for
-        a full garbage collection: 8 connections' unread 9 MB answers held ~50 MiB
-        after they closed; issue 25)."""
+        connection), so what it never took is freed now, not when the last reference
+        to the outbox goes."""
         self.close()
         self._items.clear()
         self._drop_held()
