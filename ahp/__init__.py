@@ -16,7 +16,9 @@ per terminal), ``ahp.server`` (the WebSocket sidecar) and ``ahp.client`` (a
 Trio client).
 """
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from ahp.exports import lazy_exports
 
 if TYPE_CHECKING:
     from ahp.agent import BackgroundProcess, CommandHandle, CommandResult
@@ -65,15 +67,7 @@ _EXPORTS = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'ahp' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports("ahp", _EXPORTS, globals())
 
 
 __version__ = "0.1.0"

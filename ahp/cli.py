@@ -20,21 +20,13 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
-from ahp import __version__
+from ahp import __version__, arguments
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
-MAX_PORT: Final = 65535
 #: Longest ``--drain-timeout`` (a day): longer is a typo, and Trio deadlines stay finite.
 MAX_SECONDS: Final = 86400.0
 #: Exit status for a command line that cannot be used (as argparse).
 USAGE: Final = 2
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
-    return value
 
 
 def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -56,7 +48,7 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p.add_argument(
         "--port",
-        type=_port,
+        type=arguments.port,
         default=DEFAULT_PORT,
         help=f"TCP port, 0-65535 (default {DEFAULT_PORT}; 0 = any free port)",
     )
@@ -95,13 +87,13 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     p.add_argument(
         "--scrollback",
-        type=_positive,
+        type=arguments.positive_int,
         metavar="CHARS",
         help=f"characters of output retained per terminal (default {DEFAULT_SCROLLBACK})",
     )
     p.add_argument(
         "--max-terminals",
-        type=_positive_int,
+        type=arguments.positive_int,
         default=DEFAULT_MAX_TERMINALS,
         metavar="N",
         help=f"terminals hosted at most; more are refused (default {DEFAULT_MAX_TERMINALS})",
@@ -145,7 +137,7 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     p.add_argument(
         "--record-max-bytes",
-        type=_positive,
+        type=arguments.positive_int,
         metavar="BYTES",
         help=f"size bound of each recording (default {RECORD_MAX_BYTES}); the recording "
         "stops there, saying so",
@@ -184,33 +176,10 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
 
 
-def _port(text: str) -> int:
-    try:
-        port = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
-    if not 0 <= port <= MAX_PORT:
-        raise argparse.ArgumentTypeError(f"{port} is not a TCP port (0-{MAX_PORT})")
-    return port
-
-
 def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    value = arguments.number(text, float, "a number of seconds")
     if not 0 <= value <= MAX_SECONDS:
         raise argparse.ArgumentTypeError(f"must be between 0 and {MAX_SECONDS:g} seconds")
-    return value
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
     return value
 
 

@@ -41,6 +41,13 @@ the keystroke's fast path"):
     both wait for work with nothing handed to them, is parsed and applied by pty-read
     itself (the same parser and reducer code, in order): two scheduler passes and two
     channel hops fewer on the echo's way back. Everything else goes through the tasks.
+``inline_dispatch`` (``ahp.engine.terminal``, ``Terminal.dispatch``)
+    An action dispatched (a client's keystroke, the library's input) while the reducer
+    task waits for work with nothing handed to it is decided and applied by the
+    caller in its own step (with ``direct_write``, the keystroke is in the pty before
+    the connection's reader returns): one scheduler pass and a channel hop fewer. A
+    failure there is the terminal's, as in the reducer task. ``wait=True`` callers
+    and everything arriving while the reducer has work go through its channel.
 ``echo_spin`` (``ahp.engine.terminal``, input-write)
     After a keystroke of at most :data:`ECHO_SPIN_INPUT` bytes reached the pty, the
     scheduler keeps polling (checkpoints) for at most :data:`ECHO_SPIN` seconds until
@@ -82,6 +89,7 @@ TRICKS: Final = frozenset(
         "no_checkpoint",
         "direct_write",
         "inline_output",
+        "inline_dispatch",
         "echo_spin",
         "echo_pairing",
     }

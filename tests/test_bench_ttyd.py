@@ -135,6 +135,12 @@ def test_missing_ttyd_is_one_line_and_never_met(monkeypatch: pytest.MonkeyPatch)
     assert targets["many_vs_ttyd"].why_missing is None  # no many section at all here
 
 
+def test_a_binary_that_is_not_ttyd_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(TTYD_ENV, "/bin/true")  # runs, but answers no "ttyd version"
+    why = ttyd_missing()
+    assert why is not None and why.startswith("/bin/true --version failed")
+
+
 def test_ttyd_targets_are_computed_from_its_figures() -> None:
     def fig(value: float) -> dict[str, float]:
         return {"median": value}

@@ -7,6 +7,9 @@
   and reducer tasks are idle; larger reads go through the tasks. The published
   output must be every byte, in order, whichever path each read took.
 
+* ``inline_dispatch``: a caller applies its action itself while the reducer is idle;
+  actions arriving while it has work queue. Each must apply once, in order.
+
 Each runs with the shortcut on and off (real ptys, real programs).
 """
 
@@ -20,9 +23,11 @@ import pytest
 import trio
 import trio.lowlevel
 
-from ahp.engine import open_host
+from ahp.engine import Outbox, Published, open_host
 from ahp.engine import terminal as terminal_module
+from ahp.engine.terminal import REDUCER_QUEUE
 from ahp.protocol import ActionEnvelope, TerminalData
+from ahp.protocol.actions import ActionOrigin, TerminalTitleChanged
 from tests.helpers import TIMEOUT, wait_for_state, wait_for_text
 
 #: Reads exactly N bytes of raw input and prints their SHA-256.
@@ -102,3 +107,42 @@ async def test_output_is_published_whole_and_in_order_whichever_path(
             assert term.inline_batches > 0
         else:
             assert term.inline_batches == 0
+
+
+@pytest.mark.parametrize("inline", [True, False], ids=["inline_dispatch", "through_reducer"])
+async def test_dispatched_actions_apply_once_each_and_in_order(
+    inline: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(terminal_module, "INLINE_DISPATCH", inline)
+    async with open_host() as host:
+        term = await host.create_terminal(argv=["cat"], grace=0.2)
+        await wait_for_state(term, lambda _: term.running)
+        sender = Outbox(max_bytes=1 << 30)
+        host.hub.subscribe(term.uri, sender)
+        count = 3 * REDUCER_QUEUE
+
+        async def dispatch(i: int) -> None:
+            await term.dispatch(
+                TerminalTitleChanged(title=f"t{i}"),
+                origin=ActionOrigin(clientId="c", clientSeq=i),
+                sender=sender,
+            )
+
+        with trio.fail_after(TIMEOUT):
+            # Callers one after another, then many started in one scheduler batch.
+            for i in range(count // 3):
+                await dispatch(i)
+            async with trio.open_nursery() as nursery:
+                for i in range(count // 3, count):
+                    nursery.start_soon(dispatch, i)
+            await wait_for_state(term, lambda _: len(sender) >= count)
+        seqs = [
+            item.envelope.origin.clientSeq
+            for item in sender.get_nowait(coalesce=False)
+            if isinstance(item, Published)
+            and isinstance(item.envelope.action, TerminalTitleChanged)
+            and item.envelope.origin is not None
+        ]
+        assert seqs[: count // 3] == list(range(count // 3))  # (awaited one by one)
+        assert sorted(seqs) == list(range(count))  # each once
+        assert (term.inline_dispatches > 0) is inline

@@ -14,7 +14,12 @@ Rules:
 - there is no import cycle between modules of ``ahp``: every import counts, also
   one inside a function (a lazy import that closes a cycle is still a cycle), but
   not one under ``if TYPE_CHECKING:`` (annotations only; the layering rules above
-  still count those).
+  still count those);
+- nor a new cycle of annotations: counting the imports under ``if TYPE_CHECKING:``
+  too (but not those of a package's ``__init__``, which only declare its lazy
+  exports), the modules that import each other are exactly the groups of
+  :data:`ANNOTATION_CYCLES`, each with the reason it is still there (mend one, and
+  take it off the list).
 
 Test rules: the import graph is read from the source (``ast``), so an import
 inside a function cannot hide; the pure layers are also imported in a fresh
@@ -75,6 +80,8 @@ PURE_PACKAGES = (
     "ahp.client.session",
     "ahp.client.mirror",
     "ahp.client.errors",
+    "ahp.exports",
+    "ahp.arguments",
 )
 #: The agent layer's pure modules (the rest of ``ahp.agent`` runs on Trio): the
 #: state machine and its table, the options, the evidence rules, the renderer.
@@ -266,6 +273,88 @@ def test_no_import_cycles() -> None:
         if node not in state:
             visit(node)
     assert cycles == []
+
+
+#: The groups of modules that still name each other in annotations (under
+#: ``if TYPE_CHECKING:``), and why. No import among them runs in a circle.
+ANNOTATION_CYCLES = {
+    frozenset(
+        {
+            "ahp.agent.handle",
+            "ahp.agent.port",
+            "ahp.agent.record",
+            "ahp.agent.registry",
+            "ahp.agent.result",
+        }
+    ): "a result carries its live handle, and a terminal's port its registry of handles",
+    frozenset({"ahp.engine.port", "ahp.engine.terminal"}): (
+        "LocalPort adapts the Terminal that makes it (its annotation names the Terminal)"
+    ),
+    frozenset({"ahp.client.connection", "ahp.client.remote"}): (
+        "RemoteTerminal adapts the Client that makes it (its annotation names the Client)"
+    ),
+}
+
+
+def _strongly_connected(graph: dict[str, list[str]]) -> list[frozenset[str]]:
+    """The groups of more than one module that reach each other (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    groups: list[frozenset[str]] = []
+    for root, edges_of_root in graph.items():
+        if root in index:
+            continue
+        work = [(root, iter(edges_of_root))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, edges = work[-1]
+            nxt = next(edges, None)
+            if nxt is not None:
+                if nxt not in index:
+                    index[nxt] = low[nxt] = len(index)
+                    stack.append(nxt)
+                    on_stack.add(nxt)
+                    work.append((nxt, iter(graph[nxt])))
+                elif nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                group = set()
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    group.add(member)
+                    if member == node:
+                        break
+                if len(group) > 1:
+                    groups.append(frozenset(group))
+    return groups
+
+
+def test_strongly_connected_finds_a_cycle_and_nothing_else() -> None:
+    graph = {"a": ["b"], "b": ["c"], "c": ["a", "d"], "d": [], "e": ["e"]}
+    assert _strongly_connected(graph) == [frozenset({"a", "b", "c"})]
+
+
+def test_no_new_annotation_cycles() -> None:
+    graph = {
+        name: sorted(
+            {
+                t
+                for t, _ in _imports(name, typing_only=path.name != "__init__.py")
+                if t in MODULES and t != name
+            }
+        )
+        for name, path in MODULES.items()
+    }
+    assert set(_strongly_connected(graph)) == set(ANNOTATION_CYCLES)
 
 
 #: File names docstrings and comments mention that are not the repository's: a

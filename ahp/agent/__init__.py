@@ -27,7 +27,9 @@ Each module holds one (``docs/agent.md`` is the guide):
   :mod:`~ahp.agent.exec` — non-pty execution (:func:`exec_command`).
 """
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from ahp.exports import lazy_exports
 
 if TYPE_CHECKING:
     from ahp.agent.collector import INTERRUPT_GRACE, start_command
@@ -77,15 +79,7 @@ _EXPORTS = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'ahp.agent' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports("ahp.agent", _EXPORTS, globals())
 
 
 __all__ = [

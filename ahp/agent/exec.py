@@ -51,7 +51,7 @@ import signal
 import time
 import weakref
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, TypedDict, Unpack
 
 import attrs
 import trio
@@ -73,6 +73,7 @@ __all__ = [
     "KILL_WAIT",
     "MAX_BACKGROUND_REPORTED",
     "Exec",
+    "ExecOptions",
     "exec_command",
     "exec_remote",
     "find_exec",
@@ -291,22 +292,31 @@ def find_exec(host: Host, uri: str) -> Exec | None:
     return _running.get(host, {}).get(uri) or _finished.get(host, {}).get(uri)
 
 
+class ExecOptions(TypedDict, total=False):
+    """The keyword options of :func:`exec_command` and :func:`start_exec` (each is
+    described there)."""
+
+    cwd: str | None
+    env: Mapping[str, str] | None
+    timeout: float | None
+    head_bytes: int
+    tail_bytes: int
+    name: str | None
+    uri: str | None
+
+
 async def start_exec(
-    host: Host,
-    command: str | Sequence[str],
-    *,
-    cwd: str | None = None,
-    env: Mapping[str, str] | None = None,
-    timeout: float | None = None,
-    head_bytes: int = DEFAULT_HEAD_BYTES,
-    tail_bytes: int = DEFAULT_TAIL_BYTES,
-    name: str | None = None,
-    uri: str | None = None,
+    host: Host, command: str | Sequence[str], **options: Unpack[ExecOptions]
 ) -> Exec:
     """Start ``command`` (see :func:`exec_command`) and return once its process runs.
 
     Raises what :func:`exec_command` raises, before anything is started.
     """
+    head_bytes = options.get("head_bytes", DEFAULT_HEAD_BYTES)
+    tail_bytes = options.get("tail_bytes", DEFAULT_TAIL_BYTES)
+    timeout = options.get("timeout")
+    name = options.get("name")
+    uri = options.get("uri")
     argv, line = _argv(command)
     if head_bytes < 0 or tail_bytes < 0:
         raise ValueError("head_bytes and tail_bytes must not be negative")
@@ -318,8 +328,8 @@ async def start_exec(
         uri or f"ahp-terminal:/exec-{next(_counter)}",
         name=name if name is not None else line[:MAX_TITLE],
         argv=argv,
-        cwd=cwd,
-        env=env,
+        cwd=options.get("cwd"),
+        env=options.get("env"),
         use_pty=False,
         stdin_closed=True,
         stderr_apart=True,
@@ -332,20 +342,12 @@ async def start_exec(
 
 
 async def exec_command(
-    host: Host,
-    command: str | Sequence[str],
-    *,
-    cwd: str | None = None,
-    env: Mapping[str, str] | None = None,
-    timeout: float | None = None,
-    head_bytes: int = DEFAULT_HEAD_BYTES,
-    tail_bytes: int = DEFAULT_TAIL_BYTES,
-    name: str | None = None,
-    uri: str | None = None,
+    host: Host, command: str | Sequence[str], **options: Unpack[ExecOptions]
 ) -> CommandResult:
     """Run ``command`` without a terminal and return its :class:`~ahp.agent.result.CommandResult`.
 
     Args:
+        host: the host that runs it (its terminal is the host's).
         command: an argv (run as is, looked up on ``PATH``) or a command line (run by
             ``/bin/sh -c``).
         cwd: working directory (absolute path or ``file://`` URI; default: home).
@@ -355,6 +357,8 @@ async def exec_command(
         head_bytes, tail_bytes: the budget of ``output`` and of ``stderr`` each.
         name: the terminal's title (default: the command line, cut to fit).
         uri: the terminal's URI (default: a fresh ``ahp-terminal:/exec-<n>``).
+
+    The options are :class:`ExecOptions` (all keywords, all optional).
 
     Returns:
         ``status`` is ``"finished"`` (``exit_code`` set), ``"killed"`` (a signal ended
@@ -371,17 +375,7 @@ async def exec_command(
     Cancellation: the process group is killed and the process reaped before the
     cancellation propagates.
     """
-    started = await start_exec(
-        host,
-        command,
-        cwd=cwd,
-        env=env,
-        timeout=timeout,
-        head_bytes=head_bytes,
-        tail_bytes=tail_bytes,
-        name=name,
-        uri=uri,
-    )
+    started = await start_exec(host, command, **options)
     try:
         await started.done.wait()
     except BaseException:

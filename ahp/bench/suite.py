@@ -292,6 +292,9 @@ async def _throughput(
 ) -> None:
     progress.begin("throughput (ceiling, engine, end to end, interleaved)")
     missing = _peers_missing(config)
+    for name, why in missing.items():
+        if config.peers and why is not None:
+            progress.note(f"{name}: not measured: {why}")
     ceiling: list[BareRun] = []
     one: list[EngineRun] = []
     ten: list[EngineRun] = []

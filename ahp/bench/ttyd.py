@@ -21,7 +21,7 @@ and RSS are the gate process's (``/proc``, its programs excluded), as for the ot
 The gate differs from the others' in one way: after the ``cat`` it waits for
 another line (:func:`ttyd_gate_argv`). ttyd has no end-of-output message and,
 when its program exits right after writing, closes the connection before it
-has sent everything (measured here: 16-20 KB of a 5 MB cat lost in 3 of 3 runs,
+has sent everything (measured here: 8-22 KB of a 5 MB cat lost in 6 of 6 runs,
 the connection dropped without a close frame). So the client counts the
 characters and stops at the last one (:class:`~ahp.bench.wsclient.TtydDialect`);
 the program is ended by ttyd (``SIGHUP``) when the client closes.

@@ -183,7 +183,7 @@ class TtydDialect:
 
     ttyd has no end-of-output message: when its program exits it closes the
     connection at once, dropping what it had not sent yet (on this machine the
-    last 16-20 KB of a 5 MB ``cat``, and without a close frame). So the bench's
+    last 8-22 KB of a 5 MB ``cat``, and without a close frame). So the bench's
     ttyd gate keeps its program alive after the output (:mod:`ahp.bench.ttyd`),
     and the output ends once ``expect_chars`` characters arrived (None: never,
     for the echo runs).

@@ -6,7 +6,9 @@ The exports are imported on first use, so that the pure parts
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from ahp.exports import lazy_exports
 
 if TYPE_CHECKING:
     from ahp.client.connection import Client, connect
@@ -33,15 +35,7 @@ _EXPORTS = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'ahp.client' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports("ahp.client", _EXPORTS, globals())
 
 
 __all__ = [

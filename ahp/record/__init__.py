@@ -14,8 +14,9 @@ Nothing here is on a hot path unless enabled; every queue and file is bounded.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from ahp.exports import lazy_exports
 
 if TYPE_CHECKING:
     from ahp.record.recorder import (
@@ -41,13 +42,7 @@ _EXPORTS = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'ahp.record' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports("ahp.record", _EXPORTS, globals())
 
 
 __all__ = [

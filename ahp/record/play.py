@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import BinaryIO, Final, TextIO
 
+from ahp import arguments
 from ahp.record.asciicast import Event, RecordingError, decode
 
 __all__ = ["add_parser", "play", "run", "schedule"]
@@ -78,26 +79,6 @@ def play(
     return None
 
 
-def _speed(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not 0 < value <= MAX_SPEED:
-        raise argparse.ArgumentTypeError(f"must be above 0 and at most {MAX_SPEED:g}")
-    return value
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError("must be above 0")
-    return value
-
-
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "play",
@@ -110,11 +91,14 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     p.add_argument("file", metavar="FILE", help="the .cast file")
     p.add_argument(
-        "--speed", type=_speed, default=1.0, help="playback speed factor (default 1; 2 = twice)"
+        "--speed",
+        type=arguments.above_zero(MAX_SPEED),
+        default=1.0,
+        help="playback speed factor (default 1; 2 = twice)",
     )
     p.add_argument(
         "--idle-time-limit",
-        type=_seconds,
+        type=arguments.above_zero(),
         metavar="SECONDS",
         help="cap every pause at this many seconds (default: the file's, else none)",
     )

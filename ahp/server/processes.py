@@ -70,36 +70,22 @@ from ahp.pty import SpawnError, procfs
 from ahp.record.audit import ACTOR, MAX_AUDIT_TEXT
 from ahp.reducers.policy import Change
 from ahp.server.connection import Connection
+from ahp.server.errors import QUOTE_LIMIT, Fail, short
+from ahp.server.terminals import check_room
 
-__all__ = ["PROCESS_REQUESTS", "Refused"]
-
-#: Longest piece of a client's channel quoted back in an error message.
-_QUOTE_LIMIT: Final = 200
-#: ``ahp.server.session.SERVER_LIMIT`` (not imported: the session imports this module).
-_SERVER_LIMIT: Final = -32000
-
-
-class Refused(Exception):
-    """A request answered with a JSON-RPC error (code, message, data)."""
-
-    def __init__(self, code: int, message: str, data: Any = None) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-        self.data = data
+__all__ = ["PROCESS_REQUESTS"]
 
 
 def _terminal(session: Connection, channel: str) -> Terminal:
-    quoted = channel if len(channel) <= _QUOTE_LIMIT else channel[:_QUOTE_LIMIT] + "…"
     if channel == ROOT_URI:
-        raise Refused(
+        raise Fail(
             ErrorCode.NOT_FOUND, "not a terminal: the root channel", {"path": "$.params.channel"}
         )
     try:
         return session.host.get(channel)
     except TerminalNotFound:
-        raise Refused(
-            ErrorCode.NOT_FOUND, f"no terminal {quoted!r}", {"path": "$.params.channel"}
+        raise Fail(
+            ErrorCode.NOT_FOUND, f"no terminal {short(channel)!r}", {"path": "$.params.channel"}
         ) from None
 
 
@@ -110,7 +96,7 @@ def _mark(wire: JobMarkWire | None) -> procfs.JobMark | None:
     if problem is not None:
         where, why = problem
         path = f"$.params.since.{where}"
-        raise Refused(ErrorCode.INVALID_PARAMS, f"invalid params: {why} at {path}", {"path": path})
+        raise Fail(ErrorCode.INVALID_PARAMS, f"invalid params: {why} at {path}", {"path": path})
     return procfs.JobMark(known=frozenset(wire.known), tick=wire.tick)
 
 
@@ -119,7 +105,7 @@ def _check_may_signal(session: Connection, terminal: Terminal) -> None:
     connection's own identity."""
     why = terminal.refusal(Change.SIGNAL, session.client_id)
     if why is not None:
-        raise Refused(ErrorCode.PERMISSION_DENIED, why)
+        raise Fail(ErrorCode.PERMISSION_DENIED, why)
 
 
 def _bounded(pids: tuple[int, ...]) -> tuple[int, ...]:
@@ -180,7 +166,7 @@ async def _jobs(session: Connection, params: Any) -> Any:
 async def _signal(session: Connection, params: Any) -> Any:
     p = structure(params, SignalParams)
     if p.signal not in SIGNALS:
-        raise Refused(
+        raise Fail(
             ErrorCode.INVALID_PARAMS,
             f"signal must be one of {', '.join(SIGNALS)}",
             {"path": "$.params.signal"},
@@ -189,7 +175,7 @@ async def _signal(session: Connection, params: Any) -> Any:
     audit = session.server.audit
     try:
         _check_may_signal(session, terminal)
-    except Refused as refused:
+    except Fail as refused:
         if audit is not None:
             audit.event(
                 "signal",
@@ -232,7 +218,7 @@ async def _exec(session: Connection, params: Any) -> Any:
     actor = ACTOR.set(session.client_id)  # (its terminal is this client's, not in-process)
     try:
         result = await _start_exec(session, params)
-    except Refused as refused:
+    except Fail as refused:
         audit.event("exec", terminal=p.channel, **fields, error=refused.message)
         raise
     finally:
@@ -247,17 +233,9 @@ async def _start_exec(session: Connection, params: Any) -> Any:
     if problem is not None:
         where, why = problem
         path = f"$.params.{where}"
-        raise Refused(ErrorCode.INVALID_PARAMS, f"invalid params: {why} at {path}", {"path": path})
+        raise Fail(ErrorCode.INVALID_PARAMS, f"invalid params: {why} at {path}", {"path": path})
+    check_room(session)
     server = session.server
-    if server.draining:
-        raise Refused(_SERVER_LIMIT, "draining", {"reason": "the server is shutting down"})
-    if len(session.host.terminals) + server.creating >= server.max_terminals:
-        raise Refused(
-            _SERVER_LIMIT,
-            f"terminal limit reached: this server hosts at most {server.max_terminals} "
-            "terminals (serve --max-terminals); dispose one first",
-            {"limit": server.max_terminals},
-        )
     kwargs: dict[str, Any] = {"head_bytes": p.headBytes, "tail_bytes": p.tailBytes}
     server.creating += 1
     try:
@@ -271,11 +249,9 @@ async def _start_exec(session: Connection, params: Any) -> Any:
             **{k: v for k, v in kwargs.items() if v is not None},
         )
     except TerminalExists as exc:
-        raise Refused(ErrorCode.ALREADY_EXISTS, str(exc)[:_QUOTE_LIMIT]) from None
+        raise Fail(ErrorCode.ALREADY_EXISTS, str(exc)[:QUOTE_LIMIT]) from None
     except (SpawnError, ValueError) as exc:
-        raise Refused(
-            ErrorCode.INVALID_PARAMS, str(exc)[:_QUOTE_LIMIT], {"path": "$.params"}
-        ) from None
+        raise Fail(ErrorCode.INVALID_PARAMS, str(exc)[:QUOTE_LIMIT], {"path": "$.params"}) from None
     finally:
         server.creating -= 1
     return unstructure(ExecResult(channel=started.uri))
@@ -285,8 +261,8 @@ async def _exec_result(session: Connection, params: Any) -> Any:
     p = structure(params, ChannelParams)
     started = find_exec(session.host, p.channel)
     if started is None:
-        quoted = p.channel[:_QUOTE_LIMIT]
-        raise Refused(
+        quoted = p.channel[:QUOTE_LIMIT]
+        raise Fail(
             ErrorCode.NOT_FOUND,
             f"no exec {quoted!r}: not started by {EXEC}, or no longer kept",
             {"path": "$.params.channel"},
@@ -294,7 +270,7 @@ async def _exec_result(session: Connection, params: Any) -> Any:
     with trio.move_on_after(EXEC_RESULT_WAIT):
         await started.done.wait()
     if started.result is None:
-        raise Refused(EXEC_RUNNING, "the exec is still running: wait for terminal/exited")
+        raise Fail(EXEC_RUNNING, "the exec is still running: wait for terminal/exited")
     return started.result.to_json()
 
 

@@ -55,7 +55,7 @@ from ahp.server.dispatch import MAX_CONFIG_BYTES, READ_ONLY_REFUSAL, dispatch_ac
 from ahp.server.errors import SERVER_LIMIT, Fail, short
 from ahp.server.handshake import READ_ONLY_META
 from ahp.server.identity import PROBE_TIMEOUT
-from ahp.server.processes import PROCESS_REQUESTS, Refused
+from ahp.server.processes import PROCESS_REQUESTS
 from ahp.server.state import DEFAULT_MAX_TERMINALS, ServerState
 
 __all__ = [
@@ -189,7 +189,7 @@ class Session(Connection):
             await pool.wait_room()
         try:
             result = await handler(self, request.params if request.params is not None else {})
-        except (Fail, Refused) as fail:
+        except Fail as fail:
             self.error(request.id, fail.code, fail.message, fail.data)
         except ProtocolError as exc:
             path = "$.params" + exc.path[1:]

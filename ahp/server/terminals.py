@@ -38,7 +38,7 @@ from ahp.reducers.policy import Change
 from ahp.server.connection import Connection
 from ahp.server.errors import EXHAUSTED, SERVER_LIMIT, Fail, short
 
-__all__ = ["create_terminal", "dispose_terminal", "list_sessions"]
+__all__ = ["check_room", "create_terminal", "dispose_terminal", "list_sessions"]
 
 #: C0 and C1 control characters and DEL: never part of a terminal URI we accept.
 _CONTROL: Final = re.compile("[\x00-\x1f\x7f-\x9f]")
@@ -65,6 +65,23 @@ def _check_cwd(cwd: str) -> None:
         local_file_uri_to_path(cwd, socket.gethostname())
     except ValueError as exc:
         fail(f"is not a usable file:// URI: {short(str(exc))}")
+
+
+def check_room(conn: Connection) -> None:
+    """:data:`~ahp.server.errors.SERVER_LIMIT` unless the server takes one more terminal
+    now: it is not draining, and the terminals it hosts and those being created are
+    fewer than ``serve --max-terminals`` (the caller counts its own in
+    :attr:`ServerState.creating <ahp.server.state.ServerState.creating>` next)."""
+    server = conn.server
+    if server.draining:
+        raise Fail(SERVER_LIMIT, "draining", {"reason": "the server is shutting down"})
+    if len(conn.host.terminals) + server.creating >= server.max_terminals:
+        raise Fail(
+            SERVER_LIMIT,
+            f"terminal limit reached: this server hosts at most {server.max_terminals} "
+            "terminals (serve --max-terminals); dispose one first",
+            {"limit": server.max_terminals},
+        )
 
 
 async def create_terminal(conn: Connection, params: Any) -> None:
@@ -120,16 +137,8 @@ async def _create(conn: Connection, p: CreateTerminalParams) -> None:
             )
     if p.cwd is not None:
         _check_cwd(p.cwd)
+    check_room(conn)
     server = conn.server
-    if server.draining:
-        raise Fail(SERVER_LIMIT, "draining", {"reason": "the server is shutting down"})
-    if len(conn.host.terminals) + server.creating >= server.max_terminals:
-        raise Fail(
-            SERVER_LIMIT,
-            f"terminal limit reached: this server hosts at most {server.max_terminals} "
-            "terminals (serve --max-terminals); dispose one first",
-            {"limit": server.max_terminals},
-        )
     server.creating += 1
     try:
         await conn.host.create_terminal(
