@@ -638,6 +638,11 @@ async def _serve_one(
             session.client_id,
             f"{closed.code} {closed.reason}" if closed is not None else "?",
         )
+        if closed is not None:
+            # The connection's close is kept on it and raised in each of its tasks:
+            # its traceback holds their frames, which hold the connection (a cycle that
+            # kept unread answers of megabytes until a full collection; issue 25).
+            closed.__traceback__ = None
 
 
 Listener = trio.SocketListener
