@@ -436,7 +436,9 @@ class Terminal(CommandSurface):
         if self._accepting:
             if not wait and INLINE_DISPATCH and self._reducer_parked:
                 self._reduce_inline(_ClientAction(action, origin, sender, None))
-                if checkpoint:
+                if action.__class__ is TerminalInput and self._pending_input > INPUT_PACE:
+                    await self._wait_input_room()
+                elif checkpoint:
                     await trio.lowlevel.checkpoint()
                 return
             decided = trio.Event() if wait else None
