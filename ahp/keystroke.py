@@ -105,7 +105,15 @@ TRICKS: Final = frozenset(
         "echo_pairing",
     }
 )
-_OFF: Final = frozenset(
+#: Shortcuts in which one stage's task does another stage's work (the dispatching task
+#: runs the reducer, the reducer writes the pty, pty-read parses and applies). They
+#: fold the card's stages away for small inputs and let an input flood bypass
+#: input-write's pacing (``INPUT_PACE``): off unless ``AHP_KEYSTROKE_ON`` names them.
+FOLDING: Final = frozenset({"direct_write", "inline_output", "inline_dispatch"})
+_ON: Final = frozenset(
+    name.strip() for name in os.environ.get("AHP_KEYSTROKE_ON", "").split(",") if name.strip()
+)
+_OFF: Final = (FOLDING - _ON) | frozenset(
     name.strip() for name in os.environ.get("AHP_KEYSTROKE_OFF", "").split(",") if name.strip()
 )
 

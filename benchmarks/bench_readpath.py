@@ -15,9 +15,10 @@ Usage (from a checkout; the other one from ``git worktree add /tmp/before <commi
 ``ab``: one JSON line per run — MB/s and server CPU per 100 MB through the sidecar to the
 independent C client (``ahp.bench.endtoend.c_stream_run``), and with ``--many N`` N terminals at
 once (``many_run``). ``memory``: RSS and peak (``VmHWM``) deltas of an in-process host whose
-terminals each print ``--mb`` MB of repetitive lines (or base64 of random bytes), 1 s after they
-exited. ``floor``: the CPU a process spends doing nothing but reading a pty master while
-``cat`` writes into the slave, and sending the same over loopback TCP.
+terminals each print ``--mb`` MB of repetitive lines (or base64 of random bytes), 1 s after
+they exited, and 3 s after they were disposed. ``floor``: the CPU a process spends doing nothing
+but reading a pty master while ``cat`` writes into the slave, and sending the same over
+loopback TCP.
 """
 
 from __future__ import annotations
@@ -110,13 +111,19 @@ async def memory(terminals: int, mb: float, kind: str) -> None:
             await terminal.wait_exited()
         await trio.sleep(1.0)
         chars = sum(content_length(t.state) for t in made)
+        peak, held = _status("VmHWM"), _status("VmRSS")
+        for terminal in made:
+            await host.dispose(terminal.uri)
+        del made, terminal
+        await trio.sleep(3.0)  # reaped, the heap trimmed (ahp.engine.memory)
         print(
             json.dumps(
                 {
                     "kind": kind,
                     "terminals": terminals,
-                    "rss_delta_mib": round(_status("VmRSS") - base, 1),
-                    "peak_delta_mib": round(_status("VmHWM") - base, 1),
+                    "rss_delta_mib": round(held - base, 1),
+                    "peak_delta_mib": round(peak - base, 1),
+                    "after_dispose_delta_mib": round(_status("VmRSS") - base, 1),
                     "chars_mib": round(chars / 2**20, 1),
                 }
             )

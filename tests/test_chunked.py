@@ -217,3 +217,17 @@ async def test_a_big_snapshot_precedes_every_newer_envelope_and_none_is_lost(
             await terminal.wait_exited()
             assert text == terminal.state.text()
             await host.dispose(uri)
+
+
+def test_discard_drops_everything_queued_and_gives_the_pool_back() -> None:
+    pool = ResponsePool(1 << 30)
+    outbox = Outbox(pool=pool, track_in_flight=True)
+    outbox.put(b"x" * 1000)
+    assert outbox.get_nowait()  # (in flight)
+    outbox.put(_envelope(1))
+    outbox.put(b"y" * 1000)
+    pending = outbox.hold()
+    outbox.grow(pending, b"z" * 1000)
+    outbox.discard()
+    assert len(outbox) == 0 and outbox.pending_bytes == 0 and pool.held == 0
+    assert pending.dropped and outbox.closed and not outbox.put(_envelope(2))

@@ -79,8 +79,13 @@ def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return {**env, **ENV, **(extra or {})}
 
 
+#: Bound for one whole ``python -m ahp`` run (interpreter start, imports, the command,
+#: a detection wait): several single waits' worth, for a loaded 2-core machine.
+PROCESS_TIMEOUT = 3 * TIMEOUT
+
+
 async def cli(
-    *args: str, env: dict[str, str] | None = None, timeout: float = TIMEOUT
+    *args: str, env: dict[str, str] | None = None, timeout: float = PROCESS_TIMEOUT
 ) -> subprocess.CompletedProcess[str]:
     """``python -m ahp ARGS`` with stdin from /dev/null; stdout and stderr as text."""
     with trio.fail_after(timeout):
@@ -1018,7 +1023,7 @@ async def test_watcher_example_prints_finished_commands() -> None:
             assert proc.stdout is not None
             out = b""
             try:
-                with trio.fail_after(TIMEOUT):
+                with trio.fail_after(PROCESS_TIMEOUT):
                     while b"watching ahp-terminal:/w\n" not in out:
                         chunk = await proc.stdout.receive_some(4096)
                         assert chunk, out

@@ -622,12 +622,14 @@ async def test_second_sigterm_exits_at_once_without_orphans() -> None:
             proc.send_signal(signal.SIGTERM)
             # Disposal is waiting for the trapped shell's grace period now.
             await eventually(lambda: b"disposing" in b"".join(err))
-            start = trio.current_time()
             proc.send_signal(signal.SIGTERM)
             with trio.fail_after(TIMEOUT):
                 code = await proc.wait()
-            assert trio.current_time() - start < 1.5  # at once, not after the 2 s grace
+            # At once, not after the 2 s grace: the second-signal path says so and exits 1
+            # (the graceful path exits 0). No wall-clock bound: a loaded machine can
+            # take longer than the grace just to run the server.
             assert code == 1
+            await eventually(lambda: b"TERM again: killing 1 terminal(s)" in b"".join(err))
         await eventually(lambda: not any(alive(m) for m in members))
         assert session_members(pid) == []
 

@@ -610,6 +610,58 @@ async def test_memory_of_closed_connections_comes_back() -> None:
         assert after <= start + SLACK_KB, (start, grown, after)
 
 
+def _reset_peak(pid: int) -> None:
+    with open(f"/proc/{pid}/clear_refs", "w") as f:
+        f.write("5")
+
+
+def _peak_kb(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
+
+
+async def test_memory_of_a_keystroke_flood_stays_bounded_and_comes_back() -> None:
+    """24 MiB of keystrokes in 64 KiB dispatches into ``cat >/dev/null`` (the issue's
+    case: the peak was +57 MiB, 16 MiB of it pending input held twice): the sender
+    waits at INPUT_PACE, the peak stays under +32 MiB and RSS comes back."""
+    chunk = "k" * 65536
+    async with _serve() as (url, pid), open_raw_websocket(url) as ws:
+        await _initialized(ws, "flood")
+        uri = "ahp-terminal:/flood"
+        ids = itertools.count(1)
+
+        async def call(method: str, params: dict[str, Any]) -> dict[str, Any]:
+            msg_id = next(ids)
+            message = {"jsonrpc": "2.0", "id": msg_id, "method": method, "params": params}
+            await ws.send_message(orjson.dumps(message).decode())
+            while True:
+                answer: dict[str, Any] = orjson.loads(await ws.get_message())
+                if answer.get("id") == msg_id:
+                    return answer
+
+        def dispatch(seq: int, data: str) -> bytes:
+            action = {"type": "terminal/input", "data": data}
+            params = {"channel": uri, "clientSeq": seq, "action": action}
+            return orjson.dumps({"jsonrpc": "2.0", "method": "dispatchAction", "params": params})
+
+        claim = {"kind": "client", "clientId": "flood"}
+        assert "result" in await call("createTerminal", {"channel": uri, "claim": claim})
+        await ws.send_message(dispatch(1, "exec cat >/dev/null\r").decode())
+        await call("ping", {})
+        await trio.sleep(1.0)
+        start = _rss_kb(pid)
+        _reset_peak(pid)  # (the peak from here on)
+        for n in range(24 * 16):
+            await ws.send_message(dispatch(n + 2, chunk).decode())
+            if n % 16 == 15:
+                await call("ping", {})
+        peak = _peak_kb(pid)
+        assert "result" in await call("disposeTerminal", {"channel": uri})
+        assert peak <= start + 32 * 1024, (start, peak)
+        after = await _settled_rss(pid, start + SLACK_KB)
+        assert after <= start + SLACK_KB, (start, peak, after)
+
+
 async def test_a_disposed_terminal_is_freed_without_the_garbage_collector() -> None:
     """Regression: its jobs held a bound method of it (a cycle), so each disposed
     terminal's scrollback stayed until the collector's next full pass."""

@@ -164,6 +164,8 @@ async def test_overflowed_client_is_cut_off_promptly() -> None:
                 await outbox.wait_overflowed()
             start = trio.current_time()
             await eventually(lambda: state.clients._records["lazy"].connections == 0)
-            assert trio.current_time() - start < 0.5 + 0.5
+            # Well before a 10 s watchdog (the stall grace is 0.5 s; the margin is for
+            # a loaded machine, where the 1 s this said once failed).
+            assert trio.current_time() - start < 5.0
             assert host.hub.subscribers(term.uri) == []
         nursery.cancel_scope.cancel()

@@ -27,6 +27,7 @@ import trio.testing
 from ahp.engine import Outbox, Published, open_host
 from ahp.engine import terminal as terminal_module
 from ahp.engine.terminal import REDUCER_QUEUE
+from ahp.keystroke import SMALL_READ
 from ahp.protocol import ActionEnvelope, TerminalData
 from ahp.protocol.actions import ActionOrigin, TerminalTitleChanged
 from tests.helpers import TIMEOUT, wait_for_state, wait_for_text
@@ -77,8 +78,7 @@ async def test_input_reaches_the_program_whole_and_in_order(
 async def test_output_is_published_whole_and_in_order_whichever_path(
     inline: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    if not inline:
-        monkeypatch.setattr(terminal_module, "INLINE_OUTPUT", 0)
+    monkeypatch.setattr(terminal_module, "INLINE_OUTPUT", SMALL_READ if inline else 0)
     async with open_host() as host:
         # Raw and silent: cat writes back each read as it came, byte for byte.
         term = await host.create_terminal(

@@ -351,28 +351,47 @@ async def test_pipe_mode_input_round_trip() -> None:
 # --- writing --------------------------------------------------------------------------------
 
 
-async def _write_while_ticking(child: Child, payload: bytes) -> tuple[int, float]:
-    """Write ``payload`` while another task ticks; return (ticks, longest gap in s)."""
+async def _write_while_ticking(child: Child, payload: bytes) -> tuple[int, int]:
+    """Write ``payload`` while another task ticks; return (ticks, the most bytes the
+    child accepted between two ticks).
+
+    The loop's responsiveness is counted in bytes, not seconds: a write that kept the
+    loop would get far more than a slice through between two ticks, while a wall-clock
+    gap also grows when a loaded machine simply does not run this process.
+    """
     ticks = 0
-    longest_gap = 0.0
+    written = 0
+    most_between_ticks = 0
     done = trio.Event()
+    write_once = child._write_once
+
+    def counting_write_once(fd: int, view: memoryview) -> int | None:
+        nonlocal written
+        accepted = write_once(fd, view)
+        written += accepted or 0
+        return accepted
+
+    child._write_once = counting_write_once  # type: ignore[method-assign]
 
     async def ticker() -> None:
-        nonlocal ticks, longest_gap
-        last = trio.current_time()
+        nonlocal ticks, most_between_ticks
+        last = written
         while not done.is_set():
             await trio.lowlevel.checkpoint()
-            now = trio.current_time()
-            longest_gap = max(longest_gap, now - last)
-            last = now
+            most_between_ticks = max(most_between_ticks, written - last)
+            last = written
             ticks += 1
 
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(ticker)
-        with trio.fail_after(TIMEOUT):
-            await child.write(payload)
-        done.set()
-    return ticks, longest_gap
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(ticker)
+            with trio.fail_after(TIMEOUT):
+                await child.write(payload)
+            done.set()
+    finally:
+        del child._write_once  # (back to the class's method)
+    assert written == len(payload)
+    return ticks, most_between_ticks
 
 
 PAYLOAD: Final = (b"x" * 1023 + b"\n") * (10 * 1024)  # 10 MiB of 1 KiB lines (ICANON-safe)
@@ -385,9 +404,11 @@ async def test_ten_megabyte_write_does_not_block_the_loop(use_pty: bool) -> None
     async with running(make_spec("sh", "-c", script, use_pty=use_pty)) as child:
         seen = bytearray()
         await read_until(child, b"ready", seen)  # echo is off before we write
-        ticks, longest_gap = await _write_while_ticking(child, PAYLOAD)
+        ticks, most_between_ticks = await _write_while_ticking(child, PAYLOAD)
         assert ticks >= len(PAYLOAD) // WRITE_CHUNK  # a checkpoint after every slice
-        assert longest_gap < 1.0
+        # The ticker ran between every two slices (Trio may run the writer twice in a
+        # row across one scheduling batch, never more).
+        assert most_between_ticks <= 2 * WRITE_CHUNK
         output = bytes(seen) + await read_to_eof(child)
         assert output.split() == [b"ready", str(len(PAYLOAD)).encode()]
 
@@ -455,7 +476,9 @@ async def test_terminate_escalates_to_sigkill() -> None:
         with trio.fail_after(TIMEOUT):
             await child.terminate(grace=grace)
         elapsed = trio.current_time() - start
-        assert grace <= elapsed < 2 * grace + 2.0
+        # It waited the grace, then did not wait for anything else (a generous upper
+        # bound: a loaded machine may take seconds to run the escalation).
+        assert grace <= elapsed < grace + 10.0
         assert child.returncode == -signal.SIGKILL
         assert child.pid not in children_of(os.getpid())
         assert child.output_fd == -1

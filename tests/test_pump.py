@@ -218,3 +218,11 @@ async def test_a_cancelled_task_closes_its_pump_and_the_thread_ends(
             await trio.sleep(0.05)
             nursery.cancel_scope.cancel()
         await _reader_gone()
+
+
+def test_the_reader_thread_count_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ahp.pty.pump import _threads_from_env
+
+    for value, expected in (("", 2), ("x", 2), ("0", 1), ("4", 4), ("1000", 64)):
+        monkeypatch.setenv("AHP_PUMP_THREADS", value)
+        assert _threads_from_env() == expected

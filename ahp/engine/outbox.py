@@ -437,6 +437,16 @@ class Outbox:
         self._lot.unpark_all()
         self._drained.unpark_all()
 
+    def discard(self) -> None:
+        """Close, and drop everything still queued: the consumer is gone (a closed
+        connection), so what it never took is freed now, not when the last reference
+        to the outbox goes."""
+        self.close()
+        self._items.clear()
+        self._drop_held()
+        self._forget_latest()
+        self._bytes = self._response_bytes = self._in_flight = 0
+
     def reset(self) -> None:
         """Clear the overflow verdict (after the consumer has resynchronised)."""
         self.overflowed = False

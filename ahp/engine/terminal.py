@@ -443,9 +443,8 @@ class Terminal(CommandSurface):
             if not wait and INLINE_DISPATCH and self._reducer_parked:
                 self._reduce_inline(_ClientAction(action, origin, sender, None))
                 if action.__class__ is TerminalInput and self._pending_input > INPUT_PACE:
-                    await self._wait_input_room()  # (as below: applied, then paced)
-                    return
-                if checkpoint:
+                    await self._wait_input_room()
+                elif checkpoint:
                     await trio.lowlevel.checkpoint()
                 return
             decided = trio.Event() if wait else None

@@ -73,9 +73,24 @@ PUMP_QUIET: Final = 0.05
 #: Bytes a reader thread reads from one fd before it turns to the next ready one
 #: (and hands over what it read): a round reads at most this much per busy terminal.
 PUMP_TURN: Final = 256 * 1024
+
+
 #: Reader threads at most (pumps are spread over them, the fewest pumps first): the
-#: second core is used by one, and more than a few only compete with the loop.
-PUMP_THREADS: Final = 2
+#: second core is used by one, and more than a few only compete with the loop for
+#: the CPU (``$AHP_PUMP_THREADS``, 1-64, for hosts with more cores: with 16 busy
+#: terminals on 2 cores, 16 threads gave 1.4x the aggregate of 2 at 1.24x the server
+#: CPU per byte, and an interactive client's echo waits with them; see
+#: benchmarks/README.md).
+def _threads_from_env(default: int = 2) -> int:
+    """``$AHP_PUMP_THREADS`` within 1-64; the default when unset or not a number."""
+    try:
+        value = int(os.environ.get("AHP_PUMP_THREADS", ""))
+    except ValueError:
+        return default
+    return max(1, min(64, value))
+
+
+PUMP_THREADS: Final = _threads_from_env()
 
 
 class _Reader:

@@ -620,7 +620,7 @@ async def _serve_one(
         # The client's own close frame (a normal or going-away close) means it left.
         peer_close = ws.closed
         session.disconnect(left=peer_close is not None and peer_close.code in (1000, 1001))
-        outbox.close()
+        outbox.discard()  # (what it still held is freed now, not at the next full GC)
         state.host.trimmer.request()  # (what the connection held: its buffers, outbox)
         with trio.CancelScope(shield=True):
             await ws.aclose(close_code, close_reason, timeout=CLOSE_TIMEOUT)
@@ -638,6 +638,11 @@ async def _serve_one(
             session.client_id,
             f"{closed.code} {closed.reason}" if closed is not None else "?",
         )
+        if closed is not None:
+            # The connection's close is kept on it and raised in each of its tasks:
+            # its traceback holds their frames, which hold the connection (a cycle that
+            # kept unread answers of megabytes until a full collection; issue 25).
+            closed.__traceback__ = None
 
 
 Listener = trio.SocketListener
