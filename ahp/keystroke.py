@@ -9,7 +9,8 @@ wake-up. The tricks below cut passes, system calls and wake-ups on that path; th
 used to be spread over five files and three layers. The code of each stays where it
 acts (the engine cannot import the server), but its constants, its switch and the
 account of what it saves live here, and every site names its trick. With
-``inline_dispatch``, ``direct_write`` and ``inline_output`` a keystroke's round trip
+``inline_dispatch``, ``direct_write`` and ``inline_output`` (off by default, see
+:data:`FOLDING`) a keystroke's round trip
 in the sidecar is three task steps (connection reader, pty-read, connection writer)
 where it was eight: the time is the Python work on the path, not waiting (issue 23's
 trace, ``benchmarks/README.md``, "Issue 23: keystroke echo").
