@@ -57,7 +57,8 @@ parse task waiting for room at the reducer, many callers in one pass); the
 bounds then hold memory and stop the producers.
 
 Shortcuts (``ahp.keystroke``: ``inline_dispatch``, ``direct_write``,
-``inline_output``; off unless ``AHP_KEYSTROKE_ON`` names them): while a stage's task waits for work with nothing handed to it
+``inline_output``; off unless ``AHP_KEYSTROKE_ON`` names them): while a stage's
+task waits for work with nothing handed to it
 (``_reducer_parked``, ``_parse_parked``; every sender clears the flag), its upstream
 does that stage's work in its own step with the same code — the caller of
 :meth:`Terminal.dispatch` applies the action, the reducer writes input to the pty,
