@@ -399,8 +399,29 @@ async def _many_measured(
     """:func:`many_run` and the server's RSS growth from before it to after it."""
     before = server.rss_kb()
     run = await many_run(server, workload, terminals, binary)
-    await trio.sleep(0.2)  # let the server settle (closing handshakes, frees)
-    return run, server.rss_kb() - before
+    return run, await _settled_rss_kb(server) - before
+
+
+#: How long the server's RSS may take to settle after a run (closing handshakes, the
+#: disposal's hang-up and reap, the allocator's trim: ours waits TRIM_DELAY after the
+#: last free), and how often it is sampled meanwhile.
+RSS_SETTLE: Final = 5.0
+RSS_SAMPLE: Final = 0.25
+
+
+async def _settled_rss_kb(server: ServerUnderTest) -> int:
+    """The server's RSS once it stops falling (two samples within 1 MiB, after at least
+    one second), or after :data:`RSS_SETTLE` seconds: the same rule for every server."""
+    await trio.sleep(1.0)
+    last = server.rss_kb()
+    deadline = trio.current_time() + RSS_SETTLE - 1.0
+    while trio.current_time() < deadline:
+        await trio.sleep(RSS_SAMPLE)
+        now = server.rss_kb()
+        if abs(last - now) <= 1024:
+            return now
+        last = now
+    return last
 
 
 async def _many(config: Config, tmp: Path, progress: Progress, results: dict[str, Any]) -> None:
