@@ -240,18 +240,23 @@ class CMeasured:
     server_cpu_seconds: float
 
 
+async def _c_stream_of(server: ServerUnderTest, binary: Path, url: str, handle: Any) -> CStreamRun:
+    """The independent C client following ``server``'s terminal ``handle`` at ``url``."""
+    return await c_stream(
+        binary,
+        url,
+        server.dialect_name,
+        server.channel(handle),
+        expect_chars=server.expected_chars(handle),
+    )
+
+
 async def c_stream_run(server: ServerUnderTest, binary: Path) -> CMeasured:
     """The workload through ``server`` to the independent C client (a fresh gate terminal)."""
     url, _, handle = await server.terminal("gate")
     try:
         cpu = server.cpu_seconds()
-        run = await c_stream(
-            binary,
-            url,
-            server.dialect_name,
-            server.channel(handle),
-            expect_chars=server.expected_chars(handle),
-        )
+        run = await _c_stream_of(server, binary, url, handle)
         return CMeasured(run=run, server_cpu_seconds=server.cpu_seconds() - cpu)
     finally:
         await server.release(handle)
@@ -328,13 +333,7 @@ async def many_run(
             nonlocal total, incomplete
             if binary is not None:
                 await go.wait()
-                c = await c_stream(
-                    binary,
-                    url,
-                    server.dialect_name,
-                    server.channel(handle),
-                    expect_chars=server.expected_chars(handle),
-                )
+                c = await _c_stream_of(server, binary, url, handle)
                 nbytes = expected * c.chars / workload.gated_chars()
                 complete = c.ended and c.chars == workload.gated_chars()
                 seconds = c.seconds
