@@ -43,6 +43,17 @@ def weight(value: Any, cap: int) -> int:
     length, a number 24, a container its members and separators); the count stops
     once it passes ``cap`` (it then returns some number above ``cap``), so its cost
     is bounded by ``cap`` too, whatever the value's size."""
+    return _count(value, cap, number=_NUMBER, scalar=_SCALAR, base=2, least=0, ahead=1)
+
+
+def _count(
+    value: Any, cap: int, *, number: int, scalar: int, base: int, least: int, ahead: int
+) -> int:
+    """The bounded walk behind :func:`weight` and :func:`json_size_over`: a string
+    counts its length and quotes, a number ``number``, another scalar ``scalar``, an
+    object ``base`` and two per member, an array ``base`` and one per item (at least
+    ``least``). Past ``cap`` it stops and returns a count above ``cap`` (a container
+    stops it early when ``ahead`` per member would pass it)."""
     total = 0
     stack = [value]
     pop, extend = stack.pop, stack.extend
@@ -52,21 +63,21 @@ def weight(value: Any, cap: int) -> int:
             total += len(item) + 2
         elif isinstance(item, dict):
             size = len(item)
-            total += 2 + 2 * size
-            if total + size > cap:
+            total += base + 2 * size
+            if total + ahead * size > cap:
                 return cap + 1
             extend(item.keys())
             extend(item.values())
         elif isinstance(item, list | tuple):
             size = len(item)
-            total += 2 + size
-            if total + size > cap:
+            total += base + max(least, size)
+            if total + ahead * size > cap:
                 return cap + 1
             extend(item)
         elif isinstance(item, int | float) and not isinstance(item, bool):
-            total += _NUMBER
+            total += number
         else:
-            total += _SCALAR
+            total += scalar
         if total > cap:
             return total
     return total
@@ -168,26 +179,5 @@ def json_size_over(value: Any, limit: int) -> bool:
     quotes, a number a digit, ``null`` 4; the count stops past ``limit``); only a
     value whose bound is within ``limit`` is encoded to decide.
     """
-    total = 0
-    stack = [value]
-    pop, extend = stack.pop, stack.extend
-    while stack:
-        item = pop()
-        if isinstance(item, str):
-            total += len(item) + 2
-        elif isinstance(item, dict):
-            total += 1 + 2 * len(item)  # braces, and a colon and a comma (or brace) each
-            if total > limit:
-                return True
-            extend(item.keys())
-            extend(item.values())
-        elif isinstance(item, list | tuple):
-            total += 1 + max(1, len(item))
-            if total > limit:
-                return True
-            extend(item)
-        else:
-            total += 1
-        if total > limit:
-            return True
-    return len(orjson.dumps(value)) > limit
+    bound = _count(value, limit, number=1, scalar=1, base=1, least=1, ahead=0)
+    return bound > limit or len(orjson.dumps(value)) > limit
