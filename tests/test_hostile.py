@@ -46,6 +46,7 @@ from ahp.protocol.actions import (
 )
 from ahp.protocol.chunked import json_size_over
 from ahp.protocol.state import ClientClaim, SessionClaim, TerminalState, UnclassifiedPart
+from ahp.pty.child import autogroup_step
 from ahp.reducers import TerminalCore, reduce_terminal
 from ahp.reducers.core import (
     MAX_CLAIM_ID,
@@ -770,7 +771,7 @@ async def test_child_nice_reaches_the_terminals_autogroup() -> None:
     never the server's own group."""
     ours = _own_autogroup()
     if ours is None:
-        pytest.skip("this kernel has no autogroup scheduling (CONFIG_SCHED_AUTOGROUP)")
+        pytest.skip("no autogroup schedules this process (no CONFIG_SCHED_AUTOGROUP, or a cgroup)")
     async with open_host() as host:
         host.child_nice = 7
         terminal = await host.create_terminal(
@@ -782,8 +783,26 @@ async def test_child_nice_reaches_the_terminals_autogroup() -> None:
 
 
 def _own_autogroup() -> str | None:
+    """The server's autogroup line; None without autogroups, or when a cgroup (not an
+    autogroup) schedules this process: the kernel then shows an empty file."""
     try:
         with open("/proc/self/autogroup") as f:
-            return f.read()
+            return f.read().strip() or None
     except FileNotFoundError:
         return None
+
+
+@pytest.mark.parametrize(
+    ("theirs", "ours", "step"),
+    [
+        ("/autogroup-5 nice 0\n", "/autogroup-5 nice 0\n", "wait"),
+        ("/autogroup-9 nice 0\n", "/autogroup-5 nice 0\n", "set"),
+        ("", "/autogroup-5 nice 0\n", "skip"),  # a cgroup schedules the child
+        ("", "", "skip"),  # in a container: both files empty (the CI machine)
+        ("/autogroup-9 nice 0\n", "", "skip"),
+    ],
+)
+def test_autogroup_step_reads_empty_files_as_cgroup_scheduling(
+    theirs: str, ours: str, step: str
+) -> None:
+    assert autogroup_step(theirs, ours) == step

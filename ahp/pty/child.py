@@ -43,7 +43,7 @@ import select
 import signal
 import struct
 import termios
-from typing import Final
+from typing import Final, Literal
 
 import trio
 
@@ -446,14 +446,28 @@ class Child:
 
 def _renice_autogroup(pid: int, nice: int) -> bool:
     """Set the nice value of ``pid``'s autogroup; False (and nothing done) while it is
-    this process's own (the child has not called ``setsid`` yet: the server must not
-    renice itself). Raises ``OSError`` without autogroups or once ``pid`` is gone."""
+    this process's own (the child has not called ``setsid`` yet). True once done, or
+    when there is nothing to do (see :func:`autogroup_step`). Raises ``OSError``
+    without autogroups or once ``pid`` is gone."""
     with open(f"/proc/{pid}/autogroup") as f:
-        theirs = f.read().split()[0]
+        theirs = f.read()
     with open("/proc/self/autogroup") as f:
-        ours = f.read().split()[0]
-    if theirs == ours:
-        return False
+        ours = f.read()
+    step = autogroup_step(theirs, ours)
+    if step != "set":
+        return step == "skip"
     with open(f"/proc/{pid}/autogroup", "w") as f:
         f.write(str(nice))
     return True
+
+
+def autogroup_step(theirs: str, ours: str) -> Literal["set", "wait", "skip"]:
+    """What to do with a child's autogroup, from the text of its and the server's
+    ``/proc/PID/autogroup`` (``"/autogroup-123 nice 0"``): ``"wait"`` while they are the
+    same group (the child has not called ``setsid`` yet; the server must not renice
+    itself), ``"skip"`` when either is empty (a cgroup, not an autogroup, schedules it:
+    containers, systemd slices), else ``"set"``."""
+    t, o = theirs.split(), ours.split()
+    if not t or not o:
+        return "skip"
+    return "wait" if t[0] == o[0] else "set"
