@@ -1,6 +1,6 @@
 """The keystroke's fast path: every trick that shortens a keystroke's round trip, in one place.
 
-Why one home: a keystroke typed by a remote client travels through five tasks in two
+Why one home: a keystroke typed by a remote client travels through six tasks in two
 layers — the connection's reader (frame → ``terminal/input``), the terminal's reducer,
 its input-write task (→ the pty), then back: pty-read, parse, reducer, and the
 connection's writer (→ a frame with the echo). Each hop is a pass of Trio's
@@ -8,12 +8,18 @@ scheduler (~20 µs on this project's VMs) and each wait in ``epoll`` a sleep and
 wake-up. The tricks below cut passes, system calls and wake-ups on that path; they
 used to be spread over five files and three layers. The code of each stays where it
 acts (the engine cannot import the server), but its constants, its switch and the
-account of what it saves live here, and every site names its trick. With
-``inline_dispatch``, ``direct_write`` and ``inline_output`` (off by default, see
-:data:`FOLDING`) a keystroke's round trip
-in the sidecar is three task steps (connection reader, pty-read, connection writer)
-where it was eight: the time is the Python work on the path, not waiting (issue 23's
-trace, ``benchmarks/README.md``, "Issue 23: keystroke echo").
+account of what it saves live here, and every site names its trick.
+
+None of them skips a stage: every keystroke goes through every task of the terminal
+(``ahp.engine.terminal``, "One path"), eight task steps in-process from the caller to
+the subscriber holding the echo, and in the sidecar the connection's reader and
+writer take the caller's and the subscriber's places. The tricks make those steps
+cheaper (fewer system calls, no extra passes, no sleep where the echo is microseconds
+away); the time left is the Python work of each step (issue 23's trace,
+``benchmarks/README.md``, "Issue 23: keystroke echo"). Three shortcuts that did fold
+stages (the caller ran the reducer, the reducer wrote the pty, pty-read parsed and
+applied) were removed in session 6 (``benchmarks/README.md``, "Issue 23: the folding
+shortcuts removed").
 
 The tricks (what each saves, measured on the sidecar's echo with the independent C
 client unless said; the A/Bs that keep each are in ``benchmarks/README.md``, "Issue 23:
@@ -36,24 +42,6 @@ runs them):
 ``no_checkpoint`` (``ahp.server.dispatch``)
     The connection's reader dispatches input with ``checkpoint=False``: its own loop
     checkpoints at the next receive, so the dispatch does not add a pass.
-``direct_write`` (``ahp.engine.terminal``, reducer)
-    While input-write is idle (no input pending), the reducer writes accepted input
-    to the pty itself (one non-blocking ``write(2)``; what the kernel does not take
-    goes to input-write, in order): the keystroke reaches the pty one scheduler pass
-    sooner, without a channel send and receive. Input-write is still woken after a
-    keystroke, off its path, to spin for the echo (``echo_spin``).
-``inline_output`` (``ahp.engine.terminal``, pty-read)
-    A read shorter than :data:`SMALL_READ` bytes, while the parse and reducer tasks
-    both wait for work with nothing handed to them, is parsed and applied by pty-read
-    itself (the same parser and reducer code, in order): two scheduler passes and two
-    channel hops fewer on the echo's way back. Everything else goes through the tasks.
-``inline_dispatch`` (``ahp.engine.terminal``, ``Terminal.dispatch``)
-    An action dispatched (a client's keystroke, the library's input) while the reducer
-    task waits for work with nothing handed to it is decided and applied by the
-    caller in its own step (with ``direct_write``, the keystroke is in the pty before
-    the connection's reader returns): one scheduler pass and a channel hop fewer. A
-    failure there is the terminal's, as in the reducer task. ``wait=True`` callers
-    and everything arriving while the reducer has work go through its channel.
 ``echo_spin`` (``ahp.engine.terminal``, input-write)
     After a keystroke of at most :data:`ECHO_SPIN_INPUT` bytes reached the pty, the
     scheduler keeps polling (checkpoints) for at most :data:`ECHO_SPIN` seconds until
@@ -99,22 +87,11 @@ TRICKS: Final = frozenset(
         "fd_io",
         "small_read",
         "no_checkpoint",
-        "direct_write",
-        "inline_output",
-        "inline_dispatch",
         "echo_spin",
         "echo_pairing",
     }
 )
-#: Shortcuts in which one stage's task does another stage's work (the dispatching task
-#: runs the reducer, the reducer writes the pty, pty-read parses and applies). They
-#: fold the card's stages away for small inputs and let an input flood bypass
-#: input-write's pacing (``INPUT_PACE``): off unless ``AHP_KEYSTROKE_ON`` names them.
-FOLDING: Final = frozenset({"direct_write", "inline_output", "inline_dispatch"})
-_ON: Final = frozenset(
-    name.strip() for name in os.environ.get("AHP_KEYSTROKE_ON", "").split(",") if name.strip()
-)
-_OFF: Final = (FOLDING - _ON) | frozenset(
+_OFF: Final = frozenset(
     name.strip() for name in os.environ.get("AHP_KEYSTROKE_OFF", "").split(",") if name.strip()
 )
 

@@ -1,16 +1,16 @@
-"""The engine's keystroke shortcuts (``ahp.keystroke``) lose and reorder nothing.
+"""A keystroke takes the stage path, and that path loses and reorders nothing.
 
-* ``direct_write``: the reducer writes input to the pty itself while input-write is
-  idle, and hands input-write what the kernel did not take; input that arrives
-  meanwhile queues behind it. The program must read every byte, in order.
-* ``inline_output``: pty-read parses and applies a short read itself while the parse
-  and reducer tasks are idle; larger reads go through the tasks. The published
-  output must be every byte, in order, whichever path each read took.
+* Every stage's work is done by that stage's task, whatever the input's size: reads
+  by pty-read, parsing by parse, the state by the reducer, the pty's input by
+  input-write (no shortcut folds one task's work into another's).
+* Input reaches the program whole and in order (pastes larger than the pty takes at
+  once, keystrokes right behind them).
+* Output is published whole and in order (keystrokes' short reads and pastes' long
+  ones mixed).
+* Dispatched actions apply once each, in order.
+* A spin for an echo that never comes rests the spinning (``echo_spin``).
 
-* ``inline_dispatch``: a caller applies its action itself while the reducer is idle;
-  actions arriving while it has work queue. Each must apply once, in order.
-
-Each runs with the shortcut on and off (real ptys, real programs).
+Real ptys and real programs throughout.
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ from __future__ import annotations
 import hashlib
 import re
 import sys
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 import trio
@@ -27,9 +29,9 @@ import trio.testing
 from ahp.engine import Outbox, Published, open_host
 from ahp.engine import terminal as terminal_module
 from ahp.engine.terminal import REDUCER_QUEUE
-from ahp.keystroke import SMALL_READ
 from ahp.protocol import ActionEnvelope, TerminalData
-from ahp.protocol.actions import ActionOrigin, TerminalTitleChanged
+from ahp.protocol.actions import ActionOrigin, TerminalInput, TerminalTitleChanged
+from ahp.vt import OutputParser
 from tests.helpers import TIMEOUT, wait_for_state, wait_for_text
 
 #: Reads exactly N bytes of raw input and prints their SHA-256.
@@ -46,11 +48,73 @@ _DIGEST = (
 _DIGEST_LINE = re.compile(r"digest ([0-9a-f]{64})")
 
 
-@pytest.mark.parametrize("direct", [True, False], ids=["direct_write", "queued"])
-async def test_input_reaches_the_program_whole_and_in_order(
-    direct: bool, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(terminal_module, "DIRECT_WRITE", direct)
+def _task() -> str:
+    """The running Trio task's function name (``_reducer_task``, ``_write_task``...)."""
+    return trio.lowlevel.current_task().name.rsplit(".", 1)[-1]
+
+
+async def test_each_stage_s_work_is_done_by_its_own_task(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Spies that call through to the real code and record which task ran it.
+    seen: dict[str, set[str]] = {"read": set(), "parse": set(), "apply": set(), "write": set()}
+
+    def spy(kind: str, real: Callable[..., Any], when: Callable[[Any], bool]) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            result = real(*args, **kwargs)
+            if when(result):
+                seen[kind].add(_task())
+            return result
+
+        return call
+
+    real_feed = OutputParser.feed
+    monkeypatch.setattr(OutputParser, "feed", spy("parse", real_feed, lambda _: True))
+    async with open_host() as host:
+        term = await host.create_terminal(argv=["cat"], grace=0.2)
+        await wait_for_state(term, lambda _: term.running)
+        child = term._child
+        assert child is not None
+        core = term._core
+        # (Instance attributes: the tasks call these on the same objects.)
+        child.read_nowait = spy("read", child.read_nowait, bool)  # type: ignore[method-assign]
+        child.write_nowait = spy("write", child.write_nowait, bool)  # type: ignore[method-assign]
+        child.write = spy("write", child.write, lambda _: True)  # type: ignore[method-assign]
+        core.apply = spy("apply", core.apply, lambda _: True)  # type: ignore[method-assign]
+        sender = Outbox(max_bytes=1 << 26)
+        host.hub.subscribe(term.uri, sender)
+        with trio.fail_after(TIMEOUT):
+            # Keystrokes one at a time, each echo awaited (every stage idle when it
+            # comes), from the library and as a client's action; then a paste.
+            for i in range(10):
+                if i % 2:
+                    await term.send_input(f"{i}")
+                else:
+                    await term.dispatch(
+                        TerminalInput(data=f"{i}"),
+                        origin=ActionOrigin(clientId="c", clientSeq=i),
+                        sender=sender,
+                        checkpoint=False,
+                    )
+                await wait_for_state(term, lambda s, i=i: f"{i}" in s.text())
+            await term.send_input("P" * 3000 + "\r")
+            await wait_for_state(term, lambda s: s.text().count("P" * 3000) >= 2)
+        recorded = {kind: set(tasks) for kind, tasks in seen.items()}
+    assert recorded == {
+        "read": {"_read_task"},
+        "parse": {"_parse_task"},
+        "apply": {"_reducer_task"},
+        "write": {"_write_task"},
+    }
+
+
+async def test_the_folding_shortcuts_are_gone() -> None:
+    # (Issue 23: the caller ran the reducer, the reducer wrote the pty, pty-read parsed.)
+    for name in ("INLINE_OUTPUT", "INLINE_DISPATCH", "DIRECT_WRITE"):
+        assert not hasattr(terminal_module, name)
+    for name in ("_reduce_inline", "_write_direct", "_parse_and_reduce", "_reduce_now"):
+        assert not hasattr(terminal_module.Terminal, name)
+
+
+async def test_input_reaches_the_program_whole_and_in_order() -> None:
     # Pastes larger than the pty takes at once (the rest waits in input-write), with
     # keystrokes right behind them and on their own.
     pieces = ["p" * 50_000, *"abcdefghij", "q" * 20_000, *[f"{i % 10}" for i in range(40)]]
@@ -68,17 +132,9 @@ async def test_input_reaches_the_program_whole_and_in_order(
         state = await wait_for_state(term, lambda s: _DIGEST_LINE.search(s.text()) is not None)
         found = _DIGEST_LINE.search(state.text())
         assert found is not None and found.group(1) == hashlib.sha256(expected).hexdigest()
-        if direct:
-            assert term.direct_writes > 0
-        else:
-            assert term.direct_writes == 0
 
 
-@pytest.mark.parametrize("inline", [True, False], ids=["inline_output", "through_tasks"])
-async def test_output_is_published_whole_and_in_order_whichever_path(
-    inline: bool, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(terminal_module, "INLINE_OUTPUT", SMALL_READ if inline else 0)
+async def test_output_is_published_whole_and_in_order() -> None:
     async with open_host() as host:
         # Raw and silent: cat writes back each read as it came, byte for byte.
         term = await host.create_terminal(
@@ -91,7 +147,7 @@ async def test_output_is_published_whole_and_in_order_whichever_path(
             with trio.fail_after(TIMEOUT):
                 for i in range(80):
                     # Keystrokes one by one (short reads), now and then a paste (reads of
-                    # kilobytes, through the tasks) with keystrokes right behind it.
+                    # kilobytes) with keystrokes right behind it.
                     chunk = f"k{i}." if i % 10 else "L" * 6000 + f"<{i}>"
                     typed.append(chunk)
                     await term.send_input(chunk)
@@ -104,22 +160,13 @@ async def test_output_is_published_whole_and_in_order_whichever_path(
                         if sum(map(len, published)) >= len(expected):
                             break
             assert "".join(published) == expected
-            # Then keystrokes one at a time, each echo awaited: the stages are idle
-            # when it comes (under load, the burst above may have had no short read).
+            # Then keystrokes one at a time, each echo awaited (the stages idle each time).
             for i in range(5):
                 await term.send_input(f"e{i}")
                 await wait_for_state(term, lambda s, i=i: f"e{i}" in s.text())
-        if inline:
-            assert term.inline_batches > 0
-        else:
-            assert term.inline_batches == 0
 
 
-@pytest.mark.parametrize("inline", [True, False], ids=["inline_dispatch", "through_reducer"])
-async def test_dispatched_actions_apply_once_each_and_in_order(
-    inline: bool, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(terminal_module, "INLINE_DISPATCH", inline)
+async def test_dispatched_actions_apply_once_each_and_in_order() -> None:
     async with open_host() as host:
         term = await host.create_terminal(argv=["cat"], grace=0.2)
         await wait_for_state(term, lambda _: term.running)
@@ -151,14 +198,9 @@ async def test_dispatched_actions_apply_once_each_and_in_order(
         ]
         assert seqs[: count // 3] == list(range(count // 3))  # (awaited one by one)
         assert sorted(seqs) == list(range(count))  # each once
-        assert (term.inline_dispatches > 0) is inline
 
 
-@pytest.mark.parametrize("direct", [True, False], ids=["direct_write", "queued"])
-async def test_a_spin_without_its_echo_rests_the_spinning(
-    direct: bool, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(terminal_module, "DIRECT_WRITE", direct)
+async def test_a_spin_without_its_echo_rests_the_spinning(monkeypatch: pytest.MonkeyPatch) -> None:
     # (The rest is long here so that the second keystroke surely falls in it.)
     monkeypatch.setattr(terminal_module, "ECHO_SPIN_REST", 3600.0)
     async with open_host() as host:
@@ -173,5 +215,4 @@ async def test_a_spin_without_its_echo_rests_the_spinning(
             assert (term.spins, term.spin_misses) == (1, 1)
             await term.send_input("b")
             await trio.testing.wait_all_tasks_blocked()
-        assert term.direct_writes == (2 if direct else 0)
         assert (term.spins, term.spin_misses) == (1, 1)  # no spin in the rest

@@ -14,7 +14,6 @@ import trio
 import trio.testing
 
 from ahp.engine import Outbox, Terminal, open_host
-from ahp.engine import terminal as terminal_module
 from ahp.engine.envelopes import Published
 from ahp.engine.terminal import INPUT_QUEUE, PARSE_QUEUE, REDUCER_QUEUE
 from ahp.protocol import ActionEnvelope, TerminalData, TerminalExited
@@ -22,13 +21,8 @@ from ahp.protocol.actions import ActionOrigin, TerminalInput, TerminalTitleChang
 from tests.helpers import TIMEOUT, wait_for_state
 
 
-async def test_callers_beyond_the_reducer_queue_wait_and_all_apply(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    # Callers queue only while the reducer has work; here it starts idle, and the first
-    # callers would apply their actions themselves (``inline_dispatch``, tested in
-    # test_keystroke_paths): the shortcut is off, so that the channel fills.
-    monkeypatch.setattr(terminal_module, "INLINE_DISPATCH", False)
+async def test_callers_beyond_the_reducer_queue_wait_and_all_apply() -> None:
+    # Callers started in one scheduler batch all queue before the reducer runs.
     async with open_host() as host:
         term = await host.create_terminal(argv=["cat"])
         sender = Outbox(max_bytes=1 << 30)

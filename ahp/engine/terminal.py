@@ -56,15 +56,16 @@ everything, a channel fills only when its consumer cannot run for a while (a
 parse task waiting for room at the reducer, many callers in one pass); the
 bounds then hold memory and stop the producers.
 
-Shortcuts (``ahp.keystroke``: ``inline_dispatch``, ``direct_write``,
-``inline_output``; off unless ``AHP_KEYSTROKE_ON`` names them): while a stage's
-task waits for work with nothing handed to it
-(``_reducer_parked``, ``_parse_parked``; every sender clears the flag), its upstream
-does that stage's work in its own step with the same code — the caller of
-:meth:`Terminal.dispatch` applies the action, the reducer writes input to the pty,
-pty-read parses and applies a short read. Order is kept (nothing is queued ahead)
-and the state still has one writer at a time; a keystroke's round trip takes two
-scheduler batches instead of seven.
+One path: every action, every byte of input and every read goes through the stage
+tasks above, whatever its size; no task does another stage's work (the design card:
+a stage that costs speed is made cheaper, not folded away). A keystroke's in-process
+round trip, from :meth:`Terminal.send_input` until a subscriber holds the echo, is
+eight task steps in six scheduler batches: the caller (it queues the input, then
+checkpoints), the reducer, input-write, pty-read, parse, the reducer again, and the
+subscriber (``benchmarks/ab_echo.py`` counts them; ``echo_spin``'s checkpoints add
+steps while it spins). The keystroke tricks acting here are listed in
+:mod:`ahp.keystroke`: ``small_read`` (pty-read hands a short read on at once) and
+``echo_spin`` (input-write polls briefly for the echo).
 
 Callers: :meth:`Terminal.dispatch` returns once the action is queued; with
 ``wait=True``, once the reducer decided on it and told the catalogue (the
@@ -81,7 +82,6 @@ of the tasks ends this terminal only (:attr:`Terminal.failure`).
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import signal
@@ -168,15 +168,6 @@ INPUT_PACE: Final = 1024 * 1024
 ECHO_SPIN_INPUT: Final = keystroke.ECHO_SPIN_INPUT if keystroke.enabled("echo_spin") else -1
 ECHO_SPIN: Final = keystroke.ECHO_SPIN
 ECHO_SPIN_REST: Final = keystroke.ECHO_SPIN_REST
-#: A read shorter than this is parsed and applied by pty-read itself while the parse and
-#: reducer tasks are idle (keystroke trick ``inline_output``); 0: never.
-INLINE_OUTPUT: Final = keystroke.SMALL_READ if keystroke.enabled("inline_output") else 0
-#: A dispatched action is applied by its caller while the reducer task is idle
-#: (keystroke trick ``inline_dispatch``, see Terminal._reduce_inline).
-INLINE_DISPATCH: Final = keystroke.enabled("inline_dispatch")
-#: The reducer writes input to the pty itself while input-write is idle (keystroke
-#: trick ``direct_write``, see Terminal._write_direct).
-DIRECT_WRITE: Final = keystroke.enabled("direct_write")
 #: After the process exits, a pty still held open is read until quiet this long.
 EXIT_LINGER: Final = 0.1
 
@@ -287,14 +278,6 @@ class Terminal(CommandSurface):
         self._exit_code: _ProcessExited | None = None
         self._cancel_scope = trio.CancelScope()
         self._wait_scopes: set[trio.CancelScope] = set()  # the read tasks' waits
-        #: The parse task's parser (set when the task starts).
-        self._parser: OutputParser | None = None
-        #: The parse and reducer tasks wait in ``receive`` with nothing handed to them
-        #: since (set by each task right before that wait, cleared by it after and by
-        #: every sender): while both are, pty-read may do their work on a short read
-        #: itself (keystroke trick ``inline_output``, see Terminal._parse_and_reduce).
-        self._parse_parked = False
-        self._reducer_parked = False
         self._tasks: trio.Nursery | None = None  # command collectors (ahp.agent)
         self._jobs: Jobs | None = None
         self._screen: ScreenModel | None = None
@@ -310,12 +293,6 @@ class Terminal(CommandSurface):
         self.reducer_batches = 0
         #: Times the pty-read task found the parse channel full and waited.
         self.parse_waits = 0
-        #: Reads parsed and applied by pty-read itself (``inline_output``) and actions
-        #: applied by their caller (``inline_dispatch``); inputs the reducer wrote to
-        #: the pty itself (``direct_write``).
-        self.inline_batches = 0
-        self.inline_dispatches = 0
-        self.direct_writes = 0
         #: Spins for an echo (``echo_spin``), and those that ended without it: none
         #: follow a miss for ECHO_SPIN_REST seconds (until _spin_rest_until).
         self.spins = 0
@@ -441,16 +418,8 @@ class Terminal(CommandSurface):
         the call then returns without a second pass of the scheduler for its task.
         """
         if self._accepting:
-            if not wait and INLINE_DISPATCH and self._reducer_parked:
-                self._reduce_inline(_ClientAction(action, origin, sender, None))
-                if action.__class__ is TerminalInput and self._pending_input > INPUT_PACE:
-                    await self._wait_input_room()
-                elif checkpoint:
-                    await trio.lowlevel.checkpoint()
-                return
             decided = trio.Event() if wait else None
             try:
-                self._reducer_parked = False
                 await _send(self._to_reducer, _ClientAction(action, origin, sender, decided))
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 # The reducer ended meanwhile: the terminal is closing.
@@ -696,15 +665,11 @@ class Terminal(CommandSurface):
                     batch = chunks[0] if len(chunks) == 1 else b"".join(chunks)
                     if self._on_output is not None:
                         self._on_output(error, batch)
-                    if size < INLINE_OUTPUT and self._parse_parked and self._reducer_parked:
-                        self._parse_and_reduce(batch)
-                    else:
-                        self._parse_parked = False
-                        try:
-                            to_parse.send_nowait(batch)
-                        except trio.WouldBlock:
-                            self.parse_waits += 1  # the parser is behind: wait (backpressure)
-                            await to_parse.send(batch)
+                    try:
+                        to_parse.send_nowait(batch)
+                    except trio.WouldBlock:
+                        self.parse_waits += 1  # the parser is behind: wait (backpressure)
+                        await to_parse.send(batch)
                 if eof:
                     return
                 if chunks:
@@ -735,47 +700,6 @@ class Terminal(CommandSurface):
                     await child.wait_readable(error=error)
                 self._wait_scopes.discard(wait_scope)
 
-    def _parse_and_reduce(self, data: bytes) -> None:
-        """Keystroke trick ``inline_output``: a short read (an echo, a prompt) while the
-        parse and reducer tasks both wait for work is parsed and applied here, in
-        pty-read's own step, exactly as those tasks would (same parser, same reducer
-        code, in order: nothing was handed to either since they began to wait, and
-        neither runs before this returns). Saves two scheduler passes and two channel
-        hops on the echo's way back. The tasks stay: everything else goes through them."""
-        parser = self._parser
-        assert parser is not None
-        self.inline_batches += 1
-        actions = compact(
-            parser.feed(data, wall_ms=int(time.time() * 1000), mono_ms=time.monotonic() * 1000)
-        )
-        if actions:
-            self._reduce_now(actions)
-
-    def _reduce_now(self, item: _ReducerItem) -> None:
-        """Apply ``item`` as the reducer task applies a batch (then tell the host if the
-        catalogue entry changed), in the caller's step; only while the reducer task
-        waits for work with nothing handed to it (``inline_output``,
-        ``inline_dispatch``): the order is kept and nobody else applies meanwhile."""
-        self.reducer_batches += 1
-        self._reduce(item)
-        core = self._core
-        if core.info_changed:
-            core.info_changed = False
-            self._on_info_changed(self)
-
-    def _reduce_inline(self, item: _ClientAction) -> None:
-        """Keystroke trick ``inline_dispatch``: a caller's action applied in its own
-        step (:meth:`_reduce_now`). A failure is this terminal's, as if the reducer
-        task had raised it: recorded, logged, the terminal closed; the caller (a
-        connection's reader) goes on."""
-        self.inline_dispatches += 1
-        try:
-            self._reduce_now(item)
-        except Exception as exc:
-            self.failure = exc
-            log.exception("terminal %s failed", self.uri)
-            self.close()
-
     async def _pump(
         self, child: Child, to_parse: trio.MemorySendChannel[bytes], error: bool = False
     ) -> bool:
@@ -795,7 +719,6 @@ class Terminal(CommandSurface):
                 self.bytes_read += len(data)
                 if self._on_output is not None:
                     self._on_output(error, data)
-                self._parse_parked = False
                 try:
                     to_parse.send_nowait(data)
                 except trio.WouldBlock:
@@ -812,7 +735,7 @@ class Terminal(CommandSurface):
 
     async def _parse_task(self, inbox: trio.MemoryReceiveChannel[bytes]) -> None:
         """Bytes in, actions out: feed every batch waiting to the parser at once."""
-        parser = self._parser = OutputParser(
+        parser = OutputParser(
             use_pty=self.spec.use_pty, nonce=self.nonce if self.integrated else None
         )
         to_reducer = self._to_reducer
@@ -822,13 +745,10 @@ class Terminal(CommandSurface):
                 try:
                     data = inbox.receive_nowait()
                 except trio.WouldBlock:
-                    self._parse_parked = True
                     try:
                         data = await inbox.receive()
                     except trio.EndOfChannel:
                         break
-                    finally:
-                        self._parse_parked = False
                 except trio.EndOfChannel:
                     break
                 more: list[bytes] | None = None
@@ -859,12 +779,8 @@ class Terminal(CommandSurface):
                     # longer than PARSE_STEP (escape-dense output costs ~2 us a byte).
                     slow = (time.perf_counter() - start) * READ_BATCH > PARSE_STEP * len(piece)
                     if actions:
-                        self._reducer_parked = False
                         await _send(to_reducer, actions)
-        self._parse_parked = False
-        self._parser = None  # (closed below: nobody else may feed it)
         tail = parser.close(wall_ms=int(time.time() * 1000), mono_ms=time.monotonic() * 1000)
-        self._reducer_parked = False
         if tail:
             await _send(to_reducer, tail)
         await _send(to_reducer, _OUTPUT_ENDED)
@@ -876,7 +792,6 @@ class Terminal(CommandSurface):
         self._process_exited.set()
         for scope in self._wait_scopes:
             scope.cancel()  # each reader lingers for what is left, then ends
-        self._reducer_parked = False
         await _send(self._to_reducer, _ProcessExited(code))
 
     # -- input-write -------------------------------------------------------------------------
@@ -914,9 +829,6 @@ class Terminal(CommandSurface):
                     more.append(extra)
                 if more is not None:
                     data = b"".join(more)
-                if not data:  # (``direct_write``: the reducer wrote a keystroke)
-                    await self._spin_for_echo()
-                    continue
                 try:
                     # One write(2) first: a keystroke is in the kernel without the
                     # checkpoint that write() takes after each slice (a scheduler pass
@@ -935,28 +847,6 @@ class Terminal(CommandSurface):
                     self._pending_input = 0 if self._input_gone else self._pending_input - len(data)
                     if self._input_room and self._pending_input <= INPUT_PACE:
                         self._input_room.unpark_all()
-
-    def _write_direct(self, child: Child, data: bytes) -> bytes:
-        """Keystroke trick ``direct_write``: input-write is idle (nothing pending), so
-        the reducer writes ``data`` to the pty itself, in order, with one non-blocking
-        ``write(2)``; what the kernel did not take (returned) goes to input-write as
-        before. A keystroke then reaches the pty one scheduler pass sooner, without the
-        channel's send and receive. After a keystroke input-write is still woken (an
-        empty item), only to spin for the echo (``echo_spin``), off the keystroke's
-        path."""
-        try:
-            written = child.write_nowait(data)
-        except (ChildGone, trio.ClosedResourceError):
-            self._input_gone = True  # (as input-write does: published, not written)
-            return b""
-        if written:
-            self.direct_writes += 1
-        if written < len(data):
-            return data[written:] if written else data
-        if len(data) <= ECHO_SPIN_INPUT and trio.current_time() >= self._spin_rest_until:
-            with contextlib.suppress(trio.WouldBlock, trio.BrokenResourceError):
-                self._to_writer.send_nowait(b"")  # type: ignore[union-attr]
-        return b""
 
     async def _spin_for_echo(self) -> None:
         """After a keystroke reached the pty, keep the scheduler polling (checkpoints)
@@ -991,11 +881,7 @@ class Terminal(CommandSurface):
             try:
                 item = inbox.receive_nowait()
             except trio.WouldBlock:
-                self._reducer_parked = True
-                try:
-                    item = await inbox.receive()
-                finally:
-                    self._reducer_parked = False
+                item = await inbox.receive()
             self.reducer_batches += 1
             decided: list[trio.Event] | None = None
             try:
@@ -1065,8 +951,6 @@ class Terminal(CommandSurface):
             writer = self._to_writer
             assert writer is not None
             data = verdict.write
-            if DIRECT_WRITE and not self._pending_input and self._child is not None:
-                data = self._write_direct(self._child, data)
             if data:
                 try:
                     writer.send_nowait(data)
