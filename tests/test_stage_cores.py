@@ -100,6 +100,36 @@ def test_parser_output_does_not_depend_on_the_split(
     assert _parse([stream[a:b] for a, b in itertools.pairwise(bounds)]) == whole
 
 
+@given(st.lists(PIECES, max_size=30), st.data())
+def test_parser_last_titles_keeps_the_text_and_the_state(
+    pieces: list[bytes], data: st.DataObject
+) -> None:
+    """``last_titles`` (the engine's parse task) drops titles, never text or any other
+    action, and the state a reducer reaches is the same."""
+    stream = b"".join(pieces)
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(stream)), max_size=10)))
+    bounds = [0, *cuts, len(stream)]
+    chunks = [stream[a:b] for a, b in itertools.pairwise(bounds)]
+    every, last = (OutputParser(use_pty=True, nonce=NONCE, last_titles=x) for x in (False, True))
+    full: list[StateAction] = []
+    few: list[StateAction] = []
+    for chunk in chunks:
+        full += every.feed(chunk, wall_ms=1000, mono_ms=5.0)
+        few += last.feed(chunk, wall_ms=1000, mono_ms=5.0)
+    full += every.close(wall_ms=1000, mono_ms=5.0)
+    few += last.close(wall_ms=1000, mono_ms=5.0)
+
+    def titles(actions: list[StateAction]) -> list[str]:
+        return [a.title for a in actions if isinstance(a, TerminalTitleChanged)]
+
+    def others(actions: list[StateAction]) -> list[StateAction]:
+        return _merged([a for a in actions if not isinstance(a, TerminalTitleChanged)])
+
+    assert others(few) == others(full)
+    assert titles(few)[-1:] == titles(full)[-1:]
+    assert set(titles(few)) <= set(titles(full))
+
+
 @given(st.text(max_size=200), st.data())
 def test_pipes_parser_only_decodes_utf8(text: str, data: st.DataObject) -> None:
     raw = text.encode()

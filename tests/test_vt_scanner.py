@@ -605,3 +605,69 @@ def test_unescape_value(raw: bytes, value: str) -> None:
 def test_fixed_shortcut_agrees_with_the_parser() -> None:
     for payload, expected in _FIXED.items():
         assert _interpret(payload) == expected
+
+
+# -- last_titles: only the last title of a run, per feed ---------------------------------------
+
+
+def last_of_runs(events: Sequence[Event]) -> list[Event]:
+    """``events`` (one feed's) with every title change that another one follows, with
+    nothing but text between, left out; texts merged."""  # (what compact() keeps, per run)
+    out: list[Event] = []
+    for index, event in enumerate(events):
+        if isinstance(event, TitleChanged):
+            later = next((e for e in events[index + 1 :] if not isinstance(e, Text)), None)
+            if isinstance(later, TitleChanged):
+                continue
+        out.append(event)
+    return merge(out)
+
+
+title_storm = st.lists(
+    st.one_of(
+        st.integers(0, 99).map(lambda k: b"\x1b]0;line %d\x07" % k),
+        st.just(b"\x1b]2;st\x1b\\"),
+        st.just(b"text line\r\n"),
+        st.just("\u00e9\u2192".encode()),
+        st.just(b"\x1b]633;A\x07"),
+        st.just(b"\x1b]7;file:///tmp\x07"),
+        st.just(b"\x1b]0;unterminated"),
+        st.just(b"\x1b"),
+    ),
+    max_size=40,
+).map(b"".join)
+
+
+@fast
+@given(st.one_of(title_storm, any_stream), bounds, st.lists(st.integers(0, 10_000), max_size=12))
+def test_last_titles_reports_the_last_title_of_each_run(
+    data: bytes, max_pending: int, cuts: list[int]
+) -> None:
+    for chunks in (split_at(data, cuts), bytewise(data), [data]):
+        every = Scanner(max_pending=max_pending)
+        last = Scanner(max_pending=max_pending, last_titles=True)
+        for chunk in chunks:
+            out, full = last.feed(chunk), every.feed(chunk)
+            check_feed_output(out)
+            # The same text and the same last title of every run; at most as many
+            # titles (a sequence that yields no event, e.g. a malformed one, may
+            # end a run early: its title is then reported too).
+            assert last_of_runs(out) == last_of_runs(full)
+            assert len(non_text(out)) <= len(non_text(full))
+            assert last.pending_size <= max_pending
+        assert last.close() == every.close()
+
+
+def test_last_titles_in_a_storm_of_retitled_lines() -> None:
+    storm = b"".join(b"\x1b]0;line %d\x07out %d\n" % (i, i) for i in range(1000))
+    events = Scanner(last_titles=True).feed(storm)
+    head, tail = storm.rsplit(b"\x07", 1)
+    assert events == [Text(head.decode() + "\x07"), TitleChanged("line 999"), Text(tail.decode())]
+    marked = Scanner(last_titles=True).feed(b"\x1b]0;a\x07x\x1b]0;b\x07\x1b]633;A\x07y\x1b]2;c\x07")
+    assert marked == [
+        Text("\x1b]0;a\x07x\x1b]0;b\x07"),
+        TitleChanged("b"),
+        PromptStart(),
+        Text("y\x1b]2;c\x07"),
+        TitleChanged("c"),
+    ]

@@ -736,7 +736,9 @@ class Terminal(CommandSurface):
     async def _parse_task(self, inbox: trio.MemoryReceiveChannel[bytes]) -> None:
         """Bytes in, actions out: feed every batch waiting to the parser at once."""
         parser = OutputParser(
-            use_pty=self.spec.use_pty, nonce=self.nonce if self.integrated else None
+            use_pty=self.spec.use_pty,
+            nonce=self.nonce if self.integrated else None,
+            last_titles=True,  # (compact() drops all but the last of a feed anyway)
         )
         to_reducer = self._to_reducer
         slow = False  # the last feed was slow: feed in slices (see PARSE_SLICE)

@@ -71,11 +71,16 @@ class OutputParser:
             integration are scanned) or from pipes (UTF-8 only).
         nonce: the terminal's shell-integration nonce when our hooks were injected
             (command lines are then trusted only with it); ``None`` otherwise.
+        last_titles: of a run of title changes within one :meth:`feed`, report only
+            the last (the scanner's ``last_titles``): the same text and the same final
+            title for far less work when a program retitles its terminal on every
+            line; the actions then depend on how the output was split, as
+            :func:`compact`'s do. The engine's parse task sets it.
     """
 
-    def __init__(self, *, use_pty: bool, nonce: str | None) -> None:
+    def __init__(self, *, use_pty: bool, nonce: str | None, last_titles: bool = False) -> None:
         self._decoder = None if use_pty else codecs.getincrementaldecoder("utf-8")("replace")
-        self._scanner = Scanner()
+        self._scanner = Scanner(last_titles=last_titles)
         # Our own OSC 633 hooks are authoritative: a shell's OSC 133 (fish 4) must not
         # report every command a second time.
         self._tracker = CommandTracker(nonce=nonce, osc133=nonce is None)

@@ -98,6 +98,7 @@ _ST: Final = b"\x1b\\"
 _TERMINATOR: Final = re.compile(rb"[\x07\x1b]")
 _ESCAPED: Final = re.compile(rb"\\(?:(\\)|x([0-9a-fA-F]{2}))")
 _EXIT_CODE: Final = re.compile(rb"[+-]?[0-9]{1,18}")
+_TITLE_HEADS: Final = (b"0;", b"2;")
 
 # One immutable instance per mark and family (the family tells the command tracker which
 # integration sent the mark; see ahp.vt.events.OscFamily).
@@ -134,12 +135,21 @@ class Scanner:
     Args:
         max_pending: Bound on the bytes held back for an unterminated OSC
             (at least :data:`MIN_PENDING_ESCAPE`).
+        last_titles: Report only the last of a run of title changes (OSC 0/2) that
+            no other sequence separates within one :meth:`feed`, at its place; the
+            sequences themselves still pass through. The text is the same, and so is
+            the last title; what is saved is the work per dropped title (a shell
+            retitling its terminal on every line made that ~8 us a line, issue 25).
+            Which titles are dropped depends on how the stream was split, so the
+            default (every title an event) is what the split-invariance contract
+            above states.
     """
 
-    def __init__(self, *, max_pending: int = MAX_PENDING_ESCAPE) -> None:
+    def __init__(self, *, max_pending: int = MAX_PENDING_ESCAPE, last_titles: bool = False) -> None:
         if max_pending < MIN_PENDING_ESCAPE:
             raise ValueError(f"max_pending must be >= {MIN_PENDING_ESCAPE}, got {max_pending}")
         self._max_pending = max_pending
+        self._last_titles = last_titles
         # One match = one OSC: ESC ] payload [terminator]. The payload stops at
         # the first BEL or ESC, or after max_pending - 3 bytes; group 2 is the
         # terminator when it is a complete BEL or ST.
@@ -221,6 +231,9 @@ class Scanner:
         search = self._osc.search
         decode = self._decoder.decode
         frag_end = -1  # end of the last malformed OSC released as text
+        coalesce = self._last_titles
+        title: bytes | None = None  # last_titles: the payload of the title not yet reported
+        title_at = 0  # ... which follows raw[:title_at]
         while m is not None:
             i = m.start()
             if i > pos:
@@ -232,6 +245,15 @@ class Scanner:
                 # Complete: terminated by BEL or ST.
                 pos = m.end()
                 payload = m.group(1)
+                if coalesce and payload[:2] in _TITLE_HEADS:
+                    # A title passes through; only the run's last one becomes an event.
+                    raw.append(buf[i:pos])
+                    title, title_at = payload, len(raw)
+                    m = search(buf, pos)
+                    continue
+                if title is not None:
+                    self._put_title(events, strs, raw, title, title_at)
+                    title = None
                 known = _FIXED.get(payload)
                 remove, event = known if known is not None else _interpret(payload)
                 if remove:
@@ -262,6 +284,9 @@ class Scanner:
                     self._pending_open = open_before
                     pos = n
                     break
+                if title is not None:
+                    self._put_title(events, strs, raw, title, title_at)
+                    title = None
                 if buf[t] == _ESC:
                     # Malformed: an ESC that is not ST ends the OSC, then is scanned again.
                     if _is_shell_integration(m.group(1)):
@@ -292,9 +317,22 @@ class Scanner:
                     self._pending_open = last == frag_end or buf[last - 1] == _ESC
             else:
                 raw.append(buf[pos:])
+        if title is not None:
+            self._put_title(events, strs, raw, title, title_at)
         self._decode(strs, raw, False)
         _emit(events, strs)
         return events
+
+    def _put_title(
+        self, events: list[Event], strs: list[str], raw: list[bytes], payload: bytes, at: int
+    ) -> None:
+        """Report the title ``payload`` (``last_titles``) after the text before it:
+        ``strs`` and ``raw[:at]``, which ends with the title's own sequence."""
+        before = raw[:at]
+        del raw[:at]
+        self._decode(strs, before, False)
+        _emit(events, strs)
+        events.append(TitleChanged(payload[2:].decode("utf-8", "replace")))
 
     def _skip_discarded(self, buf: bytes, pos: int) -> int:
         """Drop the rest of an overlong shell-integration OSC; return where text resumes."""
