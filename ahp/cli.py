@@ -32,7 +32,7 @@ USAGE: Final = 2
 def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from ahp.record.recorder import RECORD_MAX_BYTES
     from ahp.reducers.scrollback import DEFAULT_SCROLLBACK
-    from ahp.server.app import DEFAULT_PORT
+    from ahp.server.app import DEFAULT_PORT, SERVE_CHILD_NICE
     from ahp.server.drain import DEFAULT_DRAIN_TIMEOUT
     from ahp.server.state import DEFAULT_MAX_TERMINALS
 
@@ -118,11 +118,12 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument(
         "--child-nice",
         type=int,
-        default=0,
+        default=SERVE_CHILD_NICE,
         choices=range(20),
         metavar="N",
-        help="run terminals' processes at niceness N (0-19; default 0): busy children "
-        "then leave the server its CPU on a machine with few cores",
+        help=f"run terminals' processes at niceness N (0-19; default {SERVE_CHILD_NICE}): "
+        "busy programs then leave the server its CPU when the machine is contended, and "
+        "other clients' keystrokes their echo; 0: the server's own priority",
     )
     p.add_argument(
         "--record",

@@ -44,7 +44,8 @@ connections doing nothing), ``fork and dispose`` (a terminal forking 1000
 processes, then disposed), ``keystroke flood`` (24 MiB of keystrokes). Run some
 with ``--only name,name``; ``--repo PATH`` runs the server (and only the
 server) from another checkout, for before/after comparisons; ``--child-nice N``
-passes ``serve --child-nice N`` (children at a lower scheduling priority).
+passes ``serve --child-nice N`` (else the server's default: 10 since session 6;
+``--child-nice 0`` for the earlier runs' conditions).
 
 Each row reports the server's RSS before the attack, its peak during it (the
 peak is reset first: ``/proc/PID/clear_refs``) and after it (the attack's
@@ -876,7 +877,8 @@ async def main(seconds: float, only: list[str] | None, nice: int | None) -> None
                 await trio.sleep(1.0)
             print(
                 f"server pid {proc.pid} from {SERVER_REPO}, ulimit -n {NOFILE}, "
-                f"{seconds:g} s per attack, children nice {nice or 0}, "
+                f"{seconds:g} s per attack, children nice "
+                f"{'serve default' if nice is None else nice}, "
                 f"load {os.getloadavg()[0]:.1f}, {time.strftime('%H:%M:%S UTC', time.gmtime())}"
             )
             print(

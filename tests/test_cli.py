@@ -31,6 +31,7 @@ import ahp
 from ahp.client.commands.run import printed_output, split_options
 from ahp.engine import Host
 from ahp.server import ServeOptions, serve_host
+from ahp.server.app import SERVE_CHILD_NICE
 from ahp.server.session import ServerState
 from tests.helpers import TIMEOUT, kill_and_reap, wait_for_text
 
@@ -164,9 +165,13 @@ async def test_serve_refuses_bad_options_before_listening(args: list[str], messa
     assert done.stdout == ""  # no URL: it never listened
 
 
-async def test_serve_shell_by_name_is_found_on_path() -> None:
+@pytest.mark.parametrize("nice", [None, 0, 3], ids=["default", "0", "3"])
+async def test_serve_shell_by_name_is_found_on_path_and_niced(nice: int | None) -> None:
+    """``--shell bash`` is found on PATH; the terminals' programs run at niceness
+    ``--child-nice`` (by default SERVE_CHILD_NICE) above the server's."""
+    extra = [] if nice is None else ["--child-nice", str(nice)]
     proc = await trio.lowlevel.open_process(
-        [sys.executable, "-m", "ahp", "serve", "--port", "0", "--shell", "bash"],
+        [sys.executable, "-m", "ahp", "serve", "--port", "0", "--shell", "bash", *extra],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         env=_env(),
@@ -180,9 +185,14 @@ async def test_serve_shell_by_name_is_found_on_path() -> None:
                 chunk = await proc.stdout.receive_some(4096)
                 assert chunk, line
                 line += chunk
-        done = await cli("run", line.decode().strip(), "--", "echo $0")
+        done = await cli(
+            "run", line.decode().strip(), "--", "echo $0; awk '{print $19}' /proc/self/stat"
+        )
         assert done.returncode == 0, done
-        assert done.stdout.strip().endswith("bash")
+        shell, niceness = done.stdout.split()[-2:]
+        assert shell.endswith("bash")
+        wanted = SERVE_CHILD_NICE if nice is None else nice
+        assert int(niceness) == min(19, os.getpriority(os.PRIO_PROCESS, 0) + wanted)
         proc.send_signal(signal.SIGTERM)
         with trio.fail_after(TIMEOUT):
             assert await proc.wait() == 0

@@ -36,6 +36,7 @@ import trio
 
 from ahp.engine import Host, open_host
 from ahp.server import ServeOptions, serve_host
+from ahp.server.app import SERVE_CHILD_NICE
 
 __all__ = ["main"]
 
@@ -112,7 +113,9 @@ async def _serve(token: str) -> int:
     server_log.setLevel(logging.INFO)
     server_log.propagate = False
     async with open_host() as host, trio.open_nursery() as nursery:
-        sidecar = await nursery.start(serve_host, host, ServeOptions(port=0, token=token))
+        # (As ``serve`` runs them: the terminals' programs at its default niceness.)
+        options = ServeOptions(port=0, token=token, child_nice=SERVE_CHILD_NICE)
+        sidecar = await nursery.start(serve_host, host, options)
         _reply({"url": sidecar.url, "pid": os.getpid()})
         stdin = trio.lowlevel.FdStream(os.dup(sys.stdin.fileno()))
         async with stdin:

@@ -68,6 +68,14 @@ log = logging.getLogger("ahp.server")
 
 #: The sidecar's default TCP port (``--port``; ``0`` picks a free one).
 DEFAULT_PORT: Final = 8765
+#: ``serve``'s niceness for the terminals' processes (``--child-nice``). Busy programs
+#: in the terminals would otherwise take the server's CPU: on two cores, four shells
+#: printing in a loop (each in an autogroup of its own, as big as the server's) made a
+#: keystroke's echo in another terminal wait 100-300 ms, 20-35 ms with this
+#: (``benchmarks/bench_edges.py``, issue 25). Niceness only weighs when the CPU is
+#: contended: alone on the machine the programs run as fast. ``--child-nice 0`` is
+#: the host's own priority.
+SERVE_CHILD_NICE: Final = 10
 #: Largest token file read (``$AHP_TOKEN_FILE``); a token is a line, not a document.
 MAX_TOKEN_FILE: Final = 4096
 
@@ -153,8 +161,9 @@ class ServeOptions:
     #: The read-only token (watch only; ``$AHP_READ_TOKEN``, else a random one when a
     #: token is required). Never equal to the token.
     read_token: str | None = None
-    #: Niceness of the terminals' processes (:attr:`ahp.engine.Host.child_nice`).
-    child_nice: int = 0
+    #: Niceness of the terminals' processes (:attr:`ahp.engine.Host.child_nice`); None
+    #: keeps the host's. ``serve`` passes :data:`SERVE_CHILD_NICE` unless told otherwise.
+    child_nice: int | None = None
     #: Record every terminal into this directory, one asciicast v3 file each
     #: (:func:`ahp.record.record_host`; ``serve --record``).
     record_dir: str | None = None
@@ -293,7 +302,8 @@ async def serve_host(
             read_only_url = page_base + f"#ro={quote(read_token, safe='')}"
     if options.holder_only_input:
         host.holder_only_input = True
-    host.child_nice = options.child_nice
+    if options.child_nice is not None:
+        host.child_nice = options.child_nice
     try:
         async with trio.open_nursery() as nursery:
             await _start_records(nursery, state, options, token)
