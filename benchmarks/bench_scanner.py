@@ -15,7 +15,11 @@ Workloads:
   far denser than a shell (which sends ~7 marks per command);
 * ``shell_session_4k``: commands of 40 coloured lines each, framed by the
   marks a shell with integration sends (prompt, command line, cwd);
-* ``fast_path_64k``: the plain text in 64 KiB chunks (the fast path alone).
+* ``fast_path_64k``: the plain text in 64 KiB chunks (the fast path alone);
+* ``retitled_16k`` / ``retitled_last_16k``: a title (OSC 0) before every line, as a
+  shell loop retitling its terminal prints it (issue 25's ``fragmented scrollback``),
+  in 16 KiB chunks (a read batch), every title an event / with ``last_titles`` (the
+  engine's parse task: only the last title of a run).
 """
 
 from __future__ import annotations
@@ -32,7 +36,14 @@ except ModuleNotFoundError:  # a checkout without `pip install -e .`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from ahp.vt.scanner import Scanner
 
-__all__ = ["make_colour", "make_escape_heavy", "make_plain", "make_shell_session", "run"]
+__all__ = [
+    "make_colour",
+    "make_escape_heavy",
+    "make_plain",
+    "make_retitled",
+    "make_shell_session",
+    "run",
+]
 
 _WORDS = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa"]
 _REPEATS = 5
@@ -116,6 +127,19 @@ def make_escape_heavy(size: int) -> bytes:
     return b"".join(parts)
 
 
+def make_retitled(size: int) -> bytes:
+    """About ``size`` bytes of lines, each after a title change (OSC 0) of its own."""
+    parts: list[bytes] = []
+    total = 0
+    n = 0
+    while total < size:
+        line = b"\x1b]0;line %d\x07some output line, some output line, some output line\n" % n
+        parts.append(line)
+        total += len(line)
+        n += 1
+    return b"".join(parts)
+
+
 def _chunks(data: bytes, size: int) -> list[bytes]:
     return [data[i : i + size] for i in range(0, len(data), size)]
 
@@ -129,9 +153,9 @@ def _best_mb_s(func: Callable[[], None], nbytes: int) -> float:
     return nbytes / best / 1e6
 
 
-def _scan_all(chunks: list[bytes]) -> Callable[[], None]:
+def _scan_all(chunks: list[bytes], *, last_titles: bool = False) -> Callable[[], None]:
     def go() -> None:
-        scanner = Scanner()
+        scanner = Scanner(last_titles=last_titles)
         feed = scanner.feed
         for chunk in chunks:
             feed(chunk)
@@ -159,12 +183,16 @@ def run(size_mb: float = 20.0) -> dict[str, float]:
     session = make_shell_session(size)
     plain_4k = _chunks(plain, 4096)
     heavy_4k = _chunks(heavy, 4096)
+    retitled = make_retitled(size)
+    retitled_16k = _chunks(retitled, 16384)
     return {
         "plain_4k": _best_mb_s(_scan_all(plain_4k), len(plain)),
         "colour_4k": _best_mb_s(_scan_all(_chunks(colour, 4096)), len(colour)),
         "escape_heavy_4k": _best_mb_s(_scan_all(heavy_4k), len(heavy)),
         "shell_session_4k": _best_mb_s(_scan_all(_chunks(session, 4096)), len(session)),
         "fast_path_64k": _best_mb_s(_scan_all(_chunks(plain, 65536)), len(plain)),
+        "retitled_16k": _best_mb_s(_scan_all(retitled_16k), len(retitled)),
+        "retitled_last_16k": _best_mb_s(_scan_all(retitled_16k, last_titles=True), len(retitled)),
         "decoder_plain_4k": _best_mb_s(_decode_all(plain_4k), len(plain)),
         "decoder_heavy_4k": _best_mb_s(_decode_all(heavy_4k), len(heavy)),
     }
