@@ -123,7 +123,7 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         metavar="N",
         help=f"run terminals' processes at niceness N (0-19; default {SERVE_CHILD_NICE}): "
         "busy programs then leave the server its CPU when the machine is contended, and "
-        "other clients' keystrokes their echo; 0: the server's own priority",
+        "other clients' keystrokes their echo",
     )
     p.add_argument(
         "--record",

@@ -44,8 +44,7 @@ connections doing nothing), ``fork and dispose`` (a terminal forking 1000
 processes, then disposed), ``keystroke flood`` (24 MiB of keystrokes). Run some
 with ``--only name,name``; ``--repo PATH`` runs the server (and only the
 server) from another checkout, for before/after comparisons; ``--child-nice N``
-passes ``serve --child-nice N`` (else the server's default: 10 since session 6;
-``--child-nice 0`` for the earlier runs' conditions).
+passes ``serve --child-nice N`` (else the server's default, 0).
 
 Each row reports the server's RSS before the attack, its peak during it (the
 peak is reset first: ``/proc/PID/clear_refs``) and after it (the attack's

@@ -68,14 +68,16 @@ log = logging.getLogger("ahp.server")
 
 #: The sidecar's default TCP port (``--port``; ``0`` picks a free one).
 DEFAULT_PORT: Final = 8765
-#: ``serve``'s niceness for the terminals' processes (``--child-nice``). Busy programs
-#: in the terminals would otherwise take the server's CPU: on two cores, four shells
-#: printing in a loop (each in an autogroup of its own, as big as the server's) made a
-#: keystroke's echo in another terminal wait 100-300 ms, 20-35 ms with this
-#: (``benchmarks/bench_edges.py``, issue 25). Niceness only weighs when the CPU is
-#: contended: alone on the machine the programs run as fast. ``--child-nice 0`` is
-#: the host's own priority.
-SERVE_CHILD_NICE: Final = 10
+#: ``serve``'s niceness for the terminals' processes (``--child-nice``): the server's
+#: own. ``--child-nice 10`` keeps busy programs from taking the server's CPU (on two
+#: cores, four shells printing in a loop made another terminal's echo wait 100-300 ms
+#: at 0, 20-35 ms at 10: ``benchmarks/bench_edges.py``, issue 25), but a default of 10
+#: starved the programs against any other work on the machine: every terminal's
+#: autogroup then weighs a tenth of another session's, and the test suite beside two
+#: CPU-bound loops went from green in 7 minutes to dozens of timeouts in 20
+#: (benchmarks/README.md, session 6). The user's programs are the point of a terminal
+#: host: lowering them is the operator's choice.
+SERVE_CHILD_NICE: Final = 0
 #: Largest token file read (``$AHP_TOKEN_FILE``); a token is a line, not a document.
 MAX_TOKEN_FILE: Final = 4096
 
