@@ -48,7 +48,10 @@ passes ``serve --child-nice N`` (else the server's default, 0).
 
 Each row reports the server's RSS before the attack, its peak during it (the
 peak is reset first: ``/proc/PID/clear_refs``) and after it (the attack's
-connections closed, its terminals disposed, 3 s later).
+connections closed, its terminals disposed, 3 s later); its notes, the server's CPU
+time during the attack (``server CPU s``) and how long its event loop's thread was
+runnable but waited for a core (``loop waited s``: the children's CPU, not the
+server's work, when it is a large part of the attack's seconds).
 """
 
 from __future__ import annotations
@@ -194,6 +197,17 @@ def _cpu_seconds(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _loop_waited_seconds(pid: int) -> float:
+    """Seconds the server's main thread (its event loop) was runnable but waited for a
+    CPU (``/proc/PID/task/PID/schedstat``, second field; 0 where the kernel has none):
+    a stall the server's own work does not explain."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/schedstat") as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return 0.0
 
 
 async def _frames(url: str, payload: bytes, note: dict[str, Any], *, answer: str) -> None:
@@ -888,6 +902,7 @@ async def main(seconds: float, only: list[str] | None, nice: int | None) -> None
                 before = _status(proc.pid)
                 _reset_peak(proc.pid)
                 cpu_before = _cpu_seconds(proc.pid)
+                waited_before = _loop_waited_seconds(proc.pid)
                 log.seek(0, os.SEEK_END)
                 log_before = log.tell()
                 attacker = None
@@ -901,6 +916,7 @@ async def main(seconds: float, only: list[str] | None, nice: int | None) -> None
                     note = await _stop(attacker) if attacker is not None else {}
                 peak = _status(proc.pid)["VmHWM"] / 1024
                 note["server CPU s"] = round(_cpu_seconds(proc.pid) - cpu_before, 2)
+                note["loop waited s"] = round(_loop_waited_seconds(proc.pid) - waited_before, 2)
                 await trio.sleep(3.0)  # dropped peers' fds close, terminals are reaped
                 after = _status(proc.pid)["VmRSS"] / 1024
                 log.seek(log_before)
