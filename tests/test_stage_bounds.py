@@ -7,6 +7,7 @@ together run in one batch before a task they wake (the reducer) runs.
 
 from __future__ import annotations
 
+import time
 from functools import partial
 
 import pytest
@@ -15,7 +16,14 @@ import trio.testing
 
 from ahp.engine import Outbox, Terminal, open_host
 from ahp.engine.envelopes import Published
-from ahp.engine.terminal import INPUT_QUEUE, PARSE_QUEUE, REDUCER_QUEUE
+from ahp.engine.terminal import (
+    INPUT_QUEUE,
+    PARSE_CHUNK,
+    PARSE_QUEUE,
+    PARSE_SLICE,
+    REDUCER_QUEUE,
+    parse_pieces,
+)
 from ahp.protocol import ActionEnvelope, TerminalData, TerminalExited
 from ahp.protocol.actions import ActionOrigin, TerminalInput, TerminalTitleChanged
 from tests.helpers import TIMEOUT, wait_for_state
@@ -135,3 +143,35 @@ async def test_dispatch_can_wait_for_the_verdict_and_is_released_on_dispose() ->
                     )
                 nursery.start_soon(host.dispose, term.uri)
         assert term.closed.is_set()
+
+
+def test_parse_pieces_cut_at_the_chunk_and_at_the_slice() -> None:
+    data = bytes(range(256)) * (PARSE_CHUNK // 64)  # 4 chunks
+    pieces = parse_pieces(data, slow=False)
+    assert [len(p) for p in pieces] == [PARSE_CHUNK] * 4 and b"".join(pieces) == data
+    slices = parse_pieces(data[: 3 * PARSE_SLICE + 1], slow=True)
+    assert [len(p) for p in slices] == [PARSE_SLICE] * 3 + [1]
+    assert parse_pieces(data[:PARSE_CHUNK], slow=False) == [data[:PARSE_CHUNK]]
+    assert parse_pieces(b"", slow=True) == [b""]
+
+
+async def test_a_pumped_batch_over_the_parse_chunk_is_parsed_in_chunks() -> None:
+    """Output read in bulk while the loop was busy comes as one batch of up to the
+    pump's buffer (256 KiB); the parse task feeds it in PARSE_CHUNK pieces, with a
+    checkpoint between, and nothing is lost."""
+    line = "\x1b]0;t\x07" + "x" * 60 + "\n"
+    count = 60_000
+    script = f"import sys; sys.stdout.write({line!r} * {count}); sys.stdout.flush()"
+    async with open_host() as host:
+        term = await host.create_terminal(argv=["python3", "-c", script])
+        total = count * (len(line.encode()) + 1)  # (the pty's \r\n)
+        with trio.fail_after(TIMEOUT):
+            while term.bytes_read < 64 * 1024:  # noqa: ASYNC110 (a counter, not an event)
+                await trio.sleep(0.01)
+            # The loop busy on purpose: the reader thread fills its buffer meanwhile.
+            time.sleep(0.5)  # noqa: ASYNC251
+            while term.bytes_read < total:  # noqa: ASYNC110
+                await trio.sleep(0.01)
+            await term.exited.wait()
+        assert term.bytes_read == total
+        assert term.largest_feed == PARSE_CHUNK  # a larger batch came, and was cut

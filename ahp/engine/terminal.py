@@ -17,9 +17,10 @@ that owns one job, and the state has exactly one writer, the reducer task::
 * **parse** drives an :class:`~ahp.vt.OutputParser` (bytes in, actions out, the
   clocks passed in): UTF-8, escape scanning, shell-integration marks, titles and
   cwd reports. Only the last title change of a batch is kept
-  (:func:`ahp.vt.parser.compact`); output that parses slowly (dense escape
-  sequences) is fed in slices of :data:`PARSE_SLICE` bytes with a checkpoint
-  between, so one terminal's output never holds the loop for long. When the
+  (:func:`ahp.vt.parser.compact`); output is fed in chunks of at most
+  :data:`PARSE_CHUNK` bytes, and output that parses slowly (dense escape
+  sequences) in slices of :data:`PARSE_SLICE`, with a checkpoint between, so one
+  terminal's output never holds the loop for long. When the
   reader's channel ends it flushes the parser and tells the reducer that the
   output ended.
 * **reducer** drives a :class:`~ahp.reducers.TerminalCore` (state, claim and
@@ -150,6 +151,12 @@ SMALL_READ: Final = keystroke.SMALL_READ if keystroke.enabled("small_read") else
 #: costs the scanner ~2 us a byte: 16 KB held the loop ~25 ms); between slices it
 #: checkpoints. Output that parses fast is fed whole.
 PARSE_SLICE: Final = 2048
+#: Output the parse task feeds in one step otherwise; between chunks it checkpoints.
+#: Four pumped batches drained at once are up to 1 MiB: a title before every line
+#: (~0.03 us a byte) held the loop 39 ms of CPU in one step (issue 25,
+#: ``benchmarks/loop_steps.py "fragmented scrollback"``); 64 KiB of it is ~2 ms, of
+#: plain text ~0.1 ms.
+PARSE_CHUNK: Final = 64 * 1024
 #: Seconds a read batch may take to parse before parsing counts as slow.
 PARSE_STEP: Final = 0.004
 #: Batches queued from pty-read to parse (at most READ_BATCH bytes each).
@@ -209,6 +216,15 @@ _OUTPUT_ENDED: Final = _OutputEnded()
 
 #: What the reducer receives: a parsed batch, an action to decide on, or an end.
 _ReducerItem = Sequence[StateAction] | _ClientAction | _OutputEnded | _ProcessExited
+
+
+def parse_pieces(data: bytes, *, slow: bool) -> list[bytes]:
+    """``data`` cut for the parse task's steps: chunks of at most :data:`PARSE_CHUNK`
+    bytes, or :data:`PARSE_SLICE` once parsing is ``slow``; ``[data]`` when it fits."""
+    size = PARSE_SLICE if slow else PARSE_CHUNK
+    if len(data) <= size:
+        return [data]
+    return [data[i : i + size] for i in range(0, len(data), size)]
 
 
 async def _send(channel: trio.MemorySendChannel[_T], item: _T) -> None:
@@ -293,6 +309,8 @@ class Terminal(CommandSurface):
         self.reducer_batches = 0
         #: Times the pty-read task found the parse channel full and waited.
         self.parse_waits = 0
+        #: The most bytes the parse task fed its parser in one step (<= PARSE_CHUNK).
+        self.largest_feed = 0
         #: Spins for an echo (``echo_spin``), and those that ended without it: none
         #: follow a miss for ECHO_SPIN_REST seconds (until _spin_rest_until).
         self.spins = 0
@@ -764,14 +782,12 @@ class Terminal(CommandSurface):
                     more.append(extra)
                 if more is not None:
                     data = b"".join(more)
-                if slow and len(data) > PARSE_SLICE:
-                    pieces = [data[i : i + PARSE_SLICE] for i in range(0, len(data), PARSE_SLICE)]
-                else:
-                    pieces = [data]
+                pieces = parse_pieces(data, slow=slow)
                 for index, piece in enumerate(pieces):
                     if index:
-                        await trio.lowlevel.checkpoint()  # (a slow slice: others get a turn)
+                        await trio.lowlevel.checkpoint()  # (between slices: others get a turn)
                     start = time.perf_counter()
+                    self.largest_feed = max(self.largest_feed, len(piece))
                     actions = compact(
                         parser.feed(
                             piece, wall_ms=int(time.time() * 1000), mono_ms=time.monotonic() * 1000
