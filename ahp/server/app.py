@@ -38,6 +38,7 @@ import attrs
 import trio
 
 from ahp.engine import Host, open_host
+from ahp.engine.collector import freeze_startup_objects
 from ahp.engine.memory import configure_allocator
 from ahp.pty.reap import kill_session
 from ahp.record import RecordOptions, record_host
@@ -390,6 +391,8 @@ async def run_sidecar(
     # Large blocks (frames, snapshots, catalogues) are returned to the system when freed
     # (ahp.engine.memory): a long-running server returns close to its baseline.
     configure_allocator()
+    # The program's own objects leave the collector's full passes (ahp.engine.collector).
+    freeze_startup_objects()
     kwargs = {} if scrollback is None else {"scrollback": scrollback}
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with open_host(shell=shell, user_rc=user_rc, **kwargs) as host:
