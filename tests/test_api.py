@@ -118,7 +118,8 @@ async def test_public_api_surface() -> None:
         await term.send_input("abc\r")
         await term.resize(100, 40)
         await term.interrupt()
-        assert await term.wait_exited() is None
+        with trio.fail_after(TIMEOUT):  # (a wait that can end: an ignored SIGINT hung here)
+            assert await term.wait_exited() is None
         assert term.snapshot().state.cols == 100
         await host.dispose(term.uri)
         assert host.list_terminals() == ()

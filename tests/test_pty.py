@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -24,6 +25,7 @@ import pytest
 import trio
 import trio.testing
 
+from ahp.engine import open_host
 from ahp.pty import (
     WRITE_CHUNK,
     Child,
@@ -32,8 +34,8 @@ from ahp.pty import (
     SpawnSpec,
     spawn,
 )
-from ahp.pty.launch import default_launcher, python_launcher, spawn_with
-from tests.helpers import stat_fields
+from ahp.pty.launch import default_launcher, ignored_signals, python_launcher, spawn_with
+from tests.helpers import stat_fields, wait_for_text
 
 TIMEOUT: Final = 10.0
 READ_SIZE: Final = 65536
@@ -547,3 +549,58 @@ async def test_many_children_are_all_reaped_and_closed() -> None:
     assert children_of(os.getpid()) == set()
     assert open_fd_count() == fds
     assert all(child.returncode == -signal.SIGHUP for child in children)
+
+
+_NOHUP = """
+import signal, sys, trio
+for sig in (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT):
+    signal.signal(sig, signal.SIG_IGN)  # as nohup, or a shell's background job, leaves them
+from ahp.engine import open_host
+
+async def main():
+    async with open_host() as host:
+        with trio.fail_after(30):
+            pty = await host.create_terminal(argv=["sleep", "60"])
+            await trio.sleep(0.3)
+            await pty.interrupt()  # Ctrl-C: SIGINT to the foreground job
+            await pty.wait_exited()
+            print("pty", pty.returncode)
+            pipes = await host.create_terminal(argv=["sleep", "60"], use_pty=False)
+            await trio.sleep(0.3)
+            pipes.signal_process(signal.SIGQUIT)
+            await pipes.wait_exited()
+            print("pipes", pipes.returncode)
+
+trio.run(main)
+"""
+
+
+async def test_a_server_that_ignores_signals_starts_programs_that_do_not() -> None:
+    """A server started by nohup (or as a background job) ignores SIGHUP, SIGINT and
+    SIGQUIT, and an ignored disposition survives exec: its terminals' programs must
+    still get the defaults, or Ctrl-C interrupts nothing (ahp.pty.launch)."""
+    done = await trio.run_process(
+        [sys.executable, "-c", _NOHUP], capture_stdout=True, capture_stderr=True, check=False
+    )
+    assert done.stdout.decode().split() == ["pty", "-2", "pipes", "-3"], done.stderr.decode()
+
+
+@pytest.mark.parametrize("use_pty", [True, False], ids=["pty", "pipes"])
+async def test_ignored_signals_are_not_inherited(use_pty: bool) -> None:
+    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGHUP, signal.SIGQUIT)}
+    try:
+        assert {signal.SIGHUP, signal.SIGQUIT} <= set(ignored_signals())
+        async with open_host() as host:
+            term = await host.create_terminal(
+                argv=["grep", "SigIgn", "/proc/self/status"], use_pty=use_pty
+            )
+            text = await wait_for_text(term, "SigIgn:")
+            with trio.fail_after(TIMEOUT):
+                await term.wait_exited()
+            text = text[text.index("SigIgn:") :]
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    mask = int(text.split()[1], 16)
+    assert not mask & (1 << (signal.SIGHUP - 1)) and not mask & (1 << (signal.SIGQUIT - 1)), text
+    assert signal.SIGHUP not in ignored_signals()

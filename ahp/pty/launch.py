@@ -11,8 +11,12 @@ Python, ``pty.fork`` or ``preexec_fn`` is unsafe in a threaded Trio process (tri
   leader, so ``setsid()`` succeeds without forking (the pid we hold is the real
   child), and ``-c`` makes stdin, the slave, the controlling terminal;
 * if ``setsid`` is missing, ``python -I -S -c HELPER argv...`` does the same with
-  ``os.setsid()``, ``ioctl(0, TIOCSCTTY)`` and ``os.execvp`` (after restoring the
-  ``SIGPIPE``/``SIGXFSZ`` dispositions that the interpreter changed).
+  ``os.setsid()``, ``ioctl(0, TIOCSCTTY)`` and ``os.execvp``, after restoring every
+  signal's default disposition and an empty signal mask;
+* when this process ignores signals (``nohup``, a background job: a ``SIG_IGN``
+  survives ``exec``), that helper is used in any case, and pipes children start
+  through a helper that only restores the signals: a terminal's program always
+  starts with every signal at its default, so Ctrl-C interrupts it.
 
 Pipe mode needs no terminal: ``start_new_session=True`` gives the child its own
 process group so that :meth:`Child.signal_group` works the same way. Its stdin can be
@@ -38,6 +42,7 @@ from __future__ import annotations
 import functools
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import termios
@@ -50,25 +55,50 @@ import trio
 from ahp.pty.child import Child, set_window_size
 from ahp.pty.spec import SpawnError, SpawnSpec, validate
 
-__all__ = ["CTTY_HELPER", "default_launcher", "python_launcher", "spawn", "spawn_with"]
+__all__ = [
+    "CTTY_HELPER",
+    "SIGNALS_HELPER",
+    "default_launcher",
+    "ignored_signals",
+    "python_launcher",
+    "spawn",
+    "spawn_with",
+]
 
 #: ``termios.IUTF8`` (Linux); typeshed lacks it, the value is fixed by the kernel ABI.
 IUTF8: Final[int] = getattr(termios, "IUTF8", 0o040000)
 
-#: Source run by ``python -c`` when ``setsid`` is not installed. ``sys.argv[1:]`` is
-#: the child's argv; exit status 127 with a message if the exec fails.
-CTTY_HELPER: Final = """\
-import fcntl, os, signal, sys, termios
-os.setsid()
-fcntl.ioctl(0, termios.TIOCSCTTY, 0)
-for sig in (signal.SIGPIPE, signal.SIGXFSZ):
-    signal.signal(sig, signal.SIG_DFL)
+#: Every signal back to its default disposition, and an empty signal mask.
+_DEFAULT_SIGNALS: Final = """\
+for sig in signal.valid_signals():
+    if sig not in (signal.SIGKILL, signal.SIGSTOP):
+        try:
+            signal.signal(sig, signal.SIG_DFL)
+        except (OSError, ValueError):
+            pass
+signal.pthread_sigmask(signal.SIG_SETMASK, ())
+"""
+_EXEC_ARGV: Final = """\
 try:
     os.execvp(sys.argv[1], sys.argv[1:])
 except OSError as exc:
     os.write(2, f"ahp: cannot execute {sys.argv[1]!r}: {exc.strerror}\\r\\n".encode())
     os._exit(127)
 """
+#: Source run by ``python -c`` when ``setsid`` is not installed, or when this process
+#: ignores signals (:func:`ignored_signals`). ``sys.argv[1:]`` is the child's argv;
+#: exit status 127 with a message if the exec fails.
+CTTY_HELPER: Final = (
+    "import fcntl, os, signal, sys, termios\n"
+    "os.setsid()\n"
+    "fcntl.ioctl(0, termios.TIOCSCTTY, 0)\n" + _DEFAULT_SIGNALS + _EXEC_ARGV
+)
+#: Source run by ``python -c`` before a pipes child when this process ignores signals:
+#: every disposition back to its default, then ``execvp(argv)`` (same pid).
+SIGNALS_HELPER: Final = "import os, signal, sys\n" + _DEFAULT_SIGNALS + _EXEC_ARGV
+#: Signals ``subprocess`` itself restores in the child (``restore_signals``); Python
+#: ignores SIGPIPE and SIGXFSZ for its own sake.
+_RESTORED: Final = frozenset({signal.SIGPIPE, signal.SIGXFSZ})
 
 
 def python_launcher() -> tuple[str, ...]:
@@ -76,6 +106,27 @@ def python_launcher() -> tuple[str, ...]:
     if not sys.executable:
         raise SpawnError("cannot set a controlling terminal: no 'setsid' and no Python binary")
     return (sys.executable, "-I", "-S", "-c", CTTY_HELPER)
+
+
+def ignored_signals() -> list[signal.Signals]:
+    """The signals this process ignores that an ``exec`` would pass on to a child.
+
+    A server started by ``nohup``, as a shell's background job or by a supervisor
+    inherits ``SIG_IGN`` for SIGHUP, SIGINT or SIGQUIT, and so would every terminal's
+    program: Ctrl-C (and :meth:`Child.signal_group` with SIGINT) would interrupt
+    nothing, a hang-up would end nothing. :func:`spawn` then starts the child
+    through :data:`CTTY_HELPER` / :data:`SIGNALS_HELPER`, which restore every default
+    first. Read at each spawn (cheap: no system call)."""
+    ignored = []
+    for sig in signal.valid_signals():
+        if sig in _RESTORED or sig in (signal.SIGKILL, signal.SIGSTOP):
+            continue
+        try:
+            if signal.getsignal(sig) is signal.SIG_IGN:
+                ignored.append(signal.Signals(sig))
+        except (ValueError, OSError):  # pragma: no cover - real-time signals on odd libcs
+            continue
+    return ignored
 
 
 @functools.cache
@@ -104,19 +155,24 @@ async def spawn(spec: SpawnSpec) -> Child:
         SpawnError: If the spec is invalid or the process could not be started; no fd
             and no process is left behind.
     """
-    return await spawn_with(spec, launcher=default_launcher() if spec.use_pty else ())
+    if ignored_signals():
+        # (Every signal back to its default first: see ignored_signals.)
+        launcher = python_launcher() if spec.use_pty else _signals_launcher()
+    else:
+        launcher = default_launcher() if spec.use_pty else ()
+    return await spawn_with(spec, launcher=launcher)
 
 
 async def spawn_with(spec: SpawnSpec, *, launcher: Sequence[str]) -> Child:
-    """:func:`spawn` with an explicit launcher prefix for pty mode (used by tests).
+    """:func:`spawn` with an explicit launcher prefix (used by tests).
 
-    ``launcher`` must exec ``argv`` in place (same pid) after making the pty on
-    stdin the controlling terminal of a new session; it is ignored in pipe mode.
+    ``launcher`` must exec ``argv`` in place (same pid); in pty mode after making the
+    pty on stdin the controlling terminal of a new session.
     """
     validate(spec)
     if spec.use_pty:
         return await _spawn_pty(spec, tuple(launcher))
-    return await _spawn_pipes(spec)
+    return await _spawn_pipes(spec, tuple(launcher))
 
 
 async def _spawn_pty(spec: SpawnSpec, launcher: tuple[str, ...]) -> Child:
@@ -143,7 +199,13 @@ async def _spawn_pty(spec: SpawnSpec, launcher: tuple[str, ...]) -> Child:
     return Child(process, is_pty=True, input_fd=master, output_fd=master)
 
 
-async def _spawn_pipes(spec: SpawnSpec) -> Child:
+def _signals_launcher() -> tuple[str, ...]:
+    if not sys.executable:
+        return ()  # (nothing to restore the signals with: the child inherits them)
+    return (sys.executable, "-I", "-S", "-c", SIGNALS_HELPER)
+
+
+async def _spawn_pipes(spec: SpawnSpec, launcher: tuple[str, ...] = ()) -> Child:
     with ExitStack() as on_error, ExitStack() as always:
         if spec.stdin_closed:
             stdin_read, stdin_write = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC), -1
@@ -165,7 +227,7 @@ async def _spawn_pipes(spec: SpawnSpec) -> Child:
             os.set_blocking(error_read, False)
         process = await _open_process(
             spec,
-            list(spec.argv),
+            [*launcher, *spec.argv],
             stdin=stdin_read,
             stdout=output_write,
             stderr=error_write,
