@@ -10,11 +10,22 @@ Test rules (every test module follows them):
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
+
+# A suite started under nohup or as a shell's background job inherits SIG_IGN for
+# SIGHUP, SIGINT and SIGQUIT, and so would every process a test starts itself (the
+# engine's own children get the defaults back: ahp.pty.launch). Tests that send
+# those signals to a subprocess expect what a user's terminal gives it.
+for _sig in (signal.SIGHUP, signal.SIGQUIT):
+    if signal.getsignal(_sig) is signal.SIG_IGN:
+        signal.signal(_sig, signal.SIG_DFL)
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # Property tests run on loaded 2-core machines too: no per-example deadline (a slow
 # example is not a failure; the suite's own time is watched as a whole).

@@ -14,9 +14,10 @@ Python, ``pty.fork`` or ``preexec_fn`` is unsafe in a threaded Trio process (tri
   ``os.setsid()``, ``ioctl(0, TIOCSCTTY)`` and ``os.execvp``, after restoring every
   signal's default disposition and an empty signal mask;
 * when this process ignores signals (``nohup``, a background job: a ``SIG_IGN``
-  survives ``exec``), that helper is used in any case, and pipes children start
-  through a helper that only restores the signals: a terminal's program always
-  starts with every signal at its default, so Ctrl-C interrupts it.
+  survives ``exec``), the child (pty or pipes) starts through a helper that
+  restores every default and then execs the launcher or the program in place: a
+  terminal's program always starts with every signal at its default, so Ctrl-C
+  interrupts it.
 
 Pipe mode needs no terminal: ``start_new_session=True`` gives the child its own
 process group so that :meth:`Child.signal_group` works the same way. Its stdin can be
@@ -115,8 +116,8 @@ def ignored_signals() -> list[signal.Signals]:
     inherits ``SIG_IGN`` for SIGHUP, SIGINT or SIGQUIT, and so would every terminal's
     program: Ctrl-C (and :meth:`Child.signal_group` with SIGINT) would interrupt
     nothing, a hang-up would end nothing. :func:`spawn` then starts the child
-    through :data:`CTTY_HELPER` / :data:`SIGNALS_HELPER`, which restore every default
-    first. Read at each spawn (cheap: no system call)."""
+    through :data:`SIGNALS_HELPER`, which restores every default first, then execs
+    the launcher (same pid). Read at each spawn (cheap: no system call)."""
     ignored = []
     for sig in signal.valid_signals():
         if sig in _RESTORED or sig in (signal.SIGKILL, signal.SIGSTOP):
@@ -155,24 +156,24 @@ async def spawn(spec: SpawnSpec) -> Child:
         SpawnError: If the spec is invalid or the process could not be started; no fd
             and no process is left behind.
     """
-    if ignored_signals():
-        # (Every signal back to its default first: see ignored_signals.)
-        launcher = python_launcher() if spec.use_pty else _signals_launcher()
-    else:
-        launcher = default_launcher() if spec.use_pty else ()
-    return await spawn_with(spec, launcher=launcher)
+    return await spawn_with(spec, launcher=default_launcher() if spec.use_pty else ())
 
 
 async def spawn_with(spec: SpawnSpec, *, launcher: Sequence[str]) -> Child:
     """:func:`spawn` with an explicit launcher prefix (used by tests).
 
-    ``launcher`` must exec ``argv`` in place (same pid); in pty mode after making the
-    pty on stdin the controlling terminal of a new session.
+    ``launcher`` must exec ``argv`` in place (same pid) after making the pty on
+    stdin the controlling terminal of a new session; it is ignored in pipe mode. When
+    this process ignores signals, :data:`SIGNALS_HELPER` runs first (every signal back
+    to its default, then the launcher; see :func:`ignored_signals`).
     """
     validate(spec)
+    prefix: tuple[str, ...] = ()
+    if ignored_signals() and not (launcher and launcher[-1] == CTTY_HELPER):
+        prefix = _signals_launcher()  # (CTTY_HELPER restores them itself)
     if spec.use_pty:
-        return await _spawn_pty(spec, tuple(launcher))
-    return await _spawn_pipes(spec, tuple(launcher))
+        return await _spawn_pty(spec, (*prefix, *launcher))
+    return await _spawn_pipes(spec, prefix)
 
 
 async def _spawn_pty(spec: SpawnSpec, launcher: tuple[str, ...]) -> Child:
