@@ -162,11 +162,14 @@ async def test_cancelling_the_caller_kills_and_reaps(host: Host, tmp_path: Path)
             )
     pid = int(pid_file.read_text())
     assert await gone([pid])
-    # (Reaping follows the kill by a scheduler pass or two; on a loaded machine more.)
+    # (Reaping follows the kill by a scheduler pass or two; on a loaded machine more. If
+    # it took longer than KILL_WAIT, the terminal was disposed, which reaps it too.)
+    uri = "ahp-terminal:/x2"
     with trio.move_on_after(TIMEOUT):
-        while host.get("ahp-terminal:/x2").returncode is None or zombies():  # noqa: ASYNC110
+        while (uri in host and host.get(uri).returncode is None) or zombies():  # noqa: ASYNC110
             await trio.sleep(0.02)
-    assert host.get("ahp-terminal:/x2").returncode == -9
+    if uri in host:
+        assert host.get(uri).returncode == -9
     assert zombies() == []
 
 
