@@ -72,12 +72,11 @@ DEFAULT_PORT: Final = 8765
 #: ``serve``'s niceness for the terminals' processes (``--child-nice``): the server's
 #: own. ``--child-nice 10`` keeps busy programs from taking the server's CPU (on two
 #: cores, four shells printing in a loop made another terminal's echo wait 100-300 ms
-#: at 0, 20-35 ms at 10: ``benchmarks/bench_edges.py``, issue 25), but a default of 10
-#: starved the programs against any other work on the machine: every terminal's
-#: autogroup then weighs a tenth of another session's, and the test suite beside two
-#: CPU-bound loops went from green in 7 minutes to dozens of timeouts in 20
-#: (benchmarks/README.md, session 6). The user's programs are the point of a terminal
-#: host: lowering them is the operator's choice.
+#: at 0, 20-35 ms at 10: ``benchmarks/bench_edges.py``, issue 25), but as a default it
+#: would cost every machine that runs other work: each terminal's autogroup then weighs
+#: a tenth of another session's, so the user's programs would get a tenth of the CPU
+#: they get in any other terminal whenever the machine is contended. The user's
+#: programs are the point of a terminal host: lowering them is the operator's choice.
 SERVE_CHILD_NICE: Final = 0
 #: Largest token file read (``$AHP_TOKEN_FILE``); a token is a line, not a document.
 MAX_TOKEN_FILE: Final = 4096
