@@ -157,6 +157,12 @@ async def test_a_stalled_disk_neither_stalls_the_pty_nor_grows_memory(tmp_path: 
                     received.extend(chunk)
 
         nursery.start_soon(drain)
+        # The recorder resyncs once it can write again (a marker: what the snapshot holds
+        # was skipped); output after that is recorded. On a loaded machine the resync
+        # can come late, after the next command's output: wait for it first.
+        with trio.fail_after(TIMEOUT):
+            while recorder.resyncs < 1:  # noqa: ASYNC110 (a counter, not an event)
+                await trio.sleep(0.02)
         await term.run("echo after-the-stall")
         await host.dispose(term.uri)
         with trio.fail_after(TIMEOUT):
