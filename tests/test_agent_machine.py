@@ -237,3 +237,14 @@ def test_program_names_in_notes(line: str, name: str) -> None:
     assert program_name(line) == name
     evidence = InputEvidence(readers=(1,), echo=False, source="procfs", programs=(line,))
     assert evidence.describe().startswith(f"{name} waits for input, echo off")
+
+
+def test_a_line_not_started_is_looked_at_once_an_end_is_asked() -> None:
+    """Fallback mode: a Ctrl-C can drop a line before its start marker; the input
+    watch must look then too, or the command would stay running for ever."""
+    machine = CommandMachine(now=10.0, input_quiet=0.5)
+    assert machine.next_look(unstarted=True) is None  # nothing asked: wait for the start
+    machine.handle(Event.TIME_OUT, 10.1)
+    assert machine.next_look() is None  # detected mode watches the start itself
+    due = machine.next_look(unstarted=True)
+    assert due is not None and due <= 10.1 + 0.5 + 1e-9  # after input_quiet of quiet

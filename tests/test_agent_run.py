@@ -11,8 +11,10 @@ itself and the heuristics against a server without it.
 from __future__ import annotations
 
 import shutil
+import sys
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,7 +25,7 @@ from ahp.agent import MAX_COMMANDS_KEPT, CommandHandle, as_completed, wait_any
 from ahp.agent.budget import omission_marker
 from ahp.client import connect
 from ahp.server import ServeOptions
-from tests.helpers import TIMEOUT, stat_fields
+from tests.helpers import TIMEOUT, stat_fields, wait_for_text
 from tests.wire import TOKEN, running_server
 
 MODES = ("local", "remote")
@@ -718,6 +720,35 @@ async def test_a_tiny_timeout_never_leaves_the_terminal_busy(mode: str) -> None:
             # lost: then the command runs to its end, still reported timed out.)
             assert result.status == "timed_out", result
             assert (after.status, after.output) == ("finished", "next\n"), after
+
+
+HELD_SHELL = Path(__file__).resolve().parent / "fixtures" / "held_interrupt_shell.py"
+
+
+@pytest.mark.parametrize(("mode", "plain"), [("local", False), ("remote", False), ("local", True)])
+async def test_an_interrupt_the_shell_holds_is_taken_before_the_next_command(
+    mode: str, plain: bool
+) -> None:
+    """bash at its first prompt can hold a Ctrl-C until the next key and then drop
+    that key (``echo next`` ran as ``cho next``: a CI failure). The shell here holds
+    every first Ctrl-C so: the interrupted run is not over until the shell showed it
+    took it (one more Ctrl-C makes it), and the next command arrives whole."""
+    argv = [sys.executable, str(HELD_SHELL), *(["--plain"] if plain else [])]
+    async with AsyncExitStack() as stack:
+        host = await stack.enter_async_context(ahp.open_host())
+        local = await host.create_terminal(argv=argv, cwd="/tmp")
+        await wait_for_text(local, "held$ ")  # its handler is installed
+        term: Any = local
+        if mode == "remote":
+            server = await stack.enter_async_context(running_server(host=host))
+            client = await stack.enter_async_context(connect(server.url))
+            await client.subscribe(local.uri)
+            term = client.terminal(local.uri)
+        with trio.fail_after(TIMEOUT):
+            result = await term.run("echo slept", timeout=1e-6)
+            after = await term.run("echo next")
+    assert result.status == "timed_out" and "not run" in result.note, result
+    assert (after.status, after.output, after.exit_code) == ("finished", "next\n", 0), after
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import itertools
+
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ahp.agent.prestart import MAX_PRE_START, PreStart, screen_line
+from ahp.agent.prestart import MAX_PRE_START, PreStart, prompt_after, screen_line
 
 BASH_ERROR = "echo (\r\nbash: syntax error near unexpected token `newline'\r\nroot@vm:~# "
 
@@ -53,3 +55,47 @@ def test_any_split_gives_the_same_answer(at: int) -> None:
     pre.feed(BASH_ERROR[:at])
     pre.feed(BASH_ERROR[at:])
     assert pre.back_at_prompt() and pre.said().startswith("bash: syntax error")
+
+
+# What bash printed after a Ctrl-C (recorded through a real pty): taken, it starts a
+# new line and draws a new prompt; held (at its first prompt), it redraws the line.
+TAKEN = "\x1b[?2004l\r^C\x1b[?2004l\r\r\n\x1b[?2004h\x1b]633;A\x07root@vm:~# \x1b]633;B\x07"
+HELD = "^C\x1b[?2004l\r\x1b[?2004h\x1b[C\x1b[C\x1b[C\x1b[C"
+
+
+def test_only_output_after_the_ask_shows_the_interrupt_taken() -> None:
+    pre = PreStart("root@vm:~# ", typed_lines=1)
+    pre.feed(TAKEN)  # before the ask: a prompt of the typing's time, not an answer
+    assert not pre.took_interrupt()
+    pre.feed(HELD, asked=True)
+    assert not pre.took_interrupt()
+    pre.feed(TAKEN, asked=True)
+    assert pre.took_interrupt()
+
+
+def test_a_prompt_that_changed_counts_and_no_new_line_does_not() -> None:
+    assert prompt_after("^C\r\n[130] ~ % ", "[0] ~ % ")  # a prompt showing $?
+    assert prompt_after("^C\r\n$ ", "$ ")
+    assert not prompt_after("^C$ ", "$ ")  # redrawn on the same line: held
+    assert not prompt_after("sleep 3\r\n", "$ ")  # the line accepted, nothing yet
+    assert not prompt_after("", "$ ")
+
+
+def test_the_output_after_the_ask_is_bounded() -> None:
+    pre = PreStart("$ ", typed_lines=1)
+    pre.feed("y\r\n" * MAX_PRE_START, asked=True)
+    pre.feed("$ ", asked=True)
+    assert len(pre._after_ask) == MAX_PRE_START
+    assert pre.took_interrupt()
+
+
+@given(st.lists(st.integers(min_value=0, max_value=len(HELD + TAKEN)), max_size=6))
+def test_the_answer_to_an_interrupt_split_anywhere(cuts: list[int]) -> None:
+    text = HELD + TAKEN
+    pre = PreStart("root@vm:~# ", typed_lines=1)
+    bounds = [0, *sorted(cuts), len(text)]
+    for start, end in itertools.pairwise(bounds):
+        pre.feed(text[start:end], asked=True)
+        if end <= len(HELD):
+            assert not pre.took_interrupt()
+    assert pre.took_interrupt()

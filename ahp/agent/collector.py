@@ -55,7 +55,7 @@ from ahp.agent.machine import INPUT_POLL, MAX_INPUT_POLL
 from ahp.agent.markers import MARKER_LOOKBACK, MARKER_TAIL, Markers, group, wrap
 from ahp.agent.options import RunOptions
 from ahp.agent.port import TerminalPort
-from ahp.agent.prestart import PreStart, screen_line
+from ahp.agent.prestart import MAX_PRE_START, PreStart, prompt_after, screen_line
 from ahp.agent.record import CommandRecord
 from ahp.agent.result import BackgroundProcess, Holder
 from ahp.agent.status import Event
@@ -82,6 +82,13 @@ CLAIM_TIMEOUT: Final = 5.0
 PROMPT_LOOKBACK: Final = 4096
 #: Bound on closing the follower at the end.
 CLOSE_TIMEOUT: Final = 1.0
+#: After a Ctrl-C, how long the shell may be seen reading in quiet without having
+#: shown that it took it (a new line and a prompt) before the command is ended
+#: anyway: a shell that ignores SIGINT, or a prompt that looks like none.
+TAKE_WAIT: Final = 3.0
+#: How many more Ctrl-Cs a shell seen reading, that has not shown it took the first,
+#: is sent (see ``_Collector._took_interrupt``).
+INTERRUPT_RESENDS: Final = 2
 
 #: Ends after which the claim found is given back (the terminal is still there).
 _GIVE_BACK: Final = frozenset({Event.ENDED, Event.FAILED})
@@ -293,6 +300,14 @@ class _Collector:
     pre_start: PreStart | None = None
     #: Set when pre-start output arrives (replaced by the watcher once seen).
     pre_activity: trio.Event = attrs.Factory(trio.Event)
+    #: Fallback mode: what the terminal printed after the first ask to end the
+    #: command (its tail): whether the shell took the Ctrl-C.
+    after_ask: str = ""
+    #: When the shell was first seen reading in quiet after a Ctrl-C it has not shown
+    #: it took (``None``: not so at the last look).
+    untaken: float | None = None
+    #: Ctrl-Cs sent again because the shell had not shown it took the first.
+    resent: int = 0
 
     async def run(self) -> None:
         record = self.record
@@ -424,7 +439,7 @@ class _Collector:
                 if self.command_id is not None:
                     record.output(action.data)
                 elif self.pre_start is not None:
-                    self.pre_start.feed(action.data)
+                    self.pre_start.feed(action.data, asked=bool(record.machine.asked))
                     self.pre_activity.set()
             elif (
                 isinstance(action, TerminalCommandFinished) and action.commandId == self.command_id
@@ -463,6 +478,8 @@ class _Collector:
                 return
             if not isinstance(action, TerminalData):
                 continue
+            if record.machine.asked:
+                self.after_ask = (self.after_ask + action.data)[-MAX_PRE_START:]
             text = markers.feed(action.data)
             if markers.started and not record.machine.executing:
                 record.apply(Event.EXECUTING)
@@ -490,24 +507,28 @@ class _Collector:
             with trio.move_on_after(pause):
                 await self.pre_activity.wait()
             if pre.count != count:
-                seen = None
+                seen = self.untaken = None
                 pause = self.record.machine.input_quiet
                 continue
             reading = await self._shell_reads(pre)
             if self.command_id is not None or self._over():
                 return
             if not reading or pre.count != count:
-                seen = None
+                seen = self.untaken = None
                 pause = min(pause * 2, MAX_INPUT_POLL)
                 continue
             if seen != count:
                 seen, pause = count, INPUT_POLL  # a second look, nothing printed between
                 continue
-            if record.machine.asked or pre.back_at_prompt():
+            asked = bool(record.machine.asked)
+            if asked and not await self._took_interrupt(pre.took_interrupt()):
+                pause = INPUT_POLL
+                continue
+            if asked or pre.back_at_prompt():
                 record.output(pre.said())
                 why = (
                     "it was interrupted before the shell started it"
-                    if record.machine.asked
+                    if asked
                     else "the shell is back at its prompt without running it (the output "
                     "says why: a syntax error?)"
                 )
@@ -549,7 +570,7 @@ class _Collector:
         record = self.record
         machine = record.machine
         while not self._over():
-            due = machine.next_look()
+            due = machine.next_look(unstarted=self.markers is not None)
             now = trio.current_time()
             if due is None or now < due:
                 with trio.move_on_at(math.inf if due is None else due):
@@ -560,11 +581,13 @@ class _Collector:
             if self._over():
                 return
             if self.back_at_prompt:
-                await self._end(
-                    Event.ENDED,
-                    note="the shell dropped the rest of the command line (its end "
-                    "marker) when interrupted: exit code unknown",
+                note = (
+                    "the shell dropped the rest of the command line (its end marker) "
+                    "when interrupted: exit code unknown"
+                    if machine.executing
+                    else "not run: it was interrupted before the shell started it; no exit code"
                 )
+                await self._end(Event.ENDED, note=note)
                 if self.scope is not None:
                     self.scope.cancel()  # the follower waits for a marker that will not come
                 return
@@ -574,6 +597,32 @@ class _Collector:
                 record.apply(Event.INPUT_SEEN, evidence=evidence)
             else:
                 machine.looked(trio.current_time())
+
+    async def _took_interrupt(self, shown: bool) -> bool:
+        """The shell, seen reading in quiet, took the Ctrl-C: it has ``shown`` so (a
+        new line and a prompt after the ask), or it has read in quiet for
+        :data:`TAKE_WAIT` without (it ignores SIGINT; its prompt looks like none).
+
+        Until then the Ctrl-C may still be on its way (the kernel's buffer, a shell
+        not yet scheduled), or held: bash, interrupted at its first prompt while its
+        line editor is not blocked reading, redraws the line and keeps the interrupt
+        pending until the next key, which it then drops with whatever it had read
+        (the command typed next would lose its first keys). Seen reading without
+        having shown it, the shell is sent one more Ctrl-C (at most
+        :data:`INTERRUPT_RESENDS`): bash then takes both at once, and a Ctrl-C at
+        the shell's own prompt only drops the line being edited, the one it
+        interrupted."""
+        if shown:
+            return True
+        now = trio.current_time()
+        if self.untaken is None:
+            self.untaken = now
+        elif now - self.untaken >= TAKE_WAIT:
+            return True
+        if self.resent < INTERRUPT_RESENDS:
+            self.resent += 1
+            await self.port.send_input("\x03")
+        return False
 
     def _over(self) -> bool:
         return self.record.machine.done
@@ -619,12 +668,14 @@ class _Collector:
                 # nothing in between tells them apart.
                 seen, self.shell_read_seen = self.shell_read_seen, self.record.activity
                 if seen is not self.record.activity:
+                    self.untaken = None
                     return None
                 if self.markers is not None and self.record.machine.asked:
                     # Interrupted in a shell without detection: an interactive shell
                     # drops the rest of the line, end marker included; it is back at
-                    # its prompt.
-                    self.back_at_prompt = True
+                    # its prompt once it has shown it took the Ctrl-C.
+                    shown = prompt_after(self.after_ask)
+                    self.back_at_prompt = await self._took_interrupt(shown)
                     return None
             return attrs.evolve(evidence, full_screen=full_screen)
         # Nothing to see (a remote server without the extension, no pty): quiet, and

@@ -156,11 +156,16 @@ class CommandMachine:
 
     # -- the input watch's clock ---------------------------------------------------------------
 
-    def next_look(self) -> float | None:
+    def next_look(self, *, unstarted: bool = False) -> float | None:
         """When to look for evidence of waiting for input next (a time on the caller's
         clock; in the past: now), or ``None`` while there is nothing to look for (not
-        executing yet, waiting already, or over): wait for the next event instead."""
-        if self.done or self.waiting or not self.executing:
+        executing yet, waiting already, or over): wait for the next event instead.
+
+        ``unstarted``: look at a line not started yet too, once an end was asked for
+        (fallback mode: the shell may have dropped it, start marker and all)."""
+        if self.done or self.waiting:
+            return None
+        if not self.executing and not (unstarted and self.asked):
             return None
         return max(self.last_output + self.input_quiet, self._next)
 

@@ -12,6 +12,12 @@ once the shell is seen reading again: is this the shell's primary prompt again
 (:meth:`PreStart.back_at_prompt`: the command was dropped), and what did the shell
 say (:meth:`PreStart.said`: the error, without the echo and the prompt).
 
+A Ctrl-C (an interrupt, a timeout) is not over when it is sent: until the shell
+took it, it is still on its way (in the kernel's buffer, or pending in a shell not
+yet scheduled), and a command typed then loses its first keys to the line the
+shell discards. Only output that arrived after the ask shows the shell took it
+(:meth:`PreStart.took_interrupt`: a new line, then a prompt).
+
 Pure: no I/O, no clock.
 """
 
@@ -19,9 +25,10 @@ from __future__ import annotations
 
 from typing import Final
 
+from ahp.agent.evidence import looks_like_prompt
 from ahp.agent.render import strip_escapes
 
-__all__ = ["MAX_PRE_START", "PreStart", "screen_line"]
+__all__ = ["MAX_PRE_START", "PreStart", "prompt_after", "screen_line"]
 
 #: Characters of pre-start output kept (the tail: the new prompt is at its end).
 MAX_PRE_START: Final = 16 * 1024
@@ -37,6 +44,17 @@ def screen_line(text: str) -> str:
     return ""
 
 
+def prompt_after(text: str, prompt: str = "") -> bool:
+    """``text`` (output since a Ctrl-C was asked for) shows the shell took it: a new
+    line was started, and the last line is ``prompt`` (the one the command was
+    typed at) or one that looks like a prompt (a prompt that changed: it shows
+    ``$?``, the time)."""
+    if "\n" not in text:
+        return False
+    last = screen_line(text).strip()
+    return bool(last) and (last == prompt.strip() or looks_like_prompt(last))
+
+
 class PreStart:
     """Output of a typed command before its start, and the prompt it was typed at.
 
@@ -50,13 +68,18 @@ class PreStart:
         self.prompt = prompt.strip()
         self.typed_lines = typed_lines
         self._text = ""
+        #: What arrived after the first ask to end it (a Ctrl-C), the tail.
+        self._after_ask = ""
         #: Changes with every :meth:`feed` (a look before and after tells "quiet").
         self.count = 0
 
-    def feed(self, data: str) -> None:
+    def feed(self, data: str, *, asked: bool = False) -> None:
+        """``asked``: an end was asked for (a Ctrl-C sent) before ``data`` arrived."""
         self.count += 1
         text = self._text + data
         self._text = text[-MAX_PRE_START:]
+        if asked:
+            self._after_ask = (self._after_ask + data)[-MAX_PRE_START:]
 
     def last_line(self) -> str:
         return screen_line(self._text)
@@ -66,6 +89,10 @@ class PreStart:
         prompt such as ``> ``): the shell dropped the line."""
         last = self.last_line().strip()
         return bool(last) and bool(self.prompt) and last == self.prompt
+
+    def took_interrupt(self) -> bool:
+        """Output after the ask shows the shell took the Ctrl-C (:func:`prompt_after`)."""
+        return prompt_after(self._after_ask, self.prompt)
 
     def said(self) -> str:
         """What the shell printed between the echo of the typed lines and the new
