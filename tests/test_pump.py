@@ -17,6 +17,7 @@ from tests.helpers import TIMEOUT, wait_for_state
 
 @pytest.fixture
 def pipe() -> tuple[int, int]:
+    """A pipe the fixture closes: a test must not close either end itself."""
     r, w = os.pipe()
     os.set_blocking(r, False)
     yield r, w
@@ -55,8 +56,12 @@ async def test_a_pump_hands_over_what_was_written_and_ends_when_quiet(
         await pump.aclose()
 
 
-async def test_a_pump_reports_eof(pipe: tuple[int, int]) -> None:
-    r, w = pipe
+async def test_a_pump_reports_eof() -> None:
+    # Its own pipe, not the fixture's: the fixture would close ``w`` a second time,
+    # and by then the number may be the reader thread's wake pipe (which then closed
+    # the next test's pipe when the thread ended: EBADF in a loaded run).
+    r, w = os.pipe()
+    os.set_blocking(r, False)
     os.write(w, b"last words")
     os.close(w)
     pump = ReadPump(r, is_pty=False, quiet=1.0)
@@ -67,6 +72,7 @@ async def test_a_pump_reports_eof(pipe: tuple[int, int]) -> None:
             assert await pump.take() == b""
     finally:
         await pump.aclose()
+        os.close(r)
 
 
 async def test_the_buffer_bound_stops_the_thread_reading(pipe: tuple[int, int]) -> None:
