@@ -24,6 +24,7 @@ from ahp.protocol.actions import (
 )
 from ahp.record import RecordOptions, record_host, record_terminal
 from ahp.record.asciicast import (
+    CAUGHT_UP_PREFIX,
     SKIPPED_MARKER,
     Event,
     Header,
@@ -34,7 +35,13 @@ from ahp.record.asciicast import (
     parse_command_marker,
     size_bound_marker,
 )
-from ahp.record.recorder import DISPOSED_MARKER, MAX_OPEN_COMMANDS, STOPPED_MARKER, Recorder
+from ahp.record.recorder import (
+    DISPOSED_MARKER,
+    MAX_OPEN_COMMANDS,
+    RECORD_CATCH_UP_CHARS,
+    STOPPED_MARKER,
+    Recorder,
+)
 from ahp.server import ServeOptions
 from tests.helpers import TIMEOUT, open_fds, wait_for_state, wait_for_text
 from tests.wire import TOKEN, peer, running_server
@@ -171,8 +178,49 @@ async def test_a_stalled_disk_neither_stalls_the_pty_nor_grows_memory(tmp_path: 
     events_list = list(events)  # every line parses
     assert header.cols == 80
     assert recorder.resyncs >= 1
-    assert [e for e in events_list if e.code == "m" and e.data == SKIPPED_MARKER]
+    skipped = [e.data for e in events_list if e.code == "m" and e.data.startswith(SKIPPED_MARKER)]
+    assert skipped, events_list[-5:]  # 8 MB: more than the scrollback and the catch-up hold
+    assert recorder.lost_chars > 0 and recorder.caught_up_chars >= RECORD_CATCH_UP_CHARS
     assert "after-the-stall" in output_of(events_list)
+
+
+async def test_a_stall_the_scrollback_covers_loses_nothing(tmp_path: Path) -> None:
+    """A shorter stall: the recorder falls behind and resyncs, and what it missed is
+    still in the terminal's scrollback. It is written at once behind a marker, and
+    the recording's output is exactly what the terminal printed."""
+    fifo = tmp_path / "stalled.cast"
+    os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    options = RecordOptions(buffer_bytes=16 * 1024, outbox_bytes=64 * 1024)
+    received = bytearray()
+    async with ahp.open_host(shell="/bin/bash") as host, trio.open_nursery() as nursery:
+        term = await host.create_terminal()
+        recorder = await nursery.start(record_terminal, term, fifo, options)
+        # 40 000 distinct short lines (~230 KB): past the bounds and the FIFO, within the scrollback
+        # and the catch-up bound.
+        result = await term.run("seq 1 40000; echo done-$((6*7))", timeout=TIMEOUT * 3)
+        assert result.exit_code == 0 and "done-42" in result.output
+
+        async def drain() -> None:
+            stream = trio.lowlevel.FdStream(reader)
+            async with stream:
+                while chunk := await stream.receive_some(1 << 16):
+                    received.extend(chunk)
+
+        nursery.start_soon(drain)
+        await term.run("echo after-the-stall")
+        with trio.fail_after(TIMEOUT):
+            while recorder.resyncs < 1:  # noqa: ASYNC110 (a counter, not an event)
+                await trio.sleep(0.02)
+        printed = term.state.text()
+        await host.dispose(term.uri)
+        with trio.fail_after(TIMEOUT):
+            await recorder.done.wait()
+    _, events = decode(bytes(received).splitlines())
+    events_list = list(events)
+    caught = [e.data for e in events_list if e.code == "m" and e.data.startswith(CAUGHT_UP_PREFIX)]
+    assert caught and recorder.lost_chars == 0 and recorder.caught_up_chars > 0, caught
+    assert output_of(events_list) == printed
 
 
 async def test_the_size_bound_stops_the_recording_and_says_so(tmp_path: Path) -> None:

@@ -300,8 +300,8 @@ class _Collector:
     pre_start: PreStart | None = None
     #: Set when pre-start output arrives (replaced by the watcher once seen).
     pre_activity: trio.Event = attrs.Factory(trio.Event)
-    #: Fallback mode: what the terminal printed after the first ask to end the
-    #: command (its tail): whether the shell took the Ctrl-C.
+    #: What the terminal printed after the latest Ctrl-C, before the command's start
+    #: (its tail): whether the shell took it (``_took_interrupt``).
     after_ask: str = ""
     #: When the shell was first seen reading in quiet after a Ctrl-C it has not shown
     #: it took (``None``: not so at the last look).
@@ -439,7 +439,9 @@ class _Collector:
                 if self.command_id is not None:
                     record.output(action.data)
                 elif self.pre_start is not None:
-                    self.pre_start.feed(action.data, asked=bool(record.machine.asked))
+                    self.pre_start.feed(action.data)
+                    if record.machine.asked:
+                        self._after_ask(action.data)
                     self.pre_activity.set()
             elif (
                 isinstance(action, TerminalCommandFinished) and action.commandId == self.command_id
@@ -479,7 +481,7 @@ class _Collector:
             if not isinstance(action, TerminalData):
                 continue
             if record.machine.asked:
-                self.after_ask = (self.after_ask + action.data)[-MAX_PRE_START:]
+                self._after_ask(action.data)
             text = markers.feed(action.data)
             if markers.started and not record.machine.executing:
                 record.apply(Event.EXECUTING)
@@ -521,7 +523,7 @@ class _Collector:
                 seen, pause = count, INPUT_POLL  # a second look, nothing printed between
                 continue
             asked = bool(record.machine.asked)
-            if asked and not await self._took_interrupt(pre.took_interrupt()):
+            if asked and not await self._took_interrupt(pre.prompt):
                 pause = INPUT_POLL
                 continue
             if asked or pre.back_at_prompt():
@@ -598,31 +600,42 @@ class _Collector:
             else:
                 machine.looked(trio.current_time())
 
-    async def _took_interrupt(self, shown: bool) -> bool:
-        """The shell, seen reading in quiet, took the Ctrl-C: it has ``shown`` so (a
-        new line and a prompt after the ask), or it has read in quiet for
-        :data:`TAKE_WAIT` without (it ignores SIGINT; its prompt looks like none).
+    def _after_ask(self, data: str) -> None:
+        """Output that arrived after the (latest) Ctrl-C, before the command's start
+        (its tail): the shell's answer to it."""
+        self.after_ask = (self.after_ask + data)[-MAX_PRE_START:]
+
+    async def _took_interrupt(self, prompt: str) -> bool:
+        """The shell, seen reading in quiet after a Ctrl-C, took it: its answer (the
+        output since the latest Ctrl-C) starts a new line and ends at ``prompt`` or
+        one like it (:func:`~ahp.agent.prestart.prompt_after`); or it has read in
+        quiet for :data:`TAKE_WAIT` since without one (it ignores SIGINT; its prompt
+        looks like none; it held every Ctrl-C resent).
 
         Until then the Ctrl-C may still be on its way (the kernel's buffer, a shell
         not yet scheduled), or held: bash, interrupted at its first prompt while its
-        line editor is not blocked reading, redraws the line and keeps the interrupt
-        pending until the next key, which it then drops with whatever it had read
-        (the command typed next would lose its first keys). Seen reading without
-        having shown it, the shell is sent one more Ctrl-C (at most
-        :data:`INTERRUPT_RESENDS`): bash then takes both at once, and a Ctrl-C at
-        the shell's own prompt only drops the line being edited, the one it
-        interrupted."""
-        if shown:
+        line editor is not blocked reading, echoes ``^C``, redraws the line and
+        keeps the interrupt pending until the next key, which it then drops with
+        whatever it had read (the command typed next would lose its first keys).
+        A shell that answered so (output, but no new prompt) and reads in quiet is
+        sent one more Ctrl-C, at most :data:`INTERRUPT_RESENDS` times: bash takes
+        both at once, and a Ctrl-C at a shell's own prompt only drops the line it
+        interrupted. Never while an answer may still be coming (nothing yet since
+        the latest Ctrl-C): a Ctrl-C in flight when the next command is typed is
+        the very hazard. The answer to a resent one is looked for from scratch."""
+        answer = self.after_ask
+        if prompt_after(answer, prompt):
             return True
+        if answer and self.resent < INTERRUPT_RESENDS:
+            self.resent += 1
+            self.after_ask = ""
+            self.untaken = None
+            await self.port.send_input("\x03")
+            return False
         now = trio.current_time()
         if self.untaken is None:
             self.untaken = now
-        elif now - self.untaken >= TAKE_WAIT:
-            return True
-        if self.resent < INTERRUPT_RESENDS:
-            self.resent += 1
-            await self.port.send_input("\x03")
-        return False
+        return now - self.untaken >= TAKE_WAIT
 
     def _over(self) -> bool:
         return self.record.machine.done
@@ -674,8 +687,7 @@ class _Collector:
                     # Interrupted in a shell without detection: an interactive shell
                     # drops the rest of the line, end marker included; it is back at
                     # its prompt once it has shown it took the Ctrl-C.
-                    shown = prompt_after(self.after_ask)
-                    self.back_at_prompt = await self._took_interrupt(shown)
+                    self.back_at_prompt = await self._took_interrupt("")
                     return None
             return attrs.evolve(evidence, full_screen=full_screen)
         # Nothing to see (a remote server without the extension, no pty): quiet, and

@@ -15,8 +15,8 @@ say (:meth:`PreStart.said`: the error, without the echo and the prompt).
 A Ctrl-C (an interrupt, a timeout) is not over when it is sent: until the shell
 took it, it is still on its way (in the kernel's buffer, or pending in a shell not
 yet scheduled), and a command typed then loses its first keys to the line the
-shell discards. Only output that arrived after the ask shows the shell took it
-(:meth:`PreStart.took_interrupt`: a new line, then a prompt).
+shell discards. Only output that arrived after it shows the shell took it
+(:func:`prompt_after`: a new line, then a prompt).
 
 Pure: no I/O, no clock.
 """
@@ -68,18 +68,13 @@ class PreStart:
         self.prompt = prompt.strip()
         self.typed_lines = typed_lines
         self._text = ""
-        #: What arrived after the first ask to end it (a Ctrl-C), the tail.
-        self._after_ask = ""
         #: Changes with every :meth:`feed` (a look before and after tells "quiet").
         self.count = 0
 
-    def feed(self, data: str, *, asked: bool = False) -> None:
-        """``asked``: an end was asked for (a Ctrl-C sent) before ``data`` arrived."""
+    def feed(self, data: str) -> None:
         self.count += 1
         text = self._text + data
         self._text = text[-MAX_PRE_START:]
-        if asked:
-            self._after_ask = (self._after_ask + data)[-MAX_PRE_START:]
 
     def last_line(self) -> str:
         return screen_line(self._text)
@@ -89,10 +84,6 @@ class PreStart:
         prompt such as ``> ``): the shell dropped the line."""
         last = self.last_line().strip()
         return bool(last) and bool(self.prompt) and last == self.prompt
-
-    def took_interrupt(self) -> bool:
-        """Output after the ask shows the shell took the Ctrl-C (:func:`prompt_after`)."""
-        return prompt_after(self._after_ask, self.prompt)
 
     def said(self) -> str:
         """What the shell printed between the echo of the typed lines and the new

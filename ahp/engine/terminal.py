@@ -325,6 +325,13 @@ class Terminal(CommandSurface):
         return self._core.state
 
     @property
+    def output_chars(self) -> int:
+        """Characters of output applied so far (only grows). Read as a resync snapshot
+        arrives (no checkpoint between), it tells a consumer that counted the output
+        it saw how much of the snapshot's tail it missed."""
+        return self._core.output_chars
+
+    @property
     def scrollback_chars(self) -> int:
         """Characters the content retains now (O(1); :mod:`ahp.engine.packing`)."""
         return self._core.scrollback.length

@@ -31,10 +31,12 @@ import orjson
 
 __all__ = [
     "CODES",
+    "CAUGHT_UP_PREFIX",
     "SKIPPED_MARKER",
     "Event",
     "Header",
     "RecordingError",
+    "caught_up_marker",
     "command_finished",
     "command_started",
     "decode",
@@ -50,8 +52,11 @@ VERSION: Final = 3
 #: Event codes this host writes (others are decoded and kept as they are).
 CODES: Final = frozenset({"o", "i", "r", "m", "x"})
 #: Marker written after the recorder fell behind and resynchronised: output between
-#: the last event and this one is missing from the file.
+#: the last event and this one is missing from the file (:func:`caught_up_marker`
+#: says how much, and what follows at once).
 SKIPPED_MARKER: Final = "output skipped: the recorder fell behind (disk too slow)"
+#: The start of the marker of a resync that lost nothing (:func:`caught_up_marker`).
+CAUGHT_UP_PREFIX: Final = "the recorder fell behind (disk too slow)"
 #: Prefixes of the command markers (see :func:`command_started`).
 COMMAND_PREFIX: Final = "$ "
 EXIT_PREFIX: Final = "exit "
@@ -146,6 +151,16 @@ def parse_command_marker(label: str) -> tuple[str, str, int | None] | None:
         if code.lstrip("-").isdigit():
             return ("end", line, int(code))
     return None
+
+
+def caught_up_marker(caught: int, lost: int) -> str:
+    """The marker of a resync: ``caught`` characters of the output the recorder
+    missed follow in one event (their timing is gone); ``lost`` more were no longer
+    in the terminal's scrollback (or past the catch-up bound) and are missing. Starts
+    with :data:`SKIPPED_MARKER` when ``lost``, else with :data:`CAUGHT_UP_PREFIX`."""
+    if lost:
+        return f"{SKIPPED_MARKER}: {lost} characters lost, the last {caught} follow at once"
+    return f"{CAUGHT_UP_PREFIX}: the {caught} characters it missed follow at once"
 
 
 def size_bound_marker(bound: int) -> str:

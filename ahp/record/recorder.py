@@ -14,9 +14,12 @@ subscription's outbox (:data:`RECORD_OUTBOX_BYTES`); encoded lines wait for the
 disk in the recorder's buffer (:data:`RECORD_BUFFER_BYTES`). When the disk is
 slower than the terminal, the buffer fills, the recorder stops taking from its
 outbox, the outbox overflows and is dropped (O(1), memory freed), and the
-recorder resynchronises the engine's way: a fresh snapshot, after which it
-writes the marker :data:`~ahp.record.asciicast.SKIPPED_MARKER` and goes on with
-live output. The pty, the other viewers and the event loop never wait for the
+recorder resynchronises the engine's way: a fresh snapshot. It counts the
+output it saw against the terminal's count (:attr:`ahp.engine.Terminal.output_chars`),
+writes what it missed from the scrollback in one event (at most
+:data:`RECORD_CATCH_UP_CHARS`, the latest) behind a marker saying how much that is
+and how much was lost (:func:`~ahp.record.asciicast.caught_up_marker`), and goes on
+with live output. The pty, the other viewers and the event loop never wait for the
 disk; the recorder's memory is at most the two bounds plus one line.
 
 Writes: a regular file is written in a worker thread (``trio.to_thread``; a
@@ -97,6 +100,9 @@ RECORD_BUFFER_BYTES: Final = 1024 * 1024
 #: every in-process subscriber's: the envelopes are the ones all subscribers share (no
 #: copy), and one envelope of output (a parse batch) must fit with room to spare.
 RECORD_OUTBOX_BYTES: Final = DEFAULT_OUTBOX_BYTES
+#: Most characters of missed output a resync writes from the terminal's scrollback
+#: (the latest ones: the screen a player shows is right again); the rest is lost.
+RECORD_CATCH_UP_CHARS: Final = 256 * 1024
 #: Seconds the writer gathers lines before a write (less once the buffer is half full).
 RECORD_WRITE_DELAY: Final = 0.05
 #: Seconds the recorder spends writing what is buffered when it ends or is cancelled.
@@ -174,6 +180,9 @@ class Recorder:
         self.subscription: Subscription = terminal.subscribe(
             max_bytes=options.outbox_bytes, paces=False
         )
+        #: The terminal's output count as of the last output this recorder saw (the
+        #: first snapshot holds everything up to now).
+        self._seen_chars = terminal.output_chars
         self.started_at = time.time()
         self._last = time.monotonic()
         self._buffer: list[bytes] = []
@@ -197,6 +206,9 @@ class Recorder:
         #: Whether the size bound stopped the recording.
         self.stopped_at_bound = False
         #: Counters for tests and figures.
+        #: Characters of missed output written after resyncs, and lost in them.
+        self.caught_up_chars = 0
+        self.lost_chars = 0
         self.events = 0
         self.resyncs = 0
         self.written_bytes = 0
@@ -276,14 +288,33 @@ class Recorder:
             self._header(state)
             text = state.text()
             return not text or self._event("o", text)  # attached late: what is there
+        return self._catch_up()
+
+    def _catch_up(self) -> bool:
+        """After a resync: the output missed since the last one seen, from the
+        terminal's scrollback (read now: the subscription made the snapshot just
+        before handing it over, no checkpoint between), behind a marker saying how
+        much it is and how much was lost (past the scrollback or
+        :data:`RECORD_CATCH_UP_CHARS`)."""
         self.resyncs += 1
-        return self._event("m", asciicast.SKIPPED_MARKER)
+        now = self.terminal.output_chars
+        missed, self._seen_chars = now - self._seen_chars, now
+        if missed <= 0:
+            return True
+        state = self.terminal.state
+        tail = state.tail(min(missed, RECORD_CATCH_UP_CHARS))
+        self.caught_up_chars += len(tail)
+        self.lost_chars += missed - len(tail)
+        if not self._event("m", asciicast.caught_up_marker(len(tail), missed - len(tail))):
+            return False
+        return not tail or self._event("o", tail)
 
     def _envelope(self, envelope: ActionEnvelope) -> bool:
         action = envelope.action
         cls = action.__class__
         if cls is TerminalData:
             assert isinstance(action, TerminalData)
+            self._seen_chars += len(action.data)
             return self._event("o", action.data)
         if cls is TerminalResized:
             assert isinstance(action, TerminalResized)

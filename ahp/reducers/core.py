@@ -205,6 +205,10 @@ class TerminalCore:
         self.scrollback = Scrollback(scrollback, max_parts=max_parts, state=state)
         #: Whether the process has exited (``terminal/exited`` was applied).
         self.exited = False
+        #: Characters of ``terminal/data`` applied so far (only grows; a clear or the
+        #: scrollback bound does not lower it): a consumer that counts what it saw
+        #: knows how much of a resync snapshot's tail it missed.
+        self.output_chars = 0
         #: Whether clients' input is taken only from the holder of a client claim (the
         #: library's own input, without an origin, always is).
         self.holder_only_input = False
@@ -228,6 +232,7 @@ class TerminalCore:
         state = self.scrollback.account(reduce_terminal(before, action), action)
         self.state = state
         if action.__class__ is TerminalData:  # the hot path: output changes no entry
+            self.output_chars += len(action.data)
             return action
         if isinstance(action, TerminalExited):
             self.exited = True
