@@ -9,7 +9,14 @@ import pytest
 import trio
 
 from ahp.client import ClientError, ConnectionLost, RpcError, connect
-from ahp.protocol import ClientClaim, TerminalClaimed, TerminalTitleChanged
+from ahp.protocol import (
+    ActionEnvelope,
+    ClientClaim,
+    Snapshot,
+    TerminalClaimed,
+    TerminalData,
+    TerminalTitleChanged,
+)
 from ahp.server import ServeOptions
 from tests.helpers import TIMEOUT
 from tests.wire import TOKEN, running_server
@@ -234,3 +241,27 @@ async def test_a_server_that_never_answers_initialize_is_a_clear_error() -> None
             async with connect(f"ws://127.0.0.1:{port}/", connect_timeout=0.5):
                 pass
         nursery.cancel_scope.cancel()
+
+
+async def test_a_follower_never_hands_out_an_envelope_its_snapshot_holds() -> None:
+    """Output applied between ``follow()`` and its first item is in that snapshot, and
+    was queued as an envelope too: it must not be handed out again (``ahp attach``
+    drew the prompt twice, ``$ $``, when the shell printed it in that window)."""
+    async with running_server(shell="/bin/sh") as server, connect(server.url) as client:
+        await client.create_terminal(T1)
+        term = client.terminal(T1)
+        follower = term.follow()
+        await term.send_input("echo once-$((6*7))\r")
+        with trio.fail_after(TIMEOUT):
+            await client.wait_for(lambda: "once-42\r\n" in term.state.text())
+            snapshot = await follower.__anext__()
+            assert isinstance(snapshot, Snapshot) and "once-42" in snapshot.state.text()
+            await term.send_input("echo after-$((6*7))\r")
+            later = ""
+            while "after-42\r\n" not in later:
+                item = await follower.__anext__()
+                if isinstance(item, ActionEnvelope) and isinstance(item.action, TerminalData):
+                    assert item.serverSeq > snapshot.fromSeq
+                    later += item.action.data
+        assert "once-42" not in later, later
+        await follower.aclose()

@@ -312,6 +312,10 @@ class _Follower:
         )
         self._lagged = False
         self._first = True
+        #: The last server sequence number handed out (a snapshot's, or an envelope's):
+        #: a queued envelope at or below it is in what was handed out already (it
+        #: arrived between the callback's registration and a snapshot).
+        self._handed = -1
         #: When the connection dropped (a reconnect is being tried), else None.
         self._dropped_at: float | None = None
         client = terminal.client
@@ -335,6 +339,7 @@ class _Follower:
     def _snapshot(self) -> Snapshot:
         terminal = self._terminal
         mirror = terminal.client.mirrors[terminal.uri]
+        self._handed = mirror.last_seq
         return Snapshot(resource=terminal.uri, state=terminal.state, fromSeq=mirror.last_seq)
 
     def __aiter__(self) -> _Follower:
@@ -365,6 +370,10 @@ class _Follower:
             with trio.move_on_at(deadline):
                 item = await self._receive.receive()
                 if isinstance(item, ActionEnvelope):
+                    if item.rejectionReason is None:
+                        if item.serverSeq <= self._handed:
+                            continue  # already in the snapshot handed out
+                        self._handed = item.serverSeq
                     return item
                 if item is _Connection.DROPPED:
                     self._dropped_at = trio.current_time()
