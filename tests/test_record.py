@@ -131,6 +131,14 @@ async def test_input_is_recorded_only_when_asked_and_late_start_keeps_the_screen
     assert [e.data for e in events if e.code == "i"] == ["echo typed-123\n"]
 
 
+async def drain(fd: int, into: bytearray) -> None:
+    """Read a stalled FIFO's reader end ``fd`` (owned: closed at the end) into ``into``."""
+    stream = trio.lowlevel.FdStream(fd)
+    async with stream:
+        while chunk := await stream.receive_some(1 << 16):
+            into.extend(chunk)
+
+
 async def test_a_stalled_disk_neither_stalls_the_pty_nor_grows_memory(tmp_path: Path) -> None:
     """A FIFO that is open for reading but never read: the recorder's writes block at
     once (the pipe holds 64 KiB). The terminal prints 8 MB meanwhile and finishes; the
@@ -156,14 +164,7 @@ async def test_a_stalled_disk_neither_stalls_the_pty_nor_grows_memory(tmp_path: 
         assert recorder.peak_buffered <= options.buffer_bytes + one_line
         assert recorder.subscription.outbox.max_bytes == options.outbox_bytes
         assert recorder.subscription.outbox.overflowed  # it fell behind: a resync follows
-
-        async def drain() -> None:
-            stream = trio.lowlevel.FdStream(reader)
-            async with stream:
-                while chunk := await stream.receive_some(1 << 16):
-                    received.extend(chunk)
-
-        nursery.start_soon(drain)
+        nursery.start_soon(drain, reader, received)
         # The recorder resyncs once it can write again (a marker: what the snapshot holds
         # was skipped); output after that is recorded. On a loaded machine the resync
         # can come late, after the next command's output: wait for it first.
@@ -200,14 +201,7 @@ async def test_a_stall_the_scrollback_covers_loses_nothing(tmp_path: Path) -> No
         # and the catch-up bound.
         result = await term.run("seq 1 40000; echo done-$((6*7))", timeout=TIMEOUT * 3)
         assert result.exit_code == 0 and "done-42" in result.output
-
-        async def drain() -> None:
-            stream = trio.lowlevel.FdStream(reader)
-            async with stream:
-                while chunk := await stream.receive_some(1 << 16):
-                    received.extend(chunk)
-
-        nursery.start_soon(drain)
+        nursery.start_soon(drain, reader, received)
         await term.run("echo after-the-stall")
         with trio.fail_after(TIMEOUT):
             while recorder.resyncs < 1:  # noqa: ASYNC110 (a counter, not an event)
