@@ -1033,3 +1033,19 @@ async def test_a_terminal_that_cannot_start_is_a_tool_error() -> None:
             out = await box.call("run_command", {"command": "true"})
             assert out.is_error and out.text.startswith("cannot create terminal 'main': ")
         assert not host.terminals
+
+
+async def test_stdin_lines_release_twice_closes_nothing_else() -> None:
+    """A second ``release`` must not close the fd number again: by then another
+    file may hold it."""
+    r, w = os.pipe()
+    lines = StdinLines(r)
+    lines.release()
+    other_r, other_w = os.pipe()  # likely reuses ``r``'s number
+    try:
+        lines.release()
+        os.fstat(other_r)  # still open
+        os.fstat(other_w)
+    finally:
+        for fd in (other_r, other_w, w):
+            os.close(fd)

@@ -82,16 +82,21 @@ class StdinLines:
                 self._buffer += chunk
 
     def release(self) -> None:
-        """Close the reader, leave the descriptor blocking, restore fd 0 if it was claimed."""
+        """Close the reader, leave the descriptor blocking, restore fd 0 if it was claimed.
+        Once only: a second call does nothing (closing the number again could close
+        whatever reused it)."""
+        fd, self._fd = self._fd, -1
+        if fd < 0:
+            return
         self._stream.close()
         with contextlib.suppress(OSError):
-            os.set_blocking(self._fd, True)  # FdStream made the shared description non-blocking
+            os.set_blocking(fd, True)  # FdStream made the shared description non-blocking
         if self._restore is not None:
             target, private = self._restore
             with contextlib.suppress(OSError):
                 os.dup2(private, target)
         with contextlib.suppress(OSError):
-            os.close(self._fd)
+            os.close(fd)
 
 
 def claim_stdin() -> StdinLines:
