@@ -89,6 +89,10 @@ TAKE_WAIT: Final = 3.0
 #: How many more Ctrl-Cs a shell seen reading, that has not shown it took the first,
 #: is sent (see ``_Collector._took_interrupt``).
 INTERRUPT_RESENDS: Final = 2
+#: A shell that said nothing at all after a Ctrl-C and has read in quiet this long is
+#: sent another too (bash can hold one without a word); long enough that an answer
+#: still on its way is not taken for the answer to the next one.
+SILENT_RESEND_AFTER: Final = 1.0
 
 #: Ends after which the claim found is given back (the terminal is still there).
 _GIVE_BACK: Final = frozenset({Event.ENDED, Event.FAILED})
@@ -620,22 +624,25 @@ class _Collector:
         A shell that answered so (output, but no new prompt) and reads in quiet is
         sent one more Ctrl-C, at most :data:`INTERRUPT_RESENDS` times: bash takes
         both at once, and a Ctrl-C at a shell's own prompt only drops the line it
-        interrupted. Never while an answer may still be coming (nothing yet since
-        the latest Ctrl-C): a Ctrl-C in flight when the next command is typed is
-        the very hazard. The answer to a resent one is looked for from scratch."""
+        interrupted. A shell that said nothing is resent one only after
+        :data:`SILENT_RESEND_AFTER` of quiet reading (bash can hold one without a
+        word), so that an answer still on its way is not taken for the answer to the
+        next one: a Ctrl-C in flight when the next command is typed is the very
+        hazard. The answer to a resent one is looked for from scratch."""
         answer = self.after_ask
         if prompt_after(answer, prompt):
             return True
-        if answer and self.resent < INTERRUPT_RESENDS:
+        now = trio.current_time()
+        if self.untaken is None:
+            self.untaken = now
+        quiet = now - self.untaken
+        if self.resent < INTERRUPT_RESENDS and (answer or quiet >= SILENT_RESEND_AFTER):
             self.resent += 1
             self.after_ask = ""
             self.untaken = None
             await self.port.send_input("\x03")
             return False
-        now = trio.current_time()
-        if self.untaken is None:
-            self.untaken = now
-        return now - self.untaken >= TAKE_WAIT
+        return quiet >= TAKE_WAIT
 
     def _over(self) -> bool:
         return self.record.machine.done
