@@ -607,7 +607,7 @@ class _Collector:
     def _after_ask(self, data: str) -> None:
         """Output that arrived after the (latest) Ctrl-C, before the command's start
         (its tail): the shell's answer to it."""
-        self.after_ask = (self.after_ask + data)[-MAX_PRE_START:]
+        self.after_ask = (self.after_ask + data[-MAX_PRE_START:])[-MAX_PRE_START:]
 
     async def _took_interrupt(self, prompt: str) -> bool:
         """The shell, seen reading in quiet after a Ctrl-C, took it: its answer (the
