@@ -163,11 +163,13 @@ def _kill_group(term: Terminal) -> None:
     term.signal_process(signal.SIGKILL)
 
 
-def _sweep_session(term: Terminal) -> None:
+async def _sweep_session(term: Terminal) -> None:
     """Kill what is left of the process's session (only once it is reaped: its sid is
-    then still reserved and cannot name another session)."""
+    then still reserved and cannot name another session). A procfs scan and paced
+    kills: in a worker thread, shielded (a thousand leftovers cost the loop nothing)."""
     if term.pid is not None and term.returncode is not None:
-        kill_session(term.pid)
+        with trio.CancelScope(shield=True):
+            await trio.to_thread.run_sync(kill_session, term.pid)
 
 
 def _left_running(term: Terminal) -> tuple[BackgroundProcess, ...]:
@@ -197,6 +199,8 @@ class Exec:
         self.timed_out = False
         self.result: CommandResult | None = None
         self.done = trio.Event()
+        #: Processes left running after a normal exit (scanned in a worker thread).
+        self._background: tuple[BackgroundProcess, ...] = ()
 
     async def watch(self, timeout: float | None) -> None:
         """Wait for the exit (killing the group at ``timeout``), then finish; the
@@ -210,7 +214,10 @@ class Exec:
                 _kill_group(term)
                 with trio.move_on_after(KILL_WAIT):  # (never dispose from inside it)
                     await term.exited.wait()
-                _sweep_session(term)
+                await _sweep_session(term)
+            else:  # a procfs scan: off the loop (shielded: the result lists them)
+                with trio.CancelScope(shield=True):
+                    self._background = await trio.to_thread.run_sync(_left_running, term)
         finally:  # also when the terminal is disposed meanwhile (this task is cancelled)
             self.finish()
             _retire(self.host, self.uri)
@@ -247,7 +254,7 @@ class Exec:
             waiting_for_input=False,
             alternate_screen=False,
             shell_exited=False,
-            background=() if status != "finished" else _left_running(term),
+            background=() if status != "finished" else self._background,
             command_id=self.uri,
             stderr=self._collector.stderr.finish().text,
             signal=_signal_name(signum) if signum is not None else None,
@@ -264,7 +271,7 @@ class Exec:
                 await self.term.exited.wait()
             if not self.term.exited.is_set() and self.uri in self.host:
                 await self.host.dispose(self.uri)  # terminate(): escalates, reaps, closes
-            _sweep_session(self.term)
+            await _sweep_session(self.term)
             self.finish()
 
 

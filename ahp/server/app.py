@@ -449,7 +449,7 @@ def _exit_now(pids: list[int], why: str) -> NoReturn:
     """Kill these terminals' sessions (no grace any more, but no orphans) and exit 1."""
     log.warning("%s again: killing %d terminal(s) and exiting at once", why, len(pids))
     for pid in pids:
-        kill_session(pid)
+        kill_session(pid, paced=False)
     os._exit(1)
 
 
