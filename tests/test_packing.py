@@ -4,11 +4,15 @@ packer ends with its terminals."""
 
 from __future__ import annotations
 
+import functools
+import time
+
+import pytest
 import trio
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ahp.engine import open_host
+from ahp.engine import open_host, packing
 from ahp.engine.packing import pack_scrollback
 from ahp.protocol.rope import PACK_MIN_CHARS, Packed, Rope, pack_chunk, swap_chunk
 from ahp.protocol.state import ClientClaim, TerminalState
@@ -128,3 +132,57 @@ def _packed_in(state: TerminalState) -> bool:
         for part in state.content
         for chunk in getattr(part, "value", getattr(part, "output", Rope()))._chunks
     )
+
+
+async def test_a_terminal_disposed_during_a_pass_leaves_the_pass_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A pass over terminals with much text, one chunk per thread call: once a terminal
+    is disposed, no later call packs its text (the pass lets go of it, so a trim can
+    return it), and the pass says so through ``released``."""
+    script = f"yes '{LINE[:-2]}' | head -n 30000"
+    calls: list[list[str]] = []
+    real = packing._pack_all
+
+    def spy(texts: list[str]) -> list[Packed | None]:
+        calls.append(texts)
+        time.sleep(0.01)  # (in the worker thread: the pass lasts while the test disposes)
+        return real(texts)
+
+    monkeypatch.setattr(packing, "_pack_all", spy)
+    async with open_host() as host:
+        terminals = [await host.create_terminal(argv=["sh", "-c", script]) for _ in range(3)]
+        for terminal in terminals:
+            await wait_for_state(terminal, lambda s: s.exited)
+        released = trio.Event()
+        with trio.fail_after(TIMEOUT):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(
+                    functools.partial(
+                        pack_scrollback,
+                        lambda: terminals,
+                        budget=1000,
+                        keep=10_000,
+                        step=1,
+                        released=released.set,
+                    )
+                )
+                while not calls:  # noqa: ASYNC110 (the packer's progress: no event)
+                    await trio.sleep(0.001)
+                victim = terminals.pop()  # (the host's table drops it as dispose does)
+                texts = {id(t) for _, _, t in cold_chunks_all(victim.state)}
+                await host.dispose(victim.uri)
+                seen = len(calls)
+                await released.wait()
+                assert len(calls) > seen  # the pass went on with the other terminals
+                assert not any(id(t) in texts for batch in calls[seen:] for t in batch)
+                terminals.clear()
+
+
+def cold_chunks_all(state: TerminalState) -> list[tuple[object, int, str]]:
+    """Every text chunk of ``state`` (packed or not yet)."""
+    found: list[tuple[object, int, str]] = []
+    for part in state.content:
+        rope = getattr(part, "value", getattr(part, "output", Rope()))
+        found.extend((rope._chunks, i, c) for i, c in enumerate(rope._chunks) if isinstance(c, str))
+    return found

@@ -307,7 +307,7 @@ class Host:
         """Old scrollback packed while the terminals hold much (:mod:`ahp.engine.packing`);
         ends when no terminal is left (the next creation starts it again)."""
         try:
-            await pack_scrollback(self._terminals.values)
+            await pack_scrollback(self._terminals.values, released=self.trimmer.request)
         finally:
             self._packing = False
 

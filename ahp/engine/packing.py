@@ -9,15 +9,15 @@ level shrinks it 3-100x; text that does not shrink at least
 :data:`~ahp.protocol.rope.PACK_MIN_RATIO` times (base64, say) is left as it is.
 
 What it does: while the host's terminals retain more than :data:`PACK_BUDGET`
-characters in all, every :data:`PACK_PERIOD` seconds it packs the chunks older
-than each terminal's newest :data:`PACK_KEEP` characters (the chunks no append
-touches), compressing in a worker thread, :data:`PACK_STEP` characters per thread
-call; the loop only swaps each chunk for its packed form
-(:func:`~ahp.protocol.rope.swap_chunk`: every state sharing it reads the same
-text). Below the budget nothing is done: a terminal or a few streaming never
-pack, and their hot path is the same as without this module. Reading packed text
-(a snapshot, a render of old lines) decompresses it (about 1 GB/s for text that
-packed well).
+characters in all, every :data:`PACK_PERIOD` seconds it packs the chunks older than
+each terminal's newest :data:`PACK_KEEP` characters (the chunks no append touches),
+compressing in a worker thread, :data:`PACK_STEP` characters per thread call (a
+terminal disposed meanwhile leaves the pass at the next call); the loop only swaps
+each chunk for its packed form (:func:`~ahp.protocol.rope.swap_chunk`: every state
+sharing it reads the same text). Below the budget nothing is done: a terminal or a
+few streaming never pack, and their hot path is the same as without this module.
+Reading packed text (a snapshot, a render of old lines) decompresses it (about 1
+GB/s for text that packed well).
 
 Bounds: the work per round is the chunks added since the last round (each chunk
 list remembers how far it was looked at), in the last
@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Final
 
 import trio
 
-from ahp.protocol.rope import Packed, pack_chunk, swap_chunk
+from ahp.protocol.rope import ChunkList, Packed, pack_chunk, swap_chunk
 from ahp.reducers.scrollback import cold_chunks
 
 if TYPE_CHECKING:
@@ -66,29 +66,42 @@ async def pack_scrollback(
     keep: int = PACK_KEEP,
     period: float = PACK_PERIOD,
     step: int = PACK_STEP,
+    released: Callable[[], None] | None = None,
 ) -> None:
     """Pack old scrollback while ``terminals()`` retain more than ``budget`` characters;
-    return once ``terminals()`` is empty. See the module docstring."""
+    return once ``terminals()`` is empty. See the module docstring.
+
+    A terminal disposed during a pass is dropped from it before the next thread call
+    (its chunks are neither packed nor kept alive by the pass); ``released`` is then
+    called once the pass has let go of them (the host asks for a trim: a disposal's
+    own trim may have run while the pass still held them).
+    """
     while True:
         live = terminals()
         if not live:
             return
         if sum(t.scrollback_chars for t in live) > budget:
-            found = []
+            found: list[tuple[Terminal, ChunkList, int, str]] = []
             for terminal in sorted(live, key=lambda t: -t.scrollback_chars):
-                found.extend(cold_chunks(terminal.state, keep))
-            start = 0
-            while start < len(found):
+                found.extend((terminal, *cold) for cold in cold_chunks(terminal.state, keep))
+            dropped = False
+            while found:
+                if any(t.closing for t, _, _, _ in found):
+                    found = [item for item in found if not item[0].closing]
+                    dropped = True
+                    continue
                 size = 0
-                end = start
+                end = 0
                 while end < len(found) and size < step:
-                    size += len(found[end][2])
+                    size += len(found[end][3])
                     end += 1
-                batch = found[start:end]
-                texts = [text for _, _, text in batch]
+                batch, found = found[:end], found[end:]
+                texts = [text for _, _, _, text in batch]
                 packed = await trio.to_thread.run_sync(_pack_all, texts, abandon_on_cancel=True)
-                for (chunks, index, text), done in zip(batch, packed, strict=True):
-                    if done is not None:
+                for (terminal, chunks, index, text), done in zip(batch, packed, strict=True):
+                    if done is not None and not terminal.closing:
                         swap_chunk(chunks, index, text, done)
-                start = end
+                del batch, texts, packed
+            if dropped and released is not None:
+                released()
         await trio.sleep(period)
