@@ -8,7 +8,10 @@ machine. It also makes memory figures clean: the benchmark reads this
 process's ``VmRSS`` from ``/proc`` and the terminals' own programs (``cat``)
 are other processes, so they are excluded by construction.
 
-The worker runs :func:`ahp.engine.open_host` and :func:`ahp.server.serve_host`
+The worker prepares its process as ``serve`` does
+(:func:`ahp.server.app.prepare_server_process`: the allocator's fixed thresholds,
+the start-up objects frozen out of the collector), runs
+:func:`ahp.engine.open_host` and :func:`ahp.server.serve_host`
 (via ``nursery.start``), prints one JSON line ``{"url": ..., "pid": ...}``, then
 answers one JSON command per stdin line with one JSON line on stdout:
 
@@ -36,7 +39,7 @@ import trio
 
 from ahp.engine import Host, open_host
 from ahp.server import ServeOptions, serve_host
-from ahp.server.app import SERVE_CHILD_NICE
+from ahp.server.app import SERVE_CHILD_NICE, prepare_server_process
 
 __all__ = ["main"]
 
@@ -112,6 +115,7 @@ async def _serve(token: str) -> int:
     server_log.addHandler(counter)
     server_log.setLevel(logging.INFO)
     server_log.propagate = False
+    prepare_server_process()  # (the allocator and the collector as ``serve`` sets them)
     async with open_host() as host, trio.open_nursery() as nursery:
         # (As ``serve`` runs them: the terminals' programs at its default niceness.)
         options = ServeOptions(port=0, token=token, child_nice=SERVE_CHILD_NICE)

@@ -58,6 +58,7 @@ __all__ = [
     "Sidecar",
     "TokenFileError",
     "is_loopback",
+    "prepare_server_process",
     "read_token_file",
     "run_sidecar",
     "serve_host",
@@ -387,11 +388,7 @@ async def run_sidecar(
         token=options.token or env_token,
         read_token=options.read_token or env_read_token,
     )
-    # Large blocks (frames, snapshots, catalogues) are returned to the system when freed
-    # (ahp.engine.memory): a long-running server returns close to its baseline.
-    configure_allocator()
-    # The program's own objects leave the collector's full passes (ahp.engine.collector).
-    freeze_startup_objects()
+    prepare_server_process()
     kwargs = {} if scrollback is None else {"scrollback": scrollback}
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with open_host(shell=shell, user_rc=user_rc, **kwargs) as host:
@@ -439,6 +436,16 @@ async def run_sidecar(
                     await host.aclose()
                     nursery.cancel_scope.cancel()
     return 0
+
+
+def prepare_server_process() -> None:
+    """What ``serve`` sets for its whole process before its host starts (the bench's
+    server worker calls it too, so what it measures is what ``serve`` runs)."""
+    # Large blocks (frames, snapshots, catalogues) are returned to the system when freed
+    # (ahp.engine.memory): a long-running server returns close to its baseline.
+    configure_allocator()
+    # The program's own objects leave the collector's full passes (ahp.engine.collector).
+    freeze_startup_objects()
 
 
 def _pids(host: Host) -> list[int]:
