@@ -554,6 +554,39 @@ async def _settled_rss(pid: int, ceiling_kb: int) -> int:
 SLACK_KB = 16 * 1024  # the issue's goal: back within 16 MB of the start
 
 
+async def test_memory_of_disposed_packed_terminals_comes_back() -> None:
+    """Twelve terminals print 5-8 MB of repetitive lines each at once: together past
+    the host's packing budget, so old scrollback is packed (and may be being packed)
+    when they are disposed. The server's RSS goes back within 16 MiB of its start.
+    (The pass letting go of a disposed terminal is tested in ``test_packing``; under
+    ``serve`` the fixed mmap threshold returns large chunks at once, so this test
+    passed before that fix too: in-process without it, half the runs kept +14 to +40
+    MB.)"""
+    async with _serve() as (url, pid), peer(url) as p:
+        await p.initialize("m")
+        uris = [f"ahp-terminal:/p{i}" for i in range(12)]
+        claim = {"kind": "client", "clientId": "m"}
+        warm = "ahp-terminal:/warm"  # (first-use imports and caches)
+        await p.result("createTerminal", {"channel": warm, "claim": claim})
+        await p.result("disposeTerminal", {"channel": warm})
+        await trio.sleep(1.5)
+        start = _rss_kb(pid)
+        line = "printing, printing, printing, printing, printing"
+        for uri in uris:  # all at once; the last prints the most and is waited for
+            size = 5_000_000 if uri != uris[-1] else 8_000_000
+            command = f"yes '{line}' | head -c {size}; echo DO''NE\r"
+            await p.result("createTerminal", {"channel": uri, "claim": claim})
+            await p.dispatch(uri, {"type": "terminal/input", "data": command})
+        await p.result("subscribe", {"channel": uris[-1]})
+        await p.text_until(uris[-1], "DONE")
+        grown = _rss_kb(pid)
+        assert grown > start + SLACK_KB, (start, grown)  # (they did hold something)
+        for uri in uris:
+            await p.result("disposeTerminal", {"channel": uri})
+        after = await _settled_rss(pid, start + SLACK_KB)
+        assert after <= start + SLACK_KB, (start, grown, after)
+
+
 async def test_memory_of_disposed_terminals_comes_back() -> None:
     """Eight terminals print 6 MB each (their scrollback fills, the replay log fills),
     then are disposed: the server's RSS goes back within 16 MiB of its start."""
