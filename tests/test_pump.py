@@ -11,7 +11,7 @@ import pytest
 import trio
 
 from ahp.engine import open_host
-from ahp.pty.pump import PUMP_THREADS, ReadPump, reader_running
+from ahp.pty.pump import PUMP_NICE, PUMP_THREADS, ReadPump, reader_running
 from tests.helpers import TIMEOUT, wait_for_state
 
 
@@ -232,3 +232,35 @@ def test_the_reader_thread_count_from_the_environment(monkeypatch: pytest.Monkey
     for value, expected in (("", 2), ("x", 2), ("0", 1), ("4", 4), ("1000", 64)):
         monkeypatch.setenv("AHP_PUMP_THREADS", value)
         assert _threads_from_env() == expected
+
+
+def _thread_nices() -> dict[int, int]:
+    """Every thread of this process: its niceness (``/proc/self/task/TID/stat``)."""
+    nices = {}
+    for tid in os.listdir("/proc/self/task"):
+        with contextlib.suppress(OSError):
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            nices[int(tid)] = int(fields[16])
+    return nices
+
+
+async def test_the_reader_thread_runs_below_the_loops_priority(pipe: tuple[int, int]) -> None:
+    """The reader yields to the event loop's thread under contention: its niceness is
+    the loop's plus PUMP_NICE (at most 19); the loop's own is untouched."""
+    r, w = pipe
+    loop_nice = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    with trio.fail_after(TIMEOUT):
+        await _reader_gone()  # (an earlier test's reader thread: a new one is started)
+    before = set(_thread_nices())
+    os.write(w, b"x" * 1000)
+    pump = ReadPump(r, is_pty=False, quiet=10.0)
+    pump.start()
+    try:
+        with trio.fail_after(TIMEOUT):
+            assert await pump.take() == b"x" * 1000  # (the thread has run)
+        new = {tid: nice for tid, nice in _thread_nices().items() if tid not in before}
+        assert min(19, loop_nice + PUMP_NICE) in new.values(), (new, loop_nice)
+        assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == loop_nice
+    finally:
+        await pump.aclose()

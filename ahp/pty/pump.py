@@ -10,7 +10,9 @@ thread per terminal, thirty terminals printing in a loop were thirty runnable
 threads beside the event loop's, and on 2 cores the loop waited for a CPU 60-75 %
 of the time (``/proc/PID/task/*/schedstat``; issue 25's ``silent subscriber``): an
 interactive client's echo waited with it.
-A reader or two use the second core; more would only compete with the loop.
+A reader or two use the second core; more would only compete with the loop, and
+they run at a lower priority than the loop's thread (:data:`PUMP_NICE`): under
+contention bulk reading yields to the interactive work.
 
 An idle terminal is still read by its pty-read task directly (a keystroke's echo
 takes no thread hop); the task starts a :class:`ReadPump` only when a batch comes
@@ -53,6 +55,7 @@ import trio
 
 __all__ = [
     "PUMP_BUFFER",
+    "PUMP_NICE",
     "PUMP_QUIET",
     "PUMP_READ",
     "PUMP_THREADS",
@@ -93,6 +96,28 @@ def _threads_from_env(default: int = 2) -> int:
 PUMP_THREADS: Final = _threads_from_env()
 
 
+#: The reader threads' niceness, added to the process's (``$AHP_PUMP_NICE``, 0-19; 0
+#: leaves them at the loop's priority). The event loop's thread does the interactive
+#: work (keystrokes, answers, every client's frames); the readers only move bulk
+#: output. Every thread of the server shares one scheduling group (autogroup: the
+#: server's session), so on a busy machine the readers took the loop's share: with 30
+#: terminals printing on 2 cores, another client's echo waited up to 130-160 ms. At 19
+#: it waited at most 24-26 ms (readers at 10: 54-84 ms). A reader yields only when a
+#: core is contended; a terminal it reads less often fills its pty and its child
+#: waits in ``write`` (the backpressure there is without a pump). Raising a niceness
+#: needs no privilege; the loop's own is never touched.
+def _nice_from_env(default: int = 19) -> int:
+    """``$AHP_PUMP_NICE`` within 0-19; the default when unset or not a number."""
+    try:
+        value = int(os.environ.get("AHP_PUMP_NICE", ""))
+    except ValueError:
+        return default
+    return max(0, min(19, value))
+
+
+PUMP_NICE: Final = _nice_from_env()
+
+
 class _Reader:
     """The thread shared by a run's pumps: an ``epoll`` over their fds (one instance
     per thread's life; see the module docstring)."""
@@ -116,6 +141,19 @@ class _Reader:
                 os.write(self.wake_w, b"x")
 
     def run(self) -> None:
+        try:
+            self._run()
+        except BaseException:  # pragma: no cover - a bug in the loop below
+            import logging
+
+            logging.getLogger("ahp.pty").exception("pty reader thread failed")
+
+    def _run(self) -> None:
+        if PUMP_NICE:  # this thread only (Linux: a niceness is per thread)
+            with contextlib.suppress(OSError, AttributeError):
+                me = threading.get_native_id()
+                nice = os.getpriority(os.PRIO_PROCESS, me) + PUMP_NICE
+                os.setpriority(os.PRIO_PROCESS, me, min(19, nice))
         try:
             self._loop()
         finally:
@@ -315,8 +353,8 @@ class ReadPump:
             reader.pumps[self.fd] = self
             reader.changed.append(self)
             reader.wake()
-        if fresh:
-            trio.lowlevel.start_thread_soon(reader.run, _ignore)
+        if fresh:  # a thread of its own, not Trio's cache: its niceness dies with it
+            threading.Thread(target=reader.run, name="ahp-pty-reader", daemon=True).start()
 
     # -- the task --------------------------------------------------------------------------
 
@@ -363,13 +401,3 @@ class ReadPump:
                 reader.wake()
         with trio.CancelScope(shield=True):
             await self.finished.wait()
-
-
-def _ignore(outcome: object) -> None:
-    """The thread's result: it reports through the pumps (``run`` never raises but
-    for a bug, which the ``finally`` there leaves visible through the outcome)."""
-    error = getattr(outcome, "error", None)
-    if error is not None:  # pragma: no cover - a bug in the loop above
-        import logging
-
-        logging.getLogger("ahp.pty").error("pty reader thread failed", exc_info=error)
