@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import pty
 import threading
@@ -11,7 +12,8 @@ import pytest
 import trio
 
 from ahp.engine import open_host
-from ahp.pty.pump import PUMP_NICE, PUMP_THREADS, ReadPump, reader_running
+from ahp.pty import pump as pump_module
+from ahp.pty.pump import PUMP_AHEAD, PUMP_THREADS, PUMP_TURN, ReadPump, reader_running
 from tests.helpers import TIMEOUT, wait_for_state
 
 
@@ -245,9 +247,12 @@ def _thread_nices() -> dict[int, int]:
     return nices
 
 
-async def test_the_reader_thread_runs_below_the_loops_priority(pipe: tuple[int, int]) -> None:
-    """The reader yields to the event loop's thread under contention: its niceness is
-    the loop's plus PUMP_NICE (at most 19); the loop's own is untouched."""
+async def test_the_reader_thread_runs_below_the_loops_priority(
+    pipe: tuple[int, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With PUMP_NICE (``$AHP_PUMP_NICE``) a reader thread's niceness is the loop's plus
+    it (at most 19), in a thread of its own; the loop's own is untouched."""
+    monkeypatch.setattr(pump_module, "PUMP_NICE", 5)
     r, w = pipe
     loop_nice = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
     with trio.fail_after(TIMEOUT):
@@ -260,7 +265,47 @@ async def test_the_reader_thread_runs_below_the_loops_priority(pipe: tuple[int, 
         with trio.fail_after(TIMEOUT):
             assert await pump.take() == b"x" * 1000  # (the thread has run)
         new = {tid: nice for tid, nice in _thread_nices().items() if tid not in before}
-        assert min(19, loop_nice + PUMP_NICE) in new.values(), (new, loop_nice)
+        assert min(19, loop_nice + 5) in new.values(), (new, loop_nice)
         assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == loop_nice
     finally:
         await pump.aclose()
+
+
+async def test_a_reader_runs_at_most_pump_ahead_ahead_of_the_loop() -> None:
+    """Three pipes of 200 KiB per reader thread and tasks that do not take: each reader
+    stops once its pumps hold PUMP_AHEAD (plus one turn) in all, leaving the rest in
+    the kernel; a take lets it read on."""
+    size = 200 * 1024
+    assert 2 * size < PUMP_AHEAD + PUMP_TURN < 3 * size
+    count = 3 * PUMP_THREADS
+    bound = PUMP_THREADS * (PUMP_AHEAD + PUMP_TURN)
+    pipes = [os.pipe() for _ in range(count)]
+    pumps = []
+    try:
+        for r, w in pipes:
+            os.set_blocking(r, False)
+            os.set_blocking(w, False)
+            fcntl.fcntl(w, fcntl.F_SETPIPE_SZ, 256 * 1024)  # (64 KiB by default)
+            assert os.write(w, b"y" * size) == size
+            pumps.append(ReadPump(r, is_pty=False, quiet=10.0))
+        for pump in pumps:
+            pump.start()
+        with trio.fail_after(TIMEOUT):
+            while sum(p.size for p in pumps) < PUMP_AHEAD:  # noqa: ASYNC110 (a thread's progress)
+                await trio.sleep(0.01)
+            await trio.sleep(0.2)  # (time to read on, were it allowed to)
+            held = sum(p.size for p in pumps)
+            assert PUMP_AHEAD <= held <= bound < count * size, held
+            got = 0
+            while got < count * size:  # each take lets its reader read on: all arrives
+                for pump in pumps:
+                    if pump.size:
+                        got += len(await pump.take() or b"")
+                await trio.sleep(0.01)
+            assert got == count * size
+    finally:
+        for pump in pumps:
+            await pump.aclose()
+        for r, w in pipes:
+            os.close(r)
+            os.close(w)

@@ -10,9 +10,10 @@ thread per terminal, thirty terminals printing in a loop were thirty runnable
 threads beside the event loop's, and on 2 cores the loop waited for a CPU 60-75 %
 of the time (``/proc/PID/task/*/schedstat``; issue 25's ``silent subscriber``): an
 interactive client's echo waited with it.
-A reader or two use the second core; more would only compete with the loop, and
-they run at a lower priority than the loop's thread (:data:`PUMP_NICE`): under
-contention bulk reading yields to the interactive work.
+A reader or two use the second core; more would only compete with the loop. A
+reader runs at most :data:`PUMP_AHEAD` bytes ahead of the loop (what its pumps'
+tasks have not taken yet, over all its terminals), then waits off the CPU until a
+task takes; :data:`PUMP_NICE` can also lower the readers' priority.
 
 An idle terminal is still read by its pty-read task directly (a keystroke's echo
 takes no thread hop); the task starts a :class:`ReadPump` only when a batch comes
@@ -30,9 +31,11 @@ through the run's token (``run_sync_soon``: one call per round of the thread,
 waking every pump that got data in it).
 
 Buffering: at most :data:`PUMP_BUFFER` bytes (plus one read) wait per pump
-between the thread and its task; past it the thread stops polling that fd (the
-kernel's pty buffer fills and the child blocks in ``write`` — the same
-backpressure as without a pump) until the task takes. :meth:`ReadPump.take`
+between the thread and its task, and at most :data:`PUMP_AHEAD` (plus one turn,
+:data:`PUMP_TURN`) over all of a thread's pumps; past it the thread stops polling
+that fd (past the second, reading at all): the kernel's pty buffer fills and the
+child blocks in ``write`` (the same backpressure as without a pump) until the task
+takes. :meth:`ReadPump.take`
 hands over everything buffered at once (one hop for the parse task per take).
 
 Cancellation: :meth:`ReadPump.take` is a plain Trio wait (cancellable); nothing
@@ -54,7 +57,9 @@ from typing import Final
 import trio
 
 __all__ = [
+    "PUMP_AHEAD",
     "PUMP_BUFFER",
+    "PUMP_LEAD",
     "PUMP_NICE",
     "PUMP_QUIET",
     "PUMP_READ",
@@ -76,6 +81,16 @@ PUMP_QUIET: Final = 0.05
 #: Bytes a reader thread reads from one fd before it turns to the next ready one
 #: (and hands over what it read): a round reads at most this much per busy terminal.
 PUMP_TURN: Final = 256 * 1024
+#: Bytes a reader thread may hold for its pumps' tasks in all (not yet taken) before
+#: it stops reading until a task takes: it runs at most this far ahead of the loop.
+#: Before, it read on for every busy terminal up to its own PUMP_BUFFER (30 terminals:
+#: 7.5 MiB), one more runnable thread beside the loop on a busy machine; with 30
+#: terminals printing, the loop waited for a core 4.5 s of 8 and another client's
+#: echo up to 124-194 ms. One terminal is held by its own PUMP_BUFFER first, as before.
+PUMP_AHEAD: Final = 256 * 1024
+#: Seconds a holding reader waits at most before it looks again (a take or a change
+#: wakes it at once).
+PUMP_LEAD: Final = 0.05
 
 
 #: Reader threads at most (pumps are spread over them, the fewest pumps first): the
@@ -96,17 +111,19 @@ def _threads_from_env(default: int = 2) -> int:
 PUMP_THREADS: Final = _threads_from_env()
 
 
-#: The reader threads' niceness, added to the process's (``$AHP_PUMP_NICE``, 0-19; 0
-#: leaves them at the loop's priority). The event loop's thread does the interactive
-#: work (keystrokes, answers, every client's frames); the readers only move bulk
-#: output. Every thread of the server shares one scheduling group (autogroup: the
-#: server's session), so on a busy machine the readers took the loop's share: with 30
-#: terminals printing on 2 cores, another client's echo waited up to 130-160 ms. At 19
-#: it waited at most 24-26 ms (readers at 10: 54-84 ms). A reader yields only when a
-#: core is contended; a terminal it reads less often fills its pty and its child
-#: waits in ``write`` (the backpressure there is without a pump). Raising a niceness
-#: needs no privilege; the loop's own is never touched.
-def _nice_from_env(default: int = 19) -> int:
+#: The reader threads' niceness, added to the process's (``$AHP_PUMP_NICE``, 0-19;
+#: default 0: the loop's). The event loop's thread does the interactive work
+#: (keystrokes, answers, every client's frames); the readers only move bulk output.
+#: All of a process's threads share one scheduling group (autogroup: its session), so
+#: on a busy machine the readers take the loop's share of it. At 19 they yield it: with
+#: 30 terminals printing on 2 cores another client's echo waited at most 24-33 ms
+#: instead of 124-194 (at 10: 54-84 ms). Not the default: everything else in the
+#: server's session (the program that started it, its other children) is in the same
+#: group, and a reader at 19 beside a busy one of those got almost no CPU (a test that
+#: needed output while two CPU hogs of the same session ran failed). A sidecar started
+#: in a session of its own (a service manager, ``setsid``) can set it. Raising a
+#: niceness needs no privilege; the loop's own is never touched.
+def _nice_from_env(default: int = 0) -> int:
     """``$AHP_PUMP_NICE`` within 0-19; the default when unset or not a number."""
     try:
         value = int(os.environ.get("AHP_PUMP_NICE", ""))
@@ -132,9 +149,14 @@ class _Reader:
         #: Pumps whose state changed for the thread (new, resumed, closing).
         self.changed: list[ReadPump] = []
         self.woken = False  # a wake byte is pending
+        #: Past :data:`PUMP_AHEAD` buffered the thread holds off (``holding``) until a
+        #: task takes or something changes (``resume`` is set; guarded by the module lock).
+        self.holding = False
+        self.resume = threading.Event()
 
     def wake(self) -> None:
         """Called with the lock held: the thread looks at ``changed`` soon."""
+        self.resume.set()
         if not self.woken:
             self.woken = True
             with contextlib.suppress(OSError):
@@ -192,6 +214,17 @@ class _Reader:
                     self._finish(finished)
                     return
             self._finish(finished)
+            with _LOCK:  # ahead of the loop by PUMP_AHEAD: wait off the CPU (PUMP_AHEAD)
+                self.holding = sum(p.size for p in self.pumps.values()) >= PUMP_AHEAD
+                if self.holding:
+                    self.resume.clear()
+            if self.holding:
+                self.resume.wait(PUMP_LEAD)
+                with _LOCK:  # (not read meanwhile, so not quiet either)
+                    held = time.monotonic()
+                    for pump in self.pumps.values():
+                        pump.last = max(pump.last, held)
+                continue
             timeout = min((p.quiet for p in self.pumps.values()), default=PUMP_QUIET)
             try:
                 events = epoll.poll(timeout)
@@ -199,6 +232,7 @@ class _Reader:
                 continue
             now = time.monotonic()
             woken: list[ReadPump] = []
+            ahead = sum(p.size for p in self.pumps.values())  # (an estimate: no lock)
             for fd, _ in events:
                 if fd == self.wake_r:
                     with contextlib.suppress(OSError):
@@ -207,7 +241,12 @@ class _Reader:
                 ready = self.pumps.get(fd)
                 if ready is None or ready.ended:
                     continue
+                if ahead >= PUMP_AHEAD:  # level-triggered: it is offered again next round
+                    ready.last = now  # (it has output: not quiet)
+                    continue
+                before = ready.size
                 if self._read(ready):
+                    ahead += max(0, ready.size - before)
                     ready.last = now
                     woken.append(ready)
             with _LOCK:
@@ -371,9 +410,12 @@ class ReadPump:
                     chunks, self.chunks = self.chunks, []
                     full = self.size >= self.limit
                     self.size = 0
-                    if full and not self.ended and self._reader is not None:
-                        self._reader.changed.append(self)  # poll the fd again
-                        self._reader.wake()
+                    reader = self._reader
+                    if full and not self.ended and reader is not None:
+                        reader.changed.append(self)  # poll the fd again
+                        reader.wake()
+                    elif reader is not None and reader.holding:
+                        reader.resume.set()  # under PUMP_AHEAD again: read on
                     return chunks[0] if len(chunks) == 1 else b"".join(chunks)
                 if self.eof:
                     return b""
