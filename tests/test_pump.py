@@ -34,6 +34,14 @@ async def _reader_gone() -> None:
         await trio.sleep(0.01)
 
 
+async def _close_all(pumps: list[ReadPump], pipes: list[tuple[int, int]]) -> None:
+    for pump in pumps:
+        await pump.aclose()
+    for r, w in pipes:
+        os.close(r)
+        os.close(w)
+
+
 async def _take_all(pump: ReadPump) -> bytes:
     got = b""
     while (data := await pump.take()) is not None:
@@ -196,11 +204,7 @@ async def test_many_pumps_share_one_thread_which_ends_with_the_last() -> None:
                 await pump.aclose()
             await _reader_gone()
     finally:
-        for pump in pumps:
-            await pump.aclose()
-        for r, w in pipes:
-            os.close(r)
-            os.close(w)
+        await _close_all(pumps, pipes)
 
 
 async def test_a_cancelled_task_closes_its_pump_and_the_thread_ends(
@@ -229,11 +233,11 @@ async def test_a_cancelled_task_closes_its_pump_and_the_thread_ends(
 
 
 def test_the_reader_thread_count_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    from ahp.pty.pump import _threads_from_env
+    from ahp.pty.pump import _int_from_env
 
     for value, expected in (("", 2), ("x", 2), ("0", 1), ("4", 4), ("1000", 64)):
         monkeypatch.setenv("AHP_PUMP_THREADS", value)
-        assert _threads_from_env() == expected
+        assert _int_from_env("AHP_PUMP_THREADS", 2, 1, 64) == expected
 
 
 def _thread_nices() -> dict[int, int]:
@@ -304,8 +308,4 @@ async def test_a_reader_runs_at_most_pump_ahead_ahead_of_the_loop() -> None:
                 await trio.sleep(0.01)
             assert got == count * size
     finally:
-        for pump in pumps:
-            await pump.aclose()
-        for r, w in pipes:
-            os.close(r)
-            os.close(w)
+        await _close_all(pumps, pipes)

@@ -93,22 +93,23 @@ PUMP_AHEAD: Final = 256 * 1024
 PUMP_LEAD: Final = 0.05
 
 
+def _int_from_env(name: str, default: int, low: int, high: int) -> int:
+    """``$name`` as an integer within ``low``-``high``; ``default`` when unset or not a
+    number."""
+    try:
+        value = int(os.environ.get(name, ""))
+    except ValueError:
+        return default
+    return max(low, min(high, value))
+
+
 #: Reader threads at most (pumps are spread over them, the fewest pumps first): the
 #: second core is used by one, and more than a few only compete with the loop for
 #: the CPU (``$AHP_PUMP_THREADS``, 1-64, for hosts with more cores: with 16 busy
 #: terminals on 2 cores, 16 threads gave 1.4x the aggregate of 2 at 1.24x the server
 #: CPU per byte, and an interactive client's echo waits with them; see
 #: benchmarks/README.md).
-def _threads_from_env(default: int = 2) -> int:
-    """``$AHP_PUMP_THREADS`` within 1-64; the default when unset or not a number."""
-    try:
-        value = int(os.environ.get("AHP_PUMP_THREADS", ""))
-    except ValueError:
-        return default
-    return max(1, min(64, value))
-
-
-PUMP_THREADS: Final = _threads_from_env()
+PUMP_THREADS: Final = _int_from_env("AHP_PUMP_THREADS", 2, 1, 64)
 
 
 #: The reader threads' niceness, added to the process's (``$AHP_PUMP_NICE``, 0-19;
@@ -123,16 +124,7 @@ PUMP_THREADS: Final = _threads_from_env()
 #: needed output while two CPU hogs of the same session ran failed). A sidecar started
 #: in a session of its own (a service manager, ``setsid``) can set it. Raising a
 #: niceness needs no privilege; the loop's own is never touched.
-def _nice_from_env(default: int = 0) -> int:
-    """``$AHP_PUMP_NICE`` within 0-19; the default when unset or not a number."""
-    try:
-        value = int(os.environ.get("AHP_PUMP_NICE", ""))
-    except ValueError:
-        return default
-    return max(0, min(19, value))
-
-
-PUMP_NICE: Final = _nice_from_env()
+PUMP_NICE: Final = _int_from_env("AHP_PUMP_NICE", 0, 0, 19)
 
 
 class _Reader:
@@ -163,14 +155,6 @@ class _Reader:
                 os.write(self.wake_w, b"x")
 
     def run(self) -> None:
-        try:
-            self._run()
-        except BaseException:  # pragma: no cover - a bug in the loop below
-            import logging
-
-            logging.getLogger("ahp.pty").exception("pty reader thread failed")
-
-    def _run(self) -> None:
         if PUMP_NICE:  # this thread only (Linux: a niceness is per thread)
             with contextlib.suppress(OSError, AttributeError):
                 me = threading.get_native_id()
@@ -178,6 +162,10 @@ class _Reader:
                 os.setpriority(os.PRIO_PROCESS, me, min(19, nice))
         try:
             self._loop()
+        except BaseException:  # pragma: no cover - a bug in the loop below
+            import logging
+
+            logging.getLogger("ahp.pty").exception("pty reader thread failed")
         finally:
             for fd in (self.wake_r, self.wake_w):
                 with contextlib.suppress(OSError):
