@@ -30,6 +30,7 @@ USAGE: Final = 2
 
 
 def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from ahp.engine.priority import FLOOD_NICE
     from ahp.record.recorder import RECORD_MAX_BYTES
     from ahp.reducers.scrollback import DEFAULT_SCROLLBACK
     from ahp.server.app import DEFAULT_PORT, SERVE_CHILD_NICE
@@ -124,6 +125,17 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help=f"run terminals' processes at niceness N (0-19; default {SERVE_CHILD_NICE}): "
         "busy programs then leave the server its CPU when the machine is contended, and "
         "other clients' keystrokes their echo",
+    )
+    p.add_argument(
+        "--flood-nice",
+        type=int,
+        default=FLOOD_NICE,
+        choices=range(20),
+        metavar="N",
+        help=f"while a terminal's output floods the server (over 512 KiB/s for 0.5 s), "
+        f"run its session's processes at autogroup nice N, until quiet for 1 s (0-19; "
+        f"default {FLOOD_NICE}; 0: never): the server keeps up and other clients keep "
+        "their echo on a busy machine",
     )
     p.add_argument(
         "--record",
@@ -281,6 +293,7 @@ def _serve(args: argparse.Namespace) -> int:
         web=args.web,
         read_token=args.read_token,
         child_nice=args.child_nice,
+        flood_nice=args.flood_nice,
         record_dir=args.record,
         record=record,
         audit_log=args.audit_log,

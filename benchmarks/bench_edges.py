@@ -44,7 +44,8 @@ connections doing nothing), ``fork and dispose`` (a terminal forking 1000
 processes, then disposed), ``keystroke flood`` (24 MiB of keystrokes). Run some
 with ``--only name,name``; ``--repo PATH`` runs the server (and only the
 server) from another checkout, for before/after comparisons; ``--child-nice N``
-passes ``serve --child-nice N`` (else the server's default, 0).
+passes ``serve --child-nice N`` (else the server's default, 0) and ``--flood-nice N``
+passes ``serve --flood-nice N`` (else its default, 10; 0 turns the flood watch off).
 
 Each row reports the server's RSS before the attack, its peak during it (the
 peak is reset first: ``/proc/PID/clear_refs``) and after it (the attack's
@@ -853,11 +854,15 @@ def _reset_peak(pid: int) -> None:
         f.write("5")
 
 
-async def main(seconds: float, only: list[str] | None, nice: int | None) -> None:
+async def main(
+    seconds: float, only: list[str] | None, nice: int | None, flood_nice: int | None = None
+) -> None:
     env = {**os.environ, "PYTHONPATH": str(SERVER_REPO), "AHP_TOKEN": TOKEN}
     cmd = [sys.executable, "-m", "ahp", "serve", "--port", "0", "--shell", "/bin/sh"]
     if nice is not None:
         cmd += ["--child-nice", str(nice)]
+    if flood_nice is not None:
+        cmd += ["--flood-nice", str(flood_nice)]
     attacks = [(n, a) for n, a in ATTACKS if only is None or n in only or a is None]
     with tempfile.TemporaryFile() as log:
         proc = await trio.lowlevel.open_process(
@@ -891,7 +896,8 @@ async def main(seconds: float, only: list[str] | None, nice: int | None) -> None
             print(
                 f"server pid {proc.pid} from {SERVER_REPO}, ulimit -n {NOFILE}, "
                 f"{seconds:g} s per attack, children nice "
-                f"{'serve default' if nice is None else nice}, "
+                f"{'serve default' if nice is None else nice}, flood nice "
+                f"{'serve default' if flood_nice is None else flood_nice}, "
                 f"load {os.getloadavg()[0]:.1f}, {time.strftime('%H:%M:%S UTC', time.gmtime())}"
             )
             print(
@@ -952,10 +958,11 @@ if __name__ == "__main__":
         parser.add_argument("--only", help="comma-separated attack names")
         parser.add_argument("--repo", type=Path, help="run the server from this checkout")
         parser.add_argument("--child-nice", type=int, help="serve --child-nice N")
+        parser.add_argument("--flood-nice", type=int, help="serve --flood-nice N")
         args = parser.parse_args()
         if args.repo is not None:
             SERVER_REPO = args.repo.resolve()
         names = args.only.split(",") if args.only else None
         if names is not None and (unknown := set(names) - dict(ATTACKS).keys()):
             parser.error(f"unknown attacks: {sorted(unknown)}")
-        trio.run(main, args.seconds, names, args.child_nice)
+        trio.run(main, args.seconds, names, args.child_nice, args.flood_nice)

@@ -31,6 +31,16 @@ async def wait_for_text(terminal: Terminal, needle: str, timeout: float = TIMEOU
     return state.text()
 
 
+def own_autogroup() -> str | None:
+    """This process's autogroup line; None without autogroups, or when a cgroup (not
+    an autogroup) schedules it: the kernel then shows an empty file."""
+    try:
+        with open("/proc/self/autogroup") as f:
+            return f.read().strip() or None
+    except FileNotFoundError:
+        return None
+
+
 def open_fds() -> int:
     return len(os.listdir("/proc/self/fd"))
 

@@ -156,6 +156,7 @@ async def test_serve_start_up_failures_are_one_line(tmp_path: Path) -> None:
         (["--scrollback", "-1"], "argument --scrollback: must be at least 1, not -1"),
         (["--scrollback", "0"], "argument --scrollback: must be at least 1, not 0"),
         (["--shell", "/nonexistent"], "argument --shell: no executable '/nonexistent'"),
+        (["--flood-nice", "20"], "argument --flood-nice: invalid choice: 20"),
     ],
 )
 async def test_serve_refuses_bad_options_before_listening(args: list[str], message: str) -> None:

@@ -60,7 +60,7 @@ from ahp.server.session import MAX_CONFIG_BYTES, ServerState
 from ahp.server.websocket import LARGE_FRAME, ServerConfig, open_listeners, serve_connections
 from ahp.server.wsconn import MAX_FRAGMENTS, InboundBudget
 from ahp.vt.parser import compact
-from tests.helpers import TIMEOUT, kill_and_reap, wait_for_text
+from tests.helpers import TIMEOUT, kill_and_reap, own_autogroup, wait_for_text
 from tests.test_faults import eventually
 from tests.wire import TOKEN, Peer, peer, running_server
 
@@ -802,7 +802,7 @@ async def test_child_nice_reaches_the_terminals_autogroup() -> None:
     """With autogroup scheduling, niceness only counts inside an autogroup and a pty
     child's ``setsid`` made a new one: ``--child-nice`` sets the group's nice too, and
     never the server's own group."""
-    ours = _own_autogroup()
+    ours = own_autogroup()
     if ours is None:
         pytest.skip("no autogroup schedules this process (no CONFIG_SCHED_AUTOGROUP, or a cgroup)")
     async with open_host() as host:
@@ -812,17 +812,7 @@ async def test_child_nice_reaches_the_terminals_autogroup() -> None:
         )
         text = await wait_for_text(terminal, "nice 7")
     assert "/autogroup-" in text
-    assert _own_autogroup() == ours  # the server's own group is untouched
-
-
-def _own_autogroup() -> str | None:
-    """The server's autogroup line; None without autogroups, or when a cgroup (not an
-    autogroup) schedules this process: the kernel then shows an empty file."""
-    try:
-        with open("/proc/self/autogroup") as f:
-            return f.read().strip() or None
-    except FileNotFoundError:
-        return None
+    assert own_autogroup() == ours  # the server's own group is untouched
 
 
 @pytest.mark.parametrize(

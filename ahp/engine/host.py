@@ -43,6 +43,7 @@ from ahp.engine.launch import TerminalSpec, discard, prepare_launch
 from ahp.engine.memory import Trimmer
 from ahp.engine.outbox import Outbox
 from ahp.engine.packing import pack_scrollback
+from ahp.engine.priority import FLOOD_NICE, FloodKeeper
 from ahp.engine.subscription import Subscription
 from ahp.engine.terminal import Terminal
 from ahp.protocol.actions import RootTerminalsChanged
@@ -109,12 +110,17 @@ class Host:
         self._unpublished = False
         self._catalogue_task = False  # a publishing task is scheduled
         self._packing = False  # the scrollback packer runs (ahp.engine.packing)
+        #: The flood watch (ahp.engine.priority), while it runs.
+        self._floods: FloodKeeper | None = None
         self._published_at = -math.inf
         self._counter = 0
         self._holder_only_input = False
         #: Niceness of every new terminal's process (``serve --child-nice``): on a
         #: machine with few cores, busy children then leave the server its CPU.
         self.child_nice = 0
+        #: Nice value of a terminal's autogroup while its output floods the host
+        #: (``serve --flood-nice``; :mod:`ahp.engine.priority`); 0 turns it off.
+        self.flood_nice = FLOOD_NICE
         #: Called with each new terminal, synchronously, before its process starts (so
         #: a subscriber registered here misses none of its output); a hook must not
         #: raise. Recording (:mod:`ahp.record`) registers one.
@@ -283,6 +289,7 @@ class Host:
             self.hub,
             nonce=nonce,
             on_info_changed=self._on_info_changed,
+            on_input=self._on_input,
             on_output=on_output,
         )
         terminal.holder_only_input = self._holder_only_input
@@ -301,6 +308,9 @@ class Host:
         if not self._packing:
             self._packing = True
             self._nursery.start_soon(self._pack_scrollback)
+        if self._floods is None:
+            self._floods = FloodKeeper(self._terminals.values, lambda: self.flood_nice)
+            self._nursery.start_soon(self._watch_floods, self._floods)
         return terminal
 
     async def _pack_scrollback(self) -> None:
@@ -310,6 +320,20 @@ class Host:
             await pack_scrollback(self._terminals.values, released=self.trimmer.request)
         finally:
             self._packing = False
+
+    async def _watch_floods(self, keeper: FloodKeeper) -> None:
+        """Flooding terminals read by threads and run below the host
+        (:mod:`ahp.engine.priority`); ends when no terminal is left (the next creation
+        starts it again)."""
+        try:
+            await keeper.run()
+        finally:
+            self._floods = None
+
+    def _on_input(self, terminal: Terminal) -> None:
+        """A terminal took an input (its reducer task, synchronous)."""
+        if self._floods is not None:
+            self._floods.typed(terminal)
 
     async def _run_terminal(
         self, terminal: Terminal, *, task_status: trio.TaskStatus[Terminal]

@@ -73,8 +73,9 @@ class TerminalSpec:
     scrollback: int = DEFAULT_SCROLLBACK
     grace: float = DISPOSE_GRACE
     interactive: bool = False
-    #: Niceness added to the process (:meth:`ahp.pty.Child.renice` right after the spawn; its
-    #: descendants inherit it): 0 leaves it at the server's.
+    #: Niceness added to the process (:meth:`ahp.pty.Child.renice_processes` right after
+    #: the spawn; its descendants inherit it) and given to a pty child's autogroup: 0
+    #: leaves it at the server's.
     nice: int = 0
     #: Load the user's startup files (``~/.bashrc``, ...) before command detection; False
     #: starts the shell without them (:func:`ahp.shell.prepare_shell` ``user_rc``).

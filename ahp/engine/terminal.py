@@ -113,8 +113,9 @@ from ahp.protocol.actions import (
 )
 from ahp.protocol.state import Snapshot, TerminalInfo, TerminalState
 from ahp.pty import Child, ChildGone, SpawnError, kill_session, procfs, spawn
+from ahp.pty.child import AUTOGROUP_POLL, AUTOGROUP_WAIT
 from ahp.pty.jobs import Jobs
-from ahp.pty.pump import ReadPump
+from ahp.pty.pump import PUMP_QUIET, PUMP_QUIET_FLOODING, ReadPump
 from ahp.reducers import Rejected, TerminalCore
 from ahp.reducers.core import MAX_DIMENSION, MAX_PENDING_INPUT, rejected_echo
 from ahp.reducers.policy import Change
@@ -252,12 +253,16 @@ class Terminal(CommandSurface):
         *,
         nonce: str,
         on_info_changed: Callable[[Terminal], None],
+        on_input: Callable[[Terminal], None] | None = None,
         on_output: Callable[[bool, bytes], None] | None = None,
     ) -> None:
         self.spec = spec
         self.uri = spec.uri
         self._hub = hub
         self._on_info_changed = on_info_changed
+        #: Called with the terminal after each input it accepted for the pty (the
+        #: host's flood watch); must not block nor raise.
+        self._on_input = on_input
         #: Called by the read tasks with each batch read (``True``: from stderr, when it
         #: has a pipe of its own); must not block nor raise (see :mod:`ahp.agent.exec`).
         self._on_output = on_output
@@ -306,6 +311,9 @@ class Terminal(CommandSurface):
         #: Figures for tests and benchmarks.
         self.read_batches = 0
         self.bytes_read = 0
+        #: Inputs accepted for the pty (each a write): :mod:`ahp.engine.priority` tells
+        #: interactive terminals by it.
+        self.inputs = 0
         self.reducer_batches = 0
         #: Times the pty-read task found the parse channel full and waited.
         self.parse_waits = 0
@@ -316,6 +324,12 @@ class Terminal(CommandSurface):
         self.spins = 0
         self.spin_misses = 0
         self._spin_rest_until = float("-inf")
+        #: The output floods the host (:meth:`set_flooding`, by :mod:`ahp.engine.priority`).
+        self.flooding = False
+        #: Nice value of the terminal's autogroup while it floods (``None``: not
+        #: lowered), above ``spec.nice``; and the value last set (a new group's is 0).
+        self._flood_nice: int | None = None
+        self._group_nice_set = 0
 
     # -- public view -------------------------------------------------------------------------
 
@@ -578,8 +592,8 @@ class Terminal(CommandSurface):
                 self._child = child
                 if spec.use_pty:
                     self._jobs = Jobs(child.pid, child.output_fd, self._alive_check())
-                if spec.nice:
-                    await child.renice(spec.nice)
+                if spec.nice:  # (the autogroup's share is settled by a task: _settle_nice)
+                    child.renice_processes(spec.nice)
                 try:
                     await self._run_stages(child, task_status)
                 except Exception as exc:  # one terminal's failure ends that terminal only
@@ -622,8 +636,47 @@ class Terminal(CommandSurface):
             nursery.start_soon(self._read_task, child, to_parse)
             nursery.start_soon(self._write_task, child, writer_inbox)
             nursery.start_soon(self._exit_task, child)
+            if self.spec.nice and child.is_pty:
+                nursery.start_soon(self._settle_nice, child)
             self._accepting = True
             task_status.started(self)
+
+    # -- scheduling priority ------------------------------------------------------------------
+
+    @property
+    def group_nice(self) -> int:
+        """The nice value the terminal's autogroup should have now: ``spec.nice``, or
+        more while it floods (:meth:`set_flooding`)."""
+        return max(self.spec.nice, self._flood_nice or 0)
+
+    def set_flooding(self, flooding: bool, nice: int = 0) -> bool:
+        """Mark the terminal's output as flooding the host or not (:mod:`ahp.engine.priority`):
+        while it floods, its output is read by a pump's thread even in small batches,
+        and its autogroup gets ``nice`` (0: left as it is); once not, its own
+        ``spec.nice`` back. Whether the priority took effect (False: try again later,
+        see :meth:`ahp.pty.Child.set_group_nice`). No wait."""
+        self.flooding = flooding
+        self._flood_nice = nice if flooding and nice else None
+        child, wanted = self._child, self.group_nice
+        if child is None or self.closing or wanted == self._group_nice_set:
+            return True
+        if not child.set_group_nice(wanted):
+            return False
+        self._group_nice_set = wanted
+        return True
+
+    async def _settle_nice(self, child: Child) -> None:
+        """Give the autogroup ``spec.nice`` once the child's ``setsid`` made it one of
+        its own, retrying while the kernel's rate limit refuses (each try is a ``/proc``
+        read and write); gives up after :data:`~ahp.pty.child.AUTOGROUP_WAIT` seconds.
+        A task, so that a burst of creations is not held by the rate limit."""
+        with trio.move_on_after(AUTOGROUP_WAIT):
+            while True:  # (polling: no event says when setsid ran)
+                wanted = self.group_nice
+                if child.set_group_nice(wanted):
+                    self._group_nice_set = wanted
+                    return
+                await trio.sleep(AUTOGROUP_POLL)
 
     @property
     def closing(self) -> bool:
@@ -703,12 +756,14 @@ class Terminal(CommandSurface):
                         with trio.move_on_after(PACE_WINDOW):
                             await pacer.wait_taken()
                         continue
+                    if THREADED_READS and (size >= READ_BATCH or self.flooding):
+                        # Sustained output: a thread reads while the stages work. (A
+                        # flooding child the host runs below it prints in small
+                        # batches: read on the loop, they cost it 10x the CPU.)
+                        if await self._pump(child, to_parse, error):
+                            return
+                        continue
                     if size >= READ_BATCH:
-                        if THREADED_READS:
-                            # Sustained output: a thread reads while the stages work.
-                            if await self._pump(child, to_parse, error):
-                                return
-                            continue
                         await trio.lowlevel.checkpoint()  # fairness: one batch at a time
                         continue
                     # Drained (EAGAIN): the wait below is the checkpoint (reading again
@@ -731,7 +786,13 @@ class Terminal(CommandSurface):
         """Read through a :class:`~ahp.pty.pump.ReadPump` until the output pauses;
         whether it reached EOF. The pump is stopped (and its thread gone) on return.
         ``error``: the child's own stderr pipe instead of its output."""
-        pump = ReadPump(child.error_fd if error else child.output_fd, is_pty=child.is_pty)
+        pump = ReadPump(
+            child.error_fd if error else child.output_fd,
+            is_pty=child.is_pty,
+            # A flooding child the host runs below it pauses for longer than PUMP_QUIET
+            # whenever the CPU is contended; each pause handed reading back to the loop.
+            quiet=PUMP_QUIET_FLOODING if self.flooding else PUMP_QUIET,
+        )
         pump.start()
         try:
             while True:
@@ -985,6 +1046,9 @@ class Terminal(CommandSurface):
                         self._hub.reject(sender, self.uri, action, origin, reason)
                     return
                 self._pending_input += len(data)
+                self.inputs += 1
+                if self._on_input is not None:
+                    self._on_input(self)
         if verdict.resize is not None and self._child is not None:
             self._child.resize(*verdict.resize)
         self._apply(verdict.action, origin)

@@ -62,9 +62,11 @@ SIGTERM_GRACE: Final = 1.0
 SESSION_WAIT: Final = 2.0
 #: Poll interval (seconds) of that wait.
 _SESSION_POLL: Final = 0.001
-#: Longest wait (seconds) of :meth:`Child.renice` for a pty child's own autogroup
-#: (its ``setsid``); past it only the process's niceness is set.
-AUTOGROUP_WAIT: Final = 2.0
+#: Longest time (seconds) a terminal tries to give its pty child's own autogroup its
+#: niceness (waiting for its ``setsid``, and through the kernel's rate limit of one
+#: change per 100 ms: a burst of 50 creations settles in 5 s); past it only the
+#: processes' niceness is set.
+AUTOGROUP_WAIT: Final = 10.0
 #: Poll interval (seconds) of that wait.
 AUTOGROUP_POLL: Final = 0.002
 
@@ -318,7 +320,7 @@ class Child:
         if self.is_pty and self._output_fd >= 0:
             set_window_size(self._output_fd, cols, rows)
 
-    async def renice(self, nice: int) -> None:
+    def renice_processes(self, nice: int) -> None:
         """Add ``nice`` to the child's niceness (``setpriority``, at once); nothing once
         it is reaped, and an ``OSError`` (it exited meanwhile) is ignored.
 
@@ -328,26 +330,30 @@ class Child:
         ``setsid`` gives it a new one: the CPU is shared between the server and each
         terminal *group* equally whatever the niceness (issue 25: thirty shells printing
         in a loop held the event loop on the run queue 60-75 % of the time). So a pty
-        child's autogroup gets ``nice`` too (``/proc/PID/autogroup``; the jobs it starts
-        share it), once it is in an autogroup of its own: this waits (polling, at most
-        :data:`AUTOGROUP_WAIT` seconds) until the child's ``setsid`` ran, and never
-        touches the server's own group."""
-        if self._process.returncode is not None:
-            return
-        with contextlib.suppress(OSError):
-            os.setpriority(os.PRIO_PROCESS, self.pid, nice)
-        if not self.is_pty:
-            return
-        deadline = trio.current_time() + AUTOGROUP_WAIT
-        while self._process.returncode is None:
-            try:
-                if _renice_autogroup(self.pid, nice):
-                    return
-            except OSError:  # no autogroups on this kernel, or the child is gone
-                return
-            if trio.current_time() >= deadline:
-                return
-            await trio.sleep(AUTOGROUP_POLL)
+        child's autogroup needs ``nice`` too: :meth:`set_group_nice`, once the child's
+        ``setsid`` ran (the terminal's ``_settle_nice`` task retries until then)."""
+        if self._process.returncode is None:
+            with contextlib.suppress(OSError):
+                os.setpriority(os.PRIO_PROCESS, self.pid, nice)
+
+    def set_group_nice(self, nice: int) -> bool:
+        """Set the nice value of the child's *autogroup* only (the processes' own
+        niceness is left as it is); unlike a process's niceness, an unprivileged server
+        may lower it again (0-19), so this is what :mod:`ahp.engine.priority` toggles.
+
+        True once done, or when there is nothing to do: the child is reaped, it is a
+        pipe child (it shares the server's group), the kernel has no autogroups, or a
+        cgroup schedules the child. False when to try again: the child has not called
+        ``setsid`` yet (it is still in the server's own group, never touched), or the
+        kernel refused with ``EAGAIN`` (it takes one autogroup change per 100 ms from a
+        process without ``CAP_SYS_ADMIN``, over the whole machine). One ``/proc`` read
+        and write; no wait."""
+        if self._process.returncode is not None or not self.is_pty:
+            return True
+        try:
+            return _renice_autogroup(self.pid, nice)
+        except OSError as exc:  # no autogroups on this kernel, or the child is gone
+            return exc.errno != errno.EAGAIN
 
     # -- lifecycle ------------------------------------------------------------------
 
@@ -448,7 +454,8 @@ def _renice_autogroup(pid: int, nice: int) -> bool:
     """Set the nice value of ``pid``'s autogroup; False (and nothing done) while it is
     this process's own (the child has not called ``setsid`` yet). True once done, or
     when there is nothing to do (see :func:`autogroup_step`). Raises ``OSError``
-    without autogroups or once ``pid`` is gone."""
+    without autogroups, once ``pid`` is gone, or (``EAGAIN``) when the kernel's rate
+    limit on autogroup changes refused this one."""
     with open(f"/proc/{pid}/autogroup") as f:
         theirs = f.read()
     with open("/proc/self/autogroup") as f:

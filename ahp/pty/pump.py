@@ -62,6 +62,7 @@ __all__ = [
     "PUMP_LEAD",
     "PUMP_NICE",
     "PUMP_QUIET",
+    "PUMP_QUIET_FLOODING",
     "PUMP_READ",
     "PUMP_THREADS",
     "PUMP_TURN",
@@ -78,6 +79,11 @@ PUMP_BUFFER: Final = 256 * 1024
 #: 5 ms ended pumps whenever a busy child waited for a CPU, and the loop read again
 #: (8 interleaved pairs at load 9-13: 0.84x server CPU per MB at 50 ms).
 PUMP_QUIET: Final = 0.05
+#: The same for a terminal whose output floods the host (:mod:`ahp.engine.priority`):
+#: such a child, run below the host, pauses whenever the CPU is contended, and each
+#: pump's end handed reading back to the loop, in small batches (30 terminals: 17 000
+#: reads of 830 bytes in 6 s, 1.5 s of the loop's time).
+PUMP_QUIET_FLOODING: Final = 0.5
 #: Bytes a reader thread reads from one fd before it turns to the next ready one
 #: (and hands over what it read): a round reads at most this much per busy terminal.
 PUMP_TURN: Final = 256 * 1024

@@ -167,6 +167,9 @@ class ServeOptions:
     #: Niceness of the terminals' processes (:attr:`ahp.engine.Host.child_nice`); None
     #: keeps the host's. ``serve`` passes :data:`SERVE_CHILD_NICE` unless told otherwise.
     child_nice: int | None = None
+    #: Nice value of a flooding terminal's autogroup (:attr:`ahp.engine.Host.flood_nice`,
+    #: ``serve --flood-nice``; 0: off); None keeps the host's (:data:`FLOOD_NICE`).
+    flood_nice: int | None = None
     #: Record every terminal into this directory, one asciicast v3 file each
     #: (:func:`ahp.record.record_host`; ``serve --record``).
     record_dir: str | None = None
@@ -307,6 +310,8 @@ async def serve_host(
         host.holder_only_input = True
     if options.child_nice is not None:
         host.child_nice = options.child_nice
+    if options.flood_nice is not None:
+        host.flood_nice = options.flood_nice
     try:
         async with trio.open_nursery() as nursery:
             await _start_records(nursery, state, options, token)
