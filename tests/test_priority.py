@@ -18,7 +18,9 @@ from ahp.engine.priority import (
     FLOOD_OFF,
     FLOOD_ON,
     FLOOD_TICK,
+    NICE_WEIGHTS,
     FloodWatch,
+    flood_level,
 )
 from ahp.pty import child as child_module
 from ahp.pty import pump
@@ -276,3 +278,33 @@ async def test_a_pipe_terminal_is_never_reniced() -> None:
         ours = own_autogroup()
         assert terminal.set_flooding(True, FLOOD_NICE)
         assert own_autogroup() == ours
+
+
+@pytest.mark.parametrize(
+    ("nice", "floods", "level"),
+    [(10, 0, 10), (10, 1, 10), (10, 2, 14), (10, 4, 17), (10, 30, 19), (0, 5, 0), (3, 4, 10)],
+)
+def test_more_floods_go_deeper_to_weigh_what_one_does(nice: int, floods: int, level: int) -> None:
+    assert flood_level(nice, floods) == level
+    if nice > 0 and floods > 0 and level < 19:
+        assert floods * NICE_WEIGHTS[level] <= NICE_WEIGHTS[nice]
+
+
+async def test_several_floods_share_one_floods_weight() -> None:
+    """Two floods beside a typist are lowered deeper than one (flood_level)."""
+    async with open_host() as host, trio.open_nursery() as nursery:
+        typist = await host.create_terminal(argv=["cat"])
+        floods = [await host.create_terminal(argv=["sh", "-c", FLOOD_THEN_QUIET]) for _ in "ab"]
+
+        async def type_slowly() -> None:
+            while True:
+                await typist.send_input("x")
+                await trio.sleep(0.1)
+
+        nursery.start_soon(type_slowly)
+        wanted = flood_level(FLOOD_NICE, 2)
+        assert wanted > FLOOD_NICE
+        await eventually(lambda: all(f.group_nice == wanted for f in floods))
+        if own_autogroup() is not None:
+            await eventually(lambda: all(_group_nice(f.pid) == wanted for f in floods))
+        nursery.cancel_scope.cancel()

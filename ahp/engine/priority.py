@@ -11,8 +11,9 @@ program all the time, and a process's niceness cannot be lowered again without
 privilege. An autogroup's nice value can be (0-19), so the host watches each
 terminal's output and input and, while a terminal floods and another is
 interactive (someone typed in it in the last 5 s), gives the flooding terminal's
-autogroup :data:`FLOOD_NICE`: the server then gets the CPU it needs to keep up and
-answer the keystroke, the flooding program gets the rest (on an idle machine, all it
+autogroup :data:`FLOOD_NICE` (several floods deeper, so that together they weigh
+what one does: :func:`flood_level`): the server then gets the CPU it needs to keep
+up and answer the keystroke, the flooding program gets the rest (on an idle machine, all it
 had: niceness only weighs under contention), and once its output is quiet again, or
 nobody else types, its share comes back. A flood with nobody typing beside it is
 not lowered: there the server and the program are one pipeline, and starving the
@@ -66,14 +67,17 @@ __all__ = [
     "FLOOD_ON",
     "FLOOD_TICK",
     "INTERACTIVE_TICKS",
+    "NICE_WEIGHTS",
     "QUIET_BYTES",
     "FloodWatch",
+    "flood_level",
     "FloodKeeper",
 ]
 
 #: Nice value of a flooding terminal's autogroup while another terminal is
-#: interactive (``serve --flood-nice``; 0: never). At 10 a group weighs 110 against
-#: the server's 1024.
+#: interactive (``serve --flood-nice``; 0: never); several floods go deeper, so that
+#: together they weigh what one does (:func:`flood_level`). At 10 a group weighs 110
+#: against the server's 1024.
 FLOOD_NICE: Final = 10
 #: Seconds between two looks at the terminals' counters.
 FLOOD_TICK: Final = 0.25
@@ -89,7 +93,28 @@ FLOOD_OFF: Final = 4
 #: interactive (5 s): someone waits for its echo.
 INTERACTIVE_TICKS: Final = 20
 
+#: The kernel's weight for each nice value 0-19 (``sched_prio_to_weight``): a group
+#: at nice 0 weighs 1024.
+NICE_WEIGHTS: Final = (
+    1024, 820, 655, 526, 423, 335, 272, 215, 172, 137,
+    110, 87, 70, 56, 45, 36, 29, 23, 18, 15,
+)  # fmt: skip
 K = TypeVar("K", bound=Hashable)
+
+
+def flood_level(nice: int, floods: int) -> int:
+    """The nice value for each of ``floods`` lowered floods: ``nice`` for one, and
+    deeper (at most 19) for more, so that together they weigh no more than one at
+    ``nice`` (``nice`` 0: 0, lowering is off). Thirty floods at 10 weighed 3300
+    against the server's 1024 and still took three quarters of the CPU from it
+    (issue 25's ``silent subscriber``); at 19, 450."""
+    if nice <= 0 or floods <= 0:
+        return max(nice, 0)
+    budget = NICE_WEIGHTS[min(nice, 19)]
+    for level in range(min(nice, 19), 19):
+        if floods * NICE_WEIGHTS[level] <= budget:
+            return level
+    return 19
 
 
 @attrs.define
@@ -133,6 +158,7 @@ class FloodWatch(Generic[K]):
         self._flood, self._quiet, self._on, self._off = flood_bytes, quiet_bytes, on, off
         self._interactive = interactive
         self._tracks: dict[K, _Track] = {}
+        self._someone_waits = False
 
     def tick(self, counters: Mapping[K, tuple[int, int]]) -> list[tuple[K, bool, bool]]:
         """One tick: ``counters`` maps every live key to ``(output bytes, inputs)`` so
@@ -175,6 +201,7 @@ class FloodWatch(Generic[K]):
     def _changes(self) -> list[tuple[K, bool, bool]]:
         tracks = self._tracks
         someone_waits = any(not t.flooding and t.idle <= self._interactive for t in tracks.values())
+        self._someone_waits = someone_waits
         changes: list[tuple[K, bool, bool]] = []
         for key, track in tracks.items():
             wanted = (track.flooding, track.flooding and someone_waits)
@@ -187,6 +214,12 @@ class FloodWatch(Generic[K]):
         track = self._tracks.get(key)
         if track is not None:
             track.applied = (flooding, lowered)
+
+    def to_lower(self) -> list[K]:
+        """The keys that should be lowered now (as of the last tick or input)."""
+        if not self._someone_waits:
+            return []
+        return [key for key, track in self._tracks.items() if track.flooding]
 
     def lowered(self) -> list[K]:
         """The keys lowered now (as confirmed)."""
@@ -210,6 +243,7 @@ class FloodKeeper:
         self._watch: FloodWatch[str] = FloodWatch()
         self._typed: set[str] = set()
         self._poked = trio.Event()
+        self._level = 0  # the nice value of the lowered floods
         #: An input now should lower a flood (kept by :meth:`run`: the input path reads
         #: one attribute per input).
         self.waiting = False
@@ -234,9 +268,16 @@ class FloodKeeper:
                 for key in self._typed:
                     changes += self._watch.typed(key)
             self._typed.clear()
+            # Every lowered flood at the level for their number (flood_level): when
+            # the number changes, the others are set again too.
+            to_lower = self._watch.to_lower()
+            level = flood_level(self._nice(), len(to_lower))
+            if level != self._level:
+                self._level = level
+                changes += [(key, True, True) for key in to_lower]
             for key, flooding, lowered in changes:
                 terminal = live.get(key)
-                nice = self._nice() if lowered else 0
+                nice = level if lowered else 0
                 if terminal is not None and terminal.set_flooding(flooding, nice):
                     self._watch.settled(key, flooding, lowered)
             self.waiting = self._nice() > 0 and self._watch.floods_unlowered
