@@ -850,3 +850,29 @@ def test_the_programs_objects_leave_the_collectors_full_passes() -> None:
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
     )
     assert done.stdout.strip() == "ok", done.stderr
+
+
+async def test_a_trim_first_collects_what_reference_cycles_hold() -> None:
+    """An idle server allocates nothing, so the collector's own passes never come:
+    a big object held only by a reference cycle (a traceback's frame, a connection's
+    tasks) stayed until the next busy spell. A trim collects first."""
+
+    class Holder:
+        pass
+
+    gc.disable()  # (no pass of its own meanwhile: the trim's must be the one)
+    try:
+        async with trio.open_nursery() as nursery:
+            trimmer = Trimmer(nursery, lambda: True)
+            holder = Holder()
+            holder.me = holder  # type: ignore[attr-defined]
+            holder.big = bytearray(8 * 1024 * 1024)  # type: ignore[attr-defined]
+            ref = weakref.ref(holder)
+            del holder
+            assert ref() is not None  # (only a collection frees a cycle)
+            trimmer.request()
+            await eventually(lambda: trimmer.trims == 1)
+            assert ref() is None
+            nursery.cancel_scope.cancel()
+    finally:
+        gc.enable()
