@@ -99,6 +99,7 @@ NICE_WEIGHTS: Final = (
     1024, 820, 655, 526, 423, 335, 272, 215, 172, 137,
     110, 87, 70, 56, 45, 36, 29, 23, 18, 15,
 )  # fmt: skip
+
 K = TypeVar("K", bound=Hashable)
 
 
