@@ -36,7 +36,6 @@ import ctypes
 import ctypes.util
 import gc
 import logging
-import time
 from collections.abc import Callable
 from typing import Final
 
@@ -106,28 +105,18 @@ def malloc_trim() -> bool:
 class Trimmer:
     """Coalesced, rate-limited :func:`malloc_trim` calls, off the event loop.
 
-    Each trim is preceded by a full pass of the cyclic garbage collector on the loop
-    (``collect``), so that what a closed connection or a disposed terminal left in
+    Each trim is preceded by a full pass of the cyclic garbage collector on the loop,
+    so that what a closed connection or a disposed terminal left in
     reference cycles is freed before the trim, not at the next busy spell.
 
     Args:
         nursery: where the pending trim's task runs.
         trim: the blocking call (tests may count calls); default :func:`malloc_trim`.
-        collect: run ``gc.collect()`` before each trim.
     """
 
-    def __init__(
-        self,
-        nursery: trio.Nursery,
-        trim: Callable[[], bool] | None = None,
-        *,
-        collect: bool = True,
-    ) -> None:
+    def __init__(self, nursery: trio.Nursery, trim: Callable[[], bool] | None = None) -> None:
         self._nursery = nursery
         self._trim = trim if trim is not None else malloc_trim
-        self._collect = collect
-        #: Seconds the last collection before a trim took (figures for tests).
-        self.collect_seconds = 0.0
         self._pending = False
         self._last = -float("inf")
         #: Trims run (figures for tests).
@@ -151,16 +140,12 @@ class Trimmer:
         finally:
             self._pending = False
         self.trims += 1
-        if self._collect:
-            # What was freed may be cyclic garbage (an exception's traceback holding
-            # a frame that held a snapshot, a connection's tasks): the collector's own
-            # passes follow allocations, and an idle server allocates nothing, so it
-            # stayed until the next busy spell (issue 25's snapshot readers kept +17
-            # to +26 MiB 9 s after, in 3 of 6 runs; with this pass +1 to +9). On the
-            # loop (a pass holds the GIL anyway); what it costs is kept small by
-            # ahp.engine.collector's freeze.
-            started = time.perf_counter()
-            gc.collect()
-            self.collect_seconds = time.perf_counter() - started
+        # What was freed may be cyclic garbage (an exception's traceback holding a
+        # frame that held a snapshot, a connection's tasks): the collector's own passes
+        # follow allocations, and an idle server allocates nothing, so it stayed until
+        # the next busy spell (issue 25's snapshot readers kept +17 to +26 MiB 9 s
+        # after, in 3 of 6 runs; with this pass +1 to +9). On the loop (a pass holds
+        # the GIL anyway); ahp.engine.collector's freeze keeps it short.
+        gc.collect()
         self._last = trio.current_time()  # (the interval is between trims)
         await trio.to_thread.run_sync(self._trim, abandon_on_cancel=True)
