@@ -637,7 +637,7 @@ class Terminal(CommandSurface):
             nursery.start_soon(self._write_task, child, writer_inbox)
             nursery.start_soon(self._exit_task, child)
             if self.spec.nice and child.is_pty:
-                nursery.start_soon(self._settle_nice, child)
+                nursery.start_soon(self._settle_nice)
             self._accepting = True
             task_status.started(self)
 
@@ -657,6 +657,11 @@ class Terminal(CommandSurface):
         see :meth:`ahp.pty.Child.set_group_nice`). No wait."""
         self.flooding = flooding
         self._flood_nice = nice if flooding and nice else None
+        return self._apply_group_nice()
+
+    def _apply_group_nice(self) -> bool:
+        """Give the autogroup :attr:`group_nice` unless it has it; whether it took
+        effect (see :meth:`ahp.pty.Child.set_group_nice`). One ``/proc`` read and write."""
         child, wanted = self._child, self.group_nice
         if child is None or self.closing or wanted == self._group_nice_set:
             return True
@@ -665,17 +670,13 @@ class Terminal(CommandSurface):
         self._group_nice_set = wanted
         return True
 
-    async def _settle_nice(self, child: Child) -> None:
+    async def _settle_nice(self) -> None:
         """Give the autogroup ``spec.nice`` once the child's ``setsid`` made it one of
-        its own, retrying while the kernel's rate limit refuses (each try is a ``/proc``
-        read and write); gives up after :data:`~ahp.pty.child.AUTOGROUP_WAIT` seconds.
-        A task, so that a burst of creations is not held by the rate limit."""
+        its own, retrying while the kernel's rate limit refuses; gives up after
+        :data:`~ahp.pty.child.AUTOGROUP_WAIT` seconds. A task, so that a burst of
+        creations is not held by the rate limit."""
         with trio.move_on_after(AUTOGROUP_WAIT):
-            while True:  # (polling: no event says when setsid ran)
-                wanted = self.group_nice
-                if child.set_group_nice(wanted):
-                    self._group_nice_set = wanted
-                    return
+            while not self._apply_group_nice():  # noqa: ASYNC110 (no event says when setsid ran)
                 await trio.sleep(AUTOGROUP_POLL)
 
     @property
