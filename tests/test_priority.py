@@ -5,13 +5,14 @@ and their autogroup's nice value in ``/proc`` (where the kernel has autogroups).
 from __future__ import annotations
 
 import errno
+from typing import cast
 
 import pytest
 import trio
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ahp.engine import open_host, priority
+from ahp.engine import Terminal, open_host, priority
 from ahp.engine.priority import (
     FLOOD_BYTES,
     FLOOD_NICE,
@@ -19,6 +20,7 @@ from ahp.engine.priority import (
     FLOOD_ON,
     FLOOD_TICK,
     NICE_WEIGHTS,
+    FloodKeeper,
     FloodWatch,
     flood_level,
 )
@@ -307,4 +309,63 @@ async def test_several_floods_share_one_floods_weight() -> None:
         await eventually(lambda: all(f.group_nice == wanted for f in floods))
         if own_autogroup() is not None:
             await eventually(lambda: all(_group_nice(f.pid) == wanted for f in floods))
+        nursery.cancel_scope.cancel()
+
+
+class _FakeTerminal:
+    """What FloodKeeper reads of a terminal; its output grows by a flood per look, and
+    ``refuse`` priority changes are refused (the kernel's rate limit) first."""
+
+    def __init__(self, nonce: str, *, floods: bool, refuse: int = 0) -> None:
+        self.nonce = nonce
+        self.floods = floods
+        self.refuse = refuse
+        self.spec = type("Spec", (), {"use_pty": True})()
+        self.closing = False
+        self.flooding = False
+        self.inputs = 0
+        self.nice = 0
+        self._output = 0
+
+    @property
+    def bytes_read(self) -> int:
+        if self.floods:
+            self._output += 2 * FLOOD_BYTES
+        return self._output
+
+    def set_flooding(self, flooding: bool, nice: int = 0) -> bool:
+        self.flooding = flooding
+        if self.refuse and nice != self.nice:
+            self.refuse -= 1
+            return False
+        self.nice = nice
+        return True
+
+
+async def test_a_refused_change_of_level_is_set_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """When a second flood makes both go deeper and the kernel refuses the first one's
+    new level, it is set again at a later pass (before, the keeper counted the level as
+    applied and the refused flood stayed at the old one)."""
+    monkeypatch.setattr(priority, "FLOOD_TICK", 0.01)
+    first = _FakeTerminal("a", floods=True)
+    second = _FakeTerminal("b", floods=False)
+    typist = _FakeTerminal("t", floods=False)
+    terminals = [first, second, typist]
+    keeper = FloodKeeper(lambda: cast("list[Terminal]", terminals), lambda: FLOOD_NICE)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(keeper.run)
+
+        async def typing() -> None:
+            while True:
+                typist.inputs += 1
+                await trio.sleep(0.01)
+
+        nursery.start_soon(typing)
+        await eventually(lambda: first.nice == FLOOD_NICE)
+        first.refuse = 1  # (its move to the deeper level is refused once)
+        second.floods = True
+        deeper = flood_level(FLOOD_NICE, 2)
+        await eventually(lambda: second.nice == deeper)
+        await eventually(lambda: first.nice == deeper, timeout=5)
+        assert typist.nice == 0
         nursery.cancel_scope.cancel()

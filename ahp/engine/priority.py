@@ -270,17 +270,22 @@ class FloodKeeper:
                     changes += self._watch.typed(key)
             self._typed.clear()
             # Every lowered flood at the level for their number (flood_level): when
-            # the number changes, the others are set again too.
+            # the number changes, the others are set again too; the level counts as
+            # applied once all took (a refused one is set again at the next pass).
             to_lower = self._watch.to_lower()
             level = flood_level(self._nice(), len(to_lower))
             if level != self._level:
-                self._level = level
                 changes += [(key, True, True) for key in to_lower]
+            settled = True
             for key, flooding, lowered in changes:
                 terminal = live.get(key)
                 nice = level if lowered else 0
-                if terminal is not None and terminal.set_flooding(flooding, nice):
+                if terminal is None or terminal.set_flooding(flooding, nice):
                     self._watch.settled(key, flooding, lowered)
+                else:
+                    settled = False
+            if settled:
+                self._level = level
             self.waiting = self._nice() > 0 and self._watch.floods_unlowered
             del live, changes  # (a terminal disposed during the wait is freed at once)
             self._poked = trio.Event()
