@@ -29,6 +29,18 @@ MAX_SECONDS: Final = 86400.0
 USAGE: Final = 2
 
 
+def _nice_option(p: argparse.ArgumentParser, flag: str, default: int, help: str) -> None:
+    """A niceness option of ``serve`` (0-19)."""
+    p.add_argument(
+        flag,
+        type=int,
+        default=default,
+        choices=range(20),
+        metavar="N",
+        help=f"{help} (0-19; default {default})",
+    )
+
+
 def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from ahp.engine.priority import FLOOD_NICE
     from ahp.record.recorder import RECORD_MAX_BYTES
@@ -116,26 +128,21 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="the read-only token, for watching only (default: $AHP_READ_TOKEN, else a "
         "random token)",
     )
-    p.add_argument(
+    _nice_option(
+        p,
         "--child-nice",
-        type=int,
-        default=SERVE_CHILD_NICE,
-        choices=range(20),
-        metavar="N",
-        help=f"run terminals' processes at niceness N (0-19; default {SERVE_CHILD_NICE}): "
-        "busy programs then leave the server its CPU when the machine is contended, and "
-        "other clients' keystrokes their echo",
+        SERVE_CHILD_NICE,
+        "run terminals' processes at niceness N: busy programs then leave the server its "
+        "CPU when the machine is contended, and other clients' keystrokes their echo",
     )
-    p.add_argument(
+    _nice_option(
+        p,
         "--flood-nice",
-        type=int,
-        default=FLOOD_NICE,
-        choices=range(20),
-        metavar="N",
-        help=f"while a terminal's output floods the server (over 512 KiB/s for 0.5 s), "
-        f"run its session's processes at autogroup nice N, until quiet for 1 s (0-19; "
-        f"default {FLOOD_NICE}; 0: never): the server keeps up and other clients keep "
-        "their echo on a busy machine",
+        FLOOD_NICE,
+        "while a terminal's output floods the server (over 512 KiB/s for 0.5 s) and "
+        "someone typed in another terminal in the last 5 s, run the flooding terminal's "
+        "session at autogroup nice N (several floods lower), until quiet for 1 s; 0: "
+        "never. The server keeps up and the typist keeps their echo on a busy machine",
     )
     p.add_argument(
         "--record",
