@@ -287,12 +287,6 @@ ANNOTATION_CYCLES = {
             "ahp.agent.result",
         }
     ): "a result carries its live handle, and a terminal's port its registry of handles",
-    frozenset({"ahp.engine.port", "ahp.engine.terminal"}): (
-        "LocalPort adapts the Terminal that makes it (its annotation names the Terminal)"
-    ),
-    frozenset({"ahp.client.connection", "ahp.client.remote"}): (
-        "RemoteTerminal adapts the Client that makes it (its annotation names the Client)"
-    ),
 }
 
 

@@ -46,7 +46,7 @@ import enum
 import logging
 import math
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final, Protocol
 
 import trio
 
@@ -54,19 +54,23 @@ from ahp.agent.registry import CommandRegistry
 from ahp.agent.screen import Screen, ScreenModel
 from ahp.agent.surface import CommandSurface
 from ahp.client.errors import ClientError, RpcError
+from ahp.client.mirror import Mirror
 from ahp.protocol import processes as xp
-from ahp.protocol.actions import ActionEnvelope, TerminalClaimed, TerminalInput, TerminalResized
+from ahp.protocol.actions import (
+    ActionEnvelope,
+    StateAction,
+    TerminalClaimed,
+    TerminalInput,
+    TerminalResized,
+)
 from ahp.protocol.codec import ProtocolError, structure, unstructure
 from ahp.protocol.jsonrpc import ErrorCode
 from ahp.protocol.state import CommandPart, Snapshot, TerminalClaim, TerminalState
 from ahp.pty.procfs import TtyStatus
 
-if TYPE_CHECKING:
-    from ahp.client.connection import Client
-
 log = logging.getLogger("ahp.client")
 
-__all__ = ["FOLLOW_QUEUE", "RemoteTerminal"]
+__all__ = ["FOLLOW_QUEUE", "RemoteTerminal", "TerminalClient"]
 
 FOLLOW_QUEUE: Final = 10_000
 #: A remote shell may announce command detection a little after creation.
@@ -81,10 +85,36 @@ EXTENSION_TIMEOUT: Final = 10.0
 LOST_AFTER: Final = 30.0
 
 
+class TerminalClient(Protocol):
+    """What a :class:`RemoteTerminal` takes of its :class:`~ahp.client.Client` (named
+    here so that this module does not import the client, which builds terminals)."""
+
+    #: Whether the host answers ``x-ahp-terminals/*`` (None: not asked yet).
+    process_extension: bool | None
+
+    @property
+    def mirrors(self) -> dict[str, Mirror]: ...
+    @property
+    def lost(self) -> str | None: ...
+    @property
+    def screen_models(self) -> dict[str, ScreenModel]: ...
+    @property
+    def command_registries(self) -> dict[str, CommandRegistry]: ...
+    def terminal_state(self, channel: str) -> TerminalState: ...
+    async def dispatch(self, channel: str, action: StateAction) -> int: ...
+    async def request(self, method: str, params: Mapping[str, Any] | None = None) -> Any: ...
+    async def wait_for(
+        self, predicate: Callable[[], bool], *, timeout: float | None = None
+    ) -> None: ...
+    def spawn_task(self, fn: Callable[[], Awaitable[None]]) -> None: ...
+    def on_envelope(self, callback: Callable[[ActionEnvelope], None]) -> Callable[[], None]: ...
+    def on_connection(self, callback: Callable[[str], None]) -> Callable[[], None]: ...
+
+
 class RemoteTerminal(CommandSurface):
     """One terminal channel of a connected client (the client must be subscribed)."""
 
-    def __init__(self, client: Client, uri: str) -> None:
+    def __init__(self, client: TerminalClient, uri: str) -> None:
         self.client = client
         self.uri = uri
         #: The server reported no tty status for a live terminal (no pty): nothing to

@@ -4,26 +4,27 @@ Why an adapter: :class:`ahp.agent.port.TerminalPort` names what the command
 algorithm needs; an in-process :class:`~ahp.engine.Terminal` has all of it
 under its own names (``subscribe``, ``dispatch``, its pty's
 :class:`~ahp.pty.jobs.Jobs`). This maps one onto the other and adds nothing.
+What it takes of the terminal is named here too (:class:`PortedTerminal`), so this
+module depends on the engine's parts, not on :mod:`ahp.engine.terminal`, which
+builds its port from it (one direction of import).
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Final
+from typing import Final, Protocol
 
 import trio
 
 from ahp.agent.registry import CommandRegistry
-from ahp.protocol.actions import TerminalClaimed
+from ahp.engine.launch import TerminalSpec
+from ahp.engine.subscription import Subscription
+from ahp.protocol.actions import StateAction, TerminalClaimed
 from ahp.protocol.state import TerminalClaim, TerminalState
 from ahp.pty import procfs
 from ahp.pty.jobs import Jobs
 
-if TYPE_CHECKING:
-    from ahp.engine.subscription import Subscription
-    from ahp.engine.terminal import Terminal
-
-__all__ = ["DETECTION_WAIT", "FOLLOW_BYTES", "LocalPort", "LocalProcesses"]
+__all__ = ["DETECTION_WAIT", "FOLLOW_BYTES", "LocalPort", "LocalProcesses", "PortedTerminal"]
 
 #: Buffer of the subscription a command follows (beyond it: a resynchronisation).
 FOLLOW_BYTES: Final = 64 * 1024 * 1024
@@ -49,10 +50,40 @@ class LocalProcesses:
         return await self._jobs.settled_since(mark)
 
 
+class PortedTerminal(Protocol):
+    """What :class:`LocalPort` takes of an in-process :class:`~ahp.engine.Terminal`."""
+
+    @property
+    def uri(self) -> str: ...
+    @property
+    def state(self) -> TerminalState: ...
+    @property
+    def spec(self) -> TerminalSpec: ...
+    @property
+    def jobs(self) -> Jobs | None: ...
+    @property
+    def commands(self) -> CommandRegistry: ...
+    @property
+    def integrated(self) -> bool: ...
+    @property
+    def program_name(self) -> str: ...
+    @property
+    def closing(self) -> bool: ...
+    @property
+    def exited(self) -> trio.Event: ...
+    @property
+    def closed(self) -> trio.Event: ...
+    def subscribe(self, *, max_bytes: int | None = None, paces: bool = True) -> Subscription: ...
+    async def dispatch(self, action: StateAction) -> None: ...
+    async def send_input(self, data: str | bytes) -> None: ...
+    def spawn_task(self, fn: Callable[[], Awaitable[None]]) -> None: ...
+    async def kill_command(self, mark: procfs.JobMark | None = None) -> None: ...
+
+
 class LocalPort:
     """:class:`ahp.agent.port.TerminalPort` for an in-process terminal."""
 
-    def __init__(self, terminal: Terminal) -> None:
+    def __init__(self, terminal: PortedTerminal) -> None:
         self._terminal = terminal
         jobs = terminal.jobs
         self._processes = LocalProcesses(jobs) if jobs is not None else None
