@@ -55,6 +55,41 @@ async def test_echo_then_exit_code() -> None:
         assert host.list_terminals()[0].exitCode == 3
 
 
+async def test_exit_while_a_background_job_holds_the_output_open() -> None:
+    # The process exits while its job keeps its output pipes open (no pty: nothing
+    # hangs them up): each reader, waiting for output, is woken by the exit, reads what
+    # the job still prints within EXIT_LINGER, and the terminal exits long before the
+    # job would close the pipes (30 s).
+    async with open_host() as host:
+        term = await host.create_terminal(
+            argv=["sh", "-c", "(sleep 0.02; echo late; echo late2 >&2; sleep 30) & exit 4"],
+            use_pty=False,
+        )
+        with trio.fail_after(10):
+            assert await term.wait_exited() == 4
+        text = term.state.text()
+        assert "late" in text
+        assert "late2" in text
+
+
+async def test_exit_while_the_reader_is_busy() -> None:
+    # The process ends in the middle of a burst while its job keeps the output open
+    # (the reader is not waiting when the exit is seen): nothing printed is lost, and
+    # the terminal still ends.
+    async with open_host() as host:
+        term = await host.create_terminal(
+            argv=[
+                "sh",
+                "-c",
+                "(sleep 30) & i=0; while [ $i -lt 3000 ]; do echo l$i; i=$((i+1)); done",
+            ],
+            use_pty=False,
+        )
+        with trio.fail_after(20):
+            await term.wait_exited()
+        assert term.state.text().endswith("l2999\n")
+
+
 async def test_all_output_before_exited() -> None:
     async with open_host() as host:
         term = await host.create_terminal(
