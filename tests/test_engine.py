@@ -55,16 +55,18 @@ async def test_echo_then_exit_code() -> None:
         assert host.list_terminals()[0].exitCode == 3
 
 
-async def test_exit_while_a_background_job_holds_the_output_open() -> None:
+async def test_exit_while_a_background_job_holds_the_output_open(tmp_path: Path) -> None:
     # The process exits while its job keeps its output pipes open (no pty: nothing
-    # hangs them up): each reader, waiting for output, is woken by the exit, reads what
-    # the job still prints within EXIT_LINGER, and the terminal exits long before the
-    # job would close the pipes (30 s).
+    # hangs them up): each reader, waiting for output, is woken by the exit, lingers
+    # EXIT_LINGER, and the terminal exits long before the job would close the pipes
+    # (30 s), with everything the job printed (the process exits only once it has).
+    done = tmp_path / "printed"
+    script = (
+        f"(echo late; echo late2 >&2; touch {done}; sleep 30) & "
+        f"while [ ! -e {done} ]; do sleep 0.01; done; exit 4"
+    )
     async with open_host() as host:
-        term = await host.create_terminal(
-            argv=["sh", "-c", "(sleep 0.02; echo late; echo late2 >&2; sleep 30) & exit 4"],
-            use_pty=False,
-        )
+        term = await host.create_terminal(argv=["sh", "-c", script], use_pty=False)
         with trio.fail_after(10):
             assert await term.wait_exited() == 4
         text = term.state.text()
@@ -73,8 +75,8 @@ async def test_exit_while_a_background_job_holds_the_output_open() -> None:
 
 
 async def test_exit_while_the_reader_is_busy() -> None:
-    # The process ends in the middle of a burst while its job keeps the output open
-    # (the reader is not waiting when the exit is seen): nothing printed is lost, and
+    # The process ends right after a burst while its job keeps the output open (the
+    # reader may still be reading when the exit is seen): nothing printed is lost, and
     # the terminal still ends.
     async with open_host() as host:
         term = await host.create_terminal(
