@@ -12,6 +12,7 @@ worker) with a tiny workload. Skipped, with the reason, without a C compiler.
 from __future__ import annotations
 
 import json
+import sys
 import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -41,6 +42,8 @@ from tests.helpers import TIMEOUT
 
 pytestmark = pytest.mark.skipif(client_missing() is not None, reason=str(client_missing()))
 
+#: The floors' bare servers (a benchmark script of the checkout).
+FLOOR = Path(__file__).resolve().parents[1] / "benchmarks" / "floor.py"
 #: Output with multi-byte UTF-8, a non-BMP character and characters JSON escapes.
 TEXT = 'héllo wörld 🎉 "quoted" back\\slash\ttab\r\n'
 
@@ -219,3 +222,33 @@ async def test_ahp_dialect_against_the_sidecar(binary: Path) -> None:
     assert measured.server_cpu_seconds >= 0  # (clock ticks: a tiny run may show none)
     assert len(samples) == 10
     assert len(idle) == 2
+
+
+@pytest.mark.parametrize("shape", ["2", "card"])
+async def test_the_floor_servers_echo_and_stream_through_the_c_client(
+    binary: Path, shape: str, tmp_path: Path
+) -> None:
+    """``benchmarks/floor.py``'s bare Trio servers (terminado's dialect, a real pty)
+    answer the C client's keystrokes (``cat``), stream a gate's output to its end
+    (multi-byte text split across reads decoded whole), and stop cleanly on SIGTERM."""
+    from ahp.bench.peers import TerminadoServer
+    from ahp.bench.processes import open_child_server
+
+    lines = 2000
+    (tmp_path / "out.txt").write_text("héllo wörld 🎉\n" * lines)
+    gate = ["sh", "-c", "read _ ; exec cat out.txt"]
+    argv = [sys.executable, str(FLOOR), "--serve", shape, json.dumps(gate), str(tmp_path)]
+    with trio.fail_after(TIMEOUT):
+        async with open_child_server(argv) as child:
+            server = TerminadoServer(child)
+            url, _, _ = await server.terminal("echo")
+            samples = await c_echo(binary, url, "terminado", None, 5, warmup=1)
+            url, _, _ = await server.terminal("gate")
+            run = await c_stream(binary, url, "terminado", None)
+            process = child.process
+        assert process.returncode == 0
+    assert len(samples) == 5
+    assert all(0 < s < TIMEOUT for s in samples)
+    assert run.ended
+    # The gate's "\r" echoed as "\r\n", then every line with the pty's "\r\n".
+    assert run.chars == 2 + lines * len("héllo wörld 🎉\r\n")
