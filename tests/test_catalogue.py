@@ -70,6 +70,10 @@ async def test_title_storm_costs_root_subscribers_one_catalogue_per_batch() -> N
         host.hub.subscribe(ROOT_URI, root)
         storm = await host.create_terminal(argv=STORM, name="storm")
         await wait_for_state(storm, lambda _: storm.bytes_read >= 256 * 1024)  # ~20k titles
+        # Catalogues go out at most every host.CATALOGUE_INTERVAL: the storm can reach its
+        # bytes before the first one with it is published (the 30 just went out).
+        # (The storm's titles change its state all the time: the condition is re-read.)
+        await wait_for_state(storm, lambda _: not host.catalogue_pending and len(root) > 0)
         put = len(root)  # every catalogue queued (the superseded ones are still there)
         assert put <= storm.reducer_batches + 1  # + the storm's own creation
         assert not root.overflowed
