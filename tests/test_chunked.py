@@ -193,7 +193,7 @@ async def test_a_big_snapshot_precedes_every_newer_envelope_and_none_is_lost(
             await p.initialize("chunked-subscriber", [])
             (session,) = (s for s in server.state.sessions if s.client_id == "chunked-subscriber")
             text = ""
-            for attempt in range(20):
+            for attempt in range(100):  # (each try is a chance, not a certainty)
                 answer = await p.call("subscribe", {"channel": uri})
                 # Nothing of the channel came before its answer (p.call keeps what came
                 # before the answer in p.notes).
