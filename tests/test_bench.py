@@ -175,3 +175,61 @@ def test_results_of_two_runs_the_same_day_do_not_collide() -> None:
 
     assert result_stem(0) != result_stem(1)
     assert re.fullmatch(r"bench-\d{4}-\d{2}-\d{2}-\d{6}", result_stem())
+
+
+def _figure(value: float) -> dict[str, object]:
+    return {"median": value, "min": value, "max": value, "runs": [value], "unit": "x"}
+
+
+def test_issue_23_targets_carry_what_the_floors_scored_on_the_same_figure() -> None:
+    """Each of issue 23's goals is evaluated for ours and for each floor (bare Trio in
+    terminado's shape and the card's) from the same run's figures, and the report says
+    beside the goal whether each floor meets it; a floor not measured says so."""
+    from ahp.bench.report import _floors_text
+    from ahp.bench.suite import PEERS
+    from ahp.bench.targets import FLOORS, evaluate
+
+    assert [p.name for p in PEERS][-2:] == list(FLOORS)
+
+    def side(mb_s: float, cpu: float, echo: float, idle: float) -> dict[str, object]:
+        return {
+            "alone": {},
+            "c_client": {
+                "throughput": _figure(mb_s),
+                "server_cpu_s_per_100mb": _figure(cpu),
+            },
+            "echo_c": {"median_ms": _figure(echo)},
+            "echo_c_idle": {"median_ms": _figure(idle)},
+        }
+
+    results = {
+        "ceiling": {"throughput": _figure(50.0)},
+        "end_to_end": {
+            "c_client": {"throughput": _figure(40.0), "server_cpu_s_per_100mb": _figure(1.3)}
+        },
+        "echo": {
+            "sidecar_c": {"median_ms": _figure(0.4)},
+            "sidecar_c_idle": {"median_ms": _figure(1.2)},
+        },
+        "many": {"ours": {"aggregate_throughput": _figure(30.0)}},
+        "peers": {
+            "terminado": side(30.0, 1.9, 0.3, 1.0),
+            "ttyd": side(50.0, 0.8, 0.1, 0.25),
+            "floor-card": side(40.0, 1.2, 0.27, 0.7),
+        },
+    }
+    targets = {t.key: t for t in evaluate(results)}
+    echo = targets["echo_vs_terminado_c"]
+    assert echo.value == pytest.approx(0.4 / 0.3) and echo.met is False
+    assert dict(echo.floors) == {"floor-2": None, "floor-card": pytest.approx(0.9)}
+    assert _floors_text(echo) == "bare Trio: floor-2 not measured, floor-card 0.900x (meets it)"
+    cpu = targets["server_cpu_per_100mb_c"]
+    assert dict(cpu.floors)["floor-card"] == pytest.approx(1.2)
+    assert cpu.to_json()["floors"]["floor-card"] == {"value": 1.2, "met": False}
+    assert "misses it" in _floors_text(cpu)
+    idle = targets["echo_idle_vs_terminado_c"]
+    assert dict(idle.floors)["floor-card"] == pytest.approx(0.7)
+    assert dict(targets["e2e_vs_ceiling_c"].floors)["floor-card"] == pytest.approx(0.8)
+    # Targets outside issue 23's goals carry no floors.
+    assert targets["append_scaling"].floors == ()
+    assert "floors" not in targets["append_scaling"].to_json()

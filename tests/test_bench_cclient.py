@@ -12,7 +12,6 @@ worker) with a tiny workload. Skipped, with the reason, without a C compiler.
 from __future__ import annotations
 
 import json
-import sys
 import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -42,8 +41,6 @@ from tests.helpers import TIMEOUT
 
 pytestmark = pytest.mark.skipif(client_missing() is not None, reason=str(client_missing()))
 
-#: The floors' bare servers (a benchmark script of the checkout).
-FLOOR = Path(__file__).resolve().parents[1] / "benchmarks" / "floor.py"
 #: Output with multi-byte UTF-8, a non-BMP character and characters JSON escapes.
 TEXT = 'héllo wörld 🎉 "quoted" back\\slash\ttab\r\n'
 
@@ -228,25 +225,26 @@ async def test_ahp_dialect_against_the_sidecar(binary: Path) -> None:
 async def test_the_floor_servers_echo_and_stream_through_the_c_client(
     binary: Path, shape: str, tmp_path: Path
 ) -> None:
-    """``benchmarks/floor.py``'s bare Trio servers (terminado's dialect, a real pty)
-    answer the C client's keystrokes (``cat``), stream a gate's output to its end
-    (multi-byte text split across reads decoded whole), and stop cleanly on SIGTERM."""
-    from ahp.bench.peers import TerminadoServer
-    from ahp.bench.processes import open_child_server
+    """``ahp.bench.floors``' bare Trio servers (terminado's dialect, a real pty), run as
+    the bench runs them, answer the C client's keystrokes (``cat``), stream a gate's
+    output to its end (multi-byte text split across reads decoded whole), and stop
+    cleanly on SIGTERM."""
+    from ahp.bench.floors import open_floor
 
     lines = 2000
     (tmp_path / "out.txt").write_text("héllo wörld 🎉\n" * lines)
+    (tmp_path / "w").mkdir()
+    workload = generate(tmp_path / "w", 0.01)
     gate = ["sh", "-c", "read _ ; exec cat out.txt"]
-    argv = [sys.executable, str(FLOOR), "--serve", shape, json.dumps(gate), str(tmp_path)]
     with trio.fail_after(TIMEOUT):
-        async with open_child_server(argv) as child:
-            server = TerminadoServer(child)
+        async with open_floor(shape, workload, gate=gate, cwd=tmp_path) as server:
+            assert not server.shares_terminals
             url, _, _ = await server.terminal("echo")
             samples = await c_echo(binary, url, "terminado", None, 5, warmup=1)
             url, _, _ = await server.terminal("gate")
             run = await c_stream(binary, url, "terminado", None)
-            process = child.process
-        assert process.returncode == 0
+            process = server.server.process
+    assert process.returncode == 0
     assert len(samples) == 5
     assert all(0 < s < TIMEOUT for s in samples)
     assert run.ended

@@ -28,8 +28,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
             "Run the benchmark in one process tree on this machine: a bare pty reader "
             "(the ceiling), the engine in-process, the sidecar over loopback WebSocket "
             "(alone and beside a stalled client), echo latency, memory, reducer append "
-            "scaling, the scanner benchmarks and, with --peers, terminado and ttyd (ttyd "
-            "from $AHP_BENCH_TTYD or PATH; without it its figures are 'not measured'). "
+            "scaling, the scanner benchmarks and, with --peers, terminado, ttyd (from "
+            "$AHP_BENCH_TTYD or PATH; without it its figures are 'not measured') and the "
+            "floors (bare Trio servers in terminado's shape and the card's, no AHP work). "
             "Prints a table "
             "on stdout (progress on stderr) and writes JSON and, when matplotlib is installed "
             "(pip install '.[bench]' in a checkout, or nox -s bench), a PNG chart; each run's "
@@ -71,7 +72,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument(
         "--peers",
         action="store_true",
-        help="also measure terminado and ttyd ($AHP_BENCH_TTYD or ttyd on PATH)",
+        help="also measure terminado, ttyd ($AHP_BENCH_TTYD or ttyd on PATH) and the floors",
     )
     p.add_argument(
         "--no-c-client",

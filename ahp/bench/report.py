@@ -385,7 +385,23 @@ def render_table(results: dict[str, Any], targets: list[Target]) -> str:
             digits = 3 if t.unit == "x" else 2
             shown = f"{t.value:.{digits}f}{unit} (target {t.op} {t.limit:g}{unit})"
         lines.append(f"  [{verdict}] {t.description}: {shown}")
+        if t.floors:
+            lines.append(f"           {_floors_text(t)}")
     return "\n".join(lines)
+
+
+def _floors_text(t: Target) -> str:
+    """What the floors scored on ``t``'s figure: a goal the card's shape misses even in
+    bare Trio is bounded by that shape (:mod:`ahp.bench.floors`)."""
+    unit = "x" if t.unit == "x" else f" {t.unit}"
+    digits = 3 if t.unit == "x" else 2
+    parts = [
+        f"{name} not measured"
+        if value is None
+        else f"{name} {value:.{digits}f}{unit} ({'meets' if t.meets(value) else 'misses'} it)"
+        for name, value in t.floors
+    ]
+    return "bare Trio: " + ", ".join(parts)
 
 
 def folded_unit(key: str) -> str:

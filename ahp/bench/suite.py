@@ -9,6 +9,7 @@ same conditions. Results are plain JSON-able dicts; figures are
 
 from __future__ import annotations
 
+import functools
 import os
 import statistics
 import subprocess
@@ -39,6 +40,8 @@ from ahp.bench.endtoend import (
     many_run,
     pair_run,
 )
+from ahp.bench.floors import SHAPES as FLOOR_SHAPES
+from ahp.bench.floors import floor_missing, floor_version, open_floor
 from ahp.bench.folded import FOLDED, run_folded
 from ahp.bench.inprocess import EngineRun, engine_echo, engine_run
 from ahp.bench.memory import IdleRun, LargeOutputRun, idle_run, large_output_run
@@ -252,10 +255,16 @@ class _Peer:
     open: Callable[[Workload], AbstractAsyncContextManager[ServerUnderTest]]
 
 
-#: The peers, in the order they are measured in each round.
+#: The peers, in the order they are measured in each round. The floors
+#: (:mod:`ahp.bench.floors`) are bare Trio servers in terminado's shape and in the
+#: card's: what each of issue 23's goals costs before any of the project's own work.
 PEERS: Final = (
     _Peer("terminado", terminado_missing, terminado_version, open_terminado),
     _Peer("ttyd", ttyd_missing, ttyd_version, open_ttyd),
+    *(
+        _Peer(name, floor_missing, floor_version, functools.partial(open_floor, shape))
+        for name, shape in FLOOR_SHAPES.items()
+    ),
 )
 #: Why a peer is not measured when ``--peers`` was not given.
 NOT_REQUESTED: Final = "not requested (use --peers)"

@@ -1,0 +1,406 @@
+"""The floors: bare Trio servers in terminado's shape and in the card's, as bench peers.
+
+Why: issue 23 asks for the sidecar's echo at or below terminado's, its CPU per 100 MB
+below ttyd's, and, where a goal cannot be met, a measurement of what bounds it. These
+servers take the project's own work out of the question. They speak terminado's
+dialect (``["stdin", "x"]`` in, ``["stdout", "x"]`` out, ``["disconnect", 1]`` at the
+end) over a minimal WebSocket (a hand-parsed masked frame in, an unmasked frame out,
+the socket read and written through its descriptor) on a real pty, and do no AHP, no
+JSON beyond one ``loads`` per frame in and one ``dumps`` per frame out, no state, no
+envelopes, no scrollback:
+
+* ``floor-2`` has terminado's shape: one task reads the socket and writes the pty,
+  one reads the pty and writes the socket (two task steps per keystroke).
+* ``floor-card`` has the card's shape, each hop a memory channel: connection
+  reader -> reducer -> input-write -> pty; pty-read -> parse -> reducer -> connection
+  writer (seven task steps per keystroke, the reducer taking both inputs from one
+  channel, as the engine's does).
+
+Both read the pty as the engine does on its loop (until EAGAIN, at most
+:data:`BATCH` bytes, decoded incrementally). ``nox -s bench`` measures them as two
+more peers (:data:`ahp.bench.suite.PEERS`), with the same clients and in the same
+interleaved rounds as the sidecar, terminado and ttyd, and each of issue 23's targets
+shows what the floors score on it (:mod:`ahp.bench.targets`): a goal the bare shape
+misses too is bounded by the shape, not by the project's work on top of it.
+``benchmarks/floor.py`` runs them alone, for quick A/Bs.
+
+The server half runs as ``python -m ahp.bench.floors SHAPE GATE_ARGV_JSON CWD``
+(``SHAPE``: ``2`` or ``card``): it prints its port on the first line, then serves
+until SIGTERM or SIGINT. A path under ``/gate/`` runs the gate, any other ``cat``;
+each connection gets its own program on its own pty, killed and reaped when the
+connection ends or the server stops. Buffering: a connection's channels hold at most
+:data:`CHANNEL` items each (a full one blocks its sender: backpressure from the
+socket back to the pty); a client frame larger than :data:`MAX_FRAME` or a request
+head larger than :data:`MAX_HEAD` ends the connection.
+"""
+
+from __future__ import annotations
+
+import base64
+import codecs
+import errno
+import hashlib
+import json
+import os
+import signal
+import socket
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, Final
+
+import trio
+
+from ahp.bench.peers import TerminadoServer
+from ahp.bench.processes import open_child_server
+from ahp.bench.workload import Workload
+
+__all__ = ["SHAPES", "FloorServer", "floor_missing", "floor_version", "open_floor", "serve"]
+
+#: The shapes by peer name.
+SHAPES: Final = {"floor-2": "2", "floor-card": "card"}
+#: Items each of a ``floor-card`` connection's channels holds.
+CHANNEL: Final = 64
+
+#: A frame from the C client is small; anything larger is not this benchmark's.
+MAX_FRAME: Final = 4096
+#: One request head at most.
+MAX_HEAD: Final = 16384
+READ: Final = 65536
+#: Output read before it is sent on (the engine's pty-read batches are as large).
+BATCH: Final = 256 * 1024
+
+
+def _frame(payload: bytes) -> bytes:
+    """One unmasked final text frame (server to client)."""
+    n = len(payload)
+    if n < 126:
+        return bytes((0x81, n)) + payload
+    if n < 65536:
+        return bytes((0x81, 126)) + n.to_bytes(2, "big") + payload
+    return bytes((0x81, 127)) + n.to_bytes(8, "big") + payload
+
+
+DISCONNECT = _frame(b'["disconnect", 1]')
+
+
+def _unframe(buf: bytearray) -> tuple[int, bytes] | None:
+    """The first whole masked frame in ``buf`` as (opcode, payload), removed from it;
+    None if more bytes are needed."""
+    if len(buf) < 2:
+        return None
+    opcode, n = buf[0] & 0x0F, buf[1] & 0x7F
+    at = 2
+    if n == 126:
+        if len(buf) < 4:
+            return None
+        n, at = int.from_bytes(buf[2:4], "big"), 4
+    if n > MAX_FRAME:
+        raise ValueError("frame too large")
+    if len(buf) < at + 4 + n:
+        return None
+    mask = bytes(buf[at : at + 4])
+    data = bytes(buf[at + 4 : at + 4 + n])
+    del buf[: at + 4 + n]
+    key = int.from_bytes((mask * (n // 4 + 1))[:n], "big")
+    payload = (int.from_bytes(data, "big") ^ key).to_bytes(n, "big") if n else b""
+    return opcode, payload
+
+
+async def _recv_some(sock: socket.socket) -> bytes:
+    while True:
+        try:
+            data = sock.recv(READ)
+        except BlockingIOError:
+            await trio.lowlevel.wait_readable(sock)
+            continue
+        if not data:
+            raise EOFError
+        return data
+
+
+async def _send_all(sock: socket.socket, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        try:
+            view = view[sock.send(view) :]
+        except BlockingIOError:
+            await trio.lowlevel.wait_writable(sock)
+
+
+async def _upgrade(sock: socket.socket) -> tuple[str, bytearray]:
+    """Answer the HTTP upgrade; returns the request's path and the bytes read past it."""
+    buf = bytearray()
+    while b"\r\n\r\n" not in buf:
+        buf += await _recv_some(sock)
+        if len(buf) > MAX_HEAD:
+            raise ValueError("request too large")
+    head, _, rest = bytes(buf).partition(b"\r\n\r\n")
+    lines = head.split(b"\r\n")
+    key = b""
+    for line in lines[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"sec-websocket-key":
+            key = value.strip()
+    digest = hashlib.sha1(key + b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11").digest()
+    await _send_all(
+        sock,
+        b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        b"Sec-WebSocket-Accept: " + base64.b64encode(digest) + b"\r\n\r\n",
+    )
+    await _send_all(sock, _frame(b'["setup", {}]'))
+    request_line = lines[0].split(b" ")
+    path = request_line[1].decode(errors="replace") if len(request_line) > 1 else "/"
+    return path, bytearray(rest)
+
+
+async def _client_texts(sock: socket.socket, buf: bytearray) -> AsyncIterator[str]:
+    """The text typed by the client (``["stdin", text]``), frame by frame, until a close."""
+    while True:
+        frame = _unframe(buf)
+        if frame is None:
+            buf += await _recv_some(sock)
+            continue
+        opcode, payload = frame
+        if opcode == 8:
+            return
+        if opcode == 1:
+            message = json.loads(payload)
+            if message[0] == "stdin":
+                yield message[1]
+
+
+class _Output:
+    """The pty's output read in batches (until EAGAIN, at most :data:`BATCH` bytes) and
+    decoded as it comes (a character split between reads waits for the next); None at
+    the end (EIO: the program exited and the slave closed)."""
+
+    def __init__(self, master: int) -> None:
+        self.master = master
+        self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    async def read(self) -> bytes | None:
+        chunks: list[bytes] = []
+        size = 0
+        while size < BATCH:
+            try:
+                data = os.read(self.master, READ)
+            except BlockingIOError:
+                if chunks:
+                    break
+                await trio.lowlevel.wait_readable(self.master)
+                continue
+            except OSError as exc:
+                if exc.errno != errno.EIO:
+                    raise
+                data = b""
+            if not data:
+                return b"".join(chunks) if chunks else None
+            chunks.append(data)
+            size += len(data)
+        return b"".join(chunks)
+
+
+def _stdout(text: str) -> bytes:
+    return _frame(json.dumps(["stdout", text]).encode())
+
+
+async def _connection_2(sock: socket.socket, master: int, buf: bytearray) -> None:
+    """terminado's shape: socket -> pty in one task, pty -> socket in another."""
+    output = _Output(master)
+
+    async with trio.open_nursery() as nursery:
+
+        async def forward() -> None:
+            while (data := await output.read()) is not None:
+                await _send_all(sock, _stdout(output.decoder.decode(data)))
+            await _send_all(sock, DISCONNECT)
+            nursery.cancel_scope.cancel()
+
+        nursery.start_soon(forward)
+        async for text in _client_texts(sock, buf):
+            os.write(master, text.encode())
+        nursery.cancel_scope.cancel()
+
+
+async def _hand(channel: trio.MemorySendChannel[Any], item: Any) -> None:
+    """Send without a scheduler pass when the buffer has room (the engine's idiom)."""
+    try:
+        channel.send_nowait(item)
+    except trio.WouldBlock:
+        await channel.send(item)
+
+
+async def _take(channel: trio.MemoryReceiveChannel[Any]) -> Any:
+    """Receive without a scheduler pass when an item is waiting (the engine's idiom)."""
+    try:
+        return channel.receive_nowait()
+    except trio.WouldBlock:
+        return await channel.receive()
+
+
+async def _connection_card(sock: socket.socket, master: int, buf: bytearray) -> None:
+    """The card's shape: every stage a task, every hop a memory channel.
+
+    Channels are handed items without an extra pass (``send_nowait`` while there is
+    room, ``receive_nowait`` while there is an item), as the engine does, so each hop
+    costs what the shape itself costs: a task step and its scheduler batch. The end of
+    the output (None) travels the same hops.
+    """
+    output = _Output(master)
+    to_reducer, reducer_in = trio.open_memory_channel[tuple[str, Any]](CHANNEL)
+    to_writer, writer_in = trio.open_memory_channel[bytes | None](CHANNEL)
+    to_input, input_in = trio.open_memory_channel[str](CHANNEL)
+    to_parse, parse_in = trio.open_memory_channel[bytes | None](CHANNEL)
+
+    async def reducer() -> None:
+        while True:
+            kind, item = await _take(reducer_in)
+            if kind == "input":
+                await _hand(to_input, item)
+            else:
+                await _hand(to_writer, None if item is None else _stdout(item))
+
+    async def input_write() -> None:
+        while True:
+            os.write(master, (await _take(input_in)).encode())
+
+    async def pty_read() -> None:
+        while True:
+            data = await output.read()
+            await _hand(to_parse, data)
+            if data is None:
+                return
+
+    async def parse() -> None:
+        while True:
+            data = await _take(parse_in)
+            text = None if data is None else output.decoder.decode(data)
+            await _hand(to_reducer, ("output", text))
+
+    async with trio.open_nursery() as nursery:
+
+        async def writer() -> None:
+            while (frame := await _take(writer_in)) is not None:
+                await _send_all(sock, frame)
+            await _send_all(sock, DISCONNECT)
+            nursery.cancel_scope.cancel()
+
+        for task in (reducer, input_write, pty_read, parse, writer):
+            nursery.start_soon(task)
+        async for text in _client_texts(sock, buf):
+            await _hand(to_reducer, ("input", text))
+        nursery.cancel_scope.cancel()
+
+
+async def serve(shape: str, gate_argv: list[str], cwd: str) -> None:
+    """Serve ``shape`` (``2`` or ``card``) until SIGTERM or SIGINT (see the module)."""
+    connection = _connection_2 if shape == "2" else _connection_card
+    listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    listener.setblocking(False)
+    print(listener.getsockname()[1], flush=True)
+    env = {**os.environ, "TERM": "xterm-256color"}
+
+    async def one(sock: socket.socket) -> None:
+        with sock:
+            try:
+                path, buf = await _upgrade(sock)
+            except (EOFError, OSError, ValueError):
+                return
+            argv = gate_argv if path.startswith("/gate/") else ["cat"]
+            master, slave = os.openpty()
+            os.set_blocking(master, False)
+            try:
+                process = await trio.lowlevel.open_process(
+                    argv,
+                    stdin=slave,
+                    stdout=slave,
+                    stderr=slave,
+                    cwd=cwd,
+                    env=env,
+                    start_new_session=True,
+                )
+            finally:
+                os.close(slave)
+            try:
+                await connection(sock, master, buf)
+            except (EOFError, OSError, ValueError):
+                pass
+            finally:
+                with trio.CancelScope(shield=True):
+                    process.kill()
+                    await process.wait()
+                    os.close(master)
+
+    async with trio.open_nursery() as nursery:
+
+        async def accept() -> None:
+            while True:
+                await trio.lowlevel.wait_readable(listener)
+                try:
+                    sock, _ = listener.accept()
+                except BlockingIOError:
+                    continue
+                sock.setblocking(False)
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                nursery.start_soon(one, sock)
+
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            nursery.start_soon(accept)
+            async for _ in signals:
+                break  # every connection's program is killed and reaped on the way out
+        nursery.cancel_scope.cancel()
+    listener.close()
+
+
+class FloorServer(TerminadoServer):
+    """A floor server child process as a :class:`~ahp.bench.endtoend.ServerUnderTest`:
+    terminado's dialect and routes, but every connection gets its own program (no
+    second viewer of one terminal)."""
+
+    shares_terminals = False
+
+
+def floor_missing() -> str | None:
+    """Why the floors cannot run here: never (they need only this package and a pty)."""
+    return None
+
+
+def floor_version() -> str:
+    """The floors are this package's own code."""
+    from importlib.metadata import version
+
+    return f"bare Trio {trio.__version__} (ahp-terminals {version('ahp-terminals')})"
+
+
+@asynccontextmanager
+async def open_floor(
+    shape: str, workload: Workload, *, gate: list[str] | None = None, cwd: Path | None = None
+) -> AsyncIterator[FloorServer]:
+    """A floor server of ``shape`` (``2`` or ``card``) running ``workload``'s gate in its
+    folder (or ``gate`` in ``cwd``), stopped (SIGTERM) and reaped on exit."""
+    argv = [
+        sys.executable,
+        "-m",
+        "ahp.bench.floors",
+        shape,
+        json.dumps(workload.gate_argv() if gate is None else gate),
+        str(workload.path.parent if cwd is None else cwd),
+    ]
+    async with open_child_server(argv) as server:
+        yield FloorServer(server)
+
+
+def main(argv: list[str]) -> None:
+    """``python -m ahp.bench.floors SHAPE GATE_ARGV_JSON CWD``."""
+    if len(argv) != 3 or argv[0] not in SHAPES.values():
+        sys.exit("usage: python -m ahp.bench.floors 2|card GATE_ARGV_JSON CWD")
+    trio.run(serve, argv[0], json.loads(argv[1]), argv[2])
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
