@@ -306,6 +306,11 @@ class Outbox:
         return len(self._items)
 
     @property
+    def holding(self) -> bool:
+        """An answer is being encoded in pieces (what is queued behind it waits)."""
+        return bool(self._held)
+
+    @property
     def has_ready(self) -> bool:
         """Whether the consumer can take something now (queued items, and not only an
         answer still being encoded and what waits behind it)."""
