@@ -201,8 +201,10 @@ async def test_dispatched_actions_apply_once_each_and_in_order() -> None:
 
 
 async def test_a_spin_without_its_echo_rests_the_spinning(monkeypatch: pytest.MonkeyPatch) -> None:
-    # (The rest is long here so that the second keystroke surely falls in it.)
+    # (The rest is long here so that the third keystroke surely falls in it, and so
+    # is the time that counts as typing: the second follows the first.)
     monkeypatch.setattr(terminal_module, "ECHO_SPIN_REST", 3600.0)
+    monkeypatch.setattr(terminal_module, "ECHO_SPIN_WARM", 3600.0)
     async with open_host() as host:
         # Nothing is ever echoed: every spin ends without its echo.
         term = await host.create_terminal(
@@ -211,8 +213,34 @@ async def test_a_spin_without_its_echo_rests_the_spinning(monkeypatch: pytest.Mo
         await wait_for_text(term, "ready")
         with trio.fail_after(TIMEOUT):
             await term.send_input("a")
+            await trio.testing.wait_all_tasks_blocked()
+            assert (term.spins, term.spin_misses) == (0, 0)  # (the first key: no spin)
+            await term.send_input("b")
             await trio.testing.wait_all_tasks_blocked()  # (a spin is not blocked)
             assert (term.spins, term.spin_misses) == (1, 1)
-            await term.send_input("b")
+            await term.send_input("c")
             await trio.testing.wait_all_tasks_blocked()
         assert (term.spins, term.spin_misses) == (1, 1)  # no spin in the rest
+
+
+async def test_only_a_key_typed_soon_after_the_previous_one_spins(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``echo_spin`` spins only while someone types: the first key after a pause of more
+    than ``ECHO_SPIN_WARM`` goes to sleep in ``epoll_wait`` at once (a spin after a
+    pause mostly ended without its echo, holding it up to the spin's end)."""
+    monkeypatch.setattr(terminal_module, "ECHO_SPIN_REST", 0.0)  # (a miss does not rest)
+    monkeypatch.setattr(terminal_module, "ECHO_SPIN_WARM", 1.0)
+    async with open_host() as host:
+        term = await host.create_terminal(argv=["cat"], grace=0.2)
+        with trio.fail_after(TIMEOUT):
+            await term.send_input("a")
+            await wait_for_text(term, "a")
+            assert term.spins == 0  # (no key before it)
+            await term.send_input("b")
+            await wait_for_text(term, "ab")
+            assert term.spins == 1  # (typed soon after the first)
+            await trio.sleep(1.1)
+            await term.send_input("c")
+            await wait_for_text(term, "abc")
+            assert term.spins == 1  # (the first key after a pause)

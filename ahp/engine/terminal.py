@@ -176,6 +176,7 @@ INPUT_PACE: Final = 1024 * 1024
 ECHO_SPIN_INPUT: Final = keystroke.ECHO_SPIN_INPUT if keystroke.enabled("echo_spin") else -1
 ECHO_SPIN: Final = keystroke.ECHO_SPIN
 ECHO_SPIN_REST: Final = keystroke.ECHO_SPIN_REST
+ECHO_SPIN_WARM: Final = keystroke.ECHO_SPIN_WARM
 #: After the process exits, a pty still held open is read until quiet this long.
 EXIT_LINGER: Final = 0.1
 
@@ -324,6 +325,7 @@ class Terminal(CommandSurface):
         self.spins = 0
         self.spin_misses = 0
         self._spin_rest_until = float("-inf")
+        self._last_keystroke = float("-inf")  # (when a keystroke last reached the pty)
         #: The output floods the host (:meth:`set_flooding`, by :mod:`ahp.engine.priority`).
         self.flooding = False
         #: Nice value of the terminal's autogroup while it floods (``None``: not
@@ -942,8 +944,9 @@ class Terminal(CommandSurface):
         by the kernel's echo tens of microseconds later (a sleep and a wake-up cost
         more than the wait on a virtual machine)."""
         now = trio.current_time()
-        if now < self._spin_rest_until:
-            return
+        last, self._last_keystroke = self._last_keystroke, now
+        if now < self._spin_rest_until or now - last > ECHO_SPIN_WARM:
+            return  # (resting after a miss, or the first key after a pause)
         self.spins += 1
         before = self.read_batches
         deadline = now + ECHO_SPIN
