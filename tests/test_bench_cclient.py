@@ -250,3 +250,46 @@ async def test_the_floor_servers_echo_and_stream_through_the_c_client(
     assert run.ended
     # The gate's "\r" echoed as "\r\n", then every line with the pty's "\r\n".
     assert run.chars == 2 + lines * len("héllo wörld 🎉\r\n")
+
+
+def _masked(payload: bytes) -> bytes:
+    """One masked final text frame (client to server), payload under 126 bytes."""
+    mask = b"\x01\x02\x03\x04"
+    body = bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+    return bytes((0x81, 0x80 | len(payload))) + mask + body
+
+
+@pytest.mark.parametrize("shape", ["2", "card"])
+async def test_a_floor_server_ignores_odd_messages_and_outlives_a_bad_client(
+    binary: Path, shape: str, tmp_path: Path
+) -> None:
+    """A message that is not ``["stdin", text]`` is ignored; a frame that is not JSON
+    ends that connection only: the server answers the next client as before."""
+    from ahp.bench.floors import open_floor
+
+    (tmp_path / "w").mkdir()
+    workload = generate(tmp_path / "w", 0.01)
+    upgrade = (
+        b"GET /echo/x HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\n"
+        b"Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+        b"Sec-WebSocket-Version: 13\r\n\r\n"
+    )
+    with trio.fail_after(TIMEOUT):
+        async with open_floor(shape, workload) as server:
+            stream = await trio.open_tcp_stream("127.0.0.1", server.port)
+            async with stream:
+                await stream.send_all(upgrade)
+                received = b""
+                while b'["setup", {}]' not in received:
+                    received += await stream.receive_some(4096)
+                odd = [b'{"stdin": "x"}', b'["stdin", 5]', b'["set_size", 24, 80]', b"[]"]
+                await stream.send_all(b"".join(_masked(m) for m in odd))
+                await stream.send_all(_masked(b'["stdin", "ok\\r"]'))
+                while b"ok" not in received:
+                    received += await stream.receive_some(4096)
+                await stream.send_all(_masked(b"not json"))
+                while await stream.receive_some(4096):
+                    pass  # (the server ends this connection)
+            url, _, _ = await server.terminal("echo")
+            samples = await c_echo(binary, url, "terminado", None, 3, warmup=1)
+    assert len(samples) == 3

@@ -156,7 +156,9 @@ async def _upgrade(sock: socket.socket) -> tuple[str, bytearray]:
 
 
 async def _client_texts(sock: socket.socket, buf: bytearray) -> AsyncIterator[str]:
-    """The text typed by the client (``["stdin", text]``), frame by frame, until a close."""
+    """The text typed by the client (``["stdin", text]``), frame by frame, until a close.
+    Any other message is ignored (terminado's ``set_size`` among them); a frame that is
+    not JSON raises ``ValueError`` (the connection ends, the server goes on)."""
     while True:
         frame = _unframe(buf)
         if frame is None:
@@ -167,7 +169,12 @@ async def _client_texts(sock: socket.socket, buf: bytearray) -> AsyncIterator[st
             return
         if opcode == 1:
             message = json.loads(payload)
-            if message[0] == "stdin":
+            if (
+                isinstance(message, list)
+                and len(message) == 2
+                and message[0] == "stdin"
+                and isinstance(message[1], str)
+            ):
                 yield message[1]
 
 
@@ -328,8 +335,8 @@ async def serve(shape: str, gate_argv: list[str], cwd: str) -> None:
                 os.close(slave)
             try:
                 await connection(sock, master, buf)
-            except (EOFError, OSError, ValueError):
-                pass
+            except* (EOFError, OSError, ValueError):
+                pass  # (the client went, or sent what is not JSON: this connection ends)
             finally:
                 with trio.CancelScope(shield=True):
                     process.kill()
