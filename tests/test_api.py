@@ -8,7 +8,13 @@ import trio
 import ahp
 from ahp.agent.render import strip_escapes
 from ahp.client import connect
-from ahp.protocol import ActionEnvelope, ClientClaim, SessionClaim, TerminalClaimed
+from ahp.protocol import (
+    ActionEnvelope,
+    ClientClaim,
+    SessionClaim,
+    TerminalClaimed,
+    TerminalState,
+)
 from ahp.server import ServeOptions
 from tests.helpers import TIMEOUT
 
@@ -120,7 +126,8 @@ async def test_public_api_surface() -> None:
         await term.interrupt()
         with trio.fail_after(TIMEOUT):  # (a wait that can end: an ignored SIGINT hung here)
             assert await term.wait_exited() is None
-        assert term.snapshot().state.cols == 100
+        state = term.snapshot().state
+        assert isinstance(state, TerminalState) and state.cols == 100
         await host.dispose(term.uri)
         assert host.list_terminals() == ()
 

@@ -172,7 +172,8 @@ def test_play_writes_output_sleeps_and_stops_at_exit() -> None:
         asciicast.encode_event(0.0, "x", "7"),
         asciicast.encode_event(5.0, "o", "after the exit"),
     ]
-    out, markers, slept = io.BytesIO(), io.StringIO(), []
+    out, markers = io.BytesIO(), io.StringIO()
+    slept: list[float] = []
     status = play(lines, out, speed=1.0, markers=markers, sleep=slept.append)
     assert status == "7"
     assert out.getvalue() == "hello wörld\r\n".encode()

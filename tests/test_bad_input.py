@@ -84,7 +84,7 @@ def ping(msg_id: Any = 1) -> str:
     return req("ping", {"channel": ROOT}, msg_id)
 
 
-def create(channel: str = "ahp-terminal:/x", **extra: Any) -> str:
+def create(channel: Any = "ahp-terminal:/x", **extra: Any) -> str:
     return req(
         "createTerminal",
         {"channel": channel, "claim": {"kind": "client", "clientId": "a"}, **extra},
@@ -907,6 +907,7 @@ async def test_bad_input(c: Case, caplog: pytest.LogCaptureFixture) -> None:
                     with pytest.raises(ConnectionClosed) as closed:
                         while True:
                             got.append(await a.recv())
+                    assert closed.value.reason is not None
                     assert closed.value.reason.code == c.closes
                 elif c.init:
                     got = await _fence(a, "a")

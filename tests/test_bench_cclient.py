@@ -54,7 +54,7 @@ class Scripted:
         self.pongs: list[bytes] = []
         self.closed_with: int | None = None
 
-    async def send(self, *events: Message | Ping | CloseConnection) -> None:
+    async def send(self, *events: Message[str] | Ping | CloseConnection) -> None:
         await self.stream.send_all(b"".join(self.ws.send(e) for e in events))
 
     async def receive_text(self) -> str | None:

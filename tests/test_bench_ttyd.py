@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -145,7 +146,7 @@ def test_ttyd_targets_are_computed_from_its_figures() -> None:
     def fig(value: float) -> dict[str, float]:
         return {"median": value}
 
-    results = {
+    results: dict[str, Any] = {
         "end_to_end": {
             "alone": {"throughput": fig(60.0)},
             "c_client": {"throughput": fig(50.0), "server_cpu_s_per_100mb": fig(0.8)},
@@ -187,7 +188,7 @@ class TtydLike:
         self.pongs: list[bytes] = []
         self.closed = False
 
-    async def send(self, *events: Message | Ping | CloseConnection) -> None:
+    async def send(self, *events: Message[bytes | bytearray] | Ping | CloseConnection) -> None:
         await self.stream.send_all(b"".join(self.ws.send(e) for e in events))
 
     async def receive(self) -> bytes | None:

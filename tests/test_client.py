@@ -8,13 +8,14 @@ from pathlib import Path
 import pytest
 import trio
 
-from ahp.client import ClientError, ConnectionLost, RpcError, connect
+from ahp.client import Client, ClientError, ConnectionLost, RpcError, connect
 from ahp.protocol import (
     ActionEnvelope,
     ClientClaim,
     Snapshot,
     TerminalClaimed,
     TerminalData,
+    TerminalState,
     TerminalTitleChanged,
 )
 from ahp.server import ServeOptions
@@ -31,7 +32,9 @@ async def test_connect_mirror_and_catalogue() -> None:
         await client.create_terminal(T1, name="work")
         with trio.fail_after(TIMEOUT):
             await client.wait_for(lambda: bool(client.root.terminals))
-        info = client.root.terminals[0]  # type: ignore[index]
+        root = client.root
+        assert root.terminals is not None
+        info = root.terminals[0]
         assert (info.resource, info.title, info.claim) == (T1, "work", ClientClaim("me"))
         assert client.terminal_state(T1).claim == ClientClaim("me")
 
@@ -96,11 +99,19 @@ async def test_two_clients_converge_after_1000_actions() -> None:
         with trio.fail_after(60):
             await typist.send_input(T1, "\recho DONE-$((6*7))\r")
             for client in (typist, viewer):
-                await client.wait_for(lambda c=client: "DONE-42\r\n" in c.terminal_state(T1).text())
+
+                def done(c: Client = client) -> bool:
+                    return "DONE-42\r\n" in c.terminal_state(T1).text()
+
+                await client.wait_for(done)
             # Quiesce: both mirrors reach the server's current state.
             server_state = host.get(T1).state
             for client in (typist, viewer):
-                await client.wait_for(lambda c=client: c.terminal_state(T1) == host.get(T1).state)
+
+                def caught_up(c: Client = client) -> bool:
+                    return c.terminal_state(T1) == host.get(T1).state
+
+                await client.wait_for(caught_up)
         assert typist.mirrors[T1].confirmed == viewer.mirrors[T1].confirmed == host.get(T1).state
         assert server_state.title == "title-999"
 
@@ -223,6 +234,7 @@ async def test_a_server_that_never_answers_initialize_is_a_clear_error() -> None
     async def silent(stream: trio.SocketStream) -> None:
         upgrade = await read_upgrade(stream)
         assert upgrade is not None
+        assert isinstance(upgrade, tuple)  # a WebSocket upgrade, not a plain request
         ws = await accept(stream, upgrade[0], max_message_size=1 << 20)
         try:
             while True:
@@ -255,7 +267,8 @@ async def test_a_follower_never_hands_out_an_envelope_its_snapshot_holds() -> No
         with trio.fail_after(TIMEOUT):
             await client.wait_for(lambda: "once-42\r\n" in term.state.text())
             snapshot = await follower.__anext__()
-            assert isinstance(snapshot, Snapshot) and "once-42" in snapshot.state.text()
+            assert isinstance(snapshot, Snapshot) and isinstance(snapshot.state, TerminalState)
+            assert "once-42" in snapshot.state.text()
             await term.send_input("echo after-$((6*7))\r")
             later = ""
             while "after-42\r\n" not in later:

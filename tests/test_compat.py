@@ -22,7 +22,8 @@ import pytest
 import trio
 import trio_websocket
 
-from ahp.client import connect
+from ahp.client import Client, connect
+from ahp.client.session import ReconnectForm
 from ahp.protocol import SessionClaim, TerminalState
 from ahp.protocol.dialect import LEGACY_VERSIONS, Dialect
 from tests.helpers import TIMEOUT
@@ -85,6 +86,12 @@ def until_text(needle: str) -> Callable[[dict[str, Any]], bool]:
 
 def host_state(server: Any, uri: str) -> TerminalState:
     return server.state.host.get(uri).state  # type: ignore[no-any-return]
+
+
+def reconnect_form(client: Client) -> ReconnectForm:
+    """``client.reconnect_form``, read through a call: mypy would keep the property
+    narrowed across the reconnect that changes it."""
+    return client.reconnect_form
 
 
 def catalogue(envelope: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -441,7 +448,9 @@ async def test_the_client_speaks_1x_and_0_5_and_both_reconnect_forms() -> None:
 
             await client.wait_for(done, timeout=TIMEOUT)
             assert client.terminal_state(T1).lifecycle.exitCode == 5
-            assert client.root.terminals[0].lifecycle.exitCode == 5
+            terminals = client.root.terminals
+            assert terminals is not None
+            assert terminals[0].lifecycle.exitCode == 5
 
 
 async def test_the_client_falls_back_to_0_5_when_1x_is_refused() -> None:
@@ -664,10 +673,10 @@ async def test_the_client_switches_to_cursors_when_a_1x_host_refuses_form_a() ->
             trio_websocket.serve_websocket, cursor_host, "127.0.0.1", 0, None
         )
         async with connect(f"ws://127.0.0.1:{listener.port}/") as client:
-            assert client.dialect is Dialect.V1 and client.reconnect_form == "watermark"
+            assert client.dialect is Dialect.V1 and reconnect_form(client) == "watermark"
             await client.drop_connection()
             await client.wait_for(lambda: client.reconnects == 1, timeout=TIMEOUT)
-            assert client.reconnect_form == "cursors"
+            assert reconnect_form(client) == "cursors"
             (info,) = client.root.terminals or ()
             assert info.exited and info.exitCode is None and info.lifecycle.status == "exited"
         nursery.cancel_scope.cancel()
@@ -717,7 +726,7 @@ async def test_a_naive_mirror_recovers_from_a_rejected_root_action(versions: lis
         (snapshot,) = (await init(naive, "naive", versions))["snapshots"]
         mirror = snapshot["state"]
         assert [t["resource"] for t in mirror["terminals"]] == [T1]
-        forged = [
+        forged: list[dict[str, Any]] = [
             {"type": "root/terminalsChanged", "terminals": []},
             {"type": "root/agentsChanged", "agents": [{"provider": "x", "models": []}]},
         ]

@@ -23,7 +23,7 @@ from ahp.protocol import (
     structure,
     unstructure,
 )
-from ahp.protocol.codec import message_to_json
+from ahp.protocol.codec import message_to_json, structure_action
 from ahp.reducers import reduce_root, reduce_terminal
 from tests.conftest import FIXTURES
 
@@ -47,7 +47,7 @@ def test_fixture_sets_are_present() -> None:
 @pytest.mark.parametrize("path", REDUCERS, ids=lambda p: p.stem)
 def test_reducer_fixture(path: Path) -> None:
     case = json.loads(path.read_text())
-    actions = [structure(a, StateAction) for a in case["actions"]]
+    actions = [structure_action(a) for a in case["actions"]]
     state: Any
     if case["reducer"] == "terminal":
         state = structure(case["initial"], TerminalState)
@@ -68,7 +68,7 @@ def test_round_trip_fixture(path: Path) -> None:
     if kind == "ActionEnvelope":
         out = unstructure(structure(case["input"], ActionEnvelope))
     elif kind == "StateAction":
-        out = unstructure(structure(case["input"], StateAction), StateAction)
+        out = unstructure(structure_action(case["input"]), StateAction)
     else:
         assert kind == "JsonRpcMessage"
         out = message_to_json(decode_message(case["input"]))

@@ -211,7 +211,9 @@ def test_catalogue_and_actions_per_dialect() -> None:
     assert back.terminals[2] == attrs.evolve(
         infos[2], claim=attrs.evolve(old_claim, chat="copilot:/s1")
     )
-    assert structure(snapshot_json(root, V05), Snapshot).state.terminals[2].exited is False  # type: ignore[union-attr]
+    back05 = structure(snapshot_json(root, V05), Snapshot).state
+    assert isinstance(back05, RootState) and back05.terminals is not None
+    assert back05.terminals[2].exited is False
 
 
 def test_an_exit_without_a_code_is_kept() -> None:
@@ -269,17 +271,22 @@ def test_any_lifecycle_is_read_or_refused_clearly(lifecycle: Any, exit_code: Any
         "lifecycle": lifecycle,
         "exitCode": exit_code,
     }
-    for cl in (TerminalState, TerminalInfo):
+    classes: tuple[type[TerminalState] | type[TerminalInfo], ...] = (TerminalState, TerminalInfo)
+    for cl in classes:
         value = {**data, "resource": "ahp-terminal:/x"} if cl is TerminalInfo else data
         try:
-            state = structure(value, cl)
+            state: TerminalState | TerminalInfo = structure(value, cl)
         except ProtocolError:
             continue
         # Read: lifecycle decides (the exitCode beside it is ignored), and says exited.
         assert isinstance(lifecycle, dict)
         assert state.exited == (lifecycle["status"] == "exited")
         assert state.lifecycle.status == lifecycle["status"]
-        wire = terminal_info_json(state, V1) if cl is TerminalInfo else state_json(state, V1)
+        wire = (
+            terminal_info_json(state, V1)
+            if isinstance(state, TerminalInfo)
+            else state_json(state, V1)
+        )
         assert wire["lifecycle"] == lifecycle_expected(lifecycle)
 
 

@@ -365,7 +365,7 @@ async def _serve(*args: str, nofile: int) -> AsyncIterator[tuple[str, list[bytes
         async def drain() -> None:
             assert proc.stderr is not None
             async for chunk in proc.stderr:
-                err.append(chunk)
+                err.append(bytes(chunk))
 
         nursery.start_soon(drain)
         try:

@@ -244,8 +244,8 @@ async def test_batching_under_sustained_output(tmp_path: Path) -> None:
     async with open_host() as host:
         term = await host.create_terminal(argv=["cat", str(big)])
         before, envelopes = await collect_until_exit(term)
-        datas = [e for e in envelopes if isinstance(e.action, TerminalData)]
-        total = len(before) + sum(len(e.action.data) for e in datas)  # type: ignore[union-attr]
+        datas = [e.action for e in envelopes if isinstance(e.action, TerminalData)]
+        total = len(before) + sum(len(a.data) for a in datas)
         assert total == 10_100_000  # ONLCR: \n -> \r\n
         # Kernel reads are ~4 KiB; batching must make actions much larger on average.
         assert len(datas) < total / 8192, (len(datas), term.read_batches)
@@ -287,7 +287,7 @@ async def test_stalled_subscriber_is_resynced_and_never_blocks(tmp_path: Path) -
         assert peak <= 1024 * 1024 + 70_000
         # The stalled subscriber now catches up from a fresh snapshot, not a gap.
         item = await stalled.__anext__()
-        assert isinstance(item, Snapshot)
+        assert isinstance(item, Snapshot) and isinstance(item.state, TerminalState)
         assert stalled.resyncs == 1
         assert item.state.exitCode == 0
         await stalled.aclose()

@@ -399,6 +399,7 @@ async def test_large_client_payloads_count_in_bounds() -> None:
                 while True:
                     await stalled.ws.get_message()
             # 1006 when the close frame could not be framed (see test_server's stalled test).
+            assert closed.value.reason is not None
             assert closed.value.reason.code in (1013, 1006)
         async with peer(server.url) as again:
             result = await again.reconnect("stalled", 0, [T1])
@@ -544,7 +545,7 @@ async def serve_process(
         async def drain_stderr() -> None:
             assert proc.stderr is not None
             async for chunk in proc.stderr:
-                err.append(chunk)
+                err.append(bytes(chunk))
 
         nursery.start_soon(drain_stderr)
         try:
@@ -602,6 +603,7 @@ async def test_serve_prints_one_url_line_and_sigterm_under_load_leaves_no_orphan
             with pytest.raises(ConnectionClosed) as closed, trio.fail_after(TIMEOUT):
                 while True:
                     await p.ws.get_message()
+            assert closed.value.reason is not None
             assert closed.value.reason.code in (1001, 1006)
         await eventually(lambda: not any(session_members(pid) for pid in pids))
         assert not any(alive(m) for ms in members.values() for m in ms)

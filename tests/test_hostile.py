@@ -248,10 +248,14 @@ async def test_a_subscriber_to_a_trimmed_terminal_sees_the_marker() -> None:
     async with open_host() as host:
         terminal = await host.create_terminal(argv=["sh", "-c", script], scrollback=2000)
         await terminal.wait_exited()
-        first = terminal.snapshot().state.content[0]
+        state = terminal.snapshot().state
+        assert isinstance(state, TerminalState)
+        first = state.content[0]
         assert isinstance(first, UnclassifiedPart)
         assert str(first.value).startswith("[ahp-terminals: ")
-        second = terminal.snapshot().state.content[1]
+        state = terminal.snapshot().state
+        assert isinstance(state, TerminalState)
+        second = state.content[1]
         assert str(second.value).startswith("line ")  # type: ignore[union-attr]
 
 

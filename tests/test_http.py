@@ -13,7 +13,8 @@ from ahp.server.http import (
     health_routes,
     plain_request,
 )
-from tests.wire import TIMEOUT, running_server, upgrade_status_line
+from tests.helpers import TIMEOUT
+from tests.wire import running_server, upgrade_status_line
 
 
 def test_a_get_without_upgrade_is_a_plain_request() -> None:

@@ -285,10 +285,11 @@ async def test_the_resume_token_proves_the_client() -> None:
                 with trio.fail_after(TIMEOUT), pytest.raises(ConnectionClosed) as closed:
                     while True:
                         await first.ws.get_message()
+                assert closed.value.reason is not None
                 assert closed.value.reason.code == REPLACED_CLOSE[0]
                 assert "replaced" in (closed.value.reason.reason or "")
                 # Dropped without a close: the record stays bound while the client is away.
-                await second.ws._stream.aclose()  # type: ignore[attr-defined]
+                await second.ws._stream.aclose()
                 await eventually(lambda: not _live(sidecar, "agent"))
         async with peer(sidecar.url) as impostor:
             answer = await impostor.call("initialize", _init("agent"))

@@ -10,7 +10,7 @@ from wsproto.frame_protocol import FrameProtocol
 from ahp import keystroke
 
 
-def _client_frame(text: str) -> bytes:
+def _client_frame(text: str) -> bytearray:
     """A masked final text frame, as a client's wsproto sends it."""
     return FrameProtocol(client=True, extensions=[]).send_data(text, fin=True)
 

@@ -26,6 +26,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ahp.mcp import keys, render, tools
+from ahp.mcp.contract import Handle
 from ahp.mcp.output import ToolError
 from ahp.mcp.render import terminal_uri
 from ahp.mcp.stdio import MAX_LINE_BYTES, TOO_LONG, StdinLines
@@ -110,7 +111,7 @@ def test_arguments_checked_with_clear_messages() -> None:
         tools.check_arguments(run, {"command": "ls", "cwd": None, "head_bytes": 10.0})["head_bytes"]
         == 10
     )
-    cases = {
+    cases: dict[str, dict[str, Any]] = {
         "missing required parameter 'command'": {},
         "unknown parameter 'cmd'": {"cmd": "ls"},
         "'command' must be a string, got a number": {"command": 3},
@@ -249,6 +250,7 @@ class _Result:
     command_id: str = "c1"
     note: str = ""
     holder: Any = None
+    handle: Handle | None = None
 
 
 def test_results_state_outcomes_plainly() -> None:
@@ -1006,7 +1008,9 @@ async def test_terminal_count_is_bounded(tmp_path: Path) -> None:
     from ahp.mcp.backend import HostBackend
     from ahp.mcp.toolbox import MAX_TERMINALS, Toolbox
 
-    assert Toolbox.__init__.__kwdefaults__["max_terminals"] == MAX_TERMINALS
+    kwdefaults = Toolbox.__init__.__kwdefaults__
+    assert kwdefaults is not None
+    assert kwdefaults["max_terminals"] == MAX_TERMINALS
     async with open_host() as host:
         box = Toolbox(HostBackend(host), max_terminals=2)
         with trio.fail_after(TIMEOUT):

@@ -54,13 +54,14 @@ def _claim_for(actor: Actor) -> dict[str, str]:
 
 
 def _client_action(change: Change) -> dict[str, Any]:
-    return {
+    actions: dict[Change, dict[str, Any]] = {
         Change.INPUT: {"type": "terminal/input", "data": "true\r"},
         Change.RESIZE: {"type": "terminal/resized", "cols": 100, "rows": 30},
         Change.TITLE: {"type": "terminal/titleChanged", "title": "renamed"},
         Change.CLEAR: {"type": "terminal/cleared"},
         Change.CLAIM: {"type": "terminal/claimed", "claim": {"kind": "client", "clientId": "x"}},
-    }[change]
+    }
+    return actions[change]
 
 
 async def _by_client(p: Peer, uri: str, change: Change) -> bool:

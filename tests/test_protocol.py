@@ -30,7 +30,7 @@ from ahp.protocol import (
     structure,
     unstructure,
 )
-from ahp.protocol.codec import encode_message
+from ahp.protocol.codec import encode_message, structure_action
 from ahp.protocol.jsonrpc import JsonRpcSuccess
 from ahp.reducers import content_length, reduce_terminal, trim
 
@@ -102,13 +102,13 @@ def test_origin_and_rejection_round_trip() -> None:
 
 def test_unknown_action_is_verbatim() -> None:
     raw: dict[str, Any] = {"type": "future/thing", "nested": {"a": [1, None]}, "b": None}
-    action = structure(raw, StateAction)
+    action = structure_action(raw)
     assert isinstance(action, UnknownAction)
     assert unstructure(action, StateAction) == raw
 
 
 def test_extra_keys_ignored() -> None:
-    action = structure({"type": "terminal/data", "data": "x", "_meta": {}}, StateAction)
+    action = structure_action({"type": "terminal/data", "data": "x", "_meta": {}})
     assert action == TerminalData(data="x")
 
 
@@ -124,7 +124,7 @@ def test_extra_keys_ignored() -> None:
 )
 def test_malformed_actions_carry_a_path(value: dict[str, Any], path: str) -> None:
     with pytest.raises(ProtocolError) as info:
-        structure(value, StateAction)
+        structure_action(value)
     assert info.value.path == path
     assert info.value.code == -32602
 

@@ -367,9 +367,9 @@ async def _write_while_ticking(child: Child, payload: bytes) -> tuple[int, int]:
     done = trio.Event()
     write_once = child._write_once
 
-    def counting_write_once(fd: int, view: memoryview) -> int | None:
+    def counting_write_once(fd: int, chunk: memoryview) -> int | None:
         nonlocal written
-        accepted = write_once(fd, view)
+        accepted = write_once(fd, chunk)
         written += accepted or 0
         return accepted
 

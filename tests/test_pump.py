@@ -7,6 +7,7 @@ import fcntl
 import os
 import pty
 import threading
+from collections.abc import Iterator
 
 import pytest
 import trio
@@ -18,7 +19,7 @@ from tests.helpers import TIMEOUT, wait_for_state
 
 
 @pytest.fixture
-def pipe() -> tuple[int, int]:
+def pipe() -> Iterator[tuple[int, int]]:
     """A pipe the fixture closes: a test must not close either end itself."""
     r, w = os.pipe()
     os.set_blocking(r, False)

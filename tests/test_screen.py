@@ -254,7 +254,7 @@ async def terminal(mode: str) -> AsyncIterator[Any]:
 
 async def screen_until(term: Any, predicate: Any) -> Screen:
     """Poll ``term.screen()`` until ``predicate`` holds (it must answer every time)."""
-    screen = term.screen()
+    screen: Screen = term.screen()
     with trio.fail_after(TIMEOUT):
         while not predicate(screen):
             await trio.sleep(0.05)

@@ -23,7 +23,7 @@ import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -43,7 +43,7 @@ REPO = Path(__file__).resolve().parents[1]
 CHROMIUM = "/usr/bin/chromium"
 
 
-async def upgrade_status(port: int, target: str, headers: dict[str, str | None]) -> int:
+async def upgrade_status(port: int, target: str, headers: Mapping[str, str | None]) -> int:
     """Send a raw upgrade request; return the HTTP status code of the answer."""
     return int((await upgrade_status_line(port, target, headers)).split(b" ", 2)[1])
 
@@ -81,8 +81,6 @@ async def test_token_at_the_upgrade(target: str, headers: dict[str, str], status
 
 
 async def test_tokens_are_compared_in_constant_time(monkeypatch: pytest.MonkeyPatch) -> None:
-    import ahp.server.websocket as transport
-
     calls: list[tuple[bytes, bytes]] = []
     original = hmac.compare_digest
 
@@ -90,7 +88,7 @@ async def test_tokens_are_compared_in_constant_time(monkeypatch: pytest.MonkeyPa
         calls.append((a, b))
         return original(a, b)
 
-    monkeypatch.setattr(transport.hmac, "compare_digest", spy)
+    monkeypatch.setattr("ahp.server.websocket.hmac.compare_digest", spy)  # the transport's
     async with running_server() as server:
         assert server.port is not None
         assert await upgrade_status(server.port, "/?tkn=wrong-token", {}) == 403
@@ -154,7 +152,7 @@ async def serve_subprocess(
         async def drain() -> None:
             assert proc.stderr is not None
             async for chunk in proc.stderr:
-                err.append(chunk)
+                err.append(bytes(chunk))
 
         nursery.start_soon(drain)
         try:
@@ -287,6 +285,7 @@ async def test_client_strings_never_reach_a_shell_command_line(tmp_path: Path) -
             await p.result("subscribe", {"channel": uri})
             await p.dispatch(uri, {"type": "terminal/titleChanged", "title": payload})
             pid = server.state.host.get(uri).pid
+            assert pid is not None
             argv = _argv(pid)
             assert not any(payload.encode() in arg for arg in argv), argv
             assert os.readlink(f"/proc/{pid}/cwd") == str(odd_dir)

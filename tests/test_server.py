@@ -476,6 +476,7 @@ async def test_oversized_message_closes_with_1009() -> None:
         with pytest.raises(ConnectionClosed) as info, trio.fail_after(TIMEOUT):
             await p.send("x" * (17 * 1024 * 1024))
             await p.ws.get_message()
+        assert info.value.reason is not None
         assert info.value.reason.code == 1009
     async with running_server() as server, peer(server.url) as p:
         await p.initialize("c1")  # the server is fine
@@ -523,6 +524,7 @@ async def test_stalled_client_is_closed_1013_and_others_get_everything(tmp_path:
             with pytest.raises(ConnectionClosed) as info, trio.fail_after(TIMEOUT):
                 while True:
                     await stalled_ws.get_message()
+            assert info.value.reason is not None
             assert info.value.reason.code in (1013, 1006)
         async with peer(server.url) as again:
             result = await again.reconnect("stalled", 0, [T1])

@@ -60,7 +60,9 @@ async def test_callers_beyond_the_reducer_queue_wait_and_all_apply() -> None:
         ]
         assert len(titles) == count and all(e.rejectionReason is None for e in titles)
         assert sorted(e.origin.clientSeq for e in titles if e.origin) == list(range(count))
-        assert term.state.title == titles[-1].action.title  # type: ignore[attr-defined]
+        last = titles[-1].action
+        assert isinstance(last, TerminalTitleChanged)  # (as every one of titles is)
+        assert term.state.title == last.title
 
 
 async def test_input_beyond_the_input_queue_is_rejected_and_the_terminal_lives() -> None:

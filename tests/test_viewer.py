@@ -60,6 +60,7 @@ class Served:
 
     @property
     def origin(self) -> str:
+        assert self.sidecar.page_url is not None
         parts = urlsplit(self.sidecar.page_url)
         return f"{parts.scheme}://{parts.netloc}"
 
@@ -220,7 +221,8 @@ async def test_keystrokes_go_nowhere_while_the_agent_holds_it_and_reach_the_pty_
             "document.getElementById('term-meta').textContent"
             ".includes('session ahp-session:/agent-1')"
         )
-        assert terminal.state.claim == SessionClaim(session=AGENT["session"], chat=AGENT["chat"])
+        given_back = terminal.state  # read again: mypy keeps the claim narrowed from above
+        assert given_back.claim == SessionClaim(session=AGENT["session"], chat=AGENT["chat"])
 
 
 async def test_a_watching_page_never_resizes_the_pty(chromium: ChromiumProcess) -> None:
@@ -247,7 +249,8 @@ async def term_output(terminal: Any, page: Page, word: str) -> None:
 
 def normalised(state: dict[str, Any]) -> dict[str, Any]:
     """A terminal state as both sides can be compared (JSON, absent keys dropped)."""
-    return json.loads(json.dumps(state))
+    out: dict[str, Any] = json.loads(json.dumps(state))
+    return out
 
 
 async def test_two_pages_and_a_python_client_converge(chromium: ChromiumProcess) -> None:

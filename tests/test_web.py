@@ -29,7 +29,8 @@ from ahp.server.web import (
     STATIC_ROOT,
     content_security_policy,
 )
-from tests.wire import TIMEOUT, TOKEN, peer, running_server, upgrade_status_line
+from tests.helpers import TIMEOUT
+from tests.wire import TOKEN, peer, running_server, upgrade_status_line
 
 READ = "read-only-test-token"
 REPO = Path(__file__).resolve().parents[1]

@@ -7,7 +7,7 @@ answers byte for byte (ids, absent keys); ``ahp.client`` is tested separately.
 from __future__ import annotations
 
 import itertools
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -167,7 +167,7 @@ async def running_server(
             nursery.cancel_scope.cancel()
 
 
-async def upgrade_status_line(port: int, target: str, headers: dict[str, str | None]) -> bytes:
+async def upgrade_status_line(port: int, target: str, headers: Mapping[str, str | None]) -> bytes:
     """Send a raw upgrade request to 127.0.0.1:``port``; the answer's HTTP status line.
 
     A raw socket: trio-websocket's client leaks its socket on a refused handshake.

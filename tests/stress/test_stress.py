@@ -34,7 +34,12 @@ import pytest
 import trio
 
 from ahp.client import Client, connect
-from ahp.protocol.actions import ActionEnvelope, TerminalData, TerminalInput
+from ahp.protocol.actions import (
+    ActionEnvelope,
+    RootTerminalsChanged,
+    TerminalData,
+    TerminalInput,
+)
 from ahp.protocol.codec import structure, unstructure
 from ahp.protocol.state import Snapshot, TerminalState
 from ahp.reducers import DEFAULT_SCROLLBACK, low_water_for, trim
@@ -154,19 +159,22 @@ async def warm_up(server: Server) -> Figures:
             uri = f"ahp-terminal:/warm{i}"
             await client.create_terminal(uri)
             await client.dispatch(uri, TerminalInput(data="echo hi\r"))
-            await client.wait_for(
-                lambda uri=uri: client.terminal_state(uri).text().count("hi\r\n") >= 2, timeout=60
-            )
+
+            def echoed(uri: str = uri) -> bool:
+                return client.terminal_state(uri).text().count("hi\r\n") >= 2
+
+            await client.wait_for(echoed, timeout=60)
             await client.dispose_terminal(uri)
         uri = "ahp-terminal:/warm-log"
         await client.create_terminal(uri, subscribe=False)
         done = trio.Event()
 
         def watch(envelope: ActionEnvelope) -> None:
-            if envelope.channel == "ahp-root://" and any(
-                t.exitCode == 0
-                for t in envelope.action.terminals  # type: ignore[attr-defined]
-            ):
+            if envelope.channel != "ahp-root://":
+                return
+            action = envelope.action
+            assert isinstance(action, RootTerminalsChanged)  # the root's only action here
+            if any(t.exitCode == 0 for t in action.terminals):
                 done.set()
 
         client.on_envelope(watch)
@@ -182,8 +190,10 @@ def text_of(state: TerminalState) -> str:
 
 
 def same_except_content(a: TerminalState, b: TerminalState) -> bool:
-    strip = {"content": ()}
-    return unstructure(attrs.evolve(a, **strip)) == unstructure(attrs.evolve(b, **strip))
+    strip: dict[str, Any] = {"content": ()}
+    left: dict[str, Any] = unstructure(attrs.evolve(a, **strip))
+    right: dict[str, Any] = unstructure(attrs.evolve(b, **strip))
+    return left == right
 
 
 async def converged(
@@ -323,7 +333,11 @@ async def _fifty(server: Server, tag: str) -> dict[str, Any]:
             await clients[0].dispatch(uri, TerminalInput(data="seq 1 30000; echo done-$((6*7))\r"))
         with trio.fail_after(600):
             for i, c in enumerate(clients):
-                await c.wait_for(lambda i=i: len(finished[i]) == len(uris))
+
+                def all_finished(i: int = i) -> bool:
+                    return len(finished[i]) == len(uris)
+
+                await c.wait_for(all_finished)
         took = time.monotonic() - started
         snaps = await converged(clients[0], clients, uris)
         equal = identical = 0
