@@ -34,6 +34,7 @@ def lint(session: nox.Session) -> None:
 def typecheck(session: nox.Session) -> None:
     session.install("-e", ".[test]", "mypy")
     session.run("mypy", "ahp")
+    session.run("mypy", "tests")
 
 
 @nox.session

@@ -42,25 +42,20 @@ runs them):
 ``no_checkpoint`` (``ahp.server.dispatch``)
     The connection's reader dispatches input with ``checkpoint=False``: its own loop
     checkpoints at the next receive, so the dispatch does not add a pass.
-``echo_spin`` (``ahp.engine.terminal``, input-write)
-    After a keystroke of at most :data:`ECHO_SPIN_INPUT` bytes reached the pty, the
-    scheduler keeps polling (checkpoints) for at most :data:`ECHO_SPIN` seconds until
-    the echo was read, instead of sleeping in ``epoll_wait`` to be woken by the kernel
-    tens of microseconds later. Latency 0.86x (issue 17); this round on a quiet machine
-    0.79x in-process, on a busy one no gain for 5% more CPU per keystroke. Why both: the
-    echo is the kernel's work (``flush_to_ldisc`` in a kworker); on a quiet machine it
-    runs on the idle core while this process spins, on a busy one it waits for this
-    core, so spinning delays it to the end of the spin (in-process echo 0.35 ms with
-    the spin, 0.15 without, under load 10). So a spin that ends without the echo
-    stops the spinning for :data:`ECHO_SPIN_REST` seconds. And only a keystroke that
-    follows the previous one within :data:`ECHO_SPIN_WARM` spins: after a pause the
-    spin mostly ended without the echo (8 of 12 spins over 60 keystrokes typed 0.15 s
-    apart, each miss holding that echo up to the spin's end; session 12).
 ``echo_pairing`` (``ahp.server.websocket``, ``ahp.engine.outbox``)
     The envelope echoing a client's input is queued without waking the writer; the
     output it causes follows a few passes later and both leave in one write (one
     system call, one wake-up of the client), or the echo leaves alone after
     :data:`ECHO_PAIR_WAIT`. Server CPU per keystroke 0.82x (issue 17).
+
+Removed after an A/B showed it did not pay: ``echo_spin`` (input-write kept the scheduler
+polling for up to 200 µs after a keystroke reached the pty, instead of sleeping in
+``epoll_wait`` until the echo). The echo is the kernel's work, in an unbound kworker,
+then ``cat``'s; a spinning core pushes both to the other core, and on the project's
+virtual machines every wake-up across cores costs 0.15-0.3 ms, more than the sleep it
+saved (session 12, three A/Bs without it against with it: back to back 0.88-1.12x,
+after a pause 0.93-1.01x, server CPU per keystroke 0.80-1.08x, no gain anywhere;
+``benchmarks/README.md``, "Session 12").
 
 Switches: ``AHP_KEYSTROKE_OFF=name[,name...]`` (read once, at import) turns tricks off,
 for A/B measurements only; :func:`enabled` tells the sites.
@@ -73,10 +68,6 @@ from typing import Final
 
 __all__ = [
     "ECHO_PAIR_WAIT",
-    "ECHO_SPIN",
-    "ECHO_SPIN_INPUT",
-    "ECHO_SPIN_REST",
-    "ECHO_SPIN_WARM",
     "FAST_FRAME_MAX",
     "SMALL_READ",
     "TRICKS",
@@ -91,7 +82,6 @@ TRICKS: Final = frozenset(
         "fd_io",
         "small_read",
         "no_checkpoint",
-        "echo_spin",
         "echo_pairing",
     }
 )
@@ -103,16 +93,6 @@ _OFF: Final = frozenset(
 FAST_FRAME_MAX: Final = 64 * 1024
 #: ``small_read``: a first read shorter than this ends its batch at once.
 SMALL_READ: Final = 256
-#: ``echo_spin``: input of at most this many bytes (a keystroke) is followed by a spin
-#: of at most ECHO_SPIN seconds.
-ECHO_SPIN_INPUT: Final = 8
-ECHO_SPIN: Final = 0.0002
-#: ``echo_spin``: a spin follows only a keystroke that came at most this many seconds
-#: after the terminal's previous one (typing, not a first key after a pause).
-ECHO_SPIN_WARM: Final = 0.05
-#: ``echo_spin``: seconds without spins after one ended without its echo (one such miss
-#: per ECHO_SPIN_REST costs at most ECHO_SPIN on a machine where spinning does not pay).
-ECHO_SPIN_REST: Final = 1.0
 #: ``echo_pairing``: seconds a lone input echo waits for the output it causes.
 ECHO_PAIR_WAIT: Final = 0.002
 

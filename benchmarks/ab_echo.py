@@ -4,7 +4,7 @@ Why a separate script: the echo's figures move by more between runs on a shared
 machine than the changes being judged (tens of microseconds), so only a ratio of
 sides measured alternately, in the same minutes, means anything. Each side is a
 checkout (its directory first on ``PYTHONPATH``, the sidecar worker inherits it)
-plus environment settings (``AHP_KEYSTROKE_OFF=echo_spin`` and the like, see
+plus environment settings (``AHP_KEYSTROKE_OFF=echo_pairing`` and the like, see
 ``ahp/keystroke.py``); each round runs every side once, in a fresh process, in an
 order that rotates from round to round. A side measures, with that checkout's own
 ``ahp.bench`` procedures: the engine in-process (``engine_echo``), the sidecar
@@ -16,7 +16,7 @@ Usage (from a checkout)::
 
     git worktree add /tmp/old <commit>
     python benchmarks/ab_echo.py --side old=/tmp/old --side new=. --rounds 6
-    python benchmarks/ab_echo.py --side on=. --side "spin_off=.:AHP_KEYSTROKE_OFF=echo_spin"
+    python benchmarks/ab_echo.py --side on=. --side "pairing_off=.:AHP_KEYSTROKE_OFF=echo_pairing"
 
 Prints per side the median over rounds of each figure's per-run median (ms), with
 min-max, and each side's ratio to the first side, per round, as median [min-max].

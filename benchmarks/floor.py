@@ -2,7 +2,7 @@
 
 Why a script beside ``nox -s bench`` (which measures the floors as two more peers):
 a quick A/B of the keystroke path and the stream, a few minutes long, with extra
-sidecar sides that differ by their environment (``--ahp AHP_KEYSTROKE_OFF=echo_spin``).
+sidecar sides that differ by their environment (``--ahp AHP_KEYSTROKE_OFF=echo_pairing``).
 ``ahp.bench.floors`` says what the floors are. Every server is measured with the
 same independent C client (``ahp.bench.cclient``): keystroke echo back to back and
 after ``--pause`` seconds idle (``cat``), and ``--stream`` MB of the bench's workload
@@ -13,7 +13,7 @@ ratios are taken per round, against terminado (echo) and the ceiling (stream).
 Usage, from a checkout::
 
     python benchmarks/floor.py --rounds 6 --count 1000 --idle-count 30 --stream 20 \\
-        [--ttyd] [--ahp AHP_KEYSTROKE_OFF=echo_spin]
+        [--ttyd] [--ahp AHP_KEYSTROKE_OFF=echo_pairing]
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ async def _measure_side(side: str, args: argparse.Namespace, workload: Any) -> d
         return out
 
     if side.startswith("ahp"):
-        # "ahp:AHP_KEYSTROKE_OFF=echo_spin": the sidecar with settings in its environment.
+        # "ahp:AHP_KEYSTROKE_OFF=echo_pairing": the sidecar with settings in its environment.
         saved = dict(os.environ)
         for setting in side.split(":")[1:]:
             key, _, value = setting.partition("=")
@@ -117,7 +117,7 @@ def main() -> None:
         action="append",
         default=[],
         metavar="ENV=VALUE[:ENV=VALUE]",
-        help="another sidecar side with these settings (e.g. AHP_KEYSTROKE_OFF=echo_spin)",
+        help="another sidecar side with these settings (e.g. AHP_KEYSTROKE_OFF=echo_pairing)",
     )
     args = parser.parse_args()
     from ahp.bench.workload import generate

@@ -8,7 +8,6 @@
 * Output is published whole and in order (keystrokes' short reads and pastes' long
   ones mixed).
 * Dispatched actions apply once each, in order.
-* A spin for an echo that never comes rests the spinning (``echo_spin``).
 
 Real ptys and real programs throughout.
 """
@@ -26,6 +25,7 @@ import trio
 import trio.lowlevel
 import trio.testing
 
+from ahp import keystroke
 from ahp.engine import Outbox, Published, open_host
 from ahp.engine import terminal as terminal_module
 from ahp.engine.terminal import REDUCER_QUEUE
@@ -94,7 +94,7 @@ async def test_each_stage_s_work_is_done_by_its_own_task(monkeypatch: pytest.Mon
                         sender=sender,
                         checkpoint=False,
                     )
-                await wait_for_state(term, lambda s, i=i: f"{i}" in s.text())
+                await wait_for_text(term, f"{i}")
             await term.send_input("P" * 3000 + "\r")
             await wait_for_state(term, lambda s: s.text().count("P" * 3000) >= 2)
         recorded = {kind: set(tasks) for kind, tasks in seen.items()}
@@ -112,6 +112,13 @@ async def test_the_folding_shortcuts_are_gone() -> None:
         assert not hasattr(terminal_module, name)
     for name in ("_reduce_inline", "_write_direct", "_parse_and_reduce", "_reduce_now"):
         assert not hasattr(terminal_module.Terminal, name)
+
+
+async def test_the_echo_spin_is_gone() -> None:
+    # (Session 12: it did not pay in three A/Bs; see ahp.keystroke's removed tricks.)
+    assert "echo_spin" not in keystroke.TRICKS
+    assert not hasattr(terminal_module, "ECHO_SPIN")
+    assert not hasattr(terminal_module.Terminal, "_spin_for_echo")
 
 
 async def test_input_reaches_the_program_whole_and_in_order() -> None:
@@ -163,7 +170,7 @@ async def test_output_is_published_whole_and_in_order() -> None:
             # Then keystrokes one at a time, each echo awaited (the stages idle each time).
             for i in range(5):
                 await term.send_input(f"e{i}")
-                await wait_for_state(term, lambda s, i=i: f"e{i}" in s.text())
+                await wait_for_text(term, f"e{i}")
 
 
 async def test_dispatched_actions_apply_once_each_and_in_order() -> None:
@@ -198,49 +205,3 @@ async def test_dispatched_actions_apply_once_each_and_in_order() -> None:
         ]
         assert seqs[: count // 3] == list(range(count // 3))  # (awaited one by one)
         assert sorted(seqs) == list(range(count))  # each once
-
-
-async def test_a_spin_without_its_echo_rests_the_spinning(monkeypatch: pytest.MonkeyPatch) -> None:
-    # (The rest is long here so that the third keystroke surely falls in it, and so
-    # is the time that counts as typing: the second follows the first.)
-    monkeypatch.setattr(terminal_module, "ECHO_SPIN_REST", 3600.0)
-    monkeypatch.setattr(terminal_module, "ECHO_SPIN_WARM", 3600.0)
-    async with open_host() as host:
-        # Nothing is ever echoed: every spin ends without its echo.
-        term = await host.create_terminal(
-            argv=["sh", "-c", "stty -echo; echo ready; exec cat >/dev/null"], grace=0.2
-        )
-        await wait_for_text(term, "ready")
-        with trio.fail_after(TIMEOUT):
-            await term.send_input("a")
-            await trio.testing.wait_all_tasks_blocked()
-            assert (term.spins, term.spin_misses) == (0, 0)  # (the first key: no spin)
-            await term.send_input("b")
-            await trio.testing.wait_all_tasks_blocked()  # (a spin is not blocked)
-            assert (term.spins, term.spin_misses) == (1, 1)
-            await term.send_input("c")
-            await trio.testing.wait_all_tasks_blocked()
-        assert (term.spins, term.spin_misses) == (1, 1)  # no spin in the rest
-
-
-async def test_only_a_key_typed_soon_after_the_previous_one_spins(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """``echo_spin`` spins only while someone types: the first key after a pause of more
-    than ``ECHO_SPIN_WARM`` goes to sleep in ``epoll_wait`` at once (a spin after a
-    pause mostly ended without its echo, holding it up to the spin's end)."""
-    monkeypatch.setattr(terminal_module, "ECHO_SPIN_REST", 0.0)  # (a miss does not rest)
-    monkeypatch.setattr(terminal_module, "ECHO_SPIN_WARM", 1.0)
-    async with open_host() as host:
-        term = await host.create_terminal(argv=["cat"], grace=0.2)
-        with trio.fail_after(TIMEOUT):
-            await term.send_input("a")
-            await wait_for_text(term, "a")
-            assert term.spins == 0  # (no key before it)
-            await term.send_input("b")
-            await wait_for_text(term, "ab")
-            assert term.spins == 1  # (typed soon after the first)
-            await trio.sleep(1.1)
-            await term.send_input("c")
-            await wait_for_text(term, "abc")
-            assert term.spins == 1  # (the first key after a pause)

@@ -63,10 +63,9 @@ a stage that costs speed is made cheaper, not folded away). A keystroke's in-pro
 round trip, from :meth:`Terminal.send_input` until a subscriber holds the echo, is
 eight task steps in six scheduler batches: the caller (it queues the input, then
 checkpoints), the reducer, input-write, pty-read, parse, the reducer again, and the
-subscriber (``benchmarks/ab_echo.py`` counts them; ``echo_spin``'s checkpoints add
-steps while it spins). The keystroke tricks acting here are listed in
-:mod:`ahp.keystroke`: ``small_read`` (pty-read hands a short read on at once) and
-``echo_spin`` (input-write polls briefly for the echo).
+subscriber (``benchmarks/ab_echo.py`` counts them). The keystroke trick acting here
+is listed in :mod:`ahp.keystroke`: ``small_read`` (pty-read hands a short read on at
+once).
 
 Callers: :meth:`Terminal.dispatch` returns once the action is queued; with
 ``wait=True``, once the reducer decided on it and told the catalogue (the
@@ -171,12 +170,6 @@ INPUT_QUEUE: Final = 1024
 #: MiB of keystrokes into ``cat >/dev/null`` held 16 MiB pending, twice over while
 #: joined for one write, +57 MiB of RSS). A single input larger than this is taken.
 INPUT_PACE: Final = 1024 * 1024
-#: Input of at most this many bytes (a keystroke) is followed by a short spin (see
-#: Terminal._spin_for_echo), at most ECHO_SPIN seconds (keystroke trick ``echo_spin``).
-ECHO_SPIN_INPUT: Final = keystroke.ECHO_SPIN_INPUT if keystroke.enabled("echo_spin") else -1
-ECHO_SPIN: Final = keystroke.ECHO_SPIN
-ECHO_SPIN_REST: Final = keystroke.ECHO_SPIN_REST
-ECHO_SPIN_WARM: Final = keystroke.ECHO_SPIN_WARM
 #: After the process exits, a pty still held open is read until quiet this long.
 EXIT_LINGER: Final = 0.1
 
@@ -320,12 +313,6 @@ class Terminal(CommandSurface):
         self.parse_waits = 0
         #: The most bytes the parse task fed its parser in one step (<= PARSE_CHUNK).
         self.largest_feed = 0
-        #: Spins for an echo (``echo_spin``), and those that ended without it: none
-        #: follow a miss for ECHO_SPIN_REST seconds (until _spin_rest_until).
-        self.spins = 0
-        self.spin_misses = 0
-        self._spin_rest_until = float("-inf")
-        self._last_keystroke = float("-inf")  # (when a keystroke last reached the pty)
         #: The output floods the host (:meth:`set_flooding`, by :mod:`ahp.engine.priority`).
         self.flooding = False
         #: Nice value of the terminal's autogroup while it floods (``None``: not
@@ -925,8 +912,6 @@ class Terminal(CommandSurface):
                     written = child.write_nowait(data)
                     if written < len(data):
                         await child.write(data[written:] if written else data)
-                    elif len(data) <= ECHO_SPIN_INPUT:
-                        await self._spin_for_echo()
                 except (ChildGone, trio.ClosedResourceError):
                     self._input_gone = True  # later input is published but not written
                     return
@@ -936,28 +921,6 @@ class Terminal(CommandSurface):
                     self._pending_input = 0 if self._input_gone else self._pending_input - len(data)
                     if self._input_room and self._pending_input <= INPUT_PACE:
                         self._input_room.unpark_all()
-
-    async def _spin_for_echo(self) -> None:
-        """After a keystroke reached the pty, keep the scheduler polling (checkpoints)
-        until the pty-read task has read its echo, for at most :data:`ECHO_SPIN`
-        seconds: the process does not go to sleep in ``epoll_wait`` only to be woken
-        by the kernel's echo tens of microseconds later (a sleep and a wake-up cost
-        more than the wait on a virtual machine)."""
-        now = trio.current_time()
-        last, self._last_keystroke = self._last_keystroke, now
-        if now < self._spin_rest_until or now - last > ECHO_SPIN_WARM:
-            return  # (resting after a miss, or the first key after a pause)
-        self.spins += 1
-        before = self.read_batches
-        deadline = now + ECHO_SPIN
-        while self.read_batches == before and now < deadline:
-            await trio.lowlevel.checkpoint()
-            now = trio.current_time()
-        if self.read_batches == before:
-            # Missed: on a busy machine the kernel's echo worker waits for this CPU,
-            # so spinning only delayed it. Sleep in epoll_wait for a while instead.
-            self.spin_misses += 1
-            self._spin_rest_until = now + ECHO_SPIN_REST
 
     # -- reducer -------------------------------------------------------------------------------
 
