@@ -381,24 +381,28 @@ def render_table(results: dict[str, Any], targets: list[Target]) -> str:
             shown = f"not measured: {t.why_missing}" if t.why_missing else "not measured"
         else:
             verdict = "met   " if t.met else "MISSED"
-            unit = "x" if t.unit == "x" else f" {t.unit}"
-            digits = 3 if t.unit == "x" else 2
-            shown = f"{t.value:.{digits}f}{unit} (target {t.op} {t.limit:g}{unit})"
+            shown = f"{_value(t, t.value)} (target {t.op} {_value(t, t.limit, '{:g}')})"
         lines.append(f"  [{verdict}] {t.description}: {shown}")
         if t.floors:
             lines.append(f"           {_floors_text(t)}")
     return "\n".join(lines)
 
 
+def _value(t: Target, value: float, form: str | None = None) -> str:
+    """``value`` in ``t``'s unit: ratios to 3 places, the rest to 2 (or ``form``)."""
+    unit = "x" if t.unit == "x" else f" {t.unit}"
+    if form is None:
+        form = "{:.3f}" if t.unit == "x" else "{:.2f}"
+    return form.format(value) + unit
+
+
 def _floors_text(t: Target) -> str:
     """What the floors scored on ``t``'s figure: a goal the card's shape misses even in
     bare Trio is bounded by that shape (:mod:`ahp.bench.floors`)."""
-    unit = "x" if t.unit == "x" else f" {t.unit}"
-    digits = 3 if t.unit == "x" else 2
     parts = [
         f"{name} not measured"
         if value is None
-        else f"{name} {value:.{digits}f}{unit} ({'meets' if t.meets(value) else 'misses'} it)"
+        else f"{name} {_value(t, value)} ({'meets' if t.meets(value) else 'misses'} it)"
         for name, value in t.floors
     ]
     return "bare Trio: " + ", ".join(parts)

@@ -19,10 +19,12 @@ from typing import Any, Final
 
 import attrs
 
+from ahp.bench.floors import SHAPES
+
 __all__ = ["FLOORS", "Target", "evaluate"]
 
-#: The floors' peer names (:data:`ahp.bench.floors.SHAPES`), in the order reported.
-FLOORS: Final = ("floor-2", "floor-card")
+#: The floors' peer names, in the order reported.
+FLOORS: Final = tuple(SHAPES)
 
 
 @attrs.frozen
@@ -135,10 +137,6 @@ def evaluate(results: dict[str, Any]) -> list[Target]:
     c_skipped = _get(results, "end_to_end", "c_client", "skipped")
     c_ttyd_missing = c_skipped or ttyd_missing
     many_ttyd_missing = _get(results, "many", "skipped") or _get(results, "many", "ttyd", "skipped")
-    c_ttyd = m("peers", "ttyd", "c_client", "throughput")
-    c_ttyd_med = m("peers", "ttyd", "echo_c", "median_ms")
-    c_ttyd_idle = m("peers", "ttyd", "echo_c_idle", "median_ms")
-    c_terminado_idle = m("peers", "terminado", "echo_c_idle", "median_ms")
     bare_med = m("echo", "bare_pty", "median_ms")
     bare_p99 = m("echo", "bare_pty", "p99_ms")
     ours_med = m("echo", "sidecar", "median_ms")
@@ -146,14 +144,11 @@ def evaluate(results: dict[str, Any]) -> list[Target]:
     their_med = m("peers", "terminado", "echo", "median_ms")
     their_p99 = m("peers", "terminado", "echo", "p99_ms")
     idle_med = m("echo", "sidecar_idle", "median_ms")
-    c_terminado = m("peers", "terminado", "c_client", "throughput")
-    c_ours_med = m("echo", "sidecar_c", "median_ms")
     c_ours_p99 = m("echo", "sidecar_c", "p99_ms")
-    c_idle_med = m("echo", "sidecar_c_idle", "median_ms")
-    c_their_med = m("peers", "terminado", "echo_c", "median_ms")
     c_their_p99 = m("peers", "terminado", "echo_c", "p99_ms")
     c_missing = c_skipped or peers_missing
-    ours = _Side.of(results, "ours")
+    # The C client's figures of each server (issue 23's goals are measured with it).
+    ours, c_terminado, c_ttyd = (_Side.of(results, n) for n in ("ours", "terminado", "ttyd"))
     floors = [(name, _Side.of(results, name)) for name in FLOORS]
 
     def bounded(  # noqa: PLR0917 (Target's own fields, in Target's order)
@@ -287,7 +282,7 @@ def evaluate(results: dict[str, Any]) -> list[Target]:
             "end to end / terminado's, both with the independent C client",
             ">=",
             1.3,
-            lambda s: _div(s.mb_s, c_terminado),
+            lambda s: _div(s.mb_s, c_terminado.mb_s),
             why_missing=c_missing,
         ),
         bounded(
@@ -295,7 +290,7 @@ def evaluate(results: dict[str, Any]) -> list[Target]:
             "echo median / terminado's, both with the independent C client",
             "<=",
             1.0,
-            lambda s: _div(s.echo, c_their_med),
+            lambda s: _div(s.echo, c_terminado.echo),
             why_missing=c_missing,
         ),
         Target(
@@ -311,7 +306,7 @@ def evaluate(results: dict[str, Any]) -> list[Target]:
             "echo median after 150 ms idle / back-to-back, independent C client",
             "<=",
             1.5,
-            _div(c_idle_med, c_ours_med),
+            _div(ours.idle, ours.echo),
             why_missing=_get(results, "end_to_end", "c_client", "skipped"),
         ),
         bounded(
@@ -319,7 +314,7 @@ def evaluate(results: dict[str, Any]) -> list[Target]:
             "echo median after 150 ms idle / terminado's, independent C client",
             "<=",
             1.0,
-            lambda s: _div(s.idle, c_terminado_idle),
+            lambda s: _div(s.idle, c_terminado.idle),
             why_missing=c_missing,
         ),
         # Issue 23's goals against ttyd (the C peer, :mod:`ahp.bench.ttyd`), every one
@@ -329,7 +324,7 @@ def evaluate(results: dict[str, Any]) -> list[Target]:
             "one terminal, end to end / ttyd's, independent C client",
             ">=",
             1.25,
-            lambda s: _div(s.mb_s, c_ttyd),
+            lambda s: _div(s.mb_s, c_ttyd.mb_s),
             why_missing=c_ttyd_missing,
         ),
         Target(
@@ -345,7 +340,7 @@ def evaluate(results: dict[str, Any]) -> list[Target]:
             "many terminals at once, aggregate / ttyd's aggregate",
             ">=",
             1.5,
-            lambda s: _div(s.many, m("many", "ttyd", "aggregate_throughput")),
+            lambda s: _div(s.many, c_ttyd.many),
             why_missing=many_ttyd_missing,
         ),
         bounded(
@@ -353,7 +348,7 @@ def evaluate(results: dict[str, Any]) -> list[Target]:
             "server CPU per 100 MB / ttyd's, independent C client (0.75 s against ttyd's 0.83)",
             "<=",
             0.9,
-            lambda s: _div(s.cpu, m("peers", "ttyd", "c_client", "server_cpu_s_per_100mb")),
+            lambda s: _div(s.cpu, c_ttyd.cpu),
             why_missing=c_ttyd_missing,
         ),
         bounded(
@@ -361,7 +356,7 @@ def evaluate(results: dict[str, Any]) -> list[Target]:
             "echo median / ttyd's, independent C client (the moonshot)",
             "<=",
             2.0,
-            lambda s: _div(s.echo, c_ttyd_med),
+            lambda s: _div(s.echo, c_ttyd.echo),
             why_missing=c_ttyd_missing,
         ),
         bounded(
@@ -369,7 +364,7 @@ def evaluate(results: dict[str, Any]) -> list[Target]:
             "echo median after 150 ms idle / ttyd's, independent C client (as the moonshot)",
             "<=",
             2.0,
-            lambda s: _div(s.idle, c_ttyd_idle),
+            lambda s: _div(s.idle, c_ttyd.idle),
             why_missing=c_ttyd_missing,
         ),
         Target(
