@@ -38,6 +38,7 @@ from ahp.bench.endtoend import AhpServer, c_echo_run, c_stream_run
 from ahp.bench.processes import open_worker
 from ahp.bench.workload import generate
 from tests.helpers import TIMEOUT
+from tests.wire import masked_text_frame
 
 pytestmark = pytest.mark.skipif(client_missing() is not None, reason=str(client_missing()))
 
@@ -252,13 +253,6 @@ async def test_the_floor_servers_echo_and_stream_through_the_c_client(
     assert run.chars == 2 + lines * len("héllo wörld 🎉\r\n")
 
 
-def _masked(payload: bytes) -> bytes:
-    """One masked final text frame (client to server), payload under 126 bytes."""
-    mask = b"\x01\x02\x03\x04"
-    body = bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
-    return bytes((0x81, 0x80 | len(payload))) + mask + body
-
-
 @pytest.mark.parametrize("shape", ["2", "card"])
 async def test_a_floor_server_ignores_odd_messages_and_outlives_a_bad_client(
     binary: Path, shape: str, tmp_path: Path
@@ -283,11 +277,11 @@ async def test_a_floor_server_ignores_odd_messages_and_outlives_a_bad_client(
                 while b'["setup", {}]' not in received:
                     received += await stream.receive_some(4096)
                 odd = [b'{"stdin": "x"}', b'["stdin", 5]', b'["set_size", 24, 80]', b"[]"]
-                await stream.send_all(b"".join(_masked(m) for m in odd))
-                await stream.send_all(_masked(b'["stdin", "ok\\r"]'))
+                await stream.send_all(b"".join(masked_text_frame(m) for m in odd))
+                await stream.send_all(masked_text_frame(b'["stdin", "ok\\r"]'))
                 while b"ok" not in received:
                     received += await stream.receive_some(4096)
-                await stream.send_all(_masked(b"not json"))
+                await stream.send_all(masked_text_frame(b"not json"))
                 while await stream.receive_some(4096):
                     pass  # (the server ends this connection)
             url, _, _ = await server.terminal("echo")

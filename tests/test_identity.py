@@ -25,7 +25,7 @@ from ahp.server.session import PROBE_TIMEOUT, REPLACED_CLOSE
 from ahp.ws import ConnectionClosed
 from tests.helpers import TIMEOUT
 from tests.test_faults import eventually
-from tests.wire import TOKEN, peer, running_server
+from tests.wire import TOKEN, masked_text_frame, peer, running_server
 
 ROOT = "ahp-root://"
 T1 = "ahp-terminal:/t1"
@@ -33,18 +33,6 @@ T1 = "ahp-terminal:/t1"
 
 def _port(sidecar: Sidecar) -> int:
     return int(sidecar.url.split(":")[2].split("/")[0])
-
-
-def _masked_text(payload: bytes) -> bytes:
-    """One client text frame (mask key 0: the payload goes as it is)."""
-    n = len(payload)
-    if n < 126:
-        head = bytes([0x81, 0x80 | n])
-    elif n < 1 << 16:
-        head = bytes([0x81, 0x80 | 126]) + n.to_bytes(2, "big")
-    else:
-        head = bytes([0x81, 0x80 | 127]) + n.to_bytes(8, "big")
-    return head + b"\0\0\0\0" + payload
 
 
 class RawPeer:
@@ -106,7 +94,7 @@ class RawPeer:
 
     async def _call(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
         await self.stream.send_all(
-            _masked_text(
+            masked_text_frame(
                 orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
             )
         )
@@ -350,7 +338,7 @@ async def test_an_old_connection_replaced_acts_no_more() -> None:
                 "params": {"channel": "ahp-terminal:/late"},
             }
             with contextlib.suppress(trio.BrokenResourceError):
-                await old.stream.send_all(_masked_text(orjson.dumps(frame)))
+                await old.stream.send_all(masked_text_frame(orjson.dumps(frame)))
             with trio.fail_after(TIMEOUT):
                 await old.closed()
             assert (await new.call("ping", {"channel": ROOT}))["result"] is None

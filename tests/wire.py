@@ -195,3 +195,16 @@ async def upgrade_status_line(port: int, target: str, headers: Mapping[str, str 
     finally:
         await stream.aclose()
     return reply.split(b"\r\n", 1)[0]
+
+
+def masked_text_frame(payload: bytes) -> bytes:
+    """One final client text frame on the wire, masked with key 0 (the payload goes as
+    it is): for tests that write frames to a bare socket."""
+    n = len(payload)
+    if n < 126:
+        head = bytes([0x81, 0x80 | n])
+    elif n < 1 << 16:
+        head = bytes([0x81, 0x80 | 126]) + n.to_bytes(2, "big")
+    else:
+        head = bytes([0x81, 0x80 | 127]) + n.to_bytes(8, "big")
+    return head + b"\0\0\0\0" + payload
