@@ -57,6 +57,18 @@ saved (session 12, three A/Bs without it against with it: back to back 0.88-1.12
 after a pause 0.93-1.01x, server CPU per keystroke 0.80-1.08x, no gain anywhere;
 ``benchmarks/README.md``, "Session 12").
 
+Cuts that are not switches, because they change only what a step costs, never what it
+does (session 13): the connection's writer and each pty-read task keep one cancel scope
+across their waits instead of entering one per wait (a scope costs ~5 us to enter and
+leave, ~7 us with a deadline, and the keystroke's path entered two: the writer's
+lone-echo wait and the pty-read's wait), replaced only after it fired; the reducer
+returns a ``terminal/input`` at once (input changes nothing in the state); an outbox
+take of two items that cannot merge (an echo and its output) skips coalescing. Two
+interleaved A/Bs against the code before (``benchmarks/ab_echo.py``, 6 and 10 rounds):
+after a pause 0.990 and 0.944 [0.92-1.00], back to back 0.998 and 0.984 (noise of
+placement), server CPU per keystroke 0.92 and 1.02 (``benchmarks/README.md``,
+"Session 13").
+
 Switches: ``AHP_KEYSTROKE_OFF=name[,name...]`` (read once, at import) turns tricks off,
 for A/B measurements only; :func:`enabled` tells the sites.
 """

@@ -68,10 +68,15 @@ async def test_an_echo_of_input_that_prints_nothing_still_arrives() -> None:
         # without echoing (not the shell: readline echoes by itself).
         await type_(p, T1, "stty -echo; echo READY-$((40+2)); cat >/dev/null\r")
         await collect_until(p, T1, until_text("READY-42"))
-        await type_(p, T1, "x")
-        with trio.fail_after(TIMEOUT):
-            echo = await p.action(lambda q: q["action"] == {"type": "terminal/input", "data": "x"})
-        assert echo["origin"]["clientId"] == "c1"
+        # One after another: each echo's wait runs out (the writer's wait scope fires
+        # and is replaced each time), and every echo still arrives, in order.
+        for key in "xyz":
+            await type_(p, T1, key)
+            with trio.fail_after(TIMEOUT):
+                echo = await p.action(
+                    lambda q, key=key: q["action"] == {"type": "terminal/input", "data": key}
+                )
+            assert echo["origin"]["clientId"] == "c1"
         await type_(p, T1, "\r\x04")  # and the terminal goes on
         await type_(p, T1, "echo DONE-$((40+2))\r")
         await collect_until(p, T1, until_text("DONE-42"))

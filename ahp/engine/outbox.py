@@ -218,6 +218,18 @@ def _is_input_echo(item: Published) -> bool:
     )
 
 
+def _mergeable_pair(items: list[OutboxItem]) -> bool:
+    """Whether two items may merge (a keystroke's echo and its output never do: the
+    check is cheaper than :func:`coalesce_runs` on the keystroke's path)."""
+    first, second = items
+    return (
+        isinstance(first, Published)
+        and isinstance(second, Published)
+        and first.mergeable()
+        and second.mergeable()
+    )
+
+
 class Outbox:
     """Bounded queue of :data:`OutboxItem`; see the module docstring."""
 
@@ -539,7 +551,7 @@ class Outbox:
         self.takes += 1
         self.taken_at = self.progress_at = _now()
         self._drained.unpark_all()
-        if coalesce and len(items) > 1:
+        if coalesce and len(items) > 1 and (len(items) > 2 or _mergeable_pair(items)):
             queued = len(items)
             items = coalesce_runs(items)
             self.merged += queued - len(items)

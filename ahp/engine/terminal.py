@@ -707,68 +707,85 @@ class Terminal(CommandSurface):
         self, child: Child, to_parse: trio.MemorySendChannel[bytes], error: bool = False
     ) -> None:
         """Read until EAGAIN or a full batch, hand the batch on, wait; close at the end.
-        ``error``: read the child's own stderr pipe instead of its output."""
+        ``error``: read the child's own stderr pipe instead of its output.
+
+        The wait for readability runs in a cancel scope kept across rounds (entering
+        and leaving one per wait cost ~5 us a keystroke, issue 23): it is in
+        ``_wait_scopes`` only while the task waits, so the exit watcher's cancel ends
+        a wait and nothing else; a cancel that came as the wait ended anyway makes
+        the loop replace the scope before it awaits anything else."""
         async with to_parse:
             while True:
-                chunks: list[bytes] = []
-                size = 0
-                eof = False
-                while size < READ_BATCH:
-                    data = child.read_nowait(READ_SIZE, error=error)
-                    if data is None:
-                        break
-                    if not data:
-                        eof = True
-                        break
-                    chunks.append(data)
-                    size += len(data)
-                    if size < SMALL_READ:
-                        # A keystroke's echo, a prompt: hand it on now. Reading again
-                        # would almost always find the pty empty (one more system call
-                        # on the echo's path); if more came, the wait below says so.
-                        break
-                if chunks:
-                    self.read_batches += 1
-                    self.bytes_read += size
-                    batch = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-                    if self._on_output is not None:
-                        self._on_output(error, batch)
-                    try:
-                        to_parse.send_nowait(batch)
-                    except trio.WouldBlock:
-                        self.parse_waits += 1  # the parser is behind: wait (backpressure)
-                        await to_parse.send(batch)
-                if eof:
-                    return
-                if chunks:
-                    pacer = self._hub.pacer(self.uri)
-                    if pacer is not None:
-                        with trio.move_on_after(PACE_WINDOW):
-                            await pacer.wait_taken()
-                        continue
-                    if THREADED_READS and (size >= READ_BATCH or self.flooding):
-                        # Sustained output: a thread reads while the stages work. (A
-                        # flooding child the host runs below it prints in small
-                        # batches: read on the loop, they cost it 10x the CPU.)
-                        if await self._pump(child, to_parse, error):
-                            return
-                        continue
-                    if size >= READ_BATCH:
-                        await trio.lowlevel.checkpoint()  # fairness: one batch at a time
-                        continue
-                    # Drained (EAGAIN): the wait below is the checkpoint (reading again
-                    # first would cost a read, EAGAIN mostly, per batch).
-                if self._process_exited.is_set():
-                    # The process is gone but something still holds the pty open.
-                    with trio.move_on_after(EXIT_LINGER) as linger:
-                        await child.wait_readable(error=error)
-                    if linger.cancelled_caught:
-                        return
-                    continue
                 with trio.CancelScope() as wait_scope:
-                    self._wait_scopes.add(wait_scope)
-                    await child.wait_readable(error=error)
-                self._wait_scopes.discard(wait_scope)
+                    while not wait_scope.cancel_called:
+                        if await self._read_round(child, to_parse, error, wait_scope):
+                            return
+
+    async def _read_round(
+        self,
+        child: Child,
+        to_parse: trio.MemorySendChannel[bytes],
+        error: bool,
+        wait_scope: trio.CancelScope,
+    ) -> bool:
+        """One batch read and handed on, then the wait for more; whether reading ended."""
+        chunks: list[bytes] = []
+        size = 0
+        eof = False
+        while size < READ_BATCH:
+            data = child.read_nowait(READ_SIZE, error=error)
+            if data is None:
+                break
+            if not data:
+                eof = True
+                break
+            chunks.append(data)
+            size += len(data)
+            if size < SMALL_READ:
+                # A keystroke's echo, a prompt: hand it on now. Reading again
+                # would almost always find the pty empty (one more system call
+                # on the echo's path); if more came, the wait below says so.
+                break
+        if chunks:
+            self.read_batches += 1
+            self.bytes_read += size
+            batch = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+            if self._on_output is not None:
+                self._on_output(error, batch)
+            try:
+                to_parse.send_nowait(batch)
+            except trio.WouldBlock:
+                self.parse_waits += 1  # the parser is behind: wait (backpressure)
+                await to_parse.send(batch)
+        if eof:
+            return True
+        if chunks:
+            pacer = self._hub.pacer(self.uri)
+            if pacer is not None:
+                with trio.move_on_after(PACE_WINDOW):
+                    await pacer.wait_taken()
+                return False
+            if THREADED_READS and (size >= READ_BATCH or self.flooding):
+                # Sustained output: a thread reads while the stages work. (A
+                # flooding child the host runs below it prints in small
+                # batches: read on the loop, they cost it 10x the CPU.)
+                return await self._pump(child, to_parse, error)
+            if size >= READ_BATCH:
+                await trio.lowlevel.checkpoint()  # fairness: one batch at a time
+                return False
+            # Drained (EAGAIN): the wait below is the checkpoint (reading again
+            # first would cost a read, EAGAIN mostly, per batch).
+        if self._process_exited.is_set():
+            # The process is gone but something still holds the pty open.
+            with trio.move_on_after(EXIT_LINGER) as linger:
+                await child.wait_readable(error=error)
+            return linger.cancelled_caught
+        self._wait_scopes.add(wait_scope)
+        try:
+            await child.wait_readable(error=error)
+        finally:
+            self._wait_scopes.discard(wait_scope)
+        return False
 
     async def _pump(
         self, child: Child, to_parse: trio.MemorySendChannel[bytes], error: bool = False

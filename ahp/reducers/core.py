@@ -223,6 +223,8 @@ class TerminalCore:
         """Apply a server action (or an accepted one); returns the action as applied,
         the one to publish (a title with control characters is normalised first:
         :func:`normal_title`)."""
+        if action.__class__ is TerminalInput:
+            return action  # the keystroke's path: input changes nothing in the state
         if action.__class__ is TerminalTitleChanged:
             assert isinstance(action, TerminalTitleChanged)
             title = normal_title(action.title)

@@ -278,8 +278,9 @@ class _Writer:
         self.scope = trio.CancelScope()
         #: Set when the writer ended because the client must be closed: (code, reason).
         self.close: tuple[int, str] | None = None
-        #: The wait for the next batch, while the writer is in it (see _lone_echo).
+        #: The scope of the waits for the next batch (see _lone_echo and run).
         self._wait_scope: trio.CancelScope | None = None
+        self._parked = False  # the writer waits in the outbox
         if keystroke.enabled("echo_pairing"):
             outbox.on_lone_echo = self._lone_echo
 
@@ -291,48 +292,73 @@ class _Writer:
         wait ends :data:`ECHO_PAIR_WAIT` seconds after the echo at the latest, for
         input that prints nothing."""
         scope = self._wait_scope
-        if scope is not None:
+        if scope is not None and self._parked:
             scope.deadline = min(scope.deadline, trio.current_time() + ECHO_PAIR_WAIT)
 
-    async def _next_batch(self) -> list[OutboxItem]:
+    async def _next_batch(self, wait: trio.CancelScope) -> list[OutboxItem]:
         outbox = self.outbox
         if outbox.has_ready:
             # Items queued while the last write went out are taken without another
             # checkpoint (the writer's loop parks here when there is nothing).
             return outbox.get_nowait()
-        with trio.CancelScope() as scope:
-            self._wait_scope = scope
-            try:
-                return await outbox.get_batch()
-            finally:
-                self._wait_scope = None
-        return outbox.get_nowait()  # a lone echo waited its time
+        self._parked = True
+        try:
+            return await outbox.get_batch()
+        finally:
+            self._parked = False
+            if wait.deadline != math.inf:
+                wait.deadline = math.inf  # (the output came first: no wait is running)
 
     async def run(self) -> None:
-        ws, outbox, session, wire = self.ws, self.outbox, self.session, self.wire
+        """Write batch after batch until the session closes or the outbox overflows or
+        closes. The lone echo's wait (:meth:`_lone_echo`) is the deadline of one
+        cancel scope kept across batches and set only while the writer is parked; it
+        is replaced only after a wait ran out (entering and leaving a scope per
+        keystroke cost ~5 us a batch, issue 23). A wait that ran out as the writer
+        woke leaves the scope before anything else is awaited in it, so a deadline
+        never cancels a write."""
+        outbox = self.outbox
         with self.scope:
+            carried: list[OutboxItem] | None = None
             while True:
-                batch = await self._next_batch()
-                took = bool(batch)
-                if took:
-                    frames = _encoded(batch, session.project)  # (empties the batch)
-                    if wire is not None:  # the only cost of the wire log when it is off
-                        frames = wire.tap(frames, self.connection_id)
-                    try:
-                        await ws.send_texts(frames)
-                    finally:
-                        outbox.sent()
-                if session.close_request is not None and not len(outbox):
-                    self.close = session.close_request
-                    return
-                if not took:
-                    if outbox.overflowed:
-                        log.info("client %s too slow: closing with 1013", session.client_id)
-                        self.close = OVERFLOW_CLOSE
-                    if outbox.overflowed or outbox.closed:
-                        return
-                    # (A lone echo's wait ended with an answer still being encoded
-                    # ahead of it: wait for the answer.)
+                with trio.CancelScope() as wait:
+                    self._wait_scope = wait
+                    while True:
+                        batch = carried if carried is not None else await self._next_batch(wait)
+                        carried = None
+                        if wait.cancel_called:
+                            carried = batch  # (written in the next scope)
+                            break
+                        if await self._write(batch):
+                            return
+                self._wait_scope = None
+                if carried is None:
+                    carried = outbox.get_nowait()  # a lone echo waited its time
+
+    async def _write(self, batch: list[OutboxItem]) -> bool:
+        """Send ``batch`` (empty: nothing was taken); whether the writer is done."""
+        ws, outbox, session, wire = self.ws, self.outbox, self.session, self.wire
+        took = bool(batch)
+        if took:
+            frames = _encoded(batch, session.project)  # (empties the batch)
+            if wire is not None:  # the only cost of the wire log when it is off
+                frames = wire.tap(frames, self.connection_id)
+            try:
+                await ws.send_texts(frames)
+            finally:
+                outbox.sent()
+        if session.close_request is not None and not len(outbox):
+            self.close = session.close_request
+            return True
+        if not took:
+            if outbox.overflowed:
+                log.info("client %s too slow: closing with 1013", session.client_id)
+                self.close = OVERFLOW_CLOSE
+            if outbox.overflowed or outbox.closed:
+                return True
+            # (A lone echo's wait ended with an answer still being encoded
+            # ahead of it: wait for the answer.)
+        return False
 
     async def watch_overflow(self, grace: float) -> None:
         """Bound the writer once the outbox overflows (it may be blocked in a send)."""
