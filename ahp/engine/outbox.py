@@ -363,7 +363,8 @@ class Outbox:
                 self.on_lone_echo()
                 return True
         self._echoes_only = False
-        self._lot.unpark_all()
+        if self._lot:  # (an empty lot's unpark_all costs ~0.6 us; these run per keystroke)
+            self._lot.unpark_all()
         return True
 
     # -- answers encoded in pieces ------------------------------------------------------------
@@ -503,7 +504,8 @@ class Outbox:
             self._release_pool(self._in_flight_responses)
             self._in_flight = self._in_flight_responses = 0
             self.progress_at = _now()
-            self._drained.unpark_all()
+            if self._drained:
+                self._drained.unpark_all()
 
     async def wait_taken(self) -> None:
         """Wait until the consumer takes a batch or finishes writing one (or the outbox
@@ -550,7 +552,8 @@ class Outbox:
             self._release_pool(responses)
         self.takes += 1
         self.taken_at = self.progress_at = _now()
-        self._drained.unpark_all()
+        if self._drained:
+            self._drained.unpark_all()
         if coalesce and len(items) > 1 and (len(items) > 2 or _mergeable_pair(items)):
             queued = len(items)
             items = coalesce_runs(items)
