@@ -37,6 +37,7 @@ from typing import Any, Final
 
 import trio
 
+from ahp.engine.alarm import OutputAlarm
 from ahp.engine.envelopes import ReplayLog
 from ahp.engine.hub import Hub
 from ahp.engine.launch import TerminalSpec, discard, prepare_launch
@@ -112,6 +113,9 @@ class Host:
         self._packing = False  # the scrollback packer runs (ahp.engine.packing)
         #: The flood watch (ahp.engine.priority), while it runs.
         self._floods: FloodKeeper | None = None
+        #: Wakes the flood watch and the packer at the first output after they found
+        #: nothing to do (an idle host makes no wake-ups).
+        self._alarm = OutputAlarm(self._terminals.values)
         self._published_at = -math.inf
         self._counter = 0
         self._holder_only_input = False
@@ -295,6 +299,7 @@ class Host:
         terminal.holder_only_input = self._holder_only_input
         # Reserve the URI while spawning so a concurrent create cannot take it.
         self._terminals[uri] = terminal
+        self._alarm.arm(terminal)
         for hook in self.on_terminal_created:
             hook(terminal)
         try:
@@ -303,13 +308,16 @@ class Host:
             if self._terminals.get(uri) is terminal:  # (a dispose may have dropped it)
                 del self._terminals[uri]
                 self.hub.drop_channel(uri)  # subscribers the hooks registered end
+                self._ring_if_empty()
             raise
         self._catalogue_changed()
         if not self._packing:
             self._packing = True
             self._nursery.start_soon(self._pack_scrollback)
         if self._floods is None:
-            self._floods = FloodKeeper(self._terminals.values, lambda: self.flood_nice)
+            self._floods = FloodKeeper(
+                self._terminals.values, lambda: self.flood_nice, alarm=self._alarm
+            )
             self._nursery.start_soon(self._watch_floods, self._floods)
         return terminal
 
@@ -317,7 +325,9 @@ class Host:
         """Old scrollback packed while the terminals hold much (:mod:`ahp.engine.packing`);
         ends when no terminal is left (the next creation starts it again)."""
         try:
-            await pack_scrollback(self._terminals.values, released=self.trimmer.request)
+            await pack_scrollback(
+                self._terminals.values, released=self.trimmer.request, quiet=self._alarm.wait
+            )
         finally:
             self._packing = False
 
@@ -329,6 +339,11 @@ class Host:
             await keeper.run()
         finally:
             self._floods = None
+
+    def _ring_if_empty(self) -> None:
+        """The last terminal went: the sleeping watchers wake, see it, and end."""
+        if not self._terminals:
+            self._alarm.ring()
 
     def _on_input(self, terminal: Terminal) -> None:
         """A terminal took an input (its reducer task, synchronous)."""
@@ -354,6 +369,7 @@ class Host:
         """
         terminal = self.get(uri)
         del self._terminals[uri]
+        self._ring_if_empty()
         for hook in self.on_terminal_disposed:
             hook(terminal)
         terminal.close()

@@ -31,7 +31,7 @@ is abandoned (the thread only compresses strings; its results are dropped).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Awaitable, Callable, Collection
 from typing import TYPE_CHECKING, Final
 
 import trio
@@ -67,6 +67,7 @@ async def pack_scrollback(
     period: float = PACK_PERIOD,
     step: int = PACK_STEP,
     released: Callable[[], None] | None = None,
+    quiet: Callable[[], Awaitable[None]] | None = None,
 ) -> None:
     """Pack old scrollback while ``terminals()`` retain more than ``budget`` characters;
     return once ``terminals()`` is empty. See the module docstring.
@@ -74,7 +75,9 @@ async def pack_scrollback(
     A terminal disposed during a pass is dropped from it before the next thread call
     (its chunks are neither packed nor kept alive by the pass); ``released`` is then
     called once the pass has let go of them (the host asks for a trim: a disposal's
-    own trim may have run while the pass still held them).
+    own trim may have run while the pass still held them). ``quiet``, if given, is
+    awaited after a look that found the terminals below the budget: it returns when
+    there may be more to look at (:meth:`ahp.engine.alarm.OutputAlarm.wait`).
     """
     while True:
         live = terminals()
@@ -104,4 +107,6 @@ async def pack_scrollback(
                 del batch, texts, packed
             if dropped and released is not None:
                 released()
+        elif quiet is not None:
+            await quiet()  # (below the budget, only output changes that: sleep until some)
         await trio.sleep(period)

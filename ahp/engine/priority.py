@@ -40,8 +40,10 @@ one group, niceness counts per process, and ``serve --child-nice`` is the tool. 
 children share the server's own group and are never touched.
 
 Cost: one task per host while it has terminals, a wake-up per :data:`FLOOD_TICK`
-reading one counter per terminal; a change is one ``/proc`` write (the kernel takes
-one per 100 ms from an unprivileged process; a refused one is retried next tick).
+reading one counter per terminal while any prints or was typed in during the last
+:data:`INTERACTIVE_TICKS` ticks (then it sleeps until output: :mod:`ahp.engine.alarm`);
+a change is one ``/proc`` write (the kernel takes one per 100 ms from an unprivileged
+process; a refused one is retried next tick).
 
 Ownership and cancellation: :meth:`FloodKeeper.run` runs in the host's nursery
 (:meth:`ahp.engine.Host.create_terminal` starts it when none runs) and ends when
@@ -58,6 +60,7 @@ import attrs
 import trio
 
 if TYPE_CHECKING:
+    from ahp.engine.alarm import OutputAlarm
     from ahp.engine.terminal import Terminal
 
 __all__ = [
@@ -160,6 +163,9 @@ class FloodWatch(Generic[K]):
         self._interactive = interactive
         self._tracks: dict[K, _Track] = {}
         self._someone_waits = False
+        #: The last tick found nothing to watch: no key new, printing, flooding or
+        #: recently typed in, and no change to apply (the keeper may sleep until output).
+        self.silent = False
 
     def tick(self, counters: Mapping[K, tuple[int, int]]) -> list[tuple[K, bool, bool]]:
         """One tick: ``counters`` maps every live key to ``(output bytes, inputs)`` so
@@ -168,12 +174,15 @@ class FloodWatch(Generic[K]):
         tracks = self._tracks
         for gone in tracks.keys() - counters.keys():
             del tracks[gone]
+        silent = True
         for key, (output, inputs) in counters.items():
             track = tracks.get(key)
             if track is None:
                 tracks[key] = _Track(output=output, inputs=inputs)
+                silent = False
                 continue
             delta, track.output = output - track.output, output
+            silent = silent and not delta
             track.busy = track.busy + 1 if delta > self._flood else 0
             track.quiet = track.quiet + 1 if delta < self._quiet else 0
             if track.busy >= self._on:
@@ -182,7 +191,10 @@ class FloodWatch(Generic[K]):
                 track.flooding = False
             typed, track.inputs = inputs != track.inputs, inputs
             track.idle = 0 if typed else min(track.idle + 1, self._interactive + 1)
-        return self._changes()
+            silent = silent and not track.flooding and track.idle > self._interactive
+        changes = self._changes()
+        self.silent = silent and not changes
+        return changes
 
     def typed(self, key: K) -> list[tuple[K, bool, bool]]:
         """``key`` had input just now (between ticks): the changes that makes (floods
@@ -237,10 +249,15 @@ class FloodKeeper:
     """
 
     def __init__(
-        self, terminals: Callable[[], Collection[Terminal]], nice: Callable[[], int]
+        self,
+        terminals: Callable[[], Collection[Terminal]],
+        nice: Callable[[], int],
+        alarm: OutputAlarm | None = None,
     ) -> None:
         self._terminals = terminals
         self._nice = nice
+        #: Rung by the first output after a silent tick (None: tick all the time).
+        self._alarm = alarm
         self._watch: FloodWatch[str] = FloodWatch()
         self._typed: set[str] = set()
         self._poked = trio.Event()
@@ -260,7 +277,8 @@ class FloodKeeper:
         next_tick = trio.current_time()
         while self._terminals():
             live = {t.nonce: t for t in self._terminals() if t.spec.use_pty and not t.closing}
-            if trio.current_time() >= next_tick:  # (rates are per tick: no catching up)
+            ticked = trio.current_time() >= next_tick
+            if ticked:  # (rates are per tick: no catching up)
                 next_tick = trio.current_time() + FLOOD_TICK
                 counters = {key: (t.bytes_read, t.inputs) for key, t in live.items()}
                 changes = self._watch.tick(counters)
@@ -288,6 +306,12 @@ class FloodKeeper:
                 self._level = level
             self.waiting = self._nice() > 0 and self._watch.floods_unlowered
             del live, changes  # (a terminal disposed during the wait is freed at once)
+            if ticked and settled and self._watch.silent and self._alarm is not None:
+                # Nothing printed, floods or was typed in lately: no tick can change
+                # anything before a terminal prints again (an idle host sleeps).
+                await self._alarm.wait()
+                next_tick = trio.current_time() + FLOOD_TICK
+                continue
             self._poked = trio.Event()
             with trio.move_on_at(max(next_tick, trio.current_time())):
                 await self._poked.wait()

@@ -260,6 +260,9 @@ class Terminal(CommandSurface):
         #: Called by the read tasks with each batch read (``True``: from stderr, when it
         #: has a pipe of its own); must not block nor raise (see :mod:`ahp.agent.exec`).
         self._on_output = on_output
+        #: Called (and dropped) with the next batch read, while the host's watchers sleep
+        #: (:class:`~ahp.engine.alarm.OutputAlarm`); must not block nor raise.
+        self.output_waker: Callable[[], None] | None = None
         self._child: Child | None = None
         self._launch = launch
         self.nonce = nonce
@@ -752,6 +755,8 @@ class Terminal(CommandSurface):
             batch = chunks[0] if len(chunks) == 1 else b"".join(chunks)
             if self._on_output is not None:
                 self._on_output(error, batch)
+            if self.output_waker is not None:
+                self._ring_output_waker()
             try:
                 to_parse.send_nowait(batch)
             except trio.WouldBlock:
@@ -787,6 +792,11 @@ class Terminal(CommandSurface):
             self._wait_scopes.discard(wait_scope)
         return False
 
+    def _ring_output_waker(self) -> None:
+        waker, self.output_waker = self.output_waker, None
+        if waker is not None:
+            waker()
+
     async def _pump(
         self, child: Child, to_parse: trio.MemorySendChannel[bytes], error: bool = False
     ) -> bool:
@@ -812,6 +822,8 @@ class Terminal(CommandSurface):
                 self.bytes_read += len(data)
                 if self._on_output is not None:
                     self._on_output(error, data)
+                if self.output_waker is not None:
+                    self._ring_output_waker()
                 try:
                     to_parse.send_nowait(data)
                 except trio.WouldBlock:
