@@ -557,6 +557,10 @@ async def test_a_busy_terminal_refuses_a_new_command(mode: str) -> None:
     assert "echo second" not in answered.raw_output
 
 
+#: Prints "started" once it runs (the typed line shows ``sta""rted``), then sleeps.
+HELD = """sh -c 'echo sta""rted; exec sleep 30'"""
+
+
 async def test_a_command_typed_by_someone_else_holds_the_terminal() -> None:
     """Another client's command (seen through command detection) holds it too."""
     async with (
@@ -570,8 +574,11 @@ async def test_a_command_typed_by_someone_else_holds_the_terminal() -> None:
         term = agent.terminal(uri)
         with trio.fail_after(TIMEOUT):
             await agent.wait_for(lambda: term.state.supportsCommandDetection is not None)
-            await person.send_input(uri, "sleep 30\r")
-            await agent.wait_for(lambda: "sleep 30" in term.state.text())
+            # The command says when it runs: a Ctrl-C that reached bash before it forked
+            # (inside its DEBUG trap, on a loaded machine) would leave a plain
+            # ``sleep 30`` running past the timeout.
+            await person.send_input(uri, f"{HELD}\r")
+            await agent.wait_for(lambda: "started" in term.state.text())
             await agent.wait_for(
                 lambda: (
                     bool(term.state.content) and isinstance(term.state.content[-1], ahp.CommandPart)
@@ -586,7 +593,7 @@ async def test_a_command_typed_by_someone_else_holds_the_terminal() -> None:
             )
             after = await term.run("echo mine")
     assert refused.status == "refused" and refused.holder is not None
-    assert refused.holder.command_line == "sleep 30" and refused.holder.command_id is None
+    assert refused.holder.command_line == HELD and refused.holder.command_id is None
     assert "interrupt" in refused.note
     assert after.status == "finished" and after.output == "mine\n"
 
