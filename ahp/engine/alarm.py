@@ -11,12 +11,15 @@ alarm instead of its timer, and the first batch any terminal reads after that ri
 How: :meth:`OutputAlarm.wait` hands every live terminal the alarm's ring
 (:attr:`~ahp.engine.terminal.Terminal.output_waker`); a terminal's read tasks call and
 drop it with the first batch they read (one attribute test per batch while nobody
-waits); ringing clears the others' and wakes every waiter at once. The host rings it
-when its last terminal goes, so a watcher that waits sees there is nothing left and
-ends, and arms each terminal created while someone waits.
+waits); ringing clears the others' and sets each sleeper's deadline to the delay it
+asked for (a tick, a packing period) from now, so the watchers wake off the output's
+path, as their timers woke them before. The host rings it when its last terminal goes
+(the sleepers wake at once, see there is nothing left, and end), and arms each terminal
+created while someone sleeps.
 
 Ownership and cancellation: owned by the host, used from its tasks (one Trio thread); a
-wait is a plain :class:`trio.Event` wait, cancelled with its task. Holds no terminal:
+wait is a cancel scope around ``sleep_forever`` whose deadline the ring sets, cancelled
+with its task. Holds no terminal:
 the live ones are looked up from ``terminals()`` at each wait and ring.
 """
 
@@ -34,40 +37,51 @@ __all__ = ["OutputAlarm"]
 
 
 class OutputAlarm:
-    """Wakes the host's watchers at the first output after they went to sleep."""
+    """Wakes the host's watchers a while after the first output since they went to sleep."""
 
     def __init__(self, terminals: Callable[[], Collection[Terminal]]) -> None:
         self._terminals = terminals
-        self._event: trio.Event | None = None
+        #: Each sleeping watcher's scope and the delay it asked for.
+        self._sleepers: dict[trio.CancelScope, float] = {}
         #: Times the alarm rang (figures for tests).
         self.rings = 0
 
     @property
     def armed(self) -> bool:
-        """Someone waits for output."""
-        return self._event is not None
+        """Someone sleeps until output."""
+        return bool(self._sleepers)
 
-    async def wait(self) -> None:
-        """Return once some terminal reads output, or the host's last terminal goes
-        (:meth:`ring`). Every waiter of the moment wakes at the same ring."""
-        event = self._event
-        if event is None:
-            event = self._event = trio.Event()
+    async def wait(self, delay: float) -> None:
+        """Return ``delay`` seconds after some terminal reads output, or at once when the
+        host's last terminal goes (:meth:`ring` with ``gone``).
+
+        The ring only sets the sleepers' deadlines: nobody wakes on the output's path
+        (the first keystroke after a pause would otherwise wait for both watchers'
+        steps before its echo is sent)."""
+        if not self._sleepers:
             for terminal in self._terminals():
                 terminal.output_waker = self.ring
-        await event.wait()
+        with trio.CancelScope() as scope:
+            self._sleepers[scope] = delay
+            try:
+                await trio.sleep_forever()
+            finally:
+                self._sleepers.pop(scope, None)
 
     def arm(self, terminal: Terminal) -> None:
-        """``terminal`` is new: it rings the alarm too while someone waits."""
-        if self._event is not None:
+        """``terminal`` is new: it rings the alarm too while someone sleeps."""
+        if self._sleepers:
             terminal.output_waker = self.ring
 
-    def ring(self) -> None:
-        """Wake every waiter (a terminal read output, or the terminals are gone)."""
-        event, self._event = self._event, None
-        if event is None:
+    def ring(self, *, gone: bool = False) -> None:
+        """Output came (``gone``: the terminals are gone): every sleeper wakes after its
+        delay (at once when gone); O(sleepers + terminals)."""
+        sleepers, self._sleepers = self._sleepers, {}
+        if not sleepers:
             return
         self.rings += 1
         for terminal in self._terminals():
             terminal.output_waker = None
-        event.set()
+        now = trio.current_time()
+        for scope, delay in sleepers.items():
+            scope.deadline = min(scope.deadline, now if gone else now + delay)

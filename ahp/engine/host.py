@@ -343,7 +343,7 @@ class Host:
     def _ring_if_empty(self) -> None:
         """The last terminal went: the sleeping watchers wake, see it, and end."""
         if not self._terminals:
-            self._alarm.ring()
+            self._alarm.ring(gone=True)
 
     def _on_input(self, terminal: Terminal) -> None:
         """A terminal took an input (its reducer task, synchronous)."""

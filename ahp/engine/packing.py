@@ -67,7 +67,7 @@ async def pack_scrollback(
     period: float = PACK_PERIOD,
     step: int = PACK_STEP,
     released: Callable[[], None] | None = None,
-    quiet: Callable[[], Awaitable[None]] | None = None,
+    quiet: Callable[[float], Awaitable[None]] | None = None,
 ) -> None:
     """Pack old scrollback while ``terminals()`` retain more than ``budget`` characters;
     return once ``terminals()`` is empty. See the module docstring.
@@ -76,8 +76,8 @@ async def pack_scrollback(
     (its chunks are neither packed nor kept alive by the pass); ``released`` is then
     called once the pass has let go of them (the host asks for a trim: a disposal's
     own trim may have run while the pass still held them). ``quiet``, if given, is
-    awaited after a look that found the terminals below the budget: it returns when
-    there may be more to look at (:meth:`ahp.engine.alarm.OutputAlarm.wait`).
+    awaited with ``period`` after a look that found the terminals below the budget: it
+    returns when there may be more to look at (:meth:`ahp.engine.alarm.OutputAlarm.wait`).
     """
     while True:
         live = terminals()
@@ -108,5 +108,7 @@ async def pack_scrollback(
             if dropped and released is not None:
                 released()
         elif quiet is not None:
-            await quiet()  # (below the budget, only output changes that: sleep until some)
+            # Below the budget only output changes that: sleep until a period after some.
+            await quiet(period)
+            continue
         await trio.sleep(period)

@@ -309,8 +309,8 @@ class FloodKeeper:
             if ticked and settled and self._watch.silent and self._alarm is not None:
                 # Nothing printed, floods or was typed in lately: no tick can change
                 # anything before a terminal prints again (an idle host sleeps).
-                await self._alarm.wait()
-                next_tick = trio.current_time() + FLOOD_TICK
+                await self._alarm.wait(FLOOD_TICK)  # (a tick after the output began)
+                next_tick = trio.current_time()
                 continue
             self._poked = trio.Event()
             with trio.move_on_at(max(next_tick, trio.current_time())):
