@@ -59,14 +59,17 @@ class OutputAlarm:
         (the first keystroke after a pause would otherwise wait for both watchers'
         steps before its echo is sent)."""
         if not self._sleepers:
-            for terminal in self._terminals():
-                terminal.output_waker = self.ring
+            self._arm_all()  # (not a loop here: its variable would hold a terminal)
         with trio.CancelScope() as scope:
             self._sleepers[scope] = delay
             try:
                 await trio.sleep_forever()
             finally:
                 self._sleepers.pop(scope, None)
+
+    def _arm_all(self) -> None:
+        for terminal in self._terminals():
+            terminal.output_waker = self.ring
 
     def arm(self, terminal: Terminal) -> None:
         """``terminal`` is new: it rings the alarm too while someone sleeps."""

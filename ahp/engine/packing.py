@@ -59,6 +59,44 @@ def _pack_all(texts: list[str]) -> list[Packed | None]:
     return [pack_chunk(text) for text in texts]
 
 
+async def _pack_pass(
+    live: Collection[Terminal], *, keep: int, step: int, released: Callable[[], None] | None
+) -> None:
+    """Pack the cold chunks of ``live``, the fullest terminals first (see
+    :func:`pack_scrollback`)."""
+    found: list[tuple[Terminal, ChunkList, int, str]] = [
+        (terminal, *cold)
+        for terminal in sorted(live, key=lambda t: -t.scrollback_chars)
+        for cold in cold_chunks(terminal.state, keep)
+    ]
+    dropped = False
+    while found:
+        if any(t.closing for t, _, _, _ in found):
+            found = [item for item in found if not item[0].closing]
+            dropped = True
+            continue
+        size = 0
+        end = 0
+        while end < len(found) and size < step:
+            size += len(found[end][3])
+            end += 1
+        batch, found = found[:end], found[end:]
+        texts = [text for _, _, _, text in batch]
+        packed = await trio.to_thread.run_sync(_pack_all, texts, abandon_on_cancel=True)
+        _swap_all(batch, packed)
+        del batch, texts, packed
+    if dropped and released is not None:
+        released()
+
+
+def _swap_all(
+    batch: list[tuple[Terminal, ChunkList, int, str]], packed: list[Packed | None]
+) -> None:
+    for (terminal, chunks, index, text), done in zip(batch, packed, strict=True):
+        if done is not None and not terminal.closing:
+            swap_chunk(chunks, index, text, done)
+
+
 async def pack_scrollback(
     terminals: Callable[[], Collection[Terminal]],
     *,
@@ -84,29 +122,8 @@ async def pack_scrollback(
         if not live:
             return
         if sum(t.scrollback_chars for t in live) > budget:
-            found: list[tuple[Terminal, ChunkList, int, str]] = []
-            for terminal in sorted(live, key=lambda t: -t.scrollback_chars):
-                found.extend((terminal, *cold) for cold in cold_chunks(terminal.state, keep))
-            dropped = False
-            while found:
-                if any(t.closing for t, _, _, _ in found):
-                    found = [item for item in found if not item[0].closing]
-                    dropped = True
-                    continue
-                size = 0
-                end = 0
-                while end < len(found) and size < step:
-                    size += len(found[end][3])
-                    end += 1
-                batch, found = found[:end], found[end:]
-                texts = [text for _, _, _, text in batch]
-                packed = await trio.to_thread.run_sync(_pack_all, texts, abandon_on_cancel=True)
-                for (terminal, chunks, index, text), done in zip(batch, packed, strict=True):
-                    if done is not None and not terminal.closing:
-                        swap_chunk(chunks, index, text, done)
-                del batch, texts, packed
-            if dropped and released is not None:
-                released()
+            # (A pass of its own: none of its locals holds a terminal across the waits.)
+            await _pack_pass(live, keep=keep, step=step, released=released)
         elif quiet is not None:
             # Below the budget only output changes that: sleep until a period after some.
             await quiet(period)

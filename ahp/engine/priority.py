@@ -272,6 +272,20 @@ class FloodKeeper:
             self._typed.add(terminal.nonce)
             self._poked.set()
 
+    def _apply(
+        self, changes: list[tuple[str, bool, bool]], live: dict[str, Terminal], level: int
+    ) -> bool:
+        """Apply ``changes`` to the live terminals; whether every one took."""
+        settled = True
+        for key, flooding, lowered in changes:
+            terminal = live.get(key)
+            nice = level if lowered else 0
+            if terminal is None or terminal.set_flooding(flooding, nice):
+                self._watch.settled(key, flooding, lowered)
+            else:
+                settled = False
+        return settled
+
     async def run(self) -> None:
         """Until ``terminals()`` is empty (cancellable at every wait)."""
         next_tick = trio.current_time()
@@ -294,18 +308,14 @@ class FloodKeeper:
             level = flood_level(self._nice(), len(to_lower))
             if level != self._level:
                 changes += [(key, True, True) for key in to_lower]
-            settled = True
-            for key, flooding, lowered in changes:
-                terminal = live.get(key)
-                nice = level if lowered else 0
-                if terminal is None or terminal.set_flooding(flooding, nice):
-                    self._watch.settled(key, flooding, lowered)
-                else:
-                    settled = False
+            settled = self._apply(changes, live, level)
             if settled:
                 self._level = level
             self.waiting = self._nice() > 0 and self._watch.floods_unlowered
-            del live, changes  # (a terminal disposed during the wait is freed at once)
+            # No local may hold a terminal across the waits below (a disposed one is
+            # freed at once, without the garbage collector): the loop over the changes
+            # is in _apply for that.
+            del live, changes
             if ticked and settled and self._watch.silent and self._alarm is not None:
                 # Nothing printed, floods or was typed in lately: no tick can change
                 # anything before a terminal prints again (an idle host sleeps).
