@@ -750,13 +750,8 @@ class Terminal(CommandSurface):
                 # on the echo's path); if more came, the wait below says so.
                 break
         if chunks:
-            self.read_batches += 1
-            self.bytes_read += size
             batch = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-            if self._on_output is not None:
-                self._on_output(error, batch)
-            if self.output_waker is not None:
-                self._ring_output_waker()
+            self._took(error, batch)
             try:
                 to_parse.send_nowait(batch)
             except trio.WouldBlock:
@@ -792,9 +787,15 @@ class Terminal(CommandSurface):
             self._wait_scopes.discard(wait_scope)
         return False
 
-    def _ring_output_waker(self) -> None:
-        waker, self.output_waker = self.output_waker, None
+    def _took(self, error: bool, batch: bytes) -> None:
+        """A batch was read (from the loop or a pump): count it, tell the hooks."""
+        self.read_batches += 1
+        self.bytes_read += len(batch)
+        if self._on_output is not None:
+            self._on_output(error, batch)
+        waker = self.output_waker
         if waker is not None:
+            self.output_waker = None
             waker()
 
     async def _pump(
@@ -818,12 +819,7 @@ class Terminal(CommandSurface):
                     return False
                 if not data:
                     return True
-                self.read_batches += 1
-                self.bytes_read += len(data)
-                if self._on_output is not None:
-                    self._on_output(error, data)
-                if self.output_waker is not None:
-                    self._ring_output_waker()
+                self._took(error, data)
                 try:
                     to_parse.send_nowait(data)
                 except trio.WouldBlock:
