@@ -1053,4 +1053,7 @@ async def test_watcher_example_prints_finished_commands() -> None:
     assert first[0] == second[0] == "ahp-terminal:/w"
     assert (first[1], first[3]) == ("exit 0", "echo one")
     assert (second[1], second[3]) == ("exit 3", "sleep 0.2; (exit 3)")
-    assert int(second[2].removesuffix(" ms")) >= 200
+    # The server stamps each mark when it parses it: the start's stamp may come a few
+    # ms after bash printed it (a loaded machine), which shortens what a 0.2 s sleep
+    # shows (199 ms once in a suite run).
+    assert int(second[2].removesuffix(" ms")) >= 150
