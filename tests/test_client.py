@@ -229,7 +229,8 @@ async def test_a_connection_lost_for_good_wakes_every_waiter_with_an_error() -> 
 
 async def test_a_server_that_never_answers_initialize_is_a_clear_error() -> None:
     """The upgrade succeeds, ``initialize`` gets no answer: bounded by connect_timeout."""
-    from ahp.server.wsconn import accept, read_upgrade
+    from ahp.server.upgrade import read_upgrade
+    from ahp.server.wsconn import accept
 
     async def silent(stream: trio.SocketStream) -> None:
         upgrade = await read_upgrade(stream)

@@ -8,7 +8,7 @@ is answered here and the connection closed; the upgrade path is unchanged.
 
 The pure part (:func:`plain_request`, :class:`HttpResponse`, :meth:`HttpResponse.encode`,
 :class:`Routes`) does no I/O. Buffering: the request head is the one
-:func:`ahp.server.wsconn.read_upgrade` already bounds (h11's 16 KiB); a request
+:func:`ahp.server.upgrade.read_upgrade` already bounds (h11's 16 KiB); a request
 body is never read (``GET``/``HEAD`` only; anything else is 405). Every answer
 closes its connection (``Connection: close``): a probe or a page load opens a
 new one, so no idle keep-alive connection holds a place.

@@ -37,7 +37,7 @@ The upgrade is refused with HTTP 403 before any protocol work when the token is
 missing or wrong (compared in constant time), when the request carries an
 ``Origin`` that is not allow-listed (cross-site WebSocket hijacking), or when
 the server is bound to loopback and ``Host`` names something else (DNS
-rebinding); a malformed one gets 400 (:func:`~ahp.server.wsconn.read_upgrade`).
+rebinding); a malformed one gets 400 (:func:`~ahp.server.upgrade.read_upgrade`).
 The token is never logged. Until authenticated, a connection is one of at most
 ``max_pending`` and has one deadline for the whole phase; the accept loop backs
 off when out of fds, and lines about unauthenticated peers are rate-limited
@@ -85,18 +85,15 @@ from ahp.server.connection import REPLACED_CLOSE
 from ahp.server.http import HttpResponse, PlainRequest, Routes
 from ahp.server.session import Session
 from ahp.server.state import ServerState
+from ahp.server.upgrade import HANDSHAKE_TIMEOUT, UpgradeRequest, read_upgrade, reject
 from ahp.server.web import BEARER_PROTOCOL_PREFIX
 from ahp.server.wsconn import (
-    HANDSHAKE_TIMEOUT,
     MESSAGE_DEADLINE,
     TRY_AGAIN,
     ConnectionClosed,
     InboundBudget,
     ServerWebSocket,
-    UpgradeRequest,
     accept,
-    read_upgrade,
-    reject,
 )
 
 __all__ = [
