@@ -3,10 +3,14 @@ scrollback packer sleep while no terminal prints, and wake a while after the fir
 
 Checked: the pure watch's ``silent`` verdict; a real host whose terminal prints nothing
 runs neither watcher for a second; output after the sleep wakes them and a flood is
-still seen; the last terminal disposed while they sleep ends them.
+still seen; the last terminal disposed while they sleep ends them; a terminal the watch
+changed, disposed while it sleeps, is freed at once (no waiting frame holds it).
 """
 
 from __future__ import annotations
+
+import gc
+import weakref
 
 import trio
 
@@ -91,3 +95,33 @@ async def test_the_watchers_end_when_the_last_terminal_goes_while_they_sleep() -
         again = await host.create_terminal(argv=["cat"])  # and they start again
         assert host._floods is not None and host._packing
         await host.dispose(again.uri)
+
+
+async def test_a_terminal_the_watch_changed_is_freed_while_it_sleeps() -> None:
+    """Regression: the flood keeper's loop over its changes left the last terminal it
+    changed in a local of the frame that then slept until output."""
+    gc.collect()
+    gc.disable()
+    try:
+        async with open_host() as host:
+            host.flood_nice = 0
+            keep = await host.create_terminal(argv=["cat"])  # (the host keeps watching)
+            flood = await host.create_terminal(
+                argv=["sh", "-c", "timeout 1 sh -c 'while :; do echo flooding; done'; exec cat"]
+            )
+            ref = weakref.ref(flood)
+
+            def flooding() -> bool:
+                terminal = ref()
+                return terminal is not None and terminal.flooding
+
+            await eventually(flooding)
+            await eventually(lambda: not flooding())  # (a change back, applied)
+            await eventually(lambda: host._alarm.armed)  # (both watchers asleep)
+            await host.dispose(flood.uri)
+            del flood
+            await trio.lowlevel.checkpoint()
+            assert ref() is None
+            await host.dispose(keep.uri)
+    finally:
+        gc.enable()
