@@ -15,7 +15,9 @@ compressing in a worker thread, :data:`PACK_STEP` characters per thread call (a
 terminal disposed meanwhile leaves the pass at the next call); the loop only swaps
 each chunk for its packed form (:func:`~ahp.protocol.rope.swap_chunk`: every state
 sharing it reads the same text). Below the budget nothing is done: a terminal or a
-few streaming never pack, and their hot path is the same as without this module.
+few streaming never pack, and their hot path is the same as without this module; and
+below it the packer sleeps until a terminal prints again (given ``quiet``: the host's
+:class:`~ahp.engine.alarm.OutputAlarm`), so an idle host does not wake for it.
 Reading packed text (a snapshot, a render of old lines) decompresses it (about 1
 GB/s for text that packed well).
 
@@ -49,7 +51,7 @@ __all__ = ["PACK_BUDGET", "PACK_KEEP", "PACK_PERIOD", "PACK_STEP", "pack_scrollb
 PACK_BUDGET: Final = 32 * 1024 * 1024
 #: The newest characters of each terminal never packed (appends, the screen, tails).
 PACK_KEEP: Final = 512 * 1024
-#: Seconds between looks at the host's terminals while any exist.
+#: Seconds between looks at the host's terminals while any exist and print.
 PACK_PERIOD: Final = 0.25
 #: Characters compressed per worker-thread call (then the loop swaps them in).
 PACK_STEP: Final = 4 * 1024 * 1024
