@@ -172,8 +172,17 @@ def coalesce_runs(items: list[OutboxItem], limit: int = MERGE_LIMIT) -> list[Out
     joined into one, a run ending before its text would pass ``limit`` characters.
 
     Items that are not merged are returned as they are (their cached frames are
-    shared with every other subscriber).
+    shared with every other subscriber); ``items`` itself when no two neighbours could
+    merge (a keystroke's echo and its output: the common take on the echo's path).
     """
+    previous = False
+    for item in items:
+        current = isinstance(item, Published) and item.mergeable()
+        if current and previous:
+            break
+        previous = current
+    else:
+        return items
     out: list[OutboxItem] = []
     run: list[Published] = []
     run_size = 0
@@ -215,18 +224,6 @@ def _is_input_echo(item: Published) -> bool:
         envelope.origin is not None
         and envelope.rejectionReason is None
         and envelope.action.__class__ is TerminalInput
-    )
-
-
-def _mergeable_pair(items: list[OutboxItem]) -> bool:
-    """Whether two items may merge (a keystroke's echo and its output never do: the
-    check is cheaper than :func:`coalesce_runs` on the keystroke's path)."""
-    first, second = items
-    return (
-        isinstance(first, Published)
-        and isinstance(second, Published)
-        and first.mergeable()
-        and second.mergeable()
     )
 
 
@@ -554,7 +551,7 @@ class Outbox:
         self.taken_at = self.progress_at = _now()
         if self._drained:
             self._drained.unpark_all()
-        if coalesce and len(items) > 1 and (len(items) > 2 or _mergeable_pair(items)):
+        if coalesce and len(items) > 1:
             queued = len(items)
             items = coalesce_runs(items)
             self.merged += queued - len(items)
