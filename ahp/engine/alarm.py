@@ -19,8 +19,8 @@ created while someone sleeps.
 
 Ownership and cancellation: owned by the host, used from its tasks (one Trio thread); a
 wait is a cancel scope around ``sleep_forever`` whose deadline the ring sets, cancelled
-with its task. Holds no terminal:
-the live ones are looked up from ``terminals()`` at each wait and ring.
+with its task. Holds no terminal: the live ones are looked up from ``terminals()`` at
+each wait and ring (and no loop over them runs in a waiting frame).
 """
 
 from __future__ import annotations
@@ -68,6 +68,7 @@ class OutputAlarm:
                 self._sleepers.pop(scope, None)
 
     def _arm_all(self) -> None:
+        """Every live terminal rings the alarm with its next batch."""
         for terminal in self._terminals():
             terminal.output_waker = self.ring
 

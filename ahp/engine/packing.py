@@ -94,6 +94,8 @@ async def _pack_pass(
 def _swap_all(
     batch: list[tuple[Terminal, ChunkList, int, str]], packed: list[Packed | None]
 ) -> None:
+    """Swap each packed chunk in (a function of its own: the pass's frame then holds no
+    terminal while it waits for the next thread call)."""
     for (terminal, chunks, index, text), done in zip(batch, packed, strict=True):
         if done is not None and not terminal.closing:
             swap_chunk(chunks, index, text, done)

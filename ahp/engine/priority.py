@@ -164,7 +164,8 @@ class FloodWatch(Generic[K]):
         self._tracks: dict[K, _Track] = {}
         self._someone_waits = False
         #: The last tick found nothing to watch: no key new, printing, flooding or
-        #: recently typed in, and no change to apply (the keeper may sleep until output).
+        #: recently typed in, and no change to apply, so nothing to lower either (the
+        #: keeper may sleep until output).
         self.silent = False
 
     def tick(self, counters: Mapping[K, tuple[int, int]]) -> list[tuple[K, bool, bool]]:
@@ -316,7 +317,7 @@ class FloodKeeper:
             # freed at once, without the garbage collector): the loop over the changes
             # is in _apply for that.
             del live, changes
-            if ticked and settled and self._watch.silent and self._alarm is not None:
+            if ticked and self._watch.silent and self._alarm is not None:
                 # Nothing printed, floods or was typed in lately: no tick can change
                 # anything before a terminal prints again (an idle host sleeps).
                 await self._alarm.wait(FLOOD_TICK)  # (a tick after the output began)
