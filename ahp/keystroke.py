@@ -42,7 +42,7 @@ runs them):
 ``no_checkpoint`` (``ahp.server.dispatch``)
     The connection's reader dispatches input with ``checkpoint=False``: its own loop
     checkpoints at the next receive, so the dispatch does not add a pass.
-``echo_pairing`` (``ahp.server.websocket``, ``ahp.engine.outbox``)
+``echo_pairing`` (``ahp.server.writer``, ``ahp.engine.outbox``)
     The envelope echoing a client's input is queued without waking the writer; the
     output it causes follows a few passes later and both leave in one write (one
     system call, one wake-up of the client), or the echo leaves alone after
