@@ -426,6 +426,31 @@ async def test_outbox_merging_is_capped() -> None:
     assert seqs == sorted(set(seqs)) and seqs[-1] == len(texts)
 
 
+async def test_outbox_passes_big_envelopes_as_they_are() -> None:
+    """An envelope of MERGE_ALONE characters or more is not merged (the same object, its
+    frame shared with other subscribers); the small ones on either side of it still are,
+    each run on its own side, so serverSeq stays in order."""
+    from ahp.engine.envelopes import MERGE_ALONE, Published
+
+    box = Outbox(max_bytes=64 * MERGE_ALONE)
+    big = Published(ActionEnvelope("t", TerminalData("b" * MERGE_ALONE), 3))
+    items = [
+        Published(ActionEnvelope("t", TerminalData("1"), 1)),
+        Published(ActionEnvelope("t", TerminalData("2"), 2)),
+        big,
+        Published(ActionEnvelope("t", TerminalData("4"), 4)),
+        Published(ActionEnvelope("t", TerminalData("5"), 5)),
+    ]
+    for item in items:
+        assert box.put(item)
+    batch = box.get_nowait()
+    assert len(batch) == 3 and batch[1] is big
+    texts = [(p.envelope.action.data, p.seq) for p in batch]  # type: ignore[union-attr]
+    assert texts == [("12", 2), ("b" * MERGE_ALONE, 3), ("45", 5)]
+    just_under = Published(ActionEnvelope("t", TerminalData("u" * (MERGE_ALONE - 1)), 6))
+    assert just_under.mergeable() and not big.mergeable()
+
+
 async def test_bounds_count_memory_not_characters() -> None:
     """A string with one character outside the BMP holds 4 bytes per character."""
     from ahp.engine.envelopes import Published, ReplayLog

@@ -41,6 +41,7 @@ from ahp.protocol.codec import dumps_utf8, unstructure
 
 __all__ = [
     "ENVELOPE_OVERHEAD",
+    "MERGE_ALONE",
     "MERGE_LIMIT",
     "REPLAY_LOG_BYTES",
     "REPLAY_LOG_ENVELOPES",
@@ -70,6 +71,12 @@ _SHORT_CHANNEL: Final = 64
 #: and the size of the frame that carries it (UTF-8, ~1 byte per character of
 #: terminal output), while the outbox bounds count the memory queued.
 MERGE_LIMIT: Final = 256 * 1024
+#: An envelope of at least this many characters is passed on as it is, never merged:
+#: its frame is encoded once and shared by every subscriber (a merge copies the text
+#: and encodes the copy again, for each subscriber that merges), and at this size a
+#: frame's own overhead (~100 bytes) is under 1 % of it. Merging is for runs of
+#: small envelopes (a client pays per frame).
+MERGE_ALONE: Final = 16 * 1024
 
 
 def payload_size(text: str) -> int:
@@ -161,9 +168,15 @@ class Published:
         return frame
 
     def mergeable(self) -> bool:
-        """True for a server ``terminal/data`` envelope (no origin, no rejection)."""
+        """True for a server ``terminal/data`` envelope (no origin, no rejection) of
+        fewer than :data:`MERGE_ALONE` characters."""
         env = self.envelope
-        return isinstance(env.action, TerminalData) and env.origin is None
+        action = env.action
+        return (
+            isinstance(action, TerminalData)
+            and env.origin is None
+            and len(action.data) < MERGE_ALONE
+        )
 
     @staticmethod
     def merge(run: Sequence[Published]) -> Published:

@@ -18,7 +18,9 @@ Coalescing happens when the consumer takes a batch, not when items are queued:
 writer wants: fewer, larger frames) join each run of consecutive
 ``terminal/data`` envelopes of one channel into one envelope (one
 ``"".join``, runs capped at :data:`~ahp.engine.envelopes.MERGE_LIMIT`
-characters, carrying the run's last ``serverSeq``). A run is never extended
+characters, carrying the run's last ``serverSeq``; an envelope of
+:data:`~ahp.engine.envelopes.MERGE_ALONE` characters or more goes as it is, its
+frame shared with every subscriber). A run is never extended
 past an item of another kind or channel, so delivered ``serverSeq`` values stay
 strictly increasing. In-process subscribers take envelopes as published
 (``coalesce=False``: zero copies, the same objects every subscriber gets).
