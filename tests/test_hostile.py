@@ -148,6 +148,20 @@ def test_compact_keeps_the_final_state(actions: list[Any]) -> None:
     assert sum(isinstance(a, TerminalTitleChanged) for a in out) <= 1
 
 
+@given(st.lists(_ACTION, max_size=30))
+def test_compact_with_join_leaves_no_two_data_side_by_side(actions: list[Any]) -> None:
+    """The parse task's turn of several feeds: every data run joined, whatever the titles."""
+    out = compact(actions, join=True)
+    texts = [a.data for a in actions if isinstance(a, TerminalData)]
+    assert "".join(a.data for a in out if isinstance(a, TerminalData)) == "".join(texts)
+    assert not any(
+        isinstance(a, TerminalData) and isinstance(b, TerminalData)
+        for a, b in zip(out, out[1:], strict=False)
+    )
+    titles = [a for a in actions if isinstance(a, TerminalTitleChanged)]
+    assert [a for a in out if isinstance(a, TerminalTitleChanged)] == titles[-1:]
+
+
 async def test_a_title_with_control_characters_is_normalised_everywhere() -> None:
     async with open_host() as host:
         terminal = await host.create_terminal(argv=["cat"], name="a\x01b")

@@ -15,6 +15,7 @@ import trio
 import trio.testing
 
 from ahp.engine import Outbox, Terminal, open_host
+from ahp.engine import terminal as terminal_module
 from ahp.engine.envelopes import Published
 from ahp.engine.terminal import (
     INPUT_QUEUE,
@@ -177,3 +178,38 @@ async def test_a_pumped_batch_over_the_parse_chunk_is_parsed_in_chunks() -> None
             await term.exited.wait()
         assert term.bytes_read == total
         assert term.largest_feed == PARSE_CHUNK  # a larger batch came, and was cut
+
+
+@pytest.mark.parametrize("turn", [0.0, 60.0])
+async def test_a_turn_of_parsed_chunks_is_handed_on_joined(
+    monkeypatch: pytest.MonkeyPatch, turn: float
+) -> None:
+    """A batch over PARSE_CHUNK is fed in chunks either way; the chunks fed in one turn
+    (PARSE_TURN of parsing) reach the reducer as one joined action, so a subscriber gets
+    one envelope of the whole batch's text when the turn is long, one per chunk (at most
+    PARSE_CHUNK characters) when it ends after every chunk; nothing is lost either way."""
+    monkeypatch.setattr(terminal_module, "PARSE_TURN", turn)
+    line = "x" * 99 + "\n"
+    count = 40_000
+    script = f"import sys; sys.stdout.write({line!r} * {count}); sys.stdout.flush()"
+    total = count * (len(line) + 1)  # (the pty's \r\n)
+    async with open_host() as host:
+        term = await host.create_terminal(argv=["python3", "-c", script])
+        sender = Outbox(max_bytes=1 << 30)
+        host.hub.subscribe(term.uri, sender)
+        with trio.fail_after(TIMEOUT):
+            while term.bytes_read < 64 * 1024:  # noqa: ASYNC110 (a counter, not an event)
+                await trio.sleep(0.01)
+            time.sleep(0.5)  # noqa: ASYNC251 (the loop busy: the reader fills its buffer)
+            await term.exited.wait()
+        sizes = [
+            len(item.envelope.action.data)
+            for item in sender.get_nowait(coalesce=False)
+            if isinstance(item, Published) and isinstance(item.envelope.action, TerminalData)
+        ]
+        assert sum(sizes) == total
+        assert term.largest_feed == PARSE_CHUNK
+        if turn:
+            assert max(sizes) > PARSE_CHUNK  # a pumped batch's chunks, joined
+        else:
+            assert max(sizes) <= PARSE_CHUNK

@@ -19,8 +19,9 @@ that owns one job, and the state has exactly one writer, the reducer task::
   cwd reports. Only the last title change of a batch is kept
   (:func:`ahp.vt.parser.compact`); output is fed in chunks of at most
   :data:`PARSE_CHUNK` bytes, and output that parses slowly (dense escape
-  sequences) in slices of :data:`PARSE_SLICE`, with a checkpoint between, so one
-  terminal's output never holds the loop for long. When the
+  sequences) in slices of :data:`PARSE_SLICE`; after :data:`PARSE_TURN` of
+  parsing it hands on what it parsed (the data of the turn's chunks joined) and
+  checkpoints, so one terminal's output never holds the loop for long. When the
   reader's channel ends it flushes the parser and tells the reducer that the
   output ended.
 * **reducer** drives a :class:`~ahp.reducers.TerminalCore` (state, claim and
@@ -159,6 +160,11 @@ PARSE_SLICE: Final = 2048
 PARSE_CHUNK: Final = 64 * 1024
 #: Seconds a read batch may take to parse before parsing counts as slow.
 PARSE_STEP: Final = 0.004
+#: Seconds of parsing after which the parse task hands on what it parsed and
+#: checkpoints before its next piece: pieces that parse fast (plain text, ~0.1 ms a
+#: chunk) go several to a step, their data joined into one action (one publish, one
+#: frame), and a step holds the loop at most this plus one piece.
+PARSE_TURN: Final = 0.0005
 #: Batches queued from pty-read to parse (at most READ_BATCH bytes each).
 PARSE_QUEUE: Final = 4
 #: Items queued for the reducer: parsed batches, client and library actions, the exit.
@@ -866,9 +872,16 @@ class Terminal(CommandSurface):
                 if more is not None:
                     data = b"".join(more)
                 pieces = parse_pieces(data, slow=slow)
+                turn = time.perf_counter()
+                parsed: list[StateAction] = []
+                feeds = 0  # feeds whose actions are in parsed
                 for index, piece in enumerate(pieces):
-                    if index:
-                        await trio.lowlevel.checkpoint()  # (between slices: others get a turn)
+                    if index and time.perf_counter() - turn >= PARSE_TURN:
+                        if parsed:  # (the turn's feeds: one hand-on, data joined)
+                            await _send(to_reducer, compact(parsed, join=feeds > 1))
+                            parsed, feeds = [], 0
+                        await trio.lowlevel.checkpoint()  # (between turns: others get one)
+                        turn = time.perf_counter()
                     start = time.perf_counter()
                     self.largest_feed = max(self.largest_feed, len(piece))
                     actions = compact(
@@ -880,7 +893,10 @@ class Terminal(CommandSurface):
                     # longer than PARSE_STEP (escape-dense output costs ~2 us a byte).
                     slow = (time.perf_counter() - start) * READ_BATCH > PARSE_STEP * len(piece)
                     if actions:
-                        await _send(to_reducer, actions)
+                        parsed += actions
+                        feeds += 1
+                if parsed:
+                    await _send(to_reducer, compact(parsed, join=feeds > 1))
         tail = parser.close(wall_ms=int(time.time() * 1000), mono_ms=time.monotonic() * 1000)
         if tail:
             await _send(to_reducer, tail)

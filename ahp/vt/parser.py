@@ -30,20 +30,21 @@ from ahp.vt.scanner import Scanner
 __all__ = ["OutputParser", "compact"]
 
 
-def compact(actions: Sequence[StateAction]) -> Sequence[StateAction]:
+def compact(actions: Sequence[StateAction], *, join: bool = False) -> Sequence[StateAction]:
     """``actions`` with every title change but the last left out, and the runs of
     ``terminal/data`` this leaves side by side joined: the same final state, in far
     fewer actions (issue 25: a shell retitling its terminal in a loop made 2000
     actions of every 14 KB read, each applied and published, and stalled every other
     client for hundreds of milliseconds). O(len(actions)); the list is returned as
-    it is when it holds at most one title change."""
+    it is when it holds at most one title change, unless ``join`` (the actions of
+    several feeds, whose data runs are joined whatever the titles)."""
     titles = 0
     last = -1
     for index, action in enumerate(actions):
         if action.__class__ is TerminalTitleChanged:
             titles += 1
             last = index
-    if titles <= 1:
+    if titles <= 1 and (not join or len(actions) <= 1):
         return actions
     out: list[StateAction] = []
     run: list[str] = []
