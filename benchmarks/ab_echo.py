@@ -129,7 +129,8 @@ async def _measure(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
-def _parse_side(text: str) -> tuple[str, Path, dict[str, str]]:
+def parse_side(text: str) -> tuple[str, Path, dict[str, str]]:
+    """``NAME=PATH[:ENV=VALUE...]``: a side's name, checkout and environment settings."""
     name, _, rest = text.partition("=")
     path, *settings = rest.split(":")
     env = {}
@@ -177,7 +178,7 @@ def main() -> None:
 
         print(json.dumps(trio.run(_measure, args)))
         return
-    sides = [_parse_side(s) for s in args.side]
+    sides = [parse_side(s) for s in args.side]
     if len(sides) < 2:
         parser.error("at least two --side")
     results: dict[str, list[dict[str, Any]]] = {name: [] for name, _, _ in sides}

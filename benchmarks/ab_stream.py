@@ -37,6 +37,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from ab_echo import parse_side  # (a sibling script: its directory is on sys.path)
+
 HERE = Path(__file__).resolve()
 FIGURES = ("cpu_s_per_100mb", "loop_cpu_s_per_100mb", "mb_s", "steps_per_mb")
 
@@ -96,16 +98,6 @@ async def _measure(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
-def _parse_side(text: str) -> tuple[str, Path, dict[str, str]]:
-    name, _, rest = text.partition("=")
-    path, *settings = rest.split(":")
-    env = {}
-    for setting in settings:
-        key, _, value = setting.partition("=")
-        env[key] = value
-    return name, Path(path).resolve(), env
-
-
 def _run_side(path: Path, env_extra: dict[str, str], args: argparse.Namespace) -> dict[str, Any]:
     env = dict(os.environ)
     env.update(env_extra)
@@ -138,7 +130,7 @@ def main() -> None:
 
         print(json.dumps(trio.run(_measure, args)))
         return
-    sides = [_parse_side(s) for s in args.side]
+    sides = [parse_side(s) for s in args.side]
     if len(sides) < 2:
         parser.error("at least two --side")
     results: dict[str, list[dict[str, Any]]] = {name: [] for name, _, _ in sides}
