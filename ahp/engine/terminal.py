@@ -19,9 +19,10 @@ that owns one job, and the state has exactly one writer, the reducer task::
   cwd reports. Only the last title change of a batch is kept
   (:func:`ahp.vt.parser.compact`); output is fed in chunks of at most
   :data:`PARSE_CHUNK` bytes, and output that parses slowly (dense escape
-  sequences) in slices of :data:`PARSE_SLICE`; after :data:`PARSE_TURN` of
-  parsing it hands on what it parsed (the data of the turn's chunks joined) and
-  checkpoints, so one terminal's output never holds the loop for long. When the
+  sequences) in slices of :data:`PARSE_SLICE`; before a chunk that would take the
+  step past :data:`PARSE_TURN` of parsing it hands on what it parsed (the data of
+  the step's chunks joined) and checkpoints, so one terminal's output never holds
+  the loop for long. When the
   reader's channel ends it flushes the parser and tells the reducer that the
   output ended.
 * **reducer** drives a :class:`~ahp.reducers.TerminalCore` (state, claim and
@@ -160,10 +161,11 @@ PARSE_SLICE: Final = 2048
 PARSE_CHUNK: Final = 64 * 1024
 #: Seconds a read batch may take to parse before parsing counts as slow.
 PARSE_STEP: Final = 0.004
-#: Seconds of parsing after which the parse task hands on what it parsed and
-#: checkpoints before its next piece: pieces that parse fast (plain text, ~0.1 ms a
-#: chunk) go several to a step, their data joined into one action (one publish, one
-#: frame), and a step holds the loop at most this plus one piece.
+#: Seconds of parsing in one step of the parse task: it hands on what it parsed and
+#: checkpoints before a piece that would take it past this (at the last piece's
+#: pace). Pieces that parse fast (plain text, ~0.1 ms a chunk) go several to a step,
+#: their data joined into one action (one publish, one frame); a slow one goes alone,
+#: as before.
 PARSE_TURN: Final = 0.0005
 #: Batches queued from pty-read to parse (at most READ_BATCH bytes each).
 PARSE_QUEUE: Final = 4
@@ -875,8 +877,12 @@ class Terminal(CommandSurface):
                 turn = time.perf_counter()
                 parsed: list[StateAction] = []
                 feeds = 0  # feeds whose actions are in parsed
+                pace = 0.0  # seconds a byte, of the turn's last piece
                 for index, piece in enumerate(pieces):
-                    if index and time.perf_counter() - turn >= PARSE_TURN:
+                    # A piece that would take the turn past PARSE_TURN (at the last
+                    # piece's pace) starts the next turn: a step is one slow piece or
+                    # fast ones up to PARSE_TURN, never both.
+                    if index and time.perf_counter() - turn + pace * len(piece) > PARSE_TURN:
                         if parsed:  # (the turn's feeds: one hand-on, data joined)
                             await _send(to_reducer, compact(parsed, join=feeds > 1))
                             parsed, feeds = [], 0
@@ -891,7 +897,9 @@ class Terminal(CommandSurface):
                     )
                     # Slow when a whole read batch of such output would hold the loop
                     # longer than PARSE_STEP (escape-dense output costs ~2 us a byte).
-                    slow = (time.perf_counter() - start) * READ_BATCH > PARSE_STEP * len(piece)
+                    took = time.perf_counter() - start
+                    pace = took / max(1, len(piece))
+                    slow = took * READ_BATCH > PARSE_STEP * len(piece)
                     if actions:
                         parsed += actions
                         feeds += 1
