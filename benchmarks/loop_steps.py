@@ -28,8 +28,7 @@ from pathlib import Path
 import trio
 
 from ahp.engine import open_host
-from ahp.engine.memory import configure_allocator
-from ahp.server.app import ServeOptions, serve_host
+from ahp.server.app import ServeOptions, prepare_server_process, serve_host
 
 BENCH = Path(__file__).resolve().parent / "bench_edges.py"
 TOKEN = "bench-edges-token"
@@ -61,7 +60,7 @@ class Steps(trio.abc.Instrument):
 
 
 async def main(attack: str, seconds: float) -> None:
-    configure_allocator()
+    prepare_server_process()  # (the allocator and the collector as ``serve`` sets them)
     steps = Steps()
     trio.lowlevel.add_instrument(steps)
     async with open_host(shell="/bin/sh") as host, trio.open_nursery() as nursery:
