@@ -156,7 +156,7 @@ def test_compact_with_join_leaves_no_two_data_side_by_side(actions: list[Any]) -
     assert "".join(a.data for a in out if isinstance(a, TerminalData)) == "".join(texts)
     assert not any(
         isinstance(a, TerminalData) and isinstance(b, TerminalData)
-        for a, b in zip(out, out[1:], strict=False)
+        for a, b in itertools.pairwise(out)
     )
     titles = [a for a in actions if isinstance(a, TerminalTitleChanged)]
     assert [a for a in out if isinstance(a, TerminalTitleChanged)] == titles[-1:]
