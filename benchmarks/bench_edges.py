@@ -550,10 +550,10 @@ async def big_client_id_replay(port: int, url: str, note: dict[str, Any]) -> Non
         uris = await _terminals(owner, "replay", 1, note)
         try:
             async with _peer(url, big, subscriptions=tuple(uris)) as peer:
-                note["initialize"] = str(peer.answer.get("error", {}).get("message", "ok"))[:50]  # type: ignore[attr-defined]
-                if "error" in peer.answer:  # type: ignore[attr-defined]
+                note["initialize"] = str(peer.answer.get("error", {}).get("message", "ok"))[:50]
+                if "error" in peer.answer:
                     await trio.sleep_forever()
-                seq = peer.answer["result"]["serverSeq"]  # type: ignore[attr-defined]
+                seq = peer.answer["result"]["serverSeq"]
                 await _keystrokes(peer, uris[0], 1000)
                 await trio.sleep(1.0)
             async with open_raw_websocket(url, timeout=60) as ws:
@@ -582,8 +582,8 @@ async def big_client_id_viewers(port: int, url: str, note: dict[str, Any]) -> No
                 _peer(url, "silent", subscriptions=tuple(uris), read=False),
                 _peer(url, big, subscriptions=tuple(uris)) as typist,
             ):
-                note["initialize"] = str(typist.answer.get("error", {}).get("message", "ok"))[:50]  # type: ignore[attr-defined]
-                if "error" not in typist.answer:  # type: ignore[attr-defined]
+                note["initialize"] = str(typist.answer.get("error", {}).get("message", "ok"))[:50]
+                if "error" not in typist.answer:
                     await _keystrokes(typist, uris[0], 300)
                 await trio.sleep_forever()
         finally:
@@ -883,7 +883,10 @@ async def main(
             port = int(re.search(r":(\d+)/", url).group(1))  # type: ignore[union-attr]
             async with open_raw_websocket(url) as ws:
                 await _initialize(ws, "setup")
-                params = {"channel": ECHO, "claim": {"kind": "client", "clientId": "setup"}}
+                params: dict[str, object] = {
+                    "channel": ECHO,
+                    "claim": {"kind": "client", "clientId": "setup"},
+                }
                 await _call(ws, itertools.count(1), "createTerminal", params)
                 action = {"type": "terminal/input", "data": "exec cat\r"}
                 params = {"channel": ECHO, "clientSeq": 1, "action": action}
