@@ -310,3 +310,71 @@ async def test_a_reader_runs_at_most_pump_ahead_ahead_of_the_loop() -> None:
             assert got == count * size
     finally:
         await _close_all(pumps, pipes)
+
+
+async def test_lingering_pumps_past_the_ahead_bound_are_all_woken(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Streaming output lingers below PUMP_WAKE before its task is woken; pumps that
+    linger past PUMP_AHEAD together make the thread hold, and a hold ends only with a
+    take: so the hold wakes every lingering task first (else they wait on each other
+    for ever). Eight pipes of 60 KiB each on one thread: all delivered, whole."""
+    monkeypatch.setattr(pump_module, "PUMP_THREADS", 1)
+    size = 60 * 1024
+    assert pump_module.PUMP_LINGER_FROM <= size < pump_module.PUMP_WAKE
+    assert 8 * size > PUMP_AHEAD
+    pipes = [os.pipe() for _ in range(8)]
+    for r, _ in pipes:
+        os.set_blocking(r, False)
+    pumps = [ReadPump(r, is_pty=False, quiet=60.0) for r, _ in pipes]
+    got = [b""] * len(pumps)
+
+    async def take(index: int) -> None:
+        while len(got[index]) < size:
+            data = await pumps[index].take()
+            assert data
+            got[index] += data
+
+    try:
+        for pump in pumps:
+            pump.start()
+        with trio.fail_after(TIMEOUT):
+            async with trio.open_nursery() as nursery:
+                for index in range(len(pumps)):
+                    nursery.start_soon(take, index)
+                await trio.sleep(0.05)  # (every task waits in take())
+                for index, (_, w) in enumerate(pipes):
+                    os.write(w, bytes([65 + index]) * size)
+        assert got == [bytes([65 + index]) * size for index in range(len(pumps))]
+    finally:
+        await _close_all(pumps, pipes)
+
+
+async def test_which_waiting_tasks_are_woken_and_which_linger() -> None:
+    """The thread's rule (pure, the lock aside): a round that read PUMP_LINGER_FROM or
+    more of output below PUMP_WAKE lingers; a short read (an echo), EOF, an end or a
+    full-enough pump wakes at once; a linger ends after PUMP_LINGER."""
+    due, linger = pump_module._due, pump_module.PUMP_LINGER
+    pumps = [ReadPump(-1, is_pty=False) for _ in range(5)]
+    try:
+        streaming, echo, at_eof, full, idle = pumps
+        for pump in pumps:
+            pump.waiting = True
+            pump.size = pump_module.PUMP_LINGER_FROM
+        full.size = pump_module.PUMP_WAKE
+        at_eof.eof = True
+        lingering: dict[ReadPump, float] = {}
+        hot = {streaming, at_eof, full}
+        assert due([streaming, echo, at_eof, full], hot, lingering, 10.0) == [echo, at_eof, full]
+        assert lingering == {streaming: 10.0}
+        assert due([streaming], hot, lingering, 10.0 + linger / 2) == []  # more came
+        assert due([], set(), lingering, 10.0 + linger / 2) == []  # nothing came
+        assert due([], set(), lingering, 10.0 + 2 * linger) == [streaming] and not lingering
+        assert due([streaming], {streaming}, lingering, 20.0) == []
+        assert due([streaming], set(), lingering, 20.0) == [streaming]  # the burst's tail
+        assert due([idle], set(), lingering, 30.0) == [idle] and not lingering
+        streaming.waiting = False
+        assert due([streaming], {streaming}, lingering, 40.0) == [] and not lingering
+    finally:
+        for pump in pumps:
+            await pump.aclose()

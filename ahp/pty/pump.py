@@ -37,6 +37,11 @@ that fd (past the second, reading at all): the kernel's pty buffer fills and the
 child blocks in ``write`` (the same backpressure as without a pump) until the task
 takes. :meth:`ReadPump.take`
 hands over everything buffered at once (one hop for the parse task per take).
+While output streams (a round read :data:`PUMP_LINGER_FROM` or more), the
+thread wakes a waiting task only once its pump holds :data:`PUMP_WAKE` or
+:data:`PUMP_LINGER` after the first of it: fewer, larger takes. A short read
+(an echo, a burst's tail), EOF, an error or the pump's end wakes it at once,
+and so does a hold past :data:`PUMP_AHEAD` (only a take ends a hold).
 
 Cancellation: :meth:`ReadPump.take` is a plain Trio wait (cancellable); nothing
 is lost by cancelling it, the bytes stay buffered until the pump is closed. The
@@ -60,12 +65,15 @@ __all__ = [
     "PUMP_AHEAD",
     "PUMP_BUFFER",
     "PUMP_LEAD",
+    "PUMP_LINGER",
+    "PUMP_LINGER_FROM",
     "PUMP_NICE",
     "PUMP_QUIET",
     "PUMP_QUIET_FLOODING",
     "PUMP_READ",
     "PUMP_THREADS",
     "PUMP_TURN",
+    "PUMP_WAKE",
     "ReadPump",
     "reader_running",
 ]
@@ -97,6 +105,15 @@ PUMP_AHEAD: Final = 256 * 1024
 #: Seconds a holding reader waits at most before it looks again (a take or a change
 #: wakes it at once).
 PUMP_LEAD: Final = 0.05
+#: While output streams, a waiting task is woken once its pump holds this many bytes,
+#: or PUMP_LINGER seconds after the first of them: fewer, larger takes (each costs the
+#: loop a hand-over, a parse, a reducer and a writer step; 1 ms: 0.88-0.93x the
+#: server's CPU per MB, 0.63x the loop's steps; benchmarks/README.md, session 14). A
+#: round that read less than PUMP_LINGER_FROM (a keystroke's echo, the tail of a
+#: burst) wakes it at once.
+PUMP_WAKE: Final = 160 * 1024
+PUMP_LINGER: Final = 0.001
+PUMP_LINGER_FROM: Final = 1024
 
 
 def _int_from_env(name: str, default: int, low: int, high: int) -> int:
@@ -181,6 +198,8 @@ class _Reader:
     def _loop(self) -> None:
         epoll = self.epoll
         polled: set[int] = set()  # fds registered in the epoll
+        #: Pumps whose waiting task is not woken yet (PUMP_LINGER): since when.
+        lingering: dict[ReadPump, float] = {}
         while True:
             finished: list[ReadPump] = []
             with _LOCK:
@@ -208,11 +227,16 @@ class _Reader:
                     self._finish(finished)
                     return
             self._finish(finished)
+            wake: list[ReadPump] = []
             with _LOCK:  # ahead of the loop by PUMP_AHEAD: wait off the CPU (PUMP_AHEAD)
                 self.holding = sum(p.size for p in self.pumps.values()) >= PUMP_AHEAD
                 if self.holding:
                     self.resume.clear()
+                    # (Only a take ends a hold: every lingering task is woken first.)
+                    wake = _waking([p for p in lingering if p.waiting])
+                    lingering.clear()
             if self.holding:
+                self._wake(wake)
                 self.resume.wait(PUMP_LEAD)
                 with _LOCK:  # (not read meanwhile, so not quiet either)
                     held = time.monotonic()
@@ -220,12 +244,16 @@ class _Reader:
                         pump.last = max(pump.last, held)
                 continue
             timeout = min((p.quiet for p in self.pumps.values()), default=PUMP_QUIET)
+            if lingering:
+                due = min(lingering.values()) + PUMP_LINGER - time.monotonic()
+                timeout = max(0.0, min(timeout, due))
             try:
                 events = epoll.poll(timeout)
             except InterruptedError:  # pragma: no cover - PEP 475 retries
                 continue
             now = time.monotonic()
             woken: list[ReadPump] = []
+            streaming: set[ReadPump] = set()  # read PUMP_LINGER_FROM or more this round
             ahead = sum(p.size for p in self.pumps.values())  # (an estimate: no lock)
             for fd, _ in events:
                 if fd == self.wake_r:
@@ -243,6 +271,8 @@ class _Reader:
                     ahead += max(0, ready.size - before)
                     ready.last = now
                     woken.append(ready)
+                    if ready.size - before >= PUMP_LINGER_FROM:
+                        streaming.add(ready)
             with _LOCK:
                 for pump in list(self.pumps.values()):
                     if pump.ended:
@@ -259,12 +289,14 @@ class _Reader:
                     elif full and pump.fd in polled:
                         polled.discard(pump.fd)
                         epoll.unregister(pump.fd)  # until its task takes (resume)
-                wake = [p for p in woken if p.waiting]
-                for pump in wake:
-                    pump.waiting = False
-            if wake:
-                with contextlib.suppress(trio.RunFinishedError):
-                    self.token.run_sync_soon(_set_all, [p.wakeup for p in wake])
+                wake = _waking(_due(woken, streaming, lingering, now))
+            self._wake(wake)
+
+    def _wake(self, pumps: list[ReadPump]) -> None:
+        """Wake these pumps' tasks (taken off ``waiting`` by :func:`_waking`)."""
+        if pumps:
+            with contextlib.suppress(trio.RunFinishedError):
+                self.token.run_sync_soon(_set_all, [p.wakeup for p in pumps])
 
     def _read(self, pump: ReadPump) -> bool:
         """Read ``pump``'s fd for one turn; whether anything (data, EOF, an error) came."""
@@ -304,6 +336,49 @@ class _Reader:
         if finished:
             with contextlib.suppress(trio.RunFinishedError):
                 self.token.run_sync_soon(_set_all, [p.finished for p in finished])
+
+
+def _due(
+    woken: list[ReadPump],
+    streaming: set[ReadPump],
+    lingering: dict[ReadPump, float],
+    now: float,
+) -> list[ReadPump]:
+    """The pumps whose waiting task is woken this round (called with the lock held).
+
+    A pump that got data this round waits (enters ``lingering``) instead while its
+    output streams (it read :data:`PUMP_LINGER_FROM` or more this round), it holds less
+    than :data:`PUMP_WAKE` and it has lingered less than :data:`PUMP_LINGER`; any other
+    news (a short read, EOF, an error, its end) wakes it at once, as does the end of its
+    linger.
+    """
+    due: list[ReadPump] = []
+    for pump in woken:
+        if not pump.waiting:
+            continue
+        if (
+            pump in streaming
+            and pump.size < PUMP_WAKE
+            and not (pump.ended or pump.eof or pump.error is not None)
+            and now - lingering.setdefault(pump, now) < PUMP_LINGER
+        ):
+            continue
+        lingering.pop(pump, None)
+        due.append(pump)
+    for pump, since in list(lingering.items()):  # (those the round brought nothing)
+        if not pump.waiting:
+            del lingering[pump]
+        elif pump.ended or now - since >= PUMP_LINGER:
+            del lingering[pump]
+            due.append(pump)
+    return due
+
+
+def _waking(pumps: list[ReadPump]) -> list[ReadPump]:
+    """``pumps``, each taken off ``waiting`` (the lock held): their wake-up is sent."""
+    for pump in pumps:
+        pump.waiting = False
+    return pumps
 
 
 def _set_all(events: list[trio.Event]) -> None:
