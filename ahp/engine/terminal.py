@@ -890,10 +890,8 @@ class Terminal(CommandSurface):
                         turn = time.perf_counter()
                     start = time.perf_counter()
                     self.largest_feed = max(self.largest_feed, len(piece))
-                    actions = compact(
-                        parser.feed(
-                            piece, wall_ms=int(time.time() * 1000), mono_ms=time.monotonic() * 1000
-                        )
+                    actions = parser.feed(  # (compacted once, with the turn's others)
+                        piece, wall_ms=int(time.time() * 1000), mono_ms=time.monotonic() * 1000
                     )
                     # Slow when a whole read batch of such output would hold the loop
                     # longer than PARSE_STEP (escape-dense output costs ~2 us a byte).
