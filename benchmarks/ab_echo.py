@@ -151,6 +151,12 @@ def _run_side(path: Path, env_extra: dict[str, str], args: argparse.Namespace) -
         command.append("--no-engine")
     if args.terminado:
         command.append("--terminado")
+    return run_child(path, env, command)
+
+
+def run_child(path: Path, env: dict[str, str], command: list[str]) -> dict[str, Any]:
+    """Run one side's measuring process in ``path``; its last stdout line, as JSON
+    (which must name the ``ahp`` it imported: ``path``'s own)."""
     done = subprocess.run(
         command, check=False, env=env, cwd=path, capture_output=True, text=True, timeout=1800
     )

@@ -29,7 +29,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -37,7 +36,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from ab_echo import parse_side  # (a sibling script: its directory is on sys.path)
+from ab_echo import parse_side, run_child  # (a sibling script: its directory is on sys.path)
 
 HERE = Path(__file__).resolve()
 FIGURES = ("cpu_s_per_100mb", "loop_cpu_s_per_100mb", "mb_s", "steps_per_mb")
@@ -104,15 +103,7 @@ def _run_side(path: Path, env_extra: dict[str, str], args: argparse.Namespace) -
     env["PYTHONPATH"] = str(path)
     command = [sys.executable, str(HERE), "--child", "--mb", str(args.mb)]
     command += ["--clients", str(args.clients)]
-    done = subprocess.run(
-        command, check=False, env=env, cwd=path, capture_output=True, text=True, timeout=1800
-    )
-    if done.returncode:
-        raise SystemExit(f"{path}: failed\n{done.stderr}")
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    if Path(result["ahp"]).resolve() != (path / "ahp").resolve():
-        raise SystemExit(f"{path}: imported ahp from {result['ahp']}")
-    return result
+    return run_child(path, env, command)
 
 
 def main() -> None:
