@@ -15,10 +15,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ahp.agent.command import CommandResult
 from ahp.agent.evidence import MAX_PROGRAM_NAME, InputEvidence, program_name
 from ahp.agent.machine import INPUT_POLL, MAX_INPUT_POLL, CommandMachine, IllegalEvent
 from ahp.agent.options import RunChanges, RunOptions
-from ahp.agent.result import CommandResult
 from ahp.agent.status import (
     FINAL_STATUSES,
     LIVE_STATUSES,

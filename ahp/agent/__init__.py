@@ -16,13 +16,15 @@ Each module holds one (``docs/agent.md`` is the guide):
   terminal is busy) and following it to its end; :mod:`~ahp.agent.markers` —
   the fallback's markers for shells without command detection;
 * :mod:`~ahp.agent.evidence` — why a command is believed to wait for input;
-* :mod:`~ahp.agent.record`, :mod:`~ahp.agent.handle` — what is known about a
-  command, and the agent's :class:`CommandHandle` on it;
+* :mod:`~ahp.agent.record`, :mod:`~ahp.agent.command` — what is known about a
+  command, and the agent's :class:`CommandHandle` on it with the
+  :class:`CommandResult` it returns; :mod:`~ahp.agent.occupants` — who else is in
+  the terminal (the :class:`Holder`, a :class:`BackgroundProcess`);
   :mod:`~ahp.agent.registry` — a terminal's recent handles;
 * :mod:`~ahp.agent.surface` — ``run``/``start``/``command`` once for both
   terminals, :func:`wait_any`, :func:`as_completed`;
-* :mod:`~ahp.agent.result`, :mod:`~ahp.agent.budget`, :mod:`~ahp.agent.render`
-  — the result value, the output budget and the line renderer (pure);
+* :mod:`~ahp.agent.budget`, :mod:`~ahp.agent.render` — the output budget and
+  the line renderer (pure);
 * :mod:`~ahp.agent.screen` — the screen model (``term.screen()``);
   :mod:`~ahp.agent.exec` — non-pty execution (:func:`exec_command`).
 """
@@ -33,31 +35,31 @@ from ahp.exports import lazy_exports
 
 if TYPE_CHECKING:
     from ahp.agent.collector import INTERRUPT_GRACE, start_command
+    from ahp.agent.command import CommandHandle, CommandResult
     from ahp.agent.evidence import InputEvidence, evidence_of, looks_like_prompt
     from ahp.agent.exec import exec_command
-    from ahp.agent.handle import CommandHandle
+    from ahp.agent.occupants import BackgroundProcess, Holder
     from ahp.agent.options import DEFAULT_INPUT_QUIET, DEFAULT_MAX_OUTPUT, RunChanges, RunOptions
     from ahp.agent.port import ProcessPort, TerminalPort
     from ahp.agent.record import MAX_RAW_OUTPUT
     from ahp.agent.registry import MAX_COMMANDS_KEPT, CommandRegistry
     from ahp.agent.render import strip_escapes
-    from ahp.agent.result import FINAL_STATUSES, STATUSES, BackgroundProcess, CommandResult, Holder
-    from ahp.agent.status import Event, Status
+    from ahp.agent.status import FINAL_STATUSES, STATUSES, Event, Status
     from ahp.agent.surface import CommandSurface, as_completed, run_command, wait_any
 
 #: Public name -> module that defines it. Imported on first use, so that the pure
 #: modules (``ahp.agent.status``, ``ahp.agent.machine``…) load no Trio.
 _EXPORTS = {
-    "BackgroundProcess": "ahp.agent.result",
-    "CommandHandle": "ahp.agent.handle",
+    "BackgroundProcess": "ahp.agent.occupants",
+    "CommandHandle": "ahp.agent.command",
     "CommandRegistry": "ahp.agent.registry",
-    "CommandResult": "ahp.agent.result",
+    "CommandResult": "ahp.agent.command",
     "CommandSurface": "ahp.agent.surface",
     "DEFAULT_INPUT_QUIET": "ahp.agent.options",
     "DEFAULT_MAX_OUTPUT": "ahp.agent.options",
     "Event": "ahp.agent.status",
-    "FINAL_STATUSES": "ahp.agent.result",
-    "Holder": "ahp.agent.result",
+    "FINAL_STATUSES": "ahp.agent.status",
+    "Holder": "ahp.agent.occupants",
     "INTERRUPT_GRACE": "ahp.agent.collector",
     "InputEvidence": "ahp.agent.evidence",
     "MAX_COMMANDS_KEPT": "ahp.agent.registry",
@@ -65,7 +67,7 @@ _EXPORTS = {
     "ProcessPort": "ahp.agent.port",
     "RunChanges": "ahp.agent.options",
     "RunOptions": "ahp.agent.options",
-    "STATUSES": "ahp.agent.result",
+    "STATUSES": "ahp.agent.status",
     "Status": "ahp.agent.status",
     "TerminalPort": "ahp.agent.port",
     "as_completed": "ahp.agent.surface",

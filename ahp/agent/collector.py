@@ -49,15 +49,15 @@ from typing import Final
 import attrs
 import trio
 
+from ahp.agent.command import CommandHandle
 from ahp.agent.evidence import InputEvidence, evidence_of, looks_like_prompt
-from ahp.agent.handle import CommandHandle
 from ahp.agent.machine import INPUT_POLL, MAX_INPUT_POLL
 from ahp.agent.markers import MARKER_LOOKBACK, MARKER_TAIL, Markers, group, wrap
+from ahp.agent.occupants import BackgroundProcess, Holder
 from ahp.agent.options import RunOptions
 from ahp.agent.port import TerminalPort
 from ahp.agent.prestart import MAX_PRE_START, PreStart, prompt_after, screen_line
 from ahp.agent.record import CommandRecord
-from ahp.agent.result import BackgroundProcess, Holder
 from ahp.agent.status import Event
 from ahp.protocol.actions import (
     ActionEnvelope,

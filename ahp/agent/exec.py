@@ -6,7 +6,7 @@ streams. VS Code's agent host runs such commands as non-interactive child
 processes and shows them as ``isPty: false`` output terminals; this offers the
 same: the command runs with stdin at ``/dev/null`` (a read ends at once: it cannot
 wait on a prompt), its stdout and stderr kept apart, and the result is the same
-:class:`~ahp.agent.result.CommandResult` as a terminal command's, with the same budgets
+:class:`~ahp.agent.command.CommandResult` as a terminal command's, with the same budgets
 (:class:`~ahp.agent.budget.OutputBudget`: head, tail, exact counts), plus ``stderr`` and
 the exact exit code or ``signal``.
 
@@ -57,8 +57,9 @@ import attrs
 import trio
 
 from ahp.agent.budget import DEFAULT_HEAD_BYTES, DEFAULT_TAIL_BYTES, BudgetedText, OutputBudget
+from ahp.agent.command import CommandResult
+from ahp.agent.occupants import BackgroundProcess
 from ahp.agent.render import LineRenderer
-from ahp.agent.result import BackgroundProcess, CommandResult
 from ahp.client.errors import ClientError, RpcError
 from ahp.protocol import processes as xp
 from ahp.pty import kill_session, procfs, session_members
@@ -351,7 +352,7 @@ async def start_exec(
 async def exec_command(
     host: Host, command: str | Sequence[str], **options: Unpack[ExecOptions]
 ) -> CommandResult:
-    """Run ``command`` without a terminal and return its :class:`~ahp.agent.result.CommandResult`.
+    """Run ``command`` without a terminal and return its :class:`~ahp.agent.command.CommandResult`.
 
     Args:
         host: the host that runs it (its terminal is the host's).
@@ -485,7 +486,7 @@ async def _dispose_quietly(client: Client, uri: str) -> None:
 
 
 def result_from_json(data: Any) -> CommandResult:
-    """A :class:`~ahp.agent.result.CommandResult` from its ``to_json()``.
+    """A :class:`~ahp.agent.command.CommandResult` from its ``to_json()``.
 
     Raises:
         ahp.client.ClientError: ``data`` is not such a dict.

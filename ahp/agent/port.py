@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Protocol
 
+from ahp.agent.command import CommandControls
 from ahp.protocol.actions import ActionEnvelope
 from ahp.protocol.state import Snapshot, TerminalClaim, TerminalState
 
@@ -41,8 +42,9 @@ class ProcessPort(Protocol):
         ...
 
 
-class TerminalPort(Protocol):
-    """A terminal as :func:`ahp.agent.collector.start_command` drives it."""
+class TerminalPort(CommandControls, Protocol):
+    """A terminal as :func:`ahp.agent.collector.start_command` drives it (and, through
+    :class:`~ahp.agent.command.CommandControls`, its commands' handles: input, kill)."""
 
     @property
     def uri(self) -> str: ...
@@ -55,8 +57,6 @@ class TerminalPort(Protocol):
         snapshot when the follower fell behind); ends when nothing more can come
         (the terminal closed, the connection is gone)."""
         ...
-
-    async def send_input(self, data: str) -> None: ...
 
     async def set_claim(self, claim: TerminalClaim) -> None:
         """Claim the terminal; returns once the state shows the new claim (or refused)."""
@@ -91,9 +91,4 @@ class TerminalPort(Protocol):
     def processes(self) -> ProcessPort | None:
         """What the terminal's processes show; ``None`` when nothing can be seen (no
         pty, a server without the process extension): the screen heuristics apply."""
-        ...
-
-    async def kill_command(self, mark: object) -> None:
-        """Kill the running command's process groups: the foreground job and every
-        job started since ``mark`` (as well as this side can)."""
         ...

@@ -2,7 +2,7 @@
 
 Why a record apart from the handle: the collector task (:mod:`ahp.agent.collector`)
 writes what happens to a command and the agent reads it through the
-:class:`~ahp.agent.handle.CommandHandle`; both go through this object's public
+:class:`~ahp.agent.command.CommandHandle`; both go through this object's public
 methods, so neither reaches into the other's members. Every change of status
 goes through :meth:`CommandRecord.apply` (the machine's table).
 
@@ -21,8 +21,8 @@ import trio
 
 from ahp.agent.budget import RETAINED_OUTPUT_BYTES, OutputBudget
 from ahp.agent.machine import CommandMachine, Transition
+from ahp.agent.occupants import BackgroundProcess, Holder
 from ahp.agent.render import LineRenderer
-from ahp.agent.result import BackgroundProcess, CommandResult, Holder
 from ahp.agent.status import Event, Status
 
 if TYPE_CHECKING:
@@ -159,37 +159,3 @@ class CommandRecord:
     def live(self) -> list[str]:
         """The renderer's window: lines the cursor can still change."""
         return self.renderer.lines()
-
-    def result(self) -> CommandResult:
-        """The result so far, without a handle (the handle puts itself in while the
-        command is not over: :meth:`ahp.agent.handle.CommandHandle.result`)."""
-        machine = self.machine
-        budgeted = self.budget.render(self.live())
-        end = self.ended if self.ended is not None else time.monotonic()
-        elapsed = int((end - self.started) * 1000)
-        status = machine.status
-        note = machine.note
-        evidence = self.evidence
-        if not note and evidence is not None:
-            note = evidence.describe()
-        return CommandResult(
-            command_line=self.command_line,
-            status=str(status),
-            output=budgeted.text,
-            raw_output=self.raw.text(),
-            exit_code=machine.exit_code,
-            duration_ms=self.duration_ms if self.duration_ms is not None else elapsed,
-            truncated=budgeted.truncated,
-            omitted_bytes=budgeted.omitted_bytes,
-            omitted_lines=budgeted.omitted_lines,
-            total_bytes=budgeted.total_bytes,
-            total_lines=budgeted.total_lines,
-            timed_out=Event.TIME_OUT in machine.asked,
-            waiting_for_input=machine.waiting,
-            alternate_screen=self.renderer.used_alternate,
-            shell_exited=status is Status.SHELL_EXITED,
-            background=self.background,
-            command_id=self.id,
-            note=note,
-            holder=self.holder,
-        )

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
-    from ahp.agent.handle import CommandHandle
+    from ahp.agent.command import CommandHandle
 
 __all__ = ["MAX_COMMANDS_KEPT", "CommandRegistry"]
 

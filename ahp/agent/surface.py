@@ -25,11 +25,10 @@ from typing import Unpack
 import trio
 
 from ahp.agent.collector import INTERRUPT_GRACE, start_command
-from ahp.agent.handle import CommandHandle
+from ahp.agent.command import CommandHandle, CommandResult
 from ahp.agent.options import RunChanges, RunOptions
 from ahp.agent.port import TerminalPort
 from ahp.agent.registry import CommandRegistry
-from ahp.agent.result import CommandResult
 
 __all__ = ["CommandSurface", "as_completed", "run_command", "wait_any"]
 

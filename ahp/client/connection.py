@@ -43,9 +43,9 @@ from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
 import trio
 
 from ahp import __version__
+from ahp.agent.command import CommandResult
 from ahp.agent.options import RunChanges, RunOptions
 from ahp.agent.registry import CommandRegistry
-from ahp.agent.result import CommandResult
 from ahp.agent.screen import ScreenModel
 from ahp.client.errors import ClientError, ConnectionLost, RpcError
 from ahp.client.mirror import Mirror

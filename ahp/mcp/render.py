@@ -35,7 +35,7 @@ from ahp.protocol.state import TERMINAL_SCHEME
 from ahp.protocol.uri import file_uri_to_path
 
 if TYPE_CHECKING:
-    from ahp.agent.result import CommandResult
+    from ahp.agent.command import CommandResult
 
 __all__ = [
     "ECHO_KEEP_LINES",

@@ -30,7 +30,7 @@ The requests (every ``channel`` is a terminal this server hosts):
   new ``isPty: false`` terminal, and answer once it runs; follow the channel for its
   output and ``terminal/exited``.
 * :data:`EXEC_RESULT` ``{channel}`` → the ``CommandResult`` of an exec that ended
-  (its JSON: ``ahp.agent.result.CommandResult.to_json``), waiting at most
+  (its JSON: ``ahp.agent.command.CommandResult.to_json``), waiting at most
   :data:`EXEC_RESULT_WAIT` seconds for it; an error while it still runs.
 
 A mark is data the client holds, not a server-side handle: a forged one can

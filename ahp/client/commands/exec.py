@@ -37,7 +37,7 @@ from ahp.client.commands.common import (
 )
 
 if TYPE_CHECKING:
-    from ahp.agent.result import CommandResult
+    from ahp.agent.command import CommandResult
 
 __all__ = ["FAILED", "TIMED_OUT", "add_parser", "exec_status", "run"]
 

@@ -1,28 +1,130 @@
-"""A started command, for the agent: :class:`CommandHandle` (follow it, read it, stop it).
+"""A started command, for the agent: its :class:`CommandHandle` and :class:`CommandResult`.
 
 Why a handle: ``run`` returns early (waiting for input, ``yield_after``) and
 ``start`` at once, so the agent needs something to come back to. The handle reads
 the command's :class:`~ahp.agent.record.CommandRecord` (kept up to date by the
 collector task in the terminal owner's nursery) and acts through the terminal's
-:class:`~ahp.agent.port.TerminalPort`. All methods can be called from any task
-of the same Trio run; none of them waits for ever unless asked to (``wait()``
-without a timeout waits for the command to settle).
+:class:`CommandControls` (what a :class:`~ahp.agent.port.TerminalPort` offers for
+it). All methods can be called from any task of the same Trio run; none of them
+waits for ever unless asked to (``wait()`` without a timeout waits for the
+command to settle).
+
+Why the result beside it: a :class:`CommandResult` is the frozen value an agent
+framework codes against (``docs/agent.md``): the same from an in-process
+:class:`~ahp.engine.Terminal`, a remote :class:`~ahp.client.RemoteTerminal`, the
+CLI's ``run --json`` and the MCP tools. A result returned before the command's end
+carries its handle, and the handle makes results: one concept, one module.
 """
 
 from __future__ import annotations
 
 import math
+import time
+from typing import Protocol
 
 import attrs
 import trio
 
 from ahp.agent.evidence import InputEvidence
-from ahp.agent.port import TerminalPort
+from ahp.agent.occupants import BackgroundProcess, Holder
 from ahp.agent.record import CommandRecord
-from ahp.agent.result import CommandResult
-from ahp.agent.status import Event, Status
+from ahp.agent.status import FINAL_STATUSES, STATUSES, Event, Status
 
-__all__ = ["CommandHandle"]
+__all__ = ["FINAL_STATUSES", "STATUSES", "CommandControls", "CommandHandle", "CommandResult"]
+
+
+class CommandControls(Protocol):
+    """What a handle acts through: the terminal's input and its jobs."""
+
+    async def send_input(self, data: str) -> None: ...
+
+    async def kill_command(self, mark: object) -> None:
+        """Kill the running command's process groups: the foreground job and every
+        job started since ``mark`` (as well as this side can)."""
+        ...
+
+
+@attrs.frozen
+class CommandResult:
+    """The result of one command (see ``docs/agent.md``).
+
+    Attributes:
+        command_line: the command as submitted.
+        status: ``"finished"`` (exit code known), ``"running"`` (still running:
+            ``yield_after`` or a ``wait`` timeout passed; see :attr:`handle`),
+            ``"waiting_for_input"`` (blocked reading the terminal; answer with
+            ``handle.send_input``), ``"timed_out"`` (the hard ``timeout`` passed and
+            the command was interrupted), ``"interrupted"`` / ``"killed"`` (by the
+            handle), ``"shell_exited"`` (the terminal's shell exited first, or the
+            terminal was disposed), ``"lost"`` (the handle stopped following the
+            command while it ran: the connection is gone, the client closed, or its
+            collector failed), ``"refused"`` (never typed: the terminal was busy with
+            :attr:`holder`). One of :data:`STATUSES`; see ``docs/agent.md``.
+        output: the *rendered* output (progress bars as their last state, cursor
+            moves applied, no escapes, the alternate screen's contents left out)
+            within the budget: head, a marker line, tail.
+        raw_output: the output as the terminal printed it (VT text), the most
+            recent ``head_bytes + tail_bytes`` bytes of it.
+        exit_code: the exit code when the command finished; the shell's own exit
+            code when the command ended the shell (``shell_exited``); else ``None``.
+        duration_ms: wall time from submission to the end (or to now).
+        truncated: ``output`` left something out (see the omitted counts).
+        omitted_bytes: exactly how many bytes of rendered output were left out.
+        omitted_lines: how many whole lines were left out (a line cut at the edge
+            of the head or the tail counts as shown).
+        total_bytes: the size of the whole rendered output (UTF-8, one newline per line).
+        total_lines: its number of lines.
+        timed_out: the hard timeout passed.
+        waiting_for_input: the command is blocked reading the terminal.
+        alternate_screen: the command used the alternate screen (a pager, an
+            editor); what it showed there is not in ``output`` (see ``term.screen()``).
+        shell_exited: the terminal's shell itself exited.
+        background: processes the command left running (in-process only; a remote
+            client cannot see the server's processes and reports none).
+        command_id: the id of the command's :class:`~ahp.agent.CommandHandle` (of an
+            exec: its terminal's URI).
+        note: one sentence for the agent: why it waits for input and how to answer,
+            why it was refused, how it was lost (empty when there is nothing to say).
+        holder: the command that held the terminal (``refused`` only).
+        handle: the handle while the command still runs, else ``None``.
+        stderr: a non-pty run's (``exec_command``) stderr, rendered within the same
+            budget as ``output``; empty for a terminal command (its stderr is in
+            ``output``).
+        signal: the name of the signal that ended a non-pty run (``"SIGKILL"``),
+            else ``None``.
+    """
+
+    command_line: str
+    status: str
+    output: str
+    raw_output: str
+    exit_code: int | None
+    duration_ms: int
+    truncated: bool
+    omitted_bytes: int
+    omitted_lines: int
+    total_bytes: int
+    total_lines: int
+    timed_out: bool
+    waiting_for_input: bool
+    alternate_screen: bool
+    shell_exited: bool
+    background: tuple[BackgroundProcess, ...]
+    command_id: str
+    note: str = ""
+    holder: Holder | None = None
+    handle: CommandHandle | None = attrs.field(default=None, eq=False, repr=False)
+    stderr: str = ""
+    signal: str | None = None
+
+    @property
+    def done(self) -> bool:
+        """The command is over (any final status)."""
+        return self.status in FINAL_STATUSES
+
+    def to_json(self) -> dict[str, object]:
+        """A JSON-ready dict of every field but :attr:`handle`."""
+        return attrs.asdict(self, filter=lambda a, _: a.name != "handle")
 
 
 class CommandHandle:
@@ -34,7 +136,7 @@ class CommandHandle:
     lines of one screen it already returned.
     """
 
-    def __init__(self, record: CommandRecord, port: TerminalPort) -> None:
+    def __init__(self, record: CommandRecord, port: CommandControls) -> None:
         self.record = record
         self._port = port
         self._read_lines = 0  # finished lines returned by read_new
@@ -72,7 +174,7 @@ class CommandHandle:
     def result(self) -> CommandResult:
         """The result so far, without waiting (with this handle in it while the command
         is not over)."""
-        result = self.record.result()
+        result = result_of(self.record)
         return result if self.done else attrs.evolve(result, handle=self)
 
     def output(self) -> str:
@@ -194,3 +296,38 @@ class CommandHandle:
     def __repr__(self) -> str:
         status = self.record.status
         return f"<CommandHandle {self.id} {self.command_line!r} {Status(status)}>"
+
+
+def result_of(record: CommandRecord) -> CommandResult:
+    """The result so far, without a handle (the handle puts itself in while the
+    command is not over: :meth:`CommandHandle.result`)."""
+    machine = record.machine
+    budgeted = record.budget.render(record.live())
+    end = record.ended if record.ended is not None else time.monotonic()
+    elapsed = int((end - record.started) * 1000)
+    status = machine.status
+    note = machine.note
+    evidence = record.evidence
+    if not note and evidence is not None:
+        note = evidence.describe()
+    return CommandResult(
+        command_line=record.command_line,
+        status=str(status),
+        output=budgeted.text,
+        raw_output=record.raw.text(),
+        exit_code=machine.exit_code,
+        duration_ms=record.duration_ms if record.duration_ms is not None else elapsed,
+        truncated=budgeted.truncated,
+        omitted_bytes=budgeted.omitted_bytes,
+        omitted_lines=budgeted.omitted_lines,
+        total_bytes=budgeted.total_bytes,
+        total_lines=budgeted.total_lines,
+        timed_out=Event.TIME_OUT in machine.asked,
+        waiting_for_input=machine.waiting,
+        alternate_screen=record.renderer.used_alternate,
+        shell_exited=status is Status.SHELL_EXITED,
+        background=record.background,
+        command_id=record.id,
+        note=note,
+        holder=record.holder,
+    )
