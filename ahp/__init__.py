@@ -19,12 +19,13 @@ Trio client).
 from typing import TYPE_CHECKING
 
 from ahp.exports import lazy_exports
+from ahp.version import __version__
 
 if TYPE_CHECKING:
     from ahp.agent import BackgroundProcess, CommandHandle, CommandResult
-    from ahp.agent.exec import exec_command
     from ahp.agent.screen import Screen
     from ahp.engine import Host, Subscription, Terminal, TerminalExists, TerminalNotFound, open_host
+    from ahp.engine.exec import exec_command
     from ahp.protocol import (
         ActionEnvelope,
         ClientClaim,
@@ -60,7 +61,7 @@ _EXPORTS = {
     "CommandHandle": "ahp.agent",
     "CommandResult": "ahp.agent",
     "Screen": "ahp.agent.screen",
-    "exec_command": "ahp.agent.exec",
+    "exec_command": "ahp.engine.exec",
     "ServeOptions": "ahp.server",
     "Sidecar": "ahp.server",
     "serve_host": "ahp.server",
@@ -69,8 +70,6 @@ _EXPORTS = {
 
 __getattr__ = lazy_exports("ahp", _EXPORTS, globals())
 
-
-__version__ = "0.1.0"
 
 __all__ = [
     "ActionEnvelope",

@@ -20,7 +20,8 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
-from ahp import __version__, arguments
+from ahp import arguments
+from ahp.version import __version__
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 #: Longest ``--drain-timeout`` (a day): longer is a typo, and Trio deadlines stay finite.

@@ -22,12 +22,12 @@ from pathlib import Path
 import trio
 
 try:
-    from ahp.agent.exec import exec_command
     from ahp.engine import open_host
+    from ahp.engine.exec import exec_command
 except ModuleNotFoundError:  # a checkout without `pip install -e .`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from ahp.agent.exec import exec_command
     from ahp.engine import open_host
+    from ahp.engine.exec import exec_command
 
 __all__ = ["run"]
 

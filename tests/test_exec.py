@@ -1,4 +1,5 @@
-"""Non-pty execution (``exec_command``, ``ahp/agent/exec.py``) with real processes.
+"""Non-pty execution (``exec_command``: ``ahp/engine/exec.py``, ``ahp/client/exec.py``)
+with real processes.
 
 Test rules:
 - Every case runs a real program on real pipes through the engine; the AHP case
@@ -22,16 +23,11 @@ import trio
 
 import ahp
 from ahp.agent.budget import omission_marker
-from ahp.agent.exec import (
-    EXEC_TERMINALS_KEPT,
-    exec_command,
-    exec_remote,
-    find_exec,
-    start_exec,
-)
 from ahp.client import RpcError, connect
 from ahp.client.commands.exec import exec_status
+from ahp.client.exec import exec_remote
 from ahp.engine import Host
+from ahp.engine.exec import EXEC_TERMINALS_KEPT, exec_command, find_exec, start_exec
 from ahp.protocol import processes as xp
 from ahp.protocol.jsonrpc import ErrorCode
 from ahp.protocol.processes import MAX_EXEC_CHARS

@@ -25,8 +25,10 @@ Each module holds one (``docs/agent.md`` is the guide):
   terminals, :func:`wait_any`, :func:`as_completed`;
 * :mod:`~ahp.agent.budget`, :mod:`~ahp.agent.render` — the output budget and
   the line renderer (pure);
-* :mod:`~ahp.agent.screen` — the screen model (``term.screen()``);
-  :mod:`~ahp.agent.exec` — non-pty execution (:func:`exec_command`).
+* :mod:`~ahp.agent.screen` — the screen model (``term.screen()``).
+
+Non-pty execution builds on these from above: :mod:`ahp.engine.exec` runs a
+command on a host, :mod:`ahp.client.exec` on a server (``ahp.exec_command``).
 """
 
 from typing import TYPE_CHECKING
@@ -37,7 +39,6 @@ if TYPE_CHECKING:
     from ahp.agent.collector import INTERRUPT_GRACE, start_command
     from ahp.agent.command import CommandHandle, CommandResult
     from ahp.agent.evidence import InputEvidence, evidence_of, looks_like_prompt
-    from ahp.agent.exec import exec_command
     from ahp.agent.occupants import BackgroundProcess, Holder
     from ahp.agent.options import DEFAULT_INPUT_QUIET, DEFAULT_MAX_OUTPUT, RunChanges, RunOptions
     from ahp.agent.port import ProcessPort, TerminalPort
@@ -71,7 +72,6 @@ _EXPORTS = {
     "Status": "ahp.agent.status",
     "TerminalPort": "ahp.agent.port",
     "as_completed": "ahp.agent.surface",
-    "exec_command": "ahp.agent.exec",
     "evidence_of": "ahp.agent.evidence",
     "looks_like_prompt": "ahp.agent.evidence",
     "run_command": "ahp.agent.surface",
@@ -107,7 +107,6 @@ __all__ = [
     "TerminalPort",
     "as_completed",
     "evidence_of",
-    "exec_command",
     "looks_like_prompt",
     "run_command",
     "start_command",

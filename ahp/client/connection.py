@@ -42,7 +42,6 @@ from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
 
 import trio
 
-from ahp import __version__
 from ahp.agent.command import CommandResult
 from ahp.agent.options import RunChanges, RunOptions
 from ahp.agent.registry import CommandRegistry
@@ -72,6 +71,7 @@ from ahp.protocol.dialect import Dialect
 from ahp.protocol.jsonrpc import JsonRpcErrorObject
 from ahp.protocol.state import ROOT_URI, ChannelState, RootState, TerminalState
 from ahp.reducers import DEFAULT_SCROLLBACK
+from ahp.version import __version__
 
 __all__ = [
     "CONNECT_TIMEOUT",

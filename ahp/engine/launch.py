@@ -81,7 +81,7 @@ class TerminalSpec:
     #: starts the shell without them (:func:`ahp.shell.prepare_shell` ``user_rc``).
     user_rc: bool = True
     #: Pipes only (``use_pty=False``): stdin is ``/dev/null``, and stderr has a pipe of its
-    #: own, read beside stdout (:class:`ahp.pty.SpawnSpec`; what :mod:`ahp.agent.exec` uses).
+    #: own, read beside stdout (:class:`ahp.pty.SpawnSpec`; what :mod:`ahp.engine.exec` uses).
     stdin_closed: bool = False
     stderr_apart: bool = False
 

@@ -266,7 +266,7 @@ class Terminal(CommandSurface):
         #: host's flood watch); must not block nor raise.
         self._on_input = on_input
         #: Called by the read tasks with each batch read (``True``: from stderr, when it
-        #: has a pipe of its own); must not block nor raise (see :mod:`ahp.agent.exec`).
+        #: has a pipe of its own); must not block nor raise (see :mod:`ahp.engine.exec`).
         self._on_output = on_output
         #: Called (and dropped) with the next batch read, while the host's watchers sleep
         #: (:class:`~ahp.engine.alarm.OutputAlarm`); must not block nor raise.

@@ -45,11 +45,11 @@ from typing import TYPE_CHECKING, Any, Final
 import attrs
 import trio
 
-from ahp import __version__
 from ahp.mcp.backend import Backend, ClientBackend, HostBackend
 from ahp.mcp.stdio import claim_stdin
 from ahp.mcp.toolbox import Toolbox
 from ahp.mcp.tools import TOOLS, ToolSpec
+from ahp.version import __version__
 
 if TYPE_CHECKING:
     import mcp_types

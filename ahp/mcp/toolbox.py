@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, Final
 import attrs
 import trio
 
-from ahp.agent.exec import exec_command
+from ahp.engine.exec import exec_command
 from ahp.mcp.backend import Backend, ClientBackend, HostBackend, NoSuchTerminal
 from ahp.mcp.contract import Result, ScreenView
 from ahp.mcp.keys import keys_text
@@ -343,8 +343,8 @@ class Toolbox:
 
     async def _exec(self, command: str, args: dict[str, Any]) -> ToolOutput:
         """run_command with ``pty: false``: ``exec_command`` here, or ``x-ahp-terminals/exec``
-        on the server of ``--connect`` (:mod:`ahp.agent.exec`); one answer, nothing tracked."""
-        from ahp.agent.exec import exec_remote
+        on the server of ``--connect`` (:mod:`ahp.client.exec`); one answer, nothing tracked."""
+        from ahp.client.exec import exec_remote
 
         cwd: str | None = args["cwd"]
         if cwd is not None and not os.path.isabs(cwd):

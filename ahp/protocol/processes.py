@@ -26,7 +26,7 @@ The requests (every ``channel`` is a terminal this server hosts):
 
 * :data:`EXEC` ``{argv | command, channel?, cwd?, env?, timeout?, headBytes?,
   tailBytes?}`` → ``{channel}``: start a command without a terminal (stdin closed,
-  stdout and stderr apart: ``exec_command``, :mod:`ahp.agent.exec`) as the process of a
+  stdout and stderr apart: ``exec_command``, :mod:`ahp.engine.exec`) as the process of a
   new ``isPty: false`` terminal, and answer once it runs; follow the channel for its
   output and ``terminal/exited``.
 * :data:`EXEC_RESULT` ``{channel}`` → the ``CommandResult`` of an exec that ended

@@ -22,7 +22,7 @@ Python, ``pty.fork`` or ``preexec_fn`` is unsafe in a threaded Trio process (tri
 Pipe mode needs no terminal: ``start_new_session=True`` gives the child its own
 process group so that :meth:`Child.signal_group` works the same way. Its stdin can be
 ``/dev/null`` instead of a pipe, and its stderr a pipe of its own
-(``SpawnSpec.stdin_closed`` / ``stderr_apart``: what :mod:`ahp.agent.exec` runs with).
+(``SpawnSpec.stdin_closed`` / ``stderr_apart``: what :mod:`ahp.engine.exec` runs with).
 
 Ownership and failure: every fd opened here is close-on-exec from creation (``openpty``
 and ``pipe2(O_CLOEXEC)``, so a concurrent spawn in another thread cannot inherit a

@@ -22,8 +22,8 @@ from typing import Any, Final
 
 import attrs
 
-from ahp import keystroke
 from ahp.engine import Terminal
+from ahp.keystroke import enabled
 from ahp.protocol.actions import (
     ActionOrigin,
     RootConfigChanged,
@@ -54,7 +54,7 @@ _AUDIT_KEYS: Final = 64
 #: Why a read-only connection's dispatch or request is refused.
 READ_ONLY_REFUSAL: Final = "this connection is read-only (it was admitted with the read-only token)"
 #: Whether the reader's input dispatch takes a checkpoint (keystroke trick ``no_checkpoint``).
-_DISPATCH_CHECKPOINT: Final = not keystroke.enabled("no_checkpoint")
+_DISPATCH_CHECKPOINT: Final = not enabled("no_checkpoint")
 
 
 async def dispatch_action(conn: Connection, params: Any) -> None:

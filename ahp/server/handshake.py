@@ -18,7 +18,6 @@ from __future__ import annotations
 import logging
 from typing import Any, Final
 
-from ahp import __version__
 from ahp.protocol.codec import structure
 from ahp.protocol.commands import (
     RESUME_META,
@@ -58,6 +57,7 @@ from ahp.server.identity import (
     take_identity,
     token_of,
 )
+from ahp.version import __version__
 
 __all__ = [
     "READ_ONLY_META",

@@ -32,8 +32,8 @@ from typing import Any, Final
 
 import trio
 
-from ahp.agent.exec import find_exec, start_exec
 from ahp.engine import Terminal, TerminalExists, TerminalNotFound
+from ahp.engine.exec import find_exec, start_exec
 from ahp.protocol.codec import structure, unstructure
 from ahp.protocol.jsonrpc import ErrorCode
 from ahp.protocol.processes import (

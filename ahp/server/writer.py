@@ -25,21 +25,17 @@ from typing import Final
 
 import trio
 
-from ahp import keystroke
 from ahp.engine import Outbox
 from ahp.engine.envelopes import Published
 from ahp.engine.outbox import OutboxItem, PendingAnswer
+from ahp.keystroke import ECHO_PAIR_WAIT, enabled
 from ahp.server.session import Session
 from ahp.server.wsconn import ServerWebSocket
 
-__all__ = ["ECHO_PAIR_WAIT", "OVERFLOW_CLOSE", "ConnectionWriter", "encoded"]
+__all__ = ["OVERFLOW_CLOSE", "ConnectionWriter", "encoded"]
 
 log = logging.getLogger("ahp.server")
 
-#: Seconds a lone keystroke echo waits for the output it causes, to share its write
-#: (see ConnectionWriter). The output is sent as soon as it is there; only an echo whose
-#: input prints nothing (a password, a key the program ignores) waits this long.
-ECHO_PAIR_WAIT: Final = keystroke.ECHO_PAIR_WAIT
 #: The close reason sent to a client whose outbox overflowed.
 OVERFLOW_CLOSE: Final = (1013, "outbound buffer full; reconnect to resume")
 
@@ -87,7 +83,7 @@ class ConnectionWriter:
         #: The scope of the waits for the next batch (see _lone_echo and run).
         self._wait_scope: trio.CancelScope | None = None
         self._parked = False  # the writer waits in the outbox
-        if keystroke.enabled("echo_pairing"):
+        if enabled("echo_pairing"):
             outbox.on_lone_echo = self._lone_echo
 
     def _lone_echo(self) -> None:
@@ -95,7 +91,7 @@ class ConnectionWriter:
         follows a few scheduler passes later (input-write, the kernel's echo,
         pty-read, parse, reducer), and then both leave in one write, off the
         output's path (one system call and one wake-up of the client, not two). The
-        wait ends :data:`ECHO_PAIR_WAIT` seconds after the echo at the latest, for
+        wait ends :data:`ahp.keystroke.ECHO_PAIR_WAIT` seconds after the echo at the latest, for
         input that prints nothing."""
         scope = self._wait_scope
         if scope is not None and self._parked:

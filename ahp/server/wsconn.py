@@ -46,7 +46,7 @@ from wsproto.events import (
     TextMessage,
 )
 
-from ahp import keystroke
+from ahp.keystroke import enabled, parse_simple_frame
 
 __all__ = [
     "RECEIVE_SIZE",
@@ -63,9 +63,6 @@ _T = TypeVar("_T")
 
 #: Bytes asked of the socket per read.
 RECEIVE_SIZE: Final = 64 * 1024
-#: Largest client frame parsed here rather than by wsproto (see ``_fast_message``):
-#: keystrokes and requests; bigger frames are rare and go through wsproto.
-FAST_FRAME_MAX: Final = keystroke.FAST_FRAME_MAX
 #: Frames are gathered into writes of about this many bytes (see ``send_texts``).
 WRITE_CHUNK: Final = 256 * 1024
 #: Frames one message may be fragmented into (RFC 6455 5.4 sets no bound). wsproto parses
@@ -230,13 +227,13 @@ class ServerWebSocket:
         #: The socket under a plain TCP or Unix stream (read and written directly, see
         #: :meth:`_read` and :meth:`_write_all`); None under TLS.
         # (keystroke trick ``fd_io``.)
-        plain = isinstance(stream, trio.SocketStream) and keystroke.enabled("fd_io")
+        plain = isinstance(stream, trio.SocketStream) and enabled("fd_io")
         self._sock = stream.socket if plain and isinstance(stream, trio.SocketStream) else None
         #: Bytes received but not yet parsed, while frames are parsed here (see
         #: :meth:`_fast_message`); once anything else arrives, everything goes to wsproto.
         self._pending = bytearray(received)
         self._wsproto_frames = False
-        if not keystroke.enabled("fast_frames"):
+        if not enabled("fast_frames"):
             self._to_wsproto()
         #: A message was returned and no checkpoint has happened since.
         self._owes_checkpoint = False
@@ -351,7 +348,7 @@ class ServerWebSocket:
         codes) exactly as before. wsproto has seen no frame until then, so nothing is
         parsed twice or out of order.
         """
-        text, fallback = keystroke.parse_simple_frame(self._pending, self._max)
+        text, fallback = parse_simple_frame(self._pending, self._max)
         if fallback:
             self._to_wsproto()
         return text

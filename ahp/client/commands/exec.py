@@ -1,6 +1,6 @@
 """``python -m ahp exec URL -- ARGV…``: one command on the server, without a terminal.
 
-The server runs it through ``x-ahp-terminals/exec`` (:func:`ahp.agent.exec.exec_remote`):
+The server runs it through ``x-ahp-terminals/exec`` (:func:`ahp.client.exec.exec_remote`):
 stdin is ``/dev/null`` (it cannot wait on a prompt), stdout and stderr are kept apart
 and printed to this process's stdout and stderr, and editors watching the server see
 it as an ``isPty: false`` terminal. One ARGV word is a command line for ``/bin/sh -c``;
@@ -86,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
     cwd = os.path.abspath(args.cwd) if args.cwd is not None else None
 
     async def body() -> int:
-        from ahp.agent.exec import exec_remote
+        from ahp.client.exec import exec_remote
 
         if not words:
             raise CommandFailed("no command given (usage: ahp exec URL -- ARGV...)")

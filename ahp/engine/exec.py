@@ -8,7 +8,8 @@ same: the command runs with stdin at ``/dev/null`` (a read ends at once: it cann
 wait on a prompt), its stdout and stderr kept apart, and the result is the same
 :class:`~ahp.agent.command.CommandResult` as a terminal command's, with the same budgets
 (:class:`~ahp.agent.budget.OutputBudget`: head, tail, exact counts), plus ``stderr`` and
-the exact exit code or ``signal``.
+the exact exit code or ``signal``. A client runs it on a server with
+:func:`ahp.client.exec.exec_remote`.
 
 How: the command is the process of a terminal of its own, spawned on pipes
 (``use_pty=False``, ``stdin_closed``, ``stderr_apart``: see :mod:`ahp.pty.launch`).
@@ -32,8 +33,7 @@ process is reaped before :func:`exec_command` returns or raises (the wait is
 shielded, bounded by :data:`KILL_WAIT`, then the terminal is disposed), and what
 is left of its session is killed too. After a normal exit, processes the command
 left running in its session (``server &``) are listed in ``background`` and left
-alone. A finished
-terminal stays in the catalogue, showing how it ended, until
+alone. A finished terminal stays in the catalogue, showing how it ended, until
 :data:`EXEC_TERMINALS_KEPT` later runs of the same host have finished (it is then
 disposed), or the host closes.
 """
@@ -41,33 +41,28 @@ disposed), or the host closes.
 from __future__ import annotations
 
 import codecs
-import contextlib
 import functools
 import itertools
 import math
-import secrets
 import shlex
 import signal
 import time
 import weakref
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Final, TypedDict, Unpack
+from typing import TYPE_CHECKING, Final, TypedDict, Unpack
 
-import attrs
 import trio
 
 from ahp.agent.budget import DEFAULT_HEAD_BYTES, DEFAULT_TAIL_BYTES, BudgetedText, OutputBudget
 from ahp.agent.command import CommandResult
 from ahp.agent.occupants import BackgroundProcess
 from ahp.agent.render import LineRenderer
-from ahp.client.errors import ClientError, RpcError
-from ahp.protocol import processes as xp
 from ahp.pty import kill_session, procfs, session_members
 from ahp.reducers.core import MAX_TITLE
 
 if TYPE_CHECKING:
-    from ahp.client.connection import Client
-    from ahp.engine import Host, Terminal
+    from ahp.engine.host import Host
+    from ahp.engine.terminal import Terminal
 
 __all__ = [
     "EXEC_TERMINALS_KEPT",
@@ -76,9 +71,7 @@ __all__ = [
     "Exec",
     "ExecOptions",
     "exec_command",
-    "exec_remote",
     "find_exec",
-    "result_from_json",
     "start_exec",
 ]
 
@@ -86,10 +79,6 @@ __all__ = [
 EXEC_TERMINALS_KEPT: Final = 8
 #: Longest wait (seconds) for a process to be reaped after its group got ``SIGKILL``.
 KILL_WAIT: Final = 10.0
-#: Seconds :func:`exec_remote` waits for ``terminal/exited`` before it asks for a fresh
-#: snapshot, doubling up to the second bound.
-EXIT_POLL_MIN: Final = 0.5
-EXIT_POLL_MAX: Final = 5.0
 #: Most leftover processes listed in ``background`` (the lowest pids).
 MAX_BACKGROUND_REPORTED: Final = 64
 #: The renderer's window: wide, so that long lines of a log are not wrapped and joined.
@@ -391,116 +380,6 @@ async def exec_command(
         raise
     assert started.result is not None
     return started.result
-
-
-async def exec_remote(
-    client: Client,
-    command: str | Sequence[str],
-    *,
-    cwd: str | None = None,
-    env: Mapping[str, str] | None = None,
-    timeout: float | None = None,
-    head_bytes: int | None = None,
-    tail_bytes: int | None = None,
-    channel: str | None = None,
-) -> CommandResult:
-    """:func:`exec_command` on the server ``client`` is connected to (``x-ahp-terminals/exec``).
-
-    The server starts the command as an ``isPty: false`` terminal; this follows the
-    channel until ``terminal/exited`` (or its disposal), asks for the result, then
-    unsubscribes. Cancellation disposes the exec terminal (the server kills the process
-    group and reaps it) before it propagates, within :data:`KILL_WAIT` seconds.
-
-    Raises:
-        ahp.client.RpcError: the server refused (bad command or cwd, the terminal
-            limit, draining, or a server without the extension: ``-32601``).
-        ahp.client.ClientError: its answer was malformed.
-    """
-    # Named here, so that a cancellation while the server answers can still dispose it
-    # (the server handles a connection's requests in order: the dispose comes after).
-    uri = channel or f"ahp-terminal:/exec-{secrets.token_hex(6)}"
-    params: dict[str, Any] = {"argv": list(command)} if not isinstance(command, str) else {}
-    if isinstance(command, str):
-        params["command"] = command
-    for key, value in (
-        ("channel", uri),
-        ("cwd", cwd),
-        ("env", dict(env) if env is not None else None),
-        ("timeout", timeout),
-        ("headBytes", head_bytes),
-        ("tailBytes", tail_bytes),
-    ):
-        if value is not None:
-            params[key] = value
-    try:
-        answer = await client.request(xp.EXEC, params)
-    except RpcError:
-        raise  # refused: nothing was started
-    except BaseException:
-        await _dispose_quietly(client, uri)
-        raise
-    try:
-        if not isinstance(answer, dict) or answer.get("channel") != uri:
-            raise ClientError(f"malformed {xp.EXEC} answer: {answer!r:.200}")  # noqa: TRY301
-        await client.subscribe(uri)
-        await _wait_exited(client, uri)
-        data = await client.request(xp.EXEC_RESULT, {"channel": uri})
-    except BaseException:
-        await _dispose_quietly(client, uri)
-        raise
-    with contextlib.suppress(Exception):
-        await client.unsubscribe(uri)
-    return result_from_json(data)
-
-
-async def _wait_exited(client: Client, uri: str) -> None:
-    """Until the mirror shows ``terminal/exited`` (or the channel is gone).
-
-    The envelope is the fast way; a fresh snapshot is asked for after
-    :data:`EXIT_POLL_MIN` seconds without it, then at doubling intervals up to
-    :data:`EXIT_POLL_MAX`, because an ``exited`` that raced the subscription was seen
-    to be missed (a server delivering the envelope before the subscribe answer)."""
-
-    def ended() -> bool:
-        return uri not in client.mirrors or client.terminal_state(uri).exited
-
-    delay = EXIT_POLL_MIN
-    while True:
-        with trio.move_on_after(delay):
-            await client.wait_for(ended)
-            return
-        state = await client.subscribe(uri)
-        if getattr(state, "exited", False):
-            return
-        delay = min(2 * delay, EXIT_POLL_MAX)
-
-
-async def _dispose_quietly(client: Client, uri: str) -> None:
-    """Dispose the exec terminal (the server kills the group and reaps), shielded, bounded."""
-    with (
-        trio.CancelScope(shield=True),
-        trio.move_on_after(KILL_WAIT),
-        contextlib.suppress(Exception),
-    ):
-        await client.dispose_terminal(uri)
-
-
-def result_from_json(data: Any) -> CommandResult:
-    """A :class:`~ahp.agent.command.CommandResult` from its ``to_json()``.
-
-    Raises:
-        ahp.client.ClientError: ``data`` is not such a dict.
-    """
-    names = [f.name for f in attrs.fields(CommandResult) if f.name != "handle"]
-    try:
-        values = {name: data[name] for name in names if name in data}
-        values["background"] = tuple(
-            BackgroundProcess(pid=int(b["pid"]), command_line=str(b["command_line"]))
-            for b in values.get("background", ())
-        )
-        return CommandResult(**values)
-    except (TypeError, KeyError, ValueError) as exc:
-        raise ClientError(f"malformed command result: {exc}") from None
 
 
 def _signal_name(signum: int) -> str:
