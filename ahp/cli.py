@@ -30,7 +30,7 @@ MAX_SECONDS: Final = 86400.0
 USAGE: Final = 2
 
 
-def _nice_option(p: argparse.ArgumentParser, flag: str, default: int, help: str) -> None:
+def _nice_option(p: argparse._ActionsContainer, flag: str, default: int, help: str) -> None:
     """A niceness option of ``serve`` (0-19)."""
     p.add_argument(
         flag,
@@ -43,13 +43,6 @@ def _nice_option(p: argparse.ArgumentParser, flag: str, default: int, help: str)
 
 
 def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from ahp.engine.priority import FLOOD_NICE
-    from ahp.record.recorder import RECORD_MAX_BYTES
-    from ahp.reducers.scrollback import DEFAULT_SCROLLBACK
-    from ahp.server.app import DEFAULT_PORT, SERVE_CHILD_NICE
-    from ahp.server.drain import DEFAULT_DRAIN_TIMEOUT
-    from ahp.server.state import DEFAULT_MAX_TERMINALS
-
     p = sub.add_parser(
         "serve",
         help="run the sidecar: host terminals for AHP clients over WebSocket",
@@ -59,85 +52,102 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
             "viewer page's URLs (full and read-only), quoted for shells. Logs go to stderr."
         ),
     )
-    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    p.add_argument(
+    _serve_access(p.add_argument_group("listening and access"))
+    _serve_terminals(p.add_argument_group("terminals"))
+    _serve_records(p.add_argument_group("records and logs"))
+    _serve_lifetime(p.add_argument_group("lifetime"))
+
+
+def _serve_access(g: argparse._ArgumentGroup) -> None:
+    from ahp.server.app import DEFAULT_PORT
+
+    g.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    g.add_argument(
         "--port",
         type=arguments.port,
         default=DEFAULT_PORT,
         help=f"TCP port, 0-65535 (default {DEFAULT_PORT}; 0 = any free port)",
     )
-    p.add_argument(
+    g.add_argument(
         "--unix", metavar="PATH", help="listen on a Unix socket (mode 0600) instead of TCP"
     )
-    p.add_argument(
+    g.add_argument(
         "--token",
         help="access token (default: the content of the file $AHP_TOKEN_FILE names, else "
         "$AHP_TOKEN, else a random token; prefer the variables: an argument is visible in ps)",
     )
-    p.add_argument(
+    g.add_argument(
         "--tls-cert",
         metavar="PEM",
         help="serve wss:// with this certificate chain (TCP only; the key may be in the file)",
     )
-    p.add_argument("--tls-key", metavar="PEM", help="the certificate's private key")
-    p.add_argument(
+    g.add_argument("--tls-key", metavar="PEM", help="the certificate's private key")
+    g.add_argument(
         "--allow-origin",
         action="append",
         default=[],
         metavar="ORIGIN",
         help="allow browser pages from this Origin (repeatable; default: refuse every Origin)",
     )
-    p.add_argument(
+    g.add_argument(
+        "--holder-only-input",
+        action="store_true",
+        help="take input (and signals) only from the client holding a terminal's claim "
+        "(default: from every client with the token)",
+    )
+    g.add_argument(
+        "--no-web",
+        dest="web",
+        action="store_false",
+        help="do not serve the viewer page (default: served on the same port, at /)",
+    )
+    g.add_argument(
+        "--read-token",
+        help="the read-only token, for watching only (default: $AHP_READ_TOKEN, else a "
+        "random token)",
+    )
+
+
+def _serve_terminals(g: argparse._ArgumentGroup) -> None:
+    from ahp.engine.priority import FLOOD_NICE
+    from ahp.reducers.scrollback import DEFAULT_SCROLLBACK
+    from ahp.server.app import SERVE_CHILD_NICE
+    from ahp.server.state import DEFAULT_MAX_TERMINALS
+
+    g.add_argument(
         "--shell",
         type=_executable,
         help="shell for new terminals, a path or a name on $PATH (default: $SHELL, else /bin/sh)",
     )
-    p.add_argument(
+    g.add_argument(
         "--no-rc",
         action="store_true",
         help="start shells without the user's startup files (~/.bashrc, ~/.profile, "
         "~/.zshrc, config.fish): commands see this process's environment, e.g. a venv's "
         "python first on PATH; command detection still loads",
     )
-    p.add_argument(
+    g.add_argument(
         "--scrollback",
         type=arguments.positive_int,
         metavar="CHARS",
         help=f"characters of output retained per terminal (default {DEFAULT_SCROLLBACK})",
     )
-    p.add_argument(
+    g.add_argument(
         "--max-terminals",
         type=arguments.positive_int,
         default=DEFAULT_MAX_TERMINALS,
         metavar="N",
         help=f"terminals hosted at most; more are refused (default {DEFAULT_MAX_TERMINALS})",
     )
-    p.add_argument(
-        "--holder-only-input",
-        action="store_true",
-        help="take input (and signals) only from the client holding a terminal's claim "
-        "(default: from every client with the token)",
-    )
-    p.add_argument(
-        "--no-web",
-        dest="web",
-        action="store_false",
-        help="do not serve the viewer page (default: served on the same port, at /)",
-    )
-    p.add_argument(
-        "--read-token",
-        help="the read-only token, for watching only (default: $AHP_READ_TOKEN, else a "
-        "random token)",
-    )
     _nice_option(
-        p,
+        g,
         "--child-nice",
         SERVE_CHILD_NICE,
         "run terminals' processes at niceness N: busy programs then leave the server its "
         "CPU when the machine is contended, and other clients' keystrokes their echo",
     )
     _nice_option(
-        p,
+        g,
         "--flood-nice",
         FLOOD_NICE,
         "while a terminal's output floods the server (over 512 KiB/s for 0.5 s) and "
@@ -145,42 +155,52 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "session at autogroup nice N (several floods lower), until quiet for 1 s; 0: "
         "never. The server keeps up and the typist keeps their echo on a busy machine",
     )
-    p.add_argument(
+
+
+def _serve_records(g: argparse._ArgumentGroup) -> None:
+    from ahp.record.recorder import RECORD_MAX_BYTES
+
+    g.add_argument(
         "--record",
         metavar="DIR",
         help="record every terminal into DIR, one asciicast v3 file each (play: "
         "ahp-terminals play FILE)",
     )
-    p.add_argument(
+    g.add_argument(
         "--record-input",
         action="store_true",
         help="record input too (off by default: input may hold passwords)",
     )
-    p.add_argument(
+    g.add_argument(
         "--record-max-bytes",
         type=arguments.positive_int,
         metavar="BYTES",
         help=f"size bound of each recording (default {RECORD_MAX_BYTES}); the recording "
         "stops there, saying so",
     )
-    p.add_argument(
+    g.add_argument(
         "--audit-log",
         metavar="FILE",
         help="log privileged events (connections, terminals, claims, input sizes, signals) "
         "to FILE as JSON lines, rotated",
     )
-    p.add_argument(
+    g.add_argument(
         "--audit-input",
         action="store_true",
         help="log the text of input in the audit log, not only its size",
     )
-    p.add_argument(
+    g.add_argument(
         "--wire-log",
         metavar="DIR",
         help="log every JSON-RPC message into DIR as JSONL with VS Code's _ahpLog field "
         "(rotated at 75 MiB x 5, tokens redacted)",
     )
-    p.add_argument(
+
+
+def _serve_lifetime(g: argparse._ArgumentGroup) -> None:
+    from ahp.server.drain import DEFAULT_DRAIN_TIMEOUT
+
+    g.add_argument(
         "--drain-timeout",
         type=_seconds,
         default=DEFAULT_DRAIN_TIMEOUT,
@@ -189,7 +209,7 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         f"long before disposing everything (default {DEFAULT_DRAIN_TIMEOUT:g}; 0: at once, "
         "as on SIGINT)",
     )
-    p.add_argument(
+    g.add_argument(
         "--log-level",
         default="info",
         choices=["debug", "info", "warning", "error"],
