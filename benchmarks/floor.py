@@ -29,7 +29,7 @@ from typing import Any
 
 import trio
 
-SIDES = ("terminado", "floor-2", "floor-card", "ahp")
+SIDES = ("terminado", "floor-2", "floor-card", "floor-ahp", "ahp")
 
 
 async def _measure_side(side: str, args: argparse.Namespace, workload: Any) -> dict[str, float]:

@@ -189,7 +189,7 @@ def test_issue_23_targets_carry_what_the_floors_scored_on_the_same_figure() -> N
     from ahp.bench.suite import PEERS
     from ahp.bench.targets import FLOORS, evaluate
 
-    assert [p.name for p in PEERS][-2:] == list(FLOORS)
+    assert [p.name for p in PEERS][-len(FLOORS) :] == list(FLOORS)
 
     def side(mb_s: float, cpu: float, echo: float, idle: float) -> dict[str, object]:
         return {
@@ -216,13 +216,21 @@ def test_issue_23_targets_carry_what_the_floors_scored_on_the_same_figure() -> N
             "terminado": side(30.0, 1.9, 0.3, 1.0),
             "ttyd": side(50.0, 0.8, 0.1, 0.25),
             "floor-card": side(40.0, 1.2, 0.27, 0.7),
+            "floor-ahp": side(38.0, 1.3, 0.33, 0.8),
         },
     }
     targets = {t.key: t for t in evaluate(results)}
     echo = targets["echo_vs_terminado_c"]
     assert echo.value == pytest.approx(0.4 / 0.3) and echo.met is False
-    assert dict(echo.floors) == {"floor-2": None, "floor-card": pytest.approx(0.9)}
-    assert _floors_text(echo) == "bare Trio: floor-2 not measured, floor-card 0.900x (meets it)"
+    assert dict(echo.floors) == {
+        "floor-2": None,
+        "floor-card": pytest.approx(0.9),
+        "floor-ahp": pytest.approx(1.1),
+    }
+    assert _floors_text(echo) == (
+        "bare Trio: floor-2 not measured, floor-card 0.900x (meets it), "
+        "floor-ahp 1.100x (misses it)"
+    )
     cpu = targets["server_cpu_per_100mb_c"]
     assert dict(cpu.floors)["floor-card"] == pytest.approx(1.2)
     assert cpu.to_json()["floors"]["floor-card"] == {"value": 1.2, "met": False}

@@ -222,14 +222,15 @@ async def test_ahp_dialect_against_the_sidecar(binary: Path) -> None:
     assert len(idle) == 2
 
 
-@pytest.mark.parametrize("shape", ["2", "card"])
+@pytest.mark.parametrize("shape", ["2", "card", "ahp"])
 async def test_the_floor_servers_echo_and_stream_through_the_c_client(
     binary: Path, shape: str, tmp_path: Path
 ) -> None:
-    """``ahp.bench.floors``' bare Trio servers (terminado's dialect, a real pty), run as
-    the bench runs them, answer the C client's keystrokes (``cat``), stream a gate's
-    output to its end (multi-byte text split across reads decoded whole), and stop
-    cleanly on SIGTERM."""
+    """``ahp.bench.floors``' bare Trio servers (terminado's dialect, or AHP's for
+    ``floor-ahp``; a real pty), run as the bench runs them, answer the C client's
+    keystrokes (``cat``), stream a gate's output to its end (multi-byte text split
+    across reads decoded whole; AHP's ends with ``terminal/exited``), and stop cleanly
+    on SIGTERM."""
     from ahp.bench.floors import open_floor
 
     lines = 2000
@@ -240,10 +241,11 @@ async def test_the_floor_servers_echo_and_stream_through_the_c_client(
     with trio.fail_after(TIMEOUT):
         async with open_floor(shape, workload, gate=gate, cwd=tmp_path) as server:
             assert not server.shares_terminals
-            url, _, _ = await server.terminal("echo")
-            samples = await c_echo(binary, url, "terminado", None, 5, warmup=1)
-            url, _, _ = await server.terminal("gate")
-            run = await c_stream(binary, url, "terminado", None)
+            dialect = server.dialect_name
+            url, _, handle = await server.terminal("echo")
+            samples = await c_echo(binary, url, dialect, server.channel(handle), 5, warmup=1)
+            url, _, handle = await server.terminal("gate")
+            run = await c_stream(binary, url, dialect, server.channel(handle))
             process = server.server.process
     assert process.returncode == 0
     assert len(samples) == 5
@@ -287,3 +289,41 @@ async def test_a_floor_server_ignores_odd_messages_and_outlives_a_bad_client(
             url, _, _ = await server.terminal("echo")
             samples = await c_echo(binary, url, "terminado", None, 3, warmup=1)
     assert len(samples) == 3
+
+
+async def test_the_ahp_floor_sequences_its_envelopes_and_echoes_with_the_output(
+    tmp_path: Path,
+) -> None:
+    """``floor-ahp`` answers ``initialize``, ignores other methods and other channels'
+    input, and sends an input's echo (with the sender's ``origin``) in the same write as
+    the output it caused, each envelope with the next ``serverSeq``."""
+    from ahp.bench.floors import open_floor
+    from ahp.bench.rawws import open_raw_websocket
+    from ahp.bench.wsclient import AhpDialect
+
+    (tmp_path / "w").mkdir()
+    workload = generate(tmp_path / "w", 0.01)
+    with trio.fail_after(TIMEOUT):
+        async with open_floor("ahp", workload) as server:
+            url, make_dialect, handle = await server.terminal("echo")
+            dialect = make_dialect()
+            assert isinstance(dialect, AhpDialect)
+            async with open_raw_websocket(url) as ws:
+                await dialect.handshake(ws)
+                other = orjson.loads(dialect.input_frame("no"))
+                other["params"]["channel"] = "ahp-terminal:/other"
+                await ws.send_message(orjson.dumps(other).decode())
+                await ws.send_message('{"jsonrpc": "2.0", "method": "ping", "params": {}}')
+                await ws.send_message(dialect.input_frame("ok\r"))
+                envelopes = [orjson.loads(await ws.get_message())["params"]]
+                text = ""
+                while "ok" not in text:  # (the pty may hand the echo over in pieces)
+                    envelopes.append(orjson.loads(await ws.get_message())["params"])
+                    text += envelopes[-1]["action"]["data"]
+    echo, *data = envelopes
+    assert {e["channel"] for e in envelopes} == {handle}
+    assert echo["action"] == {"type": "terminal/input", "data": "ok\r"}
+    assert echo["origin"] == {"clientId": dialect.client_id, "clientSeq": 2}
+    assert {d["action"]["type"] for d in data} == {"terminal/data"}
+    assert "origin" not in data[0]
+    assert [e["serverSeq"] for e in envelopes] == list(range(1, len(envelopes) + 1))

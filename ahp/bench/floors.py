@@ -17,7 +17,18 @@ there is in Python), so a floor costs no more than the shape and the pty do:
   writer (seven task steps per keystroke, the reducer taking both inputs from one
   channel, as the engine's does).
 
-Both read the pty as the engine does on its loop (until EAGAIN, at most
+* ``floor-ahp`` has the card's shape and speaks AHP (issue 23's question of what the
+  protocol itself costs): it answers ``initialize`` (subscribed to the one channel the
+  client names), takes ``dispatchAction`` ``terminal/input`` notifications, and sends
+  each input's echo and each output batch as an ``action`` envelope with its
+  ``serverSeq`` (the echo with the sender's ``origin``), and ``terminal/exited`` at the
+  end: the protocol's least work per keystroke, one JSON-RPC message parsed and two
+  envelopes encoded. An input's echo leaves with the next output, in one write (as the
+  sidecar's ``echo_pairing`` does; without its timer: a floor only ever runs ``cat``
+  and the gate, whose input always prints). No state, no claims, no replay log, no
+  scrollback, no other request.
+
+All read the pty as the engine does on its loop (until EAGAIN, at most
 :data:`BATCH` bytes, decoded incrementally). ``nox -s bench`` measures them as two
 more peers (:data:`ahp.bench.suite.PEERS`), with the same clients and in the same
 interleaved rounds as the sidecar, terminado and ttyd, and each of issue 23's targets
@@ -26,7 +37,7 @@ misses too is bounded by the shape, not by the project's work on top of it.
 ``benchmarks/floor.py`` runs them alone, for quick A/Bs.
 
 The server half runs as ``python -m ahp.bench.floors SHAPE GATE_ARGV_JSON CWD``
-(``SHAPE``: ``2`` or ``card``): it prints its port on the first line, then serves
+(``SHAPE``: ``2``, ``card`` or ``ahp``): it prints its port on the first line, then serves
 until SIGTERM or SIGINT. A path under ``/gate/`` runs the gate, any other ``cat``;
 each connection gets its own program on its own pty, killed and reaped when the
 connection ends or the server stops. Buffering: a connection's channels hold at most
@@ -45,7 +56,7 @@ import os
 import signal
 import socket
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, Final
@@ -53,14 +64,16 @@ from typing import Any, Final
 import orjson
 import trio
 
+from ahp.bench.endtoend import TerminalKind
 from ahp.bench.peers import TerminadoServer
 from ahp.bench.processes import open_child_server
 from ahp.bench.workload import Workload
+from ahp.bench.wsclient import AhpDialect, Dialect
 
 __all__ = ["SHAPES", "FloorServer", "floor_missing", "floor_version", "open_floor", "serve"]
 
 #: The shapes by peer name.
-SHAPES: Final = {"floor-2": "2", "floor-card": "card"}
+SHAPES: Final = {"floor-2": "2", "floor-card": "card", "floor-ahp": "ahp"}
 #: Items each of a ``floor-card`` connection's channels holds.
 CHANNEL: Final = 64
 
@@ -130,8 +143,9 @@ async def _send_all(sock: socket.socket, data: bytes) -> None:
             await trio.lowlevel.wait_writable(sock)
 
 
-async def _upgrade(sock: socket.socket) -> tuple[str, bytearray]:
-    """Answer the HTTP upgrade; returns the request's path and the bytes read past it."""
+async def _upgrade(sock: socket.socket, *, setup: bool = True) -> tuple[str, bytearray]:
+    """Answer the HTTP upgrade (and with ``setup`` say terminado's hello); returns the
+    request's path and the bytes read past it."""
     buf = bytearray()
     while b"\r\n\r\n" not in buf:
         buf += await _recv_some(sock)
@@ -150,7 +164,8 @@ async def _upgrade(sock: socket.socket) -> tuple[str, bytearray]:
         b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
         b"Sec-WebSocket-Accept: " + base64.b64encode(digest) + b"\r\n\r\n",
     )
-    await _send_all(sock, _frame(b'["setup", {}]'))
+    if setup:
+        await _send_all(sock, _frame(b'["setup", {}]'))
     request_line = lines[0].split(b" ")
     path = request_line[1].decode(errors="replace") if len(request_line) > 1 else "/"
     return path, bytearray(rest)
@@ -302,9 +317,116 @@ async def _connection_card(sock: socket.socket, master: int, buf: bytearray) -> 
         nursery.cancel_scope.cancel()
 
 
+async def _client_messages(sock: socket.socket, buf: bytearray) -> AsyncIterator[Any]:
+    """The client's JSON-RPC messages, frame by frame, until a close (``ValueError`` for
+    a frame that is not JSON)."""
+    while True:
+        frame = _unframe(buf)
+        if frame is None:
+            buf += await _recv_some(sock)
+            continue
+        opcode, payload = frame
+        if opcode == 8:
+            return
+        if opcode == 1:
+            yield orjson.loads(payload)
+
+
+def _envelope(channel: str, action: Any, seq: int, origin: Any = None) -> bytes:
+    """One ``action`` notification, framed."""
+    params = {"channel": channel, "action": action, "serverSeq": seq}
+    if origin is not None:
+        params["origin"] = origin
+    return _frame(orjson.dumps({"jsonrpc": "2.0", "method": "action", "params": params}))
+
+
+async def _connection_ahp(sock: socket.socket, master: int, buf: bytearray) -> None:
+    """The card's shape speaking AHP (see the module docstring): ``_connection_card``'s
+    tasks and hops, with the protocol's least work in the reader, the reducer (the
+    sequence, the envelopes) and the writer."""
+    messages = _client_messages(sock, buf)
+    hello = await anext(messages)
+    params = hello.get("params") or {}
+    channel = str((params.get("initialSubscriptions") or ["ahp-terminal:/floor"])[0])
+    client_id = str(params.get("clientId", ""))
+    answer = {"protocolVersion": "0.5.0", "serverSeq": 0, "snapshots": []}
+    await _send_all(
+        sock, _frame(orjson.dumps({"jsonrpc": "2.0", "id": hello.get("id"), "result": answer}))
+    )
+    output = _Output(master)
+    to_reducer, reducer_in = trio.open_memory_channel[tuple[str, Any]](CHANNEL)
+    to_writer, writer_in = trio.open_memory_channel[bytes | None](CHANNEL)
+    to_input, input_in = trio.open_memory_channel[str](CHANNEL)
+    to_parse, parse_in = trio.open_memory_channel[bytes | None](CHANNEL)
+
+    async def reducer() -> None:
+        seq = 0
+        echoes: list[bytes] = []  # (leave with the next output, in its write)
+        while True:
+            kind, item = await _take(reducer_in)
+            seq += 1
+            if kind == "input":
+                action, origin = item
+                await _hand(to_input, action["data"])
+                echoes.append(_envelope(channel, action, seq, origin))
+                continue
+            if item is None:
+                action = {"type": "terminal/exited", "exitCode": 0}
+            else:
+                action = {"type": "terminal/data", "data": item}
+            frame = _envelope(channel, action, seq)
+            if echoes:
+                frame = b"".join((*echoes, frame))
+                echoes.clear()
+            await _hand(to_writer, frame)
+            if item is None:
+                await _hand(to_writer, None)
+                return
+
+    async def input_write() -> None:
+        while True:
+            os.write(master, (await _take(input_in)).encode())
+
+    async def pty_read() -> None:
+        while True:
+            data = await output.read()
+            await _hand(to_parse, data)
+            if data is None:
+                return
+
+    async def parse() -> None:
+        while True:
+            data = await _take(parse_in)
+            text = None if data is None else output.decoder.decode(data)
+            await _hand(to_reducer, ("output", text))
+
+    async with trio.open_nursery() as nursery:
+
+        async def writer() -> None:
+            while (frame := await _take(writer_in)) is not None:
+                await _send_all(sock, frame)
+            nursery.cancel_scope.cancel()
+
+        for task in (reducer, input_write, pty_read, parse, writer):
+            nursery.start_soon(task)
+        async for message in messages:
+            if message.get("method") != "dispatchAction":
+                continue
+            params = message["params"]
+            action = params["action"]
+            if action.get("type") == "terminal/input" and params.get("channel") == channel:
+                origin = {"clientId": client_id, "clientSeq": params["clientSeq"]}
+                await _hand(to_reducer, ("input", (action, origin)))
+        nursery.cancel_scope.cancel()
+
+
+_CONNECTIONS: Final = {"2": _connection_2, "card": _connection_card, "ahp": _connection_ahp}
+
+
 async def serve(shape: str, gate_argv: list[str], cwd: str) -> None:
-    """Serve ``shape`` (``2`` or ``card``) until SIGTERM or SIGINT (see the module)."""
-    connection = _connection_2 if shape == "2" else _connection_card
+    """Serve ``shape`` (``2``, ``card`` or ``ahp``) until SIGTERM or SIGINT (see the
+    module)."""
+    connection = _CONNECTIONS[shape]
     listener = socket.socket()
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     listener.bind(("127.0.0.1", 0))
@@ -316,7 +438,7 @@ async def serve(shape: str, gate_argv: list[str], cwd: str) -> None:
     async def one(sock: socket.socket) -> None:
         with sock:
             try:
-                path, buf = await _upgrade(sock)
+                path, buf = await _upgrade(sock, setup=shape != "ahp")
             except (EOFError, OSError, ValueError):
                 return
             argv = gate_argv if path.startswith("/gate/") else ["cat"]
@@ -373,6 +495,21 @@ class FloorServer(TerminadoServer):
     shares_terminals = False
 
 
+class FloorAhpServer(FloorServer):
+    """The AHP floor (``floor-ahp``): a terminal per connection, its channel the one the
+    client subscribes to."""
+
+    dialect_name = "ahp"
+
+    async def terminal(self, kind: TerminalKind) -> tuple[str, Callable[[], Dialect], Any]:
+        name = f"t{next(self._names)}"
+        uri = f"ahp-terminal:/floor-{name}"
+        return f"ws://127.0.0.1:{self.port}/{kind}/{name}", lambda: AhpDialect(uri), uri
+
+    def channel(self, handle: Any) -> str | None:
+        return str(handle)
+
+
 def floor_missing() -> str | None:
     """Why the floors cannot run here: never (they need only this package and a pty)."""
     return None
@@ -389,7 +526,7 @@ def floor_version() -> str:
 async def open_floor(
     shape: str, workload: Workload, *, gate: list[str] | None = None, cwd: Path | None = None
 ) -> AsyncIterator[FloorServer]:
-    """A floor server of ``shape`` (``2`` or ``card``) running ``workload``'s gate in its
+    """A floor server of ``shape`` (``2``, ``card`` or ``ahp``) running ``workload``'s gate in its
     folder (or ``gate`` in ``cwd``), stopped (SIGTERM) and reaped on exit."""
     argv = [
         sys.executable,
@@ -400,13 +537,13 @@ async def open_floor(
         str(workload.path.parent if cwd is None else cwd),
     ]
     async with open_child_server(argv) as server:
-        yield FloorServer(server)
+        yield FloorAhpServer(server) if shape == "ahp" else FloorServer(server)
 
 
 def main(argv: list[str]) -> None:
     """``python -m ahp.bench.floors SHAPE GATE_ARGV_JSON CWD``."""
     if len(argv) != 3 or argv[0] not in SHAPES.values():
-        sys.exit("usage: python -m ahp.bench.floors 2|card GATE_ARGV_JSON CWD")
+        sys.exit("usage: python -m ahp.bench.floors 2|card|ahp GATE_ARGV_JSON CWD")
     trio.run(serve, argv[0], orjson.loads(argv[1]), argv[2])
 
 

@@ -257,7 +257,8 @@ class _Peer:
 
 #: The peers, in the order they are measured in each round. The floors
 #: (:mod:`ahp.bench.floors`) are bare Trio servers in terminado's shape and in the
-#: card's: what each of issue 23's goals costs before any of the project's own work.
+#: card's: what each of issue 23's goals costs before any of the project's own work;
+#: and the card's shape speaking AHP's least (``floor-ahp``): what the protocol adds.
 PEERS: Final = (
     _Peer("terminado", terminado_missing, terminado_version, open_terminado),
     _Peer("ttyd", ttyd_missing, ttyd_version, open_ttyd),

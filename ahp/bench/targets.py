@@ -7,9 +7,10 @@ it met or missed. CI does not fail on them: shared machines are too noisy.
 
 Issue 23's goals (measured with the independent C client) also carry what the floors
 scored on the same figure in the same run (:mod:`ahp.bench.floors`: bare Trio servers
-in terminado's shape and in the card's, with none of the project's work). A goal
-that the card's shape misses even bare is bounded by that shape on this machine; one
-it meets is left to the project's own work.
+in terminado's shape and in the card's, with none of the project's work, and the
+card's speaking the protocol's least, ``floor-ahp``). A goal that the card's shape
+misses even bare is bounded by that shape on this machine; one that ``floor-ahp``
+misses, by the shape and the protocol; one both meet is left to the project's own work.
 """
 
 from __future__ import annotations
