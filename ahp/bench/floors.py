@@ -171,10 +171,9 @@ async def _upgrade(sock: socket.socket, *, setup: bool = True) -> tuple[str, byt
     return path, bytearray(rest)
 
 
-async def _client_texts(sock: socket.socket, buf: bytearray) -> AsyncIterator[str]:
-    """The text typed by the client (``["stdin", text]``), frame by frame, until a close.
-    Any other message is ignored (terminado's ``set_size`` among them); a frame that is
-    not JSON raises ``ValueError`` (the connection ends, the server goes on)."""
+async def _client_messages(sock: socket.socket, buf: bytearray) -> AsyncIterator[Any]:
+    """The client's JSON-RPC messages, frame by frame, until a close (``ValueError`` for
+    a frame that is not JSON)."""
     while True:
         frame = _unframe(buf)
         if frame is None:
@@ -184,14 +183,21 @@ async def _client_texts(sock: socket.socket, buf: bytearray) -> AsyncIterator[st
         if opcode == 8:
             return
         if opcode == 1:
-            message = orjson.loads(payload)
-            if (
-                isinstance(message, list)
-                and len(message) == 2
-                and message[0] == "stdin"
-                and isinstance(message[1], str)
-            ):
-                yield message[1]
+            yield orjson.loads(payload)
+
+
+async def _client_texts(sock: socket.socket, buf: bytearray) -> AsyncIterator[str]:
+    """The text typed by the client (``["stdin", text]``), frame by frame, until a close.
+    Any other message is ignored (terminado's ``set_size`` among them); a frame that is
+    not JSON raises ``ValueError`` (the connection ends, the server goes on)."""
+    async for message in _client_messages(sock, buf):
+        if (
+            isinstance(message, list)
+            and len(message) == 2
+            and message[0] == "stdin"
+            and isinstance(message[1], str)
+        ):
+            yield message[1]
 
 
 class _Output:
@@ -263,13 +269,22 @@ async def _take(channel: trio.MemoryReceiveChannel[Any]) -> Any:
         return await channel.receive()
 
 
-async def _connection_card(sock: socket.socket, master: int, buf: bytearray) -> None:
+#: A card connection's reducer rule: (kind, item) -> (text for the pty, frame for the
+#: writer), either None; the end of the output is ("output", None).
+_Reduce = Callable[[str, Any], tuple[str | None, bytes | None]]
+
+
+async def _card(
+    sock: socket.socket, master: int, inputs: AsyncIterator[Any], reduce: _Reduce
+) -> None:
     """The card's shape: every stage a task, every hop a memory channel.
 
     Channels are handed items without an extra pass (``send_nowait`` while there is
     room, ``receive_nowait`` while there is an item), as the engine does, so each hop
     costs what the shape itself costs: a task step and its scheduler batch. The end of
-    the output (None) travels the same hops.
+    the output (None) travels the same hops; the reducer hands on the last frame its
+    rule makes of it and ends the writer. ``inputs`` are the connection reader's items
+    for the reducer (what the client typed), ``reduce`` what the dialect makes of each.
     """
     output = _Output(master)
     to_reducer, reducer_in = trio.open_memory_channel[tuple[str, Any]](CHANNEL)
@@ -280,106 +295,12 @@ async def _connection_card(sock: socket.socket, master: int, buf: bytearray) -> 
     async def reducer() -> None:
         while True:
             kind, item = await _take(reducer_in)
-            if kind == "input":
-                await _hand(to_input, item)
-            else:
-                await _hand(to_writer, None if item is None else _stdout(item))
-
-    async def input_write() -> None:
-        while True:
-            os.write(master, (await _take(input_in)).encode())
-
-    async def pty_read() -> None:
-        while True:
-            data = await output.read()
-            await _hand(to_parse, data)
-            if data is None:
-                return
-
-    async def parse() -> None:
-        while True:
-            data = await _take(parse_in)
-            text = None if data is None else output.decoder.decode(data)
-            await _hand(to_reducer, ("output", text))
-
-    async with trio.open_nursery() as nursery:
-
-        async def writer() -> None:
-            while (frame := await _take(writer_in)) is not None:
-                await _send_all(sock, frame)
-            await _send_all(sock, DISCONNECT)
-            nursery.cancel_scope.cancel()
-
-        for task in (reducer, input_write, pty_read, parse, writer):
-            nursery.start_soon(task)
-        async for text in _client_texts(sock, buf):
-            await _hand(to_reducer, ("input", text))
-        nursery.cancel_scope.cancel()
-
-
-async def _client_messages(sock: socket.socket, buf: bytearray) -> AsyncIterator[Any]:
-    """The client's JSON-RPC messages, frame by frame, until a close (``ValueError`` for
-    a frame that is not JSON)."""
-    while True:
-        frame = _unframe(buf)
-        if frame is None:
-            buf += await _recv_some(sock)
-            continue
-        opcode, payload = frame
-        if opcode == 8:
-            return
-        if opcode == 1:
-            yield orjson.loads(payload)
-
-
-def _envelope(channel: str, action: Any, seq: int, origin: Any = None) -> bytes:
-    """One ``action`` notification, framed."""
-    params = {"channel": channel, "action": action, "serverSeq": seq}
-    if origin is not None:
-        params["origin"] = origin
-    return _frame(orjson.dumps({"jsonrpc": "2.0", "method": "action", "params": params}))
-
-
-async def _connection_ahp(sock: socket.socket, master: int, buf: bytearray) -> None:
-    """The card's shape speaking AHP (see the module docstring): ``_connection_card``'s
-    tasks and hops, with the protocol's least work in the reader, the reducer (the
-    sequence, the envelopes) and the writer."""
-    messages = _client_messages(sock, buf)
-    hello = await anext(messages)
-    params = hello.get("params") or {}
-    channel = str((params.get("initialSubscriptions") or ["ahp-terminal:/floor"])[0])
-    client_id = str(params.get("clientId", ""))
-    answer = {"protocolVersion": "0.5.0", "serverSeq": 0, "snapshots": []}
-    await _send_all(
-        sock, _frame(orjson.dumps({"jsonrpc": "2.0", "id": hello.get("id"), "result": answer}))
-    )
-    output = _Output(master)
-    to_reducer, reducer_in = trio.open_memory_channel[tuple[str, Any]](CHANNEL)
-    to_writer, writer_in = trio.open_memory_channel[bytes | None](CHANNEL)
-    to_input, input_in = trio.open_memory_channel[str](CHANNEL)
-    to_parse, parse_in = trio.open_memory_channel[bytes | None](CHANNEL)
-
-    async def reducer() -> None:
-        seq = 0
-        echoes: list[bytes] = []  # (leave with the next output, in its write)
-        while True:
-            kind, item = await _take(reducer_in)
-            seq += 1
-            if kind == "input":
-                action, origin = item
-                await _hand(to_input, action["data"])
-                echoes.append(_envelope(channel, action, seq, origin))
-                continue
-            if item is None:
-                action = {"type": "terminal/exited", "exitCode": 0}
-            else:
-                action = {"type": "terminal/data", "data": item}
-            frame = _envelope(channel, action, seq)
-            if echoes:
-                frame = b"".join((*echoes, frame))
-                echoes.clear()
-            await _hand(to_writer, frame)
-            if item is None:
+            typed, frame = reduce(kind, item)
+            if typed is not None:
+                await _hand(to_input, typed)
+            if frame is not None:
+                await _hand(to_writer, frame)
+            if kind == "output" and item is None:
                 await _hand(to_writer, None)
                 return
 
@@ -409,15 +330,84 @@ async def _connection_ahp(sock: socket.socket, master: int, buf: bytearray) -> N
 
         for task in (reducer, input_write, pty_read, parse, writer):
             nursery.start_soon(task)
-        async for message in messages:
-            if message.get("method") != "dispatchAction":
-                continue
-            params = message["params"]
-            action = params["action"]
-            if action.get("type") == "terminal/input" and params.get("channel") == channel:
-                origin = {"clientId": client_id, "clientSeq": params["clientSeq"]}
-                await _hand(to_reducer, ("input", (action, origin)))
+        async for item in inputs:
+            await _hand(to_reducer, ("input", item))
         nursery.cancel_scope.cancel()
+
+
+def _terminado_rule(kind: str, item: Any) -> tuple[str | None, bytes | None]:
+    """terminado's dialect: input typed as it came, output as ``["stdout", text]``."""
+    if kind == "input":
+        return item, None
+    return None, DISCONNECT if item is None else _stdout(item)
+
+
+async def _connection_card(sock: socket.socket, master: int, buf: bytearray) -> None:
+    """The card's shape in terminado's dialect (``floor-card``)."""
+    await _card(sock, master, _client_texts(sock, buf), _terminado_rule)
+
+
+def _envelope(channel: str, action: Any, seq: int, origin: Any = None) -> bytes:
+    """One ``action`` notification, framed."""
+    params = {"channel": channel, "action": action, "serverSeq": seq}
+    if origin is not None:
+        params["origin"] = origin
+    return _frame(orjson.dumps({"jsonrpc": "2.0", "method": "action", "params": params}))
+
+
+class _AhpRule:
+    """AHP's least, as a card reducer's rule: every envelope numbered, an input's echo
+    (with its origin) kept for the next output's write, ``terminal/exited`` at the end."""
+
+    def __init__(self, channel: str) -> None:
+        self.channel = channel
+        self.seq = 0
+        self.echoes: list[bytes] = []
+
+    def __call__(self, kind: str, item: Any) -> tuple[str | None, bytes | None]:
+        self.seq += 1
+        if kind == "input":
+            action, origin = item
+            self.echoes.append(_envelope(self.channel, action, self.seq, origin))
+            return action["data"], None
+        if item is None:
+            action = {"type": "terminal/exited", "exitCode": 0}
+        else:
+            action = {"type": "terminal/data", "data": item}
+        frame = _envelope(self.channel, action, self.seq)
+        if self.echoes:
+            frame = b"".join((*self.echoes, frame))
+            self.echoes.clear()
+        return None, frame
+
+
+async def _inputs_ahp(
+    messages: AsyncIterator[Any], channel: str, client_id: str
+) -> AsyncIterator[tuple[Any, Any]]:
+    """The ``terminal/input`` actions dispatched to ``channel``, each with its origin
+    (other methods and channels are ignored)."""
+    async for message in messages:
+        if message.get("method") != "dispatchAction":
+            continue
+        params = message["params"]
+        action = params["action"]
+        if action.get("type") == "terminal/input" and params.get("channel") == channel:
+            yield action, {"clientId": client_id, "clientSeq": params["clientSeq"]}
+
+
+async def _connection_ahp(sock: socket.socket, master: int, buf: bytearray) -> None:
+    """The card's shape speaking AHP's least (``floor-ahp``, see the module docstring):
+    ``initialize`` answered, then :func:`_card` with AHP's reader and reducer rule."""
+    messages = _client_messages(sock, buf)
+    hello = await anext(messages)
+    params = hello.get("params") or {}
+    channel = str((params.get("initialSubscriptions") or ["ahp-terminal:/floor"])[0])
+    answer = {"protocolVersion": "0.5.0", "serverSeq": 0, "snapshots": []}
+    await _send_all(
+        sock, _frame(orjson.dumps({"jsonrpc": "2.0", "id": hello.get("id"), "result": answer}))
+    )
+    inputs = _inputs_ahp(messages, channel, str(params.get("clientId", "")))
+    await _card(sock, master, inputs, _AhpRule(channel))
 
 
 _CONNECTIONS: Final = {"2": _connection_2, "card": _connection_card, "ahp": _connection_ahp}
