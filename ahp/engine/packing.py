@@ -4,8 +4,8 @@ Why: a terminal's scrollback is its text — :data:`~ahp.reducers.scrollback.DEF
 is 4 Mi characters, between 3.2 and 4 MiB of ASCII as Python strings once full
 (trimming goes down to 80 %), plus the chunk lists and the replay log's share:
 ~4.3 MiB per terminal. Thirty terminals printing in a loop held 130 MiB (issue 25's
-``silent subscriber``). Terminal output is mostly repetitive, and zlib's fastest
-level shrinks it 3-100x; text that does not shrink at least
+``silent subscriber``). Terminal output is mostly repetitive, and Zstandard's level 1
+shrinks it 3-100x (:data:`~ahp.protocol.rope.PACK_LEVEL`); text that does not shrink at least
 :data:`~ahp.protocol.rope.PACK_MIN_RATIO` times (base64, say) is left as it is.
 
 What it does: while the host's terminals retain more than :data:`PACK_BUDGET`

@@ -20,8 +20,9 @@ text). Joining into a ``str`` is lazy and cached per view.
 
 from __future__ import annotations
 
-import zlib
 from typing import Final, final
+
+import zstandard
 
 #: Memory guard for tiny appends (keystroke echoes): once a view holds more than
 #: COMPACT_MIN_CHUNKS chunks averaging under COMPACT_AVG_CHARS characters, the
@@ -36,13 +37,16 @@ PACK_MIN_CHARS: Final = 4096
 #: does not compress, base64 say, costs one small trial per chunk).
 PACK_MIN_RATIO: Final = 2
 PACK_SAMPLE: Final = 2048
-#: zlib's level for packing (the fastest: old text is packed once, read rarely).
+#: Zstandard's level for packing. Level 1 costs half of zlib's fastest level's CPU on
+#: terminal text, for a better ratio (4.0x against 3.7x on the bench's workload), and
+#: reads back 2.7x as fast (benchmarks/README.md, session 15): every byte a busy host
+#: streams past its scrollback budget goes through it once.
 PACK_LEVEL: Final = 1
 
 
 @final
 class Packed:
-    """A chunk's text kept compressed (zlib); immutable. ``len`` is its length in
+    """A chunk's text kept compressed (a Zstandard frame); immutable. ``len`` is its length in
     code points, as for the ``str`` it replaces."""
 
     __slots__ = ("data", "length")
@@ -55,19 +59,20 @@ class Packed:
         return self.length
 
     def text(self) -> str:
-        return zlib.decompress(self.data).decode("utf-8", "surrogatepass")
+        return zstandard.decompress(self.data).decode("utf-8", "surrogatepass")
 
 
 def pack_chunk(text: str) -> Packed | None:
     """``text`` compressed, or None when that would not pay (see :data:`PACK_MIN_RATIO`).
-    Pure and thread-safe (zlib releases the GIL): the packer calls it in a thread."""
+    Pure and thread-safe (a compression context per call; Zstandard releases the GIL):
+    the packer calls it in a thread."""
     # (A str holds at least a byte per character: len() is a floor of its memory.)
     if len(text) > 2 * PACK_SAMPLE:
         sample = text[:PACK_SAMPLE]
-        trial = zlib.compress(sample.encode("utf-8", "surrogatepass"), PACK_LEVEL)
+        trial = zstandard.compress(sample.encode("utf-8", "surrogatepass"), PACK_LEVEL)
         if len(trial) * PACK_MIN_RATIO > len(sample):
             return None
-    data = zlib.compress(text.encode("utf-8", "surrogatepass"), PACK_LEVEL)
+    data = zstandard.compress(text.encode("utf-8", "surrogatepass"), PACK_LEVEL)
     if len(data) * PACK_MIN_RATIO > len(text):
         return None
     return Packed(data, len(text))
