@@ -186,3 +186,33 @@ def cold_chunks_all(state: TerminalState) -> list[tuple[object, int, str]]:
         rope = getattr(part, "value", getattr(part, "output", Rope()))
         found.extend((rope._chunks, i, c) for i, c in enumerate(rope._chunks) if isinstance(c, str))
     return found
+
+
+async def test_the_budget_counts_bytes_so_text_with_emoji_is_packed_sooner() -> None:
+    """A terminal printing a line with an emoji holds its text at four bytes a character
+    (CPython's widest ``str``): its scrollback weighs that, the packer's budget counts
+    it, and a budget of twice its characters (which counting characters would not
+    pass) packs it; ASCII text weighs a byte a character."""
+    wide = f"yes '{LINE[:-2]} \U0001f389' | head -n 30000"
+    plain = f"yes '{LINE[:-2]}' | head -n 30000"
+    async with open_host() as host:
+        emoji = await host.create_terminal(argv=["sh", "-c", wide])
+        ascii_ = await host.create_terminal(argv=["sh", "-c", plain])
+        for terminal in (emoji, ascii_):
+            await wait_for_state(terminal, lambda s: s.exited)
+        assert ascii_.scrollback_bytes == ascii_.scrollback_chars
+        assert 3.9 * emoji.scrollback_chars < emoji.scrollback_bytes < 4.1 * emoji.scrollback_chars
+        terminals = [emoji]
+        with trio.fail_after(TIMEOUT):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(
+                    functools.partial(
+                        pack_scrollback,
+                        lambda: terminals,
+                        budget=2 * emoji.scrollback_chars,
+                        keep=10_000,
+                    )
+                )
+                while not _packed_in(emoji.state):  # noqa: ASYNC110 (no event to wait on)
+                    await trio.sleep(0.01)
+                terminals.clear()

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from ahp.protocol import ClientClaim, CommandPart, TerminalState, unstructure
 from ahp.protocol.actions import (
+    TerminalCleared,
     TerminalCommandExecuted,
     TerminalCommandFinished,
     TerminalData,
@@ -24,6 +25,7 @@ from ahp.reducers import (
     low_water_for,
     reduce_terminal,
 )
+from ahp.reducers.scrollback import text_weight
 
 EMPTY = TerminalState(title="t", claim=ClientClaim("c"), content=())
 
@@ -132,6 +134,37 @@ def test_scrollback_counts_command_lines() -> None:
         assert scrollback.length == content_length(state) <= limit + 100_000
     assert content_length(state) <= limit
     assert content_length(state) >= low_water_for(limit) - 100_000
+
+
+def test_text_weight_is_what_cpython_holds_the_characters_in() -> None:
+    """ASCII and Latin-1 a byte a character, up to U+FFFF two, beyond (emoji) four: one
+    such character makes the whole string that wide (CPython's ``str``)."""
+    assert text_weight("") == 0 and text_weight("abc") == 3
+    assert text_weight("\xe9" * 10) == 11
+    assert text_weight("\u20ac" * 10) == 22
+    assert text_weight("a" * 9 + "\U0001f389") == 44
+    assert text_weight("a" * 100_000 + "\U0001f389") == 4 * 100_002
+
+
+def test_scrollback_weighs_wide_text_and_trims_its_weight_with_it() -> None:
+    """The weight (what the host's packer budgets by) counts each append's width; a trim
+    keeps its bytes a character; a clear empties it."""
+    limit = 100_000
+    scrollback = Scrollback(limit)
+    state = EMPTY
+    wide = "x" * 999 + "\U0001f389"  # (a thousand characters at four bytes each)
+    for _ in range(50):
+        action = TerminalData(wide)
+        state = scrollback.account(reduce_terminal(state, action), action)
+    assert scrollback.length == 50_000 and scrollback.weight == 50 * 4 * 1001
+    for _ in range(100):  # past the limit: trimmed to the low water mark
+        action = TerminalData("y" * 1000)
+        state = scrollback.account(reduce_terminal(state, action), action)
+    assert scrollback.length == content_length(state) <= limit
+    assert scrollback.length <= scrollback.weight < 4 * scrollback.length
+    cleared = TerminalCleared()
+    state = scrollback.account(reduce_terminal(state, cleared), cleared)
+    assert scrollback.length == scrollback.weight == 0
 
 
 @given(

@@ -8,8 +8,10 @@ is 4 Mi characters, between 3.2 and 4 MiB of ASCII as Python strings once full
 shrinks it 3-100x (:data:`~ahp.protocol.rope.PACK_LEVEL`); text that does not shrink at least
 :data:`~ahp.protocol.rope.PACK_MIN_RATIO` times (base64, say) is left as it is.
 
-What it does: while the host's terminals retain more than :data:`PACK_BUDGET`
-characters in all, every :data:`PACK_PERIOD` seconds it packs the chunks older than
+What it does: while the host's terminals' text takes more than :data:`PACK_BUDGET`
+bytes in all (as Python strings, estimated: :attr:`Terminal.scrollback_bytes
+<ahp.engine.Terminal.scrollback_bytes>`; text with emoji is held at four bytes a
+character), every :data:`PACK_PERIOD` seconds it packs the chunks older than
 each terminal's newest :data:`PACK_KEEP` characters (the chunks no append touches),
 compressing in a worker thread, :data:`PACK_STEP` characters per thread call (a
 terminal disposed meanwhile leaves the pass at the next call); the loop only swaps
@@ -46,8 +48,9 @@ if TYPE_CHECKING:
 
 __all__ = ["PACK_BUDGET", "PACK_KEEP", "PACK_PERIOD", "PACK_STEP", "pack_scrollback"]
 
-#: Characters retained over all of a host's terminals below which nothing is packed
-#: (8 terminals at full default scrollback).
+#: Bytes of text (as Python strings) retained over all of a host's terminals below
+#: which nothing is packed (8 terminals at full default scrollback of ASCII, 2 of text
+#: with emoji).
 PACK_BUDGET: Final = 32 * 1024 * 1024
 #: The newest characters of each terminal never packed (appends, the screen, tails).
 PACK_KEEP: Final = 512 * 1024
@@ -68,7 +71,7 @@ async def _pack_pass(
     :func:`pack_scrollback`)."""
     found: list[tuple[Terminal, ChunkList, int, str]] = [
         (terminal, *cold)
-        for terminal in sorted(live, key=lambda t: -t.scrollback_chars)
+        for terminal in sorted(live, key=lambda t: -t.scrollback_bytes)
         for cold in cold_chunks(terminal.state, keep)
     ]
     dropped = False
@@ -111,7 +114,7 @@ async def pack_scrollback(
     released: Callable[[], None] | None = None,
     quiet: Callable[[float], Awaitable[None]] | None = None,
 ) -> None:
-    """Pack old scrollback while ``terminals()`` retain more than ``budget`` characters;
+    """Pack old scrollback while ``terminals()`` retain more than ``budget`` bytes of text;
     return once ``terminals()`` is empty. See the module docstring.
 
     A terminal disposed during a pass is dropped from it before the next thread call
@@ -125,7 +128,7 @@ async def pack_scrollback(
         live = terminals()
         if not live:
             return
-        if sum(t.scrollback_chars for t in live) > budget:
+        if sum(t.scrollback_bytes for t in live) > budget:
             # (A pass of its own: none of its locals holds a terminal across the waits.)
             await _pack_pass(live, keep=keep, step=step, released=released)
         elif quiet is not None:

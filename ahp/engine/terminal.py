@@ -347,8 +347,14 @@ class Terminal(CommandSurface):
 
     @property
     def scrollback_chars(self) -> int:
-        """Characters the content retains now (O(1); :mod:`ahp.engine.packing`)."""
+        """Characters the content retains now (O(1))."""
         return self._core.scrollback.length
+
+    @property
+    def scrollback_bytes(self) -> int:
+        """Bytes the content's text takes as strings, estimated (O(1);
+        :attr:`ahp.reducers.scrollback.Scrollback.weight`, :mod:`ahp.engine.packing`)."""
+        return self._core.scrollback.weight
 
     @property
     def pid(self) -> int | None:

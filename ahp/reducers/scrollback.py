@@ -15,6 +15,11 @@ whole leading parts while the rest still holds at least ``low_water``
 characters (or more parts than the parts' low water), then slice the head of
 the text of the first remaining part. Lengths are counted in code points.
 Pure: the server's terminal core and the client's mirror both use it.
+
+Besides the length, :attr:`Scrollback.weight` estimates the bytes the retained text
+takes as Python strings (CPython holds a ``str`` at its widest character's width: one
+byte a character for ASCII and Latin-1, two up to U+FFFF, four beyond, as emoji): the
+host's scrollback packer budgets by it, so text with emoji counts what it costs.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ __all__ = [
     "content_length",
     "low_water_for",
     "part_length",
+    "text_weight",
     "trim",
 ]
 
@@ -51,6 +57,18 @@ MAX_PARTS: Final = 8192
 #: Parts, from the newest, whose text :func:`cold_chunks` looks at (older parts'
 #: text stays as it is: large output is almost always in the last few).
 PACK_SCAN_PARTS: Final = 64
+
+
+#: A non-ASCII ``str``'s fixed size (its characters come on top, at its width each).
+_WIDE_HEADER: Final = "\xe9".__sizeof__() - 2
+
+
+def text_weight(text: str) -> int:
+    """Bytes CPython holds ``text``'s characters in: its length for ASCII, else its
+    length (plus one) times its widest character's width. O(1)."""
+    if text.isascii():
+        return len(text)
+    return text.__sizeof__() - _WIDE_HEADER
 
 
 def low_water_for(limit: int) -> int:
@@ -142,7 +160,7 @@ class Scrollback:
         state: the state counted from (its content is measured once).
     """
 
-    __slots__ = ("dropped", "length", "limit", "low_water", "max_parts", "sliced")
+    __slots__ = ("dropped", "length", "limit", "low_water", "max_parts", "sliced", "weight")
 
     def __init__(
         self, limit: int, *, max_parts: int = MAX_PARTS, state: TerminalState | None = None
@@ -151,6 +169,10 @@ class Scrollback:
         self.max_parts = max_parts
         self.low_water = low_water_for(limit)
         self.length = content_length(state) if state is not None else 0
+        #: Bytes the retained text takes as strings, estimated (:func:`text_weight` of
+        #: what was added; a trim keeps the same bytes a character). A state counted
+        #: from is taken as one byte a character.
+        self.weight = self.length
         #: Characters trimmed so far (output and command lines), since the last clear.
         self.dropped = 0
         #: Whether the last trim cut into the text of the part now first (mid-line,
@@ -158,16 +180,18 @@ class Scrollback:
         self.sliced = False
 
     def reset(self, state: TerminalState) -> None:
-        self.length = content_length(state)
+        self.length = self.weight = content_length(state)
 
     def account(self, state: TerminalState, action: StateAction) -> TerminalState:
         """Count what ``action`` (already applied, giving ``state``) added; trim if over."""
         if isinstance(action, TerminalData):
             self.length += len(action.data)
+            self.weight += text_weight(action.data)
         elif isinstance(action, TerminalCommandExecuted):
             self.length += len(action.commandLine)
+            self.weight += text_weight(action.commandLine)
         elif isinstance(action, TerminalCleared):
-            self.length = self.dropped = 0
+            self.length = self.dropped = self.weight = 0
             self.sliced = False
             return state
         else:
@@ -179,6 +203,7 @@ class Scrollback:
             )
             after = state.content
             self.dropped += length - self.length
+            self.weight = self.weight * self.length // length if length else 0
             # Trimming drops leading parts and may replace the first one left (sliced):
             # the part at the same distance from the end was the head before.
             self.sliced = bool(after) and after[0] is not before[len(before) - len(after)]
