@@ -28,9 +28,9 @@ import trio
 from ahp.agent.evidence import InputEvidence
 from ahp.agent.occupants import BackgroundProcess, Holder
 from ahp.agent.record import CommandRecord
-from ahp.agent.status import FINAL_STATUSES, STATUSES, Event, Status
+from ahp.agent.status import FINAL_STATUSES, Event, Status
 
-__all__ = ["FINAL_STATUSES", "STATUSES", "CommandControls", "CommandHandle", "CommandResult"]
+__all__ = ["CommandControls", "CommandHandle", "CommandResult"]
 
 
 class CommandControls(Protocol):
@@ -59,7 +59,7 @@ class CommandResult:
             terminal was disposed), ``"lost"`` (the handle stopped following the
             command while it ran: the connection is gone, the client closed, or its
             collector failed), ``"refused"`` (never typed: the terminal was busy with
-            :attr:`holder`). One of :data:`STATUSES`; see ``docs/agent.md``.
+            :attr:`holder`). One of :data:`~ahp.agent.status.STATUSES`; see ``docs/agent.md``.
         output: the *rendered* output (progress bars as their last state, cursor
             moves applied, no escapes, the alternate screen's contents left out)
             within the budget: head, a marker line, tail.
@@ -174,7 +174,7 @@ class CommandHandle:
     def result(self) -> CommandResult:
         """The result so far, without waiting (with this handle in it while the command
         is not over)."""
-        result = result_of(self.record)
+        result = _result_of(self.record)
         return result if self.done else attrs.evolve(result, handle=self)
 
     def output(self) -> str:
@@ -298,7 +298,7 @@ class CommandHandle:
         return f"<CommandHandle {self.id} {self.command_line!r} {Status(status)}>"
 
 
-def result_of(record: CommandRecord) -> CommandResult:
+def _result_of(record: CommandRecord) -> CommandResult:
     """The result so far, without a handle (the handle puts itself in while the
     command is not over: :meth:`CommandHandle.result`)."""
     machine = record.machine
