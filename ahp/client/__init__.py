@@ -13,6 +13,7 @@ from ahp.exports import lazy_exports
 if TYPE_CHECKING:
     from ahp.client.connection import Client, connect
     from ahp.client.errors import ClientError, ConnectionLost, RpcError
+    from ahp.client.exec import exec_remote
     from ahp.client.fleet import Fleet, HostDown, HostTerminal, connect_many
     from ahp.client.mirror import Mirror
     from ahp.client.remote import RemoteTerminal
@@ -25,6 +26,7 @@ _EXPORTS = {
     "ClientError": "ahp.client.errors",
     "ConnectionLost": "ahp.client.errors",
     "RpcError": "ahp.client.errors",
+    "exec_remote": "ahp.client.exec",
     "Fleet": "ahp.client.fleet",
     "HostDown": "ahp.client.fleet",
     "HostTerminal": "ahp.client.fleet",
@@ -51,4 +53,5 @@ __all__ = [
     "RpcError",
     "connect",
     "connect_many",
+    "exec_remote",
 ]
