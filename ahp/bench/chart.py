@@ -93,6 +93,7 @@ def write_chart(results: dict[str, Any], path: Path) -> Path:
                 label=("median" if j == 0 else "p99") if i == 0 else None,
             )
     right.set_xticks(range(len(latency)), [label for label, _ in latency])
+    right.tick_params(axis="x", labelsize=8)
     right.set_ylabel("ms per keystroke round trip")
     right.set_title("Echo latency")
     right.legend()
