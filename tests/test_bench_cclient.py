@@ -327,3 +327,45 @@ async def test_the_ahp_floor_sequences_its_envelopes_and_echoes_with_the_output(
     assert {d["action"]["type"] for d in data} == {"terminal/data"}
     assert "origin" not in data[0]
     assert [e["serverSeq"] for e in envelopes] == list(range(1, len(envelopes) + 1))
+
+
+async def test_the_ahp_floor_ignores_odd_messages_and_outlives_bad_clients(
+    binary: Path, tmp_path: Path
+) -> None:
+    """Messages that are not a well-formed ``dispatchAction`` input are ignored; a client
+    whose first message is not ``initialize``, one that sends what is not JSON and one
+    that closes before saying anything end their own connections only."""
+    from ahp.bench.floors import open_floor
+    from ahp.bench.rawws import open_raw_websocket
+
+    (tmp_path / "w").mkdir()
+    workload = generate(tmp_path / "w", 0.01)
+    odd = [
+        "[]",
+        '"text"',
+        '{"jsonrpc": "2.0", "method": "dispatchAction"}',
+        '{"jsonrpc": "2.0", "method": "dispatchAction", "params": []}',
+        '{"jsonrpc": "2.0", "method": "dispatchAction", "params": {"action": 5}}',
+    ]
+    with trio.fail_after(TIMEOUT):
+        async with open_floor("ahp", workload) as server:
+            for first in ("[1, 2]", "not json", None):
+                url, _, _ = await server.terminal("echo")
+                async with open_raw_websocket(url) as ws:
+                    if first is not None:
+                        await ws.send_message(first)
+            url, make_dialect, _ = await server.terminal("echo")
+            dialect = make_dialect()
+            async with open_raw_websocket(url) as ws:
+                await dialect.handshake(ws)
+                for message in odd:
+                    await ws.send_message(message)
+                bad = orjson.loads(dialect.input_frame("x"))
+                bad["params"]["action"]["data"] = 7
+                await ws.send_message(orjson.dumps(bad).decode())
+                await ws.send_message(dialect.input_frame("ok\r"))
+                envelope = orjson.loads(await ws.get_message())["params"]
+            assert envelope["action"] == {"type": "terminal/input", "data": "ok\r"}
+            url, _, handle = await server.terminal("echo")
+            samples = await c_echo(binary, url, "ahp", server.channel(handle), 3, warmup=1)
+    assert len(samples) == 3

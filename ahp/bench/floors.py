@@ -385,23 +385,34 @@ async def _inputs_ahp(
     messages: AsyncIterator[Any], channel: str, client_id: str
 ) -> AsyncIterator[tuple[Any, Any]]:
     """The ``terminal/input`` actions dispatched to ``channel``, each with its origin
-    (other methods and channels are ignored)."""
+    (other methods, channels and malformed messages are ignored)."""
     async for message in messages:
-        if message.get("method") != "dispatchAction":
+        if not isinstance(message, dict) or message.get("method") != "dispatchAction":
             continue
-        params = message["params"]
-        action = params["action"]
-        if action.get("type") == "terminal/input" and params.get("channel") == channel:
-            yield action, {"clientId": client_id, "clientSeq": params["clientSeq"]}
+        params = message.get("params")
+        if not isinstance(params, dict) or params.get("channel") != channel:
+            continue
+        action = params.get("action")
+        if (
+            isinstance(action, dict)
+            and action.get("type") == "terminal/input"
+            and isinstance(action.get("data"), str)
+        ):
+            yield action, {"clientId": client_id, "clientSeq": params.get("clientSeq")}
 
 
 async def _connection_ahp(sock: socket.socket, master: int, buf: bytearray) -> None:
     """The card's shape speaking AHP's least (``floor-ahp``, see the module docstring):
     ``initialize`` answered, then :func:`_card` with AHP's reader and reducer rule."""
     messages = _client_messages(sock, buf)
-    hello = await anext(messages)
-    params = hello.get("params") or {}
-    channel = str((params.get("initialSubscriptions") or ["ahp-terminal:/floor"])[0])
+    hello = await anext(messages, None)
+    if hello is None:
+        return  # (closed before saying hello)
+    params = hello.get("params") if isinstance(hello, dict) else None
+    if not isinstance(params, dict):
+        return  # (the first message is not an initialize request: this connection ends)
+    subscriptions = params.get("initialSubscriptions")
+    channel = str(subscriptions[0]) if isinstance(subscriptions, list) and subscriptions else ""
     answer = {"protocolVersion": "0.5.0", "serverSeq": 0, "snapshots": []}
     await _send_all(
         sock, _frame(orjson.dumps({"jsonrpc": "2.0", "id": hello.get("id"), "result": answer}))
