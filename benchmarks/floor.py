@@ -4,8 +4,8 @@ Why a script beside ``nox -s bench`` (which measures the floors as three more pe
 a quick A/B of the keystroke path and the stream, a few minutes long, with extra
 sidecar sides that differ by their environment (``--ahp AHP_KEYSTROKE_OFF=echo_pairing``).
 ``ahp.bench.floors`` says what the floors are (floor-2, floor-card, floor-ahp). Every
-server is measured with the
-same independent C client (``ahp.bench.cclient``): keystroke echo back to back and
+server is measured with the same independent C client (``ahp.bench.cclient``):
+keystroke echo back to back and
 after ``--pause`` seconds idle (``cat``), and ``--stream`` MB of the bench's workload
 through interactive output (the gate), beside the bench's ceiling (a bare Trio
 reader of the pty, :func:`ahp.bench.ceiling.bare_read`). The sides run one after
