@@ -29,7 +29,7 @@ there is in Python), so a floor costs no more than the shape and the pty do:
   scrollback, no other request.
 
 All read the pty as the engine does on its loop (until EAGAIN, at most
-:data:`BATCH` bytes, decoded incrementally). ``nox -s bench`` measures them as two
+:data:`BATCH` bytes, decoded incrementally). ``nox -s bench`` measures them as three
 more peers (:data:`ahp.bench.suite.PEERS`), with the same clients and in the same
 interleaved rounds as the sidecar, terminado and ttyd, and each of issue 23's targets
 shows what the floors score on it (:mod:`ahp.bench.targets`): a goal the bare shape
@@ -97,6 +97,8 @@ def _frame(payload: bytes) -> bytes:
 
 
 DISCONNECT = _frame(b'["disconnect", 1]')
+#: terminado's hello, the first frame of its dialect's connections.
+SETUP = _frame(b'["setup", {}]')
 
 
 def _unframe(buf: bytearray) -> tuple[int, bytes] | None:
@@ -143,9 +145,9 @@ async def _send_all(sock: socket.socket, data: bytes) -> None:
             await trio.lowlevel.wait_writable(sock)
 
 
-async def _upgrade(sock: socket.socket, *, setup: bool = True) -> tuple[str, bytearray]:
-    """Answer the HTTP upgrade (and with ``setup`` say terminado's hello); returns the
-    request's path and the bytes read past it."""
+async def _upgrade(sock: socket.socket) -> tuple[str, bytearray]:
+    """Answer the HTTP upgrade; returns the request's path and the bytes read past it
+    (each dialect's connection says its own hello)."""
     buf = bytearray()
     while b"\r\n\r\n" not in buf:
         buf += await _recv_some(sock)
@@ -164,8 +166,6 @@ async def _upgrade(sock: socket.socket, *, setup: bool = True) -> tuple[str, byt
         b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
         b"Sec-WebSocket-Accept: " + base64.b64encode(digest) + b"\r\n\r\n",
     )
-    if setup:
-        await _send_all(sock, _frame(b'["setup", {}]'))
     request_line = lines[0].split(b" ")
     path = request_line[1].decode(errors="replace") if len(request_line) > 1 else "/"
     return path, bytearray(rest)
@@ -237,6 +237,7 @@ def _stdout(text: str) -> bytes:
 
 async def _connection_2(sock: socket.socket, master: int, buf: bytearray) -> None:
     """terminado's shape: socket -> pty in one task, pty -> socket in another."""
+    await _send_all(sock, SETUP)
     output = _Output(master)
 
     async with trio.open_nursery() as nursery:
@@ -344,6 +345,7 @@ def _terminado_rule(kind: str, item: Any) -> tuple[str | None, bytes | None]:
 
 async def _connection_card(sock: socket.socket, master: int, buf: bytearray) -> None:
     """The card's shape in terminado's dialect (``floor-card``)."""
+    await _send_all(sock, SETUP)
     await _card(sock, master, _client_texts(sock, buf), _terminado_rule)
 
 
@@ -439,7 +441,7 @@ async def serve(shape: str, gate_argv: list[str], cwd: str) -> None:
     async def one(sock: socket.socket) -> None:
         with sock:
             try:
-                path, buf = await _upgrade(sock, setup=shape != "ahp")
+                path, buf = await _upgrade(sock)
             except (EOFError, OSError, ValueError):
                 return
             argv = gate_argv if path.startswith("/gate/") else ["cat"]

@@ -352,8 +352,9 @@ class Terminal(CommandSurface):
 
     @property
     def scrollback_bytes(self) -> int:
-        """Bytes the content's text takes as strings, estimated (O(1);
-        :attr:`ahp.reducers.scrollback.Scrollback.weight`, :mod:`ahp.engine.packing`)."""
+        """Bytes the content's text takes as unpacked strings, estimated (O(1);
+        :attr:`ahp.reducers.scrollback.Scrollback.weight`): what
+        :mod:`ahp.engine.packing` budgets by (packed text still counts unpacked)."""
         return self._core.scrollback.weight
 
     @property
