@@ -1,9 +1,10 @@
 """The floors alone: the bare Trio servers of ``ahp.bench.floors`` beside ours and the peers.
 
-Why a script beside ``nox -s bench`` (which measures the floors as three more peers):
+Why a script beside ``nox -s bench`` (which measures the floors as four more peers):
 a quick A/B of the keystroke path and the stream, a few minutes long, with extra
 sidecar sides that differ by their environment (``--ahp AHP_KEYSTROKE_OFF=echo_pairing``).
-``ahp.bench.floors`` says what the floors are (floor-2, floor-card, floor-ahp). Every
+``ahp.bench.floors`` says what the floors are (floor-2, floor-card, floor-ahp,
+floor-state). Every
 server is measured with the same independent C client (``ahp.bench.cclient``):
 keystroke echo back to back and
 after ``--pause`` seconds idle (``cat``), and ``--stream`` MB of the bench's workload
@@ -30,7 +31,7 @@ from typing import Any
 
 import trio
 
-SIDES = ("terminado", "floor-2", "floor-card", "floor-ahp", "ahp")
+SIDES = ("terminado", "floor-2", "floor-card", "floor-ahp", "floor-state", "ahp")
 
 
 async def _measure_side(side: str, args: argparse.Namespace, workload: Any) -> dict[str, float]:

@@ -226,10 +226,11 @@ def test_issue_23_targets_carry_what_the_floors_scored_on_the_same_figure() -> N
         "floor-2": None,
         "floor-card": pytest.approx(0.9),
         "floor-ahp": pytest.approx(1.1),
+        "floor-state": None,
     }
     assert _floors_text(echo) == (
-        "bare Trio: floor-2 not measured, floor-card 0.900x (meets it), "
-        "floor-ahp 1.100x (misses it)"
+        "floors: floor-2 not measured, floor-card 0.900x (meets it), "
+        "floor-ahp 1.100x (misses it), floor-state not measured"
     )
     cpu = targets["server_cpu_per_100mb_c"]
     assert dict(cpu.floors)["floor-card"] == pytest.approx(1.2)

@@ -222,15 +222,15 @@ async def test_ahp_dialect_against_the_sidecar(binary: Path) -> None:
     assert len(idle) == 2
 
 
-@pytest.mark.parametrize("shape", ["2", "card", "ahp"])
+@pytest.mark.parametrize("shape", ["2", "card", "ahp", "state"])
 async def test_the_floor_servers_echo_and_stream_through_the_c_client(
     binary: Path, shape: str, tmp_path: Path
 ) -> None:
     """``ahp.bench.floors``' bare Trio servers (terminado's dialect, or AHP's for
-    ``floor-ahp``; a real pty), run as the bench runs them, answer the C client's
-    keystrokes (``cat``), stream a gate's output to its end (multi-byte text split
-    across reads decoded whole; AHP's ends with ``terminal/exited``), and stop cleanly
-    on SIGTERM."""
+    ``floor-ahp`` and ``floor-state``; a real pty), run as the bench runs them, answer
+    the C client's keystrokes (``cat``), stream a gate's output to its end (multi-byte
+    text split across reads decoded whole; AHP's ends with ``terminal/exited``), and
+    stop cleanly on SIGTERM."""
     from ahp.bench.floors import open_floor
 
     lines = 2000
@@ -291,12 +291,13 @@ async def test_a_floor_server_ignores_odd_messages_and_outlives_a_bad_client(
     assert len(samples) == 3
 
 
-async def test_the_ahp_floor_sequences_its_envelopes_and_echoes_with_the_output(
-    tmp_path: Path,
+@pytest.mark.parametrize("shape", ["ahp", "state"])
+async def test_the_ahp_floors_sequence_their_envelopes_and_echo_with_the_output(
+    tmp_path: Path, shape: str
 ) -> None:
-    """``floor-ahp`` answers ``initialize``, ignores other methods and other channels'
-    input, and sends an input's echo (with the sender's ``origin``) in the same write as
-    the output it caused, each envelope with the next ``serverSeq``."""
+    """``floor-ahp`` and ``floor-state`` answer ``initialize``, ignore other methods and
+    other channels' input, and send an input's echo (with the sender's ``origin``) in the
+    same write as the output it caused, each envelope with the next ``serverSeq``."""
     from ahp.bench.floors import open_floor
     from ahp.bench.rawws import open_raw_websocket
     from ahp.bench.wsclient import AhpDialect
@@ -304,7 +305,7 @@ async def test_the_ahp_floor_sequences_its_envelopes_and_echoes_with_the_output(
     (tmp_path / "w").mkdir()
     workload = generate(tmp_path / "w", 0.01)
     with trio.fail_after(TIMEOUT):
-        async with open_floor("ahp", workload) as server:
+        async with open_floor(shape, workload) as server:
             url, make_dialect, handle = await server.terminal("echo")
             dialect = make_dialect()
             assert isinstance(dialect, AhpDialect)
@@ -329,8 +330,9 @@ async def test_the_ahp_floor_sequences_its_envelopes_and_echoes_with_the_output(
     assert [e["serverSeq"] for e in envelopes] == list(range(1, len(envelopes) + 1))
 
 
-async def test_the_ahp_floor_ignores_odd_messages_and_outlives_bad_clients(
-    binary: Path, tmp_path: Path
+@pytest.mark.parametrize("shape", ["ahp", "state"])
+async def test_the_ahp_floors_ignore_odd_messages_and_outlive_bad_clients(
+    binary: Path, tmp_path: Path, shape: str
 ) -> None:
     """Messages that are not a well-formed ``dispatchAction`` input are ignored; a client
     whose first message is not ``initialize``, one that sends what is not JSON and one
@@ -348,7 +350,7 @@ async def test_the_ahp_floor_ignores_odd_messages_and_outlives_bad_clients(
         '{"jsonrpc": "2.0", "method": "dispatchAction", "params": {"action": 5}}',
     ]
     with trio.fail_after(TIMEOUT):
-        async with open_floor("ahp", workload) as server:
+        async with open_floor(shape, workload) as server:
             for first in ("[1, 2]", "not json", None):
                 url, _, _ = await server.terminal("echo")
                 async with open_raw_websocket(url) as ws:
@@ -369,3 +371,33 @@ async def test_the_ahp_floor_ignores_odd_messages_and_outlives_bad_clients(
             url, _, handle = await server.terminal("echo")
             samples = await c_echo(binary, url, "ahp", server.channel(handle), 3, warmup=1)
     assert len(samples) == 3
+
+
+async def test_the_state_floor_does_the_contracts_work(tmp_path: Path) -> None:
+    """``floor-state`` parses the output as the engine does (a title set by the program
+    is an envelope of its own; the sequence stays in the text, for the clients' own
+    terminals)."""
+    from ahp.bench.floors import open_floor
+    from ahp.bench.rawws import open_raw_websocket
+    from ahp.bench.wsclient import AhpDialect
+
+    (tmp_path / "w").mkdir()
+    workload = generate(tmp_path / "w", 0.01)
+    with trio.fail_after(TIMEOUT):
+        async with open_floor("state", workload) as server:
+            url, make_dialect, _ = await server.terminal("echo")
+            dialect = make_dialect()
+            assert isinstance(dialect, AhpDialect)
+            async with open_raw_websocket(url) as ws:
+                await dialect.handshake(ws)
+                # cat writes the line back as it came: the OSC reaches the parser raw.
+                await ws.send_message(dialect.input_frame("\x1b]0;hi\x07done\r"))
+                envelopes = []
+                text = ""
+                while text.count("done") < 2:  # (the echo's, then cat's)
+                    envelopes.append(orjson.loads(await ws.get_message())["params"])
+                    action = envelopes[-1]["action"]
+                    text += action.get("data", "") if action["type"] == "terminal/data" else ""
+    titles = [e["action"] for e in envelopes if e["action"]["type"] == "terminal/titleChanged"]
+    assert titles == [{"type": "terminal/titleChanged", "title": "hi"}]
+    assert "\x1b]0;hi\x07done" in text

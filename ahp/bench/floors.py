@@ -27,9 +27,19 @@ there is in Python), so a floor costs no more than the shape and the pty do:
   sidecar's ``echo_pairing`` does; without its timer: a floor only ever runs ``cat``
   and the gate, whose input always prints). No state, no claims, no replay log, no
   scrollback, no other request.
+* ``floor-state`` is ``floor-ahp`` doing the terminal contract's own work with the
+  engine's pure cores, and nothing of the engine's plumbing: the parse task runs an
+  :class:`~ahp.vt.OutputParser` (escape scanning, shell-integration marks, titles),
+  the reducer builds each input with the codec, decides on it and applies every
+  action with a :class:`~ahp.reducers.TerminalCore` (claims, state and typed parts,
+  scrollback), and publishes through a :class:`~ahp.engine.hub.Hub` (``serverSeq``,
+  the replay log) into the connection's :class:`~ahp.engine.outbox.Outbox`, whose
+  envelopes' cached frames it writes. What the sidecar costs beyond it is the engine's
+  and the server's machinery (the reader thread, wsproto, sessions and dispatch,
+  the echo's timer, pacing, priorities), not the contract.
 
 All read the pty as the engine does on its loop (until EAGAIN, at most
-:data:`BATCH` bytes, decoded incrementally). ``nox -s bench`` measures them as three
+:data:`BATCH` bytes, decoded incrementally). ``nox -s bench`` measures them as four
 more peers (:data:`ahp.bench.suite.PEERS`), with the same clients and in the same
 interleaved rounds as the sidecar, terminado and ttyd, and each of issue 23's targets
 shows what the floors score on it (:mod:`ahp.bench.targets`): a goal the bare shape
@@ -37,10 +47,10 @@ misses too is bounded by the shape, not by the project's work on top of it.
 ``benchmarks/floor.py`` runs them alone, for quick A/Bs.
 
 The server half runs as ``python -m ahp.bench.floors SHAPE GATE_ARGV_JSON CWD``
-(``SHAPE``: ``2``, ``card`` or ``ahp``): it prints its port on the first line, then serves
-until SIGTERM or SIGINT. A path under ``/gate/`` runs the gate, any other ``cat``;
-each connection gets its own program on its own pty, killed and reaped when the
-connection ends or the server stops. Buffering: a connection's channels hold at most
+(``SHAPE``: ``2``, ``card``, ``ahp`` or ``state``): it prints its port on the first
+line, then serves until SIGTERM or SIGINT. A path under ``/gate/`` runs the gate, any
+other ``cat``; each connection gets its own program on its own pty, killed and reaped
+when the connection ends or the server stops. Buffering: a connection's channels hold at most
 :data:`CHANNEL` items each (a full one blocks its sender: backpressure from the
 socket back to the pty); a client frame larger than :data:`MAX_FRAME` or a request
 head larger than :data:`MAX_HEAD` ends the connection.
@@ -56,7 +66,8 @@ import os
 import signal
 import socket
 import sys
-from collections.abc import AsyncIterator, Callable
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, Final
@@ -69,11 +80,20 @@ from ahp.bench.peers import TerminadoServer
 from ahp.bench.processes import open_child_server
 from ahp.bench.workload import Workload
 from ahp.bench.wsclient import AhpDialect, Dialect
+from ahp.engine.envelopes import Published, ReplayLog
+from ahp.engine.hub import Hub
+from ahp.engine.outbox import Outbox
+from ahp.protocol.actions import ActionOrigin, StateAction, TerminalExited
+from ahp.protocol.codec import structure_action
+from ahp.protocol.state import ClientClaim, TerminalState
+from ahp.reducers import DEFAULT_SCROLLBACK, Rejected, TerminalCore
+from ahp.vt import OutputParser
+from ahp.vt.parser import compact
 
 __all__ = ["SHAPES", "FloorServer", "floor_missing", "floor_version", "open_floor", "serve"]
 
 #: The shapes by peer name.
-SHAPES: Final = {"floor-2": "2", "floor-card": "card", "floor-ahp": "ahp"}
+SHAPES: Final = {"floor-2": "2", "floor-card": "card", "floor-ahp": "ahp", "floor-state": "state"}
 #: Items each of a ``floor-card`` connection's channels holds.
 CHANNEL: Final = 64
 
@@ -270,13 +290,17 @@ async def _take(channel: trio.MemoryReceiveChannel[Any]) -> Any:
         return await channel.receive()
 
 
-#: A card connection's reducer rule: (kind, item) -> (text for the pty, frame for the
+#: A card connection's reducer rule: (kind, item) -> (input for the pty, frame for the
 #: writer), either None; the end of the output is ("output", None).
-_Reduce = Callable[[str, Any], tuple[str | None, bytes | None]]
+_Reduce = Callable[[str, Any], tuple[str | bytes | None, bytes | None]]
 
 
 async def _card(
-    sock: socket.socket, master: int, inputs: AsyncIterator[Any], reduce: _Reduce
+    sock: socket.socket,
+    master: int,
+    inputs: AsyncIterator[Any],
+    reduce: _Reduce,
+    parse_rule: Callable[[bytes], Any] | None = None,
 ) -> None:
     """The card's shape: every stage a task, every hop a memory channel.
 
@@ -285,12 +309,14 @@ async def _card(
     costs what the shape itself costs: a task step and its scheduler batch. The end of
     the output (None) travels the same hops; the reducer hands on the last frame its
     rule makes of it and ends the writer. ``inputs`` are the connection reader's items
-    for the reducer (what the client typed), ``reduce`` what the dialect makes of each.
+    for the reducer (what the client typed), ``reduce`` what the dialect makes of each,
+    ``parse_rule`` what the parse task makes of each batch read (by default its text).
     """
     output = _Output(master)
+    parse_rule = parse_rule or output.decoder.decode
     to_reducer, reducer_in = trio.open_memory_channel[tuple[str, Any]](CHANNEL)
     to_writer, writer_in = trio.open_memory_channel[bytes | None](CHANNEL)
-    to_input, input_in = trio.open_memory_channel[str](CHANNEL)
+    to_input, input_in = trio.open_memory_channel[str | bytes](CHANNEL)
     to_parse, parse_in = trio.open_memory_channel[bytes | None](CHANNEL)
 
     async def reducer() -> None:
@@ -307,7 +333,8 @@ async def _card(
 
     async def input_write() -> None:
         while True:
-            os.write(master, (await _take(input_in)).encode())
+            typed = await _take(input_in)
+            os.write(master, typed if isinstance(typed, bytes) else typed.encode())
 
     async def pty_read() -> None:
         while True:
@@ -319,8 +346,7 @@ async def _card(
     async def parse() -> None:
         while True:
             data = await _take(parse_in)
-            text = None if data is None else output.decoder.decode(data)
-            await _hand(to_reducer, ("output", text))
+            await _hand(to_reducer, ("output", None if data is None else parse_rule(data)))
 
     async with trio.open_nursery() as nursery:
 
@@ -403,32 +429,114 @@ async def _inputs_ahp(
             yield action, {"clientId": client_id, "clientSeq": params.get("clientSeq")}
 
 
-async def _connection_ahp(sock: socket.socket, master: int, buf: bytearray) -> None:
-    """The card's shape speaking AHP's least (``floor-ahp``, see the module docstring):
-    ``initialize`` answered, then :func:`_card` with AHP's reader and reducer rule."""
-    messages = _client_messages(sock, buf)
+async def _ahp_hello(sock: socket.socket, messages: AsyncIterator[Any]) -> tuple[str, str] | None:
+    """``initialize`` answered: the channel the client subscribes to and its id; None
+    when the connection closed or did not start with an ``initialize`` (it ends)."""
     hello = await anext(messages, None)
     if hello is None:
-        return  # (closed before saying hello)
+        return None  # (closed before saying hello)
     params = hello.get("params") if isinstance(hello, dict) else None
     if not isinstance(params, dict):
-        return  # (the first message is not an initialize request: this connection ends)
+        return None  # (the first message is not an initialize request)
     subscriptions = params.get("initialSubscriptions")
     channel = str(subscriptions[0]) if isinstance(subscriptions, list) and subscriptions else ""
     answer = {"protocolVersion": "0.5.0", "serverSeq": 0, "snapshots": []}
     await _send_all(
         sock, _frame(orjson.dumps({"jsonrpc": "2.0", "id": hello.get("id"), "result": answer}))
     )
-    inputs = _inputs_ahp(messages, channel, str(params.get("clientId", "")))
-    await _card(sock, master, inputs, _AhpRule(channel))
+    return channel, str(params.get("clientId", ""))
 
 
-_CONNECTIONS: Final = {"2": _connection_2, "card": _connection_card, "ahp": _connection_ahp}
+class _StateRule:
+    """The terminal contract's work, as a card reducer's rule, with the engine's pure
+    cores (see the module docstring): an input is built by the codec, decided on and
+    applied by a :class:`~ahp.reducers.TerminalCore` and published (its echo stays in
+    the outbox until the next output's write); each output batch's actions (the
+    parser's) are applied and published, then everything the outbox holds is framed
+    and written at once. The state stays one terminal's: its scrollback is bounded by
+    :data:`~ahp.reducers.DEFAULT_SCROLLBACK`, the log by its defaults."""
+
+    def __init__(self, channel: str) -> None:
+        self.channel = channel
+        self.parser = OutputParser(use_pty=True, nonce=None, last_titles=True)
+        self.core = TerminalCore(
+            TerminalState(
+                title="", claim=ClientClaim(clientId=""), content=(), cols=80, rows=24, isPty=True
+            ),
+            uri=channel,
+            scrollback=DEFAULT_SCROLLBACK,
+            use_pty=True,
+        )
+        self.hub = Hub(ReplayLog())
+        self.outbox = Outbox()
+        self.hub.subscribe(channel, self.outbox)
+
+    def parse(self, data: bytes) -> Sequence[StateAction]:
+        """The parse task's work: a batch's actions, the turn's titles compacted."""
+        actions = self.parser.feed(
+            data, wall_ms=int(time.time() * 1000), mono_ms=time.monotonic() * 1000
+        )
+        return compact(actions)
+
+    def __call__(self, kind: str, item: Any) -> tuple[str | bytes | None, bytes | None]:
+        core, hub, channel = self.core, self.hub, self.channel
+        if kind == "input":
+            message, origin_data = item
+            action = structure_action(message)
+            seq = origin_data["clientSeq"]
+            origin = ActionOrigin(
+                clientId=origin_data["clientId"], clientSeq=seq if isinstance(seq, int) else 0
+            )
+            verdict = core.decide(action, origin)
+            if isinstance(verdict, Rejected):
+                hub.reject(self.outbox, channel, action, origin, verdict.reason)
+                return None, None
+            hub.publish(channel, core.apply(verdict.action), origin)
+            return verdict.write, None
+        if item is None:
+            item = [TerminalExited(exitCode=0)]
+        for action in item:
+            hub.publish(channel, core.apply(action))
+        frames = [
+            _frame(queued.frame)
+            for queued in self.outbox.get_nowait()
+            if isinstance(queued, Published)  # (only envelopes are queued here)
+        ]
+        return None, b"".join(frames) if frames else None
+
+
+async def _connection_ahp(sock: socket.socket, master: int, buf: bytearray) -> None:
+    """The card's shape speaking AHP's least (``floor-ahp``): :func:`_card` with AHP's
+    reader and reducer rule, once :func:`_ahp_hello` answered."""
+    messages = _client_messages(sock, buf)
+    found = await _ahp_hello(sock, messages)
+    if found is not None:
+        channel, client_id = found
+        await _card(sock, master, _inputs_ahp(messages, channel, client_id), _AhpRule(channel))
+
+
+async def _connection_state(sock: socket.socket, master: int, buf: bytearray) -> None:
+    """``floor-ahp`` with the terminal contract's work (``floor-state``)."""
+    messages = _client_messages(sock, buf)
+    found = await _ahp_hello(sock, messages)
+    if found is not None:
+        channel, client_id = found
+        rule = _StateRule(channel)
+        inputs = _inputs_ahp(messages, channel, client_id)
+        await _card(sock, master, inputs, rule, rule.parse)
+
+
+_CONNECTIONS: Final = {
+    "2": _connection_2,
+    "card": _connection_card,
+    "ahp": _connection_ahp,
+    "state": _connection_state,
+}
 
 
 async def serve(shape: str, gate_argv: list[str], cwd: str) -> None:
-    """Serve ``shape`` (``2``, ``card`` or ``ahp``) until SIGTERM or SIGINT (see the
-    module)."""
+    """Serve ``shape`` (``2``, ``card``, ``ahp`` or ``state``) until SIGTERM or SIGINT
+    (see the module)."""
     connection = _CONNECTIONS[shape]
     listener = socket.socket()
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -529,8 +637,9 @@ def floor_version() -> str:
 async def open_floor(
     shape: str, workload: Workload, *, gate: list[str] | None = None, cwd: Path | None = None
 ) -> AsyncIterator[FloorServer]:
-    """A floor server of ``shape`` (``2``, ``card`` or ``ahp``) running ``workload``'s gate in its
-    folder (or ``gate`` in ``cwd``), stopped (SIGTERM) and reaped on exit."""
+    """A floor server of ``shape`` (``2``, ``card``, ``ahp`` or ``state``) running
+    ``workload``'s gate in its folder (or ``gate`` in ``cwd``), stopped (SIGTERM) and
+    reaped on exit."""
     argv = [
         sys.executable,
         "-m",
@@ -540,13 +649,13 @@ async def open_floor(
         str(workload.path.parent if cwd is None else cwd),
     ]
     async with open_child_server(argv) as server:
-        yield FloorAhpServer(server) if shape == "ahp" else FloorServer(server)
+        yield FloorAhpServer(server) if shape in ("ahp", "state") else FloorServer(server)
 
 
 def main(argv: list[str]) -> None:
     """``python -m ahp.bench.floors SHAPE GATE_ARGV_JSON CWD``."""
     if len(argv) != 3 or argv[0] not in SHAPES.values():
-        sys.exit("usage: python -m ahp.bench.floors 2|card|ahp GATE_ARGV_JSON CWD")
+        sys.exit("usage: python -m ahp.bench.floors 2|card|ahp|state GATE_ARGV_JSON CWD")
     trio.run(serve, argv[0], orjson.loads(argv[1]), argv[2])
 
 

@@ -397,15 +397,16 @@ def _value(t: Target, value: float, form: str | None = None) -> str:
 
 
 def _floors_text(t: Target) -> str:
-    """What the floors scored on ``t``'s figure: a goal the card's shape misses even in
-    bare Trio is bounded by that shape (:mod:`ahp.bench.floors`)."""
+    """What the floors scored on ``t``'s figure: a goal a floor misses too is bounded by
+    what that floor does (:mod:`ahp.bench.floors`: the shape bare, with the protocol's
+    least, with the contract's work)."""
     parts = [
         f"{name} not measured"
         if value is None
         else f"{name} {_value(t, value)} ({'meets' if t.meets(value) else 'misses'} it)"
         for name, value in t.floors
     ]
-    return "bare Trio: " + ", ".join(parts)
+    return "floors: " + ", ".join(parts)
 
 
 def folded_unit(key: str) -> str:

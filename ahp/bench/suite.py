@@ -258,7 +258,9 @@ class _Peer:
 #: The peers, in the order they are measured in each round. The floors
 #: (:mod:`ahp.bench.floors`) are bare Trio servers in terminado's shape and in the
 #: card's: what each of issue 23's goals costs before any of the project's own work;
-#: and the card's shape speaking AHP's least (``floor-ahp``): what the protocol adds.
+#: the card's shape speaking AHP's least (``floor-ahp``): what the protocol adds; and
+#: that doing the terminal contract's work with the engine's pure cores
+#: (``floor-state``): what the contract adds, before the engine's machinery.
 PEERS: Final = (
     _Peer("terminado", terminado_missing, terminado_version, open_terminado),
     _Peer("ttyd", ttyd_missing, ttyd_version, open_ttyd),

@@ -7,10 +7,12 @@ it met or missed. CI does not fail on them: shared machines are too noisy.
 
 Issue 23's goals (measured with the independent C client) also carry what the floors
 scored on the same figure in the same run (:mod:`ahp.bench.floors`: bare Trio servers
-in terminado's shape and in the card's, with none of the project's work, and the
-card's speaking the protocol's least, ``floor-ahp``). A goal that the card's shape
+in terminado's shape and in the card's, with none of the project's work, the card's
+speaking the protocol's least, ``floor-ahp``, and that doing the terminal contract's
+work with the engine's pure cores, ``floor-state``). A goal that the card's shape
 misses even bare is bounded by that shape on this machine; one that ``floor-ahp``
-misses, by the shape and the protocol; one both meet is left to the project's own work.
+misses, by the shape and the protocol; one that ``floor-state`` misses, by the shape
+and the contract's work; one all meet is left to the engine's machinery.
 """
 
 from __future__ import annotations
