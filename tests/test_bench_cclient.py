@@ -401,3 +401,27 @@ async def test_the_state_floor_does_the_contracts_work(tmp_path: Path) -> None:
     titles = [e["action"] for e in envelopes if e["action"]["type"] == "terminal/titleChanged"]
     assert titles == [{"type": "terminal/titleChanged", "title": "hi"}]
     assert "\x1b]0;hi\x07done" in text
+
+
+def test_the_state_floors_rule_echoes_a_rejected_input_at_once() -> None:
+    """The state floor's reducer rule (pure): an accepted input goes to the pty and its
+    echo waits for the output's write; once the process exited, an input is rejected and
+    its echo, with the reason, is written at once, alone, and nothing goes to the pty."""
+    from ahp.bench.floors import _StateRule
+
+    channel = "ahp-terminal:/floor-x"
+    rule = _StateRule(channel)
+    typed, frame = rule(
+        "input", ({"type": "terminal/input", "data": "ok"}, {"clientId": "c", "clientSeq": 1})
+    )
+    assert (typed, frame) == (b"ok", None)
+    typed, frame = rule("output", None)  # the end: terminal/exited, after the echo
+    assert typed is None and frame is not None
+    typed, frame = rule(
+        "input", ({"type": "terminal/input", "data": "no"}, {"clientId": "c", "clientSeq": 2})
+    )
+    assert typed is None and frame is not None
+    envelope = orjson.loads(frame[frame.index(b"{") :])["params"]
+    assert envelope["action"] == {"type": "terminal/input", "data": "no"}
+    assert envelope["origin"] == {"clientId": "c", "clientSeq": 2}
+    assert "exited" in envelope["rejectionReason"]

@@ -488,21 +488,25 @@ class _StateRule:
                 clientId=origin_data["clientId"], clientSeq=seq if isinstance(seq, int) else 0
             )
             verdict = core.decide(action, origin)
-            if isinstance(verdict, Rejected):
+            if isinstance(verdict, Rejected):  # (echoed to the sender at once, alone)
                 hub.reject(self.outbox, channel, action, origin, verdict.reason)
-                return None, None
+                return None, self._frames()
             hub.publish(channel, core.apply(verdict.action), origin)
             return verdict.write, None
         if item is None:
             item = [TerminalExited(exitCode=0)]
         for action in item:
             hub.publish(channel, core.apply(action))
+        return None, self._frames()
+
+    def _frames(self) -> bytes | None:
+        """Everything the outbox holds, framed for one write (None: nothing)."""
         frames = [
             _frame(queued.frame)
             for queued in self.outbox.get_nowait()
             if isinstance(queued, Published)  # (only envelopes are queued here)
         ]
-        return None, b"".join(frames) if frames else None
+        return b"".join(frames) if frames else None
 
 
 async def _connection_ahp(sock: socket.socket, master: int, buf: bytearray) -> None:
