@@ -242,3 +242,31 @@ def test_issue_23_targets_carry_what_the_floors_scored_on_the_same_figure() -> N
     # Targets outside issue 23's goals carry no floors.
     assert targets["append_scaling"].floors == ()
     assert "floors" not in targets["append_scaling"].to_json()
+
+
+def test_the_chart_labels_every_peer_on_two_short_lines() -> None:
+    """The chart's bars (``ahp.bench.chart``, before matplotlib draws them): one per
+    peer, a peer's stalled run beside it when it has one, and a hyphenated name on two
+    lines (nine servers' labels ran into each other on one)."""
+    from ahp.bench.chart import _bars
+
+    run = _figure(1.0)
+    echo = {"median_ms": run, "p99_ms": run}
+    results = {
+        "ceiling": {"throughput": run},
+        "engine": {"one": {"throughput": run}, "ten": {"throughput": run}},
+        "end_to_end": {"alone": {"throughput": run}, "with_stalled": {"throughput": run}},
+        "echo": {"bare_pty": echo, "engine": echo, "sidecar": echo},
+        "peers": {
+            "terminado": {"alone": {"throughput": run}, "with_stalled": {"throughput": run}},
+            "floor-state": {"alone": {"throughput": run}, "with_stalled": {}, "echo": echo},
+            "ttyd": {"missing": "not requested"},
+        },
+    }
+    throughput, latency = _bars(results)
+    assert [name for name, _ in throughput][5:] == [
+        "terminado",
+        "terminado\n+stalled",
+        "floor-\nstate",
+    ]
+    assert [name for name, _ in latency][3:] == ["floor-\nstate"]

@@ -40,11 +40,12 @@ def _bars(results: dict[str, Any]) -> tuple[list[tuple[str, dict[str, Any]]], li
     for name, node in results.get("peers", {}).items():
         if not isinstance(node, dict) or "alone" not in node:
             continue
-        throughput.append((name, node["alone"]["throughput"]))
+        label = name.replace("-", "-\n", 1)  # (floor-state: two short lines, not one long)
+        throughput.append((label, node["alone"]["throughput"]))
         if "throughput" in node["with_stalled"]:
-            throughput.append((f"{name}\n+stalled", node["with_stalled"]["throughput"]))
+            throughput.append((f"{label}\n+stalled", node["with_stalled"]["throughput"]))
         if "echo" in node:
-            latency.append((name, node["echo"]))
+            latency.append((label, node["echo"]))
     return throughput, latency
 
 
@@ -56,8 +57,12 @@ def write_chart(results: dict[str, Any], path: Path) -> Path:
     import matplotlib.pyplot as plt
 
     throughput, latency = _bars(results)
+    bars = len(throughput) + len(latency)
     fig, (left, right) = plt.subplots(
-        1, 2, figsize=(13, 5), gridspec_kw={"width_ratios": [len(throughput), len(latency)]}
+        1,
+        2,
+        figsize=(max(13.0, 0.75 * bars), 5),  # (room for each bar's label)
+        gridspec_kw={"width_ratios": [len(throughput), len(latency)]},
     )
     names = [name for name, _ in throughput]
     medians = [node["median"] for _, node in throughput]
