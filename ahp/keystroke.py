@@ -36,9 +36,6 @@ runs them):
     (non-blocking ``recv``/``send``, waiting for readiness only when needed);
     Trio's socket wrapper adds a scheduler pass to every successful call. Server CPU
     per keystroke 0.72x (issue 17).
-``small_read`` (``ahp.engine.terminal``, pty-read)
-    A first read shorter than :data:`SMALL_READ` bytes (an echo, a prompt) is handed on
-    at once, without the read that would almost always find the pty empty (EAGAIN).
 ``no_checkpoint`` (``ahp.server.dispatch``)
     The connection's reader dispatches input with ``checkpoint=False``: its own loop
     checkpoints at the next receive, so the dispatch does not add a pass.
@@ -48,7 +45,12 @@ runs them):
     system call, one wake-up of the client), or the echo leaves alone after
     :data:`ECHO_PAIR_WAIT`. Server CPU per keystroke 0.82x (issue 17).
 
-Removed after an A/B showed it did not pay: ``echo_spin`` (input-write kept the scheduler
+Removed after A/Bs showed they did not pay: ``small_read`` (pty-read handed a first read
+shorter than 256 bytes on at once, without the read that would find the pty empty): 1.71x
+when it came (issue 17), and in session 16, turned off against on, ``benchmarks/ab_echo.py``
+8 and 14 rounds: back to back 0.942 and 0.950, after a pause 0.994 and 0.989, server CPU
+per keystroke 0.86 and 0.98 (the EAGAIN read is a few microseconds of a step that costs
+tens; ``benchmarks/README.md``, "Session 16"). ``echo_spin`` (input-write kept the scheduler
 polling for up to 200 µs after a keystroke reached the pty, instead of sleeping in
 ``epoll_wait`` until the echo). The echo is the kernel's work, in an unbound kworker,
 then ``cat``'s; a spinning core pushes both to the other core, and on the project's
@@ -81,7 +83,6 @@ from typing import Final
 __all__ = [
     "ECHO_PAIR_WAIT",
     "FAST_FRAME_MAX",
-    "SMALL_READ",
     "TRICKS",
     "enabled",
     "parse_simple_frame",
@@ -92,7 +93,6 @@ TRICKS: Final = frozenset(
     {
         "fast_frames",
         "fd_io",
-        "small_read",
         "no_checkpoint",
         "echo_pairing",
     }
@@ -103,8 +103,6 @@ _OFF: Final = frozenset(
 
 #: ``fast_frames``: the largest client frame parsed here rather than by wsproto.
 FAST_FRAME_MAX: Final = 64 * 1024
-#: ``small_read``: a first read shorter than this ends its batch at once.
-SMALL_READ: Final = 256
 #: ``echo_pairing``: seconds a lone input echo waits for the output it causes.
 ECHO_PAIR_WAIT: Final = 0.002
 

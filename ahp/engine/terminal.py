@@ -65,9 +65,9 @@ a stage that costs speed is made cheaper, not folded away). A keystroke's in-pro
 round trip, from :meth:`Terminal.send_input` until a subscriber holds the echo, is
 eight task steps in six scheduler batches: the caller (it queues the input, then
 checkpoints), the reducer, input-write, pty-read, parse, the reducer again, and the
-subscriber (``benchmarks/ab_echo.py`` counts them). The keystroke trick acting here
-is listed in :mod:`ahp.keystroke`: ``small_read`` (pty-read hands a short read on at
-once).
+subscriber (``benchmarks/ab_echo.py`` counts them). No keystroke trick acts in the
+engine any more (:mod:`ahp.keystroke`: ``small_read``, pty-read handing a short read on
+without the read that finds the pty empty, was removed when it no longer paid).
 
 Callers: :meth:`Terminal.dispatch` returns once the action is queued; with
 ``wait=True``, once the reducer decided on it and told the catalogue (the
@@ -94,7 +94,6 @@ from typing import Final, TypeVar
 
 import trio
 
-from ahp import keystroke
 from ahp.agent.registry import CommandRegistry
 from ahp.agent.screen import Screen, ScreenModel
 from ahp.agent.surface import CommandSurface
@@ -147,8 +146,6 @@ READ_BATCH: Final = 16 * 1024
 #: Under sustained output (a batch came back full), read in a thread of the pty-read
 #: task's own while the stages work (:mod:`ahp.pty.pump`); False reads on the loop only.
 THREADED_READS: bool = os.environ.get("AHP_THREADED_READS", "1") != "0"
-#: A first read shorter than this ends its batch at once (keystroke trick ``small_read``).
-SMALL_READ: Final = keystroke.SMALL_READ if keystroke.enabled("small_read") else 0
 #: Output the parse task feeds in one step once parsing is slow (escape-dense output
 #: costs the scanner ~2 us a byte: 16 KB held the loop ~25 ms); between slices it
 #: checkpoints. Output that parses fast is fed whole.
@@ -759,11 +756,6 @@ class Terminal(CommandSurface):
                 break
             chunks.append(data)
             size += len(data)
-            if size < SMALL_READ:
-                # A keystroke's echo, a prompt: hand it on now. Reading again
-                # would almost always find the pty empty (one more system call
-                # on the echo's path); if more came, the wait below says so.
-                break
         if chunks:
             batch = chunks[0] if len(chunks) == 1 else b"".join(chunks)
             self._took(error, batch)
