@@ -451,10 +451,11 @@ class _StateRule:
     """The terminal contract's work, as a card reducer's rule, with the engine's pure
     cores (see the module docstring): an input is built by the codec, decided on and
     applied by a :class:`~ahp.reducers.TerminalCore` and published (its echo stays in
-    the outbox until the next output's write); each output batch's actions (the
-    parser's) are applied and published, then everything the outbox holds is framed
-    and written at once. The state stays one terminal's: its scrollback is bounded by
-    :data:`~ahp.reducers.DEFAULT_SCROLLBACK`, the log by its defaults."""
+    the outbox until the next output's write; a rejected one's is written at once);
+    each output batch's actions (the parser's) are applied and published, then
+    everything the outbox holds is framed and written at once. The state stays one
+    terminal's: its scrollback is bounded by :data:`~ahp.reducers.DEFAULT_SCROLLBACK`,
+    the log by its defaults."""
 
     def __init__(self, channel: str) -> None:
         self.channel = channel
