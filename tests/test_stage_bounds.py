@@ -20,6 +20,7 @@ from ahp.engine.envelopes import Published
 from ahp.engine.terminal import (
     INPUT_QUEUE,
     PARSE_CHUNK,
+    PARSE_PLAIN,
     PARSE_QUEUE,
     PARSE_SLICE,
     REDUCER_QUEUE,
@@ -156,6 +157,12 @@ def test_parse_pieces_cut_at_the_chunk_and_at_the_slice() -> None:
     assert [len(p) for p in slices] == [PARSE_SLICE] * 3 + [1]
     assert parse_pieces(data[:PARSE_CHUNK], slow=False) == [data[:PARSE_CHUNK]]
     assert parse_pieces(b"", slow=True) == [b""]
+    # Plain output (no ESC) is never slow: it is cut at PARSE_PLAIN, slow or not.
+    big = b"x" * (2 * PARSE_PLAIN + 5)
+    for slow in (False, True):
+        cut = parse_pieces(big, slow=slow, plain=True)
+        assert [len(p) for p in cut] == [PARSE_PLAIN, PARSE_PLAIN, 5] and b"".join(cut) == big
+    assert parse_pieces(big[:PARSE_PLAIN], slow=True, plain=True) == [big[:PARSE_PLAIN]]
 
 
 async def test_a_pumped_batch_over_the_parse_chunk_is_parsed_in_chunks() -> None:
@@ -184,12 +191,13 @@ async def test_a_pumped_batch_over_the_parse_chunk_is_parsed_in_chunks() -> None
 async def test_a_turn_of_parsed_chunks_is_handed_on_joined(
     monkeypatch: pytest.MonkeyPatch, turn: float
 ) -> None:
-    """A batch over PARSE_CHUNK is fed in chunks either way; the chunks fed in one turn
-    (PARSE_TURN of parsing) reach the reducer as one joined action, so a subscriber gets
-    one envelope of the whole batch's text when the turn is long, one per chunk (at most
-    PARSE_CHUNK characters) when it ends after every chunk; nothing is lost either way."""
+    """A batch over PARSE_CHUNK with escape sequences in it is fed in chunks either way;
+    the chunks fed in one turn (PARSE_TURN of parsing) reach the reducer as one joined
+    action, so a subscriber gets one envelope of the whole batch's text when the turn is
+    long, one per chunk (at most PARSE_CHUNK characters) when it ends after every chunk;
+    nothing is lost either way."""
     monkeypatch.setattr(terminal_module, "PARSE_TURN", turn)
-    line = "x" * 99 + "\n"
+    line = "\x1b[1m" + "x" * 95 + "\n"  # (a colour: not plain)
     count = 40_000
     script = f"import sys; sys.stdout.write({line!r} * {count}); sys.stdout.flush()"
     total = count * (len(line) + 1)  # (the pty's \r\n)
@@ -210,6 +218,36 @@ async def test_a_turn_of_parsed_chunks_is_handed_on_joined(
         assert sum(sizes) == total
         assert term.largest_feed == PARSE_CHUNK
         if turn:
-            assert max(sizes) > PARSE_CHUNK  # a pumped batch's chunks, joined
+            assert max(sizes) > PARSE_CHUNK + 1  # a pumped batch's chunks, joined
         else:
-            assert max(sizes) <= PARSE_CHUNK
+            # (+1: a chunk ending in ESC leaves it to the next, which may begin an OSC)
+            assert max(sizes) <= PARSE_CHUNK + 1
+
+
+async def test_plain_output_is_fed_whole_up_to_the_plain_piece() -> None:
+    """Output without an ESC byte read in bulk (a pumped batch of up to 256 KiB) is fed
+    in pieces of up to PARSE_PLAIN, not PARSE_CHUNK, each its own envelope (never
+    joined past it), and nothing is lost; multi-byte characters split between pieces
+    come through whole."""
+    line = "gr\u00f6\u00dfe \U0001f600 " + "x" * 80 + "\n"
+    count = 20_000
+    script = f"import sys; sys.stdout.write({line!r} * {count}); sys.stdout.flush()"
+    expected = (line.replace("\n", "\r\n")) * count
+    async with open_host() as host:
+        term = await host.create_terminal(argv=["python3", "-c", script])
+        sender = Outbox(max_bytes=1 << 30)
+        host.hub.subscribe(term.uri, sender)
+        with trio.fail_after(TIMEOUT):
+            while term.bytes_read < 64 * 1024:  # noqa: ASYNC110 (a counter, not an event)
+                await trio.sleep(0.01)
+            time.sleep(0.5)  # noqa: ASYNC251 (the loop busy: the reader fills its buffer)
+            await term.exited.wait()
+        texts = [
+            item.envelope.action.data
+            for item in sender.get_nowait(coalesce=False)
+            if isinstance(item, Published) and isinstance(item.envelope.action, TerminalData)
+        ]
+        assert "".join(texts) == expected
+        assert PARSE_CHUNK < term.largest_feed <= PARSE_PLAIN  # a pumped batch, fed whole
+        # (+3: a character split at the piece before comes with this one)
+        assert max(len(t.encode()) for t in texts) <= PARSE_PLAIN + 3

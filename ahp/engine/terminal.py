@@ -22,7 +22,9 @@ that owns one job, and the state has exactly one writer, the reducer task::
   sequences) in slices of :data:`PARSE_SLICE`; before a chunk that would take the
   step past :data:`PARSE_TURN` of parsing it hands on what it parsed (the data of
   the step's chunks joined) and checkpoints, so one terminal's output never holds
-  the loop for long. When the
+  the loop for long. A batch without an ``ESC`` byte (plain text: it parses at the
+  UTF-8 decoder's speed) is fed in pieces of up to :data:`PARSE_PLAIN` bytes, not
+  joined. When the
   reader's channel ends it flushes the parser and tells the reducer that the
   output ended.
 * **reducer** drives a :class:`~ahp.reducers.TerminalCore` (state, claim and
@@ -127,6 +129,7 @@ __all__ = [
     "INPUT_QUEUE",
     "MAX_DIMENSION",
     "MAX_PENDING_INPUT",
+    "PARSE_PLAIN",
     "PARSE_QUEUE",
     "READ_BATCH",
     "REDUCER_QUEUE",
@@ -156,6 +159,16 @@ PARSE_SLICE: Final = 2048
 #: ``benchmarks/loop_steps.py "fragmented scrollback"``); 64 KiB of it is ~2 ms, of
 #: plain text ~0.1 ms.
 PARSE_CHUNK: Final = 64 * 1024
+#: Output without an ``ESC`` byte is fed in pieces of up to this many bytes (a pumped
+#: batch whole), each handed on as it is, not joined with the turn's others. No
+#: escape sequence can start in it (one held from the last batch is only continued),
+#: so it parses at the UTF-8 decoder's speed (~0.3 ms for 256 KiB), and cutting it
+#: bought nothing: the slices' copies, a feed each and the join of their text (a
+#: memory pass over UCS-4 text, 4 bytes a character once one emoji is in it) cost
+#: the parse task 0.18-0.20 CPU-s per 100 MB of the bench's stream against 0.12-0.15
+#: fed whole (benchmarks/README.md, "Session 17"). Its text stays under
+#: :data:`ahp.engine.memory.MMAP_THRESHOLD` (at most 4 bytes a character).
+PARSE_PLAIN: Final = 256 * 1024
 #: Seconds a read batch may take to parse before parsing counts as slow.
 PARSE_STEP: Final = 0.004
 #: Seconds of parsing in one step of the parse task: it hands on what it parsed and
@@ -218,10 +231,11 @@ _OUTPUT_ENDED: Final = _OutputEnded()
 _ReducerItem = Sequence[StateAction] | _ClientAction | _OutputEnded | _ProcessExited
 
 
-def parse_pieces(data: bytes, *, slow: bool) -> list[bytes]:
+def parse_pieces(data: bytes, *, slow: bool, plain: bool = False) -> list[bytes]:
     """``data`` cut for the parse task's steps: chunks of at most :data:`PARSE_CHUNK`
-    bytes, or :data:`PARSE_SLICE` once parsing is ``slow``; ``[data]`` when it fits."""
-    size = PARSE_SLICE if slow else PARSE_CHUNK
+    bytes, or :data:`PARSE_SLICE` once parsing is ``slow``, or :data:`PARSE_PLAIN` when
+    it is ``plain`` (no ``ESC`` in it: never slow); ``[data]`` when it fits."""
+    size = PARSE_PLAIN if plain else PARSE_SLICE if slow else PARSE_CHUNK
     if len(data) <= size:
         return [data]
     return [data[i : i + size] for i in range(0, len(data), size)]
@@ -872,7 +886,9 @@ class Terminal(CommandSurface):
                     more.append(extra)
                 if more is not None:
                     data = b"".join(more)
-                pieces = parse_pieces(data, slow=slow)
+                # (memchr: no ESC, no escape sequence can start in the batch)
+                plain = data.find(b"\x1b") < 0
+                pieces = parse_pieces(data, slow=slow, plain=plain)
                 turn = time.perf_counter()
                 parsed: list[StateAction] = []
                 feeds = 0  # feeds whose actions are in parsed
@@ -883,7 +899,7 @@ class Terminal(CommandSurface):
                     # fast ones up to PARSE_TURN, never both.
                     if index and time.perf_counter() - turn + pace * len(piece) > PARSE_TURN:
                         if parsed:  # (the turn's feeds: one hand-on, data joined)
-                            await _send(to_reducer, compact(parsed, join=feeds > 1))
+                            await _send(to_reducer, compact(parsed, join=feeds > 1 and not plain))
                             parsed, feeds = [], 0
                         await trio.lowlevel.checkpoint()  # (between turns: others get one)
                         turn = time.perf_counter()
@@ -900,8 +916,8 @@ class Terminal(CommandSurface):
                     if actions:
                         parsed += actions
                         feeds += 1
-                if parsed:
-                    await _send(to_reducer, compact(parsed, join=feeds > 1))
+                if parsed:  # (plain pieces are big enough alone: not joined)
+                    await _send(to_reducer, compact(parsed, join=feeds > 1 and not plain))
         tail = parser.close(wall_ms=int(time.time() * 1000), mono_ms=time.monotonic() * 1000)
         if tail:
             await _send(to_reducer, tail)
