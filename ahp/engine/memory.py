@@ -57,20 +57,14 @@ log = logging.getLogger("ahp.engine")
 #: read path's blocks (a pump's take of up to 256 KiB, its decoded text, the joins and
 #: frames made of it) were then each an ``mmap``, page faults and a ``munmap`` (a TLB
 #: flush on every core): 16 terminals at once through ``serve`` ran at 0.73x the
-#: aggregate and 1.34x the server CPU of 1 MiB (3 interleaved pairs). Not 1 MiB either:
-#: the text of a 256 KiB batch is up to 1 MiB once one character in it is outside the
-#: BMP (4 bytes a character), and the parse task's drained batches, their text and the
-#: frames made of them crossed it: at 1 MiB the event loop's thread spent 0.91 CPU-s
-#: per 100 MB of the bench's stream, at 4 MiB 0.72-0.76 (benchmarks/README.md, "Session
-#: 17"). Blocks under it come from the heap, whose free pages the trims return.
-MMAP_THRESHOLD: Final = 4 * 1024 * 1024
+#: aggregate and 1.34x the server CPU of 1 MiB (3 interleaved pairs). Blocks under it
+#: come from the heap, whose free pages the trims return.
+MMAP_THRESHOLD: Final = 1024 * 1024
 #: ``mallopt`` parameter numbers (glibc's malloc.h).
 _M_TRIM_THRESHOLD: Final = -1
 _M_MMAP_THRESHOLD: Final = -3
-#: Free memory at the top of the heap beyond which glibc returns it at once (fixed too;
-#: as large as the biggest heap block, or freeing one such block at the top returned
-#: it and the next one faulted its pages in again).
-TRIM_THRESHOLD: Final = 4 * 1024 * 1024
+#: Free memory at the top of the heap beyond which glibc returns it at once (fixed too).
+TRIM_THRESHOLD: Final = 1024 * 1024
 #: Seconds between two trims, at least.
 TRIM_INTERVAL: Final = 1.0
 #: Seconds a trim waits after the first request (the frees of a burst share it).

@@ -159,16 +159,18 @@ PARSE_SLICE: Final = 2048
 #: ``benchmarks/loop_steps.py "fragmented scrollback"``); 64 KiB of it is ~2 ms, of
 #: plain text ~0.1 ms.
 PARSE_CHUNK: Final = 64 * 1024
-#: Output without an ``ESC`` byte is fed in pieces of up to this many bytes (a pumped
-#: batch whole), each handed on as it is, not joined with the turn's others. No
-#: escape sequence can start in it (one held from the last batch is only continued),
-#: so it parses at the UTF-8 decoder's speed (~0.3 ms for 256 KiB), and cutting it
-#: bought nothing: the slices' copies, a feed each and the join of their text (a
-#: memory pass over UCS-4 text, 4 bytes a character once one emoji is in it) cost
-#: the parse task 0.18-0.20 CPU-s per 100 MB of the bench's stream against 0.12-0.15
-#: fed whole (benchmarks/README.md, "Session 17"). Its text stays under
-#: :data:`ahp.engine.memory.MMAP_THRESHOLD` (at most 4 bytes a character).
-PARSE_PLAIN: Final = 256 * 1024
+#: Output without an ``ESC`` byte is fed in pieces of up to this many bytes (most of a
+#: pumped batch at once), each handed on as it is, not joined with the turn's others. No
+#: escape sequence can start in it (one held from the last batch is only continued), so
+#: it parses at the UTF-8 decoder's speed (~0.25 ms for 192 KiB), and cutting it in
+#: PARSE_CHUNK pieces bought nothing: the slices' copies, a feed each and the join of
+#: their text (a memory pass over UCS-4 text, 4 bytes a character once one emoji is in
+#: it) cost the parse task 0.20-0.25 CPU-s per 100 MB of the bench's stream against
+#: 0.14-0.15 fed whole. Not 256 KiB: its text, and the frame encoded from it, then
+#: crossed :data:`ahp.engine.memory.MMAP_THRESHOLD` (1 MiB; each block a mapping of its
+#: own, its pages faulted in and unmapped), which cost more than the join saved
+#: (benchmarks/README.md, "Session 17"); 192 KiB is at most 768 KiB of text.
+PARSE_PLAIN: Final = 192 * 1024
 #: Seconds a read batch may take to parse before parsing counts as slow.
 PARSE_STEP: Final = 0.004
 #: Seconds of parsing in one step of the parse task: it hands on what it parsed and
