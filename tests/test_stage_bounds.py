@@ -187,6 +187,26 @@ async def test_a_pumped_batch_over_the_parse_chunk_is_parsed_in_chunks() -> None
         assert term.largest_feed == PARSE_CHUNK  # a larger batch came, and was cut
 
 
+async def _pumped_output(script: str) -> tuple[int, list[str]]:
+    """Run ``python3 -c script`` with the loop held busy once 64 KiB came (the reader
+    thread fills its buffer meanwhile: the rest arrives in big batches); the terminal's
+    largest parser feed, and the text of every ``terminal/data`` envelope, in order."""
+    async with open_host() as host:
+        term = await host.create_terminal(argv=["python3", "-c", script])
+        sender = Outbox(max_bytes=1 << 30)
+        host.hub.subscribe(term.uri, sender)
+        with trio.fail_after(TIMEOUT):
+            while term.bytes_read < 64 * 1024:  # noqa: ASYNC110 (a counter, not an event)
+                await trio.sleep(0.01)
+            time.sleep(0.5)  # noqa: ASYNC251 (the loop busy: the reader fills its buffer)
+            await term.exited.wait()
+        return term.largest_feed, [
+            item.envelope.action.data
+            for item in sender.get_nowait(coalesce=False)
+            if isinstance(item, Published) and isinstance(item.envelope.action, TerminalData)
+        ]
+
+
 @pytest.mark.parametrize("turn", [0.0, 60.0])
 async def test_a_turn_of_parsed_chunks_is_handed_on_joined(
     monkeypatch: pytest.MonkeyPatch, turn: float
@@ -201,27 +221,15 @@ async def test_a_turn_of_parsed_chunks_is_handed_on_joined(
     count = 40_000
     script = f"import sys; sys.stdout.write({line!r} * {count}); sys.stdout.flush()"
     total = count * (len(line) + 1)  # (the pty's \r\n)
-    async with open_host() as host:
-        term = await host.create_terminal(argv=["python3", "-c", script])
-        sender = Outbox(max_bytes=1 << 30)
-        host.hub.subscribe(term.uri, sender)
-        with trio.fail_after(TIMEOUT):
-            while term.bytes_read < 64 * 1024:  # noqa: ASYNC110 (a counter, not an event)
-                await trio.sleep(0.01)
-            time.sleep(0.5)  # noqa: ASYNC251 (the loop busy: the reader fills its buffer)
-            await term.exited.wait()
-        sizes = [
-            len(item.envelope.action.data)
-            for item in sender.get_nowait(coalesce=False)
-            if isinstance(item, Published) and isinstance(item.envelope.action, TerminalData)
-        ]
-        assert sum(sizes) == total
-        assert term.largest_feed == PARSE_CHUNK
-        if turn:
-            assert max(sizes) > PARSE_CHUNK + 1  # a pumped batch's chunks, joined
-        else:
-            # (+1: a chunk ending in ESC leaves it to the next, which may begin an OSC)
-            assert max(sizes) <= PARSE_CHUNK + 1
+    largest_feed, texts = await _pumped_output(script)
+    sizes = [len(text) for text in texts]
+    assert sum(sizes) == total
+    assert largest_feed == PARSE_CHUNK
+    if turn:
+        assert max(sizes) > PARSE_CHUNK + 1  # a pumped batch's chunks, joined
+    else:
+        # (+1: a chunk ending in ESC leaves it to the next, which may begin an OSC)
+        assert max(sizes) <= PARSE_CHUNK + 1
 
 
 async def test_plain_output_is_fed_whole_up_to_the_plain_piece() -> None:
@@ -233,21 +241,8 @@ async def test_plain_output_is_fed_whole_up_to_the_plain_piece() -> None:
     count = 20_000
     script = f"import sys; sys.stdout.write({line!r} * {count}); sys.stdout.flush()"
     expected = (line.replace("\n", "\r\n")) * count
-    async with open_host() as host:
-        term = await host.create_terminal(argv=["python3", "-c", script])
-        sender = Outbox(max_bytes=1 << 30)
-        host.hub.subscribe(term.uri, sender)
-        with trio.fail_after(TIMEOUT):
-            while term.bytes_read < 64 * 1024:  # noqa: ASYNC110 (a counter, not an event)
-                await trio.sleep(0.01)
-            time.sleep(0.5)  # noqa: ASYNC251 (the loop busy: the reader fills its buffer)
-            await term.exited.wait()
-        texts = [
-            item.envelope.action.data
-            for item in sender.get_nowait(coalesce=False)
-            if isinstance(item, Published) and isinstance(item.envelope.action, TerminalData)
-        ]
-        assert "".join(texts) == expected
-        assert PARSE_CHUNK < term.largest_feed <= PARSE_PLAIN  # a pumped batch, fed whole
-        # (+3: a character split at the piece before comes with this one)
-        assert max(len(t.encode()) for t in texts) <= PARSE_PLAIN + 3
+    largest_feed, texts = await _pumped_output(script)
+    assert "".join(texts) == expected
+    assert PARSE_CHUNK < largest_feed <= PARSE_PLAIN  # a pumped batch, fed whole
+    # (+3: a character split at the piece before comes with this one)
+    assert max(len(t.encode()) for t in texts) <= PARSE_PLAIN + 3

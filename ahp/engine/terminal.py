@@ -162,7 +162,7 @@ PARSE_CHUNK: Final = 64 * 1024
 #: Output without an ``ESC`` byte is fed in pieces of up to this many bytes (most of a
 #: pumped batch at once), each handed on as it is, not joined with the turn's others. No
 #: escape sequence can start in it (one held from the last batch is only continued), so
-#: it parses at the UTF-8 decoder's speed (~0.25 ms for 192 KiB), and cutting it in
+#: it parses at the UTF-8 decoder's speed (~0.2 ms for 192 KiB), and cutting it in
 #: PARSE_CHUNK pieces bought nothing: the slices' copies, a feed each and the join of
 #: their text (a memory pass over UCS-4 text, 4 bytes a character once one emoji is in
 #: it) cost the parse task 0.20-0.25 CPU-s per 100 MB of the bench's stream against
