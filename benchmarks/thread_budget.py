@@ -1,30 +1,23 @@
 """Where one stream's threads spend their time: running, waiting for a CPU, or asleep.
 
 Why: issue 23's one-terminal goals ask for a rate (0.85x the bare reader, 1.25x ttyd),
-and a pipeline's rate is set by its busiest part. This script shows which part that is,
-thread by thread, from the kernel's own accounting (``/proc/self/task/*/schedstat``:
-nanoseconds on a CPU, nanoseconds runnable but waiting for one): the rest of a thread's
-life it slept (in a system call such as a pty ``read`` waiting for the tty's flush
-worker, in ``epoll_wait``, or for the GIL). Two processes are measured, alternately,
-each round in a fresh one: the bench's bare reader (``ahp.bench.ceiling.bare_read``:
-the event loop reading the pty master, nothing else) and the sidecar (the bench
-worker's process set-up, an in-process ``serve`` streaming the bench's workload to the
-independent C client, as ``benchmarks/ab_stream.py`` does).
-
-A sampler thread reads every thread's counters every :data:`SAMPLE` seconds (a pty
-reader thread ends with its pump, so only samples see it); its own thread is left
-out. Its cost: one read of a few small files per sample, beside the threads it
-watches (~50 wake-ups a second).
+and a pipeline's rate is set by its busiest part. ``nox -s bench`` prints, under each
+one-terminal row, where the server's threads and ``cat`` spent the run
+(:mod:`ahp.bench.threads`); this script measures the same for three servers alone, in
+fresh processes taken in turn, and adds the C client: the bench's bare reader
+(``ahp.bench.ceiling.bare_read``: the event loop reading the pty master, nothing else),
+the sidecar (the bench worker's process set-up, an in-process ``serve`` streaming the
+bench's workload to the independent C client, as ``benchmarks/ab_stream.py`` does) and
+floor-state (``ahp.bench.floors``, a child process).
 
 Usage (from a checkout)::
 
     python benchmarks/thread_budget.py --rounds 3 --mb 40
 
-Prints per round and kind the rate, then per thread (``loop``: the event loop's;
-``reader``: a pty reader thread of :mod:`ahp.pty.pump`, one line each; ``other``: the
-rest together; and the busy descendant processes: ``cat``, the C ``client``, a
-``floor``) the share of the stream's time it ran, waited for a CPU and slept; at
-the end the medians over rounds.
+Prints per round and server the rate, then the shares of the run each part ran, waited
+for a CPU and slept: ``main`` (the server's main thread: its event loop), ``busiest``
+(its busiest other thread: the sidecar's pty reader thread), ``cat`` and ``client``;
+at the end the medians over rounds.
 """
 
 from __future__ import annotations
@@ -36,124 +29,34 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
+import attrs
+
+from ahp.bench.threads import ThreadBudget, ThreadSampler
+
 HERE = Path(__file__).resolve()
-#: Seconds between two samples of the threads' counters.
-SAMPLE = 0.02
-#: A thread other than the loop is reported as a reader when it ran at least this share
-#: of the stream (the sidecar's other threads -- the scrollback packer's, Trio's cached
-#: workers -- run far less); a child process is reported when it ran this much.
-READER_SHARE = 0.05
 #: What is measured, in this order (rotated from round to round).
 KINDS = ("bare", "sidecar", "floor-state")
+#: The parts reported, and their shares.
+PARTS = ("main", "busiest", "cat", "client")
+SHARES = ("ran", "waited", "slept")
+#: The independent C client's process name (``wsclient-<digest>``).
+CLIENT = "wsclient"
 
 
-def _read(path: str) -> str | None:
-    try:
-        with open(path) as f:
-            return f.read()
-    except OSError:
-        return None  # (it ended meanwhile)
-
-
-def _tasks(pid: str) -> list[str]:
-    try:
-        return os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return []
-
-
-def _counters(own: bool) -> dict[int | str, tuple[int, int]]:
-    """(ns on a CPU, ns waiting for one) now, for every thread of this process (by
-    thread id; unless not ``own``) and for its descendant processes (by ``pid:name``:
-    the terminal's program, the C client, a floor server and its program; each
-    single-threaded)."""
-    out: dict[int | str, tuple[int, int]] = {}
-    for name in os.listdir("/proc/self/task"):
-        text = _read(f"/proc/self/task/{name}/schedstat")
-        if text is not None and own:
-            ran, waited, _ = text.split()
-            out[int(name)] = (int(ran), int(waited))
-        children = (_read(f"/proc/self/task/{name}/children") or "").split()
-        for pid in children:  # (grandchildren are appended as they are found)
-            for task in _tasks(pid):
-                children += (_read(f"/proc/{pid}/task/{task}/children") or "").split()
-            text, comm = _read(f"/proc/{pid}/schedstat"), _read(f"/proc/{pid}/comm")
-            if text is not None and comm is not None:
-                ran, waited, _ = text.split()
-                label = comm.strip()
-                if label.startswith("python"):
-                    label = "floor"
-                elif label.startswith("wsclient"):  # (the C client, named by its digest)
-                    label = "client"
-                out[f"{pid}:{label}"] = (int(ran), int(waited))
+def _parts(budget: ThreadBudget | None, client: ThreadBudget | None) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if budget is not None:
+        for name in ("main", "busiest", "program"):
+            part = getattr(budget, name)
+            if part is not None:
+                out["cat" if name == "program" else name] = attrs.asdict(part)
+    if client is not None and client.program is not None:
+        out["client"] = attrs.asdict(client.program)
     return out
-
-
-class Sampler:
-    """Every thread's counters, first and last seen, from a thread of its own; this
-    process's threads left out unless ``own`` (a process that only drives a server of
-    its own process)."""
-
-    def __init__(self, *, own: bool = True) -> None:
-        self.own = own
-        self.first: dict[int | str, tuple[float, int, int]] = {}
-        self.last: dict[int | str, tuple[float, int, int]] = {}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="sampler", daemon=True)
-        self._me = 0
-
-    def _take(self) -> None:
-        now = time.perf_counter()
-        for tid, (ran, waited) in _counters(self.own).items():
-            if tid == self._me:
-                continue
-            self.first.setdefault(tid, (now, ran, waited))
-            self.last[tid] = (now, ran, waited)
-
-    def _run(self) -> None:
-        self._me = threading.get_native_id()
-        while not self._stop.wait(SAMPLE):
-            self._take()
-
-    def start(self) -> None:
-        self._take()
-        self._thread.start()
-
-    def stop(self) -> dict[str, dict[str, float]]:
-        """Each thread's shares of the time since :meth:`start` (see the module
-        docstring for the names)."""
-        self._stop.set()
-        self._thread.join()
-        self._take()
-        start = min(t for t, _, _ in self.first.values())
-        wall = max(t for t, _, _ in self.last.values()) - start
-        threads: dict[str, dict[str, float]] = {}
-        other = {"ran": 0.0, "waited": 0.0}
-        readers = 0
-        for tid, (t1, ran1, waited1) in sorted(self.last.items(), key=str):
-            t0, ran0, waited0 = self.first[tid]
-            ran, waited = (ran1 - ran0) / 1e9 / wall, (waited1 - waited0) / 1e9 / wall
-            life = (t1 - t0) / wall
-            shares = {"ran": ran, "waited": waited, "slept": max(0.0, life - ran - waited)}
-            if isinstance(tid, str):  # a child process
-                if ran >= READER_SHARE:
-                    threads[tid.split(":", 1)[1]] = shares
-            elif tid == os.getpid():
-                threads["loop"] = shares
-            elif ran >= READER_SHARE:
-                readers += 1
-                threads[f"reader{readers}"] = shares
-            else:
-                other["ran"] += ran
-                other["waited"] += waited
-        if self.own:
-            threads["other"] = other
-        return threads
 
 
 async def _bare(mb: float) -> dict[str, Any]:
@@ -163,11 +66,8 @@ async def _bare(mb: float) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as directory:
         workload = generate(Path(directory), mb)
         await bare_read(workload)  # (warm-up)
-        sampler = Sampler()
-        sampler.start()
-        run = await bare_read(workload)
-        threads = sampler.stop()
-    return {"mb_s": run.nbytes / run.seconds / 1e6, "threads": threads}
+        run = await bare_read(workload)  # (it samples itself)
+    return {"mb_s": run.nbytes / run.seconds / 1e6, "parts": _parts(run.threads, None)}
 
 
 async def _sidecar(mb: float) -> dict[str, Any]:
@@ -188,15 +88,17 @@ async def _sidecar(mb: float) -> dict[str, Any]:
             for measured in (False, True):  # (a warm-up stream first)
                 term = await host.create_terminal(argv=workload.gate_argv(), cwd=directory)
                 await trio.sleep(0.3)
-                sampler = Sampler()
+                server = ThreadSampler(os.getpid())
+                client = ThreadSampler(os.getpid(), program=CLIENT)
                 if measured:
-                    sampler.start()
+                    server.start()
+                    client.start()
                 run = await c_stream(binary, side.url, "ahp", term.uri)
                 if measured:
-                    threads = sampler.stop()
+                    parts = _parts(server.stop(), client.stop())
                 await host.dispose(term.uri)
             nursery.cancel_scope.cancel()
-    return {"mb_s": run.text_bytes / run.seconds / 1e6, "threads": threads}
+    return {"mb_s": run.text_bytes / run.seconds / 1e6, "parts": parts}
 
 
 async def _floor(mb: float) -> dict[str, Any]:
@@ -210,24 +112,19 @@ async def _floor(mb: float) -> dict[str, Any]:
         workload = generate(Path(directory), mb)
         async with open_floor("state", workload) as server:
             await c_stream_run(server, binary)  # (warm-up)
-            sampler = Sampler(own=False)
-            sampler.start()
-            measured = await c_stream_run(server, binary)
-            threads = sampler.stop()
-    return {"mb_s": measured.run.text_bytes / measured.run.seconds / 1e6, "threads": threads}
-
-
-def _child(kind: str, mb: float) -> dict[str, Any]:
-    import trio
-
-    return trio.run({"bare": _bare, "sidecar": _sidecar, "floor-state": _floor}[kind], mb)
+            client = ThreadSampler(os.getpid(), program=CLIENT)
+            client.start()
+            measured = await c_stream_run(server, binary)  # (it samples the server)
+            parts = _parts(measured.threads, client.stop())
+    return {"mb_s": measured.run.text_bytes / measured.run.seconds / 1e6, "parts": parts}
 
 
 def _line(kind: str, result: dict[str, Any]) -> str:
-    parts = [f"{kind:<8} {result['mb_s']:6.1f} MB/s"]
-    for name, s in result["threads"].items():
-        slept = f" slept {s['slept']:4.0%}" if "slept" in s else ""
-        parts.append(f"{name} ran {s['ran']:4.0%} waited {s['waited']:4.0%}{slept}")
+    parts = [f"{kind:<12} {result['mb_s']:6.1f} MB/s"]
+    for name, s in result["parts"].items():
+        parts.append(
+            f"{name} ran {s['ran']:4.0%} waited {s['waited']:4.0%} slept {s['slept']:4.0%}"
+        )
     return "  ".join(parts)
 
 
@@ -238,31 +135,37 @@ def main() -> None:
     parser.add_argument("--child", choices=KINDS, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(_child(args.child, args.mb)))
+        import trio
+
+        measure = {"bare": _bare, "sidecar": _sidecar, "floor-state": _floor}[args.child]
+        print(json.dumps(trio.run(measure, args.mb)))
         return
-    kinds = list(KINDS)
-    results: dict[str, list[dict[str, Any]]] = {k: [] for k in kinds}
+    results: dict[str, list[dict[str, Any]]] = {k: [] for k in KINDS}
     print(f"start {time.strftime('%H:%M:%S')} load {os.getloadavg()}")
     for i in range(args.rounds):
-        for kind in kinds[i % len(kinds) :] + kinds[: i % len(kinds)]:
+        for kind in KINDS[i % len(KINDS) :] + KINDS[: i % len(KINDS)]:
             command = [sys.executable, str(HERE), "--child", kind, "--mb", str(args.mb)]
             done = subprocess.run(command, check=True, capture_output=True, text=True)
             result = json.loads(done.stdout.strip().splitlines()[-1])
             results[kind].append(result)
             print(f"round {i + 1}: {_line(kind, result)}", flush=True)
     print(f"end {time.strftime('%H:%M:%S')} load {os.getloadavg()}")
-    for kind in kinds:
+    for kind in KINDS:
         runs = results[kind]
-        names = sorted({n for r in runs for n in r["threads"]})
-        row = [f"{kind:<8} {statistics.median(r['mb_s'] for r in runs):6.1f} MB/s"]
-        for name in names:
-            have = [r["threads"][name] for r in runs if name in r["threads"]]
-            shares = {k: statistics.median(s[k] for s in have) for k in have[0]}
-            row.append(
-                f"{name} ran {shares['ran']:4.0%} waited {shares['waited']:4.0%}"
-                + (f" slept {shares['slept']:4.0%}" if "slept" in shares else "")
-            )
-        print("median  " + "  ".join(row))
+        names = [
+            n for n in ("main", "busiest", "cat", "client") if all(n in r["parts"] for r in runs)
+        ]
+        median = {
+            "mb_s": statistics.median(r["mb_s"] for r in runs),
+            "parts": {
+                n: {
+                    k: statistics.median(r["parts"][n][k] for r in runs)
+                    for k in ("ran", "waited", "slept")
+                }
+                for n in names
+            },
+        }
+        print(f"median   {_line(kind, median)}")
 
 
 if __name__ == "__main__":

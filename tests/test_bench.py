@@ -95,8 +95,11 @@ def test_bench_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
         assert results["echo"][path]["round_trips"] == 3
     # The independent C client's rows, or the reason they are missing.
     c_e2e = results["end_to_end"]["c_client"]
+    # Where the reader's thread spent the ceiling's run (ahp.bench.threads).
+    assert _is_figure(results["ceiling"]["threads"]["main"]["ran"])
     if client_missing() is None:
         assert _is_figure(c_e2e["throughput"])
+        assert _is_figure(c_e2e["threads"]["main"]["slept"])
         assert c_e2e["complete"] == [True]
         assert results["echo"]["sidecar_c"]["round_trips"] == 50
         assert results["echo"]["sidecar_c_idle"]["round_trips"] == 3
@@ -135,6 +138,7 @@ def test_bench_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     assert steps and all(int(n) <= int(total) for n, total in steps), steps
     assert int(steps[-1][0]) == int(steps[-1][1])
     assert "Throughput" in table
+    assert "threads (share of the run): main thread ran" in table
     assert "The project's targets (reported, not asserted)" in table
     assert "issue" not in table
     if "results" in results["scanner"]:

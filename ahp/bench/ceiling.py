@@ -19,6 +19,7 @@ import attrs
 import trio
 
 from ahp.bench.procfs import MachineCpu
+from ahp.bench.threads import ThreadBudget, ThreadSampler
 from ahp.bench.workload import Workload
 from ahp.pty import Child, SpawnSpec, spawn
 
@@ -39,6 +40,8 @@ class BareRun:
     #: CPU time of this process (the reader) and busy cores of the whole machine.
     cpu_seconds: float
     machine_cores: float
+    #: Where the reader's thread and ``cat`` spent the run (None: not measured).
+    threads: ThreadBudget | None = None
 
 
 def child_env() -> dict[str, str]:
@@ -59,21 +62,26 @@ async def bare_read(workload: Workload, repeat: int = 1) -> BareRun:
         read = child.read_nowait
         total = reads = 0
         machine = MachineCpu()
-        cpu = time.process_time()
-        start = time.perf_counter()
-        os.write(fd, b"\r")  # release the gate: output starts now
-        while True:
-            data = read(READ_SIZE)
-            if data is None:
-                await child.wait_readable()
-                continue
-            if not data:
-                break
-            total += len(data)
-            reads += 1
-        seconds = time.perf_counter() - start
-        cpu = time.process_time() - cpu
-        machine.stop()
+        sampler = ThreadSampler(os.getpid())
+        sampler.start()
+        try:
+            cpu = time.process_time()
+            start = time.perf_counter()
+            os.write(fd, b"\r")  # release the gate: output starts now
+            while True:
+                data = read(READ_SIZE)
+                if data is None:
+                    await child.wait_readable()
+                    continue
+                if not data:
+                    break
+                total += len(data)
+                reads += 1
+            seconds = time.perf_counter() - start
+            cpu = time.process_time() - cpu
+            machine.stop()
+        finally:
+            threads = sampler.stop()  # (joins its thread within one sample)
     finally:
         with trio.CancelScope(shield=True):
             await child.terminate(grace=0.5)
@@ -83,6 +91,7 @@ async def bare_read(workload: Workload, repeat: int = 1) -> BareRun:
         reads=reads,
         cpu_seconds=cpu,
         machine_cores=machine.busy_cores,
+        threads=threads,
     )
 
 

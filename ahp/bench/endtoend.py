@@ -26,6 +26,7 @@ import trio
 from ahp.bench.cclient import CStreamRun, c_echo, c_stream
 from ahp.bench.processes import RssSampler, SidecarWorker
 from ahp.bench.procfs import MachineCpu
+from ahp.bench.threads import ThreadBudget, ThreadSampler
 from ahp.bench.workload import Workload
 from ahp.bench.wsclient import (
     AhpDialect,
@@ -238,6 +239,8 @@ class CMeasured:
 
     run: CStreamRun
     server_cpu_seconds: float
+    #: Where the server's threads and ``cat`` spent the run (None: not measured).
+    threads: ThreadBudget | None = None
 
 
 async def _c_stream_of(server: ServerUnderTest, binary: Path, url: str, handle: Any) -> CStreamRun:
@@ -252,12 +255,18 @@ async def _c_stream_of(server: ServerUnderTest, binary: Path, url: str, handle: 
 
 
 async def c_stream_run(server: ServerUnderTest, binary: Path) -> CMeasured:
-    """The workload through ``server`` to the independent C client (a fresh gate terminal)."""
+    """The workload through ``server`` to the independent C client (a fresh gate terminal),
+    with the server's threads sampled (:mod:`ahp.bench.threads`)."""
     url, _, handle = await server.terminal("gate")
     try:
         cpu = server.cpu_seconds()
-        run = await _c_stream_of(server, binary, url, handle)
-        return CMeasured(run=run, server_cpu_seconds=server.cpu_seconds() - cpu)
+        sampler = ThreadSampler(server.pid)
+        sampler.start()
+        try:
+            run = await _c_stream_of(server, binary, url, handle)
+        finally:
+            threads = sampler.stop()  # (joins its thread within one sample)
+        return CMeasured(run=run, server_cpu_seconds=server.cpu_seconds() - cpu, threads=threads)
     finally:
         await server.release(handle)
 

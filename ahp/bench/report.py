@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
@@ -74,6 +74,28 @@ def _row(label: str, value: str, extra: str = "") -> str:
     return f"  {label:<52} {value:<28} {extra}".rstrip()
 
 
+#: How :func:`_threads_line` names the parts of :mod:`ahp.bench.threads`' budget.
+_THREAD_PARTS: Final = (
+    ("main", "main thread"),
+    ("busiest", "busiest other thread"),
+    ("program", "cat"),
+)
+
+
+def _threads_line(node: Any) -> list[str]:
+    """Where a run's server threads and ``cat`` spent it (medians of shares), as a line
+    under the run's row; none when not measured."""
+    if not isinstance(node, dict) or "main" not in node:
+        return []
+    parts = []
+    for key, name in _THREAD_PARTS:
+        part = node.get(key)
+        if isinstance(part, dict):
+            ran, waited, slept = (_med(part.get(k)) or 0.0 for k in ("ran", "waited", "slept"))
+            parts.append(f"{name} ran {ran:.0%} waited {waited:.0%} slept {slept:.0%}")
+    return ["      threads (share of the run): " + "; ".join(parts)]
+
+
 def render_table(results: dict[str, Any], targets: list[Target]) -> str:
     r = results
     lines: list[str] = []
@@ -120,6 +142,7 @@ def render_table(results: dict[str, Any], targets: list[Target]) -> str:
             _fig(ceiling),
             "1.00x ceiling" + cpu(r["ceiling"], "reader_cpu_cores", "reader"),
         ),
+        *_threads_line(r["ceiling"].get("threads")),
         _row(
             "2 engine in-process, 1 subscriber",
             _fig(one["throughput"]),
@@ -172,6 +195,7 @@ def render_table(results: dict[str, Any], targets: list[Target]) -> str:
                 + cpu(c_ours, "server_cpu_cores", "server"),
             )
         )
+        lines += _threads_line(c_ours.get("threads"))
         complete["C client"] = all(c_ours["complete"])
     else:
         lines.append(f"  3 independent C client: skipped: {c_ours.get('skipped', 'not run')}")
@@ -212,6 +236,7 @@ def render_table(results: dict[str, Any], targets: list[Target]) -> str:
                     + cpu(c_peer, "server_cpu_cores", "server"),
                 )
             )
+            lines += _threads_line(c_peer.get("threads"))
     if "skipped" in peers:
         lines.append(f"  7 peers: skipped: {peers['skipped']}")
     for name, node in peers.items():

@@ -50,6 +50,7 @@ from ahp.bench.processes import open_worker
 from ahp.bench.procfs import machine_info
 from ahp.bench.progress import Progress
 from ahp.bench.stats import percentile, summarize
+from ahp.bench.threads import ThreadBudget
 from ahp.bench.ttyd import open_ttyd, ttyd_missing, ttyd_version
 from ahp.bench.workload import Workload, generate
 from ahp.bench.wsclient import ECHO_WARMUP, IDLE_WARMUP
@@ -96,9 +97,26 @@ def _delivered_bytes(workload: Workload, chars: int) -> float:
 # -- throughput -------------------------------------------------------------------------------
 
 
+def _threads_json(budgets: list[ThreadBudget | None]) -> dict[str, Any]:
+    """Medians of where a server's threads and ``cat`` spent the runs
+    (:mod:`ahp.bench.threads`): each part measured in every run, its three shares."""
+    if not budgets or any(b is None for b in budgets):
+        return {"skipped": "not measured (no /proc/PID/task/TID/schedstat)"}
+    out: dict[str, Any] = {}
+    for part in ("main", "busiest", "program"):
+        shares = [getattr(b, part) for b in budgets if b is not None]
+        if shares and all(x is not None for x in shares):
+            out[part] = {
+                kind: _fig([getattr(x, kind) for x in shares], "share")
+                for kind in ("ran", "waited", "slept")
+            }
+    return out
+
+
 def _ceiling_json(workload: Workload, runs: list[BareRun]) -> dict[str, Any]:
     expected = workload.gated_bytes()
     return {
+        "threads": _threads_json([r.threads for r in runs]),
         "throughput": _fig([_mb_s(r.nbytes, r.seconds) for r in runs], "MB/s"),
         "bytes_per_read": _fig([r.nbytes / max(1, r.reads) for r in runs], "B"),
         "reader_cpu_cores": _fig([r.cpu_seconds / r.seconds for r in runs], "cores"),
@@ -174,6 +192,7 @@ def _c_json(workload: Workload, runs: list[CMeasured]) -> dict[str, Any]:
         "client_cpu_cores": _fig([m.run.client_cpu_seconds / m.run.seconds for m in runs], "cores"),
         "machine_busy_cores": _fig([m.run.machine_cores for m in runs], "cores"),
         "frames": _fig([float(m.run.frames) for m in runs], "frames"),
+        "threads": _threads_json([m.threads for m in runs]),
         "complete": [m.run.ended and m.run.chars == workload.gated_chars() for m in runs],
     }
 

@@ -1,0 +1,67 @@
+"""The bench's thread budget (``ahp.bench.threads``) on real threads and processes.
+
+A busy thread of this process, a ``cat`` copying ``/dev/zero`` as a grandchild (under
+``sh``), and a main thread asleep: each part lands where the kernel's accounting puts it.
+No timing is asserted beyond "ran some" and "slept most": shares on a loaded machine vary.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+
+from ahp.bench.threads import OTHER_SHARE, ThreadSampler
+
+
+def _spin(stop: threading.Event) -> None:
+    while not stop.is_set():
+        sum(range(1000))
+
+
+def test_the_main_thread_a_busy_thread_and_the_program_are_told_apart() -> None:
+    stop = threading.Event()
+    spinner = threading.Thread(target=_spin, args=(stop,))
+    cat = subprocess.Popen(
+        ["sh", "-c", "cat /dev/zero > /dev/null; exit 0"], start_new_session=True
+    )
+    try:
+        time.sleep(0.05)  # (sh has started its cat)
+        sampler = ThreadSampler(os.getpid())
+        sampler.start()
+        spinner.start()
+        time.sleep(0.6)  # the main thread sleeps
+        stop.set()
+        spinner.join()
+        budget = sampler.stop()
+    finally:
+        stop.set()
+        os.killpg(cat.pid, signal.SIGKILL)  # (sh and its cat)
+        cat.wait()
+    assert budget is not None
+    assert budget.main.slept > 0.5, budget
+    assert budget.busiest is not None and budget.busiest.ran >= OTHER_SHARE, budget
+    assert budget.program is not None and budget.program.ran > 0.05, budget
+    for part in (budget.main, budget.busiest, budget.program):
+        assert min(part.ran, part.waited, part.slept) >= 0, part
+        assert part.ran + part.waited + part.slept <= 1.1, part
+
+
+def test_a_quiet_process_has_no_busiest_thread_and_no_program() -> None:
+    sampler = ThreadSampler(os.getpid(), program="no-such-program")
+    sampler.start()
+    time.sleep(0.1)
+    budget = sampler.stop()
+    assert budget is not None
+    assert budget.busiest is None and budget.program is None
+    assert budget.main.slept > 0.5
+
+
+def test_a_process_that_is_gone_reports_nothing() -> None:
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    sampler = ThreadSampler(gone.pid)
+    sampler.start()
+    assert sampler.stop() is None
