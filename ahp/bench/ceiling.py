@@ -19,7 +19,7 @@ import attrs
 import trio
 
 from ahp.bench.procfs import MachineCpu
-from ahp.bench.threads import ThreadBudget, ThreadSampler
+from ahp.bench.threads import SAMPLE_SELF, ThreadBudget, ThreadSampler
 from ahp.bench.workload import Workload
 from ahp.pty import Child, SpawnSpec, spawn
 
@@ -62,7 +62,7 @@ async def bare_read(workload: Workload, repeat: int = 1) -> BareRun:
         read = child.read_nowait
         total = reads = 0
         machine = MachineCpu()
-        sampler = ThreadSampler(os.getpid())
+        sampler = ThreadSampler(os.getpid(), interval=SAMPLE_SELF)
         sampler.start()
         try:
             cpu = time.process_time()
