@@ -124,6 +124,7 @@ def test_bench_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
 
     many = results["many"]
     assert many["ours"]["terminals"] == 3 and many["ours"]["complete"]
+    assert _is_figure(many["ours"]["threads"]["main"]["ran"])
     for key in ("aggregate_throughput", "fairness_min_over_max", "server_cpu_cores"):
         assert _is_figure(many["ours"][key]), key
     assert many["terminado"] == {"skipped": "not requested (use --peers)"}

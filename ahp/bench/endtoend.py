@@ -304,6 +304,8 @@ class ManyRun:
     machine_cores: float
     #: Runs that did not receive the whole output (closed early, timed out).
     incomplete: int
+    #: Where the server's threads and the ``cat`` processes (together) spent the run.
+    threads: ThreadBudget | None = None
 
 
 async def many_run(
@@ -361,14 +363,19 @@ async def many_run(
 
         machine = MachineCpu()
         cpu = server.cpu_seconds()
-        async with trio.open_nursery() as nursery:
-            for url, dialect, handle in targets:
-                nursery.start_soon(follow, url, dialect, handle)
-            if binary is None:
-                await all_connected.wait()
-            start = trio.current_time()
-            go.set()
-        seconds = trio.current_time() - start
+        sampler = ThreadSampler(server.pid)
+        sampler.start()
+        try:
+            async with trio.open_nursery() as nursery:
+                for url, dialect, handle in targets:
+                    nursery.start_soon(follow, url, dialect, handle)
+                if binary is None:
+                    await all_connected.wait()
+                start = trio.current_time()
+                go.set()
+            seconds = trio.current_time() - start
+        finally:
+            threads = sampler.stop()  # (joins its thread within one sample)
         return ManyRun(
             terminals=terminals,
             seconds=seconds,
@@ -377,6 +384,7 @@ async def many_run(
             server_cpu_seconds=server.cpu_seconds() - cpu,
             machine_cores=machine.stop(),
             incomplete=incomplete,
+            threads=threads,
         )
     finally:
         for handle in handles:

@@ -82,9 +82,11 @@ _THREAD_PARTS: Final = (
 )
 
 
-def _threads_line(node: Any) -> list[str]:
+def _threads_line(node: Any, program: str = "cat", *, several: bool = False) -> list[str]:
     """Where a run's server threads and ``cat`` spent it (medians of shares), as a line
-    under the run's row; none when not measured."""
+    under the run's row; none when not measured. ``program`` names the program's part;
+    ``several``: it is several processes, whose shares add up (a share over 100 % is
+    more than one CPU's time), and their sleep says nothing."""
     if not isinstance(node, dict) or "main" not in node:
         return []
     parts = []
@@ -92,7 +94,11 @@ def _threads_line(node: Any) -> list[str]:
         part = node.get(key)
         if isinstance(part, dict):
             ran, waited, slept = (_med(part.get(k)) or 0.0 for k in ("ran", "waited", "slept"))
-            parts.append(f"{name} ran {ran:.0%} waited {waited:.0%} slept {slept:.0%}")
+            if key == "program":
+                text = f"{program} ran {ran:.0%} waited {waited:.0%}"
+                parts.append(text if several else f"{text} slept {slept:.0%}")
+            else:
+                parts.append(f"{name} ran {ran:.0%} waited {waited:.0%} slept {slept:.0%}")
     return ["      threads (share of the run): " + "; ".join(parts)]
 
 
@@ -257,6 +263,8 @@ def render_table(results: dict[str, Any], targets: list[Target]) -> str:
                 f"machine {_med(mine['machine_busy_cores']) or 0:.1f}/{cores} ({many['client']})",
             )
         )
+        many_cats = f"the {mine['terminals']} cats together"
+        lines += _threads_line(mine.get("threads"), many_cats, several=True)
         if "server_rss_kept_mb" in mine:
             lines.append(
                 _row(
@@ -280,6 +288,7 @@ def render_table(results: dict[str, Any], targets: list[Target]) -> str:
                     + (f", RSS kept {_fig(kept)}" if kept else ""),
                 )
             )
+            lines += _threads_line(theirs.get("threads"), many_cats, several=True)
         if not mine["complete"]:
             lines.append("  WARNING: incomplete output in the many-terminals runs (see JSON)")
     elif many:

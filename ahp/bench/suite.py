@@ -418,6 +418,7 @@ def _many_json(runs: list[ManyRun], rss_kept_kb: list[int]) -> dict[str, Any]:
             [r.server_cpu_seconds / (r.total_bytes / (100 * MB)) for r in runs], "s"
         ),
         "machine_busy_cores": _fig([r.machine_cores for r in runs], "cores"),
+        "threads": _threads_json([r.threads for r in runs]),
         # The server's RSS once the terminals were disposed, minus before they were made.
         "server_rss_kept_mb": _fig([kb * 1024 / MB for kb in rss_kept_kb], "MB"),
         "complete": all(r.incomplete == 0 for r in runs),
