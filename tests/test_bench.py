@@ -102,6 +102,7 @@ def test_bench_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
         assert _is_figure(c_e2e["threads"]["main"]["slept"])
         assert c_e2e["complete"] == [True]
         assert results["echo"]["sidecar_c"]["round_trips"] == 50
+        assert _is_figure(results["echo"]["sidecar_c"]["server_cpu_us_per_keystroke"])
         assert results["echo"]["sidecar_c_idle"]["round_trips"] == 3
     else:
         assert c_e2e["skipped"] == client_missing()
@@ -140,6 +141,8 @@ def test_bench_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     assert int(steps[-1][0]) == int(steps[-1][1])
     assert "Throughput" in table
     assert "threads (share of the run): main thread ran" in table
+    if client_missing() is None:
+        assert re.search(r"sidecar -> independent C client .* server CPU \d+ µs", table)
     assert "The project's targets (reported, not asserted)" in table
     assert "issue" not in table
     if "results" in results["scanner"]:

@@ -13,6 +13,7 @@ import subprocess
 import threading
 import time
 
+from ahp.bench.procfs import threads_cpu_seconds
 from ahp.bench.threads import OTHER_SHARE, ThreadSampler
 
 
@@ -65,3 +66,15 @@ def test_a_process_that_is_gone_reports_nothing() -> None:
     sampler = ThreadSampler(gone.pid)
     sampler.start()
     assert sampler.stop() is None
+
+
+def test_threads_cpu_counts_a_thread_that_spun_to_the_microsecond() -> None:
+    before = threads_cpu_seconds(os.getpid())
+    spent = time.thread_time()
+    end = time.perf_counter() + 0.02
+    while time.perf_counter() < end:
+        pass
+    spent = time.thread_time() - spent
+    grown = threads_cpu_seconds(os.getpid()) - before
+    assert grown >= spent * 0.9  # (the kernel's figure and the thread's own clock)
+    assert grown < spent + 1.0  # (the other threads of a test run are mostly idle)

@@ -25,7 +25,7 @@ import trio
 
 from ahp.bench.cclient import CStreamRun, c_echo, c_stream
 from ahp.bench.processes import RssSampler, SidecarWorker
-from ahp.bench.procfs import MachineCpu
+from ahp.bench.procfs import MachineCpu, threads_cpu_seconds
 from ahp.bench.threads import ThreadBudget, ThreadSampler
 from ahp.bench.workload import Workload
 from ahp.bench.wsclient import (
@@ -272,12 +272,25 @@ async def c_stream_run(server: ServerUnderTest, binary: Path) -> CMeasured:
 
 
 async def c_echo_run(
-    server: ServerUnderTest, binary: Path, count: int, *, warmup: int, pause: float = 0.0
+    server: ServerUnderTest,
+    binary: Path,
+    count: int,
+    *,
+    warmup: int,
+    pause: float = 0.0,
+    cpu: list[float] | None = None,
 ) -> list[float]:
-    """``count`` keystroke round trips measured by the C client (a fresh ``cat`` terminal)."""
+    """``count`` keystroke round trips measured by the C client (a fresh ``cat`` terminal).
+
+    ``cpu``: the server's CPU seconds per keystroke are appended to it (its threads'
+    ``schedstat``, over the warm-up and the measured keystrokes, the connection's set-up
+    included; a server whose echo terminals run in another process names it
+    ``echo_pid``, as ttyd's does)."""
     url, _, handle = await server.terminal("echo")
+    pid: int = getattr(server, "echo_pid", server.pid)
     try:
-        return await c_echo(
+        before = threads_cpu_seconds(pid)
+        samples = await c_echo(
             binary,
             url,
             server.dialect_name,
@@ -286,6 +299,9 @@ async def c_echo_run(
             warmup=warmup,
             pause=pause,
         )
+        if cpu is not None:
+            cpu.append((threads_cpu_seconds(pid) - before) / (count + warmup))
+        return samples
     finally:
         await server.release(handle)
 

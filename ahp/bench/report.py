@@ -325,9 +325,10 @@ def render_table(results: dict[str, Any], targets: list[Target]) -> str:
             if "echo_c_idle" in node:
                 rows.append((f"{name} -> C client, {idle}", node["echo_c_idle"]))
     for label, node in rows:
-        lines.append(
-            _row(f"4 {label}", _fig(node["median_ms"], 3), f"p99 {_fig(node['p99_ms'], 3)}")
-        )
+        extra = f"p99 {_fig(node['p99_ms'], 3)}"
+        if "server_cpu_us_per_keystroke" in node:
+            extra += f"; server CPU {_fig(node['server_cpu_us_per_keystroke'], 0)} a keystroke"
+        lines.append(_row(f"4 {label}", _fig(node["median_ms"], 3), extra))
 
     mem = r["memory"]
     big = mem["large_output"]

@@ -516,15 +516,20 @@ async def _many(config: Config, tmp: Path, progress: Progress, results: dict[str
 # -- echo -------------------------------------------------------------------------------------
 
 
-def _echo_json(runs: list[list[float]]) -> dict[str, Any]:
+def _echo_json(runs: list[list[float]], cpu: list[float] | None = None) -> dict[str, Any]:
+    """A series of echo runs; ``cpu``: the server's CPU seconds per keystroke in each run
+    (:func:`~ahp.bench.endtoend.c_echo_run`), reported when every run has one."""
     pooled = [s for run in runs for s in run]
-    return {
+    out = {
         "median_ms": _fig([statistics.median(r) * 1e3 for r in runs], "ms"),
         "p99_ms": _fig([percentile(r, 99) * 1e3 for r in runs], "ms"),
         "pooled_median_ms": statistics.median(pooled) * 1e3,
         "pooled_p99_ms": percentile(pooled, 99) * 1e3,
         "round_trips": len(pooled),
     }
+    if cpu is not None and len(cpu) == len(runs):
+        out["server_cpu_us_per_keystroke"] = _fig([c * 1e6 for c in cpu], "µs")
+    return out
 
 
 #: A peer's echo series: Python client back to back and after the pause, then the C client's.
@@ -539,7 +544,11 @@ async def _peer_echo(
     series["echo_idle"].append(await echo_run(server, config.idle_count, pause=config.idle_pause))
     if binary is None:
         return
-    series["echo_c"].append(await c_echo_run(server, binary, config.echo_count, warmup=ECHO_WARMUP))
+    series["echo_c"].append(
+        await c_echo_run(
+            server, binary, config.echo_count, warmup=ECHO_WARMUP, cpu=series["echo_c_cpu"]
+        )
+    )
     series["echo_c_idle"].append(
         await c_echo_run(
             server, binary, config.idle_count, warmup=IDLE_WARMUP, pause=config.idle_pause
@@ -561,8 +570,9 @@ async def _echo(
     c_ours: list[list[float]] = []
     c_ours_idle: list[list[float]] = []
     theirs: dict[str, dict[str, list[Any]]] = {
-        p.name: {key: [] for key in _PEER_ECHO} for p in PEERS
+        p.name: {key: [] for key in (*_PEER_ECHO, "echo_c_cpu")} for p in PEERS
     }
+    c_ours_cpu: list[float] = []  # the server's CPU seconds per keystroke, per run
     missing = _peers_missing(config)
     cclient = _CClient(config)
     await cclient.build(progress)
@@ -595,7 +605,11 @@ async def _echo(
                 try:
                     c_ours.append(
                         await c_echo_run(
-                            server, cclient.binary, config.echo_count, warmup=ECHO_WARMUP
+                            server,
+                            cclient.binary,
+                            config.echo_count,
+                            warmup=ECHO_WARMUP,
+                            cpu=c_ours_cpu,
                         )
                     )
                     c_ours_idle.append(
@@ -628,7 +642,7 @@ async def _echo(
     }
     complete = len(c_ours) == config.runs and len(c_ours_idle) == config.runs
     if complete:
-        results["echo"]["sidecar_c"] = _echo_json(c_ours)
+        results["echo"]["sidecar_c"] = _echo_json(c_ours, c_ours_cpu)
         results["echo"]["sidecar_c_idle"] = _echo_json(c_ours_idle)
     else:
         results["echo"]["sidecar_c"] = {"skipped": cclient.missing or "not run"}
@@ -639,7 +653,8 @@ async def _echo(
         for key in _PEER_ECHO:
             runs = theirs[peer.name][key]
             if len(runs) == config.runs and (complete or not key.startswith("echo_c")):
-                node[key] = _echo_json(runs)
+                cpu = theirs[peer.name]["echo_c_cpu"] if key == "echo_c" else None
+                node[key] = _echo_json(runs, cpu)
 
 
 # -- memory -----------------------------------------------------------------------------------

@@ -217,6 +217,8 @@ class TtydServer:
         self.gate = gate
         self.echo = echo
         self.pid = gate.pid
+        #: The process whose terminals the echo runs use (their CPU is its).
+        self.echo_pid = echo.pid
         self._expect = workload.gated_chars()
 
     async def terminal(self, kind: TerminalKind) -> tuple[str, Callable[[], Dialect], Any]:
