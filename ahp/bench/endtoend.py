@@ -25,7 +25,7 @@ import trio
 
 from ahp.bench.cclient import CStreamRun, c_echo, c_stream
 from ahp.bench.processes import RssSampler, SidecarWorker
-from ahp.bench.procfs import MachineCpu, threads_cpu_seconds
+from ahp.bench.procfs import MachineCpu
 from ahp.bench.threads import ThreadBudget, ThreadSampler
 from ahp.bench.workload import Workload
 from ahp.bench.wsclient import (
@@ -283,24 +283,29 @@ async def c_echo_run(
     """``count`` keystroke round trips measured by the C client (a fresh ``cat`` terminal).
 
     ``cpu``: the server's CPU seconds per keystroke are appended to it (its threads'
-    ``schedstat``, over the warm-up and the measured keystrokes, the connection's set-up
-    included; a server whose echo terminals run in another process names it
-    ``echo_pid``, as ttyd's does)."""
+    ``schedstat`` through :class:`~ahp.bench.threads.ThreadSampler`, over the warm-up and
+    the measured keystrokes, the connection's set-up included; a server whose echo
+    terminals run in another process names it ``echo_pid``, as ttyd's does)."""
     url, _, handle = await server.terminal("echo")
-    pid: int = getattr(server, "echo_pid", server.pid)
+    sampler = ThreadSampler(getattr(server, "echo_pid", server.pid))
     try:
-        before = threads_cpu_seconds(pid)
-        samples = await c_echo(
-            binary,
-            url,
-            server.dialect_name,
-            server.channel(handle),
-            count,
-            warmup=warmup,
-            pause=pause,
-        )
         if cpu is not None:
-            cpu.append((threads_cpu_seconds(pid) - before) / (count + warmup))
+            sampler.start()
+        try:
+            samples = await c_echo(
+                binary,
+                url,
+                server.dialect_name,
+                server.channel(handle),
+                count,
+                warmup=warmup,
+                pause=pause,
+            )
+        finally:
+            if cpu is not None:
+                sampler.stop()  # (joins its thread within one sample)
+        if cpu is not None:
+            cpu.append(sampler.ran_seconds() / (count + warmup))
         return samples
     finally:
         await server.release(handle)

@@ -13,14 +13,7 @@ import sys
 import time
 from typing import Any
 
-__all__ = [
-    "MachineCpu",
-    "cpu_seconds",
-    "machine_info",
-    "rss_kb",
-    "status_kb",
-    "threads_cpu_seconds",
-]
+__all__ = ["MachineCpu", "cpu_seconds", "machine_info", "rss_kb", "status_kb"]
 
 _TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -45,27 +38,6 @@ def cpu_seconds(pid: int | str = "self") -> float:
         fields = stat.read().rsplit(")", 1)[1].split()
     # fields[0] is the state (field 3 of stat(5)); utime and stime are fields 14, 15.
     return (int(fields[11]) + int(fields[12])) / _TICKS
-
-
-def threads_cpu_seconds(pid: int | str) -> float:
-    """CPU time of ``pid``'s threads alive now, in nanoseconds' precision
-    (``/proc/PID/task/*/schedstat``; :func:`cpu_seconds` counts clock ticks, 10 ms, too
-    coarse for a keystroke's few hundred microseconds). Falls back to
-    :func:`cpu_seconds` where ``schedstat`` is missing."""
-    total = 0
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return cpu_seconds(pid)
-    for task in tasks:
-        try:
-            with open(f"/proc/{pid}/task/{task}/schedstat", encoding="ascii") as f:
-                total += int(f.read().split()[0])
-        except (OSError, ValueError, IndexError):
-            if not os.path.exists(f"/proc/{pid}/task/{task}"):
-                continue  # (it ended meanwhile)
-            return cpu_seconds(pid)
-    return total / 1e9
 
 
 class MachineCpu:

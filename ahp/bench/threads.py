@@ -106,10 +106,14 @@ class ThreadSampler:
         self._thread = threading.Thread(target=self._run, name="thread-sampler", daemon=True)
         self._own = -1
         self._started = 0.0
+        self._running = False  # past start()'s first look
 
     def _seen(self, key: int | str, now: float, counters: tuple[int, int] | None) -> None:
         if counters is not None:
-            self._first.setdefault(key, (now, *counters))
+            if key not in self._first:
+                # One that began after start() began at zero: what it did before its
+                # first sample counts too (a busy thread can hold the GIL past several).
+                self._first[key] = (now, *counters) if not self._running else (now, 0, 0)
             self._last[key] = (now, *counters)
 
     def _take(self) -> None:
@@ -134,7 +138,17 @@ class ThreadSampler:
     def start(self) -> None:
         self._started = time.perf_counter()
         self._take()
+        self._running = True
         self._thread.start()
+
+    def ran_seconds(self) -> float:
+        """CPU seconds ``pid``'s threads ran between :meth:`start` and the last sample
+        (after :meth:`stop`: to its end). Each thread counts from :meth:`start` (or its
+        birth) to its last sample, so one that ended meanwhile keeps what was seen of it
+        (at most a :data:`SAMPLE` of its end is lost), and the sum never goes back."""
+        return sum(
+            (self._last[k][1] - self._first[k][1]) / 1e9 for k in self._last if isinstance(k, int)
+        )
 
     def stop(self) -> ThreadBudget | None:
         """The run's shares (None when the server's main thread was never read)."""
