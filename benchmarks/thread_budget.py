@@ -6,9 +6,9 @@ one-terminal row, where the server's threads and ``cat`` spent the run
 (:mod:`ahp.bench.threads`); this script measures the same for three servers alone, in
 fresh processes taken in turn, and adds the C client: the bench's bare reader
 (``ahp.bench.ceiling.bare_read``: the event loop reading the pty master, nothing else),
-the sidecar (the bench worker's process set-up, an in-process ``serve`` streaming the
-bench's workload to the independent C client, as ``benchmarks/ab_stream.py`` does) and
-floor-state (``ahp.bench.floors``, a child process).
+the sidecar (the bench's worker process streaming the bench's workload to the independent
+C client) and floor-state (``ahp.bench.floors``, a child process), both measured as the
+bench measures them.
 
 Usage (from a checkout)::
 
@@ -30,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
@@ -70,53 +71,29 @@ async def _bare(mb: float) -> dict[str, Any]:
     return {"mb_s": run.nbytes / run.seconds / 1e6, "parts": _parts(run.threads, None)}
 
 
-async def _sidecar(mb: float) -> dict[str, Any]:
-    import trio
-
-    from ahp.bench.cclient import build_client, c_stream
-    from ahp.bench.workload import generate
-    from ahp.engine import open_host
-    from ahp.server.app import SERVE_CHILD_NICE, ServeOptions, prepare_server_process, serve_host
-
-    prepare_server_process()
-    binary = build_client()
-    with tempfile.TemporaryDirectory() as directory:
-        workload = generate(Path(directory), mb)
-        async with open_host() as host, trio.open_nursery() as nursery:
-            options = ServeOptions(port=0, token="tok", child_nice=SERVE_CHILD_NICE)
-            side = await nursery.start(serve_host, host, options)
-            for measured in (False, True):  # (a warm-up stream first)
-                term = await host.create_terminal(argv=workload.gate_argv(), cwd=directory)
-                await trio.sleep(0.3)
-                server = ThreadSampler(os.getpid())
-                client = ThreadSampler(os.getpid(), program=CLIENT)
-                if measured:
-                    server.start()
-                    client.start()
-                run = await c_stream(binary, side.url, "ahp", term.uri)
-                if measured:
-                    parts = _parts(server.stop(), client.stop())
-                await host.dispose(term.uri)
-            nursery.cancel_scope.cancel()
-    return {"mb_s": run.text_bytes / run.seconds / 1e6, "parts": parts}
-
-
-async def _floor(mb: float) -> dict[str, Any]:
+async def _served(kind: str, mb: float) -> dict[str, Any]:
+    """The sidecar (the bench's worker process) or floor-state streaming the workload to
+    the C client, as ``nox -s bench`` measures them (:func:`ahp.bench.endtoend.c_stream_run`
+    samples the server); the C client, this process's child, sampled beside it."""
     from ahp.bench.cclient import build_client
-    from ahp.bench.endtoend import c_stream_run
+    from ahp.bench.endtoend import AhpServer, c_stream_run
     from ahp.bench.floors import open_floor
+    from ahp.bench.processes import open_worker
     from ahp.bench.workload import generate
 
     binary = build_client()
     with tempfile.TemporaryDirectory() as directory:
         workload = generate(Path(directory), mb)
-        async with open_floor("state", workload) as server:
+        async with AsyncExitStack() as stack:
+            if kind == "sidecar":
+                server: Any = AhpServer(await stack.enter_async_context(open_worker()), workload)
+            else:
+                server = await stack.enter_async_context(open_floor("state", workload))
             await c_stream_run(server, binary)  # (warm-up)
-            client = ThreadSampler(os.getpid(), program=CLIENT)
-            client.start()
-            measured = await c_stream_run(server, binary)  # (it samples the server)
-            parts = _parts(measured.threads, client.stop())
-    return {"mb_s": measured.run.text_bytes / measured.run.seconds / 1e6, "parts": parts}
+            with ThreadSampler(os.getpid(), program=CLIENT) as client:
+                measured = await c_stream_run(server, binary)
+    run, parts = measured.run, _parts(measured.threads, client.budget)
+    return {"mb_s": run.text_bytes / run.seconds / 1e6, "parts": parts}
 
 
 def _line(kind: str, result: dict[str, Any]) -> str:
@@ -137,8 +114,10 @@ def main() -> None:
     if args.child:
         import trio
 
-        measure = {"bare": _bare, "sidecar": _sidecar, "floor-state": _floor}[args.child]
-        print(json.dumps(trio.run(measure, args.mb)))
+        if args.child == "bare":
+            print(json.dumps(trio.run(_bare, args.mb)))
+        else:
+            print(json.dumps(trio.run(_served, args.child, args.mb)))
         return
     results: dict[str, list[dict[str, Any]]] = {k: [] for k in KINDS}
     print(f"start {time.strftime('%H:%M:%S')} load {os.getloadavg()}")

@@ -62,9 +62,7 @@ async def bare_read(workload: Workload, repeat: int = 1) -> BareRun:
         read = child.read_nowait
         total = reads = 0
         machine = MachineCpu()
-        sampler = ThreadSampler(os.getpid(), interval=SAMPLE_SELF)
-        sampler.start()
-        try:
+        with ThreadSampler(os.getpid(), interval=SAMPLE_SELF) as sampler:
             cpu = time.process_time()
             start = time.perf_counter()
             os.write(fd, b"\r")  # release the gate: output starts now
@@ -80,8 +78,6 @@ async def bare_read(workload: Workload, repeat: int = 1) -> BareRun:
             seconds = time.perf_counter() - start
             cpu = time.process_time() - cpu
             machine.stop()
-        finally:
-            threads = sampler.stop()  # (joins its thread within one sample)
     finally:
         with trio.CancelScope(shield=True):
             await child.terminate(grace=0.5)
@@ -91,7 +87,7 @@ async def bare_read(workload: Workload, repeat: int = 1) -> BareRun:
         reads=reads,
         cpu_seconds=cpu,
         machine_cores=machine.busy_cores,
-        threads=threads,
+        threads=sampler.budget,
     )
 
 

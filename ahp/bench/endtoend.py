@@ -16,6 +16,7 @@ the stalled client resumes reading, which shows how the server treated it
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -60,6 +61,9 @@ class ServerUnderTest(Protocol):
     """A running server process that can give the client a terminal to follow."""
 
     pid: int
+    #: The process whose terminals the echo runs use (``pid`` but for ttyd, which runs
+    #: its echo terminals in a second process).
+    echo_pid: int
 
     #: The dialect's name for the independent C client (``ahp``, ``terminado``, ``ttyd``).
     dialect_name: str
@@ -93,7 +97,7 @@ class AhpServer:
 
     def __init__(self, worker: SidecarWorker, workload: Workload) -> None:
         self.worker = worker
-        self.pid = worker.pid
+        self.pid = self.echo_pid = worker.pid
         self._workload = workload
 
     async def terminal(self, kind: TerminalKind) -> tuple[str, Callable[[], Dialect], Any]:
@@ -260,13 +264,11 @@ async def c_stream_run(server: ServerUnderTest, binary: Path) -> CMeasured:
     url, _, handle = await server.terminal("gate")
     try:
         cpu = server.cpu_seconds()
-        sampler = ThreadSampler(server.pid)
-        sampler.start()
-        try:
+        with ThreadSampler(server.pid) as sampler:
             run = await _c_stream_of(server, binary, url, handle)
-        finally:
-            threads = sampler.stop()  # (joins its thread within one sample)
-        return CMeasured(run=run, server_cpu_seconds=server.cpu_seconds() - cpu, threads=threads)
+        return CMeasured(
+            run=run, server_cpu_seconds=server.cpu_seconds() - cpu, threads=sampler.budget
+        )
     finally:
         await server.release(handle)
 
@@ -284,14 +286,13 @@ async def c_echo_run(
 
     ``cpu``: the server's CPU seconds per keystroke are appended to it (its threads'
     ``schedstat`` through :class:`~ahp.bench.threads.ThreadSampler`, over the warm-up and
-    the measured keystrokes, the connection's set-up included; a server whose echo
-    terminals run in another process names it ``echo_pid``, as ttyd's does)."""
+    the measured keystrokes, the connection's set-up included, of the server's
+    ``echo_pid``)."""
     url, _, handle = await server.terminal("echo")
-    sampler = ThreadSampler(getattr(server, "echo_pid", server.pid))
+    sampler = ThreadSampler(server.echo_pid)
     try:
-        if cpu is not None:
-            sampler.start()
-        try:
+        # (Sampled only when asked: the after-pause series measures idle wake-ups.)
+        with sampler if cpu is not None else contextlib.nullcontext():
             samples = await c_echo(
                 binary,
                 url,
@@ -301,9 +302,6 @@ async def c_echo_run(
                 warmup=warmup,
                 pause=pause,
             )
-        finally:
-            if cpu is not None:
-                sampler.stop()  # (joins its thread within one sample)
         if cpu is not None:
             cpu.append(sampler.ran_seconds() / (count + warmup))
         return samples
@@ -384,9 +382,7 @@ async def many_run(
 
         machine = MachineCpu()
         cpu = server.cpu_seconds()
-        sampler = ThreadSampler(server.pid)
-        sampler.start()
-        try:
+        with ThreadSampler(server.pid) as sampler:
             async with trio.open_nursery() as nursery:
                 for url, dialect, handle in targets:
                     nursery.start_soon(follow, url, dialect, handle)
@@ -395,8 +391,6 @@ async def many_run(
                 start = trio.current_time()
                 go.set()
             seconds = trio.current_time() - start
-        finally:
-            threads = sampler.stop()  # (joins its thread within one sample)
         return ManyRun(
             terminals=terminals,
             seconds=seconds,
@@ -405,7 +399,7 @@ async def many_run(
             server_cpu_seconds=server.cpu_seconds() - cpu,
             machine_cores=machine.stop(),
             incomplete=incomplete,
-            threads=threads,
+            threads=sampler.budget,
         )
     finally:
         for handle in handles:

@@ -110,7 +110,7 @@ class TerminadoServer:
 
     def __init__(self, server: ChildServer) -> None:
         self.server = server
-        self.pid = server.pid
+        self.pid = self.echo_pid = server.pid
         self.port = int(server.first_line)
         self._names = itertools.count(1)
 

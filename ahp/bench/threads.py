@@ -91,7 +91,9 @@ class ThreadSampler:
     (see the module docstring) between :meth:`start` and :meth:`stop`.
 
     Ownership: the sampling thread is started by :meth:`start` and joined by
-    :meth:`stop` (within one :data:`SAMPLE`); a sampler is used once.
+    :meth:`stop` (within one :data:`SAMPLE`); a sampler is used once. As a context
+    manager it starts on entry and stops on exit, whatever ends the block, keeping the
+    result in :attr:`budget`.
     """
 
     def __init__(self, pid: int, *, program: str = "cat", interval: float = SAMPLE) -> None:
@@ -107,6 +109,15 @@ class ThreadSampler:
         self._own = -1
         self._started = 0.0
         self._running = False  # past start()'s first look
+        #: What :meth:`stop` found (set on leaving the ``with`` block).
+        self.budget: ThreadBudget | None = None
+
+    def __enter__(self) -> ThreadSampler:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.budget = self.stop()  # (joins its thread within one sample)
 
     def _seen(self, key: int | str, now: float, counters: tuple[int, int] | None) -> None:
         if counters is not None:
