@@ -20,6 +20,7 @@ from ahp.server.admission import (
     ConnectionBudget,
     connection_limit,
 )
+from ahp.server.websocket import CLOSE_TIMEOUT, EVICTED_CLOSE_TIMEOUT
 from tests.helpers import TIMEOUT
 from tests.test_edges import _port, _serve
 from tests.test_identity import RawPeer, _init
@@ -82,8 +83,8 @@ async def test_idle_authenticated_connections_up_to_the_fd_limit_leave_room_for_
                     "claim": {"kind": "client", "clientId": "legit"},
                 }
                 # The evicted connections give their fds back as their closes end (each
-                # waits up to a second for its peer's close frame, which these idle
-                # peers never send): until then the server may answer "try again
+                # waits EVICTED_CLOSE_TIMEOUT for its peer's close frame, which these
+                # idle peers never send): until then the server may answer "try again
                 # later", and a client that does so gets its terminal.
                 with trio.fail_after(TIMEOUT):
                     while True:
@@ -146,4 +147,40 @@ async def test_one_address_cannot_take_another_addresss_places() -> None:
             for raw in held:
                 with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
                     await raw.stream.aclose()
+    assert "Traceback" not in b"".join(err).decode(errors="replace")
+
+
+async def test_an_evicted_peer_that_never_answers_gives_its_fd_back_at_once() -> None:
+    """A connection closed for the budget gets its close frame (1013, the reason), then
+    the server closes the socket after EVICTED_CLOSE_TIMEOUT without the peer's answer,
+    not after the whole CLOSE_TIMEOUT: the budget closes connections because fds are
+    scarce (before, each evicted idle peer held its fd a second, and a legitimate
+    client's ``createTerminal`` failed with EMFILE meanwhile)."""
+    assert EVICTED_CLOSE_TIMEOUT < CLOSE_TIMEOUT / 4
+    async with _serve(nofile=64) as (url, err):
+        port, token = _port(url), url.split("tkn=", 1)[1]
+        held: list[RawPeer] = []
+        try:
+            held += [await _idle(port, token, "127.0.0.1", f"m{i}") for i in range(8)]
+            start = trio.current_time()
+            held.append(await _idle(port, token, "127.0.0.1", "newcomer"))
+            first = held[0]
+            with trio.fail_after(TIMEOUT):
+                opcode, payload = await first.frame()
+                while opcode != 8:
+                    opcode, payload = await first.frame()
+                assert int.from_bytes(payload[:2], "big") == 1013
+                assert b"connection limit reached" in payload[2:]
+                # It never answers the close frame; the server's end comes anyway.
+                with contextlib.suppress(EOFError, trio.BrokenResourceError):
+                    while True:
+                        await first.frame()
+            elapsed = trio.current_time() - start
+        finally:
+            for raw in held:
+                with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                    await raw.stream.aclose()
+    # (From the newcomer's connect, through its upgrade and initialize, to the end: the
+    # whole CLOSE_TIMEOUT would be over a second.)
+    assert elapsed < CLOSE_TIMEOUT, elapsed
     assert "Traceback" not in b"".join(err).decode(errors="replace")

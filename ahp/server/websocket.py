@@ -123,6 +123,14 @@ CLOSE_TIMEOUT: Final = 1.0
 #: The close code of a connection closed for the connection budget (the reason says
 #: which bound; the client may connect again: its record is kept).
 BUDGET_CLOSE: Final = (1013, "connection limit reached")
+#: Seconds the close handshake of a connection closed for the budget may take: it was
+#: closed because fds are scarce and it was the idlest, and idle peers that never
+#: answer a close frame held their fd for the whole CLOSE_TIMEOUT (a legitimate
+#: client's ``createTerminal`` then failed with EMFILE for up to a second). Its close
+#: frame is sent first and nothing it sent is left unread (it was idle), so closing
+#: the socket early loses the peer nothing; a peer that answers on loopback or a LAN
+#: answers well within this.
+EVICTED_CLOSE_TIMEOUT: Final = 0.1
 #: Longest refusal reason written to the audit log (characters).
 _AUDIT_REASON: Final = 200
 LOOPBACK_NAMES: Final = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})
@@ -433,13 +441,16 @@ async def _serve_one(
         outbox.close()
     state.sessions.add(session)
     ticket: BudgetTicket | None = None
+    close_timeout = CLOSE_TIMEOUT
     if connections is not None:
         # A place among the authenticated connections; a full budget closes the one
         # idle the longest (of this address, or of all) for this one (see admission).
         peer = request.remote.rsplit(":", 1)[0] if ":" in request.remote else request.remote
 
         def evict(reason: str) -> None:
+            nonlocal close_timeout
             log.info("closing a connection of %s: %s", peer, reason)
+            close_timeout = EVICTED_CLOSE_TIMEOUT  # (fds are scarce: see its comment)
             link.evict_with(BUDGET_CLOSE[0], reason)
 
         ticket = BudgetTicket(peer, evict)
@@ -489,7 +500,7 @@ async def _serve_one(
         outbox.discard()  # (what it still held is freed now, not at the next full GC)
         state.host.trimmer.request()  # (what the connection held: its buffers, outbox)
         with trio.CancelScope(shield=True):
-            await ws.aclose(close_code, close_reason, timeout=CLOSE_TIMEOUT)
+            await ws.aclose(close_code, close_reason, timeout=close_timeout)
         closed = ws.closed
         if audit is not None:
             audit.event(
