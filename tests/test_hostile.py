@@ -62,7 +62,7 @@ from ahp.server.wsconn import MAX_FRAGMENTS, InboundBudget
 from ahp.vt.parser import compact
 from tests.helpers import TIMEOUT, kill_and_reap, own_autogroup, wait_for_text
 from tests.test_faults import eventually
-from tests.wire import TOKEN, Peer, peer, running_server
+from tests.wire import TOKEN, Peer, masked_text_frame, peer, running_server
 
 ROOT = "ahp-root://"
 REPO = Path(__file__).resolve().parents[1]
@@ -894,3 +894,52 @@ async def test_a_trim_first_collects_what_reference_cycles_hold() -> None:
             nursery.cancel_scope.cancel()
     finally:
         gc.enable()
+
+
+# -- kept encodings cost their length (session 19's probe) ---------------------------------------
+
+
+def test_an_encoding_kept_costs_its_length() -> None:
+    """``orjson.dumps`` returns its worst-case buffer unshrunk (a 38-byte answer held
+    4 KiB, 1 KB of text 8 KiB); what the server keeps is compacted to its length."""
+    import tracemalloc
+
+    from ahp.protocol.codec import dumps_utf8
+
+    tracemalloc.start()
+    try:
+        for size in (0, 1000, 30_000):
+            value = {"jsonrpc": "2.0", "id": 1, "result": "x" * size}
+            before = tracemalloc.get_traced_memory()[0]
+            kept = [dumps_utf8(value) for _ in range(100)]
+            each = (tracemalloc.get_traced_memory()[0] - before) / len(kept)
+            assert each <= sys.getsizeof(kept[0]) + 16, (size, each, len(kept[0]))
+    finally:
+        tracemalloc.stop()
+
+
+async def test_unread_answers_cost_the_server_what_its_outbox_counts() -> None:
+    """A client pipelines small requests (``ping``, a 1000-character id) and reads no
+    answer: its outbox fills to its 16 MiB bound and it is closed. Before, each ~1 KB
+    answer held orjson's 8 KiB buffer, and the server grew by ~130 MiB for it (with
+    tiny ids, by ~800 MiB: the probe's case); its peak now stays within 48 MiB."""
+    msg_id = "i" * 1000
+    request = {"jsonrpc": "2.0", "id": msg_id, "method": "ping", "params": {"channel": ROOT}}
+    batch = masked_text_frame(orjson.dumps(request)) * 256
+    async with _serve() as (url, pid):
+        async with open_raw_websocket(url) as ws:
+            await _initialized(ws, "unread")
+            await trio.sleep(0.5)
+            _reset_peak(pid)
+            start = _rss_kb(pid)
+            with trio.fail_after(TIMEOUT * 2):
+                try:
+                    while True:  # until the server closes it (a send then fails)
+                        await ws._stream.send_all(batch)
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    pass
+            peak = _peak_kb(pid)
+        assert peak - start <= 48 * 1024, (start, peak)
+        async with peer(url) as p:  # (the server goes on)
+            await p.initialize("after")
+            assert await p.result("ping", {"channel": ROOT}) is None

@@ -81,6 +81,7 @@ import trio
 from ahp.engine.envelopes import MERGE_LIMIT, Published
 from ahp.protocol.actions import TerminalInput
 from ahp.protocol.chunked import PIECE_WEIGHT, encode_pieces
+from ahp.protocol.codec import compact
 
 __all__ = [
     "DEFAULT_OUTBOX_BYTES",
@@ -631,24 +632,31 @@ async def encode_answer(outbox: Outbox, pending: PendingAnswer, value: Any) -> N
         buffer: list[bytes] = []
         gathered = 0
         for piece in encode_pieces(value):
-            out = piece
             if len(piece) < WRITE_PIECE:
                 buffer.append(piece)
                 gathered += len(piece)
                 if gathered < WRITE_PIECE:
                     continue
-                out = b"".join(buffer)
+                out = _joined(buffer)
                 buffer, gathered = [], 0
-            elif buffer:
-                if not outbox.grow(pending, b"".join(buffer)):
-                    return
-                buffer, gathered = [], 0
+            else:
+                out = compact(piece)  # (kept until written: its length is what it costs)
+                if buffer:
+                    if not outbox.grow(pending, _joined(buffer)):
+                        return
+                    buffer, gathered = [], 0
             if not outbox.grow(pending, out):
                 return
             await trio.lowlevel.checkpoint()
-        if buffer and not outbox.grow(pending, b"".join(buffer)):
+        if buffer and not outbox.grow(pending, _joined(buffer)):
             return
         outbox.complete(pending)
     finally:
         if lock is not None:
             lock.release()
+
+
+def _joined(pieces: list[bytes]) -> bytes:
+    """``pieces`` in one object of its own length (a join of one piece is that piece,
+    which may be an ``orjson`` buffer: :func:`~ahp.protocol.codec.compact`)."""
+    return compact(pieces[0]) if len(pieces) == 1 else b"".join(pieces)
