@@ -331,6 +331,27 @@ async def test_forged_command_line_is_never_used(shell: str, tmp_path: Path) -> 
         assert all(p.commandLine != "rm -rf /" for p in commands(s.state))
 
 
+async def test_marks_in_a_programs_output_move_no_command(shell: str, tmp_path: Path) -> None:
+    """Session 19's probe, on a real shell: ``cat`` of a file holding the marks that
+    finish a command with 0, start another and report a cwd, then a failure. Before,
+    the ``cat`` finished as exit code 0 and a phantom command took the real 1."""
+    home = tmp_path / "home"
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "notes").write_bytes(
+        b"x\x1b]633;D;0\x07\x1b]633;A\x07\x1b]633;B\x07\x1b]633;E;rm -rf /;n\x07"
+        b"\x1b]633;C\x07\x1b]633;P;Cwd=/evil\x07\x1b]7;file://localhost/evil\x07y\n"
+    )
+    line = "cat notes; false"
+    async with open_session(shell=shell, home=home) as s:
+        part = await s.run_one(line)
+        assert (part.commandLine, part.exitCode, part.isComplete) == (line, 1, True)
+        assert [p.commandLine for p in commands(s.state)] == [line]
+        assert s.state.cwd == home.as_uri()
+        assert "\x1b]633" not in s.state.text()  # (removed from the text all the same)
+        part = await s.run_one("echo next")
+        assert (part.commandLine, part.exitCode) == ("echo next", 0)
+
+
 async def test_empty_line_creates_no_command(shell: str, tmp_path: Path) -> None:
     async with open_session(shell=shell, home=tmp_path / "home") as s:
         await s.run_one("true")
@@ -492,7 +513,8 @@ def test_tracker_told_about_injected_hooks_ignores_osc133() -> None:
     for event in (PromptStart(osc=133), CommandStart(osc=133), CommandFinished(3, osc=133)):
         assert tracker.handle(event, wall_ms=1, mono_ms=1.0) == []
     assert not tracker.detection_available
-    assert tracker.handle(CommandStart(), wall_ms=1, mono_ms=1.0)[-1] == TerminalCommandExecuted(
+    signed = CommandStart(nonce="n")
+    assert tracker.handle(signed, wall_ms=1, mono_ms=1.0)[-1] == TerminalCommandExecuted(
         commandId="cmd-1", commandLine="", timestamp=1
     )
 

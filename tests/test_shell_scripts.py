@@ -44,6 +44,8 @@ WAIT = 15.0
 OSC633 = re.compile(rb"\x1b\]633;([A-Z])(?:;([^\x07]*))?\x07")
 # From a finished command (or an empty line) to the end of the next prompt.
 CYCLE = re.compile(rb"\x1b\]633;D(?:;[^\x07]*)?\x07.*?\x1b\]633;B\x07", re.S)
+# The C mark our scripts print (signed with the terminal's nonce).
+C_MARK = b"\x1b]633;C;" + NONCE.encode() + b"\x07"
 # Escape sequences shells print around output (CSI, OSC, charset selection, keypad modes).
 _VT_NOISE = re.compile(
     rb"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[()][0-9A-Za-z]|\x1b[=>]"
@@ -71,21 +73,25 @@ def _have(shell: str) -> None:
 @attrs.frozen
 class Ev:
     code: str
-    arg: str | None
+    arg: str | None  # (C, D and P: without the nonce that signs them)
     start: int
     end: int
+    signed: bool = False
 
 
 def parse_events(data: bytes) -> list[Ev]:
-    return [
-        Ev(
-            m[1].decode(),
-            None if m[2] is None else m[2].decode("utf-8", "surrogateescape"),
-            m.start(),
-            m.end(),
-        )
-        for m in OSC633.finditer(data)
-    ]
+    events = []
+    for m in OSC633.finditer(data):
+        code = m[1].decode()
+        arg = None if m[2] is None else m[2].decode("utf-8", "surrogateescape")
+        signed = False
+        if code in "CDP" and arg is not None:
+            if arg == NONCE:
+                arg, signed = None, True
+            elif arg.endswith(";" + NONCE):
+                arg, signed = arg[: -len(NONCE) - 1] or None, True
+        events.append(Ev(code, arg, m.start(), m.end(), signed))
+    return events
 
 
 @attrs.frozen
@@ -337,6 +343,8 @@ async def test_echo_hello_full_sequence(shell: str, tmp_path: Path) -> None:
     assert c.only("D").arg == "0"
     assert c.cwd() == str(tmp_path / "home")
     assert c.prompt() == PROMPTS[shell]
+    # The marks that move the state carry the nonce (program output cannot forge them).
+    assert all(e.signed for e in c.events if e.code in "CDP"), c.raw
 
 
 async def test_exit_codes_and_cwd(shell: str, tmp_path: Path) -> None:
@@ -384,7 +392,7 @@ async def test_ctrl_c_reports_130(shell: str, tmp_path: Path) -> None:
     async with open_shell(shell, tmp_path / "home") as t:
         start = t.pos
         await t.send(b"sleep 30\r")
-        await t.expect(b"\x1b]633;C\x07")
+        await t.expect(C_MARK)
         await t.wait_foreground("sleep")
         await t.send(b"\x03")
         m = await t.expect(CYCLE)
@@ -523,7 +531,7 @@ async def test_bash_login_reads_profile(tmp_path: Path) -> None:
 async def test_bash_exec_bash_degrades_gracefully(tmp_path: Path) -> None:
     async with open_shell("bash", tmp_path / "home") as t:
         await t.send(b"exec bash\r")
-        await t.expect(b"\x1b]633;C\x07")
+        await t.expect(C_MARK)
         await t.expect(b"tbash$ ")  # the new bash read ~/.bashrc normally
         after_exec = t.pos
         await t.send(b'echo "[$AHP_NONCE]"\r')

@@ -143,11 +143,12 @@ def test_pipes_parser_only_decodes_utf8(text: str, data: st.DataObject) -> None:
 def test_parser_strips_integration_and_uses_the_clocks_passed_in() -> None:
     parser = OutputParser(use_pty=True, nonce=NONCE)
     started = parser.feed(
-        f"\x1b]633;A\x07$ \x1b]633;B\x07\x1b]633;E;make;{NONCE}\x07\x1b]633;C\x07out".encode(),
+        f"\x1b]633;A\x07$ \x1b]633;B\x07\x1b]633;E;make;{NONCE}\x07"
+        f"\x1b]633;C;{NONCE}\x07out".encode(),
         wall_ms=1_700_000_000_000,
         mono_ms=100.0,
     )
-    finished = parser.feed(b"\x1b]633;D;2\x07", wall_ms=0, mono_ms=142.0)
+    finished = parser.feed(f"\x1b]633;D;2;{NONCE}\x07".encode(), wall_ms=0, mono_ms=142.0)
     assert started == [
         TerminalData(data="$ "),
         TerminalCommandDetectionAvailable(),
@@ -170,7 +171,7 @@ def test_parser_without_a_nonce_trusts_no_command_line_but_honours_osc133() -> N
 
 
 def test_parser_reports_titles_and_cwd() -> None:
-    actions = _parse([b"\x1b]0;build\x07\x1b]633;P;Cwd=/srv/a b\x07"])
+    actions = _parse([b"\x1b]0;build\x07\x1b]633;P;Cwd=/srv/a b;" + NONCE.encode() + b"\x07"])
     assert TerminalTitleChanged(title="build") in actions
     assert TerminalCwdChanged(cwd="file:///srv/a%20b") in actions
 

@@ -42,6 +42,13 @@ from ahp.vt.scanner import Scanner
 
 NONCE = "5f0e4c1a-nonce"
 DETECTED = TerminalCommandDetectionAvailable()
+#: The C mark our shell scripts print (signed with the terminal's nonce).
+C_MARK = b"\x1b]633;C;" + NONCE.encode() + b"\x07"
+
+
+def d_mark(code: bytes = b"") -> bytes:
+    """Our scripts' D mark: ``633;D;[code];<nonce>``."""
+    return b"\x1b]633;D;" + code + b";" + NONCE.encode() + b"\x07"
 
 
 def actions_for(
@@ -68,8 +75,7 @@ def handle(tracker: CommandTracker, event: Event, mono_ms: float = 0.0) -> list[
 def test_full_cycle_in_one_read() -> None:
     data = (
         b"\x1b]633;A\x07$ \x1b]633;B\x07"
-        b"\x1b]633;E;make test;" + NONCE.encode() + b"\x07\x1b]633;C\x07"
-        b"ok\r\n\x1b]633;D;0\x07"
+        b"\x1b]633;E;make test;" + NONCE.encode() + b"\x07" + C_MARK + b"ok\r\n" + d_mark(b"0")
     )
     assert actions_for([data]) == [
         TerminalData("$ "),
@@ -81,12 +87,7 @@ def test_full_cycle_in_one_read() -> None:
 
 
 def test_duration_from_monotonic_clock_and_ids_unique() -> None:
-    chunks = [
-        b"\x1b]633;C\x07",
-        b"out\x1b]633;D;1\x07",
-        b"\x1b]633;C\x07",
-        b"\x1b]633;D;2\x07",
-    ]
+    chunks = [C_MARK, b"out" + d_mark(b"1"), C_MARK, d_mark(b"2")]
     actions = actions_for(chunks, clock=[100.0, 1334.6, 2000.0, 1990.0])
     assert actions == [
         DETECTED,
@@ -115,7 +116,7 @@ def test_any_shell_integration_event_announces_detection(first: Event) -> None:
     assert handle(CommandTracker(nonce=None), first)[0] == DETECTED
 
 
-@pytest.mark.parametrize("first", [PromptEnd(), CommandStart(), CommandLine("x", None)])
+@pytest.mark.parametrize("first", [PromptEnd(), CommandStart(nonce=NONCE), CommandLine("x", NONCE)])
 def test_our_shell_announces_detection_once_its_line_editor_reads(first: Event) -> None:
     assert handle(CommandTracker(nonce=NONCE), first)[0] == DETECTED
 
@@ -125,9 +126,9 @@ def test_our_shell_does_not_announce_detection_before_its_prompt_ends() -> None:
     # input: a command typed then would be echoed twice.
     tracker = CommandTracker(nonce=NONCE)
     for event in (
-        CommandFinished(0),  # bash's first PROMPT_COMMAND reports "no command" ended
-        CwdReported("file:///a", shell_integration=True),
-        Property("k", "v"),
+        CommandFinished(0, nonce=NONCE),  # bash's first PROMPT_COMMAND: "no command" ended
+        CwdReported("file:///a", shell_integration=True, nonce=NONCE),
+        Property("k", "v", nonce=NONCE),
         PromptStart(),
     ):
         assert DETECTED not in handle(tracker, event)
@@ -154,23 +155,23 @@ def test_finish_without_start_does_nothing() -> None:
     # before the line editor reads: not yet a reason to announce detection.
     assert actions_for([b"x\x1b]633;D;0\x07y"]) == [TerminalData("xy")]
     tracker = CommandTracker(nonce=NONCE)
-    handle(tracker, CommandStart())
-    handle(tracker, CommandFinished(0))
-    assert handle(tracker, CommandFinished(0)) == []  # the second D: nothing running
+    handle(tracker, CommandStart(nonce=NONCE))
+    assert handle(tracker, CommandFinished(0, nonce=NONCE))
+    assert handle(tracker, CommandFinished(0, nonce=NONCE)) == []  # nothing running
 
 
 def test_finish_without_code_omits_exit_code() -> None:
-    actions = actions_for([b"\x1b]633;C\x07\x1b]633;D\x07"])
+    actions = actions_for([C_MARK + d_mark()])
     assert actions[-1] == TerminalCommandFinished(commandId="cmd-1", exitCode=None, durationMs=0)
 
 
 def test_second_start_leaves_the_first_incomplete() -> None:
     tracker = CommandTracker(nonce=NONCE)
-    handle(tracker, CommandStart(), 0)
-    assert handle(tracker, CommandStart(), 5) == [
+    handle(tracker, CommandStart(nonce=NONCE), 0)
+    assert handle(tracker, CommandStart(nonce=NONCE), 5) == [
         TerminalCommandExecuted(commandId="cmd-2", commandLine="", timestamp=123)
     ]
-    assert handle(tracker, CommandFinished(3), 12) == [
+    assert handle(tracker, CommandFinished(3, nonce=NONCE), 12) == [
         TerminalCommandFinished(commandId="cmd-2", exitCode=3, durationMs=7)
     ]
     assert tracker.running_command is None
@@ -189,7 +190,7 @@ def test_second_start_leaves_the_first_incomplete() -> None:
     ],
 )
 def test_forged_command_line_never_used(forged: bytes) -> None:
-    actions = actions_for([forged + b"\x1b]633;C\x07"])
+    actions = actions_for([forged + C_MARK])
     assert TerminalCommandExecuted(commandId="cmd-1", commandLine="", timestamp=0) in actions
 
 
@@ -206,22 +207,58 @@ def test_trusted_line_is_consumed_and_a_later_forgery_ignored() -> None:
     tracker = CommandTracker(nonce=NONCE)
     handle(tracker, CommandLine("ls -l", NONCE))
     handle(tracker, CommandLine("rm -rf /", "forged"))
-    executed = handle(tracker, CommandStart())
+    executed = handle(tracker, CommandStart(nonce=NONCE))
     assert executed[-1] == TerminalCommandExecuted(
         commandId="cmd-1", commandLine="ls -l", timestamp=123
     )
     # Consumed: the next command has no line unless a new trusted E arrives.
-    assert handle(tracker, CommandStart())[-1] == TerminalCommandExecuted(
+    assert handle(tracker, CommandStart(nonce=NONCE))[-1] == TerminalCommandExecuted(
         commandId="cmd-2", commandLine="", timestamp=123
     )
 
 
 def test_unescaped_command_line() -> None:
     line = b"printf 'a\\x3bb\\x0a' \\\\ x"
-    actions = actions_for([b"\x1b]633;E;" + line + b";" + NONCE.encode() + b"\x07\x1b]633;C\x07"])
+    actions = actions_for([b"\x1b]633;E;" + line + b";" + NONCE.encode() + b"\x07" + C_MARK])
     assert actions[-1] == TerminalCommandExecuted(
         commandId="cmd-1", commandLine="printf 'a;b\n' \\ x", timestamp=0
     )
+
+
+def test_program_output_cannot_move_our_shells_commands_or_cwd() -> None:
+    """Session 19's probe: ``cat`` of a file holding shell-integration marks, in a shell
+    we injected. Before, its ``D;0`` finished the running command with exit code 0 and
+    its ``A B C`` started a phantom command that the real ``D;1`` then finished. Only
+    signed marks count there; the forged ones are removed from the text all the same."""
+    forged = (
+        b"\x1b]633;D;0\x07\x1b]633;D;0;wrong\x07\x1b]633;A\x07\x1b]633;B\x07"
+        b"\x1b]633;E;rm -rf /;wrong\x07\x1b]633;C\x07\x1b]633;C;wrong\x07"
+        b"\x1b]633;P;Cwd=/evil\x07\x1b]633;P;Cwd=/evil;wrong\x07\x1b]7;file://h/evil\x07"
+    )
+    started = b"\x1b]633;E;cat notes;" + NONCE.encode() + b"\x07" + C_MARK
+    cwd = b"\x1b]633;P;Cwd=/home;" + NONCE.encode() + b"\x07"
+    actions = actions_for([cwd + started, b"a" + forged + b"z", d_mark(b"1")])
+    assert actions == [
+        TerminalCwdChanged(cwd="file:///home"),
+        DETECTED,
+        TerminalCommandExecuted(commandId="cmd-1", commandLine="cat notes", timestamp=0),
+        TerminalData("a\x1b]7;file://h/evil\x07z"),  # (OSC 7 is shown: it is not ours)
+        TerminalCommandFinished(commandId="cmd-1", exitCode=1, durationMs=20),  # (chunk 2)
+    ]
+
+
+def test_a_shell_we_did_not_inject_is_believed_unsigned() -> None:
+    # (VS Code's own scripts sign only E; a shell started without ours has no nonce.)
+    data = b"\x1b]633;P;Cwd=/a\x07\x1b]633;C\x07x\x1b]633;D;3\x07\x1b]7;file://h/b\x07"
+    assert actions_for([data], nonce=None) == [
+        DETECTED,
+        TerminalCwdChanged(cwd="file:///a"),
+        TerminalCommandExecuted(commandId="cmd-1", commandLine="", timestamp=0),
+        TerminalData("x"),
+        TerminalCommandFinished(commandId="cmd-1", exitCode=3, durationMs=0),
+        TerminalData("\x1b]7;file://h/b\x07"),
+        TerminalCwdChanged(cwd="file:///b"),
+    ]
 
 
 # -- 133-only shells, cwd and title --------------------------------------------

@@ -671,3 +671,17 @@ def test_last_titles_in_a_storm_of_retitled_lines() -> None:
         Text("y\x1b]2;c\x07"),
         TitleChanged("c"),
     ]
+
+
+def test_signed_marks_carry_their_nonce() -> None:
+    # Our scripts sign C, D and P with the terminal's nonce (ahp.vt.integration).
+    events = Scanner().feed(
+        b"\x1b]633;C;n-1\x07\x1b]633;D;;n-1\x07\x1b]633;D;7;n-1\x07"
+        b"\x1b]633;P;Cwd=/a\\x3bb;n-1\x07\x1b]633;P;k=v;n-1\x07\x1b]633;C\x07\x1b]633;D;3\x07"
+    )
+    assert [getattr(e, "nonce", "?") for e in events] == ["n-1"] * 5 + [None, None]
+    c, d, d7, cwd, prop, bare_c, bare_d = events
+    assert isinstance(c, CommandStart) and isinstance(bare_c, CommandStart)
+    assert d == CommandFinished(None) and d7 == CommandFinished(7) and bare_d == CommandFinished(3)
+    assert cwd == CwdReported("file:///a%3Bb", shell_integration=True)
+    assert prop == Property("k", "v")

@@ -6,14 +6,20 @@ agent host does: when we recognise an interactive bash, zsh or fish launch, we r
 the shell loads the user's normal startup files and then one of our scripts
 (``ahp/shell/scripts/``), which installs hooks that print OSC 633 sequences::
 
-    ESC ] 633 ; D [; <exit code>] BEL     previous command finished (bare D: no command ran)
-    ESC ] 633 ; P ; Cwd=<escaped $PWD> BEL
+    ESC ] 633 ; D ; [<exit code>] ; <nonce> BEL   previous command finished (no code: none ran)
+    ESC ] 633 ; P ; Cwd=<escaped $PWD> ; <nonce> BEL
     ESC ] 633 ; A BEL  <the user's prompt>  ESC ] 633 ; B BEL
     ...the user types a command line...
     ESC ] 633 ; E ; <escaped command line> ; <nonce> BEL
-    ESC ] 633 ; C BEL
+    ESC ] 633 ; C ; <nonce> BEL
     ...command output...
-    ESC ] 633 ; D ; <exit code> BEL      (then P, A, prompt, B again)
+    ESC ] 633 ; D ; <exit code> ; <nonce> BEL      (then P, A, prompt, B again)
+
+VS Code's scripts sign only ``E``; ours sign every mark that moves the terminal's state, because
+a program's output can print the same sequences (``cat`` of a file holding ``633;D;0``), and
+in a shell we injected the command tracker believes only signed ones
+(:mod:`ahp.vt.integration`). ``A`` and ``B`` live in the prompt string, which a user's rc may
+export to every child, so they stay bare (they only announce that detection works).
 
 The nonce is random per terminal, and no process's environment ever holds it: a command can read
 its ancestors' initial environments (``/proc/$PPID/environ`` keeps what ``execve`` got, whatever

@@ -65,6 +65,8 @@ class CwdReported:
 
     uri: str
     shell_integration: bool = False
+    #: The nonce after the path (``633;P;Cwd=<path>;<nonce>``), if any (see :class:`CommandStart`).
+    nonce: str | None = field(default=None, eq=False, kw_only=True)
 
 
 @frozen
@@ -83,17 +85,25 @@ class PromptEnd:
 
 @frozen
 class CommandStart:
-    """``633;C`` / ``133;C``: the command line was accepted; its output follows."""
+    """``633;C[;<nonce>]`` / ``133;C``: the command line was accepted; its output follows.
+
+    Our shell scripts sign ``C``, ``D`` and ``P`` with the terminal's nonce, as ``E``:
+    program output can print these marks too (``cat`` of a file holding them), and in
+    a shell we injected only signed ones may start or finish a command.
+    """
 
     osc: OscFamily = field(default=633, eq=False, kw_only=True)
+    nonce: str | None = field(default=None, eq=False, kw_only=True)
 
 
 @frozen
 class CommandFinished:
-    """``633;D[;code]`` / ``133;D[;code]``: the command ended (``None``: no or bad code)."""
+    """``633;D[;code[;<nonce>]]`` / ``133;D[;code]``: the command ended (``None``: no or
+    bad code); signed as :class:`CommandStart` is."""
 
     exit_code: int | None
     osc: OscFamily = field(default=633, eq=False, kw_only=True)
+    nonce: str | None = field(default=None, eq=False, kw_only=True)
 
 
 @frozen
@@ -110,10 +120,12 @@ class CommandLine:
 
 @frozen
 class Property:
-    """``633;P;<key>=<value>`` other than ``Cwd`` (unescaped), e.g. ``IsWindows=True``."""
+    """``633;P;<key>=<value>[;<nonce>]`` other than ``Cwd`` (unescaped), e.g.
+    ``IsWindows=True``."""
 
     key: str
     value: str
+    nonce: str | None = field(default=None, eq=False, kw_only=True)
 
 
 #: Events that only shell integration produces (all of them removed from the text).

@@ -23,6 +23,14 @@ numbers. The behaviour follows the reference agent host (the AHP wire specificat
 * ``E`` remembers its command line only when its nonce equals the terminal's
   nonce (never when the tracker has no nonce): program output can print a forged
   ``633;E``, but it cannot know the nonce;
+* in a shell we injected (the tracker has a nonce), the same holds for every mark
+  that moves the state: ``C``, ``D``, ``E`` and ``P`` (cwd, properties) count only
+  when signed with the nonce, and cwd reports come only from our ``P`` (OSC 7 and
+  OSC 1337 are ignored there). Before, ``cat`` of a file holding
+  ``633;D;0`` and ``633;C`` finished the running command with exit code 0 and
+  started a phantom one (a black-box probe, session 19). ``A`` and ``B`` are not
+  signed (they live in the prompt string, which a user's rc may export to every
+  child); they only announce detection;
 * ``C`` starts ``cmd-<n>`` (a per-tracker counter from 1) with the remembered
   line (or ``""``) and consumes that line; a second ``C`` while one runs leaves
   the first one incomplete forever, like the reference;
@@ -56,6 +64,7 @@ from ahp.vt.events import (
     Event,
     PromptEnd,
     PromptStart,
+    Property,
     Text,
     TitleChanged,
 )
@@ -64,6 +73,8 @@ __all__ = ["CommandTracker", "events_to_actions"]
 
 #: The marks both OSC 633 and OSC 133 carry (``OscFamily`` tells them apart).
 _MARKS = (PromptStart, PromptEnd, CommandStart, CommandFinished)
+#: Events that count in a shell we injected only when signed with its nonce.
+_SIGNED = (CommandStart, CommandFinished, CommandLine, Property)
 #: Marks a shell sends once its line editor reads input (see the module doc); before
 #: its first prompt it also reports a cwd, properties and the end of "no command" (D).
 _EDITOR_READING = (PromptEnd, CommandLine, CommandStart)
@@ -121,6 +132,8 @@ class CommandTracker:
                 self._last_title = title
                 return [TerminalTitleChanged(title=title)]
             case CwdReported(uri=uri, shell_integration=via_633):
+                if self.nonce and (not via_633 or event.nonce != self.nonce):
+                    return []  # our shell reports its cwd itself, signed
                 actions: list[TerminalAction] = []
                 if via_633:
                     self._osc133 = False
@@ -132,12 +145,14 @@ class CommandTracker:
         if isinstance(event, _MARKS) and event.osc == 133:
             if not self._osc133:
                 return []  # the same command is (or will be) reported with OSC 633
+        elif self.nonce and isinstance(event, _SIGNED) and event.nonce != self.nonce:
+            return []  # printed by a program, not by our shell: it moves nothing
         else:
             self._osc133 = False  # everything else here came from an OSC 633 sequence
         actions = self._announce(event)
         match event:
             case CommandLine(command_line=line, nonce=nonce):
-                if self.nonce and nonce == self.nonce:
+                if self.nonce and nonce == self.nonce:  # (never trusted without a nonce)
                     self._command_line = line
             case CommandStart():
                 self._counter += 1

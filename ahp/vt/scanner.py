@@ -418,23 +418,33 @@ def _interpret(payload: bytes) -> tuple[bool, Event | None]:
 
 def _parse_633(rest: bytes) -> Event | None:
     code, _, args = rest.partition(b";")
+    if code == b"C" and args:
+        return CommandStart(nonce=_nonce(args))
     mark = _MARKS.get(code)
     if mark is not None:
         return mark
     if code == b"D":
-        return CommandFinished(_parse_exit_code(args))
+        field, sep, nonce = args.partition(b";")
+        return CommandFinished(_parse_exit_code(field), nonce=_nonce(nonce) if sep else None)
     if code == b"E":
         line, sep, nonce = args.partition(b";")
-        return CommandLine(unescape_value(line), nonce.decode("utf-8", "replace") if sep else None)
+        return CommandLine(unescape_value(line), _nonce(nonce) if sep else None)
     if code == b"P":
-        key, eq, value = unescape_value(args).partition("=")
+        # (A value's own ";" is escaped, "\x3b": the first raw one starts the nonce.)
+        raw, sep, signed = args.partition(b";")
+        signer = _nonce(signed) if sep else None
+        key, eq, value = unescape_value(raw).partition("=")
         if not eq:
             return None
         if key == "Cwd":
             uri = _path_uri(value)
-            return None if uri is None else CwdReported(uri, shell_integration=True)
-        return Property(key, value)
+            return None if uri is None else CwdReported(uri, shell_integration=True, nonce=signer)
+        return Property(key, value, nonce=signer)
     return None  # F, G, H, ...: swallowed
+
+
+def _nonce(raw: bytes) -> str:
+    return raw.decode("utf-8", "replace")
 
 
 def _parse_exit_code(args: bytes) -> int | None:

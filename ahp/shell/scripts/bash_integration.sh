@@ -5,8 +5,10 @@
 # it instead of ~/.bashrc.
 # We load the user's own startup files first, then install hooks that print OSC 633:
 #
-#   at each prompt  D[;status]  P;Cwd=<dir>  then PS1 is wrapped as  A <user's prompt> B
-#   per command     E;<command line>;<nonce>  C   (right before the command runs)
+#   at each prompt  D;[status];<nonce>  P;Cwd=<dir>;<nonce>  then PS1 is wrapped as  A <prompt> B
+#   per command     E;<command line>;<nonce>  C;<nonce>   (right before the command runs)
+# (Every mark but A and B carries the nonce: program output can print marks too, and only signed
+# ones move a command's boundaries or the cwd. A and B stay bare: PS1 may be exported.)
 #
 # How the hooks work (bash >= 4.4):
 #   * preexec is PS0. bash expands PS0 exactly once per command line read, after the line is
@@ -81,7 +83,7 @@ __ahp_hist1() {
 
 __ahp_emit_exec() {
 	__ahp_escape "$1"
-	builtin printf '\e]633;E;%s;%s\a\e]633;C\a' "$__ahp_out" "$__ahp_nonce" >&2
+	builtin printf '\e]633;E;%s;%s\a\e]633;C;%s\a' "$__ahp_out" "$__ahp_nonce" "$__ahp_nonce" >&2
 	__ahp_st=1
 }
 
@@ -236,9 +238,9 @@ __ahp_wrap_prompts() {
 
 __ahp_finish() {
 	if ((__ahp_st == 1)); then
-		builtin printf '\e]633;D;%s\a' "$1" >&2
+		builtin printf '\e]633;D;%s;%s\a' "$1" "$__ahp_nonce" >&2
 	else
-		builtin printf '\e]633;D\a' >&2
+		builtin printf '\e]633;D;;%s\a' "$__ahp_nonce" >&2
 	fi
 	__ahp_st=0
 	__ahp_dsent=1
@@ -268,7 +270,7 @@ __ahp_pc_end() {
 	__ahp_dbg_tick=0
 	__ahp_wrap_prompts
 	__ahp_escape "$PWD"
-	builtin printf '\e]633;P;Cwd=%s\a' "$__ahp_out" >&2
+	builtin printf '\e]633;P;Cwd=%s;%s\a' "$__ahp_out" "$__ahp_nonce" >&2
 	__ahp_hc=$HISTCMD
 	if [[ $__ahp_mode == debug ]]; then
 		__ahp_st=2 # no PS0: the next simple command outside PROMPT_COMMAND starts the line

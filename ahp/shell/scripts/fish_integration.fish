@@ -2,10 +2,12 @@
 #
 # Loaded with `fish [-l] --init-command 'source <launch file>'` (which sources this one), i.e. after
 # config.fish and conf.d, right before the first prompt. Prints OSC 633:
-#   fish_preexec   E;<command line>;<nonce>  C
-#   fish_postexec  D;<status>
-#   fish_prompt    (event) bare D if no command ran since the last prompt, then P;Cwd=<dir>
+#   fish_preexec   E;<command line>;<nonce>  C;<nonce>
+#   fish_postexec  D;<status>;<nonce>
+#   fish_prompt    (event) D;;<nonce> if no command ran since the last prompt, then P;Cwd=<dir>;<nonce>
 #   fish_prompt    (function) wrapped: A <the user's prompt> B
+# (Every mark but A and B carries the nonce: program output can print marks too, and only signed
+# ones move a command's boundaries or the cwd.)
 # fish runs no preexec/postexec for an empty line, so an empty line yields only the bare D.
 
 if not status is-interactive
@@ -52,7 +54,7 @@ end
 function __ahp_define_preexec
     function __ahp_preexec --on-event fish_preexec
         set -l line (__ahp_escape "$argv[1]")
-        printf '\e]633;E;%s;%s\a\e]633;C\a' "$line" "$__ahp_nonce"
+        printf '\e]633;E;%s;%s\a\e]633;C;%s\a' "$line" "$__ahp_nonce" "$__ahp_nonce"
         set -g __ahp_st 1
     end
 end
@@ -60,9 +62,9 @@ end
 function __ahp_postexec --on-event fish_postexec
     set -l s $status
     if test $__ahp_st = 1
-        printf '\e]633;D;%s\a' $s
+        printf '\e]633;D;%s;%s\a' $s "$__ahp_nonce"
     else
-        printf '\e]633;D\a'
+        printf '\e]633;D;;%s\a' "$__ahp_nonce"
     end
     set -g __ahp_st 0
     set -g __ahp_dsent 1
@@ -96,12 +98,12 @@ end
 function __ahp_on_prompt --on-event fish_prompt
     set -l s $status
     if test $__ahp_dsent = 0
-        printf '\e]633;D\a'
+        printf '\e]633;D;;%s\a' "$__ahp_nonce"
     end
     set -g __ahp_dsent 0
     functions -q __ahp_preexec; or __ahp_define_preexec
     set -l cwd (__ahp_escape "$PWD")
-    printf '\e]633;P;Cwd=%s\a' "$cwd"
+    printf '\e]633;P;Cwd=%s;%s\a' "$cwd" "$__ahp_nonce"
     __ahp_wrap_prompt
     __ahp_ret $s
 end

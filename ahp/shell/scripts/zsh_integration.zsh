@@ -10,9 +10,11 @@
 # way, so user commands and child shells never see the temporary directory.
 #
 # The .zshrc phase then installs hooks that print OSC 633:
-#   precmd  (first) D[;status]          precmd (last) P;Cwd=<dir>, PS1 wrapped as A <prompt> B
-#   preexec (last)  E;<command line>;<nonce>  C
-# After a command, D;<status> normally comes from PROMPT_EOL_MARK instead (see
+#   precmd  (first) D;[status];<nonce>  precmd (last) P;Cwd=<dir>;<nonce>, PS1 wrapped as A <prompt> B
+#   preexec (last)  E;<command line>;<nonce>  C;<nonce>
+# (Every mark but A and B carries the nonce: program output can print marks too, and only signed
+# ones move a command's boundaries or the cwd. A and B stay bare: PS1 may be exported.)
+# After a command, D;<status>;<nonce> normally comes from PROMPT_EOL_MARK instead (see
 # __ahp_precmd_first), so that zsh's PROMPT_SP mark is not part of the command's output.
 # zsh passes every precmd function the same $?, and gives preexec the full command line as
 # typed (multi-line included) in $1, so no tricks are needed.
@@ -145,9 +147,9 @@ zshrc)
 		fi
 		__ahp_eol_armed=0
 		if (( __ahp_st == 1 )); then
-			(( sp )) || builtin printf '\e]633;D;%s\a' $s
+			(( sp )) || builtin printf '\e]633;D;%s;%s\a' $s "$__ahp_nonce"
 		else
-			builtin printf '\e]633;D\a'
+			builtin printf '\e]633;D;;%s\a' "$__ahp_nonce"
 		fi
 		__ahp_st=0
 		return s
@@ -165,7 +167,7 @@ zshrc)
 			PS1=$__ahp_ps1
 		fi
 		__ahp_escape "$PWD"
-		builtin printf '\e]633;P;Cwd=%s\a' "$REPLY"
+		builtin printf '\e]633;P;Cwd=%s;%s\a' "$REPLY" "$__ahp_nonce"
 		return s
 	}
 
@@ -180,11 +182,11 @@ zshrc)
 		if (( ! __ahp_eol_armed )) && [[ ${(t)PROMPT_EOL_MARK-} != *(readonly|export)* ]]; then
 			__ahp_eol_set=${+PROMPT_EOL_MARK}
 			__ahp_eol_user=${PROMPT_EOL_MARK-}
-			__ahp_eol=$'%{\e]633;D;%?\a%}'${PROMPT_EOL_MARK-'%B%S%#%s%b'}
+			__ahp_eol=$'%{\e]633;D;%?;'$__ahp_nonce$'\a%}'${PROMPT_EOL_MARK-'%B%S%#%s%b'}
 			PROMPT_EOL_MARK=$__ahp_eol
 			__ahp_eol_armed=1
 		fi
-		builtin printf '\e]633;E;%s;%s\a\e]633;C\a' "$REPLY" "$__ahp_nonce"
+		builtin printf '\e]633;E;%s;%s\a\e]633;C;%s\a' "$REPLY" "$__ahp_nonce" "$__ahp_nonce"
 		__ahp_st=1
 	}
 
