@@ -268,6 +268,39 @@ async def test_a_drain_lets_a_running_command_finish_then_says_goodbye(tmp_path:
         assert "draining" in log and served.token not in log
 
 
+async def test_a_drain_lets_a_running_exec_command_finish(tmp_path: Path) -> None:
+    """An ``x-ahp-terminals/exec`` command (no pty, no shell) holds the drain as a
+    shell's command does (session 19's probe: it was killed at once)."""
+    go, done = tmp_path / "go", tmp_path / "done"
+    uri = "ahp-terminal:/exec-drain"
+    command = f"while [ ! -e {go} ]; do sleep 0.05; done; echo ok > {done}; exit 3"
+    async with sidecar(tmp_path, "--drain-timeout", "60") as served:
+        async with peer(served.url) as p:
+            await p.initialize("drain-test")
+            await p.result("subscribe", {"channel": "ahp-root://"})
+            started = await p.result("x-ahp-terminals/exec", {"command": command, "channel": uri})
+            assert started["channel"] == uri
+            await p.result("subscribe", {"channel": uri})
+            served.proc.send_signal(signal.SIGTERM)
+            await wait_for_status(served.port, "/readyz", 503)
+            await trio.sleep(0.3)  # (several of the drain's looks: the exec holds it)
+            assert not done.exists()
+            go.touch()
+            code, seen = await closed_code(p)
+        assert code == 1001
+        assert done.read_text() == "ok\n"  # it finished: not killed by the drain
+        exited = [
+            m["params"]["action"]
+            for m in seen
+            if m.get("method") == "action"
+            and m["params"]["channel"] == uri
+            and m["params"]["action"]["type"] == "terminal/exited"
+        ]
+        assert exited and exited[0].get("exitCode") == 3, exited
+        with trio.fail_after(TIMEOUT):
+            assert await served.proc.wait() == 0
+
+
 async def test_a_command_outliving_the_drain_timeout_is_disposed(tmp_path: Path) -> None:
     pidfile = tmp_path / "pid"
     async with sidecar(tmp_path, "--drain-timeout", "0.5") as served:

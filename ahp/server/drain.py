@@ -9,7 +9,8 @@ the sidecar killed with its children orphaned. So a drain:
    ``/readyz`` answers 503 (the engine stops routing new work here) and
    ``createTerminal`` is refused (``-32000``, message ``draining``);
 2. waits until no terminal has a command in progress, for ``timeout`` seconds at
-   most (:func:`command_in_progress`; an idle terminal does not hold it);
+   most (:func:`busy_terminals`: a detected command, a foreground job, or a running
+   ``x-ahp-terminals/exec`` command; an idle shell does not hold it);
 3. says goodbye: every connection sends what is queued for it (so a
    ``commandFinished`` reaches its client before the close), then closes with
    1001 ``going away``; new upgrades from then on are closed the same way at once.
@@ -82,12 +83,19 @@ def _foreground_job(terminal: Terminal) -> bool:
 
 
 def busy_terminals(state: ServerState) -> list[str]:
-    """URIs of the terminals that hold a drain: their process runs, and a detected
-    command is in progress or a job other than the shell is in the foreground."""
+    """URIs of the terminals that hold a drain: their process runs, and it is a
+    command itself (a terminal without a pty: an ``x-ahp-terminals/exec`` command),
+    or a detected command is in progress, or a job other than the shell is in the
+    foreground."""
     return [
         uri
         for uri, terminal in state.host.terminals.items()
-        if terminal.running and (command_in_progress(terminal.state) or _foreground_job(terminal))
+        if terminal.running
+        and (
+            not terminal.spec.use_pty
+            or command_in_progress(terminal.state)
+            or _foreground_job(terminal)
+        )
     ]
 
 
