@@ -231,6 +231,55 @@ async def test_origin_and_host_checks(headers: dict[str, str], status: int) -> N
         assert await upgrade_status(server.port, f"/?tkn={TOKEN}", filled) == status
 
 
+async def _answer_head(port: int, extra: str) -> bytes:
+    """A whole upgrade request (``extra`` header lines added) sent in one write; the head
+    of the answer, lower-cased."""
+    request = (
+        f"GET /?tkn={TOKEN} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\n"
+        "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+        f"Sec-WebSocket-Version: 13\r\n{extra}\r\n"
+    )
+    stream = await trio.open_tcp_stream("127.0.0.1", port)
+    try:
+        await stream.send_all(request.encode())
+        reply = b""
+        with trio.fail_after(TIMEOUT):
+            while b"\r\n\r\n" not in reply:
+                chunk = await stream.receive_some(65536)
+                if not chunk:
+                    break
+                reply += chunk
+    finally:
+        await stream.aclose()
+    return reply.split(b"\r\n\r\n", 1)[0].lower()
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        # Admission reads the first Origin (a browser never sends two).
+        f"Origin: {ALLOWED}\r\nOrigin: http://evil.example\r\n",
+        # A head over MAX_HEAD in one write (h11 bounds only a head still incomplete).
+        "X-Pad: " + "p" * 60_000 + "\r\n",
+    ],
+)
+async def test_upgrade_heads_the_checks_could_misread_are_refused(extra: str) -> None:
+    options = ServeOptions(port=0, token=TOKEN, allow_origins=frozenset({ALLOWED}))
+    async with running_server(options) as server, peer(server.url) as p:
+        assert server.port is not None
+        assert (await _answer_head(server.port, extra)).startswith(b"http/1.1 400 ")
+        await p.initialize("after")  # (the server goes on)
+
+
+async def test_only_a_well_formed_subprotocol_offer_is_answered() -> None:
+    async with running_server() as server:
+        assert server.port is not None
+        head = await _answer_head(server.port, "Sec-WebSocket-Protocol: ,,, ;;\r\n")
+        assert head.startswith(b"http/1.1 101 ") and b"sec-websocket-protocol" not in head
+        head = await _answer_head(server.port, "Sec-WebSocket-Protocol: ;;, ahp.v1\r\n")
+        assert b"sec-websocket-protocol: ahp.v1" in head
+
+
 async def test_unix_socket_has_no_host_check_but_a_token_and_mode_0600(tmp_path: Path) -> None:
     path = tmp_path / "s.sock"
     async with running_server(ServeOptions(unix=str(path), token=TOKEN)):

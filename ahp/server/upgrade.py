@@ -110,6 +110,9 @@ def _check_request(event: Request) -> str | None:
         urlsplit(event.target)
     except ValueError:
         return "unusable request target"
+    if sum(1 for key, _ in event.extra_headers if key.lower() == b"origin") > 1:
+        # (Admission reads the first; a browser never sends two.)
+        return "more than one Origin header"
     return None
 
 
@@ -178,8 +181,8 @@ async def read_upgrade(
     """
     ws = WSConnection(ConnectionType.SERVER)
     remote = _remote(stream)
-    # Everything read until the request is complete (bounded: h11 refuses a head over
-    # 16 KiB, so this holds at most that plus one read).
+    # Everything read until the request is complete (bounded: a head over MAX_HEAD is
+    # refused, so this holds at most that plus one read).
     received = bytearray()
     with trio.move_on_after(timeout):
         while True:
@@ -191,6 +194,13 @@ async def read_upgrade(
                 return None
             received += data
             end = received.find(b"\r\n\r\n")
+            if end > MAX_HEAD or (end < 0 and len(received) > MAX_HEAD + 3):
+                # (h11 bounds only a head still incomplete: one sent in a single write
+                # was parsed whatever its size.)
+                note("bad request", "upgrade request from %s: head over %d bytes", remote, MAX_HEAD)
+                with contextlib.suppress(Exception):
+                    await stream.send_all(_bad_request(f"request head over {MAX_HEAD} bytes"))
+                return None
             if 0 <= end <= MAX_HEAD and end + 4 > len(received) - len(data):
                 # The head just became complete: a plain request is answered elsewhere.
                 plain = plain_request(bytes(received[: end + 4]), remote)

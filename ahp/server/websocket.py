@@ -57,6 +57,7 @@ import hmac
 import logging
 import math
 import os
+import re
 import socket
 import sys
 from collections.abc import Callable, Sequence
@@ -131,6 +132,8 @@ BUDGET_CLOSE: Final = (1013, "connection limit reached")
 #: the socket early loses the peer nothing; a peer that answers on loopback or a LAN
 #: answers well within this.
 EVICTED_CLOSE_TIMEOUT: Final = 0.1
+#: An HTTP token (RFC 9110, ``tchar``): what a subprotocol's name must be.
+_TOKEN: Final = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 #: Longest refusal reason written to the audit log (characters).
 _AUDIT_REASON: Final = 200
 LOOPBACK_NAMES: Final = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})
@@ -231,8 +234,12 @@ def admit_upgrade(request: UpgradeRequest, config: ServerConfig) -> tuple[str | 
 
 def _answer_protocol(offers: Sequence[str]) -> str | None:
     """The subprotocol answered: the first offer that carries no token (AHP names none;
-    clients may offer some and insist on one back)."""
-    return next((o for o in offers if not o.startswith(BEARER_PROTOCOL_PREFIX)), None)
+    clients may offer some and insist on one back) and is an HTTP token (an empty or
+    malformed offer, ``,,, ;;``, is never answered)."""
+    return next(
+        (o for o in offers if not o.startswith(BEARER_PROTOCOL_PREFIX) and _TOKEN.fullmatch(o)),
+        None,
+    )
 
 
 class _Link:
