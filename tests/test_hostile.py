@@ -46,7 +46,9 @@ from ahp.protocol.actions import (
 )
 from ahp.protocol.chunked import json_size_over
 from ahp.protocol.state import ClientClaim, SessionClaim, TerminalState, UnclassifiedPart
+from ahp.pty import SpawnError
 from ahp.pty.child import autogroup_step
+from ahp.pty.spec import DisposedWhileStarting
 from ahp.reducers import TerminalCore, reduce_terminal
 from ahp.reducers.core import (
     MAX_CLAIM_ID,
@@ -943,3 +945,29 @@ async def test_unread_answers_cost_the_server_what_its_outbox_counts() -> None:
         async with peer(url) as p:  # (the server goes on)
             await p.initialize("after")
             assert await p.result("ping", {"channel": ROOT}) is None
+
+
+async def test_a_terminal_disposed_while_it_starts_is_not_a_bad_request() -> None:
+    """A dispose that races the creation (session 19's probe: eight clients creating and
+    disposing one channel) ends the creation with :class:`DisposedWhileStarting`, which
+    the server answers ``-32008`` (the terminal is gone), not ``-32602`` (bad params)."""
+    raced = 0
+    async with open_host() as host:
+        for i in range(20):
+            uri = f"ahp-terminal:/race-{i}"
+            failures: list[BaseException] = []
+
+            async def create(uri: str = uri, failures: list[BaseException] = failures) -> None:
+                try:
+                    await host.create_terminal(uri, argv=["cat"])
+                except SpawnError as exc:
+                    failures.append(exc)
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(create)
+                while uri not in host.terminals:
+                    await trio.lowlevel.checkpoint()
+                await host.dispose(uri)
+            assert all(isinstance(f, DisposedWhileStarting) for f in failures), failures
+            raced += len(failures)
+    assert raced > 0  # (the dispose came during the spawn at least once)

@@ -114,10 +114,11 @@ from ahp.protocol.actions import (
     action_type,
 )
 from ahp.protocol.state import Snapshot, TerminalInfo, TerminalState
-from ahp.pty import Child, ChildGone, SpawnError, kill_session, procfs, spawn
+from ahp.pty import Child, ChildGone, kill_session, procfs, spawn
 from ahp.pty.child import AUTOGROUP_POLL, AUTOGROUP_WAIT
 from ahp.pty.jobs import Jobs
 from ahp.pty.pump import PUMP_QUIET, PUMP_QUIET_FLOODING, ReadPump
+from ahp.pty.spec import DisposedWhileStarting
 from ahp.reducers import Rejected, TerminalCore
 from ahp.reducers.core import MAX_DIMENSION, MAX_PENDING_INPUT, rejected_echo
 from ahp.reducers.policy import Change
@@ -620,7 +621,7 @@ class Terminal(CommandSurface):
                     self.failure = exc
                     log.exception("terminal %s failed", self.uri)
             if child is None:
-                raise SpawnError("the terminal was disposed while it was starting")
+                raise DisposedWhileStarting("the terminal was disposed while it was starting")
         finally:
             self._accepting = False
             self._tasks = None

@@ -29,7 +29,14 @@ from typing import Final
 
 import attrs
 
-__all__ = ["MAX_WINDOW_DIMENSION", "SpawnError", "SpawnSpec", "resolve_executable", "validate"]
+__all__ = [
+    "MAX_WINDOW_DIMENSION",
+    "DisposedWhileStarting",
+    "SpawnError",
+    "SpawnSpec",
+    "resolve_executable",
+    "validate",
+]
 
 #: ``struct winsize`` stores rows and columns as unsigned 16-bit integers.
 MAX_WINDOW_DIMENSION: Final = 0xFFFF
@@ -42,6 +49,11 @@ class SpawnError(Exception):
     (/usr/bin:/bin)``. When an ``OSError`` was the cause it is chained as ``__cause__``.
     When this is raised, no process was left running and no fd was left open.
     """
+
+
+class DisposedWhileStarting(SpawnError):
+    """The terminal was disposed (or its host closed) before its child started: nothing
+    about the request was wrong, the terminal is just gone."""
 
 
 @attrs.frozen

@@ -32,6 +32,7 @@ from ahp.protocol.jsonrpc import ErrorCode
 from ahp.protocol.state import TERMINAL_SCHEME, TerminalClaim
 from ahp.protocol.uri import local_file_uri_to_path
 from ahp.pty import SpawnError
+from ahp.pty.spec import DisposedWhileStarting
 from ahp.record.audit import ACTOR
 from ahp.reducers.core import MAX_DIMENSION, MAX_URI, claim_problem
 from ahp.reducers.policy import Change
@@ -151,6 +152,8 @@ async def _create(conn: Connection, p: CreateTerminalParams) -> None:
         )
     except TerminalExists as exc:
         raise Fail(ErrorCode.ALREADY_EXISTS, short(str(exc))) from None
+    except DisposedWhileStarting as exc:  # (a dispose raced the creation: nothing was wrong)
+        raise Fail(ErrorCode.NOT_FOUND, str(exc)) from None
     except (SpawnError, OSError) as exc:
         cause = exc if isinstance(exc, OSError) else exc.__cause__
         if isinstance(cause, OSError) and cause.errno in EXHAUSTED:
