@@ -130,6 +130,21 @@ def test_malformed_actions_carry_a_path(value: dict[str, Any], path: str) -> Non
 
 
 @pytest.mark.parametrize(
+    ("claim", "message"),
+    [
+        ({"kind": "robot"}, "unknown 'kind' 'robot' (expected 'client' or 'session') at $.claim"),
+        ({}, "'kind' missing (expected 'client' or 'session') at $.claim"),
+        ({"kind": "client"}, "required field missing at $.claim.clientId"),
+    ],
+)
+def test_a_bad_tag_is_named_in_the_error(claim: dict[str, Any], message: str) -> None:
+    # (cattrs said "required field missing" for an unknown tag as for a missing one.)
+    with pytest.raises(ProtocolError) as info:
+        structure_action({"type": "terminal/claimed", "claim": claim})
+    assert info.value.message == message
+
+
+@pytest.mark.parametrize(
     ("frame", "code"),
     [
         ("{", -32700),

@@ -30,6 +30,7 @@ from cattrs import ClassValidationError, IterableValidationError, transform_erro
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 from cattrs.preconf.orjson import make_converter
 from cattrs.strategies import configure_tagged_union
+from cattrs.v import format_exception
 
 from ahp.protocol.actions import StateAction, UnknownAction
 from ahp.protocol.commands import ChannelRecovery
@@ -230,8 +231,37 @@ def _class_tag(name: str) -> Callable[[type[Any]], str]:
     return tag
 
 
-configure_tagged_union(TerminalClaim, converter, tag_name="kind", tag_generator=_class_tag("KIND"))
-configure_tagged_union(ContentPart, converter, tag_name="type", tag_generator=_class_tag("TYPE"))
+class _TagError(ValueError):
+    """A tagged union's tag is missing or unknown (its message is shown as it is)."""
+
+
+def _format_exception(exc: BaseException, type_: Any) -> str:
+    return str(exc) if isinstance(exc, _TagError) else format_exception(exc, type_)
+
+
+def _tagged_union(union: Any, tag_name: str, attribute: str) -> None:
+    """A tagged union whose unknown or missing tag is named in the error (cattrs reports
+    a ``KeyError``: "required field missing", at the union's path, for ``{"kind":
+    "nope"}`` as for ``{}``)."""
+    configure_tagged_union(union, converter, tag_name=tag_name, tag_generator=_class_tag(attribute))
+    tags = sorted(getattr(member, attribute) for member in get_args(union))
+    inner = converter.get_structure_hook(union)
+    expected = " or ".join(repr(tag) for tag in tags)
+
+    def structure_tagged(value: Any, cl: Any) -> Any:
+        if isinstance(value, Mapping) and value.get(tag_name) not in tags:
+            if tag_name not in value:
+                raise _TagError(f"{tag_name!r} missing (expected {expected})")
+            shown = repr(value[tag_name])
+            shown = shown if len(shown) <= 40 else shown[:40] + "..."
+            raise _TagError(f"unknown {tag_name!r} {shown} (expected {expected})")
+        return inner(value, cl)
+
+    converter.register_structure_hook(union, structure_tagged)
+
+
+_tagged_union(TerminalClaim, "kind", "KIND")
+_tagged_union(ContentPart, "type", "TYPE")
 
 
 # Registered before the state hooks are generated (they look up the content's hook once).
@@ -328,7 +358,7 @@ configure_tagged_union(
 
 def _first_error(exc: Exception) -> tuple[str, str]:
     messages = (
-        transform_error(exc)
+        transform_error(exc, format_exception=_format_exception)
         if isinstance(exc, ClassValidationError | IterableValidationError)
         else [str(exc)]
     )
