@@ -35,7 +35,7 @@ import trio
 from ahp.server import ServeOptions
 from ahp.ws import open_websocket_url
 from tests.helpers import TIMEOUT, kill_and_reap
-from tests.wire import TOKEN, peer, running_server, upgrade_status_line
+from tests.wire import TOKEN, peer, running_server, upgrade_answer_head, upgrade_status_line
 
 ROOT = "ahp-root://"
 T1 = "ahp-terminal:/t1"
@@ -234,24 +234,7 @@ async def test_origin_and_host_checks(headers: dict[str, str], status: int) -> N
 async def _answer_head(port: int, extra: str) -> bytes:
     """A whole upgrade request (``extra`` header lines added) sent in one write; the head
     of the answer, lower-cased."""
-    request = (
-        f"GET /?tkn={TOKEN} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\n"
-        "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
-        f"Sec-WebSocket-Version: 13\r\n{extra}\r\n"
-    )
-    stream = await trio.open_tcp_stream("127.0.0.1", port)
-    try:
-        await stream.send_all(request.encode())
-        reply = b""
-        with trio.fail_after(TIMEOUT):
-            while b"\r\n\r\n" not in reply:
-                chunk = await stream.receive_some(65536)
-                if not chunk:
-                    break
-                reply += chunk
-    finally:
-        await stream.aclose()
-    return reply.split(b"\r\n\r\n", 1)[0].lower()
+    return (await upgrade_answer_head(port, f"/?tkn={TOKEN}", {}, raw=extra)).lower()
 
 
 @pytest.mark.parametrize(

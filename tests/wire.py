@@ -173,6 +173,14 @@ async def upgrade_status_line(port: int, target: str, headers: Mapping[str, str 
     A raw socket: trio-websocket's client leaks its socket on a refused handshake.
     ``Host`` defaults to ``127.0.0.1:port``; a header whose value is None is not sent.
     """
+    return (await upgrade_answer_head(port, target, headers)).split(b"\r\n", 1)[0]
+
+
+async def upgrade_answer_head(
+    port: int, target: str, headers: Mapping[str, str | None], *, raw: str = ""
+) -> bytes:
+    """:func:`upgrade_status_line`'s request (plus ``raw`` header lines as they are: two
+    of one name, a huge one), sent in one write; the answer's whole head."""
     stream = await trio.open_tcp_stream("127.0.0.1", port)
     try:
         lines = [
@@ -184,17 +192,17 @@ async def upgrade_status_line(port: int, target: str, headers: Mapping[str, str 
         ]
         headers = {"Host": f"127.0.0.1:{port}", **headers}
         lines += [f"{k}: {v}" for k, v in headers.items() if v is not None]
-        await stream.send_all(("\r\n".join(lines) + "\r\n\r\n").encode())
+        await stream.send_all(("\r\n".join(lines) + "\r\n" + raw + "\r\n").encode())
         reply = b""
         with trio.fail_after(TIMEOUT):
-            while b"\r\n" not in reply:
-                chunk = await stream.receive_some(4096)
+            while b"\r\n\r\n" not in reply:
+                chunk = await stream.receive_some(65536)
                 if not chunk:
                     break
                 reply += chunk
     finally:
         await stream.aclose()
-    return reply.split(b"\r\n", 1)[0]
+    return reply.split(b"\r\n\r\n", 1)[0]
 
 
 def masked_text_frame(payload: bytes) -> bytes:
