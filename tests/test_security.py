@@ -254,6 +254,38 @@ async def test_upgrade_heads_the_checks_could_misread_are_refused(extra: str) ->
         await p.initialize("after")  # (the server goes on)
 
 
+@pytest.mark.parametrize(
+    ("version", "keys"),
+    [
+        ("HTTP/1.0", ["dGhlIHNhbXBsZSBub25jZQ=="]),
+        ("HTTP/2.0", ["dGhlIHNhbXBsZSBub25jZQ=="]),
+        ("HTTP/1.1", ["!!!"]),
+        ("HTTP/1.1", ["dGhlIHNhbXBsZQ=="]),  # 10 bytes
+        ("HTTP/1.1", ["dGhlIHNhbXBsZSBub25jZQ==", "dGhlIHNhbXBsZSBub25jZQ=="]),
+        ("HTTP/1.1", []),
+    ],
+)
+async def test_an_opening_handshake_rfc_6455_refuses_is_refused(
+    version: str, keys: list[str]
+) -> None:
+    async with running_server() as server:
+        assert server.port is not None
+        request = (
+            f"GET /?tkn={TOKEN} {version}\r\nHost: 127.0.0.1:{server.port}\r\n"
+            "Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\n"
+            + "".join(f"Sec-WebSocket-Key: {key}\r\n" for key in keys)
+            + "\r\n"
+        )
+        stream = await trio.open_tcp_stream("127.0.0.1", server.port)
+        try:
+            await stream.send_all(request.encode())
+            with trio.fail_after(TIMEOUT):
+                answer = await stream.receive_some(4096)
+        finally:
+            await stream.aclose()
+        assert answer.startswith(b"HTTP/1.1 4"), answer
+
+
 async def test_only_a_well_formed_subprotocol_offer_is_answered() -> None:
     async with running_server() as server:
         assert server.port is not None

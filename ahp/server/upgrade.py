@@ -17,6 +17,7 @@ own deadline and returns None when it passes.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import logging
 import re
@@ -113,6 +114,29 @@ def _check_request(event: Request) -> str | None:
     if sum(1 for key, _ in event.extra_headers if key.lower() == b"origin") > 1:
         # (Admission reads the first; a browser never sends two.)
         return "more than one Origin header"
+    return None
+
+
+def _check_head(head: bytes) -> str | None:
+    """What RFC 6455 (4.2.1) asks of an opening handshake that wsproto does not check:
+    HTTP/1.1 (an upgrade is not HTTP/1.0's, and a ``HTTP/2.0`` line is not HTTP/2), and
+    one ``Sec-WebSocket-Key`` that is 16 bytes in base64."""
+    request_line, _, rest = head.partition(b"\r\n")
+    if not request_line.endswith(b" HTTP/1.1"):
+        return "a WebSocket upgrade must be an HTTP/1.1 request"
+    keys = [
+        value.strip()
+        for name, _, value in (line.partition(b":") for line in rest.split(b"\r\n"))
+        if name.strip().lower() == b"sec-websocket-key"
+    ]
+    if len(keys) != 1:
+        return "exactly one Sec-WebSocket-Key header is needed"
+    try:
+        key = base64.b64decode(keys[0], validate=True)
+    except ValueError:
+        key = b""
+    if len(key) != 16:
+        return "Sec-WebSocket-Key must be 16 bytes in base64"
     return None
 
 
@@ -214,6 +238,12 @@ async def read_upgrade(
                     await stream.send_all(bad.answer)
                 return None
             if event is not None:
+                problem = _check_head(bytes(received[: received.find(b"\r\n\r\n")]))
+                if problem is not None:
+                    note("bad request", "bad upgrade request from %s: %s", remote, problem)
+                    with contextlib.suppress(Exception):
+                        await stream.send_all(_bad_request(problem))
+                    return None
                 request = UpgradeRequest(
                     target=event.target,
                     host=event.host,
