@@ -270,7 +270,8 @@ async def test_a_drain_lets_a_running_command_finish_then_says_goodbye(tmp_path:
 
 async def test_a_drain_lets_a_running_exec_command_finish(tmp_path: Path) -> None:
     """An ``x-ahp-terminals/exec`` command (no pty, no shell) holds the drain as a
-    shell's command does (session 19's probe: it was killed at once)."""
+    shell's command does (session 19's probe: it was killed at once), and its client
+    gets its result before the goodbye."""
     go, done = tmp_path / "go", tmp_path / "done"
     uri = "ahp-terminal:/exec-drain"
     command = f"while [ ! -e {go} ]; do sleep 0.05; done; echo ok > {done}; exit 3"
@@ -286,17 +287,18 @@ async def test_a_drain_lets_a_running_exec_command_finish(tmp_path: Path) -> Non
             await trio.sleep(0.3)  # (several of the drain's looks: the exec holds it)
             assert not done.exists()
             go.touch()
-            code, seen = await closed_code(p)
+            exited = await p.action(
+                lambda a: a["channel"] == uri and a["action"]["type"] == "terminal/exited"
+            )
+            assert exited["action"].get("exitCode") == 3, exited
+            # As exec_remote does: the result once terminal/exited came (the drain gives
+            # an ended exec's result a moment to be fetched before its goodbye).
+            await trio.sleep(0.3)  # (a client that takes its time: the drain looks on)
+            result = await p.result("x-ahp-terminals/execResult", {"channel": uri})
+            assert result["exit_code"] == 3, result
+            code, _ = await closed_code(p)
         assert code == 1001
         assert done.read_text() == "ok\n"  # it finished: not killed by the drain
-        exited = [
-            m["params"]["action"]
-            for m in seen
-            if m.get("method") == "action"
-            and m["params"]["channel"] == uri
-            and m["params"]["action"]["type"] == "terminal/exited"
-        ]
-        assert exited and exited[0].get("exitCode") == 3, exited
         with trio.fail_after(TIMEOUT):
             assert await served.proc.wait() == 0
 

@@ -10,7 +10,8 @@ the sidecar killed with its children orphaned. So a drain:
    ``createTerminal`` is refused (``-32000``, message ``draining``);
 2. waits until no terminal has a command in progress, for ``timeout`` seconds at
    most (:func:`busy_terminals`: a detected command, a foreground job, or a running
-   ``x-ahp-terminals/exec`` command; an idle shell does not hold it);
+   ``x-ahp-terminals/exec`` command; an idle shell does not hold it), then up to
+   :data:`EXEC_FETCH_GRACE` more while an exec that ended has a result no client fetched;
 3. says goodbye: every connection sends what is queued for it (so a
    ``commandFinished`` reaches its client before the close), then closes with
    1001 ``going away``; new upgrades from then on are closed the same way at once.
@@ -38,17 +39,20 @@ from typing import Final
 import trio
 
 from ahp.engine import Terminal
+from ahp.engine.exec import find_exec
 from ahp.protocol.state import CommandPart, TerminalState
 from ahp.server.state import ServerState
 
 __all__ = [
     "DEFAULT_DRAIN_TIMEOUT",
     "DRAIN_POLL",
+    "EXEC_FETCH_GRACE",
     "GOING_AWAY",
     "GOODBYE_TIMEOUT",
     "busy_terminals",
     "command_in_progress",
     "drain",
+    "unfetched_exec_results",
 ]
 
 log = logging.getLogger("ahp.server")
@@ -57,6 +61,9 @@ log = logging.getLogger("ahp.server")
 DEFAULT_DRAIN_TIMEOUT: Final = 10.0
 #: Seconds between two looks at the terminals while draining.
 DRAIN_POLL: Final = 0.05
+#: Seconds a drain waits, once no command runs, for the results of execs that ended to
+#: be fetched by their clients (within the drain's timeout).
+EXEC_FETCH_GRACE: Final = 2.0
 #: Seconds the goodbye may take: every connection's queued frames, then its close.
 GOODBYE_TIMEOUT: Final = 2.0
 #: The close every client gets at the end of a drain.
@@ -113,14 +120,28 @@ async def drain(state: ServerState, timeout: float = DEFAULT_DRAIN_TIMEOUT) -> l
         len(busy),
         timeout,
     )
-    with trio.move_on_after(timeout):
+    deadline = trio.current_time() + timeout
+    with trio.move_on_at(deadline):
         while busy:
             await trio.sleep(DRAIN_POLL)
             busy = busy_terminals(state)
     if busy:
         log.info("drain timeout: %d command(s) still running are disposed", len(busy))
+    # An exec's client asks for its result once it saw terminal/exited: a moment for that.
+    with trio.move_on_at(min(deadline, trio.current_time() + EXEC_FETCH_GRACE)):
+        pending = unfetched_exec_results(state)
+        while pending:
+            await trio.sleep(DRAIN_POLL)
+            pending = unfetched_exec_results(state)
     await goodbye(state)
     return busy
+
+
+def unfetched_exec_results(state: ServerState) -> list[str]:
+    """URIs of the ``x-ahp-terminals/exec`` commands still kept whose result no client
+    has fetched yet (``x-ahp-terminals/execResult``; one that just ended may still be
+    making it)."""
+    return [uri for uri in state.unfetched_execs if find_exec(state.host, uri) is not None]
 
 
 async def goodbye(state: ServerState) -> None:

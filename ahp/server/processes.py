@@ -67,6 +67,7 @@ from ahp.protocol.processes import (
 )
 from ahp.protocol.state import ROOT_URI
 from ahp.pty import SpawnError, procfs
+from ahp.pty.spec import DisposedWhileStarting
 from ahp.record.audit import ACTOR, MAX_AUDIT_TEXT
 from ahp.reducers.policy import Change
 from ahp.server.connection import Connection
@@ -250,10 +251,15 @@ async def _start_exec(session: Connection, params: Any) -> Any:
         )
     except TerminalExists as exc:
         raise Fail(ErrorCode.ALREADY_EXISTS, str(exc)[:QUOTE_LIMIT]) from None
+    except DisposedWhileStarting as exc:  # (a dispose raced the start: nothing was wrong)
+        raise Fail(ErrorCode.NOT_FOUND, str(exc)) from None
     except (SpawnError, ValueError) as exc:
         raise Fail(ErrorCode.INVALID_PARAMS, str(exc)[:QUOTE_LIMIT], {"path": "$.params"}) from None
     finally:
         server.creating -= 1
+    unfetched = server.unfetched_execs
+    unfetched.intersection_update([uri for uri in unfetched if find_exec(session.host, uri)])
+    unfetched.add(started.uri)
     return unstructure(ExecResult(channel=started.uri))
 
 
@@ -271,6 +277,7 @@ async def _exec_result(session: Connection, params: Any) -> Any:
         await started.done.wait()
     if started.result is None:
         raise Fail(EXEC_RUNNING, "the exec is still running: wait for terminal/exited")
+    session.server.unfetched_execs.discard(started.uri)
     return started.result.to_json()
 
 

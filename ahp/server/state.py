@@ -93,6 +93,10 @@ class ServerState:
     #: Set by the drain's goodbye: every connection, and every new one, is closed with
     #: this (code, reason).
     going_away: tuple[int, str] | None = None
+    #: URIs of the ``x-ahp-terminals/exec`` commands whose result no client has fetched
+    #: yet (a drain gives those that finish a moment to be fetched; pruned of execs no
+    #: longer kept at every start, so at most the kept and the running ones).
+    unfetched_execs: set[str] = attrs.field(factory=set)
 
     @property
     def holder_only_input(self) -> bool:
