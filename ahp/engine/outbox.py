@@ -81,7 +81,7 @@ import trio
 from ahp.engine.envelopes import MERGE_LIMIT, Published
 from ahp.protocol.actions import TerminalInput
 from ahp.protocol.chunked import PIECE_WEIGHT, encode_pieces
-from ahp.protocol.codec import compact
+from ahp.protocol.codec import shrink_to_fit
 
 __all__ = [
     "DEFAULT_OUTBOX_BYTES",
@@ -640,7 +640,7 @@ async def encode_answer(outbox: Outbox, pending: PendingAnswer, value: Any) -> N
                 out = _joined(buffer)
                 buffer, gathered = [], 0
             else:
-                out = compact(piece)  # (kept until written: its length is what it costs)
+                out = shrink_to_fit(piece)  # (kept until written: its length is what it costs)
                 if buffer:
                     if not outbox.grow(pending, _joined(buffer)):
                         return
@@ -658,5 +658,5 @@ async def encode_answer(outbox: Outbox, pending: PendingAnswer, value: Any) -> N
 
 def _joined(pieces: list[bytes]) -> bytes:
     """``pieces`` in one object of its own length (a join of one piece is that piece,
-    which may be an ``orjson`` buffer: :func:`~ahp.protocol.codec.compact`)."""
-    return compact(pieces[0]) if len(pieces) == 1 else b"".join(pieces)
+    which may be an ``orjson`` buffer: :func:`~ahp.protocol.codec.shrink_to_fit`)."""
+    return shrink_to_fit(pieces[0]) if len(pieces) == 1 else b"".join(pieces)

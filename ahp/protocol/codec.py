@@ -60,13 +60,13 @@ from ahp.protocol.state import (
 
 __all__ = [
     "ProtocolError",
-    "compact",
     "converter",
     "decode_json",
     "decode_message",
     "dumps",
     "dumps_utf8",
     "encode_message",
+    "shrink_to_fit",
     "structure",
     "unstructure",
 ]
@@ -397,12 +397,12 @@ def dumps(data: Any) -> str:
 def dumps_utf8(data: Any) -> bytes:
     """Serialise JSON-ready data to compact UTF-8: a text frame's payload, encoded once
     (the server's writer frames these bytes as they are). The result is
-    :func:`compact`: what it costs in memory is its length, as the outbox, the replay
+    :func:`shrink_to_fit`: what it costs in memory is its length, as the outbox, the replay
     log and the response pool count it."""
-    return compact(orjson.dumps(data))
+    return shrink_to_fit(orjson.dumps(data))
 
 
-def compact(encoded: bytes) -> bytes:
+def shrink_to_fit(encoded: bytes) -> bytes:
     """``encoded`` (an ``orjson.dumps`` result) copied into an object of its own length.
 
     Why: orjson writes into a buffer reserved for the worst case (about six bytes a

@@ -238,7 +238,7 @@ async def read_upgrade(
                     await stream.send_all(bad.answer)
                 return None
             if event is not None:
-                problem = _check_head(bytes(received[: received.find(b"\r\n\r\n")]))
+                problem = _check_head(bytes(received[:end] if end >= 0 else received))
                 if problem is not None:
                     note("bad request", "bad upgrade request from %s: %s", remote, problem)
                     with contextlib.suppress(Exception):
@@ -250,9 +250,7 @@ async def read_upgrade(
                     headers=tuple(event.extra_headers),
                     remote=remote,
                     subprotocols=tuple(event.subprotocols),
-                    early_data=bytes(received[received.find(b"\r\n\r\n") + 4 :])
-                    if b"\r\n\r\n" in received
-                    else b"",
+                    early_data=bytes(received[end + 4 :]) if end >= 0 else b"",
                 )
                 return ws, request
     note("timeout", "upgrade request from %s timed out", remote)
