@@ -18,15 +18,17 @@ from typing import Any, Final
 import pytest
 import trio
 
-from ahp.engine import Outbox
+from ahp.engine import Outbox, open_host
 from ahp.engine.envelopes import ENVELOPE_OVERHEAD, Published, ReplayLog, identity_size
 from ahp.engine.hub import FLOOD_BYTES, FLOOD_WINDOW, Hub
+from ahp.engine.terminal import INPUT_PACE, INPUT_STALL
 from ahp.protocol.actions import ActionEnvelope, ActionOrigin, TerminalInput
+from ahp.protocol.processes import TTY_STATUS
 from ahp.server.websocket import OUTBOX_BYTES
 from ahp.ws import ConnectionClosed
-from tests.helpers import TIMEOUT
+from tests.helpers import TIMEOUT, wait_for_text
 from tests.test_edges import REPO, _serve
-from tests.wire import Peer, peer
+from tests.wire import Peer, peer, running_server
 
 ROOT = "ahp-root://"
 T1 = "ahp-terminal:/flooded"
@@ -249,3 +251,82 @@ async def test_a_large_identity_or_config_costs_its_sender_not_root_subscribers(
             assert "closed" not in s, s
             assert s["bytes"] > 16 * MIB
     assert "Traceback" not in b"".join(err).decode(errors="replace")
+
+
+#: A program that reads nothing (raw mode, no echo) until ``$1`` exists, then all of it.
+_DEAF_UNTIL: Final = (
+    "stty raw -echo; printf 'DEAF-%s\\n' NOW; "
+    "while [ ! -e {flag} ]; do sleep 0.05; done; exec cat > /dev/null\r"
+)
+
+
+async def test_a_paste_into_a_program_that_reads_nothing_leaves_the_connection_usable(
+    tmp_path: Any,
+) -> None:
+    """A client pastes 2.5 MiB into a raw-mode program that reads none of it: past
+    INPUT_PACE its reader waits, but only until the pty has taken nothing for
+    INPUT_STALL; then the same connection answers a ping and a request about the
+    terminal (it could signal or dispose it), and
+    input past the pace is rejected to it with the reason (bounded memory, nothing
+    silently dropped). Once the program reads, input is taken again. Before the stall
+    rule the connection answered nothing until the program read (19 s for a
+    ``sleep 20``)."""
+    flag = tmp_path / "read-now"
+    chunk = "x" * (64 * 1024)
+    async with running_server() as side, peer(side.url) as a:
+        await a.initialize("paster")
+        claim = {"kind": "client", "clientId": "paster"}
+        await a.result("createTerminal", {"channel": T1, "claim": claim})
+        await a.result("subscribe", {"channel": T1})
+        terminal = side.state.host.get(T1)
+        await a.dispatch(T1, {"type": "terminal/input", "data": _DEAF_UNTIL.format(flag=flag)})
+        with trio.fail_after(TIMEOUT):
+            await a.text_until(T1, "DEAF-NOW")
+        seqs = []
+        with trio.fail_after(TIMEOUT + INPUT_STALL):
+            for _ in range(40):  # 2.5 MiB: the reader waits at INPUT_PACE, then goes on
+                seqs.append(await a.dispatch(T1, {"type": "terminal/input", "data": chunk}))
+            assert (await a.call("ping", {"channel": ROOT}))["result"] is None
+            status = (await a.result(TTY_STATUS, {"channel": T1}))["status"]
+        assert not status["shellForeground"]  # the program still runs, reading nothing
+        assert not status["echo"]  # (raw mode, -echo: our program)
+        assert not flag.exists()
+        echoes: dict[int, dict[str, Any]] = {}
+        with trio.fail_after(TIMEOUT):
+            while len(echoes) < len(seqs):
+                envelope = await a.action(lambda p: p.get("origin") is not None)
+                echoes[envelope["origin"]["clientSeq"]] = envelope
+        refused = [seq for seq in seqs if "rejectionReason" in echoes[seq]]
+        assert refused, "input past the pace was taken while the program read nothing"
+        assert "has not read its input" in echoes[refused[0]]["rejectionReason"]
+        taken = len(seqs) - len(refused)
+        assert taken * len(chunk) <= INPUT_PACE + 4 * len(chunk)  # memory: about the pace
+        flag.touch()  # the program reads: everything pending goes, input is taken again
+        with trio.fail_after(TIMEOUT):
+            while True:
+                seq = await a.dispatch(T1, {"type": "terminal/input", "data": "y"})
+                echo = await a.action(
+                    lambda p, seq=seq: (p.get("origin") or {}).get("clientSeq") == seq
+                )
+                if "rejectionReason" not in echo:
+                    break
+                await trio.sleep(0.05)
+        assert terminal.running
+
+
+async def test_the_librarys_paste_into_a_program_that_reads_nothing_waits(tmp_path: Any) -> None:
+    """The stall rule is for clients (whose connection must stay usable): the library's
+    input past INPUT_PACE waits on while the program reads nothing — nothing it sends
+    is refused — and its caller's cancel scope ends the wait."""
+    flag = tmp_path / "read-now"
+    script = _DEAF_UNTIL.format(flag=flag).rstrip("\r")
+    async with open_host() as host:
+        terminal = await host.create_terminal(argv=["sh", "-c", script])
+        await wait_for_text(terminal, "DEAF-NOW")
+        with trio.move_on_after(INPUT_STALL + 1) as waited:
+            for _ in range(40):
+                await terminal.send_input("x" * (64 * 1024))
+        assert waited.cancelled_caught  # still waiting: not taken as stalled
+        flag.touch()
+        with trio.fail_after(TIMEOUT):  # the program reads: the library's input goes on
+            await terminal.send_input("x" * (2 * INPUT_PACE))

@@ -45,7 +45,9 @@ Every channel is bounded (:data:`PARSE_QUEUE`, :data:`REDUCER_QUEUE`,
 reducer task cannot keep up, the reader waits, the kernel's pty buffer fills
 and the child blocks in ``write``; a caller of :meth:`Terminal.dispatch` waits
 for room too, and a caller dispatching input waits while more than
-:data:`INPUT_PACE` bytes of input are pending for the pty. The reducer never waits
+:data:`INPUT_PACE` bytes of input are pending for the pty (a client only until the
+pty has taken nothing for :data:`INPUT_STALL`; its input past the pace is rejected
+while that lasts). The reducer never waits
 on anyone: it publishes into bounded
 outboxes that decide for themselves (merge, resynchronise, overflow; see
 :mod:`ahp.engine.outbox`), and input beyond the input channel's bound (or
@@ -119,7 +121,7 @@ from ahp.pty.child import AUTOGROUP_POLL, AUTOGROUP_WAIT
 from ahp.pty.jobs import Jobs
 from ahp.pty.pump import PUMP_QUIET, PUMP_QUIET_FLOODING, ReadPump
 from ahp.pty.spec import DisposedWhileStarting
-from ahp.reducers import Rejected, TerminalCore
+from ahp.reducers import Accepted, Rejected, TerminalCore, Verdict
 from ahp.reducers.core import MAX_DIMENSION, MAX_PENDING_INPUT, rejected_echo
 from ahp.reducers.policy import Change
 from ahp.vt import OutputParser
@@ -191,6 +193,20 @@ INPUT_QUEUE: Final = 1024
 #: MiB of keystrokes into ``cat >/dev/null`` held 16 MiB pending, twice over while
 #: joined for one write, +57 MiB of RSS). A single input larger than this is taken.
 INPUT_PACE: Final = 1024 * 1024
+#: Seconds a client's input sender waits past :data:`INPUT_PACE` while the pty takes
+#: none of the pending input; then the program is taken as not reading (a full-screen
+#: program busy or stopped in raw mode): the sender stops waiting, and until the pty
+#: takes input again a client's input past INPUT_PACE pending is rejected to it
+#: (:data:`INPUT_STALLED`). Without it a client that pasted more than INPUT_PACE into
+#: such a program could do nothing else on its connection — no ping, no signal, no
+#: dispose — until the program read. The library's input (no origin) waits on:
+#: its caller's cancel scope bounds the wait, and nothing it sends is dropped.
+INPUT_STALL: Final = 2.0
+#: The reason a client's input is rejected while the pty takes none (:data:`INPUT_STALL`).
+INPUT_STALLED: Final = (
+    "the program has not read its input for {seconds:g} s ({pending} bytes pending): "
+    "input is refused until it reads"
+)
 #: After the process exits, a pty still held open is read until quiet this long.
 EXIT_LINGER: Final = 0.1
 
@@ -313,6 +329,10 @@ class Terminal(CommandSurface):
         #: Where input senders wait for :data:`INPUT_PACE` (woken by input-write).
         self._input_room = trio.lowlevel.ParkingLot()
         self._writer_done = False  # input-write ended: nobody waits for it any more
+        #: The child's ``input_written`` when a client's wait for :data:`INPUT_PACE` found
+        #: the pty taking nothing for :data:`INPUT_STALL` (None: not stalled); the stall
+        #: lasts while the count stays there (:meth:`_input_stalled`).
+        self._stall_mark: int | None = None
         self._input_gone = False  # the child's input side is gone: input is dropped
         self._output_ended = False
         self._exit_code: _ProcessExited | None = None
@@ -486,7 +506,7 @@ class Terminal(CommandSurface):
                 self._refuse_closing(action, origin, sender)
             else:
                 if action.__class__ is TerminalInput and self._pending_input > INPUT_PACE:
-                    await self._wait_input_room()
+                    await self._wait_input_room(stall=origin is not None)
                     if decided is None:
                         return
                 if decided is None:
@@ -937,11 +957,40 @@ class Terminal(CommandSurface):
 
     # -- input-write -------------------------------------------------------------------------
 
-    async def _wait_input_room(self) -> None:
+    async def _wait_input_room(self, *, stall: bool) -> None:
         """Wait while more than :data:`INPUT_PACE` bytes of input are pending (ends when
-        the input side goes or the input-write task ends)."""
+        the input side goes or the input-write task ends). With ``stall`` (a client's
+        input) the wait also ends once the pty took none of it for :data:`INPUT_STALL`
+        seconds, and at once while that stall lasts (the reducer rejects a client's
+        input past INPUT_PACE then: memory stays bounded by the pace)."""
         while self._pending_input > INPUT_PACE and not self._writer_done:
-            await self._input_room.park()
+            child = self._child
+            if not stall or child is None:
+                await self._input_room.park()
+                continue
+            if self._input_stalled():
+                return
+            mark = child.input_written
+            with trio.move_on_after(INPUT_STALL) as waited:
+                await self._input_room.park()
+            if waited.cancelled_caught and child.input_written == mark:
+                self._stall_mark = mark
+                log.info(
+                    "terminal %s: its program has read no input for %gs", self.uri, INPUT_STALL
+                )
+                return
+
+    def _input_stalled(self) -> bool:
+        """Whether the pty has taken no input since a client's wait found it stalled
+        (:data:`INPUT_STALL`); the stall ends with the first byte it takes."""
+        mark = self._stall_mark
+        if mark is None:
+            return False
+        child = self._child
+        if child is None or child.input_written != mark:
+            self._stall_mark = None
+            return False
+        return True
 
     async def _write_task(self, child: Child, inbox: trio.MemoryReceiveChannel[bytes]) -> None:
         """Write input to the pty in order: everything waiting, in one write (input
@@ -1051,7 +1100,17 @@ class Terminal(CommandSurface):
     def _client_action(
         self, action: StateAction, origin: ActionOrigin | None, sender: Outbox | None
     ) -> None:
-        verdict = self._core.decide(action, origin, pending_input=self._pending_input)
+        verdict: Verdict = self._core.decide(action, origin, pending_input=self._pending_input)
+        if (
+            verdict.__class__ is Accepted
+            and verdict.write is not None
+            and origin is not None
+            and self._stall_mark is not None
+            and self._pending_input + len(verdict.write) > INPUT_PACE
+            and self._input_stalled()
+        ):
+            pending = self._pending_input
+            verdict = Rejected(INPUT_STALLED.format(seconds=INPUT_STALL, pending=pending))
         if verdict.__class__ is Rejected:
             assert isinstance(verdict, Rejected)
             if origin is None:  # an in-process caller: nobody to echo to

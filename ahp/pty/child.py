@@ -131,6 +131,9 @@ class Child:
         self._output_fd = output_fd
         self._error_fd = error_fd  # -1: stderr shares the output fd (or the pty)
         self._writing = False
+        #: Bytes of input the kernel has taken so far (only grows): a writer that waits
+        #: can tell a slow reader (it moves) from one that reads nothing.
+        self.input_written = 0
         self._terminated = False
         self._session = not is_pty  # whether the pty has a foreground process group yet
 
@@ -295,7 +298,7 @@ class Child:
     def _write_once(self, fd: int, chunk: memoryview) -> int | None:
         """``os.write``; None on EAGAIN (after checking that the pty did not hang up)."""
         try:
-            return os.write(fd, chunk)
+            written = os.write(fd, chunk)
         except BlockingIOError:
             # A hung-up pty master swallows writes, then reports EAGAIN while epoll
             # reports EPOLLHUP forever: check instead of spinning (pipes raise EPIPE).
@@ -306,6 +309,8 @@ class Child:
             if exc.errno in (errno.EIO, errno.EPIPE):
                 raise ChildGone(f"the child's input is gone: {exc.strerror}") from exc
             raise
+        self.input_written += written
+        return written
 
     def resize(self, cols: int, rows: int) -> None:
         """Set the pty window size; the kernel sends ``SIGWINCH`` to the foreground job.
