@@ -286,6 +286,29 @@ async def test_an_opening_handshake_rfc_6455_refuses_is_refused(
         assert answer.startswith(b"HTTP/1.1 4"), answer
 
 
+async def test_a_head_of_bare_lf_lines_is_refused_for_what_it_is() -> None:
+    """h11 takes lines ended by a bare LF; the upgrade refuses them, saying so (it used
+    to say "must be an HTTP/1.1 request" of an HTTP/1.1 request)."""
+    async with running_server() as server:
+        assert server.port is not None
+        request = (
+            f"GET /?tkn={TOKEN} HTTP/1.1\nHost: 127.0.0.1:{server.port}\nUpgrade: websocket\n"
+            "Connection: Upgrade\nSec-WebSocket-Version: 13\n"
+            "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\n\n"
+        )
+        stream = await trio.open_tcp_stream("127.0.0.1", server.port)
+        try:
+            await stream.send_all(request.encode())
+            answer = b""
+            with trio.fail_after(TIMEOUT):
+                while chunk := await stream.receive_some(4096):
+                    answer += chunk
+        finally:
+            await stream.aclose()
+        assert answer.startswith(b"HTTP/1.1 400 "), answer
+        assert b"CRLF" in answer and b"HTTP/1.1 request" not in answer, answer
+
+
 async def test_only_a_well_formed_subprotocol_offer_is_answered() -> None:
     async with running_server() as server:
         assert server.port is not None

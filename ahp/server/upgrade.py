@@ -238,7 +238,11 @@ async def read_upgrade(
                     await stream.send_all(bad.answer)
                 return None
             if event is not None:
-                problem = _check_head(bytes(received[:end] if end >= 0 else received))
+                problem = (
+                    _check_head(bytes(received[:end]))
+                    if end >= 0
+                    else "the request's lines must end with CRLF (a bare LF is not taken)"
+                )
                 if problem is not None:
                     note("bad request", "bad upgrade request from %s: %s", remote, problem)
                     with contextlib.suppress(Exception):
