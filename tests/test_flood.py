@@ -21,7 +21,7 @@ import trio
 from ahp.engine import Outbox, open_host
 from ahp.engine.envelopes import ENVELOPE_OVERHEAD, Published, ReplayLog, identity_size
 from ahp.engine.hub import FLOOD_BYTES, FLOOD_WINDOW, Hub
-from ahp.engine.terminal import INPUT_PACE, INPUT_STALL
+from ahp.engine.input_write import INPUT_PACE, INPUT_STALL
 from ahp.protocol.actions import ActionEnvelope, ActionOrigin, TerminalInput
 from ahp.protocol.processes import TTY_STATUS
 from ahp.server.websocket import OUTBOX_BYTES

@@ -34,9 +34,9 @@ from ahp.bench.rawws import Closed, RawWebSocket, open_raw_websocket
 from ahp.engine import open_host
 from ahp.engine.envelopes import Published, ReplayLog
 from ahp.engine.host import CATALOGUE_INTERVAL
+from ahp.engine.input_write import INPUT_PACE
 from ahp.engine.memory import TRIM_INTERVAL, Trimmer
 from ahp.engine.outbox import Outbox, ResponsePool
-from ahp.engine.terminal import INPUT_PACE
 from ahp.protocol.actions import (
     ActionEnvelope,
     ActionOrigin,
@@ -513,7 +513,7 @@ async def test_a_flood_of_input_waits_for_the_pty_instead_of_piling_up(tmp_path:
         async def watch() -> None:
             nonlocal peak
             while True:
-                peak = max(peak, terminal._pending_input)
+                peak = max(peak, terminal._input.pending)
                 await trio.lowlevel.checkpoint()
 
         async with trio.open_nursery() as nursery:

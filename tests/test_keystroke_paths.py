@@ -49,7 +49,7 @@ _DIGEST_LINE = re.compile(r"digest ([0-9a-f]{64})")
 
 
 def _task() -> str:
-    """The running Trio task's function name (``_reducer_task``, ``_write_task``...)."""
+    """The running Trio task's function name (``_reducer_task``, ``write_task``...)."""
     return trio.lowlevel.current_task().name.rsplit(".", 1)[-1]
 
 
@@ -102,7 +102,7 @@ async def test_each_stage_s_work_is_done_by_its_own_task(monkeypatch: pytest.Mon
         "read": {"_read_task"},
         "parse": {"_parse_task"},
         "apply": {"_reducer_task"},
-        "write": {"_write_task"},
+        "write": {"write_task"},
     }
 
 

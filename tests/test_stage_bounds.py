@@ -17,8 +17,8 @@ import trio.testing
 from ahp.engine import Outbox, Terminal, open_host
 from ahp.engine import terminal as terminal_module
 from ahp.engine.envelopes import Published
+from ahp.engine.input_write import INPUT_QUEUE
 from ahp.engine.terminal import (
-    INPUT_QUEUE,
     PARSE_CHUNK,
     PARSE_PLAIN,
     PARSE_QUEUE,

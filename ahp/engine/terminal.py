@@ -36,19 +36,20 @@ that owns one job, and the state has exactly one writer, the reducer task::
   every byte the process wrote is published before it. After each batch it tells
   the host when the catalogue entry changed (at most once per batch).
 * **input-write** writes input to the pty in order, without blocking the loop
-  (:meth:`ahp.pty.Child.write`, in slices).
+  (:meth:`ahp.pty.Child.write`, in slices); it, the input pending and its pace are
+  :mod:`ahp.engine.input_write`'s.
 * **exit watcher** waits for the process, then tells the reader (stop lingering)
   and the reducer (the exit code).
 
 Every channel is bounded (:data:`PARSE_QUEUE`, :data:`REDUCER_QUEUE`,
-:data:`INPUT_QUEUE`). A full channel is the backpressure: when the parse or
-reducer task cannot keep up, the reader waits, the kernel's pty buffer fills
-and the child blocks in ``write``; a caller of :meth:`Terminal.dispatch` waits
-for room too, and a caller dispatching input waits while more than
-:data:`INPUT_PACE` bytes of input are pending for the pty (a client only until the
-pty has taken nothing for :data:`INPUT_STALL`; its input past the pace is rejected
-while that lasts). The reducer never waits
-on anyone: it publishes into bounded
+:data:`~ahp.engine.input_write.INPUT_QUEUE`). A full channel is the backpressure:
+when the parse or reducer task cannot keep up, the reader waits, the kernel's pty
+buffer fills and the child blocks in ``write``; a caller of :meth:`Terminal.dispatch`
+waits for room too, and a caller dispatching input waits while more than
+:data:`~ahp.engine.input_write.INPUT_PACE` bytes of input are pending for the pty (a
+client only until the pty has taken nothing for
+:data:`~ahp.engine.input_write.INPUT_STALL`; its input past the pace is rejected while
+that lasts). The reducer never waits on anyone: it publishes into bounded
 outboxes that decide for themselves (merge, resynchronise, overflow; see
 :mod:`ahp.engine.outbox`), and input beyond the input channel's bound (or
 :data:`~ahp.reducers.core.MAX_PENDING_INPUT` bytes) is rejected, not queued.
@@ -102,6 +103,7 @@ from ahp.agent.registry import CommandRegistry
 from ahp.agent.screen import Screen, ScreenModel
 from ahp.agent.surface import CommandSurface
 from ahp.engine.hub import PACE_WINDOW, Hub
+from ahp.engine.input_write import INPUT_PACE, INPUT_QUEUE, InputWrite
 from ahp.engine.launch import Launch, TerminalSpec
 from ahp.engine.launch import discard as discard_launch
 from ahp.engine.outbox import Outbox
@@ -116,7 +118,7 @@ from ahp.protocol.actions import (
     action_type,
 )
 from ahp.protocol.state import Snapshot, TerminalInfo, TerminalState
-from ahp.pty import Child, ChildGone, kill_session, procfs, spawn
+from ahp.pty import Child, kill_session, procfs, spawn
 from ahp.pty.child import AUTOGROUP_POLL, AUTOGROUP_WAIT
 from ahp.pty.jobs import Jobs
 from ahp.pty.pump import PUMP_QUIET, PUMP_QUIET_FLOODING, ReadPump
@@ -129,7 +131,6 @@ from ahp.vt.parser import compact
 
 __all__ = [
     "EXIT_LINGER",
-    "INPUT_QUEUE",
     "MAX_DIMENSION",
     "MAX_PENDING_INPUT",
     "PARSE_PLAIN",
@@ -186,27 +187,6 @@ PARSE_TURN: Final = 0.0005
 PARSE_QUEUE: Final = 4
 #: Items queued for the reducer: parsed batches, client and library actions, the exit.
 REDUCER_QUEUE: Final = 64
-#: Input chunks queued for the input-write task (bytes bounded by MAX_PENDING_INPUT).
-INPUT_QUEUE: Final = 1024
-#: Bytes of input pending for the pty past which a caller of :meth:`Terminal.dispatch`
-#: with input waits until the pty has taken them below it (backpressure: issue 25, 24
-#: MiB of keystrokes into ``cat >/dev/null`` held 16 MiB pending, twice over while
-#: joined for one write, +57 MiB of RSS). A single input larger than this is taken.
-INPUT_PACE: Final = 1024 * 1024
-#: Seconds a client's input sender waits past :data:`INPUT_PACE` while the pty takes
-#: none of the pending input; then the program is taken as not reading (a full-screen
-#: program busy or stopped in raw mode): the sender stops waiting, and until the pty
-#: takes input again a client's input past INPUT_PACE pending is rejected to it
-#: (:data:`INPUT_STALLED`). Without it a client that pasted more than INPUT_PACE into
-#: such a program could do nothing else on its connection — no ping, no signal, no
-#: dispose — until the program read. The library's input (no origin) waits on:
-#: its caller's cancel scope bounds the wait, and nothing it sends is dropped.
-INPUT_STALL: Final = 2.0
-#: The reason a client's input is rejected while the pty takes none (:data:`INPUT_STALL`).
-INPUT_STALLED: Final = (
-    "the program has not read its input for {seconds:g} s ({pending} bytes pending): "
-    "input is refused until it reads"
-)
 #: After the process exits, a pty still held open is read until quiet this long.
 EXIT_LINGER: Final = 0.1
 
@@ -324,16 +304,8 @@ class Terminal(CommandSurface):
         #: Whether dispatched actions are taken: from the start of the tasks until the
         #: reducer ends.
         self._accepting = False
-        self._to_writer: trio.MemorySendChannel[bytes] | None = None
-        self._pending_input = 0  # bytes accepted for the pty and not yet written
-        #: Where input senders wait for :data:`INPUT_PACE` (woken by input-write).
-        self._input_room = trio.lowlevel.ParkingLot()
-        self._writer_done = False  # input-write ended: nobody waits for it any more
-        #: The child's ``input_written`` when a client's wait for :data:`INPUT_PACE` found
-        #: the pty taking nothing for :data:`INPUT_STALL` (None: not stalled); the stall
-        #: lasts while the count stays there (:meth:`_input_stalled`).
-        self._stall_mark: int | None = None
-        self._input_gone = False  # the child's input side is gone: input is dropped
+        #: The input side: pending bytes, their pace, the input-write task.
+        self._input = InputWrite(spec.uri)
         self._output_ended = False
         self._exit_code: _ProcessExited | None = None
         self._cancel_scope = trio.CancelScope()
@@ -505,8 +477,8 @@ class Terminal(CommandSurface):
                 # The reducer ended meanwhile: the terminal is closing.
                 self._refuse_closing(action, origin, sender)
             else:
-                if action.__class__ is TerminalInput and self._pending_input > INPUT_PACE:
-                    await self._wait_input_room(stall=origin is not None)
+                if action.__class__ is TerminalInput and self._input.pending > INPUT_PACE:
+                    await self._input.wait_room(stall=origin is not None)
                     if decided is None:
                         return
                 if decided is None:
@@ -666,8 +638,7 @@ class Terminal(CommandSurface):
     async def _run_stages(self, child: Child, task_status: trio.TaskStatus[Terminal]) -> None:
         """The terminal's nursery: one task per stage, joined by bounded channels."""
         to_parse, parse_inbox = trio.open_memory_channel[bytes](PARSE_QUEUE)
-        to_writer, writer_inbox = trio.open_memory_channel[bytes](INPUT_QUEUE)
-        self._to_writer = to_writer
+        writer_inbox = self._input.open(child)
         async with trio.open_nursery() as nursery:
             self._tasks = nursery
             nursery.start_soon(self._reducer_task, self._reducer_inbox)
@@ -675,7 +646,7 @@ class Terminal(CommandSurface):
             if child.error_fd >= 0:  # stderr apart: its own read task, into the same parse
                 nursery.start_soon(self._read_task, child, to_parse.clone(), True)
             nursery.start_soon(self._read_task, child, to_parse)
-            nursery.start_soon(self._write_task, child, writer_inbox)
+            nursery.start_soon(self._input.write_task, writer_inbox)
             nursery.start_soon(self._exit_task, child)
             if self.spec.nice and child.is_pty:
                 nursery.start_soon(self._settle_nice)
@@ -955,87 +926,6 @@ class Terminal(CommandSurface):
             scope.cancel()  # each reader lingers for what is left, then ends
         await _send(self._to_reducer, _ProcessExited(code))
 
-    # -- input-write -------------------------------------------------------------------------
-
-    async def _wait_input_room(self, *, stall: bool) -> None:
-        """Wait while more than :data:`INPUT_PACE` bytes of input are pending (ends when
-        the input side goes or the input-write task ends). With ``stall`` (a client's
-        input) the wait also ends once the pty took none of it for :data:`INPUT_STALL`
-        seconds, and at once while that stall lasts (the reducer rejects a client's
-        input past INPUT_PACE then: memory stays bounded by the pace)."""
-        while self._pending_input > INPUT_PACE and not self._writer_done:
-            child = self._child
-            if not stall or child is None:
-                await self._input_room.park()
-                continue
-            if self._input_stalled():
-                return
-            mark = child.input_written
-            with trio.move_on_after(INPUT_STALL) as waited:
-                await self._input_room.park()
-            if waited.cancelled_caught and child.input_written == mark:
-                self._stall_mark = mark
-                log.info(
-                    "terminal %s: its program has read no input for %gs", self.uri, INPUT_STALL
-                )
-                return
-
-    def _input_stalled(self) -> bool:
-        """Whether the pty has taken no input since a client's wait found it stalled
-        (:data:`INPUT_STALL`); the stall ends with the first byte it takes."""
-        mark = self._stall_mark
-        if mark is None:
-            return False
-        child = self._child
-        if child is None or child.input_written != mark:
-            self._stall_mark = None
-            return False
-        return True
-
-    async def _write_task(self, child: Child, inbox: trio.MemoryReceiveChannel[bytes]) -> None:
-        """Write input to the pty in order: everything waiting, in one write (input
-        senders waiting for :data:`INPUT_PACE` are woken as the pending bytes fall)."""
-        try:
-            await self._write_loop(child, inbox)
-        finally:
-            self._writer_done = True
-            self._input_room.unpark_all()
-
-    async def _write_loop(self, child: Child, inbox: trio.MemoryReceiveChannel[bytes]) -> None:
-        async with inbox:
-            while True:
-                try:
-                    data = inbox.receive_nowait()
-                except trio.WouldBlock:
-                    data = await inbox.receive()
-                more: list[bytes] | None = None
-                while True:
-                    try:
-                        extra = inbox.receive_nowait()
-                    except trio.WouldBlock:
-                        break
-                    if more is None:
-                        more = [data]
-                    more.append(extra)
-                if more is not None:
-                    data = b"".join(more)
-                try:
-                    # One write(2) first: a keystroke is in the kernel without the
-                    # checkpoint that write() takes after each slice (a scheduler pass
-                    # per keystroke); what the kernel did not take goes through write().
-                    written = child.write_nowait(data)
-                    if written < len(data):
-                        await child.write(data[written:] if written else data)
-                except (ChildGone, trio.ClosedResourceError):
-                    self._input_gone = True  # later input is published but not written
-                    return
-                finally:
-                    # Nothing is pending once the input side is gone (what is still
-                    # queued is dropped with the channel).
-                    self._pending_input = 0 if self._input_gone else self._pending_input - len(data)
-                    if self._input_room and self._pending_input <= INPUT_PACE:
-                        self._input_room.unpark_all()
-
     # -- reducer -------------------------------------------------------------------------------
 
     async def _reducer_task(self, inbox: trio.MemoryReceiveChannel[_ReducerItem]) -> None:
@@ -1100,17 +990,16 @@ class Terminal(CommandSurface):
     def _client_action(
         self, action: StateAction, origin: ActionOrigin | None, sender: Outbox | None
     ) -> None:
-        verdict: Verdict = self._core.decide(action, origin, pending_input=self._pending_input)
+        inputs = self._input
+        verdict: Verdict = self._core.decide(action, origin, pending_input=inputs.pending)
         if (
             verdict.__class__ is Accepted
             and verdict.write is not None
             and origin is not None
-            and self._stall_mark is not None
-            and self._pending_input + len(verdict.write) > INPUT_PACE
-            and self._input_stalled()
+            and inputs.stall_mark is not None  # (the keystroke's path: one test)
+            and (stalled := inputs.refusal(len(verdict.write))) is not None
         ):
-            pending = self._pending_input
-            verdict = Rejected(INPUT_STALLED.format(seconds=INPUT_STALL, pending=pending))
+            verdict = Rejected(stalled)
         if verdict.__class__ is Rejected:
             assert isinstance(verdict, Rejected)
             if origin is None:  # an in-process caller: nobody to echo to
@@ -1124,22 +1013,15 @@ class Terminal(CommandSurface):
                 self._hub.send_to(sender, self.uri, verdict.heal)
             return
         assert not isinstance(verdict, Rejected)
-        if verdict.write is not None and not self._input_gone:
-            writer = self._to_writer
-            assert writer is not None
-            data = verdict.write
-            if data:
-                try:
-                    writer.send_nowait(data)
-                except (trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
-                    if origin is not None:
-                        reason = f"input queue full ({INPUT_QUEUE} writes pending)"
-                        self._hub.reject(sender, self.uri, action, origin, reason)
-                    return
-                self._pending_input += len(data)
-                self.inputs += 1
-                if self._on_input is not None:
-                    self._on_input(self)
+        if verdict.write and not inputs.gone:
+            if not inputs.queue(verdict.write):
+                if origin is not None:
+                    reason = f"input queue full ({INPUT_QUEUE} writes pending)"
+                    self._hub.reject(sender, self.uri, action, origin, reason)
+                return
+            self.inputs += 1
+            if self._on_input is not None:
+                self._on_input(self)
         if verdict.resize is not None and self._child is not None:
             self._child.resize(*verdict.resize)
         self._apply(verdict.action, origin)
