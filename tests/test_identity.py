@@ -20,7 +20,9 @@ import trio
 from ahp.client import connect
 from ahp.protocol.commands import MAX_RESUME_TOKEN, RESUME_META
 from ahp.protocol.processes import SIGNAL
+from ahp.protocol.state import ClientClaim
 from ahp.server import ServeOptions, Sidecar
+from ahp.server.clients import ClientRegistry, RegistryFull
 from ahp.server.session import PROBE_TIMEOUT, REPLACED_CLOSE
 from ahp.ws import ConnectionClosed
 from tests.helpers import TIMEOUT
@@ -343,3 +345,64 @@ async def test_an_old_connection_replaced_acts_no_more() -> None:
                 await old.closed()
             assert (await new.call("ping", {"channel": ROOT}))["result"] is None
             assert "ahp-terminal:/late" not in sidecar.state.host
+
+
+def test_a_read_only_newcomer_displaces_only_read_only_records() -> None:
+    """The table's bound makes room from idle records, read-only ones first, then those
+    without a resume token, then bound ones; a read-only newcomer may take only a
+    read-only record's place, and is refused when none is idle."""
+    registry = ClientRegistry(max_records=3)
+    registry.disconnect(registry.connect("bound", "0.5.0", bound=True))
+    registry.disconnect(registry.connect("plain", "0.5.0"))
+    registry.disconnect(registry.connect("ro-1", "0.5.0", read_only=True))
+    registry.connect("ro-2", "0.5.0", read_only=True)  # room: the idle read-only record
+    assert registry.get("ro-1") is None
+    with pytest.raises(RegistryFull, match="none of the read-only ones"):
+        registry.connect("ro-3", "0.5.0", read_only=True)  # ro-2 is live: nothing to take
+    assert registry.get("bound") is not None and registry.get("plain") is not None
+    registry.connect("full", "0.5.0")  # a full newcomer: the unbound record before the bound
+    assert registry.get("plain") is None and registry.get("bound") is not None
+    assert registry.take_forgotten() == ["ro-1", "plain"]
+    registry.connect("full", "0.5.0")  # (its own record is replaced: nothing forgotten)
+    assert registry.take_forgotten() == [] and len(registry) == 3
+
+
+async def test_read_only_churn_cannot_forget_a_full_clients_record() -> None:
+    """The probe's attack: read-only connections initialize and leave with fresh ids
+    past the table's bound while a full client with a resume token is away. Its record
+    (claim, token) stays; its id stays its own; read-only newcomers are refused once
+    only full clients' records are left to forget. (Before: the victim's claim was
+    released, its token refused, and a read-only connection took its id.)"""
+    read = "read-only-secret"
+    options = ServeOptions(port=0, token=TOKEN, read_token=read)
+    async with running_server(options) as sidecar:
+        sidecar.state.clients.max_records = 6
+        read_url = sidecar.url.replace(TOKEN, read)
+        async with peer(sidecar.url) as victim:
+            result = await victim.result("initialize", _init("victim", {RESUME_META: ""}))
+            token = result["_meta"][RESUME_META]
+            claim = {"kind": "client", "clientId": "victim"}
+            await victim.result("createTerminal", {"channel": T1, "claim": claim})
+            await victim.ws._stream.aclose()  # dropped, not left: the record stays bound
+        await eventually(lambda: not _live(sidecar, "victim"))
+        for n in range(20):  # (each leaves before the next: their own records make room)
+            async with peer(read_url) as churn:
+                assert "result" in await churn.call("initialize", _init(f"churn-{n}"))
+        async with peer(read_url) as squatter:
+            answer = await squatter.call("initialize", _init("victim"))
+            assert answer["error"]["code"] == -32009, answer
+        assert sidecar.state.host.get(T1).state.claim == ClientClaim(clientId="victim")
+        async with peer(sidecar.url) as back:
+            assert "result" in await back.call(
+                "reconnect", _reconnect("victim", {RESUME_META: token})
+            )
+            # The table full of live records (read-only ones could only replace idle
+            # read-only ones): a read-only newcomer is refused, not let in past the bound.
+            async with contextlib.AsyncExitStack() as stack:
+                for n in range(5):
+                    live = await stack.enter_async_context(peer(read_url))
+                    await live.result("initialize", _init(f"live-{n}"))
+                async with peer(read_url) as late:
+                    answer = await late.call("initialize", _init("late"))
+                    assert answer["error"]["code"] == -32009, answer
+                    assert "try again later" in answer["error"]["message"]

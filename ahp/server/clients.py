@@ -5,7 +5,12 @@ subscriptions from a global cursor. The server must remember, per ``clientId``,
 which channels it followed and the ``fromSeq`` of the snapshot it was given for
 each one (envelopes at or below it are already in that client's state and must
 never be replayed). Records outlive their connection for a grace period and
-are bounded in number; the oldest disconnected ones are forgotten first.
+are bounded in number; when the table is full, disconnected records are forgotten
+to make room, read-only clients' first, then those without a resume token, then
+bound ones, the oldest first within each. A read-only newcomer may displace only
+read-only records: when none is left to forget it is refused
+(:class:`RegistryFull`), so read-only connections cannot churn a full client's
+record (its claims, its resume token) out of its grace.
 
 A forgotten client is gone for good (it can only ``initialize`` afresh), so
 what it held must be let go: the ids of forgotten records are kept until the
@@ -28,7 +33,14 @@ from typing import Final, Protocol
 
 import attrs
 
-__all__ = ["CLIENT_GRACE", "MAX_CLIENT_RECORDS", "ClientRecord", "ClientRegistry", "Link"]
+__all__ = [
+    "CLIENT_GRACE",
+    "MAX_CLIENT_RECORDS",
+    "ClientRecord",
+    "ClientRegistry",
+    "Link",
+    "RegistryFull",
+]
 
 #: How long a disconnected client can still ``reconnect`` (seconds).
 CLIENT_GRACE: Final = 300.0
@@ -36,6 +48,11 @@ CLIENT_GRACE: Final = 300.0
 MAX_CLIENT_RECORDS: Final = 4096
 #: Random bytes in a resume token (sent as URL-safe base64: 32 characters).
 RESUME_TOKEN_BYTES: Final = 24
+
+
+class RegistryFull(Exception):
+    """No record can be made: every record the newcomer may displace is live (a
+    read-only newcomer may displace only disconnected read-only records)."""
 
 
 class Link(Protocol):
@@ -103,8 +120,13 @@ class ClientRegistry:
         read_only: bool = False,
     ) -> ClientRecord:
         """A client initialised: a fresh record (any older one is replaced), live on
-        ``link``; ``bound``: only its token resumes it."""
-        self._expire()
+        ``link``; ``bound``: only its token resumes it.
+
+        Raises:
+            RegistryFull: the table is full and nothing the newcomer may displace is
+                disconnected (see the module docstring).
+        """
+        self._expire(client_id, read_only=read_only)
         record = ClientRecord(
             client_id=client_id,
             protocol_version=protocol_version,
@@ -118,7 +140,7 @@ class ClientRegistry:
 
     def resume(self, client_id: str, link: Link | None = None) -> ClientRecord | None:
         """A client reconnected on ``link``: its record, or None if unknown or expired."""
-        self._expire()
+        self._expire_stale()
         record = self._records.get(client_id)
         if record is not None:
             record.connections = 1
@@ -148,18 +170,29 @@ class ClientRegistry:
         self._forgotten.clear()
         return gone
 
-    def _expire(self) -> None:
-        """Forget records past their grace, then the oldest idle ones to make room for one."""
+    def _expire(self, client_id: str, *, read_only: bool) -> None:
+        """Forget records past their grace, then make room for ``client_id``'s: idle
+        read-only records first, then unbound, then bound ones, the oldest first; a
+        ``read_only`` newcomer only read-only ones (:class:`RegistryFull` if too few)."""
         self._expire_stale()
-        if len(self._records) >= self.max_records:
-            idle = sorted(
-                (r.disconnected_at, cid)
-                for cid, r in self._records.items()
-                if r.disconnected_at is not None
+        excess = len(self._records) - self.max_records + (client_id not in self._records)
+        if excess <= 0:
+            return
+        idle = sorted(
+            (not r.read_only, r.bound, r.disconnected_at, cid)
+            for cid, r in self._records.items()
+            if r.disconnected_at is not None and (r.read_only or not read_only)
+        )
+        if len(idle) < excess:
+            raise RegistryFull(
+                f"{len(self._records)} clients are known to this server (at most "
+                f"{self.max_records}), and none "
+                + ("of the read-only ones " if read_only else "")
+                + "is disconnected: try again later"
             )
-            for _, cid in idle[: len(self._records) - self.max_records + 1]:
-                del self._records[cid]
-                self._forgotten.append(cid)
+        for *_, cid in idle[:excess]:
+            del self._records[cid]
+            self._forgotten.append(cid)
 
     def _expire_stale(self) -> None:
         now = time.monotonic()

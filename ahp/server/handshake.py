@@ -47,7 +47,7 @@ from ahp.protocol.dialect import (
 )
 from ahp.protocol.jsonrpc import ErrorCode
 from ahp.protocol.state import ROOT_URI
-from ahp.server.clients import ClientRecord
+from ahp.server.clients import ClientRecord, RegistryFull
 from ahp.server.connection import Connection
 from ahp.server.errors import Fail, short
 from ahp.server.identity import (
@@ -103,9 +103,12 @@ async def initialize(conn: Connection, params: Any) -> Any:
     token = token_of(params)
     await take_identity(conn, p.clientId, token)
     bound = token is not None  # (asked for a token: only it resumes this id)
-    record = conn.server.clients.connect(
-        p.clientId, version, conn.link, bound=bound, read_only=conn.read_only
-    )
+    try:
+        record = conn.server.clients.connect(
+            p.clientId, version, conn.link, bound=bound, read_only=conn.read_only
+        )
+    except RegistryFull as exc:
+        raise Fail(ErrorCode.PERMISSION_DENIED, str(exc)) from None
     conn.begin(record)
     await release_forgotten_claims(conn)
     snapshots = [s for s in map(conn.subscribe, dict.fromkeys(p.initialSubscriptions)) if s]
