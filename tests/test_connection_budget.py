@@ -10,8 +10,10 @@ from __future__ import annotations
 import contextlib
 from typing import Final
 
+import pytest
 import trio
 
+from ahp.server import ServeOptions
 from ahp.server.admission import (
     CONNECTION_FD_SHARE,
     MAX_CONNECTIONS,
@@ -21,14 +23,16 @@ from ahp.server.admission import (
     connection_limit,
 )
 from ahp.server.websocket import CLOSE_TIMEOUT, EVICTED_CLOSE_TIMEOUT
+from ahp.ws import ConnectionClosed
 from tests.helpers import TIMEOUT
 from tests.test_edges import _port, _serve
 from tests.test_identity import RawPeer, _init
-from tests.wire import peer
+from tests.wire import TOKEN, peer, running_server
 
 #: The server's fd limit in the subprocess test, and connections opened against it.
 _NOFILE: Final = 256
 _IDLE_CONNECTIONS: Final = _NOFILE - 6
+ROOT: Final = "ahp-root://"
 
 
 def test_the_connection_limit_is_a_quarter_of_the_fds_within_bounds() -> None:
@@ -191,3 +195,54 @@ async def test_an_evicted_peer_that_never_answers_gives_its_fd_back_at_once() ->
     # (The whole CLOSE_TIMEOUT would put a second between them.)
     assert seen["end"] - seen["close"] < CLOSE_TIMEOUT / 2, seen
     assert "Traceback" not in b"".join(err).decode(errors="replace")
+
+
+async def test_read_only_connections_go_first_and_never_displace_full_ones() -> None:
+    closed: list[str] = []
+
+    def ticket(name: str, *, read_only: bool = False) -> BudgetTicket:
+        return BudgetTicket("a", lambda reason: closed.append(name), read_only=read_only)
+
+    budget = ConnectionBudget(limit=10, per_peer=3)
+    agent = ticket("agent")
+    assert budget.admit(agent) is None  # the idlest of all, from now on
+    await trio.sleep(0.01)
+    for n in range(4):
+        assert budget.admit(ticket(f"ro{n}", read_only=True)) is None
+    assert closed == ["ro0", "ro1"]  # read-only ones made the room, the idle agent stays
+    assert budget.admit(ticket("full")) is None  # a full newcomer: a read-only one goes
+    assert closed[-1] == "ro2"
+    assert budget.admit(ticket("full2")) is None
+    assert closed[-1] == "ro3"
+    refused = budget.admit(ticket("late", read_only=True))
+    assert refused is not None and "full access" in refused  # only full ones are left
+    assert len(budget) == 3 and budget.peer_count("a") == 3 and "late" not in closed
+
+
+async def test_read_only_viewers_cannot_close_an_idle_agent() -> None:
+    """The probe's attack: an agent waits on a long command (sends nothing), and
+    read-only connections from its address fill the per-address budget: they close
+    each other, never the agent; once only full-access connections are left, a
+    read-only newcomer is refused (1013, with the reason) and they all stay."""
+    read = "read-only-secret"
+    async with running_server(ServeOptions(port=0, token=TOKEN, read_token=read)) as sidecar:
+        assert sidecar.state.connections is not None
+        sidecar.state.connections.per_peer = 3
+        read_url = sidecar.url.replace(TOKEN, read)
+        async with contextlib.AsyncExitStack() as stack:
+            agent = await stack.enter_async_context(peer(sidecar.url))
+            await agent.initialize("agent")
+            for n in range(8):
+                viewer = await stack.enter_async_context(peer(read_url))
+                await viewer.initialize(f"viewer-{n}")
+            assert (await agent.call("ping", {"channel": ROOT}))["result"] is None
+            others = [await stack.enter_async_context(peer(sidecar.url)) for _ in range(2)]
+            for n, other in enumerate(others):
+                await other.initialize(f"agent-{n}")
+            async with peer(read_url) as late:
+                with pytest.raises(ConnectionClosed) as refused:
+                    await late.initialize("late")
+            assert refused.value.reason is not None and refused.value.reason.code == 1013
+            assert "full access" in (refused.value.reason.reason or "")
+            for full in (agent, *others):
+                assert (await full.call("ping", {"channel": ROOT}))["result"] is None

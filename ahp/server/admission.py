@@ -29,10 +29,13 @@ Authenticated connections have a budget too (issue 26: 1,012 idle authenticated
 connections took every fd under ``ulimit -n 1024`` and a legitimate client's
 ``createTerminal`` failed): at most :func:`connection_limit` of them (a quarter
 of the fds), and at most half of those from one peer address
-(:class:`ConnectionBudget`). Past either bound, the connection idle the longest
-(no frame received for the longest time) in that group is closed, with a reason,
-for the new one: the fds left (5/8, after the pending and authenticated shares)
-stay for terminals, and a new client always gets in.
+(:class:`ConnectionBudget`). Past either bound, a connection of that group is
+closed, with a reason, for the new one: a read-only one first (the read-only token
+watches, it never displaces what acts), the one idle the longest (no frame received
+for the longest time) among them; a read-only newcomer is itself refused when only
+full-access connections fill the group (an agent waiting on a long command sends
+nothing and would always be the idlest). The fds left (5/8, after the pending and
+authenticated shares) stay for terminals, and a new full-access client always gets in.
 
 Ownership and cancellation: :func:`serve_listener` runs until cancelled and starts
 each connection's handler in the nursery it is given; a :class:`PendingConnections`
@@ -113,15 +116,17 @@ def connection_limit(nofile: int | None = None) -> int:
 
 
 class BudgetTicket:
-    """One authenticated connection's place in the budget: its peer address, when it
-    last received a frame (:meth:`active`), and how to close it (``evict(reason)``,
-    called at most once, synchronously: it must only ask the connection to close)."""
+    """One authenticated connection's place in the budget: its peer address, whether
+    it was admitted with the read-only token, when it last received a frame
+    (:meth:`active`), and how to close it (``evict(reason)``, called at most once,
+    synchronously: it must only ask the connection to close)."""
 
-    __slots__ = ("active_at", "evict", "peer")
+    __slots__ = ("active_at", "evict", "peer", "read_only")
 
-    def __init__(self, peer: str, evict: Callable[[str], None]) -> None:
+    def __init__(self, peer: str, evict: Callable[[str], None], *, read_only: bool = False) -> None:
         self.peer = peer
         self.evict = evict
+        self.read_only = read_only
         self.active_at = trio.current_time()
 
     def active(self) -> None:
@@ -130,8 +135,9 @@ class BudgetTicket:
 
 class ConnectionBudget:
     """The authenticated connections of a server: at most ``limit`` in total and
-    ``per_peer`` from one peer address; :meth:`admit` closes the longest-idle one of
-    the full group to make room (see the module docstring). Not thread-safe."""
+    ``per_peer`` from one peer address; :meth:`admit` closes one of the full group to
+    make room, read-only ones first, the longest idle first (see the module
+    docstring). Not thread-safe."""
 
     def __init__(self, limit: int, per_peer: int | None = None) -> None:
         self.limit = max(1, limit)
@@ -147,14 +153,25 @@ class ConnectionBudget:
     def peer_count(self, peer: str) -> int:
         return len(self._by_peer.get(peer, ()))
 
-    def admit(self, ticket: BudgetTicket) -> None:
+    def admit(self, ticket: BudgetTicket) -> str | None:
+        """Take ``ticket`` in, closing others past a bound; or, for a read-only ticket
+        that could only displace full-access connections, why it is refused (it is
+        then not taken: the caller closes it)."""
         peers = self._by_peer.setdefault(ticket.peer, {})
-        while len(peers) >= self.per_peer:
-            self._evict(min(peers, key=_idle_order), "from this address")
-        while len(self._tickets) >= self.limit:
-            self._evict(min(self._tickets, key=_idle_order), "in total")
+        for group, where in ((peers, "from this address"), (self._tickets, "in total")):
+            while len(group) >= (self.per_peer if group is peers else self.limit):
+                victim = min(group, key=_eviction_order)
+                if ticket.read_only and not victim.read_only:
+                    if not peers:
+                        del self._by_peer[ticket.peer]
+                    return (
+                        f"connection limit reached {where}, and every connection there "
+                        "has full access: a read-only one may not close those"
+                    )
+                self._evict(victim, where)
         self._tickets[ticket] = None
         self._by_peer.setdefault(ticket.peer, {})[ticket] = None
+        return None
 
     def release(self, ticket: BudgetTicket) -> None:
         self._tickets.pop(ticket, None)
@@ -167,11 +184,13 @@ class ConnectionBudget:
     def _evict(self, ticket: BudgetTicket, where: str) -> None:
         self.release(ticket)
         self.evicted += 1
-        ticket.evict(f"connection limit reached {where}: closed the connection idle the longest")
+        kind = "read-only connection" if ticket.read_only else "connection"
+        ticket.evict(f"connection limit reached {where}: closed the {kind} idle the longest")
 
 
-def _idle_order(ticket: BudgetTicket) -> float:
-    return ticket.active_at
+def _eviction_order(ticket: BudgetTicket) -> tuple[bool, float]:
+    """Read-only connections first, then the longest idle."""
+    return not ticket.read_only, ticket.active_at
 
 
 class RateLimitedLog:

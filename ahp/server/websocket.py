@@ -448,6 +448,7 @@ async def _serve_one(
         outbox.close()
     state.sessions.add(session)
     ticket: BudgetTicket | None = None
+    refused: str | None = None
     close_timeout = CLOSE_TIMEOUT
     if connections is not None:
         # A place among the authenticated connections; a full budget closes the one
@@ -460,34 +461,42 @@ async def _serve_one(
             close_timeout = EVICTED_CLOSE_TIMEOUT  # (fds are scarce: see its comment)
             link.evict_with(BUDGET_CLOSE[0], reason)
 
-        ticket = BudgetTicket(peer, evict)
-        connections.admit(ticket)
+        ticket = BudgetTicket(peer, evict, read_only=read_only)
+        refused = connections.admit(ticket)
+        if refused is not None:
+            log.info("refusing a read-only connection of %s: %s", peer, refused)
+            ticket = None
+            close_code, close_reason = BUDGET_CLOSE[0], refused
+            close_timeout = EVICTED_CLOSE_TIMEOUT
     try:
-        async with trio.open_nursery() as nursery:
-            link.scope = nursery.cancel_scope
+        if refused is None:  # (a refused read-only connection is closed at once)
+            async with trio.open_nursery() as nursery:
+                link.scope = nursery.cancel_scope
 
-            async def read() -> None:
-                with contextlib.suppress(ConnectionClosed):
-                    await _reader(ws, session, config, connection_id, ticket)
-                if ws.closed is not None:
+                async def read() -> None:
+                    with contextlib.suppress(ConnectionClosed):
+                        await _reader(ws, session, config, connection_id, ticket)
+                    if ws.closed is not None:
+                        nursery.cancel_scope.cancel()
+                    # else: the session asked to close; the writer sends what is queued first.
+
+                async def write() -> None:
+                    nonlocal close_code, close_reason
+                    with contextlib.suppress(ConnectionClosed):
+                        await writer.run()
+                    if writer.scope.cancelled_caught and writer.close is None:
+                        log.info(
+                            "client %s reads nothing: dropping the connection", session.client_id
+                        )
+                        writer.close = OVERFLOW_CLOSE
+                    if writer.close is not None:
+                        close_code, close_reason = writer.close
                     nursery.cancel_scope.cancel()
-                # else: the session asked to close; the writer sends what is queued first.
 
-            async def write() -> None:
-                nonlocal close_code, close_reason
-                with contextlib.suppress(ConnectionClosed):
-                    await writer.run()
-                if writer.scope.cancelled_caught and writer.close is None:
-                    log.info("client %s reads nothing: dropping the connection", session.client_id)
-                    writer.close = OVERFLOW_CLOSE
-                if writer.close is not None:
-                    close_code, close_reason = writer.close
-                nursery.cancel_scope.cancel()
-
-            nursery.start_soon(read)
-            nursery.start_soon(write)
-            nursery.start_soon(writer.watch_overflow, config.stall_grace)
-            nursery.start_soon(writer.watch_bound, config.stall_grace)
+                nursery.start_soon(read)
+                nursery.start_soon(write)
+                nursery.start_soon(writer.watch_overflow, config.stall_grace)
+                nursery.start_soon(writer.watch_bound, config.stall_grace)
     except Exception:
         # A bug of ours in one connection must not take the server (and every other
         # client and terminal) down with it: log it, close this connection with 1011.
