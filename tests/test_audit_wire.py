@@ -17,7 +17,13 @@ import trio
 
 from ahp.protocol.processes import EXEC, SIGNAL
 from ahp.record.asciicast import decode
-from ahp.record.audit import MAX_AUDIT_ITEMS, MAX_AUDIT_TEXT, AuditLog
+from ahp.record.audit import (
+    AUDIT_REFUSALS_PER_SECOND,
+    MAX_AUDIT_ITEMS,
+    MAX_AUDIT_TEXT,
+    MAX_REFUSED_PATH,
+    AuditLog,
+)
 from ahp.record.recorder import DISPOSED_MARKER, STOPPED_MARKER
 from ahp.record.sink import REDACTED
 from ahp.record.wirelog import WireLog
@@ -406,3 +412,34 @@ async def test_serve_refuses_unusable_log_options_in_one_line(tmp_path: Path) ->
         assert message in lines[-1] and lines[-1].startswith("ahp serve: "), (name, lines)
         assert "Traceback" not in result.stderr.decode(), name
         assert result.stdout == b"", name  # no URL printed: it never served
+
+
+async def test_a_flood_of_refused_connections_cannot_rotate_the_audit_away(
+    tmp_path: Path,
+) -> None:
+    """Anyone who can reach the port causes a refusal line (no token needed): at most
+    AUDIT_REFUSALS_PER_SECOND of them a second are written, the rest counted into the
+    next one's ``leftOut``, paths cut at MAX_REFUSED_PATH; other events are not limited.
+    (Before: 32,000 wrong-token upgrades with 3,000-character paths rotated every
+    earlier event out of the files in 17 s.)"""
+    path = tmp_path / "audit.log"
+    audit = AuditLog(path)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(audit.run)
+        audit.event("terminal.created", terminal=T1, by="c1")
+        for _ in range(500):
+            audit.connection("10.0.0.9:4000", accepted=False, reason="bad token", path="/" * 3000)
+        audit.connection("127.0.0.1:5000", accepted=True, path="/")
+        await trio.sleep(1.05)  # the next second: the count goes out with the next line
+        audit.connection("10.0.0.9:4001", accepted=False, reason="bad token", path="/x")
+        await drained(audit.sink)
+        nursery.cancel_scope.cancel()
+    lines = read_lines([path])
+    refused = [x for x in lines if x["event"] == "connection" and not x["accepted"]]
+    assert len(refused) == AUDIT_REFUSALS_PER_SECOND + 1
+    assert all(len(x["path"]) <= MAX_REFUSED_PATH for x in refused)
+    assert refused[-1]["leftOut"] == 500 - AUDIT_REFUSALS_PER_SECOND
+    assert "leftOut" not in refused[0]
+    assert [x["event"] for x in lines].count("terminal.created") == 1
+    assert any(x["event"] == "connection" and x["accepted"] for x in lines)
+    assert path.stat().st_size < 20_000

@@ -11,7 +11,8 @@ when. Each line is a JSON object with ``ts`` (UTC, ISO 8601 with milliseconds),
 =====================  ===================================================================
 ``connection``         ``peer``, ``accepted`` (bool), ``reason`` (refused: why; a
                        malformed upgrade: ``bad request: …``), ``path``, ``readOnly``
-                       (a read-only connection)
+                       (a read-only connection); ``leftOut``: refusals not written
+                       since the last refused line (:data:`AUDIT_REFUSALS_PER_SECOND`)
 ``disconnected``       ``peer``, ``clientId``, ``code`` (the close code)
 ``initialize``         ``clientId``, ``protocolVersion`` (None: refused), ``offered``,
                        ``peer``; ``reconnect`` (bool)
@@ -43,7 +44,12 @@ Off the hot path: :meth:`AuditLog.event` builds one small dict and encodes it
 (:data:`AUDIT_FILE_BYTES` times :data:`AUDIT_FILES`, queue bounds of
 :mod:`ahp.record.sink`); lines that do not fit are dropped and counted, then
 reported by a ``dropped`` line. Rotation is ``FILE``, ``FILE.1`` …
-(``tail -F FILE`` follows it).
+(``tail -F FILE`` follows it). Refused connections are the one event anyone who
+can reach the port causes, without a token: at most
+:data:`AUDIT_REFUSALS_PER_SECOND` of their lines a second are written (the others
+counted, the count in the next one's ``leftOut``), each path cut at
+:data:`MAX_REFUSED_PATH`, so a flood of refusals cannot rotate the privileged events
+out of the files (it took 17 s before: 3 KB lines, ~5 MB/s).
 
 Ownership: :meth:`AuditLog.run` (the writer task) owns the file; run it in the
 server's nursery (:func:`ahp.server.serve_host` does with
@@ -55,6 +61,7 @@ from __future__ import annotations
 import contextvars
 import datetime
 import os
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -66,13 +73,26 @@ import trio
 from ahp.engine import Host, Terminal
 from ahp.record.sink import LineSink, Rotation
 
-__all__ = ["ACTOR", "AUDIT_FILES", "AUDIT_FILE_BYTES", "AuditLog", "iso_now"]
+__all__ = [
+    "ACTOR",
+    "AUDIT_FILES",
+    "AUDIT_FILE_BYTES",
+    "AUDIT_REFUSALS_PER_SECOND",
+    "MAX_REFUSED_PATH",
+    "AuditLog",
+    "iso_now",
+]
 
 #: The client on whose behalf the current task acts (set by the server around the
 #: requests it audits itself): a terminal created or disposed while it is unset was
 #: the library's doing, and is audited as ``inProcess``.
 ACTOR: contextvars.ContextVar[str | None] = contextvars.ContextVar("ahp_audit_actor", default=None)
 
+#: Refused-connection lines written at most per second; past it they are counted (see
+#: the module docstring): 10 lines of ~300 bytes a second take 8 hours to fill the files.
+AUDIT_REFUSALS_PER_SECOND: Final = 10
+#: A refused connection's path (the peer's choice, before any token) is cut here.
+MAX_REFUSED_PATH: Final = 256
 #: An audit file is rotated before it passes this size (bytes).
 AUDIT_FILE_BYTES: Final = 16 * 1024 * 1024
 #: Files kept: ``FILE`` and ``FILE.1`` … ``FILE.<AUDIT_FILES - 1>``.
@@ -127,6 +147,11 @@ class AuditLog:
             redact=(token,) if token else (),
             **extra,
         )
+        #: Refused-connection lines of the current second, its start, and the refusals
+        #: not written since the last refused line.
+        self._refusals = 0
+        self._refusals_since = -1.0
+        self._refusals_left_out = 0
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """The writer task (until cancelled); ``OSError`` before ``started`` if the file
@@ -150,6 +175,17 @@ class AuditLog:
         path: str | None = None,
         read_only: bool = False,
     ) -> None:
+        left_out = None
+        if not accepted:  # (see AUDIT_REFUSALS_PER_SECOND)
+            now = time.monotonic()
+            if now - self._refusals_since >= 1.0:
+                self._refusals_since, self._refusals = now, 0
+            self._refusals += 1
+            if self._refusals > AUDIT_REFUSALS_PER_SECOND:
+                self._refusals_left_out += 1
+                return
+            left_out, self._refusals_left_out = self._refusals_left_out or None, 0
+            path = path[:MAX_REFUSED_PATH] if path is not None else None
         self.event(
             "connection",
             peer=peer,
@@ -157,6 +193,7 @@ class AuditLog:
             reason=reason,
             path=path,
             readOnly=read_only or None,
+            leftOut=left_out,
         )
 
     def initialize(
