@@ -406,3 +406,30 @@ async def test_read_only_churn_cannot_forget_a_full_clients_record() -> None:
                     answer = await late.call("initialize", _init("late"))
                     assert answer["error"]["code"] == -32009, answer
                     assert "try again later" in answer["error"]["message"]
+
+
+@pytest.mark.parametrize("ahead", [1, 2**40, 2**63 - 1])
+async def test_a_cursor_past_the_servers_sequence_gets_snapshots(ahead: int) -> None:
+    """A ``lastSeenServerSeq`` this server never gave (a cursor kept across a restart of
+    the server, a client's bug) cannot be replayed from: snapshots, in both reconnect
+    forms. (It was answered "replay, nothing missing": the client believed itself up to
+    date.)"""
+    async with running_server() as sidecar:
+        async with peer(sidecar.url) as first:
+            await first.initialize("cursor")
+            claim = {"kind": "client", "clientId": "cursor"}
+            await first.result("createTerminal", {"channel": T1, "claim": claim})
+            await first.ws.aclose()
+        seq = sidecar.state.host.hub.seq
+        async with peer(sidecar.url) as back:
+            params = _reconnect("cursor")
+            params["lastSeenServerSeq"] = seq + ahead
+            params["subscriptions"] = [ROOT, T1]
+            answer = await back.result("reconnect", params)
+            assert answer["type"] == "snapshot", answer
+            assert {s["resource"] for s in answer["snapshots"]} == {ROOT, T1}
+        async with peer(sidecar.url) as form_b:
+            cursors = [{"channel": T1, "lastSeenServerSeq": seq + ahead}]
+            params = {"channel": ROOT, "clientId": "cursor", "subscriptions": cursors}
+            (entry,) = (await form_b.result("reconnect", params))["channels"]
+            assert entry["kind"] == "snapshot", entry

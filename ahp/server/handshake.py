@@ -157,7 +157,9 @@ async def reconnect(conn: Connection, params: Any) -> Any:
     # Windowed delivery is never granted here, so no windowed subscription resumes.
     windows = ResumedWindows(items=()) if p.windows is not None else None
     result: ReconnectReplay | ReconnectSnapshot
-    if log_.can_replay_after(p.lastSeenServerSeq):
+    # A cursor past the server's own sequence was not given by this server (a restart,
+    # or a client's bug): nothing can be replayed to it, it gets snapshots.
+    if p.lastSeenServerSeq <= conn.host.hub.seq and log_.can_replay_after(p.lastSeenServerSeq):
         floors = {c: record.snapshot_seq.get(c, 0) for c in valid}
         actions = tuple(
             envelope_json(envelope, conn.dialect)
@@ -192,7 +194,9 @@ def _recover_channels(conn: Connection, p: ReconnectCursorParams, record: Client
     replayable = {
         c: max(seq, record.snapshot_seq.get(c, 0))
         for c, seq in cursors.items()
-        if (c == ROOT_URI or c in conn.host) and seq > 0 and log_.can_replay_after(seq)
+        if (c == ROOT_URI or c in conn.host)
+        and 0 < seq <= conn.host.hub.seq  # (a cursor past it was not given by this server)
+        and log_.can_replay_after(seq)
     }
     replays: dict[str, list[Any]] = {c: [] for c in replayable}
     if replayable:
