@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import signal
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -25,7 +26,7 @@ from ahp.record.audit import (
     AuditLog,
 )
 from ahp.record.recorder import DISPOSED_MARKER, STOPPED_MARKER
-from ahp.record.sink import REDACTED
+from ahp.record.sink import REDACTED, make_private_dirs
 from ahp.record.wirelog import WireLog
 from ahp.server import ServeOptions
 from tests.helpers import TIMEOUT, kill_and_reap, wait_for_text
@@ -443,3 +444,22 @@ async def test_a_flood_of_refused_connections_cannot_rotate_the_audit_away(
     assert [x["event"] for x in lines].count("terminal.created") == 1
     assert any(x["event"] == "connection" and x["accepted"] for x in lines)
     assert path.stat().st_size < 20_000
+
+
+async def test_the_logs_create_their_directories_private(tmp_path: Path) -> None:
+    """Every directory the audit log, the wire log and the recorder create is 0700, the
+    missing parents too (``mkdir -p`` gave the parents the umask's 0755); an existing
+    one is left as it is."""
+    (tmp_path / "kept").mkdir(mode=0o755)
+    path = tmp_path / "kept" / "a" / "b" / "audit.log"
+    audit = AuditLog(path)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(audit.run)
+        audit.event("x")
+        await drained(audit.sink)
+        nursery.cancel_scope.cancel()
+    make_private_dirs(tmp_path / "casts" / "deep")
+    for directory in ("kept/a", "kept/a/b", "casts", "casts/deep"):
+        assert stat.S_IMODE((tmp_path / directory).stat().st_mode) == 0o700, directory
+    assert stat.S_IMODE((tmp_path / "kept").stat().st_mode) == 0o755
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600

@@ -77,6 +77,7 @@ from ahp.protocol.actions import (
 )
 from ahp.protocol.state import Snapshot, TerminalState
 from ahp.record import asciicast
+from ahp.record.sink import make_private_dirs
 
 __all__ = [
     "RECORD_BUFFER_BYTES",
@@ -364,7 +365,7 @@ class Recorder:
                     raise OSError(exc.errno, f"nobody reads the FIFO {self.path}") from None
                 raise
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        make_private_dirs(self.path.parent)
         self._fd = os.open(self.path, flags | os.O_CREAT | os.O_TRUNC, 0o600)
 
     async def _write(self, data: bytes) -> None:
@@ -543,7 +544,7 @@ async def record_host(
     ``directory`` (created, mode 0700), named by :func:`recording_name`. Yields the
     live recorders by terminal URI (finished ones are removed)."""
     folder = Path(directory)
-    await trio.to_thread.run_sync(lambda: folder.mkdir(mode=0o700, parents=True, exist_ok=True))
+    await trio.to_thread.run_sync(make_private_dirs, folder)
     opts = options or RecordOptions()
     recorders: dict[str, Recorder] = {}
     handed_out: set[Path] = set()

@@ -46,12 +46,32 @@ import trio
 
 __all__ = [
     "FLUSH_TIMEOUT",
+    "PRIVATE_DIR_MODE",
     "MAX_QUEUED_BYTES",
     "MAX_QUEUED_LINES",
     "REDACTED",
     "LineSink",
     "Rotation",
+    "make_private_dirs",
 ]
+
+#: The mode of every directory the logs and recordings create (they hold what the
+#: terminals print and who did what: the user's alone, like the files, 0600).
+PRIVATE_DIR_MODE: Final = 0o700
+
+
+def make_private_dirs(directory: Path) -> None:
+    """Create ``directory`` and every missing parent with :data:`PRIVATE_DIR_MODE`
+    (``mkdir -p`` gives the parents the umask's mode); an existing one is left as it
+    is. Blocking: call it from a worker thread."""
+    missing: list[Path] = []
+    for path in (directory, *directory.parents):
+        if path.exists():
+            break
+        missing.append(path)
+    for path in reversed(missing):
+        path.mkdir(mode=PRIVATE_DIR_MODE, exist_ok=True)
+
 
 log = logging.getLogger("ahp.record")
 
@@ -250,7 +270,7 @@ class LineSink(Generic[T]):
 
     def _open(self) -> None:
         path = self.rotation.current()
-        path.parent.mkdir(parents=True, exist_ok=True)
+        make_private_dirs(path.parent)
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
         self._file_size = os.fstat(self._fd).st_size
 

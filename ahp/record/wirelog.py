@@ -47,7 +47,7 @@ from typing import Any, Final
 import orjson
 import trio
 
-from ahp.record.sink import LineSink, Rotation
+from ahp.record.sink import LineSink, Rotation, make_private_dirs
 
 __all__ = [
     "MAX_LINE_BYTES",
@@ -205,9 +205,7 @@ class WireLog:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """The writer task (until cancelled); ``OSError`` before ``started`` if the
         directory or file cannot be created."""
-        await trio.to_thread.run_sync(
-            lambda: self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-        )
+        await trio.to_thread.run_sync(make_private_dirs, self.directory)
         await self.sink.run(task_status=task_status)
 
     def connection_id(self) -> str:
