@@ -221,6 +221,11 @@ ALLOWED = "http://good.example:8080"
         ({"Host": "127.0.0.1"}, 101),
         ({"Host": "[::1]:{port}"}, 101),
         ({"Host": "evil.example:{port}", "Origin": ALLOWED}, 403),  # rebinding, allowed origin
+        ({"Host": "127.0.0.1:abc"}, 403),  # (not a port: it was taken, and reflected)
+        ({"Host": "127.0.0.1:{port}@evil.example"}, 403),
+        ({"Host": "127.0.0.1:99999999"}, 403),
+        ({"Host": "127.0.0.1:-1"}, 403),
+        ({"Host": "[::1]:x"}, 403),
     ],
 )
 async def test_origin_and_host_checks(headers: dict[str, str], status: int) -> None:

@@ -180,7 +180,11 @@ def check_host(host: str | None, config: ServerConfig) -> str | None:
         return None
     if host is None:
         return "missing Host header"
-    name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
+    name, colon, port = host.rpartition(":") if not host.endswith("]") else ("", "", "")
+    if not colon:
+        name = host
+    elif not (port.isascii() and port.isdigit() and int(port) <= 65535):
+        return "unexpected Host header"  # (127.0.0.1:abc, :PORT@evil.test: not a port)
     if host.lower() not in config.allowed_hosts and name.lower() not in config.allowed_hosts:
         return "unexpected Host header"
     return None
