@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import io
+from pathlib import Path
+
 import trio
 from hypothesis import given
 from hypothesis import strategies as st
 
+from ahp.server.download import Downloads, FileBody
 from ahp.server.http import (
+    MAX_BODY,
     HttpResponse,
     PlainRequest,
     Routes,
@@ -42,6 +47,23 @@ def test_an_answer_carries_the_base_headers_and_its_length() -> None:
         assert header in head
     assert body == b"ok\n"
     assert HttpResponse.text(200, "ok").encode(head_only=True) == head + b"\r\n\r\n"
+
+
+def test_a_streamed_answer_encodes_its_head_with_the_file_length(tmp_path: Path) -> None:
+    """A streamed body is never in the encoded answer (its sender sends it); its length,
+    not MAX_BODY, is the Content-Length; closing it gives its place back once."""
+    (tmp_path / "f").write_bytes(b"0123456789")
+    downloads = Downloads(limit=1)
+    assert downloads.take() and not downloads.take()
+    body = FileBody(io.FileIO(tmp_path / "f", "rb"), MAX_BODY + 1, release=downloads.give_back)
+    try:
+        raw = HttpResponse(200, streamed=body).encode()
+        assert raw.endswith(b"\r\n\r\n") and raw.startswith(b"HTTP/1.1 200 OK\r\n")
+        assert f"content-length: {MAX_BODY + 1}".encode() in raw
+    finally:
+        body.close()
+        body.close()
+    assert downloads.active == 0
 
 
 def test_a_route_header_replaces_the_base_one() -> None:

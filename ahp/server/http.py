@@ -9,7 +9,10 @@ is answered here and the connection closed; the upgrade path is unchanged.
 The pure part (:func:`plain_request`, :class:`HttpResponse`, :meth:`HttpResponse.encode`,
 :class:`Routes`) does no I/O. Buffering: the request head is the one
 :func:`ahp.server.upgrade.read_upgrade` already bounds (h11's 16 KiB); a request
-body is never read (``GET``/``HEAD`` only; anything else is 405). Every answer
+body is never read (``GET``/``HEAD`` only; anything else is 405). An answer's body
+is in memory (at most :data:`MAX_BODY`), or a file streamed after the head
+(:attr:`HttpResponse.streamed`, :mod:`ahp.server.download`: one chunk in memory at a
+time, whatever the file's size). Every answer
 closes its connection (``Connection: close``): a probe or a page load opens a
 new one, so no idle keep-alive connection holds a place.
 
@@ -23,11 +26,14 @@ required by ``/healthz`` and ``/readyz``, which reveal nothing but a word.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Final
+from typing import TYPE_CHECKING, Final
 from urllib.parse import urlsplit
 
 import attrs
 import h11
+
+if TYPE_CHECKING:
+    from ahp.server.download import FileBody
 
 __all__ = [
     "MAX_BODY",
@@ -38,7 +44,8 @@ __all__ = [
     "plain_request",
 ]
 
-#: Largest body a route may answer with (a recording, a page asset); larger is 500.
+#: Largest body a route may answer with from memory (a page asset, a listing); larger is
+#: 500. A streamed body (:attr:`HttpResponse.streamed`: a recording) is not held whole.
 MAX_BODY: Final = 64 * 1024 * 1024
 #: Headers every answer carries unless its route sets the same name.
 BASE_HEADERS: Final[tuple[tuple[str, str], ...]] = (
@@ -115,24 +122,33 @@ class HttpResponse:
     content_type: str = "text/plain; charset=utf-8"
     #: Extra headers (lower-case names); a name given here replaces the base header.
     headers: tuple[tuple[str, str], ...] = ()
+    #: A body sent from a file after the head, instead of ``body`` (its length is the
+    #: ``Content-Length``). The answer owns it: whoever takes the answer closes it
+    #: (:meth:`FileBody.close`), sent or not (:func:`ahp.server.websocket._answer_plain`).
+    streamed: FileBody | None = None
 
     @classmethod
     def text(cls, status: int, text: str) -> HttpResponse:
         return cls(status, (text + "\n").encode())
 
     def encode(self, *, head_only: bool = False) -> bytes:
-        """The whole answer: status line, headers, and the body unless ``head_only``."""
+        """The whole answer: status line, headers, and the body unless ``head_only``; the
+        head only for a streamed body (:attr:`streamed` sends it)."""
         body = self.body
         status = self.status
-        if len(body) > MAX_BODY:
+        length = len(body)
+        if self.streamed is not None:
+            length, head_only = self.streamed.length, True
+        elif len(body) > MAX_BODY:
             status, body = 500, b"answer too large\n"
+            length = len(body)
         own = {name for name, _ in self.headers}
         lines = [f"HTTP/1.1 {status} {_REASONS.get(status, 'Unknown')}"]
         lines += [f"{n}: {v}" for n, v in BASE_HEADERS if n not in own]
         lines += [f"{n}: {v}" for n, v in self.headers]
         if "content-type" not in own:
             lines.append(f"content-type: {self.content_type}")
-        lines += [f"content-length: {len(body)}", "connection: close", "", ""]
+        lines += [f"content-length: {length}", "connection: close", "", ""]
         head = "\r\n".join(lines).encode("latin-1")
         return head if head_only else head + body
 

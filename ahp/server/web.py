@@ -20,15 +20,20 @@ without a CORS preflight, which this server never grants.
 
 Buffering and ownership: the assets are read once, on first request, and kept (they are
 the package's own files, about 0.6 MB in all, bounded by :data:`MAX_ASSET_BYTES`); a
-recording is read whole per request, bounded by :data:`MAX_RECORDING_BYTES` (larger ones
-are listed but refused with 413), and the listing by :data:`MAX_RECORDINGS_LISTED`. The
-file reads run in Trio's worker threads (``trio.Path``), so a slow disk delays only the
-request that reads it.
+recording is never read whole: its answer owns the open file and streams it
+(:class:`~ahp.server.download.FileBody`: one :data:`~ahp.server.download.DOWNLOAD_CHUNK`
+in memory at a time, the file's size at open time as ``Content-Length``, as long as the
+client keeps taking it), at most :data:`~ahp.server.download.MAX_DOWNLOADS` at once per
+server (past it 503); a recording over :data:`MAX_RECORDING_BYTES` is listed but refused
+with 413 (the page would load it whole). The listing is bounded by
+:data:`MAX_RECORDINGS_LISTED`. The file reads run in Trio's worker threads
+(``trio.Path``, ``trio.to_thread``), so a slow disk delays only the request that reads it.
 """
 
 from __future__ import annotations
 
 import hmac
+import io
 import os
 import re
 import stat
@@ -38,7 +43,8 @@ from typing import Final
 import orjson
 import trio
 
-from ahp.server.http import MAX_BODY, HttpResponse, PlainRequest, Routes
+from ahp.server.download import Downloads, FileBody
+from ahp.server.http import HttpResponse, PlainRequest, Routes
 
 __all__ = [
     "BEARER_PROTOCOL_PREFIX",
@@ -68,8 +74,9 @@ MAX_RECORDINGS_LISTED: Final = 1000
 #: Directory entries looked at per listing at most (a directory of a million files costs
 #: one bounded scan); past it the listing says it is partial.
 MAX_RECORDINGS_SCANNED: Final = 10 * MAX_RECORDINGS_LISTED
-#: Largest recording served to the page (it is read into memory); larger is 413.
-MAX_RECORDING_BYTES: Final = min(MAX_BODY, 64 * 1024 * 1024)
+#: Largest recording served to the page, which loads it whole (asciinema-player); larger
+#: is 413. The server streams it (:mod:`ahp.server.download`): this bounds no memory here.
+MAX_RECORDING_BYTES: Final = 64 * 1024 * 1024
 #: A recording's name as the page may ask for it: a plain file name, no path.
 _RECORDING_NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,200}\.cast")
 #: Characters of a ``Host`` header copied into the policy (anything else: left out).
@@ -156,15 +163,24 @@ def _authorized(request: PlainRequest, token: str | None) -> bool:
     return hmac.compare_digest(auth[7:].strip().encode(), token.encode())
 
 
-def web_routes(*, token: str | None, record_dir: str | None = None, tls: bool = False) -> Routes:
+def web_routes(
+    *,
+    token: str | None,
+    record_dir: str | None = None,
+    tls: bool = False,
+    downloads: Downloads | None = None,
+) -> Routes:
     """``/`` (the page), ``/static/…`` (its files) and ``/api/recordings[/NAME]``.
 
     Args:
         token: the full access token; the recordings need it (``Authorization: Bearer``).
         record_dir: the directory of ``serve --record`` (None: no recordings listed).
         tls: whether the page is served over ``https`` (its WebSocket is then ``wss``).
+        downloads: the places of the recordings being sent (None: a new
+            :class:`~ahp.server.download.Downloads` of ``MAX_DOWNLOADS``).
     """
     assets = _Assets(STATIC_ROOT)
+    sending = downloads if downloads is not None else Downloads()
 
     async def page(request: PlainRequest) -> HttpResponse:
         body = await assets.get("index.html")
@@ -222,15 +238,25 @@ def web_routes(*, token: str | None, record_dir: str | None = None, tls: bool = 
         name = request.path.removeprefix("/api/recordings/")
         if record_dir is None or not _RECORDING_NAME.fullmatch(name):
             return HttpResponse.text(404, "no such recording")
-        outcome = await trio.to_thread.run_sync(_read_recording, os.path.join(record_dir, name))
+        if not sending.take():
+            return HttpResponse.text(
+                503, f"{sending.limit} recordings are being sent already: try again later"
+            )
+        try:
+            outcome = await trio.to_thread.run_sync(_open_recording, os.path.join(record_dir, name))
+        except BaseException:
+            sending.give_back()
+            raise
         if isinstance(outcome, HttpResponse):
+            sending.give_back()
             return outcome
-        data = outcome
+        file, size = outcome
+        # (No checkpoint from the open to the answer: its taker closes the file.)
         return HttpResponse(
             200,
-            data,
             content_type="application/x-asciicast; charset=utf-8",
             headers=_page_headers(request, tls),
+            streamed=FileBody(file, size, release=sending.give_back),
         )
 
     routes = Routes()
@@ -242,25 +268,32 @@ def web_routes(*, token: str | None, record_dir: str | None = None, tls: bool = 
     return routes
 
 
-def _read_recording(path: str) -> bytes | HttpResponse:
-    """The recording at ``path``, or the answer that refuses it: not a regular file (a
-    symbolic link, a FIFO: opened without following links, without blocking), missing,
-    or larger than :data:`MAX_RECORDING_BYTES`. Runs in a worker thread."""
+def _open_recording(path: str) -> tuple[io.FileIO, int] | HttpResponse:
+    """The recording at ``path`` opened, with its size now (what its answer sends), or
+    the answer that refuses it: not a regular file (a symbolic link, a FIFO: opened
+    without following links, without blocking), missing, or larger than
+    :data:`MAX_RECORDING_BYTES`. Runs in a worker thread; the caller owns the file."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return HttpResponse.text(404, "no such recording")
-    with os.fdopen(fd, "rb") as f:
-        info = os.fstat(f.fileno())
+    file = io.FileIO(fd, "rb", closefd=True)
+    try:
+        info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
+            file.close()
             return HttpResponse.text(404, "no such recording")
         if info.st_size > MAX_RECORDING_BYTES:
+            file.close()
             return HttpResponse.text(
                 413,
                 f"recording larger than {MAX_RECORDING_BYTES} bytes: play it with "
                 "ahp-terminals play",
             )
-        return f.read(MAX_RECORDING_BYTES)  # (if it grew since: cut at the bound)
+    except BaseException:
+        file.close()
+        raise
+    return file, info.st_size
 
 
 def _list_recordings(directory: str) -> tuple[list[dict[str, object]], bool]:

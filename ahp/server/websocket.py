@@ -39,7 +39,9 @@ missing or wrong (compared in constant time), when the request carries an
 the server is bound to loopback and ``Host`` names something else (DNS
 rebinding); a malformed one gets 400 (:func:`~ahp.server.upgrade.read_upgrade`).
 The token is never logged. Until authenticated, a connection is one of at most
-``max_pending`` and has one deadline for the whole phase; the accept loop backs
+``max_pending`` and has one deadline for the whole phase (a plain request's answer
+too, but for a streamed body, a recording: that is sent after the phase, for as long
+as the client keeps taking it, :mod:`ahp.server.download`); the accept loop backs
 off when out of fds, and lines about unauthenticated peers are rate-limited
 (:mod:`ahp.server.admission`).
 
@@ -80,6 +82,7 @@ from ahp.server.admission import (
     serve_listener,
 )
 from ahp.server.connection import REPLACED_CLOSE
+from ahp.server.download import FileBody
 from ahp.server.http import HttpResponse, PlainRequest, Routes
 from ahp.server.session import Session
 from ahp.server.state import ServerState
@@ -329,8 +332,13 @@ async def _reader(
 
 async def _answer_plain(
     stream: trio.abc.Stream, request: PlainRequest, config: ServerConfig, notes: RateLimitedLog
-) -> None:
-    """Answer a request without an upgrade (:mod:`ahp.server.http`); the caller closes."""
+) -> FileBody | None:
+    """Answer a request without an upgrade (:mod:`ahp.server.http`); the caller closes.
+
+    Returns the answer's streamed body when its head is sent and the body is still to
+    send (a ``GET`` of a recording): the caller owns it then, sends it after the
+    unauthenticated phase (:func:`_send_download`) and closes it. Every other streamed
+    body (a ``HEAD``, a head that could not be sent, a cancellation) is closed here."""
     refusal = check_host(request.host, config)
     if refusal is not None:
         notes.log(
@@ -345,8 +353,36 @@ async def _answer_plain(
         except Exception:
             log.exception("answering %s %s failed", request.method, request.path)
             response = HttpResponse.text(500, "internal error")
-    with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-        await stream.send_all(response.encode(head_only=request.method == "HEAD"))
+    body = response.streamed
+    try:
+        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+            await stream.send_all(response.encode(head_only=request.method == "HEAD"))
+            if body is not None and request.method != "HEAD":
+                taken, body = body, None
+                return taken
+        return None
+    finally:
+        if body is not None:
+            body.close()
+
+
+async def _send_download(stream: trio.abc.Stream, body: FileBody, notes: RateLimitedLog) -> None:
+    """Send a streamed answer's body (its head is out) and close it; the caller closes
+    the connection. No deadline but the progress rule of :mod:`ahp.server.download`."""
+    try:
+        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+            why = await body.send(stream)
+            if why is not None:
+                notes.log(
+                    "download",
+                    logging.INFO,
+                    "closed a download after %d of %d bytes: %s",
+                    body.sent,
+                    body.length,
+                    "the client took nothing" if why == "idle" else "the file shrank",
+                )
+    finally:
+        body.close()
 
 
 async def _authenticate(
@@ -356,16 +392,16 @@ async def _authenticate(
     audit: AuditLog | None = None,
     *,
     budget: InboundBudget | None = None,
-) -> tuple[ServerWebSocket, UpgradeRequest, bool] | None:
-    """Read and check the upgrade; the accepted connection, or None (answered and
-    closed: malformed, refused, a plain HTTP request, or the peer left), with whether it
-    is read-only."""
+) -> tuple[ServerWebSocket, UpgradeRequest, bool] | FileBody | None:
+    """Read and check the upgrade; the accepted connection, with whether it is
+    read-only; or a plain request's body still to send (its head is out; the caller
+    owns it: :func:`_answer_plain`); or None (answered and closed: malformed, refused,
+    a plain HTTP request, or the peer left)."""
     upgrade = await read_upgrade(stream, timeout=math.inf, note=_note_info(notes, audit))
     if upgrade is None:
         return None
     if isinstance(upgrade, PlainRequest):
-        await _answer_plain(stream, upgrade, config, notes)
-        return None
+        return await _answer_plain(stream, upgrade, config, notes)
     wsproto_conn, request = upgrade
     refusal, read_only = admit_upgrade(request, config)
     # A peer may hang up during the upgrade (even before our 403 body is out): that
@@ -420,19 +456,25 @@ async def _serve_one(
     # whole phase has one deadline; a newer connection may evict it (see admission).
     scope = trio.move_on_after(config.handshake_timeout)
     pending.admit(scope)
+    outcome: tuple[ServerWebSocket, UpgradeRequest, bool] | FileBody | None = None
     try:
         with scope:
-            ws, request, read_only = await _authenticate(
-                stream, config, notes, state.audit, budget=budget
-            ) or (None, None, False)
+            outcome = await _authenticate(stream, config, notes, state.audit, budget=budget)
     finally:
         pending.release(scope)
+    if isinstance(outcome, FileBody):
+        # A plain answer's head is out, its body (a recording) is still to send: no
+        # longer a pending connection nor under the phase's deadline, the download may
+        # take as long as the client keeps taking it (ahp.server.download).
+        await _send_download(stream, outcome, notes)
+        return
     if scope.cancelled_caught:
         why = "timed out" if trio.current_time() >= scope.deadline else "evicted by a newer one"
         notes.log("pending", logging.INFO, "unauthenticated connection %s", why)
         return
-    if ws is None or request is None:
+    if outcome is None:
         return
+    ws, request, read_only = outcome
     # The path only: the query may carry the token.
     log.debug("accepted a connection from %s to %s", request.remote, urlsplit(request.target).path)
     outbox = Outbox(max_bytes=config.outbox_bytes, track_in_flight=True, pool=state.responses)
