@@ -13,6 +13,7 @@ terminals, layered thinly over the agent-facing command API
 * :mod:`ahp.mcp.output` — what a tool call answers (pure);
 * :mod:`ahp.mcp.tracked` — the commands the tools keep, bounded (pure);
 * :mod:`ahp.mcp.toolbox` — what each tool does;
+* :mod:`ahp.mcp.screen` — the answers owed to stdin lines the SDK would drop (pure);
 * :mod:`ahp.mcp.stdio` / :mod:`ahp.mcp.server` — the SDK server, stdio, lifetime;
 * :mod:`ahp.mcp.command` — the ``mcp`` subcommand.
 

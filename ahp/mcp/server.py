@@ -22,6 +22,9 @@ Why this shape:
   while the client held stdin open. We keep the SDK's transport and pass it a
   Trio reader of stdin instead (see :mod:`ahp.mcp.stdio`); its stdout writer
   is the SDK's (a write blocks only if the client stops reading our answers).
+  The reader also answers the lines the SDK would drop without an answer (not
+  JSON, not a valid request, a lone surrogate: :mod:`ahp.mcp.screen`), through
+  the SDK's write stream.
 * **One engine, two audiences.** By default the process hosts its own engine
   (:func:`ahp.open_host`); ``--serve`` also serves that host over AHP so a
   person can ``python -m ahp attach`` to the terminal the agent is using, and
@@ -46,7 +49,7 @@ import attrs
 import trio
 
 from ahp.mcp.backend import Backend, ClientBackend, HostBackend
-from ahp.mcp.stdio import claim_stdin
+from ahp.mcp.stdio import ScreenedLines, claim_stdin
 from ahp.mcp.toolbox import Toolbox
 from ahp.mcp.tools import TOOLS, ToolSpec
 from ahp.version import __version__
@@ -185,11 +188,15 @@ async def serve_stdio(toolbox: Toolbox, *, structured: bool = False) -> None:
 
     server = build_server(toolbox, structured=structured)
     stdin = claim_stdin()
+    lines = ScreenedLines(stdin)
     try:
         # The SDK types its stdin as an anyio file; it only iterates it line by line.
-        async with stdio_server(stdin=stdin) as (read_stream, write_stream):  # type: ignore[arg-type]
+        async with stdio_server(stdin=lines) as (read_stream, write_stream):  # type: ignore[arg-type]
+            # Our answers to lines the SDK would drop go through its own writer.
+            lines.answer_into(write_stream.clone())
             await server.run(read_stream, write_stream, server.create_initialization_options())
     finally:
+        lines.close()
         stdin.release()
 
 
