@@ -273,6 +273,53 @@ async def test_ls_stops_showing_the_claim_of_a_client_gone_for_good() -> None:
         assert server.host.get("ahp-terminal:/held").state.claim == ahp.ClientClaim("")
 
 
+#: A clientId a hostile client can set: a title change (OSC 0), colours (CSI) and a
+#: clipboard write (OSC 52), plus a C1 CSI and a DEL.
+HOSTILE_ID = "evil\x1b]0;OWNED\x07\x1b[31mRED\x1b[0m\x1b]52;c;aGFja2Vk\x07\x9b2J\x7f"
+
+
+async def test_server_strings_reach_the_operator_without_control_characters() -> None:
+    """A clientId and a session claim's ids are whatever a client sent: ``ls`` (its
+    table, and with ``--host``) shows their control characters as ``\\xNN``, so
+    nothing reaches the operator's terminal that it would obey; ``--json`` keeps them
+    exact. (Terminal URIs cannot hold control characters: the server refuses them.)"""
+    from ahp.client import connect
+
+    async with (
+        served() as server,
+        connect(server.url, client_id=HOSTILE_ID, auto_reconnect=False) as evil,
+    ):
+        await evil.create_terminal("ahp-terminal:/held", name="held")
+        await server.host.create_terminal(
+            "ahp-terminal:/agent",
+            name="agent",
+            claim=ahp.SessionClaim(session="agent:/\x1b]0;T\x07", turnId="\x1b[2J"),
+        )
+        table = await cli("ls", server.url)
+        hosts = await cli("ls", "--host", server.url)
+        as_json = await cli("ls", server.url, "--json")
+    for done in (table, hosts):
+        assert done.returncode == 0, done.stderr
+        assert not any(c in done.stdout for c in "\x1b\x07\x9b\x7f"), repr(done.stdout)
+    shown = "client:evil\\x1b]0;OWNED\\x07\\x1b[31mRED\\x1b[0m\\x1b]52;c;aGFja2Vk\\x07\\x9b2J\\x7f"
+    rows = {line.split()[0]: line.split() for line in table.stdout.splitlines()[1:]}
+    assert rows["ahp-terminal:/held"] == ["ahp-terminal:/held", "held", shown, "running"]
+    assert rows["ahp-terminal:/agent"][2] == "session:agent:/\\x1b]0;T\\x07/\\x1b[2J"
+    assert shown in hosts.stdout
+    claims = {t["uri"]: t["claim"] for t in json.loads(as_json.stdout)}
+    assert claims["ahp-terminal:/held"] == {"kind": "client", "clientId": HOSTILE_ID}
+    assert claims["ahp-terminal:/agent"]["session"] == "agent:/\x1b]0;T\x07"
+
+
+def test_printable_shows_every_control_character() -> None:
+    from ahp.client.commands.common import printable
+
+    controls = "".join(map(chr, (*range(0x20), *range(0x7F, 0xA0))))
+    assert printable(controls) == "".join(f"\\x{ord(c):02x}" for c in controls)
+    assert printable("plain é 漢 😀 \u200b") == "plain é 漢 😀 \u200b"  # left as they are
+    assert printable("a\tb\r\nc") == "a\\x09b\\x0d\\x0ac"
+
+
 async def test_rm_closes_terminals_and_reports_unknown_ones() -> None:
     async with served() as server:
         host = server.host

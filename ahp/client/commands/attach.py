@@ -60,6 +60,7 @@ from ahp.client.commands.common import (
     hosts_from,
     main,
     open_client,
+    printable,
     resolve_target,
     terminal_uri,
 )
@@ -214,7 +215,7 @@ async def _ensure_terminal(
 def banner(uri: str, *, created: bool) -> str:
     """The line shown before the history: which terminal, and how to leave it."""
     how = "created and attached" if created else "attached"
-    return f"[ahp attach: {how} {uri}; Ctrl-] detaches, it keeps running]"
+    return f"[ahp attach: {how} {printable(uri)}; Ctrl-] detaches, it keeps running]"
 
 
 async def _show_history(
@@ -408,7 +409,7 @@ def run(args: argparse.Namespace) -> int:
                 )
                 async with open_local_terminal() as local:
                     outcome = await _session(client, uri, local, signals, created=created)
-        print(f"ahp attach: {outcome.message}", file=sys.stderr, flush=True)
+        print(f"ahp attach: {printable(outcome.message)}", file=sys.stderr, flush=True)
         return outcome.status
 
     return main("ahp attach", body)

@@ -12,6 +12,13 @@ unknown terminal, a lost connection — into one line on stderr and the command'
 failure status. Trio nurseries raise exception groups (strict mode), so the
 leaves of a group are examined, never its repr. Anything else is a bug and keeps
 its traceback.
+
+Printing what a server sent: every name, id, title, URI or message from a server
+that a command prints for a person (tables, status and error lines, not the
+terminal output it exists to show, nor ``--json``, whose escaping is safe) goes
+through :func:`printable`, which makes its control characters visible: a client
+can set a ``clientId`` or a terminal name holding ``ESC ] 52`` (write the
+clipboard), a title change or colours, and the operator's terminal would obey.
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ __all__ = [
     "hosts_from",
     "main",
     "open_client",
+    "printable",
     "resolve_target",
     "terminal_uri",
 ]
@@ -49,6 +57,20 @@ _URL_HINT: Final = (
     "expected ws://HOST:PORT/?tkn=TOKEN or ws+unix://PATH:/?tkn=TOKEN, as printed by "
     "`python -m ahp serve`"
 )
+
+
+#: Control characters (C0, DEL, C1) and how :func:`printable` shows them: ``\\xNN``.
+_CONTROLS: Final = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0))}
+
+
+def printable(text: str) -> str:
+    """``text`` safe to print on a person's terminal: every control character (C0, DEL,
+    C1: escape sequences, BEL, carriage return, newline, tab) shown as ``\\xNN``, so a
+    name from a server can neither drive the terminal nor break a table's line. One
+    C-speed scan when there is none (the common case)."""
+    if text.isprintable():
+        return text
+    return text.translate(_CONTROLS)
 
 
 class CommandFailed(Exception):
@@ -179,6 +201,6 @@ def main(prog: str, body: Callable[[], Awaitable[int]], *, failure: int = 1) -> 
         for leaf in leaves:
             line = _describe(leaf)
             if line is not None:
-                print(f"{prog}: {line}", file=sys.stderr, flush=True)
+                print(f"{prog}: {printable(line)}", file=sys.stderr, flush=True)
                 return failure
         raise

@@ -33,6 +33,7 @@ from ahp.client.commands.common import (
     add_connection_arguments,
     main,
     open_client,
+    printable,
     resolve_target,
 )
 
@@ -130,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
         if result.timed_out:
             print(f"ahp exec: timed out after {args.timeout:g} s", file=sys.stderr)
         elif result.signal is not None:
-            print(f"ahp exec: killed by {result.signal}", file=sys.stderr)
+            print(f"ahp exec: killed by {printable(result.signal)}", file=sys.stderr)
         return exec_status(result.exit_code, result.signal, result.timed_out)
 
     return main("ahp exec", body, failure=FAILED)

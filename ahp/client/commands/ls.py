@@ -25,6 +25,7 @@ from ahp.client.commands.common import (
     hosts_from,
     main,
     open_client,
+    printable,
     resolve_target,
 )
 from ahp.protocol.state import ClientClaim, TerminalClaim, TerminalInfo
@@ -73,11 +74,13 @@ def _status(info: TerminalInfo) -> str:
 
 def format_table(terminals: tuple[TerminalInfo, ...], hosts: tuple[str, ...] | None = None) -> str:
     """The catalogue as aligned columns, with a header line; with ``hosts`` (one per
-    terminal), a HOST column first."""
+    terminal), a HOST column first. Every cell goes through :func:`printable` (a
+    clientId, a title or a URI is whatever a client sent)."""
     rows: list[tuple[str, ...]] = [("URI", "TITLE", "CLAIM", "STATUS")]
     rows += [(t.resource, t.title, claim_text(t.claim), _status(t)) for t in terminals]
     if hosts is not None:
         rows = [(host, *row) for host, row in zip(("HOST", *hosts), rows, strict=True)]
+    rows = [tuple(printable(cell) for cell in row) for row in rows]  # the server's strings
     last = len(rows[0]) - 1
     widths = [max(len(row[i]) for row in rows) for i in range(last)]
     return "\n".join(
@@ -123,7 +126,7 @@ def _list_hosts(urls: list[str], token: str | None, as_json: bool) -> int:
         else:
             print(format_table(tuple(t.info for t in found), tuple(t.host for t in found)))
         for host, why in down.items():
-            print(f"ahp ls: {host}: {why}", file=sys.stderr)
+            print(f"ahp ls: {printable(host)}: {printable(why)}", file=sys.stderr)
         return 1 if down else 0
 
     return main("ahp ls", body)

@@ -21,6 +21,7 @@ from ahp.client.commands.common import (
     add_connection_arguments,
     main,
     open_client,
+    printable,
     resolve_target,
     terminal_uri,
 )
@@ -64,9 +65,11 @@ def run(args: argparse.Namespace) -> int:
                 except RpcError as exc:
                     status = 1
                     why = "no such terminal" if exc.code == ErrorCode.NOT_FOUND else exc.message
-                    print(f"ahp rm: {uri}: {why}", file=sys.stderr, flush=True)
+                    print(
+                        f"ahp rm: {printable(uri)}: {printable(why)}", file=sys.stderr, flush=True
+                    )
                 else:
-                    print(f"closed {uri}", flush=True)
+                    print(f"closed {printable(uri)}", flush=True)
         return status
 
     return main("ahp rm", body)

@@ -56,6 +56,7 @@ from ahp.client.commands.common import (
     CommandFailed,
     main,
     open_client,
+    printable,
     resolve_target,
     terminal_uri,
 )
@@ -372,13 +373,13 @@ def run(args: argparse.Namespace) -> int:
             )
             print(json.dumps(shown.to_json(), indent=2))
         if result.status == "refused":
-            print(f"ahp run: refused: {result.note}", file=sys.stderr)
+            print(f"ahp run: refused: {printable(result.note)}", file=sys.stderr)
         elif result.timed_out:
             print(f"ahp run: timed out after {args.timeout:g} s", file=sys.stderr)
         elif result.waiting_for_input:
             print("ahp run: the command is waiting for input", file=sys.stderr)
         elif result.status == "lost":
-            print(f"ahp run: lost: {result.note}", file=sys.stderr)
+            print(f"ahp run: lost: {printable(result.note)}", file=sys.stderr)
         elif result.exit_code is None:
             print("ahp run: the command's exit code is unknown", file=sys.stderr)
         return exit_status(result)
