@@ -28,7 +28,7 @@ from __future__ import annotations
 import sys
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Final
+from typing import Any, Final
 
 from ahp.protocol.actions import (
     ActionEnvelope,
@@ -157,13 +157,26 @@ class Published:
         use, once for every subscriber)."""
         frame = self._frame
         if frame is None:
-            frame = dumps_utf8(
-                {
-                    "jsonrpc": "2.0",
-                    "method": "action",
-                    "params": unstructure(self.envelope, ActionEnvelope),
+            envelope = self.envelope
+            action = envelope.action
+            cls = action.__class__
+            params: dict[str, Any]
+            if (cls is TerminalData or cls is TerminalInput) and envelope.rejectionReason is None:
+                # The keystroke's two envelopes (its echo, its output) and every output
+                # batch, built by hand: the converter's bytes (``tests/test_envelopes``)
+                # at a third of its cost (0.9 us against 2.9 for an echo, warm).
+                assert isinstance(action, TerminalData | TerminalInput)
+                params = {
+                    "channel": envelope.channel,
+                    "action": {"data": action.data, "type": action.TYPE},
+                    "serverSeq": envelope.serverSeq,
                 }
-            )
+                origin = envelope.origin
+                if origin is not None:
+                    params["origin"] = {"clientId": origin.clientId, "clientSeq": origin.clientSeq}
+            else:
+                params = unstructure(envelope, ActionEnvelope)
+            frame = dumps_utf8({"jsonrpc": "2.0", "method": "action", "params": params})
             self._frame = frame
         return frame
 
