@@ -321,3 +321,22 @@ async def test_a_full_screen_program_is_seen_and_driven_with_keys(tmp_path: Path
         )
         assert facts(done)["status"] == "finished", _text(done)
         assert "used the full-screen (alternate) display" in _text(done)
+
+
+async def test_a_shell_killed_by_a_signal_is_exited_not_busy(tmp_path: Path) -> None:
+    """A shell killed by a signal has no exit code: its terminal used to stay "busy" for
+    good (its last command part open), every later run_command refused, the default
+    terminal moved to main-2, interrupt "sent Ctrl-C" to nobody. It is exited: the next
+    run_command there starts a new shell."""
+    async with mcp_session(tmp_path) as session:
+        gone = await _call(session, "run_command", command="kill -9 $$", terminal="sig")
+        assert facts(gone)["status"] == "shell_exited", _text(gone)
+        listed = await _call(session, "list_terminals")
+        assert terminal_rows(listed)["sig"]["state"] == "exited", _text(listed)
+        stopped = await _call(session, "interrupt", terminal="sig")
+        assert "no running shell" in _text(stopped), _text(stopped)
+        back = await _call(session, "run_command", command="echo back", terminal="sig")
+        assert facts(back)["exit_code"] == 0, _text(back)
+        await _call(session, "run_command", command="kill -KILL $$")  # the default one
+        again = await _call(session, "run_command", command="echo same-terminal")
+        assert facts(again)["exit_code"] == 0 and facts(again)["terminal"] == "main", _text(again)

@@ -65,7 +65,7 @@ from ahp.mcp.tools import (
     tool,
 )
 from ahp.mcp.tracked import CommandTable, Tracked
-from ahp.protocol.state import CommandPart, TerminalState
+from ahp.protocol.state import CommandPart, TerminalInfo, TerminalState
 
 if TYPE_CHECKING:
     from ahp.agent.screen import ScreenModel
@@ -98,6 +98,11 @@ MAX_SCREEN_COLS: Final = 500
 MAX_SCREEN_ROWS: Final = 200
 #: Capped screen models kept (one per terminal read over the cap, oldest dropped).
 MAX_CAPPED_SCREENS: Final = 4
+
+
+def _gone(info: TerminalInfo) -> bool:
+    """The terminal's process has exited, with an exit code or killed by a signal."""
+    return info.exited or info.exitCode is not None
 
 
 def _foreign_busy(backend: Backend, uri: str) -> bool:
@@ -183,9 +188,13 @@ class Toolbox:
         )
 
     def _exited(self, uri: str) -> bool:
-        return any(i.resource == uri and i.exitCode is not None for i in self.backend.list())
+        """Whether the terminal's shell has exited (a shell killed by a signal has no exit
+        code: ``exited`` says so)."""
+        return any(i.resource == uri and _gone(i) for i in self.backend.list())
 
     def _busy(self, uri: str) -> bool:
+        if self._exited(uri):
+            return False  # (a shell killed mid-command leaves its command part open)
         return (
             uri in self._starting
             or self.commands.running_in(uri) is not None
@@ -434,6 +443,11 @@ class Toolbox:
         if tracked is None or tracked.handle is None or tracked.handle.done:
             if tracked is not None and args["command_id"] is not None:
                 return self._follow_up(tracked.result(), tracked)
+            if self._exited(uri):
+                return ToolOutput(
+                    f"terminal {display_name(uri)!r} has no running shell (it exited): nothing "
+                    "to interrupt; run_command there starts a new one"
+                )
             terminal = await self.backend.terminal(uri)
             await terminal.interrupt()
             return ToolOutput(f"sent Ctrl-C to terminal {display_name(uri)!r}")
@@ -454,7 +468,7 @@ class Toolbox:
             uri = info.resource
             state = self.backend.state(uri)
             running = self.commands.running_in(uri)
-            if info.exitCode is not None:
+            if _gone(info):
                 kind = "exited"
             elif self._busy(uri):
                 kind = "busy"
