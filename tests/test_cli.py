@@ -8,6 +8,7 @@ an absolute deadline (there is no other way to read tmux).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -22,13 +23,18 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import attrs
+import orjson
 import pytest
 import trio
+import trio_websocket
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import ahp
-from ahp.client.commands.run import printed_output, split_options
+from ahp.agent import INTERRUPT_GRACE
+from ahp.client.commands.common import REQUEST_TIMEOUT
+from ahp.client.commands.run import HARD_TIMEOUT_MARGIN, printed_output, split_options
+from ahp.client.connection import ClientError, connect
 from ahp.engine import Host
 from ahp.server import ServeOptions, serve_host
 from ahp.server.app import SERVE_CHILD_NICE
@@ -380,6 +386,47 @@ async def test_run_in_a_named_terminal_and_timeout() -> None:
     assert slow.returncode == 124, slow
     assert slow.stdout.startswith("started\n")  # (then the tty echoes ^C)
     assert "timed out" in one_line_error(slow)
+
+
+async def test_run_timeout_is_a_hard_limit_when_the_command_ignores_ctrl_c() -> None:
+    """``run --timeout 1`` of a command that ignores Ctrl-C waited as long as the command
+    did (100 s for ``trap "" INT; sleep 100``); it now stops waiting after the timeout,
+    the Ctrl-C grace and HARD_TIMEOUT_MARGIN, exits 124 and closes its terminal (which
+    ends the command)."""
+    async with served() as server:
+        started = trio.current_time()
+        done = await cli("run", server.url, "--timeout", "1", "--", 'trap "" INT; sleep 100')
+        took = trio.current_time() - started
+        assert not server.host.terminals  # disposed: the sleep is gone with it
+    assert done.returncode == 124, done
+    assert "ignored Ctrl-C" in one_line_error(done)
+    assert took < 1 + INTERRUPT_GRACE + HARD_TIMEOUT_MARGIN + PROCESS_TIMEOUT / 2
+
+
+async def test_a_server_that_answers_no_request_ends_the_command() -> None:
+    """A server that answers ``initialize`` and then nothing held ``run``, ``exec`` and
+    ``rm`` for good; each request now waits at most REQUEST_TIMEOUT (patched small in
+    the library's client here: the CLI passes its own) and fails with a clear error."""
+
+    async def mute(request: trio_websocket.WebSocketRequest) -> None:
+        ws = await request.accept()
+        with contextlib.suppress(trio_websocket.ConnectionClosed):
+            while True:
+                message = orjson.loads(await ws.get_message())
+                if message.get("method") == "initialize":
+                    result = {"protocolVersion": "0.5.0", "serverSeq": 0, "snapshots": []}
+                    await ws.send_message(
+                        orjson.dumps({"jsonrpc": "2.0", "id": message["id"], "result": result})
+                    )
+
+    async with trio.open_nursery() as nursery:
+        server = await nursery.start(trio_websocket.serve_websocket, mute, "127.0.0.1", 0, None)
+        port = server.port
+        async with connect(f"ws://127.0.0.1:{port}/", request_timeout=0.3) as client:
+            with pytest.raises(ClientError, match=r"no answer to 'createTerminal' within 0\.3 s"):
+                await client.create_terminal("ahp-terminal:/mute")
+        nursery.cancel_scope.cancel()
+    assert REQUEST_TIMEOUT <= 60  # (the CLI's bound: a command fails in bounded time)
 
 
 async def test_run_exits_with_the_shell_s_exit_code() -> None:

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import math
 import secrets
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
@@ -123,7 +124,11 @@ class Client:
         connect_timeout: float = CONNECT_TIMEOUT,
         protocol_versions: Sequence[str] = PROTOCOL_VERSIONS,
         reconnect_form: ReconnectForm = "watermark",
+        request_timeout: float | None = None,
     ) -> None:
+        #: Seconds a request may wait for its answer (None: as long as the caller's
+        #: cancel scope lets it); past it :meth:`request` raises :class:`ClientError`.
+        self.request_timeout = request_timeout
         #: The protocol side (ids, mirrors, handshake, decisions).
         self.session = ClientSession(
             client_id,
@@ -310,12 +315,16 @@ class Client:
         done = trio.Event()
         slot: list[Answer | ConnectionLost] = []
         self._waiting[msg_id] = (done, slot)
+        timeout = self.request_timeout
         try:
-            try:
-                await transport.send(frame)
-            except ConnectionClosed:
-                raise ConnectionLost("connection closed") from None
-            await done.wait()
+            with trio.fail_after(math.inf if timeout is None else timeout):
+                try:
+                    await transport.send(frame)
+                except ConnectionClosed:
+                    raise ConnectionLost("connection closed") from None
+                await done.wait()
+        except trio.TooSlowError:
+            raise ClientError(f"no answer to {method!r} within {timeout:g} s") from None
         finally:
             self._waiting.pop(msg_id, None)
             self.session.awaiting.discard(msg_id)
@@ -566,13 +575,15 @@ async def connect(
     connect_timeout: float = CONNECT_TIMEOUT,
     protocol_versions: Sequence[str] = PROTOCOL_VERSIONS,
     reconnect_form: ReconnectForm = "watermark",
+    request_timeout: float | None = None,
 ) -> AsyncIterator[Client]:
     """Connect, ``initialize`` (subscribed to the root channel) and yield the client.
 
     ``url`` is ``ws://``, ``wss://`` (verified with ``ssl_context``, by default the
     system's CAs) or ``ws+unix://PATH:/``; opening it (TCP, TLS, the upgrade) may
     take ``connect_timeout`` seconds and ``initialize`` as long again, each
-    reconnect too. Raises :class:`ClientError` with one
+    reconnect too; every later request ``request_timeout`` seconds (None: unbounded, the
+    caller's cancel scope decides). Raises :class:`ClientError` with one
     clear message when the server cannot be reached, its certificate does not
     verify, or it refuses the connection (wrong token: HTTP 403).
     """
@@ -586,6 +597,7 @@ async def connect(
         connect_timeout=connect_timeout,
         protocol_versions=protocol_versions,
         reconnect_form=reconnect_form,
+        request_timeout=request_timeout,
     )
     setup_error: ClientError | None = None
     async with trio.open_nursery() as nursery:

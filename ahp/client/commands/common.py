@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CONNECT_TIMEOUT",
+    "REQUEST_TIMEOUT",
     "CommandFailed",
     "add_connection_arguments",
     "add_hosts_argument",
@@ -53,6 +54,11 @@ __all__ = [
 
 #: Seconds allowed for TCP connect + WebSocket upgrade + ``initialize``.
 CONNECT_TIMEOUT: Final = 15.0
+#: Seconds a command's request (create, subscribe, dispose, exec...) may wait for its
+#: answer: a server that answers ``initialize`` and then nothing ends the command with
+#: an error instead of holding it forever. Waiting for a command to finish is not a
+#: request and is not bounded by this.
+REQUEST_TIMEOUT: Final = 30.0
 _URL_HINT: Final = (
     "expected ws://HOST:PORT/?tkn=TOKEN or ws+unix://PATH:/?tkn=TOKEN, as printed by "
     "`python -m ahp serve`"
@@ -149,10 +155,17 @@ async def open_client(
     url: str, token: str | None, *, timeout: float = CONNECT_TIMEOUT
 ) -> AsyncIterator[Client]:
     """:func:`ahp.client.connect` without auto-reconnect; connecting and its
-    handshake are each bounded by ``timeout`` (a :class:`ClientError` past it)."""
+    handshake are each bounded by ``timeout``, every request by
+    :data:`REQUEST_TIMEOUT` (a :class:`ClientError` past either)."""
     from ahp.client.connection import connect
 
-    async with connect(url, token=token, auto_reconnect=False, connect_timeout=timeout) as client:
+    async with connect(
+        url,
+        token=token,
+        auto_reconnect=False,
+        connect_timeout=timeout,
+        request_timeout=REQUEST_TIMEOUT,
+    ) as client:
         yield client
 
 

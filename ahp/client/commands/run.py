@@ -38,6 +38,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import math
 import os
 import secrets
 import shlex
@@ -49,7 +50,14 @@ from typing import TYPE_CHECKING, Final
 import attrs
 import trio
 
-from ahp.agent import DEFAULT_MAX_OUTPUT, CommandHandle, CommandResult, RunOptions, run_command
+from ahp.agent import (
+    DEFAULT_MAX_OUTPUT,
+    INTERRUPT_GRACE,
+    CommandHandle,
+    CommandResult,
+    RunOptions,
+    run_command,
+)
 from ahp.agent.budget import RETAINED_OUTPUT_BYTES
 from ahp.agent.surface import CANCEL_INTERRUPT_TIMEOUT
 from ahp.client.commands.common import (
@@ -77,6 +85,11 @@ __all__ = [
 ]
 
 TIMED_OUT: Final = 124
+#: Seconds ``run --timeout S`` waits past S plus the command's Ctrl-C grace
+#: (:data:`ahp.agent.INTERRUPT_GRACE`) before it stops waiting for a command that
+#: ignores Ctrl-C (``trap "" INT``, a stopped job): it exits 124 then, closing the
+#: terminal it created (which ends the command).
+HARD_TIMEOUT_MARGIN: Final = 2.0
 FAILED: Final = 125
 #: Bound on disposing the terminal created for the command.
 DISPOSE_TIMEOUT: Final = 10.0
@@ -343,6 +356,13 @@ def run(args: argparse.Namespace) -> int:
         with trio.open_signal_receiver(*STOP_SIGNALS) as signals:
             async with open_client(url, token) as client:
                 result, stopped_by = await _run_in(client, line, signals, printer)
+        if result is None and stopped_by is None:  # (the hard limit: see HARD_TIMEOUT_MARGIN)
+            what = "its terminal was closed" if args.terminal is None else "it still runs"
+            note = f"timed out after {args.timeout:g} s; the command ignored Ctrl-C: {what}"
+            if args.json:
+                print(json.dumps({"status": "timed_out", "exit_code": None, "note": note}))
+            print(f"ahp run: {note}", file=sys.stderr)
+            return TIMED_OUT
         if stopped_by is not None:
             name = signal.Signals(stopped_by).name
             print(f"ahp run: {name}: the command was interrupted", file=sys.stderr)
@@ -387,9 +407,10 @@ def run(args: argparse.Namespace) -> int:
     async def _run_in(
         client: Client, line: str, signals: AsyncIterator[int], printer: OutputPrinter | None
     ) -> tuple[CommandResult | None, int | None]:
-        """``(result, None)``, or ``(None, signum)`` when a stop signal ended it first.
-        With ``printer``, the output is printed as it comes (and what came, at the end
-        or on a signal, before returning)."""
+        """``(result, None)``, or ``(None, signum)`` when a stop signal ended it first,
+        or ``(None, None)`` when the command outlived ``--timeout`` and its Ctrl-C grace
+        (:data:`HARD_TIMEOUT_MARGIN`). With ``printer``, the output is printed as it
+        comes (and what came, at the end or on a signal, before returning)."""
         from ahp.client.connection import RpcError
         from ahp.protocol.jsonrpc import ErrorCode
 
@@ -410,37 +431,41 @@ def run(args: argparse.Namespace) -> int:
             created = True
         result: CommandResult | None = None
         stopped_by: int | None = None
+        hard = math.inf
+        if args.timeout is not None:
+            hard = trio.current_time() + args.timeout + INTERRUPT_GRACE + HARD_TIMEOUT_MARGIN
         try:
-            async with trio.open_nursery() as nursery:
+            with trio.CancelScope(deadline=hard):  # (the hard limit: HARD_TIMEOUT_MARGIN)
+                async with trio.open_nursery() as nursery:
 
-                async def watch() -> None:
-                    await client.wait_for(lambda: not client.connected)
-                    raise CommandFailed("connection lost while the command ran")
+                    async def watch() -> None:
+                        await client.wait_for(lambda: not client.connected)
+                        raise CommandFailed("connection lost while the command ran")
 
-                async def stop_on_signal() -> None:
-                    nonlocal stopped_by
-                    async for signum in signals:
-                        stopped_by = signum
-                        # Cancelling run_command interrupts the command (Ctrl-C).
-                        nursery.cancel_scope.cancel()
-                        return
+                    async def stop_on_signal() -> None:
+                        nonlocal stopped_by
+                        async for signum in signals:
+                            stopped_by = signum
+                            # Cancelling run_command interrupts the command (Ctrl-C).
+                            nursery.cancel_scope.cancel()
+                            return
 
-                nursery.start_soon(watch)
-                nursery.start_soon(stop_on_signal)
-                options = RunOptions(
-                    timeout=args.timeout,
-                    max_output_bytes=min(args.max_output_bytes * RAW_FACTOR, MAX_BUDGET),
-                )
-                if printer is None:
-                    result = await run_command(client.terminal(uri), line, options)
-                else:
-                    handle = await client.terminal(uri).start(line, options)
-                    try:
-                        result = await _stream(handle, printer)
-                    finally:
-                        printer.feed(handle.read_settled(final=True))
-                        printer.close()
-                nursery.cancel_scope.cancel()
+                    nursery.start_soon(watch)
+                    nursery.start_soon(stop_on_signal)
+                    options = RunOptions(
+                        timeout=args.timeout,
+                        max_output_bytes=min(args.max_output_bytes * RAW_FACTOR, MAX_BUDGET),
+                    )
+                    if printer is None:
+                        result = await run_command(client.terminal(uri), line, options)
+                    else:
+                        handle = await client.terminal(uri).start(line, options)
+                        try:
+                            result = await _stream(handle, printer)
+                        finally:
+                            printer.feed(handle.read_settled(final=True))
+                            printer.close()
+                    nursery.cancel_scope.cancel()
         finally:
             if created and client.connected:
                 with trio.CancelScope(shield=True), trio.move_on_after(DISPOSE_TIMEOUT):
