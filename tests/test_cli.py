@@ -1151,3 +1151,23 @@ async def test_watcher_example_prints_finished_commands() -> None:
     # ms after bash printed it (a loaded machine), which shortens what a 0.2 s sleep
     # shows (199 ms once in a suite run).
     assert int(second[2].removesuffix(" ms")) >= 150
+
+
+async def test_an_unreadable_answer_to_initialize_is_named() -> None:
+    """A server answering ``initialize`` with what is not JSON-RPC made the client wait
+    out its connect timeout and say only "no answer to initialize": it now says what
+    came instead."""
+
+    async def garbled(request: trio_websocket.WebSocketRequest) -> None:
+        ws = await request.accept()
+        with contextlib.suppress(trio_websocket.ConnectionClosed):
+            await ws.get_message()
+            await ws.send_message("this is not json")
+            await ws.get_message()
+
+    async with trio.open_nursery() as nursery:
+        server = await nursery.start(trio_websocket.serve_websocket, garbled, "127.0.0.1", 0, None)
+        with pytest.raises(ClientError, match="could not be read: malformed frame"):
+            async with connect(f"ws://127.0.0.1:{server.port}/", connect_timeout=0.5):
+                pass
+        nursery.cancel_scope.cancel()

@@ -38,7 +38,7 @@ import secrets
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, Unpack
+from typing import Any, Final, Unpack
 from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
 
 import trio
@@ -56,6 +56,7 @@ from ahp.client.session import (
     Answer,
     Applied,
     ClientSession,
+    Ignored,
     ReconnectForm,
     reconnect_delay,
 )
@@ -76,6 +77,7 @@ from ahp.version import __version__
 
 __all__ = [
     "CONNECT_TIMEOUT",
+    "MALFORMED_SHOWN",
     "MAX_MESSAGE_SIZE",
     "PROTOCOL_VERSIONS",
     "RECEIVE_BUFFER",
@@ -89,6 +91,9 @@ __all__ = [
 ]
 
 log = logging.getLogger("ahp.client")
+
+#: Characters of a refused frame's reason kept for the error that ends a wait.
+MALFORMED_SHOWN: Final = 200
 
 
 def with_token(url: str, token: str | None) -> str:
@@ -126,6 +131,9 @@ class Client:
         reconnect_form: ReconnectForm = "watermark",
         request_timeout: float | None = None,
     ) -> None:
+        #: Why the last frame that could not be used was refused (cut at
+        #: :data:`MALFORMED_SHOWN`): an error that ends a wait says what came instead.
+        self.last_malformed: str | None = None
         #: Seconds a request may wait for its answer (None: as long as the caller's
         #: cancel scope lets it); past it :meth:`request` raises :class:`ClientError`.
         self.request_timeout = request_timeout
@@ -436,6 +444,7 @@ class Client:
                 waiter[0].set()
         elif event.why.startswith("malformed"):
             log.warning("ignored a %s", event.why)
+            self.last_malformed = event.why[:MALFORMED_SHOWN]
 
     # -- connection ----------------------------------------------------------------------------
 
@@ -456,6 +465,8 @@ class Client:
                 if event.error is not None:
                     raise _rpc_error(event.error)
                 return event.result
+            elif isinstance(event, Ignored) and event.why.startswith("malformed"):
+                self.last_malformed = event.why[:MALFORMED_SHOWN]
 
     async def _initialize(self, transport: Transport, subscriptions: Sequence[str]) -> None:
         self._transport = transport
@@ -630,7 +641,11 @@ async def connect(
         except ConnectionClosed as exc:
             setup_error = ClientError(f"the server closed the connection: {exc.reason}")
         except trio.TooSlowError:
-            setup_error = ClientError(f"no answer to initialize within {connect_timeout:g} s")
+            came = client.last_malformed
+            setup_error = ClientError(
+                f"no answer to initialize within {connect_timeout:g} s"
+                + (f" (the server sent what could not be read: {came})" if came else "")
+            )
         else:
             client._nursery = nursery
             nursery.start_soon(client._run, nursery, transport)
