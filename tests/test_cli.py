@@ -32,9 +32,10 @@ from hypothesis import strategies as st
 
 import ahp
 from ahp.agent import INTERRUPT_GRACE
-from ahp.client.commands.common import REQUEST_TIMEOUT
+from ahp.client.commands.common import MAX_ERROR_LINE, REQUEST_TIMEOUT
+from ahp.client.commands.common import main as cli_main
 from ahp.client.commands.run import HARD_TIMEOUT_MARGIN, printed_output, split_options
-from ahp.client.connection import ClientError, connect
+from ahp.client.connection import ClientError, RpcError, connect
 from ahp.engine import Host
 from ahp.server import ServeOptions, serve_host
 from ahp.server.app import SERVE_CHILD_NICE
@@ -1171,3 +1172,16 @@ async def test_an_unreadable_answer_to_initialize_is_named() -> None:
             async with connect(f"ws://127.0.0.1:{server.port}/", connect_timeout=0.5):
                 pass
         nursery.cancel_scope.cancel()
+
+
+def test_a_servers_huge_error_message_is_cut(capsys: pytest.CaptureFixture[str]) -> None:
+    """A server's error message is printed on one line of at most MAX_ERROR_LINE
+    characters, its length said (a 10 MB message was printed whole)."""
+
+    async def refused() -> int:
+        raise RpcError(-32009, "\x1b[31mno" + "o" * 10_000_000)
+
+    assert cli_main("ahp rm", refused) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and len(err) < MAX_ERROR_LINE + 200, len(err)
+    assert "characters)" in err and "\x1b" not in err

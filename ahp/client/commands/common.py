@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CONNECT_TIMEOUT",
+    "MAX_ERROR_LINE",
     "REQUEST_TIMEOUT",
     "CommandFailed",
     "add_connection_arguments",
@@ -54,6 +55,9 @@ __all__ = [
 
 #: Seconds allowed for TCP connect + WebSocket upgrade + ``initialize``.
 CONNECT_TIMEOUT: Final = 15.0
+#: Characters of an error line printed (a server's error message is its own choice:
+#: a 10 MB one was printed whole); the rest is counted.
+MAX_ERROR_LINE: Final = 2000
 #: Seconds a command's request (create, subscribe, dispose, exec...) may wait for its
 #: answer: a server that answers ``initialize`` and then nothing ends the command with
 #: an error instead of holding it forever. Waiting for a command to finish is not a
@@ -214,6 +218,8 @@ def main(prog: str, body: Callable[[], Awaitable[int]], *, failure: int = 1) -> 
         for leaf in leaves:
             line = _describe(leaf)
             if line is not None:
+                if len(line) > MAX_ERROR_LINE:  # (a server's message: it chose its length)
+                    line = f"{line[:MAX_ERROR_LINE]}… ({len(line)} characters)"
                 print(f"{prog}: {printable(line)}", file=sys.stderr, flush=True)
                 return failure
         raise
