@@ -5,6 +5,7 @@ Every test runs a real server on 127.0.0.1 port 0 and real WebSocket peers.
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import time
@@ -108,6 +109,26 @@ async def test_ids_echoed_exactly_and_list_sessions() -> None:
             }
         answer = await p.call("createSession", {"channel": ROOT})
         assert answer["error"]["code"] == -32601
+
+
+async def test_ids_beyond_64_bits_are_echoed_as_written() -> None:
+    # orjson reads these integers as floats; the answer must carry the integer sent.
+    async with running_server() as server, peer(server.url) as p:
+        await p.initialize("c1")
+        for written in ["18446744073709551616", "-9223372036854775809", "1" + "0" * 40]:
+            await p.send('{"jsonrpc":"2.0","id":' + written + ',"method":"ping","params":{}}')
+            with trio.fail_after(TIMEOUT):
+                frame = await p.ws.get_message()
+            assert json.loads(frame) == {"jsonrpc": "2.0", "id": int(written), "result": None}
+            # ...also when the request is answered with an error.
+            await p.send('{"jsonrpc":"2.0","id":' + written + ',"method":"nope"}')
+            with trio.fail_after(TIMEOUT):
+                frame = await p.ws.get_message()
+            assert json.loads(frame)["id"] == int(written)
+            assert json.loads(frame)["error"]["code"] == -32601
+        # A float id stays the float sent.
+        await p.send('{"jsonrpc":"2.0","id":1.5e300,"method":"ping"}')
+        assert (await p.recv())["id"] == 1.5e300
 
 
 async def test_binary_frames_are_utf8_json() -> None:

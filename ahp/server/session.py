@@ -41,9 +41,12 @@ is over its limit; the wait ends with the connection's cancellation.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
+
+import orjson
 
 from ahp.protocol.codec import ProtocolError, decode_json, decode_message
 from ahp.protocol.dialect import SUPPORTED_VERSIONS, negotiate
@@ -112,6 +115,27 @@ def _parse(frame: str | bytes, *, checked: bool = False) -> dict[str, Any]:
     return data
 
 
+def _inexact(msg_id: object) -> bool:
+    """Whether ``msg_id`` may be an integer too big for 64 bits, read as a float (orjson
+    reads only those integers so; a client that sent ``18446744073709551616`` must get
+    that id back, not ``1.8446744073709552e19``)."""
+    return type(msg_id) is float and abs(msg_id) >= _INEXACT and msg_id.is_integer()
+
+
+#: The smallest magnitude at which orjson reads an integer literal as a float.
+_INEXACT: Final = float(2**63)
+
+
+def _exact_id(frame: str | bytes) -> Any:
+    """The frame's ``id`` as written (the rare path of :func:`_inexact`), as a
+    pre-encoded :class:`orjson.Fragment` (orjson encodes no integer beyond 64 bits):
+    the frame is parsed again by the standard library, which keeps integers of any
+    size. The frame was already parsed once and its cost checked, so this is at most
+    a second parse."""
+    msg_id = json.loads(frame)["id"]
+    return orjson.Fragment(str(msg_id)) if type(msg_id) is int else msg_id
+
+
 class Session(Connection):
     """The protocol side of one connection: parses its frames and routes each to its
     handler. Owns its subscriptions, not the outbox (see :class:`Connection`)."""
@@ -142,10 +166,13 @@ class Session(Connection):
         if self.stopped:
             return None
         try:
-            return decode_message(_parse(frame, checked=checked))
+            message = decode_message(_parse(frame, checked=checked))
         except ProtocolError as exc:
             self.error(None, exc.code, exc.message, {"path": exc.path})
             return None
+        if isinstance(message, JsonRpcRequest) and _inexact(message.id):
+            message = JsonRpcRequest(_exact_id(frame), message.method, message.params)
+        return message
 
     async def handle_message(self, message: JsonRpcMessage) -> None:
         """Handle one decoded message (:meth:`decode_frame`)."""
