@@ -212,6 +212,44 @@ async def test_a_lone_surrogate_is_a_tool_error_and_nothing_runs(tmp_path: Path)
         assert await client.answers_before_ping() == []
 
 
+async def test_bytes_that_are_not_utf8_are_refused_and_nothing_runs(tmp_path: Path) -> None:
+    """A raw byte that is not UTF-8 (0xff, or a character cut after its first byte) is
+    never replaced by U+FFFD and run: in a tool's arguments a tool error naming the
+    argument and the byte; in the id -32600; outside any string -32700; in a
+    notification nothing."""
+    ran = tmp_path / "ran"
+    async with raw_mcp(tmp_path) as client:
+        for request_id, raw, byte in [(30, b"\xff", "0xff"), (31, b"caf\xc3", "0xc3")]:
+            message = json.dumps(_call(request_id, "run_command", command=f"touch {ran}; echo X"))
+            await client.send(message.encode().replace(b"X", raw))
+            (answer,) = await client.answers_before_ping()
+            assert answer["id"] == request_id and answer["result"]["isError"] is True, answer
+            text = _text(answer)
+            assert f"argument 'command' holds a byte that is not UTF-8 ({byte})" in text, text
+            assert "nothing was run; send UTF-8" in text, text
+        assert not ran.exists()
+        await client.send(b'{"jsonrpc": "2.0", "id": "a\xfe", "method": "ping"}')
+        answered = _error(await client.answers_before_ping())
+        assert answered == (
+            None,
+            -32600,
+            "Invalid Request: the id holds a byte that is not UTF-8 (0xfe); send UTF-8",
+        )
+        await client.send(b'\x80{"jsonrpc": "2.0", "id": 32, "method": "ping"}')
+        answered = _error(await client.answers_before_ping())
+        assert answered == (
+            None,
+            -32700,
+            "Parse error: a byte that is not UTF-8 (0x80) at character 0",
+        )
+        await client.send(
+            b'{"jsonrpc": "2.0", "method": "notifications/x", "params": {"a": "\xff"}}'
+        )
+        assert await client.answers_before_ping() == []
+        answer = await client.request(_call(33, "run_command", command="echo caf\u00e9"))
+        assert "café" in _text(answer) and not answer["result"].get("isError"), answer
+
+
 async def test_huge_ids_and_deep_nesting_are_answered(tmp_path: Path) -> None:
     """Past the SDK parser's bounds (an integer of 5,000 digits, 3,000 levels of
     nesting, which Python's parser cannot read either): an error, with the id when

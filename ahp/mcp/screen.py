@@ -23,8 +23,12 @@ than :data:`MAX_INT_DIGITS` digits in the arguments is a tool error too). One
 anywhere else is -32602 in the params (the tool's name, ``initialize``'s client
 info) and -32600 outside them (the method), naming where it is. Nothing with a
 lone surrogate is run: replacing it (with U+FFFD) would run a command other
-than the one sent. A request whose id the SDK takes for a notification's (``true``,
-``1.5``, ``null``: MCP ids are strings or integers) is answered -32600 too.
+than the one sent. Bytes that are not UTF-8 are the same case: the reader decodes
+a line with ``surrogateescape`` (:class:`ahp.mcp.stdio.StdinLines`), so such a
+byte arrives here as a lone surrogate written literally in the line, and its
+answer names the byte (``0xff``) rather than a surrogate. A request whose id the
+SDK takes for a notification's (``true``, ``1.5``, ``null``: MCP ids are strings
+or integers) is answered -32600 too.
 
 Cost: every line is validated twice (here and by the SDK), both in pydantic-core;
 a refused line is parsed once more by :mod:`json`. Bounds: Python's parse of a
@@ -114,6 +118,9 @@ def _parse_constant(text: str) -> Any:
 #: pair is decoded to one character, so none is left of it).
 _SURROGATE: Final = re.compile("[\ud800-\udfff]")
 
+#: A byte that was not UTF-8, as ``surrogateescape`` decodes it (0x80-0xff to U+DC80-U+DCFF).
+_RAW_BYTE: Final = re.compile("[\udc80-\udcff]")
+
 _DECODER: Final = json.JSONDecoder(parse_int=_parse_int, parse_constant=_parse_constant)
 
 
@@ -168,7 +175,12 @@ def _refused(line: str, exc: pydantic.ValidationError) -> Screened:
             reason="a line nested too deep",
         )
     except ValueError as parse:  # JSONDecodeError, _NotJson
-        if isinstance(parse, json.JSONDecodeError):
+        if (byte := _RAW_BYTE.search(line)) is not None:
+            detail = (
+                f"a byte that is not UTF-8 (0x{ord(byte.group()) - 0xDC00:02x}) "
+                f"at character {byte.start()}"
+            )
+        elif isinstance(parse, json.JSONDecodeError):
             detail = f"{parse.msg} at character {parse.pos}"
         else:
             detail = str(parse)
@@ -195,16 +207,16 @@ def _refused(line: str, exc: pydantic.ValidationError) -> Screened:
             reason="an over-long id",
         )
     if isinstance(request_id, str) and (found := _SURROGATE.search(request_id)) is not None:
+        problem, remedy = _bad_char(found.group(), line)
         return _error(  # an id that cannot be written back
             None,
             INVALID_REQUEST,
-            f"Invalid Request: the id holds a lone surrogate ({_escaped(found.group())}); "
-            "send valid Unicode",
+            f"Invalid Request: the id {problem}; {remedy}",
             reason="a lone surrogate in the id",
         )
     if not isinstance(request_id, str | int) or isinstance(request_id, bool):
         request_id = None
-    flaw = _first_flaw(raw)
+    flaw = _first_flaw(raw, line)
     if flaw is not None:
         return _flaw_answer(raw, request_id, *flaw)
     depth = _depth(raw)
@@ -275,12 +287,13 @@ def _walk(value: Any) -> Iterator[tuple[str, Any]]:
             stack.extend((f"{path}[{i}]", member) for i, member in reversed(list(enumerate(item))))
 
 
-def _first_flaw(raw: dict[str, Any]) -> tuple[str, str, str] | None:
+def _first_flaw(raw: dict[str, Any], line: str) -> tuple[str, str, str] | None:
     """The first value the SDK's parser refuses although it is JSON: its path, what is
-    wrong with it (a string holding a lone surrogate, an integer too long), what to do."""
+    wrong with it (a string holding a lone surrogate or a byte that is not UTF-8, an
+    integer too long), what to do."""
     for path, item in _walk(raw):
         if isinstance(item, str) and (found := _SURROGATE.search(item)) is not None:
-            return path, f"holds a lone surrogate ({_escaped(found.group())})", "send valid Unicode"
+            return path, *_bad_char(found.group(), line)
         if isinstance(item, _LongInt):
             return (
                 path,
@@ -292,6 +305,15 @@ def _first_flaw(raw: dict[str, Any]) -> tuple[str, str, str] | None:
 
 def _escaped(char: str) -> str:
     return f"\\u{ord(char):04x}"
+
+
+def _bad_char(char: str, line: str) -> tuple[str, str]:
+    """What is wrong with ``char``, a lone surrogate found in a value of ``line``, and
+    what to do: a byte that was not UTF-8 when the character stands in the line itself
+    (``surrogateescape`` made it), else a lone surrogate the JSON escaped."""
+    if _RAW_BYTE.fullmatch(char) and char in line:
+        return f"holds a byte that is not UTF-8 (0x{ord(char) - 0xDC00:02x})", "send UTF-8"
+    return f"holds a lone surrogate ({_escaped(char)})", "send valid Unicode"
 
 
 def _flaw_answer(

@@ -75,6 +75,10 @@ TOO_LONG: Final = f"<a message line over {MAX_LINE_BYTES} bytes was dropped>\n"
 class StdinLines:
     """Lines (``str``, newline kept) from a file descriptor, until end of file.
 
+    Decoded as UTF-8 with ``surrogateescape``: a byte that is not UTF-8 becomes a lone
+    surrogate (U+DC80-U+DCFF), which :mod:`ahp.mcp.screen` refuses naming the byte,
+    where replacing it with U+FFFD would run a command other than the one sent.
+
     Iterate with ``async for``; each ``__anext__`` is cancellable. Owns ``fd``.
     """
 
@@ -98,12 +102,12 @@ class StdinLines:
                 if self._dropping:
                     self._dropping = False
                     return TOO_LONG
-                return line.decode("utf-8", "replace")
+                return line.decode("utf-8", "surrogateescape")
             if self._eof:
                 if self._buffer and not self._dropping:
                     rest = bytes(self._buffer)
                     self._buffer.clear()
-                    return rest.decode("utf-8", "replace")
+                    return rest.decode("utf-8", "surrogateescape")
                 raise StopAsyncIteration
             if len(self._buffer) > MAX_LINE_BYTES:
                 self._buffer.clear()
