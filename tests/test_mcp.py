@@ -469,7 +469,9 @@ async def test_stdin_lines_split_bounded_and_eof() -> None:
         assert await lines.__anext__() == '{"a": 1}\n'
         os.write(w, b": 2}\n\xff\n")
         assert await lines.__anext__() == '{"b": 2}\n'
-        assert await lines.__anext__() == "\ufffd\n"  # undecodable bytes replaced, not fatal
+        # Undecodable bytes are kept as lone surrogates (the screen refuses them naming
+        # the byte), not replaced, and not fatal.
+        assert await lines.__anext__() == "\udcff\n"
         # A line over the bound is dropped up to its newline and reported once.
         big = b"x" * (MAX_LINE_BYTES + 100_000) + b"\n" + b'{"c": 3}\n'
 
