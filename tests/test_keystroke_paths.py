@@ -99,7 +99,7 @@ async def test_each_stage_s_work_is_done_by_its_own_task(monkeypatch: pytest.Mon
             await wait_for_state(term, lambda s: s.text().count("P" * 3000) >= 2)
         recorded = {kind: set(tasks) for kind, tasks in seen.items()}
     assert recorded == {
-        "read": {"_read_task"},
+        "read": {"read_task"},
         "parse": {"_parse_task"},
         "apply": {"_reducer_task"},
         "write": {"write_task"},

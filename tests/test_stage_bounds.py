@@ -15,17 +15,11 @@ import trio
 import trio.testing
 
 from ahp.engine import Outbox, Terminal, open_host
-from ahp.engine import terminal as terminal_module
+from ahp.engine import parse as parse_module
 from ahp.engine.envelopes import Published
 from ahp.engine.input_write import INPUT_QUEUE
-from ahp.engine.terminal import (
-    PARSE_CHUNK,
-    PARSE_PLAIN,
-    PARSE_QUEUE,
-    PARSE_SLICE,
-    REDUCER_QUEUE,
-    parse_pieces,
-)
+from ahp.engine.parse import PARSE_CHUNK, PARSE_PLAIN, PARSE_SLICE, parse_pieces
+from ahp.engine.terminal import PARSE_QUEUE, REDUCER_QUEUE
 from ahp.protocol import ActionEnvelope, TerminalData, TerminalExited
 from ahp.protocol.actions import ActionOrigin, TerminalInput, TerminalTitleChanged
 from tests.helpers import TIMEOUT, wait_for_state
@@ -216,7 +210,7 @@ async def test_a_turn_of_parsed_chunks_is_handed_on_joined(
     action, so a subscriber gets one envelope of the whole batch's text when the turn is
     long, one per chunk (at most PARSE_CHUNK characters) when it ends after every chunk;
     nothing is lost either way."""
-    monkeypatch.setattr(terminal_module, "PARSE_TURN", turn)
+    monkeypatch.setattr(parse_module, "PARSE_TURN", turn)
     line = "\x1b[1m" + "x" * 95 + "\n"  # (a colour: not plain)
     count = 40_000
     script = f"import sys; sys.stdout.write({line!r} * {count}); sys.stdout.flush()"

@@ -31,6 +31,7 @@ from typing import Final
 
 import trio
 
+from ahp.engine.channels import take_joined
 from ahp.pty import Child, ChildGone
 
 __all__ = ["INPUT_PACE", "INPUT_QUEUE", "INPUT_STALL", "INPUT_STALLED", "InputWrite"]
@@ -157,21 +158,7 @@ class InputWrite:
     async def _write_loop(self, child: Child, inbox: trio.MemoryReceiveChannel[bytes]) -> None:
         async with inbox:
             while True:
-                try:
-                    data = inbox.receive_nowait()
-                except trio.WouldBlock:
-                    data = await inbox.receive()
-                more: list[bytes] | None = None
-                while True:
-                    try:
-                        extra = inbox.receive_nowait()
-                    except trio.WouldBlock:
-                        break
-                    if more is None:
-                        more = [data]
-                    more.append(extra)
-                if more is not None:
-                    data = b"".join(more)
+                data = await take_joined(inbox)  # everything waiting: one write
                 try:
                     # One write(2) first: a keystroke is in the kernel without the
                     # checkpoint that write() takes after each slice (a scheduler pass

@@ -9,24 +9,18 @@ that owns one job, and the state has exactly one writer, the reducer task::
       dispatch (clients, library)┘            │  │      writer tasks drain them)
       exit watcher ──exit code────────────────┘  └──input──▶ input-write ──▶ pty
 
-* **pty-read** reads the master until EAGAIN (or a batch of :data:`READ_BATCH`
-  bytes), hands the batch to the parse task and waits for readability again;
-  when every subscriber is behind, the fastest live one paces it (see
-  :meth:`~ahp.engine.hub.Hub.pacer`). At EOF (EIO), or once the process has
-  exited and the pty stayed quiet for :data:`EXIT_LINGER`, it closes its channel.
+* **pty-read** reads the master until EAGAIN (or a batch of
+  :data:`~ahp.engine.pty_read.READ_BATCH` bytes), hands the batch to the parse task
+  and waits for readability again; under sustained output a thread of its own reads
+  while the stages work; when every subscriber is behind, the fastest live one paces
+  it (see :meth:`~ahp.engine.hub.Hub.pacer`). At EOF (EIO), or once the process has
+  exited and the pty stayed quiet for :data:`~ahp.engine.pty_read.EXIT_LINGER`, it
+  closes its channel. Its rules are :mod:`ahp.engine.pty_read`'s.
 * **parse** drives an :class:`~ahp.vt.OutputParser` (bytes in, actions out, the
   clocks passed in): UTF-8, escape scanning, shell-integration marks, titles and
-  cwd reports. Only the last title change of a batch is kept
-  (:func:`ahp.vt.parser.compact`); output is fed in chunks of at most
-  :data:`PARSE_CHUNK` bytes, and output that parses slowly (dense escape
-  sequences) in slices of :data:`PARSE_SLICE`; before a chunk that would take the
-  step past :data:`PARSE_TURN` of parsing it hands on what it parsed (the data of
-  the step's chunks joined) and checkpoints, so one terminal's output never holds
-  the loop for long. A batch without an ``ESC`` byte (plain text: it parses at the
-  UTF-8 decoder's speed) is fed in pieces of up to :data:`PARSE_PLAIN` bytes, not
-  joined. When the
-  reader's channel ends it flushes the parser and tells the reducer that the
-  output ended.
+  cwd reports, in turns that never hold the loop for long; when the reader's
+  channel ends it flushes the parser and tells the reducer that the output ended.
+  Its rules are :mod:`ahp.engine.parse`'s.
 * **reducer** drives a :class:`~ahp.reducers.TerminalCore` (state, claim and
   rejection rules, healing values, scrollback, catalogue changes): it applies
   parsed output, client and library actions (:meth:`Terminal.dispatch`) and the
@@ -92,22 +86,25 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import time
 import weakref
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Final, TypeVar
+from functools import partial
+from typing import Final
 
 import trio
 
 from ahp.agent.registry import CommandRegistry
 from ahp.agent.screen import Screen, ScreenModel
 from ahp.agent.surface import CommandSurface
-from ahp.engine.hub import PACE_WINDOW, Hub
+from ahp.engine.channels import hand_on
+from ahp.engine.hub import Hub
 from ahp.engine.input_write import INPUT_PACE, INPUT_QUEUE, InputWrite
 from ahp.engine.launch import Launch, TerminalSpec
 from ahp.engine.launch import discard as discard_launch
 from ahp.engine.outbox import Outbox
+from ahp.engine.parse import PARSE_PLAIN, Parse
 from ahp.engine.port import LocalPort
+from ahp.engine.pty_read import EXIT_LINGER, READ_BATCH, PtyRead
 from ahp.engine.subscription import Subscription
 from ahp.protocol.actions import (
     ActionOrigin,
@@ -121,13 +118,10 @@ from ahp.protocol.state import Snapshot, TerminalInfo, TerminalState
 from ahp.pty import Child, kill_session, procfs, spawn
 from ahp.pty.child import AUTOGROUP_POLL, AUTOGROUP_WAIT
 from ahp.pty.jobs import Jobs
-from ahp.pty.pump import PUMP_QUIET, PUMP_QUIET_FLOODING, ReadPump
 from ahp.pty.spec import DisposedWhileStarting
 from ahp.reducers import Accepted, Rejected, TerminalCore, Verdict
 from ahp.reducers.core import MAX_DIMENSION, MAX_PENDING_INPUT, rejected_echo
 from ahp.reducers.policy import Change
-from ahp.vt import OutputParser
-from ahp.vt.parser import compact
 
 __all__ = [
     "EXIT_LINGER",
@@ -143,52 +137,10 @@ __all__ = [
 
 log = logging.getLogger("ahp.engine")
 
-_T = TypeVar("_T")
-
-#: One kernel read (the pty hands out ~4 KiB at a time whatever we ask for).
-READ_SIZE: Final = 64 * 1024
-#: Reads are gathered until EAGAIN or until this many bytes: one batch for the parser.
-#: About what the pty buffers (Linux: ~17 KB from the child to the master).
-READ_BATCH: Final = 16 * 1024
-#: Under sustained output (a batch came back full), read in a thread of the pty-read
-#: task's own while the stages work (:mod:`ahp.pty.pump`); False reads on the loop only.
-THREADED_READS: bool = os.environ.get("AHP_THREADED_READS", "1") != "0"
-#: Output the parse task feeds in one step once parsing is slow (escape-dense output
-#: costs the scanner ~2 us a byte: 16 KB held the loop ~25 ms); between slices it
-#: checkpoints. Output that parses fast is fed whole.
-PARSE_SLICE: Final = 2048
-#: Output the parse task feeds in one step otherwise; between chunks it checkpoints.
-#: Four pumped batches drained at once are up to 1 MiB: a title before every line
-#: (~0.03 us a byte) held the loop 39 ms of CPU in one step (issue 25,
-#: ``benchmarks/loop_steps.py "fragmented scrollback"``); 64 KiB of it is ~2 ms, of
-#: plain text ~0.1 ms.
-PARSE_CHUNK: Final = 64 * 1024
-#: Output without an ``ESC`` byte is fed in pieces of up to this many bytes (most of a
-#: pumped batch at once), each handed on as it is, not joined with the turn's others. No
-#: escape sequence can start in it (one held from the last batch is only continued), so
-#: it parses at the UTF-8 decoder's speed (~0.2 ms for 192 KiB), and cutting it in
-#: PARSE_CHUNK pieces bought nothing: the slices' copies, a feed each and the join of
-#: their text (a memory pass over UCS-4 text, 4 bytes a character once one emoji is in
-#: it) cost the parse task 0.20-0.25 CPU-s per 100 MB of the bench's stream against
-#: 0.14-0.15 fed whole. Not 256 KiB: its text, and the frame encoded from it, then
-#: crossed :data:`ahp.engine.memory.MMAP_THRESHOLD` (1 MiB; each block a mapping of its
-#: own, its pages faulted in and unmapped), which cost more than the join saved
-#: (benchmarks/README.md, "Session 17"); 192 KiB is at most 768 KiB of text.
-PARSE_PLAIN: Final = 192 * 1024
-#: Seconds a read batch may take to parse before parsing counts as slow.
-PARSE_STEP: Final = 0.004
-#: Seconds of parsing in one step of the parse task: it hands on what it parsed and
-#: checkpoints before a piece that would take it past this (at the last piece's
-#: pace). Pieces that parse fast (plain text, ~0.1 ms a chunk) go several to a step,
-#: their data joined into one action (one publish, one frame); a slow one goes alone,
-#: as before.
-PARSE_TURN: Final = 0.0005
 #: Batches queued from pty-read to parse (at most READ_BATCH bytes each).
 PARSE_QUEUE: Final = 4
 #: Items queued for the reducer: parsed batches, client and library actions, the exit.
 REDUCER_QUEUE: Final = 64
-#: After the process exits, a pty still held open is read until quiet this long.
-EXIT_LINGER: Final = 0.1
 
 
 class _ClientAction:
@@ -230,25 +182,6 @@ _OUTPUT_ENDED: Final = _OutputEnded()
 _ReducerItem = Sequence[StateAction] | _ClientAction | _OutputEnded | _ProcessExited
 
 
-def parse_pieces(data: bytes, *, slow: bool, plain: bool = False) -> list[bytes]:
-    """``data`` cut for the parse task's steps: chunks of at most :data:`PARSE_CHUNK`
-    bytes, or :data:`PARSE_SLICE` once parsing is ``slow``, or :data:`PARSE_PLAIN` when
-    it is ``plain`` (no ``ESC`` in it: never slow); ``[data]`` when it fits."""
-    size = PARSE_PLAIN if plain else PARSE_SLICE if slow else PARSE_CHUNK
-    if len(data) <= size:
-        return [data]
-    return [data[i : i + size] for i in range(0, len(data), size)]
-
-
-async def _send(channel: trio.MemorySendChannel[_T], item: _T) -> None:
-    """Hand ``item`` on without a scheduler pass when there is room (the receiver is
-    woken either way); wait for room otherwise (backpressure)."""
-    try:
-        channel.send_nowait(item)
-    except trio.WouldBlock:
-        await channel.send(item)
-
-
 class Terminal(CommandSurface):
     """A live terminal; create it with :meth:`ahp.engine.Host.create_terminal`.
 
@@ -275,12 +208,12 @@ class Terminal(CommandSurface):
         #: Called with the terminal after each input it accepted for the pty (the
         #: host's flood watch); must not block nor raise.
         self._on_input = on_input
-        #: Called by the read tasks with each batch read (``True``: from stderr, when it
-        #: has a pipe of its own); must not block nor raise (see :mod:`ahp.engine.exec`).
-        self._on_output = on_output
-        #: Called (and dropped) with the next batch read, while the host's watchers sleep
-        #: (:class:`~ahp.engine.alarm.OutputAlarm`); must not block nor raise.
-        self.output_waker: Callable[[], None] | None = None
+        #: The pty-read stage (``on_output`` is called by the read tasks with each batch
+        #: read, ``True``: from stderr when it has a pipe of its own; it must not block
+        #: nor raise, see :mod:`ahp.engine.exec`).
+        self._read = PtyRead(spec.uri, hub, on_output)
+        #: The parse stage.
+        self._parse = Parse(use_pty=spec.use_pty, nonce=nonce if launch.integrated else None)
         self._child: Child | None = None
         self._launch = launch
         self.nonce = nonce
@@ -309,35 +242,59 @@ class Terminal(CommandSurface):
         self._output_ended = False
         self._exit_code: _ProcessExited | None = None
         self._cancel_scope = trio.CancelScope()
-        self._wait_scopes: set[trio.CancelScope] = set()  # the read tasks' waits
         self._tasks: trio.Nursery | None = None  # command collectors (ahp.agent)
         self._jobs: Jobs | None = None
         self._screen: ScreenModel | None = None
         #: Recent commands by id (:attr:`commands`, :meth:`command`).
         self._commands = CommandRegistry()
-        self._process_exited = trio.Event()
         self.exited = trio.Event()
         self.closed = trio.Event()
         self.failure: BaseException | None = None
-        #: Figures for tests and benchmarks.
-        self.read_batches = 0
-        self.bytes_read = 0
         #: Inputs accepted for the pty (each a write): :mod:`ahp.engine.priority` tells
         #: interactive terminals by it.
         self.inputs = 0
         self.reducer_batches = 0
-        #: Times the pty-read task found the parse channel full and waited.
-        self.parse_waits = 0
-        #: The most bytes the parse task fed its parser in one step (<= PARSE_CHUNK).
-        self.largest_feed = 0
-        #: The output floods the host (:meth:`set_flooding`, by :mod:`ahp.engine.priority`).
-        self.flooding = False
         #: Nice value of the terminal's autogroup while it floods (``None``: not
         #: lowered), above ``spec.nice``; and the value last set (a new group's is 0).
         self._flood_nice: int | None = None
         self._group_nice_set = 0
 
     # -- public view -------------------------------------------------------------------------
+
+    @property
+    def read_batches(self) -> int:
+        """Batches the pty-read stage handed on (a figure for tests and benchmarks)."""
+        return self._read.batches
+
+    @property
+    def bytes_read(self) -> int:
+        """Bytes of output read so far (the priority watch and benchmarks count them)."""
+        return self._read.bytes
+
+    @property
+    def parse_waits(self) -> int:
+        """Times the pty-read stage found the parse channel full and waited."""
+        return self._read.parse_waits
+
+    @property
+    def largest_feed(self) -> int:
+        """The most bytes the parse stage fed its parser in one step."""
+        return self._parse.largest_feed
+
+    @property
+    def flooding(self) -> bool:
+        """The output floods the host (:meth:`set_flooding`, by :mod:`ahp.engine.priority`)."""
+        return self._read.flooding
+
+    @property
+    def output_waker(self) -> Callable[[], None] | None:
+        """Called (and dropped) with the next batch read, while the host's watchers sleep
+        (:class:`~ahp.engine.alarm.OutputAlarm`); must not block nor raise."""
+        return self._read.waker
+
+    @output_waker.setter
+    def output_waker(self, waker: Callable[[], None] | None) -> None:
+        self._read.waker = waker
 
     @property
     def state(self) -> TerminalState:
@@ -472,7 +429,7 @@ class Terminal(CommandSurface):
         if self._accepting:
             decided = trio.Event() if wait else None
             try:
-                await _send(self._to_reducer, _ClientAction(action, origin, sender, decided))
+                await hand_on(self._to_reducer, _ClientAction(action, origin, sender, decided))
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 # The reducer ended meanwhile: the terminal is closing.
                 self._refuse_closing(action, origin, sender)
@@ -644,8 +601,8 @@ class Terminal(CommandSurface):
             nursery.start_soon(self._reducer_task, self._reducer_inbox)
             nursery.start_soon(self._parse_task, parse_inbox)
             if child.error_fd >= 0:  # stderr apart: its own read task, into the same parse
-                nursery.start_soon(self._read_task, child, to_parse.clone(), True)
-            nursery.start_soon(self._read_task, child, to_parse)
+                nursery.start_soon(self._read.read_task, child, to_parse.clone(), True)
+            nursery.start_soon(self._read.read_task, child, to_parse)
             nursery.start_soon(self._input.write_task, writer_inbox)
             nursery.start_soon(self._exit_task, child)
             if self.spec.nice and child.is_pty:
@@ -667,7 +624,7 @@ class Terminal(CommandSurface):
         and its autogroup gets ``nice`` (0: left as it is); once not, its own
         ``spec.nice`` back. Whether the priority took effect (False: try again later,
         see :meth:`ahp.pty.Child.set_group_nice`). No wait."""
-        self.flooding = flooding
+        self._read.flooding = flooding
         self._flood_nice = nice if flooding and nice else None
         return self._apply_group_nice()
 
@@ -724,207 +681,20 @@ class Terminal(CommandSurface):
         """Start disposal: cancel the tasks; :meth:`lifetime` then terminates and reaps."""
         self._cancel_scope.cancel()
 
-    # -- pty-read ------------------------------------------------------------------------------
-
-    async def _read_task(
-        self, child: Child, to_parse: trio.MemorySendChannel[bytes], error: bool = False
-    ) -> None:
-        """Read until EAGAIN or a full batch, hand the batch on, wait; close at the end.
-        ``error``: read the child's own stderr pipe instead of its output.
-
-        The wait for readability runs in a cancel scope kept across rounds (entering
-        and leaving one per wait cost ~5 us a keystroke, issue 23): it is in
-        ``_wait_scopes`` only while the task waits, so the exit watcher's cancel ends
-        a wait and nothing else; a cancel that came as the wait ended anyway makes
-        the loop replace the scope before it awaits anything else."""
-        async with to_parse:
-            while True:
-                with trio.CancelScope() as wait_scope:
-                    while not wait_scope.cancel_called:
-                        if await self._read_round(child, to_parse, error, wait_scope):
-                            return
-
-    async def _read_round(
-        self,
-        child: Child,
-        to_parse: trio.MemorySendChannel[bytes],
-        error: bool,
-        wait_scope: trio.CancelScope,
-    ) -> bool:
-        """One batch read and handed on, then the wait for more; whether reading ended."""
-        chunks: list[bytes] = []
-        size = 0
-        eof = False
-        while size < READ_BATCH:
-            data = child.read_nowait(READ_SIZE, error=error)
-            if data is None:
-                break
-            if not data:
-                eof = True
-                break
-            chunks.append(data)
-            size += len(data)
-        if chunks:
-            batch = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-            self._took(error, batch)
-            try:
-                to_parse.send_nowait(batch)
-            except trio.WouldBlock:
-                self.parse_waits += 1  # the parser is behind: wait (backpressure)
-                await to_parse.send(batch)
-        if eof:
-            return True
-        if chunks:
-            pacer = self._hub.pacer(self.uri)
-            if pacer is not None:
-                with trio.move_on_after(PACE_WINDOW):
-                    await pacer.wait_taken()
-                return False
-            if THREADED_READS and (size >= READ_BATCH or self.flooding):
-                # Sustained output: a thread reads while the stages work. (A
-                # flooding child the host runs below it prints in small
-                # batches: read on the loop, they cost it 10x the CPU.)
-                return await self._pump(child, to_parse, error)
-            if size >= READ_BATCH:
-                await trio.lowlevel.checkpoint()  # fairness: one batch at a time
-                return False
-            # Drained (EAGAIN): the wait below is the checkpoint (reading again
-            # first would cost a read, EAGAIN mostly, per batch).
-        if self._process_exited.is_set():
-            # The process is gone but something still holds the pty open.
-            with trio.move_on_after(EXIT_LINGER) as linger:
-                await child.wait_readable(error=error)
-            return linger.cancelled_caught
-        self._wait_scopes.add(wait_scope)
-        try:
-            await child.wait_readable(error=error)
-        finally:
-            self._wait_scopes.discard(wait_scope)
-        return False
-
-    def _took(self, error: bool, batch: bytes) -> None:
-        """A batch was read (from the loop or a pump): count it, tell the hooks."""
-        self.read_batches += 1
-        self.bytes_read += len(batch)
-        if self._on_output is not None:
-            self._on_output(error, batch)
-        waker = self.output_waker
-        if waker is not None:
-            self.output_waker = None
-            waker()
-
-    async def _pump(
-        self, child: Child, to_parse: trio.MemorySendChannel[bytes], error: bool = False
-    ) -> bool:
-        """Read through a :class:`~ahp.pty.pump.ReadPump` until the output pauses;
-        whether it reached EOF. The pump is stopped (and its thread gone) on return.
-        ``error``: the child's own stderr pipe instead of its output."""
-        pump = ReadPump(
-            child.error_fd if error else child.output_fd,
-            is_pty=child.is_pty,
-            # A flooding child the host runs below it pauses for longer than PUMP_QUIET
-            # whenever the CPU is contended; each pause handed reading back to the loop.
-            quiet=PUMP_QUIET_FLOODING if self.flooding else PUMP_QUIET,
-        )
-        pump.start()
-        try:
-            while True:
-                data = await pump.take()
-                if data is None:
-                    return False
-                if not data:
-                    return True
-                self._took(error, data)
-                try:
-                    to_parse.send_nowait(data)
-                except trio.WouldBlock:
-                    self.parse_waits += 1
-                    await to_parse.send(data)
-                pacer = self._hub.pacer(self.uri)
-                if pacer is not None:
-                    with trio.move_on_after(PACE_WINDOW):
-                        await pacer.wait_taken()
-        finally:
-            await pump.aclose()
-
-    # -- parse -------------------------------------------------------------------------------
+    # -- parse ---------------------------------------------------------------------------------
 
     async def _parse_task(self, inbox: trio.MemoryReceiveChannel[bytes]) -> None:
-        """Bytes in, actions out: feed every batch waiting to the parser at once."""
-        parser = OutputParser(
-            use_pty=self.spec.use_pty,
-            nonce=self.nonce if self.integrated else None,
-            last_titles=True,  # (compact() drops all but the last of a feed anyway)
-        )
-        to_reducer = self._to_reducer
-        slow = False  # the last feed was slow: feed in slices (see PARSE_SLICE)
-        async with inbox:
-            while True:
-                try:
-                    data = inbox.receive_nowait()
-                except trio.WouldBlock:
-                    try:
-                        data = await inbox.receive()
-                    except trio.EndOfChannel:
-                        break
-                except trio.EndOfChannel:
-                    break
-                more: list[bytes] | None = None
-                while True:  # drain: one parse and one hop for everything waiting
-                    try:
-                        extra = inbox.receive_nowait()
-                    except (trio.WouldBlock, trio.EndOfChannel):
-                        break
-                    if more is None:
-                        more = [data]
-                    more.append(extra)
-                if more is not None:
-                    data = b"".join(more)
-                # (memchr: no ESC, no escape sequence can start in the batch)
-                plain = data.find(b"\x1b") < 0
-                pieces = parse_pieces(data, slow=slow, plain=plain)
-                turn = time.perf_counter()
-                parsed: list[StateAction] = []
-                feeds = 0  # feeds whose actions are in parsed
-                pace = 0.0  # seconds a byte, of the turn's last piece
-                for index, piece in enumerate(pieces):
-                    # A piece that would take the turn past PARSE_TURN (at the last
-                    # piece's pace) starts the next turn: a step is one slow piece or
-                    # fast ones up to PARSE_TURN, never both.
-                    if index and time.perf_counter() - turn + pace * len(piece) > PARSE_TURN:
-                        if parsed:  # (the turn's feeds: one hand-on, data joined)
-                            await _send(to_reducer, compact(parsed, join=feeds > 1 and not plain))
-                            parsed, feeds = [], 0
-                        await trio.lowlevel.checkpoint()  # (between turns: others get one)
-                        turn = time.perf_counter()
-                    start = time.perf_counter()
-                    self.largest_feed = max(self.largest_feed, len(piece))
-                    actions = parser.feed(  # (compacted once, with the turn's others)
-                        piece, wall_ms=int(time.time() * 1000), mono_ms=time.monotonic() * 1000
-                    )
-                    # Slow when a whole read batch of such output would hold the loop
-                    # longer than PARSE_STEP (escape-dense output costs ~2 us a byte).
-                    took = time.perf_counter() - start
-                    pace = took / max(1, len(piece))
-                    slow = took * READ_BATCH > PARSE_STEP * len(piece)
-                    if actions:
-                        parsed += actions
-                        feeds += 1
-                if parsed:  # (plain pieces are big enough alone: not joined)
-                    await _send(to_reducer, compact(parsed, join=feeds > 1 and not plain))
-        tail = parser.close(wall_ms=int(time.time() * 1000), mono_ms=time.monotonic() * 1000)
-        if tail:
-            await _send(to_reducer, tail)
-        await _send(to_reducer, _OUTPUT_ENDED)
+        """The parse stage (:meth:`ahp.engine.parse.Parse.task`) until the readers'
+        channel ends, then the end of the output for the reducer."""
+        await self._parse.task(inbox, partial(hand_on, self._to_reducer))
+        await hand_on(self._to_reducer, _OUTPUT_ENDED)
 
     # -- exit watcher ------------------------------------------------------------------------
 
     async def _exit_task(self, child: Child) -> None:
         code = await child.wait()
-        self._process_exited.set()
-        for scope in self._wait_scopes:
-            scope.cancel()  # each reader lingers for what is left, then ends
-        await _send(self._to_reducer, _ProcessExited(code))
+        self._read.process_exited()  # each reader lingers for what is left, then ends
+        await hand_on(self._to_reducer, _ProcessExited(code))
 
     # -- reducer -------------------------------------------------------------------------------
 
