@@ -11,10 +11,12 @@ Test rules:
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import subprocess
 import sys
+import weakref
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -174,6 +176,20 @@ async def test_finished_terminals_are_kept_up_to_the_bound(host: Host) -> None:
         results = [await exec_command(host, ["true"]) for _ in range(EXEC_TERMINALS_KEPT + 3)]
     uris = [r.command_id for r in results]
     assert [uri in host for uri in uris] == [False] * 3 + [True] * EXEC_TERMINALS_KEPT
+
+
+async def test_a_host_that_ran_execs_is_freed_when_it_closes() -> None:
+    # The execs' book was kept in module-level maps keyed weakly by the host, whose
+    # values held the host: every host that ran an exec stayed alive, outputs and all.
+    async with ahp.open_host() as host:
+        with trio.fail_after(TIMEOUT):
+            result = await exec_command(host, ["seq", "1", "1000"])
+            running = await start_exec(host, ["sleep", "30"])  # one still running at close
+        assert result.exit_code == 0 and find_exec(host, running.term.uri) is running
+        ref = weakref.ref(host)
+    del host, result, running
+    gc.collect()
+    assert ref() is None
 
 
 async def test_bad_commands_are_refused_and_leave_nothing(host: Host) -> None:

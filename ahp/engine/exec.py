@@ -47,7 +47,6 @@ import math
 import shlex
 import signal
 import time
-import weakref
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Final, TypedDict, Unpack
 
@@ -85,11 +84,6 @@ MAX_BACKGROUND_REPORTED: Final = 64
 _COLS: Final = 500
 
 _counter = itertools.count(1)
-#: Per host, its running execs, and its finished ones still kept (oldest first).
-_running: weakref.WeakKeyDictionary[Host, dict[str, Exec]] = weakref.WeakKeyDictionary()
-_finished: weakref.WeakKeyDictionary[Host, dict[str, Exec]] = weakref.WeakKeyDictionary()
-#: Per host, finished exec terminals pushed out of the kept ones, not yet disposed.
-_stale: weakref.WeakKeyDictionary[Host, list[str]] = weakref.WeakKeyDictionary()
 
 
 class _Stream:
@@ -267,18 +261,19 @@ class Exec:
 
 def _retire(host: Host, uri: str) -> None:
     """The exec is over: keep it listed, mark the oldest beyond the bound for disposal."""
-    kept = _finished.setdefault(host, {})
-    done = _running.get(host, {}).pop(uri, None)
+    book = host.execs
+    kept = book.finished
+    done = book.running.pop(uri, None)
     if done is not None:
         kept[uri] = done
     while len(kept) > EXEC_TERMINALS_KEPT:
         old = next(iter(kept))
         del kept[old]
-        _stale.setdefault(host, []).append(old)
+        book.stale.append(old)
 
 
 async def _dispose_stale(host: Host) -> None:
-    stale = _stale.pop(host, [])
+    stale, host.execs.stale = host.execs.stale, []
     for uri in stale:
         if uri in host:
             await host.dispose(uri)
@@ -286,7 +281,8 @@ async def _dispose_stale(host: Host) -> None:
 
 def find_exec(host: Host, uri: str) -> Exec | None:
     """The exec of ``uri`` while it runs or is still kept (see :data:`EXEC_TERMINALS_KEPT`)."""
-    return _running.get(host, {}).get(uri) or _finished.get(host, {}).get(uri)
+    book = host.execs
+    return book.running.get(uri) or book.finished.get(uri)
 
 
 class ExecOptions(TypedDict, total=False):
@@ -333,7 +329,7 @@ async def start_exec(
         on_output=collector,
     )
     started_exec = Exec(host, term, line, collector, started)
-    _running.setdefault(host, {})[term.uri] = started_exec
+    host.execs.running[term.uri] = started_exec
     term.spawn_task(functools.partial(started_exec.watch, timeout))
     return started_exec
 

@@ -39,6 +39,7 @@ import trio
 
 from ahp.engine.alarm import OutputAlarm
 from ahp.engine.envelopes import ReplayLog
+from ahp.engine.execbook import ExecBook
 from ahp.engine.hub import Hub
 from ahp.engine.launch import TerminalSpec, discard, prepare_launch
 from ahp.engine.memory import Trimmer
@@ -97,6 +98,8 @@ class Host:
         if log_bytes is not None:
             kwargs["max_bytes"] = log_bytes
         self.hub = Hub(ReplayLog(**kwargs))
+        #: The execs of :mod:`ahp.engine.exec` on this host (freed with it).
+        self.execs = ExecBook()
         #: Returns freed memory to the system after large frees (see ahp.engine.memory).
         self.trimmer = Trimmer(nursery)
         self.shell = shell
@@ -384,10 +387,11 @@ class Host:
         self._catalogue_changed()
 
     async def aclose(self) -> None:
-        """Dispose every terminal (concurrently)."""
+        """Dispose every terminal (concurrently); forget the execs' kept outputs."""
         async with trio.open_nursery() as nursery:
             for uri in list(self._terminals):
                 nursery.start_soon(self.dispose, uri)
+        self.execs.clear()
 
 
 @asynccontextmanager
