@@ -86,6 +86,30 @@ _COLS: Final = 500
 _counter = itertools.count(1)
 
 
+class _ExecBook:
+    """One host's execs by terminal URI, held by the host (:attr:`Host.exec_book`) so
+    that it is freed with it. (Three module-level maps keyed weakly by the host kept
+    every host alive, with every kept output, after its ``open_host()`` ended: their
+    values, the execs, hold the host.)"""
+
+    __slots__ = ("finished", "running", "stale")
+
+    def __init__(self) -> None:
+        #: Execs whose process runs.
+        self.running: dict[str, Exec] = {}
+        #: Finished execs still listed, oldest first (at most EXEC_TERMINALS_KEPT).
+        self.finished: dict[str, Exec] = {}
+        #: Finished exec terminals pushed out of the kept ones, not yet disposed.
+        self.stale: list[str] = []
+
+
+def _book(host: Host) -> _ExecBook:
+    book = host.exec_book
+    if not isinstance(book, _ExecBook):
+        book = host.exec_book = _ExecBook()
+    return book
+
+
 class _Stream:
     """One stream's decoder, renderer and budget (see the module doc)."""
 
@@ -261,7 +285,7 @@ class Exec:
 
 def _retire(host: Host, uri: str) -> None:
     """The exec is over: keep it listed, mark the oldest beyond the bound for disposal."""
-    book = host.execs
+    book = _book(host)
     kept = book.finished
     done = book.running.pop(uri, None)
     if done is not None:
@@ -273,7 +297,8 @@ def _retire(host: Host, uri: str) -> None:
 
 
 async def _dispose_stale(host: Host) -> None:
-    stale, host.execs.stale = host.execs.stale, []
+    book = _book(host)
+    stale, book.stale = book.stale, []
     for uri in stale:
         if uri in host:
             await host.dispose(uri)
@@ -281,7 +306,7 @@ async def _dispose_stale(host: Host) -> None:
 
 def find_exec(host: Host, uri: str) -> Exec | None:
     """The exec of ``uri`` while it runs or is still kept (see :data:`EXEC_TERMINALS_KEPT`)."""
-    book = host.execs
+    book = _book(host)
     return book.running.get(uri) or book.finished.get(uri)
 
 
@@ -329,7 +354,7 @@ async def start_exec(
         on_output=collector,
     )
     started_exec = Exec(host, term, line, collector, started)
-    host.execs.running[term.uri] = started_exec
+    _book(host).running[term.uri] = started_exec
     term.spawn_task(functools.partial(started_exec.watch, timeout))
     return started_exec
 

@@ -39,7 +39,6 @@ import trio
 
 from ahp.engine.alarm import OutputAlarm
 from ahp.engine.envelopes import ReplayLog
-from ahp.engine.execbook import ExecBook
 from ahp.engine.hub import Hub
 from ahp.engine.launch import TerminalSpec, discard, prepare_launch
 from ahp.engine.memory import Trimmer
@@ -98,8 +97,9 @@ class Host:
         if log_bytes is not None:
             kwargs["max_bytes"] = log_bytes
         self.hub = Hub(ReplayLog(**kwargs))
-        #: The execs of :mod:`ahp.engine.exec` on this host (freed with it).
-        self.execs = ExecBook()
+        #: The book of :mod:`ahp.engine.exec`'s execs on this host, kept by that layer
+        #: (the host holds it so that it is freed with the host; None once closed).
+        self.exec_book: object = None
         #: Returns freed memory to the system after large frees (see ahp.engine.memory).
         self.trimmer = Trimmer(nursery)
         self.shell = shell
@@ -391,7 +391,7 @@ class Host:
         async with trio.open_nursery() as nursery:
             for uri in list(self._terminals):
                 nursery.start_soon(self.dispose, uri)
-        self.execs.clear()
+        self.exec_book = None
 
 
 @asynccontextmanager
