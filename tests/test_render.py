@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import tracemalloc
 
 import pyte
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ahp.agent.budget import RETAINED_OUTPUT_BYTES, OutputBudget, omission_marker
+from ahp.agent.budget import RETAINED_OUTPUT_BYTES, OutputBudget, _Retained, omission_marker
 from ahp.agent.evidence import looks_like_prompt
 from ahp.agent.markers import Markers, group
 from ahp.agent.render import MAX_SEQUENCE, LineRenderer
@@ -304,6 +305,59 @@ def test_budget_finished_lines_from_an_index() -> None:
     assert budget.finished_lines(8) == ["line8", "line9"]
     assert budget.finished_lines(0) == [f"line{i}" for i in range(5, 10)]  # the rest dropped
     assert budget.finished_lines(10) == []
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.text(st.characters(codec="utf-8", exclude_characters="\n"), max_size=12),
+            st.text(st.sampled_from("ab\n€"), max_size=5),  # (a line holding "\n" too)
+        ),
+        max_size=120,
+    ),
+    st.integers(0, 400),
+    st.data(),
+)
+def test_packed_retained_lines_behave_as_unpacked(
+    lines: list[str], retain: int, data: st.DataObject
+) -> None:
+    """The retained lines packed a few to a string (to cost their text, not ~120 bytes
+    of objects each) give every answer the unpacked lines gave, as lines are added
+    and the oldest dropped, at every step."""
+    head, tail = data.draw(st.integers(0, retain)), data.draw(st.integers(0, retain))
+    packed = OutputBudget(head, tail, retain_bytes=retain)
+    packed._retained = _Retained(pack_lines=data.draw(st.integers(1, 5)), pack_bytes=16)
+    plain = OutputBudget(head, tail, retain_bytes=retain)
+    plain._retained = _Retained(pack_lines=10**9, pack_bytes=10**9)
+    for i, line in enumerate(lines):
+        packed.add(line)
+        plain.add(line)
+        assert (packed.dropped_lines, packed.dropped_bytes) == (
+            plain.dropped_lines,
+            plain.dropped_bytes,
+        )
+        start = data.draw(st.integers(0, i + 1))
+        assert packed.finished_lines(start) == plain.finished_lines(start)
+        live = lines[i + 1 : i + 1 + data.draw(st.integers(0, 2))]
+        assert packed.render(live) == plain.render(live)
+        assert packed.retained_text(live) == plain.retained_text(live)
+
+
+def test_retained_short_lines_cost_about_their_text() -> None:
+    # 8 MiB of 7-byte lines (what `seq` prints) held ~140 MB as one object per line.
+    retain = 1024 * 1024
+    budget = OutputBudget(retain_bytes=retain)
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for i in range(1_000_000, 1_150_000):
+            budget.add(str(i))  # 8 bytes each with the newline: 1.2 MB, 1 MiB kept
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert budget.dropped_lines > 0
+    assert held < 2 * retain, held  # (one object per line: ~16 MiB)
 
 
 def test_group_makes_one_command_of_several_lines() -> None:

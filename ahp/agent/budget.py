@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import itertools
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Final
 
 import attrs
@@ -41,6 +41,13 @@ DEFAULT_TAIL_BYTES: Final = 48 * 1024
 #: The whole rendered output of one command is kept up to this many bytes (the
 #: oldest lines beyond it are dropped, and counted).
 RETAINED_OUTPUT_BYTES: Final = 8 * 1024 * 1024
+#: Retained lines are packed into one string per this many lines (or
+#: :data:`PACK_BYTES`): a line kept as an object of its own costs ~120 bytes beside its
+#: text (the string's header, a tuple, its slot), so 8 MiB of short lines (``seq``)
+#: held ~140 MB; packed, the retained output costs about its own size.
+PACK_LINES: Final = 256
+#: Bytes of lines packed into one string at most (see :data:`PACK_LINES`).
+PACK_BYTES: Final = 16 * 1024
 
 
 def _size(line: str) -> int:
@@ -73,12 +80,101 @@ class BudgetedText:
     total_lines: int
 
 
+class _Block:
+    """Retained lines packed: each line followed by ``\n`` in one string (or, when a
+    line holds a ``\n`` itself, the list of lines)."""
+
+    __slots__ = ("count", "lines", "size", "text")
+
+    def __init__(self, lines: list[str], size: int) -> None:
+        self.count = len(lines)
+        self.size = size
+        if any("\n" in line for line in lines):
+            self.lines: list[str] | None = lines
+            self.text = ""
+        else:
+            self.lines = None
+            self.text = "\n".join(lines) + "\n"
+
+    def unpacked(self) -> list[str]:
+        return self.lines if self.lines is not None else self.text[:-1].split("\n")
+
+    def joined(self) -> str:
+        return self.text if self.lines is None else "".join(line + "\n" for line in self.lines)
+
+
+class _Retained:
+    """The retained lines, oldest first, in three parts: the oldest lines unpacked
+    while they are being dropped one by one (at most one block's), packed blocks
+    (:class:`_Block`), and the newest lines not packed yet (fewer than
+    :data:`PACK_LINES`). Memory: about the lines' text, plus ~120 bytes for each
+    line of the two unpacked parts."""
+
+    __slots__ = ("_blocks", "_front", "_open", "_open_size", "_pack", "count", "size")
+
+    def __init__(self, pack_lines: int = PACK_LINES, pack_bytes: int = PACK_BYTES) -> None:
+        self._pack = (pack_lines, pack_bytes)
+        self._front: deque[tuple[str, int]] = deque()
+        self._blocks: deque[_Block] = deque()
+        self._open: list[str] = []
+        self._open_size = 0
+        #: Lines and bytes retained.
+        self.count = 0
+        self.size = 0
+
+    def append(self, line: str, size: int) -> None:
+        self._open.append(line)
+        self._open_size += size
+        self.count += 1
+        self.size += size
+        pack_lines, pack_bytes = self._pack
+        if len(self._open) >= pack_lines or self._open_size >= pack_bytes:
+            self._blocks.append(_Block(self._open, self._open_size))
+            self._open = []
+            self._open_size = 0
+
+    def drop_oldest(self) -> int:
+        """Drop the oldest line; its size. (Only while a line is retained.)"""
+        front = self._front
+        if not front:
+            if self._blocks:
+                block = self._blocks.popleft()
+                front.extend((line, _size(line)) for line in block.unpacked())
+            else:  # (only unpacked lines are left: fewer than PACK_LINES)
+                front.extend((line, _size(line)) for line in self._open)
+                self._open = []
+                self._open_size = 0
+        _, size = front.popleft()
+        self.count -= 1
+        self.size -= size
+        return size
+
+    def newest(self) -> Iterator[tuple[str, int]]:
+        """Every retained line with its size, newest first, unpacked as the walk goes."""
+        for line in reversed(self._open):
+            yield line, _size(line)
+        for block in reversed(self._blocks):
+            for line in reversed(block.unpacked()):
+                yield line, _size(line)
+        yield from reversed(self._front)
+
+    def text(self) -> str:
+        """Every retained line, each followed by ``\n``."""
+        return (
+            "".join(line + "\n" for line, _ in self._front)
+            + "".join(block.joined() for block in self._blocks)
+            + "".join(line + "\n" for line in self._open)
+        )
+
+
 class OutputBudget:
     """Finished lines go in with :meth:`add`; :meth:`render` applies the budget.
 
     Buffering: the head (at most ``head_bytes``) and the retained lines (at most
     ``retain_bytes``, oldest dropped first; ``dropped_bytes`` / ``dropped_lines``
-    count them). ``tail_bytes`` must not exceed ``retain_bytes``.
+    count them), packed a few hundred to a string (:data:`PACK_LINES`), so that
+    their memory is about their text however short the lines. ``tail_bytes`` must
+    not exceed ``retain_bytes``.
     """
 
     def __init__(
@@ -100,8 +196,7 @@ class OutputBudget:
         self._head_full = head_bytes == 0
         #: Lines wholly or partly in the head (the tail starts after them).
         self._head_count = 0
-        self._retained: deque[tuple[str, int]] = deque()
-        self._retained_size = 0
+        self._retained = _Retained()
         self.dropped_lines = 0
         self.dropped_bytes = 0
         self.lines = 0  # finished lines added
@@ -124,30 +219,26 @@ class OutputBudget:
                     self._head.append(part)
                     self._head_size = len(part.encode("utf-8", "surrogatepass"))
                     self._head_count = 1
-        self._retained.append((line, size))
-        self._retained_size += size
-        while self._retained_size > self.retain_bytes and self._retained:
-            _, old = self._retained.popleft()
-            self._retained_size -= old
+        retained = self._retained
+        retained.append(line, size)
+        while retained.size > self.retain_bytes and retained.count:
+            self.dropped_bytes += retained.drop_oldest()
             self.dropped_lines += 1
-            self.dropped_bytes += old
 
     def finished_lines(self, start: int) -> list[str]:
         """Retained finished lines from index ``start`` on (earlier ones may be dropped).
 
         Costs O(lines returned), not O(lines retained)."""
-        count = min(len(self._retained), self.lines - max(0, start))
+        count = min(self._retained.count, self.lines - max(0, start))
         if count <= 0:
             return []
-        newest = [line for line, _ in itertools.islice(reversed(self._retained), count)]
+        newest = [line for line, _ in itertools.islice(self._retained.newest(), count)]
         newest.reverse()
         return newest
 
     def retained_text(self, live: Sequence[str] = ()) -> str:
         """Every retained line, then ``live`` (lines not finished yet), each with ``\\n``."""
-        return "".join(line + "\n" for line, _ in self._retained) + "".join(
-            line + "\n" for line in live
-        )
+        return self._retained.text() + "".join(line + "\n" for line in live)
 
     def render(self, live: Sequence[str] = ()) -> BudgetedText:
         """The output so far, ``live`` lines (still changing) counted as its last lines."""
@@ -190,7 +281,7 @@ class OutputBudget:
         after_head = max(0, self.lines - max(head_count, self.dropped_lines))
         newest_first = itertools.chain(
             reversed(list(zip(live[live_start:], live_sizes[live_start:], strict=True))),
-            itertools.islice(reversed(self._retained), after_head),
+            itertools.islice(self._retained.newest(), after_head),
         )
         for line, size in newest_first:
             if tail_size + size <= self.tail_bytes:
