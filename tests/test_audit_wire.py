@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 import trio
 
 from ahp.protocol.processes import EXEC, SIGNAL
@@ -353,6 +354,27 @@ async def test_serve_flags_write_all_three(tmp_path: Path) -> None:
     assert any(x.get("method") == "createTerminal" for x in wire)
     for blob in (cast, tmp_path / "audit.log", *listing(tmp_path / "wire")):
         assert TOKEN.encode() not in blob.read_bytes()
+
+
+@pytest.mark.parametrize("offered", [None, 5, True, "0.5.0", {"v": 1}])
+async def test_an_initialize_without_a_list_of_versions_is_audited_and_refused(
+    tmp_path: Path, offered: Any
+) -> None:
+    # (Audited before the version check, list(offered) raised: -32603 and a traceback.)
+    log = tmp_path / "audit.log"
+    options = ServeOptions(port=0, token=TOKEN, audit_log=str(log))
+    async with running_server(options) as server, peer(server.url) as p:
+        params: dict[str, Any] = {"channel": ROOT, "clientId": "c1"}
+        if offered is not None:
+            params["protocolVersions"] = offered
+        answer = await p.call("initialize", params)
+        assert answer["error"]["code"] == -32005, answer
+        audit = server.state.audit
+        assert audit is not None
+        await drained(audit.sink)
+    [line] = [x for x in read_lines([log]) if x["event"] == "initialize"]
+    assert line.get("offered") == (None if offered is None else [offered])
+    assert line.get("protocolVersion") is None and line["clientId"] == "c1"
 
 
 async def test_an_audit_line_is_bounded_whatever_the_client_sends(tmp_path: Path) -> None:

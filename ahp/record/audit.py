@@ -200,16 +200,22 @@ class AuditLog:
         self,
         client_id: str,
         version: str | None,
-        offered: list[str] | tuple[str, ...] = (),
+        offered: Any = (),
         *,
         peer: str | None = None,
         reconnect: bool = False,
     ) -> None:
+        """``offered``: the client's ``protocolVersions`` as it sent them (any JSON: a
+        list, a legacy integer, nothing); written as a list, bounded like every value."""
+        if isinstance(offered, list | tuple):
+            offers = list(offered) or None
+        else:
+            offers = None if offered is None else [offered]
         self.event(
             "initialize",
             clientId=client_id,
             protocolVersion=version,
-            offered=list(offered) or None,
+            offered=offers,
             peer=peer,
             reconnect=reconnect or None,
         )
