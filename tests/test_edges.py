@@ -34,6 +34,7 @@ from ahp.cli import build_parser
 from ahp.engine import open_host
 from ahp.protocol.codec import ProtocolError
 from ahp.protocol.jsonshape import MAX_DEPTH, MAX_ITEMS, FrameShapeError, check_shape
+from ahp.protocol.processes import EXEC
 from ahp.protocol.state import CommandPart
 from ahp.protocol.uri import local_file_uri_to_path
 from ahp.server import ServeOptions
@@ -449,6 +450,10 @@ async def test_running_out_of_fds_is_a_clear_error_and_recoverable() -> None:
         assert answer["error"]["code"] == SERVER_LIMIT, answer
         assert "out of resources" in answer["error"]["message"], answer
         assert created >= 1
+        # An exec's pipes need fds too: the same answer (it was -32603 and a traceback).
+        answer = await p.call(EXEC, {"argv": ["true"]})
+        assert answer["error"]["code"] == SERVER_LIMIT, answer
+        assert "out of resources" in answer["error"]["message"], answer
         assert "result" in await p.call("disposeTerminal", {"channel": "ahp-terminal:/t0"})
         again: dict[str, Any] = {}
         with trio.fail_after(TIMEOUT):  # (the disposed terminal's fds close as it is reaped)

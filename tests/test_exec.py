@@ -347,6 +347,9 @@ async def test_cancelling_a_remote_exec_disposes_it(tmp_path: Path) -> None:
         ({"command": "true", "timeout": 0}, "$.params.timeout"),
         ({"command": "true", "headBytes": -1}, "$.params.headBytes"),
         ({"command": "true", "channel": "root"}, "$.params.channel"),
+        # C1 controls (an 8-bit CSI) as createTerminal refuses them.
+        ({"command": "true", "channel": "ahp-terminal:/x\x9b2J\x85"}, "$.params.channel"),
+        ({"command": "true", "channel": "ahp-terminal:/x\x7f"}, "$.params.channel"),
         ({"command": "true", "cwd": "/no/such/dir"}, "$.params"),
         ({"argv": ["no-such-program-ahp"]}, "$.params"),
     ],

@@ -46,6 +46,8 @@ from typing import Final
 
 from attrs import frozen
 
+from ahp.protocol.state import URI_CONTROLS
+
 __all__ = [
     "EXEC",
     "EXEC_RESULT",
@@ -175,7 +177,7 @@ def exec_problem(p: ExecParams) -> tuple[str, str] | None:
     if p.channel is not None and (
         not p.channel.startswith("ahp-terminal:/")
         or len(p.channel) > 200
-        or any(ord(c) < 32 or ord(c) == 127 for c in p.channel)
+        or URI_CONTROLS.search(p.channel)
     ):
         return "channel", "an ahp-terminal:/ URI of at most 200 characters, no control characters"
     if p.env is not None and (

@@ -19,6 +19,7 @@ ever written by the plain codec, which speaks the 0.5 shape.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from typing import Any, ClassVar, Final, Literal
 
@@ -29,6 +30,9 @@ from ahp.protocol.rope import Rope
 
 ROOT_URI: Final = "ahp-root://"
 TERMINAL_SCHEME: Final = "ahp-terminal:"
+#: C0 and C1 control characters and DEL: never part of a terminal URI a server takes
+#: from a client (a URI is shown in every client's list; C1 ``\x9b`` is an 8-bit CSI).
+URI_CONTROLS: Final = re.compile("[\x00-\x1f\x7f-\x9f]")
 
 
 def _rope(value: Rope | str) -> Rope:

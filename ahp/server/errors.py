@@ -9,9 +9,10 @@ loop turns that exception into the one error answer. Nothing here does I/O.
 from __future__ import annotations
 
 import errno
+import os
 from typing import Any, Final
 
-__all__ = ["EXHAUSTED", "QUOTE_LIMIT", "SERVER_LIMIT", "Fail", "short"]
+__all__ = ["EXHAUSTED", "QUOTE_LIMIT", "SERVER_LIMIT", "Fail", "out_of_resources", "short"]
 
 #: JSON-RPC's implementation-defined server error (AHP assigns no code to this): a limit
 #: of this server was reached (terminals, file descriptors); the message says which, and
@@ -40,3 +41,16 @@ def short(text: str) -> str:
     """Client input as quoted in an error message: bounded (:data:`QUOTE_LIMIT`), so a
     10 MB URI is not echoed."""
     return text if len(text) <= QUOTE_LIMIT else text[:QUOTE_LIMIT] + "…"
+
+
+def out_of_resources(exc: BaseException) -> Fail | None:
+    """The answer to a start that failed for want of a resource (``exc`` or its cause an
+    ``OSError`` of :data:`EXHAUSTED`: file descriptors, processes, memory), or None."""
+    cause = exc if isinstance(exc, OSError) else exc.__cause__
+    if not (isinstance(cause, OSError) and cause.errno in EXHAUSTED):
+        return None
+    return Fail(
+        SERVER_LIMIT,
+        f"the server is out of resources ({os.strerror(cause.errno or 0)}); try again later",
+        {"errno": errno.errorcode.get(cause.errno or 0, "")},
+    )

@@ -71,7 +71,7 @@ from ahp.pty.spec import DisposedWhileStarting
 from ahp.record.audit import ACTOR, MAX_AUDIT_TEXT
 from ahp.reducers.policy import Change
 from ahp.server.connection import Connection
-from ahp.server.errors import QUOTE_LIMIT, Fail, short
+from ahp.server.errors import QUOTE_LIMIT, Fail, out_of_resources, short
 from ahp.server.terminals import check_room
 
 __all__ = ["PROCESS_REQUESTS"]
@@ -253,7 +253,11 @@ async def _start_exec(session: Connection, params: Any) -> Any:
         raise Fail(ErrorCode.ALREADY_EXISTS, str(exc)[:QUOTE_LIMIT]) from None
     except DisposedWhileStarting as exc:  # (a dispose raced the start: nothing was wrong)
         raise Fail(ErrorCode.NOT_FOUND, str(exc)) from None
-    except (SpawnError, ValueError) as exc:
+    except (SpawnError, ValueError, OSError) as exc:
+        if (fail := out_of_resources(exc)) is not None:
+            raise fail from None  # (as createTerminal: out of fds, processes, memory)
+        if isinstance(exc, OSError):
+            raise
         raise Fail(ErrorCode.INVALID_PARAMS, str(exc)[:QUOTE_LIMIT], {"path": "$.params"}) from None
     finally:
         server.creating -= 1

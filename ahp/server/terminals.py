@@ -13,11 +13,8 @@ connection, the host reaps what it started); :attr:`ServerState.creating
 
 from __future__ import annotations
 
-import errno
-import os
-import re
 import socket
-from typing import Any, Final, NoReturn
+from typing import Any, NoReturn
 
 from ahp.engine import TerminalExists, TerminalNotFound
 from ahp.protocol.codec import structure, unstructure
@@ -29,7 +26,7 @@ from ahp.protocol.commands import (
 )
 from ahp.protocol.dialect import result_json
 from ahp.protocol.jsonrpc import ErrorCode
-from ahp.protocol.state import TERMINAL_SCHEME, TerminalClaim
+from ahp.protocol.state import TERMINAL_SCHEME, URI_CONTROLS, TerminalClaim
 from ahp.protocol.uri import local_file_uri_to_path
 from ahp.pty import SpawnError
 from ahp.pty.spec import DisposedWhileStarting
@@ -37,12 +34,9 @@ from ahp.record.audit import ACTOR
 from ahp.reducers.core import MAX_DIMENSION, MAX_URI, claim_problem
 from ahp.reducers.policy import Change
 from ahp.server.connection import Connection
-from ahp.server.errors import EXHAUSTED, SERVER_LIMIT, Fail, short
+from ahp.server.errors import SERVER_LIMIT, Fail, out_of_resources, short
 
 __all__ = ["check_room", "create_terminal", "dispose_terminal", "list_sessions"]
-
-#: C0 and C1 control characters and DEL: never part of a terminal URI we accept.
-_CONTROL: Final = re.compile("[\x00-\x1f\x7f-\x9f]")
 
 
 def _check_claim(claim: TerminalClaim, path: str) -> None:
@@ -123,7 +117,7 @@ async def _create(conn: Connection, p: CreateTerminalParams) -> None:
             {"path": "$.params.channel", "limit": MAX_URI},
         )
     _check_claim(p.claim, "$.params.claim")
-    if _CONTROL.search(p.channel):
+    if URI_CONTROLS.search(p.channel):
         raise Fail(
             ErrorCode.INVALID_PARAMS,
             "a terminal URI must not contain control characters",
@@ -155,14 +149,8 @@ async def _create(conn: Connection, p: CreateTerminalParams) -> None:
     except DisposedWhileStarting as exc:  # (a dispose raced the creation: nothing was wrong)
         raise Fail(ErrorCode.NOT_FOUND, str(exc)) from None
     except (SpawnError, OSError) as exc:
-        cause = exc if isinstance(exc, OSError) else exc.__cause__
-        if isinstance(cause, OSError) and cause.errno in EXHAUSTED:
-            raise Fail(
-                SERVER_LIMIT,
-                f"the server is out of resources ({os.strerror(cause.errno or 0)}); "
-                "try again later",
-                {"errno": errno.errorcode.get(cause.errno or 0, "")},
-            ) from None
+        if (fail := out_of_resources(exc)) is not None:
+            raise fail from None
         if isinstance(exc, OSError):
             raise
         raise Fail(ErrorCode.INVALID_PARAMS, short(str(exc)), {"path": "$.params"}) from None
