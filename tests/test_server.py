@@ -413,6 +413,21 @@ async def test_reconnect_replay_snapshot_and_unknown() -> None:
             assert answer["error"]["code"] == -32008
 
 
+async def test_reconnect_with_cursor_0_gets_snapshots_while_the_log_holds_everything() -> None:
+    # Cursor 0 is no baseline: a replay (the log still held every envelope) missed what
+    # the terminal held before the client's subscription.
+    async with running_server() as server:
+        async with peer(server.url) as p:
+            await p.initialize("c1")
+            await create(p)
+            await p.dispatch(T1, {"type": "terminal/titleChanged", "title": "before"})
+            await p.result("subscribe", {"channel": T1})
+        async with peer(server.url) as p:
+            result = await p.reconnect("c1", 0, [ROOT, T1])
+            assert result["type"] == "snapshot", result
+            assert {s["resource"] for s in result["snapshots"]} == {ROOT, T1}
+
+
 async def test_replay_never_repeats_what_the_snapshot_held() -> None:
     async with running_server() as server:
         async with peer(server.url) as p:

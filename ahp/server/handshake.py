@@ -158,8 +158,10 @@ async def reconnect(conn: Connection, params: Any) -> Any:
     windows = ResumedWindows(items=()) if p.windows is not None else None
     result: ReconnectReplay | ReconnectSnapshot
     # A cursor past the server's own sequence was not given by this server (a restart,
-    # or a client's bug): nothing can be replayed to it, it gets snapshots.
-    if p.lastSeenServerSeq <= conn.host.hub.seq and log_.can_replay_after(p.lastSeenServerSeq):
+    # or a client's bug): nothing can be replayed to it, it gets snapshots; so does
+    # cursor 0 (no baseline: a replay would miss what came before its envelopes).
+    seq = p.lastSeenServerSeq
+    if 0 < seq <= conn.host.hub.seq and log_.can_replay_after(seq):
         floors = {c: record.snapshot_seq.get(c, 0) for c in valid}
         actions = tuple(
             envelope_json(envelope, conn.dialect)
