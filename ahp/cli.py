@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 from ahp import arguments
+from ahp.printable import configure_logging
 from ahp.version import __version__
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -272,7 +273,7 @@ def _serve(args: argparse.Namespace) -> int:
         tls_context,
     )
 
-    logging.basicConfig(level=args.log_level.upper(), format=LOG_FORMAT, stream=sys.stderr)
+    configure_logging(args.log_level, LOG_FORMAT)
     # A token read from a file (a mounted secret) is not printed: the operator has it,
     # and stdout is a container's log.
     from_file = bool(os.environ.get("AHP_TOKEN_FILE")) and not args.token

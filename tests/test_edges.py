@@ -390,6 +390,22 @@ def _port(url: str) -> int:
     return int(match.group(1))
 
 
+async def test_a_clients_newline_cannot_forge_a_line_of_the_servers_log() -> None:
+    forged = "\n1999-01-01 00:00:00,000 ERROR ahp.server: FORGED"
+    async with _serve("--log-level", "debug", nofile=1024) as (url, err), peer(url) as p:
+        params = {
+            "channel": ROOT,
+            "clientId": "c1" + forged,
+            "protocolVersions": ["0.5.0"],
+            "clientInfo": {"name": "probe" + forged, "version": "1"},
+        }
+        await p.result("initialize", params)
+        await p.call("ping", {"channel": ROOT})
+    lines = b"".join(err).decode(errors="replace").splitlines()
+    assert not [line for line in lines if line.startswith("1999-01-01")], lines
+    assert any("probe\\x0a1999-01-01" in line for line in lines), lines
+
+
 #: Slow connections opened against a server allowed ``_NOFILE`` fds: well past the limit.
 _NOFILE: Final = 96
 _SLOW_CONNECTIONS: Final = 2 * _NOFILE

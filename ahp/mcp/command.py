@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import logging
 import os
 import sys
 from typing import Final
+
+from ahp.printable import configure_logging
 
 __all__ = ["add_parser", "run"]
 
@@ -96,11 +97,7 @@ def run(args: argparse.Namespace) -> int:
     if importlib.util.find_spec("mcp") is None:
         print(f"ahp mcp: the MCP SDK is not installed: {INSTALL_HINT}", file=sys.stderr)
         return 2
-    logging.basicConfig(
-        level=args.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    configure_logging(args.log_level, "%(asctime)s %(levelname)s %(name)s: %(message)s")
     from ahp.client.commands.common import main, resolve_target
     from ahp.mcp.server import McpOptions, run_mcp
     from ahp.server.app import ServeOptions, Sidecar

@@ -33,6 +33,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import trio
 
+from ahp.printable import printable
 from ahp.protocol.state import TERMINAL_SCHEME
 
 if TYPE_CHECKING:
@@ -67,20 +68,6 @@ _URL_HINT: Final = (
     "expected ws://HOST:PORT/?tkn=TOKEN or ws+unix://PATH:/?tkn=TOKEN, as printed by "
     "`python -m ahp serve`"
 )
-
-
-#: Control characters (C0, DEL, C1) and how :func:`printable` shows them: ``\\xNN``.
-_CONTROLS: Final = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0))}
-
-
-def printable(text: str) -> str:
-    """``text`` safe to print on a person's terminal: every control character (C0, DEL,
-    C1: escape sequences, BEL, carriage return, newline, tab) shown as ``\\xNN``, so a
-    name from a server can neither drive the terminal nor break a table's line. One
-    C-speed scan when there is none (the common case)."""
-    if text.isprintable():
-        return text
-    return text.translate(_CONTROLS)
 
 
 class CommandFailed(Exception):
