@@ -192,6 +192,19 @@ async def test_a_host_that_ran_execs_is_freed_when_it_closes() -> None:
     assert ref() is None
 
 
+async def test_an_automatic_exec_name_skips_a_terminal_that_took_it(host: Host) -> None:
+    # A client can create the names execs get next; an exec without a name of its own
+    # must not fail "already exists" for that.
+    with trio.fail_after(TIMEOUT):
+        first = await exec_command(host, ["true"])
+        number = int(first.command_id.rsplit("-", 1)[1])
+        for n in range(number + 1, number + 4):
+            await host.create_terminal(f"ahp-terminal:/exec-{n}", argv=["cat"])
+        result = await exec_command(host, ["true"])
+    assert result.exit_code == 0
+    assert result.command_id == f"ahp-terminal:/exec-{number + 4}"
+
+
 async def test_bad_commands_are_refused_and_leave_nothing(host: Host) -> None:
     fds = open_fds()
     with pytest.raises(ValueError, match="must not be empty"):
@@ -377,6 +390,23 @@ async def test_an_exec_counts_against_the_terminal_limit() -> None:
             with pytest.raises(RpcError, match="terminal limit reached") as refused:
                 await exec_remote(client, ["true"])
     assert refused.value.code == -32000
+
+
+async def test_finished_execs_kept_for_their_results_give_way_at_the_limit() -> None:
+    # Three finished execs filled a limit of 3 and every later request was refused.
+    options = ServeOptions(port=0, token=TOKEN, max_terminals=3)
+    async with running_server(options) as server, connect(server.url) as client:
+        with trio.fail_after(TIMEOUT):
+            for _ in range(3):
+                assert (await exec_remote(client, ["true"])).exit_code == 0
+            assert len(server.state.host.terminals) == 3  # kept, finished
+            assert (await exec_remote(client, ["echo", "more"])).exit_code == 0
+            await client.create_terminal("ahp-terminal:/mine")
+            await client.create_terminal("ahp-terminal:/mine2")
+            await client.create_terminal("ahp-terminal:/mine3")
+            # Only live terminals left: the limit holds.
+            with pytest.raises(RpcError, match="terminal limit reached"):
+                await client.create_terminal("ahp-terminal:/one-too-many")
 
 
 # -- the CLI: python -m ahp exec URL -- ARGV -----------------------------------------------

@@ -71,6 +71,7 @@ __all__ = [
     "ExecOptions",
     "exec_command",
     "find_exec",
+    "release_kept",
     "start_exec",
 ]
 
@@ -101,6 +102,14 @@ class _ExecBook:
         self.finished: dict[str, Exec] = {}
         #: Finished exec terminals pushed out of the kept ones, not yet disposed.
         self.stale: list[str] = []
+
+
+def _fresh_uri(host: Host) -> str:
+    """An ``ahp-terminal:/exec-<n>`` no terminal of ``host`` has (a client may have
+    created the next one by that name: its exec would fail "already exists")."""
+    while (uri := f"ahp-terminal:/exec-{next(_counter)}") in host:
+        pass
+    return uri
 
 
 def _book(host: Host) -> _ExecBook:
@@ -304,6 +313,19 @@ async def _dispose_stale(host: Host) -> None:
             await host.dispose(uri)
 
 
+async def release_kept(host: Host) -> bool:
+    """Dispose the oldest finished exec terminal ``host`` still keeps (a limit on
+    terminals is reached: kept results give way to new work); whether there was one."""
+    book = _book(host)
+    while book.finished:
+        uri = next(iter(book.finished))
+        del book.finished[uri]
+        if uri in host:
+            await host.dispose(uri)
+            return True
+    return False
+
+
 def find_exec(host: Host, uri: str) -> Exec | None:
     """The exec of ``uri`` while it runs or is still kept (see :data:`EXEC_TERMINALS_KEPT`)."""
     book = _book(host)
@@ -343,7 +365,7 @@ async def start_exec(
     collector = _Collector(head_bytes, tail_bytes)
     started = time.monotonic()
     term = await host.create_terminal(
-        uri or f"ahp-terminal:/exec-{next(_counter)}",
+        uri or _fresh_uri(host),
         name=name if name is not None else line[:MAX_TITLE],
         argv=argv,
         cwd=options.get("cwd"),

@@ -235,7 +235,7 @@ async def _start_exec(session: Connection, params: Any) -> Any:
         where, why = problem
         path = f"$.params.{where}"
         raise Fail(ErrorCode.INVALID_PARAMS, f"invalid params: {why} at {path}", {"path": path})
-    check_room(session)
+    await check_room(session)
     server = session.server
     kwargs: dict[str, Any] = {"head_bytes": p.headBytes, "tail_bytes": p.tailBytes}
     server.creating += 1

@@ -17,6 +17,7 @@ import socket
 from typing import Any, NoReturn
 
 from ahp.engine import TerminalExists, TerminalNotFound
+from ahp.engine.exec import release_kept
 from ahp.protocol.codec import structure, unstructure
 from ahp.protocol.commands import (
     ChannelParams,
@@ -62,15 +63,20 @@ def _check_cwd(cwd: str) -> None:
         fail(f"is not a usable file:// URI: {short(str(exc))}")
 
 
-def check_room(conn: Connection) -> None:
+async def check_room(conn: Connection) -> None:
     """:data:`~ahp.server.errors.SERVER_LIMIT` unless the server takes one more terminal
     now: it is not draining, and the terminals it hosts and those being created are
     fewer than ``serve --max-terminals`` (the caller counts its own in
-    :attr:`ServerState.creating <ahp.server.state.ServerState.creating>` next)."""
+    :attr:`ServerState.creating <ahp.server.state.ServerState.creating>` next). At the
+    limit, finished exec terminals still kept for their results are disposed first,
+    oldest first (:func:`ahp.engine.exec.release_kept`): they are no work, and with a
+    small limit they would refuse every later request."""
     server = conn.server
     if server.draining:
         raise Fail(SERVER_LIMIT, "draining", {"reason": "the server is shutting down"})
-    if len(conn.host.terminals) + server.creating >= server.max_terminals:
+    while len(conn.host.terminals) + server.creating >= server.max_terminals:
+        if await release_kept(conn.host):
+            continue
         raise Fail(
             SERVER_LIMIT,
             f"terminal limit reached: this server hosts at most {server.max_terminals} "
@@ -132,7 +138,7 @@ async def _create(conn: Connection, p: CreateTerminalParams) -> None:
             )
     if p.cwd is not None:
         _check_cwd(p.cwd)
-    check_room(conn)
+    await check_room(conn)
     server = conn.server
     server.creating += 1
     try:
