@@ -37,7 +37,7 @@ from ahp.protocol.state import ROOT_URI
 from ahp.pty import SpawnError, SpawnSpec, spawn
 from ahp.server import ServeOptions, serve_host
 from tests.helpers import TIMEOUT, open_fds, stat_fields, wait_for_text, zombies
-from tests.wire import TOKEN, running_server
+from tests.wire import TOKEN, peer, running_server
 
 
 @pytest.fixture
@@ -327,6 +327,34 @@ async def test_a_remote_client_execs_on_the_server(tmp_path: Path) -> None:
     assert result.command_id.startswith("ahp-terminal:/exec-")
     assert (argv.status, argv.signal) == ("killed", "SIGTERM")
     assert (timed.status, timed.signal, timed.output) == ("timed_out", "SIGKILL", "started\n")
+
+
+async def test_a_remote_exec_is_its_starters_takes_no_input_and_can_be_signalled() -> None:
+    # An exec's terminal was unclaimed: another client claimed it and its starter could
+    # not dispose it; a signal did nothing (there is no shell) and input was accepted.
+    async with running_server() as server, peer(server.url) as a, peer(server.url) as b:
+        await a.initialize("starter")
+        await b.initialize("other")
+        started = await a.result(xp.EXEC, {"argv": ["sleep", "300"]})
+        uri = started["channel"]
+        await a.result("subscribe", {"channel": uri})
+        await b.result("subscribe", {"channel": uri})
+        # Another client's claim is refused: the starter holds it.
+        await b.dispatch(
+            uri, {"type": "terminal/claimed", "claim": {"kind": "client", "clientId": "other"}}
+        )
+        refused = await b.action(lambda x: x["action"]["type"] == "terminal/claimed")
+        assert refused.get("rejectionReason"), refused
+        # Input goes nowhere: rejected, saying why.
+        await a.dispatch(uri, {"type": "terminal/input", "data": "hello\n"})
+        rejected = await a.action(lambda x: x["action"]["type"] == "terminal/input")
+        assert "takes no input" in rejected.get("rejectionReason", ""), rejected
+        # A signal reaches the command's own group.
+        answer = await a.result(xp.SIGNAL, {"channel": uri, "signal": "SIGTERM"})
+        assert answer["shellForeground"] is False and len(answer["groups"]) == 1, answer
+        result = await a.result(xp.EXEC_RESULT, {"channel": uri})
+        assert (result["status"], result["signal"]) == ("killed", "SIGTERM"), result
+        await a.result("disposeTerminal", {"channel": uri})
 
 
 async def test_cancelling_a_remote_exec_disposes_it(tmp_path: Path) -> None:

@@ -56,6 +56,7 @@ from ahp.agent.budget import DEFAULT_HEAD_BYTES, DEFAULT_TAIL_BYTES, BudgetedTex
 from ahp.agent.command import CommandResult
 from ahp.agent.occupants import BackgroundProcess
 from ahp.agent.render import LineRenderer
+from ahp.protocol.state import TerminalClaim
 from ahp.pty import kill_session, procfs, session_members
 from ahp.reducers.core import MAX_TITLE
 
@@ -343,6 +344,7 @@ class ExecOptions(TypedDict, total=False):
     tail_bytes: int
     name: str | None
     uri: str | None
+    claim: TerminalClaim | None
 
 
 async def start_exec(
@@ -374,6 +376,7 @@ async def start_exec(
         stdin_closed=True,
         stderr_apart=True,
         on_output=collector,
+        claim=options.get("claim"),
     )
     started_exec = Exec(host, term, line, collector, started)
     _book(host).running[term.uri] = started_exec
@@ -397,6 +400,8 @@ async def exec_command(
         head_bytes, tail_bytes: the budget of ``output`` and of ``stderr`` each.
         name: the terminal's title (default: the command line, cut to fit).
         uri: the terminal's URI (default: a fresh ``ahp-terminal:/exec-<n>``).
+        claim: who holds the terminal (a remote client's exec: that client, so that no
+            other client can claim it and keep its starter from disposing it).
 
     The options are :class:`ExecOptions` (all keywords, all optional).
 

@@ -137,6 +137,8 @@ __all__ = [
 
 log = logging.getLogger("ahp.engine")
 
+#: Why a client's input to a terminal whose program's stdin is closed is rejected.
+STDIN_CLOSED: Final = "this terminal takes no input (its program's standard input is closed)"
 #: Batches queued from pty-read to parse (at most READ_BATCH bytes each).
 PARSE_QUEUE: Final = 4
 #: Items queued for the reducer: parsed batches, client and library actions, the exit.
@@ -504,10 +506,19 @@ class Terminal(CommandSurface):
         in the foreground (a builtin such as ``read`` or ``wait``), it gets Ctrl-C
         instead.
 
-        Returns the process groups signalled and whether the shell was in the
-        foreground (without a pty, or once exited: nothing signalled, Ctrl-C typed —
-        dropped by an exited terminal — and ``True``).
+        Without a pty (an exec's terminal: its process is the command, no shell) the
+        process's own group gets ``signum``. Returns the process groups signalled and
+        whether the shell was in the foreground (once exited: nothing signalled,
+        Ctrl-C typed — dropped by an exited terminal — and ``True``).
         """
+        if not self.spec.use_pty:
+            child = self._child
+            if child is None or child.returncode is not None:
+                await trio.lowlevel.checkpoint()
+                return frozenset(), False
+            self.signal_process(signum)  # (its group: the exec started it in its own)
+            await trio.lowlevel.checkpoint()
+            return frozenset({child.pid}), False
         groups, shell_foreground = (
             await self._jobs.send_signal(signum, mark)
             if self._jobs is not None
@@ -783,6 +794,11 @@ class Terminal(CommandSurface):
                 self._hub.send_to(sender, self.uri, verdict.heal)
             return
         assert not isinstance(verdict, Rejected)
+        if verdict.write and self.spec.stdin_closed:
+            # (An exec's terminal: its program reads /dev/null; input would go nowhere.)
+            if origin is not None:
+                self._hub.reject(sender, self.uri, action, origin, STDIN_CLOSED)
+            return
         if verdict.write and not inputs.gone:
             if not inputs.queue(verdict.write):
                 if origin is not None:

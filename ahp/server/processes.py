@@ -65,7 +65,7 @@ from ahp.protocol.processes import (
     exec_problem,
     mark_problem,
 )
-from ahp.protocol.state import ROOT_URI
+from ahp.protocol.state import ROOT_URI, ClientClaim
 from ahp.pty import SpawnError, procfs
 from ahp.pty.spec import DisposedWhileStarting
 from ahp.record.audit import ACTOR, MAX_AUDIT_TEXT
@@ -247,6 +247,9 @@ async def _start_exec(session: Connection, params: Any) -> Any:
             cwd=p.cwd,
             env=p.env,
             timeout=p.timeout,
+            # Held by its starter: another client cannot claim it, and so cannot keep
+            # the starter from disposing it (its way to stop the command).
+            claim=ClientClaim(clientId=session.client_id or ""),
             **{k: v for k, v in kwargs.items() if v is not None},
         )
     except TerminalExists as exc:
