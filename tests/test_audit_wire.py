@@ -17,6 +17,7 @@ import orjson
 import pytest
 import trio
 
+from ahp.protocol.commands import RESUME_META
 from ahp.protocol.processes import EXEC, SIGNAL
 from ahp.record.asciicast import decode
 from ahp.record.audit import (
@@ -229,18 +230,32 @@ async def test_the_wire_log_holds_every_message_in_vs_codes_shape(tmp_path: Path
             await p1.text_until(T1, "wired\r\n")
             # A client sending credentials in a message: redacted.
             await p2.call("x-unknown", {"token": "client-secret", "also": TOKEN})
+            # ...also in a frame that is not JSON (logged raw).
+            await p2.send('{"method": "x", "params": {"Password": "raw-secret", "s": "\\udcff"}}')
+            assert (await p2.recv())["error"]["code"] == -32700
+            # The resume token, given to a client and presented back, is a credential too.
+            meta: dict[str, Any] = {"channel": ROOT, "clientId": "c3"}
+            meta["protocolVersions"] = ["0.5.0"]
+            meta["_meta"] = {RESUME_META: ""}
+            async with peer(server.url) as p3:
+                resume = (await p3.result("initialize", meta))["_meta"][RESUME_META]
+            meta["_meta"] = {RESUME_META: resume}
+            async with peer(server.url) as p3:
+                await p3.result("initialize", meta)
         await drained(wire.sink)  # everything up to the last answer was queued before it
     files = listing(directory)
     lines = read_lines(files)
     assert len(files) == 1 and files[0].name.startswith("ahp-") and files[0].suffix == ".jsonl"
     raw = files[0].read_bytes()
     assert TOKEN.encode() not in raw and b"client-secret" not in raw
+    assert b"raw-secret" not in raw and resume.encode() not in raw
+    assert b'\\"Password\\": \\"<redacted>\\"' in raw
     for line in lines:
         meta = line["_ahpLog"]
         assert set(meta) == {"ts", "dir", "connectionId", "transport", "byteLength"}
         assert meta["dir"] in ("c2s", "s2c") and meta["transport"] == "websocket"
-        assert meta["ts"].endswith("Z") and meta["connectionId"] in ("1", "2")
-        assert line["jsonrpc"] == "2.0"
+        assert meta["ts"].endswith("Z") and meta["connectionId"] in ("1", "2", "3", "4")
+        assert line.get("jsonrpc") == "2.0" or "_raw" in line
     c2s = [x for x in lines if x["_ahpLog"]["dir"] == "c2s"]
     s2c = [x for x in lines if x["_ahpLog"]["dir"] == "s2c"]
     assert [x["method"] for x in c2s if x["_ahpLog"]["connectionId"] == "1"][:3] == [

@@ -13,11 +13,14 @@ apart: ``"1"``, ``"2"`` … in order of acceptance; ``transport`` is
 
 What a line holds: the message exactly as sent or received, with ``_ahpLog``
 added as its last member. Messages from the server are spliced (the encoded
-frame, its closing brace, the metadata; no decoding); messages from clients
-are decoded and re-encoded so that credential fields (``token``,
-``authorization``, ``password``, … at any depth: :data:`SECRET_KEYS`) can be
+frame, its closing brace, the metadata; no decoding), except one holding a
+client's resume token (``x-ahp-terminals/resume``: it lets whoever presents it take
+that client's id), which is redacted as a client's; messages from clients are
+decoded and re-encoded so that credential fields (``token``, ``authorization``,
+``password``, the resume token, … at any depth: :data:`SECRET_KEYS`) can be
 replaced by ``<redacted>``; a client frame that is not a JSON object is logged as
-``{"_raw": text, "_ahpLog": …}``. The server's token is scrubbed from every line
+``{"_raw": text, "_ahpLog": …}``, the string value of any credential member in it
+redacted too. The server's token is scrubbed from every line
 whatever field holds it (:class:`~ahp.record.sink.LineSink` ``redact``). A
 message larger than :data:`MAX_LINE_BYTES` has its long strings elided
 (``"… [N chars elided]"``) and ``_ahpLog.truncated: true``, as VS Code does. When
@@ -39,6 +42,7 @@ from __future__ import annotations
 import datetime
 import itertools
 import os
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -47,6 +51,7 @@ from typing import Any, Final
 import orjson
 import trio
 
+from ahp.protocol.commands import RESUME_META
 from ahp.record.sink import LineSink, Rotation, make_private_dirs
 
 __all__ = [
@@ -76,9 +81,19 @@ SECRET_KEYS: Final = frozenset(
         "password",
         "secret",
         "tkn",
+        # The per-client resume token (whoever presents it takes that client's id).
+        RESUME_META,
     }
 )
 REDACTED: Final = "<redacted>"
+#: A credential member in text that is not JSON (logged raw): its string value.
+_RAW_SECRET: Final = re.compile(
+    r'"(' + "|".join(re.escape(k) for k in sorted(SECRET_KEYS)) + r')"(\s*:\s*)"(?:[^"\\]|\\.)*"',
+    re.IGNORECASE,
+)
+#: The resume token's key as it appears in a server's frame (which is logged as it is
+#: unless it holds one).
+_RESUME_KEY: Final = b'"' + RESUME_META.encode() + b'"'
 #: Queue weight of a message beyond its frame (the tuple, the metadata).
 _OVERHEAD: Final = 64
 
@@ -126,7 +141,8 @@ def format_entry(
         "byteLength": len(raw),
     }
     large = len(raw) > MAX_LINE_BYTES
-    if direction == "s2c" and not large and raw[:1] == b"{" and raw.rstrip()[-1:] == b"}":
+    secret = direction == "c2s" or _RESUME_KEY in raw  # (a server's: only that key)
+    if not secret and not large and raw[:1] == b"{" and raw.rstrip()[-1:] == b"}":
         body = raw.rstrip()[:-1]
         sep = b"," if body.strip() != b"{" else b""
         return body + sep + b'"_ahpLog":' + orjson.dumps(meta) + b"}\n"
@@ -136,10 +152,12 @@ def format_entry(
         message = None
     if not isinstance(message, dict):
         text = raw.decode("utf-8", "replace")
+        if secret:  # (credentials in a frame that is not JSON are still credentials)
+            text = _RAW_SECRET.sub(lambda m: f'"{m[1]}"{m[2]}"{REDACTED}"', text)
         if large:
             text, meta["truncated"] = _elide(text), True
         return orjson.dumps({"_raw": text, "_ahpLog": meta}) + b"\n"
-    if direction == "c2s":
+    if secret:
         message = _redact(message)
     if large:
         message = _elide(message)
