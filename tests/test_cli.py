@@ -679,6 +679,14 @@ async def test_bad_inputs_give_one_line_and_a_non_zero_exit() -> None:
             "run malformed": (("run", "ws://host:port/", "--", "true"), "malformed URL"),
             "attach malformed": (("attach", "http://x/", "t1"), "malformed URL"),
             "run no command": (("run", server.url), "no command"),
+            "run --timeout nan": (
+                ("run", server.url, "--timeout", "nan", "--", "true"),
+                "--timeout must be a positive, finite number of seconds",
+            ),
+            "exec --timeout inf": (
+                ("exec", server.url, "--timeout", "inf", "--", "true"),
+                "--timeout must be a positive, finite number of seconds",
+            ),
             "run bad cwd": (("run", server.url, "--cwd", "/nonexistent", "--", "true"), "cwd"),
             "run output bound": (
                 ("run", server.url, "--max-output-bytes", "30000000", "--", "true"),
@@ -714,7 +722,7 @@ async def test_bad_inputs_give_one_line_and_a_non_zero_exit() -> None:
         assert line.startswith(f"ahp {args[0]}: "), (name, line)
         assert expected in line, (name, line)
         assert done.stdout == "", (name, done.stdout)
-        assert done.returncode == (125 if args[0] == "run" else 1), (name, done.returncode)
+        assert done.returncode == (125 if args[0] in ("run", "exec") else 1), (name, done.returncode)
     # The token is never echoed in an error.
     assert all("test-token" not in r.stderr for r in results.values())
 

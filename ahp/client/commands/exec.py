@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import signal
 import sys
@@ -91,8 +92,8 @@ def run(args: argparse.Namespace) -> int:
 
         if not words:
             raise CommandFailed("no command given (usage: ahp exec URL -- ARGV...)")
-        if args.timeout is not None and args.timeout <= 0:
-            raise CommandFailed("--timeout must be positive")
+        if args.timeout is not None and not 0 < args.timeout < math.inf:  # (nan, inf)
+            raise CommandFailed("--timeout must be a positive, finite number of seconds")
         url, token = resolve_target(args.url, args.token)
         command: str | list[str] = words[0] if len(words) == 1 else words
         stopped_by: int | None = None

@@ -346,8 +346,8 @@ def run(args: argparse.Namespace) -> int:
         from ahp.pty.localtty import pending_input
 
         line = command_line(words)
-        if args.timeout is not None and args.timeout <= 0:
-            raise CommandFailed("--timeout must be positive")
+        if args.timeout is not None and not 0 < args.timeout < math.inf:  # (nan, inf)
+            raise CommandFailed("--timeout must be a positive, finite number of seconds")
         args.max_output_bytes = output_limit(args.max_output_bytes)
         url, token = resolve_target(args.url, args.token)
         if pending_input(0):
