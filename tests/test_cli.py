@@ -722,7 +722,8 @@ async def test_bad_inputs_give_one_line_and_a_non_zero_exit() -> None:
         assert line.startswith(f"ahp {args[0]}: "), (name, line)
         assert expected in line, (name, line)
         assert done.stdout == "", (name, done.stdout)
-        assert done.returncode == (125 if args[0] in ("run", "exec") else 1), (name, done.returncode)
+        expected_code = 125 if args[0] in ("run", "exec") else 1
+        assert done.returncode == expected_code, (name, done.returncode)
     # The token is never echoed in an error.
     assert all("test-token" not in r.stderr for r in results.values())
 
