@@ -153,6 +153,9 @@ async def test_budget_screen_and_exited_shell(tmp_path: Path) -> None:
         assert "screen-x" in text and alternate is False
         gone = await _call(session, "run_command", command="exit 3", terminal="ex")
         assert facts(gone)["status"] == "shell_exited", _text(gone)
+        # Input to the exited shell goes nowhere: a tool error, not "sent".
+        typed = await session.call_tool("send_input", {"terminal": "ex", "text": "echo x"})
+        assert typed.is_error and "has exited" in _text(typed), _text(typed)
         back = await _call(session, "run_command", command="echo back", terminal="ex")
         assert facts(back)["exit_code"] == 0
 

@@ -430,6 +430,11 @@ class Toolbox:
         else:
             if args["wait"] > 0:
                 raise ToolError("wait needs command_id (a terminal has nothing to wait for)")
+            if self._exited(uri):
+                raise ToolError(
+                    f"terminal {display_name(uri)!r} has exited: nothing reads input there; "
+                    "run_command starts a new shell in it"
+                )
             terminal = await self.backend.terminal(uri)
             await terminal.send_input(data)
         where = f"command {args['command_id']}" if args["command_id"] else display_name(uri)
