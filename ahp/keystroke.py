@@ -134,6 +134,8 @@ def parse_simple_frame(buf: bytearray, max_size: int) -> tuple[str | None, bool]
             return None, False
         length = (buf[2] << 8) | buf[3]
         start = 4
+        if length < 126:
+            return None, True  # (a length not in its shortest form: wsproto closes, 1002)
     if length > FAST_FRAME_MAX or length > max_size:
         return None, True
     end = start + 4 + length

@@ -353,6 +353,23 @@ async def test_a_message_left_unfinished_past_the_deadline_closes_the_connection
         assert isinstance(answer, Closed) and answer.code == 1008, answer
 
 
+@pytest.mark.parametrize("cut", [1, 3, 1000])
+async def test_a_simple_frame_left_unfinished_past_the_deadline_closes_the_connection(
+    cut: int,
+) -> None:
+    # One whole masked text frame under 64 KiB takes the fast path (keystroke trick
+    # fast_frames), which applied no deadline: held unfinished, it was never closed.
+    payload = _ping(5000)
+    frame = b"\x81\xfe" + len(payload).to_bytes(2, "big") + b"\0\0\0\0" + payload
+    async with _server(message_deadline=0.5) as url, open_raw_websocket(url) as ws:
+        await _initialized(ws, "a")
+        await ws._stream.send_all(frame + frame[:cut])  # (one whole, one begun)
+        first = await _answer(ws)
+        assert isinstance(first, dict) and first["result"] is None, first
+        answer = await _answer(ws)
+        assert isinstance(answer, Closed) and answer.code == 1008, answer
+
+
 async def test_unfinished_messages_of_every_connection_share_one_budget() -> None:
     frame = _frame(_ping(700 * 1024))
     async with open_host() as host:

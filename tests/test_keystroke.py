@@ -43,8 +43,9 @@ def test_simple_frames_parse_whole_and_in_order_however_they_arrive(
         FrameProtocol(client=True, extensions=[]).ping(b"p"),
         FrameProtocol(client=False, extensions=[]).send_data("unmasked", fin=True),
         _client_frame("x" * (keystroke.FAST_FRAME_MAX + 1)),
+        b"\x81\xfe\x00\x05\0\0\0\0hello",  # (5 bytes in a 16-bit length: wsproto's 1002)
     ],
-    ids=["binary", "fragment", "ping", "unmasked", "too-big"],
+    ids=["binary", "fragment", "ping", "unmasked", "too-big", "non-minimal-length"],
 )
 def test_anything_else_goes_to_wsproto_untouched(frame: bytes) -> None:
     buf = bytearray(frame)

@@ -265,7 +265,11 @@ class ServerWebSocket:
             if not self._wsproto_frames:
                 fast = self._fast_message()
                 if fast is not None:
+                    self._started = None  # (a frame of it held unfinished: done)
                     return await self._deliver(fast)
+                if self._pending and self._started is None and not self._wsproto_frames:
+                    # Part of a simple frame: the same MESSAGE_DEADLINE as any message.
+                    self._started = trio.current_time()
             if self._wsproto_frames:
                 for handled, event in enumerate(ws.events(), 1):
                     if isinstance(event, TextMessage | BytesMessage):
