@@ -211,7 +211,7 @@ async def test_disconnect_mid_frame() -> None:
             result = await p.result(
                 "reconnect", {"channel": ROOT, "clientId": "raw", "lastSeenServerSeq": 0}
             )
-            assert result["type"] == "replay"
+            assert result["type"] == "snapshot"  # (cursor 0: no baseline to replay onto)
             assert (await p.call("ping", {"channel": ROOT}))["result"] is None
 
 

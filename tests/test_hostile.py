@@ -370,6 +370,30 @@ async def test_a_simple_frame_left_unfinished_past_the_deadline_closes_the_conne
         assert isinstance(answer, Closed) and answer.code == 1008, answer
 
 
+async def test_requests_sent_before_a_half_close_are_all_answered() -> None:
+    # A client that sends its last requests and then shuts its side (FIN) still reads:
+    # the answers queued when the server read the end were dropped (3 in 20 trials).
+    requests = [
+        {"jsonrpc": "2.0", "id": 1, "method": "x-ahp-terminals/exec", "params": {"argv": ["true"]}},
+        *({"jsonrpc": "2.0", "id": n, "method": "ping"} for n in range(2, 40)),
+    ]
+    async with _server() as url:
+        for _ in range(3):
+            async with open_raw_websocket(url) as ws:
+                await _initialized(ws, "a")
+                for request in requests:
+                    await ws.send_message(orjson.dumps(request).decode())
+                await ws._stream.send_eof()
+                answered: list[Any] = []
+                with trio.fail_after(TIMEOUT):
+                    try:
+                        while True:
+                            answered.append(orjson.loads(await ws.get_message()).get("id"))
+                    except Closed:
+                        pass
+                assert [i for i in answered if i is not None] == list(range(1, 40))
+
+
 async def test_unfinished_messages_of_every_connection_share_one_budget() -> None:
     frame = _frame(_ping(700 * 1024))
     async with open_host() as host:

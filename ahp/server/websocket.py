@@ -122,6 +122,8 @@ OUTBOX_BYTES: Final = 16 * 1024 * 1024
 #: Seconds an overflowed connection gets to finish the write in flight and the close
 #: handshake (1013); a client that reads nothing at all is then dropped without one.
 STALL_GRACE: Final = 1.0
+#: Seconds the answers queued before a peer's half-close (EOF) get to be written.
+EOF_FLUSH: Final = 5.0
 #: Seconds the close handshake may take when the server closes a connection.
 CLOSE_TIMEOUT: Final = 1.0
 #: The close code of a connection closed for the connection budget (the reason says
@@ -524,6 +526,13 @@ async def _serve_one(
                         await _reader(ws, session, config, connection_id, ticket)
                     if ws.closed is not None:
                         nursery.cancel_scope.cancel()
+                    elif ws.at_eof:
+                        # The peer half-closed after its last requests: their answers,
+                        # queued already, go out first, within EOF_FLUSH (a peer gone
+                        # entirely fails the first write).
+                        session.outbox.close()
+                        deadline = trio.current_time() + EOF_FLUSH
+                        writer.scope.deadline = min(writer.scope.deadline, deadline)
                     # else: the session asked to close; the writer sends what is queued first.
 
                 async def write() -> None:

@@ -220,6 +220,8 @@ class ServerWebSocket:
         self._over_budget = False
         self._deadline = message_deadline
         self._closed: ConnectionClosed | None = None
+        #: The peer's end of the stream was read (it may still read what is sent).
+        self.at_eof = False
         #: A send was cancelled mid-frame: the stream may only be closed now.
         self.broken = False
         #: Bytes handed to the stream so far (progress, for the outbound watchdog).
@@ -296,8 +298,10 @@ class ServerWebSocket:
                 raise self._closed
             data = await self._read_in_time()
             if not data:
-                self._closed = ConnectionClosed(ABNORMAL, "connection lost")
-                raise self._closed
+                # The peer sends no more; it may still read (a TCP half-close after its
+                # last requests): the connection is not closed for sending yet.
+                self.at_eof = True
+                raise ConnectionClosed(ABNORMAL, "connection lost")
             if self._wsproto_frames:
                 ws.receive_data(data)
             else:
