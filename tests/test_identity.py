@@ -19,7 +19,7 @@ import trio
 
 from ahp.client import connect
 from ahp.protocol.commands import MAX_RESUME_TOKEN, RESUME_META
-from ahp.protocol.processes import SIGNAL
+from ahp.protocol.processes import EXEC, EXEC_RESULT, SIGNAL
 from ahp.protocol.state import ClientClaim
 from ahp.server import ServeOptions, Sidecar
 from ahp.server.clients import ClientRegistry, RegistryFull
@@ -243,6 +243,34 @@ async def test_a_dead_but_unnoticed_connection_is_replaced(method: str) -> None:
             # The new connection acts as the client.
             assert (await new.call("ping", {"channel": ROOT}))["result"] is None
             assert _live(sidecar, "ts-client")
+
+
+async def test_a_live_client_whose_requests_keep_its_reader_busy_is_not_replaced() -> None:
+    """The pong is read by the connection's reader, which runs the client's requests: a
+    client whose pipelined requests each wait (an exec's result, up to 2 s each) did
+    not answer the probe in time and was replaced as dead. What it sent meanwhile (the
+    pong, waiting in the socket) shows it is there."""
+    async with running_server() as sidecar, peer(sidecar.url) as live:
+        await live.initialize("busy")
+        started = await live.result(EXEC, {"argv": ["sleep", "30"]})
+        for n in range(2):  # (pipelined: each waits EXEC_RESULT_WAIT for a result)
+            await live.send(
+                {
+                    "jsonrpc": "2.0",
+                    "id": 900 + n,
+                    "method": EXEC_RESULT,
+                    "params": {"channel": started["channel"]},
+                }
+            )
+        await trio.sleep(0.2)  # (the reader is in the first one)
+        async with peer(sidecar.url) as newcomer:
+            with trio.fail_after(PROBE_TIMEOUT + TIMEOUT):
+                answer = await newcomer.call("initialize", _init("busy"))
+        assert answer["error"]["code"] == -32009, answer
+        assert "in use by a live connection" in answer["error"]["message"]
+        with trio.fail_after(3 * TIMEOUT):
+            for n in range(2):  # the live one goes on: every request answered
+                assert (await live.response(900 + n))["error"]["code"] != -32009
 
 
 async def test_the_resume_token_proves_the_client() -> None:

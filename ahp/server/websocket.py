@@ -263,13 +263,18 @@ class _Link:
         self.scope: trio.CancelScope | None = None
 
     async def alive(self, timeout: float) -> bool:
+        """Whether the peer answers a ping within ``timeout`` seconds, or at least sent
+        something meanwhile (:meth:`~ahp.server.wsconn.ServerWebSocket.arrived`): the
+        pong is read by the connection's reader, which may be busy with the client's
+        own requests for longer (a live client was replaced as dead for that)."""
+        before = self.ws.arrived()
         with trio.move_on_after(timeout):
             try:
                 await self.ws.ping()
             except ConnectionClosed:
                 return False
             return True
-        return False
+        return self.ws.closed is None and self.ws.arrived() > before
 
     def evict(self, reason: str) -> None:
         self.evict_with(REPLACED_CLOSE[0], reason)

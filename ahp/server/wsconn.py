@@ -27,9 +27,11 @@ frame leaves the stream unusable for framing, so the connection is marked
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import logging
 import os
 import sys
+import termios
 import time
 from collections.abc import Callable, Iterable
 from typing import Final, TypeVar
@@ -226,6 +228,8 @@ class ServerWebSocket:
         self.broken = False
         #: Bytes handed to the stream so far (progress, for the outbound watchdog).
         self.bytes_sent = 0
+        #: Bytes read from the peer so far (see :meth:`arrived`).
+        self.bytes_received = 0
         #: The socket under a plain TCP or Unix stream (read and written directly, see
         #: :meth:`_read` and :meth:`_write_all`); None under TLS.
         # (keystroke trick ``fd_io``.)
@@ -247,6 +251,19 @@ class ServerWebSocket:
     @property
     def closed(self) -> ConnectionClosed | None:
         return self._closed
+
+    def arrived(self) -> int:
+        """Bytes the peer has sent so far: those read, plus (on a plain socket) those
+        waiting unread in the kernel. A liveness sign that does not need the reader:
+        while the connection's reader is busy with a request, a pong it has not read
+        yet still shows here (TLS: only what was read)."""
+        unread = 0
+        sock = self._sock
+        if sock is not None and (fd := sock.fileno()) >= 0:
+            with contextlib.suppress(OSError):
+                answer = fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0")
+                unread = int.from_bytes(answer, sys.byteorder, signed=True)
+        return self.bytes_received + unread
 
     # -- receiving ---------------------------------------------------------------------------
 
@@ -297,6 +314,7 @@ class ServerWebSocket:
             if self._closed is not None:
                 raise self._closed
             data = await self._read_in_time()
+            self.bytes_received += len(data)
             if not data:
                 # The peer sends no more; it may still read (a TCP half-close after its
                 # last requests): the connection is not closed for sending yet.
