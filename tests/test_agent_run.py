@@ -221,6 +221,21 @@ async def test_hard_timeout(mode: str) -> None:
 
 
 @pytest.mark.parametrize("mode", MODES)
+async def test_hard_timeout_kills_a_command_that_ignores_ctrl_c(mode: str) -> None:
+    """``timeout`` is a hard limit: a command that ignores the Ctrl-C is killed
+    ``INTERRUPT_GRACE`` later and reported ``timed_out`` (it was returned ``running``,
+    with no note, and went on holding the terminal)."""
+    async with terminal(mode) as term:
+        with trio.fail_after(TIMEOUT):
+            result = await term.run("trap '' INT; sleep 60", timeout=1)
+            after = await term.run("echo next")
+    assert result.status == "timed_out" and result.timed_out and result.done
+    assert result.exit_code == 137 and result.handle is None
+    assert result.note == "it ignored Ctrl-C for 5 s: killed (SIGKILL)"
+    assert after.status == "finished" and after.output == "next\n"
+
+
+@pytest.mark.parametrize("mode", MODES)
 async def test_background_process_left_behind(mode: str) -> None:
     async with terminal(mode) as term:
         with trio.fail_after(TIMEOUT):

@@ -28,8 +28,11 @@ the final status is published it gives back the claim it found (when the
 command was run with one and the terminal is still there), so that a ``run``
 that returns has given it back. Its input watch asks the terminal's processes
 for evidence after ``input_quiet`` seconds of quiet (:mod:`ahp.agent.evidence`),
-and its timer enforces ``timeout`` (Ctrl-C, then :data:`INTERRUPT_GRACE` for the
-end).
+and its timer enforces ``timeout``: Ctrl-C, then :data:`INTERRUPT_GRACE` for the end;
+a command still running then (it ignores Ctrl-C) is killed as ``handle.kill()`` kills
+(SIGKILL to its process groups) and still reported ``timed_out``, with a note saying
+so. (A command that outlives even that keeps status ``running`` with ``timed_out``
+set: see :func:`ahp.agent.surface.run_command`.)
 
 Cancellation: cancelling :func:`start_command` before the command was typed
 leaves nothing behind (the follower closed, the claim given back); the collector
@@ -69,13 +72,16 @@ from ahp.protocol.actions import (
 )
 from ahp.protocol.state import CommandPart, Snapshot, TerminalClaim, TerminalState
 
-__all__ = ["CLAIM_TIMEOUT", "INTERRUPT_GRACE", "holder_of", "start_command"]
+__all__ = ["CLAIM_TIMEOUT", "INTERRUPT_GRACE", "KILL_WAIT", "holder_of", "start_command"]
 
 log = logging.getLogger("ahp.agent")
 
 #: How long to wait for the shell to report an interrupted command's end (and for a
 #: holder that is ending to end before a new command is refused).
 INTERRUPT_GRACE: Final = 5.0
+#: After a timed-out command that ignored its Ctrl-C was killed, how long ``run`` waits
+#: for its end (the kill's delivery, the shell's report) before returning it ``running``.
+KILL_WAIT: Final = 2.0
 #: Bound on giving a claim back (and on closing a follower) at the end.
 CLAIM_TIMEOUT: Final = 5.0
 #: The end of the terminal's text read for the prompt a command is typed at.
@@ -312,6 +318,8 @@ class _Collector:
     untaken: float | None = None
     #: Ctrl-Cs sent again because the shell had not shown it took the first.
     resent: int = 0
+    #: The timeout's Ctrl-C was ignored for :data:`INTERRUPT_GRACE`: the command was killed.
+    escalated: bool = False
 
     async def run(self) -> None:
         record = self.record
@@ -384,11 +392,8 @@ class _Collector:
         processes = self.port.processes
         # (After a kill every job started since the mark was killed with it: what a
         # scan finds then is still dying, not left behind.)
-        if (
-            event is Event.ENDED
-            and processes is not None
-            and Event.KILL not in record.machine.asked
-        ):
+        killed = Event.KILL in record.machine.asked or self.escalated
+        if event is Event.ENDED and processes is not None and not killed:
             jobs = await processes.background_jobs(record.job_mark)
             record.background = tuple(
                 BackgroundProcess(pid, line) for pid, line in sorted(jobs.items())
@@ -400,15 +405,26 @@ class _Collector:
                     await self.port.set_claim(claim)
         if duration_ms is not None:
             record.duration_ms = duration_ms
+        if self.escalated and not note and Event.KILL not in record.machine.asked:
+            note = f"it ignored Ctrl-C for {INTERRUPT_GRACE:g} s: killed (SIGKILL)"
         record.apply(event, exit_code=exit_code, note=note)
 
     async def _time_out(self, timeout: float) -> None:
+        """The hard timeout: Ctrl-C; a command not over :data:`INTERRUPT_GRACE` later
+        is killed (its process groups, never the shell's), still reported ``timed_out``."""
         await trio.sleep(timeout)
         record = self.record
         if record.machine.done:
             return
         record.apply(Event.TIME_OUT)
         await self.port.send_input("\x03")
+        with trio.move_on_after(INTERRUPT_GRACE):
+            await record.over.wait()
+            return
+        if Event.KILL in record.machine.asked:
+            return  # the agent killed it already
+        self.escalated = True
+        await self.port.kill_command(record.job_mark)
 
     # -- following -----------------------------------------------------------------------------
 

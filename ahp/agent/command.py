@@ -310,6 +310,11 @@ def _result_of(record: CommandRecord) -> CommandResult:
     evidence = record.evidence
     if not note and evidence is not None:
         note = evidence.describe()
+    if not note and not machine.done and Event.TIME_OUT in machine.asked:
+        note = (
+            "its timeout passed, but neither Ctrl-C nor SIGKILL ended it yet: it holds the "
+            "terminal until it ends (wait for it, or dispose the terminal)"
+        )
     return CommandResult(
         command_line=record.command_line,
         status=str(status),
