@@ -39,8 +39,17 @@ JOB_SETTLE_POLL: Final = 0.02
 class Jobs:
     """The session of a pty child whose shell is ``pid`` (the session leader)."""
 
-    def __init__(self, pid: int, master_fd: int, alive: Callable[[], bool]) -> None:
+    def __init__(
+        self,
+        pid: int,
+        master_fd: int,
+        alive: Callable[[], bool],
+        *,
+        launch_line: str | None = None,
+    ) -> None:
         self.pid = pid
+        #: The shell's arguments as started, joined by spaces (to see it replaced).
+        self.launch_line = launch_line
         self._master_fd = master_fd
         self._alive = alive
 
@@ -52,7 +61,7 @@ class Jobs:
         """The pty's foreground job and what it does (``None`` once the child exited)."""
         if not self.alive:
             return None
-        return procfs.tty_status(self._master_fd, self.pid)
+        return procfs.tty_status(self._master_fd, self.pid, self.launch_line)
 
     def shell_foreground(self) -> bool | None:
         """Whether the shell itself is the foreground job (one system call); ``None``
@@ -69,7 +78,9 @@ class Jobs:
         if not self.alive:
             await trio.lowlevel.checkpoint()
             return None
-        return await trio.to_thread.run_sync(procfs.tty_status, self._master_fd, self.pid)
+        return await trio.to_thread.run_sync(
+            procfs.tty_status, self._master_fd, self.pid, self.launch_line
+        )
 
     async def scan_since(self, mark: procfs.JobMark | None = None) -> dict[int, tuple[int, str]]:
         """:meth:`since`, scanned in a worker thread (off the event loop)."""
