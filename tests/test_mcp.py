@@ -624,6 +624,7 @@ def _text(result: Any) -> str:
 
 _STATUS_WORDS = (
     ("exit code ", "finished"),
+    ("FINISHED", "finished"),
     ("STILL RUNNING", "running"),
     ("WAITING FOR INPUT", "waiting_for_input"),
     ("TIMED OUT", "timed_out"),

@@ -10,6 +10,18 @@ How a command is delimited:
   (:mod:`ahp.agent.markers`); the output is what lies between them and the exit
   code is parsed from the end marker.
 
+A shell replaced (detected mode): a command that ``exec``-s another shell (``exec
+bash --norc``) takes the place of the shell that reported commands; the new one
+reports none. Seen as the terminal's shell process itself reading the terminal in
+quiet, twice with nothing printed between, under another command line than it was
+started with (the processes' ``shell_replaced``), and that program an interactive
+shell: the command is over (``finished``, no exit code, a note saying command
+detection was lost), and the terminal's later commands are delimited with markers,
+as in a shell without detection
+(:attr:`~ahp.agent.registry.CommandRegistry.detection_lost`; a holder that is such a
+command, left open in the terminal's state, holds nothing). Any other program
+(``exec python3``) is a command waiting for input.
+
 Never typing into a busy terminal: :func:`start_command` first asks what holds
 the terminal (:func:`holder_of`): a command of this surface that is not over, a
 detected command the shell reports running, or (without detection, when the
@@ -53,7 +65,14 @@ import attrs
 import trio
 
 from ahp.agent.command import CommandHandle
-from ahp.agent.evidence import InputEvidence, evidence_of, looks_like_prompt
+from ahp.agent.evidence import (
+    InputEvidence,
+    TtyView,
+    evidence_of,
+    interactive_shell,
+    looks_like_prompt,
+    program_name,
+)
 from ahp.agent.machine import INPUT_POLL, MAX_INPUT_POLL
 from ahp.agent.markers import MARKER_LOOKBACK, MARKER_TAIL, Markers, group, wrap
 from ahp.agent.occupants import BackgroundProcess, Holder
@@ -144,6 +163,11 @@ async def holder_of(port: TerminalPort, *, detected: bool) -> Holder | None:
         return None
     processes = port.processes
     status = await processes.tty_status() if processes is not None else None
+    if part is not None and _replacing_shell(status) is not None:
+        # The open command replaced the shell by one without detection (``exec bash``),
+        # now at its prompt: it holds nothing; markers from now on.
+        port.commands.detection_lost = True
+        return None
     waiting = "waiting_for_input" if evidence_of(status) is not None else "running"
     if part is not None:
         return Holder(part.commandLine, None, waiting)
@@ -173,6 +197,24 @@ async def _is_fish(port: TerminalPort) -> bool:
         if status is not None and status.programs:
             name = status.programs[0].split(" ", 1)[0].rsplit("/", 1)[-1]
     return name is not None and name.lstrip("-") == "fish"
+
+
+def _replaced_by(status: TtyView | None) -> str | None:
+    """The command line of the program that replaced the terminal's shell process
+    (``exec``: ``status.shell_replaced``) when that process, in the foreground, reads
+    or polls the terminal with nothing unread; else ``None``. (A builtin ``read`` of
+    the shell itself keeps the shell's command line.)"""
+    if status is None or not status.shell_replaced or not status.shell_foreground:
+        return None
+    if status.unread or not status.programs or not (status.readers or status.tty_pollers):
+        return None
+    return status.programs[0]
+
+
+def _replacing_shell(status: TtyView | None) -> str | None:
+    """:func:`_replaced_by`, when that program is an interactive shell at its prompt."""
+    line = _replaced_by(status)
+    return line if line is not None and interactive_shell(line) is not None else None
 
 
 def _refusal_note(holder: Holder) -> str:
@@ -220,8 +262,10 @@ async def start_command(
         state = first.state
         if state.exited:
             raise RuntimeError("the terminal's process has exited")
-        detected = bool(state.supportsCommandDetection)
-        if not detected:
+        # A command replaced the shell by one without detection: markers from then on.
+        lost = port.commands.detection_lost
+        detected = bool(state.supportsCommandDetection) and not lost
+        if not detected and not lost:
             with trio.move_on_after(port.detection_wait):
                 async for item in stream:
                     if isinstance(item, ActionEnvelope) and isinstance(
@@ -230,6 +274,7 @@ async def start_command(
                         detected = True
                         break
         holder = await holder_of(port, detected=detected)
+        detected = detected and not port.commands.detection_lost  # (holder_of may learn it)
         if holder is not None:
             record.holder = holder
             record.apply(Event.REFUSED, note=_refusal_note(holder))
@@ -320,6 +365,9 @@ class _Collector:
     resent: int = 0
     #: The timeout's Ctrl-C was ignored for :data:`INTERRUPT_GRACE`: the command was killed.
     escalated: bool = False
+    #: Detected mode: the command line of the interactive shell that replaced the
+    #: terminal's shell (``exec bash``), once seen at its prompt.
+    replaced_by: str | None = None
 
     async def run(self) -> None:
         record = self.record
@@ -602,6 +650,18 @@ class _Collector:
             evidence = await self._evidence()
             if self._over():
                 return
+            if self.replaced_by is not None:
+                self.port.commands.detection_lost = True
+                await self._end(
+                    Event.ENDED,
+                    note=f"command detection was lost: the terminal's shell was replaced by "
+                    f"{program_name(self.replaced_by)!r} (exec), now at its own prompt, which "
+                    "reports no command's end; later commands here are "
+                    "delimited with markers",
+                )
+                if self.scope is not None:
+                    self.scope.cancel()  # the follower waits for an end that will not come
+                return
             if self.back_at_prompt:
                 note = (
                     "the shell dropped the rest of the command line (its end marker) "
@@ -677,6 +737,14 @@ class _Collector:
         markers = self.markers
         return markers is not None and markers.find_end(state.tail(MARKER_TAIL)) is not None
 
+    def _replacement(self, status: TtyView | None) -> str | None:
+        """Detected mode, the command started: the command line of the program that
+        replaced the terminal's shell (``exec``) and reads the terminal, nothing
+        unread (see :func:`_replaced_by`); else ``None``."""
+        if self.markers is not None or self.command_id is None:
+            return None
+        return _replaced_by(status)
+
     def _screen_says_input(self) -> bool:
         """A full-screen program (it reads keys), or a prompt-like last line."""
         record = self.record
@@ -693,6 +761,22 @@ class _Collector:
         processes = self.port.processes
         if processes is not None:
             status = await processes.tty_status()
+            other = self._replacement(status)
+            if other is not None and status is not None:
+                # A second look with nothing in between: not a program on its way out.
+                seen, self.shell_read_seen = self.shell_read_seen, self.record.activity
+                if seen is not self.record.activity:
+                    return None
+                if interactive_shell(other) is not None:
+                    self.replaced_by = other
+                    return None
+                return InputEvidence(
+                    readers=status.readers or status.tty_pollers,
+                    echo=status.echo,
+                    source="procfs" if status.readers else "poll",
+                    programs=status.programs,
+                    full_screen=full_screen,
+                )
             evidence = evidence_of(status)
             if evidence is None:
                 return None

@@ -227,7 +227,10 @@ def status_lines(
         )
     status = result.status
     took = _seconds(result.duration_ms)
-    if status == "finished":
+    if status == "finished" and result.exit_code is None:
+        # Over without an exit code (not run, command detection lost): the note says why.
+        lines.append(f"FINISHED after {took}, no exit code: {result.note or 'unknown'}")
+    elif status == "finished":
         lines.append(f"exit code {result.exit_code} · {took}")
     elif status == "running" and result.timed_out:
         lines.append(f"STILL RUNNING after {took} (command_id {cid}): {result.note}")

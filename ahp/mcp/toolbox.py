@@ -304,7 +304,9 @@ class Toolbox:
             if not self.backend.exists(uri):
                 await self._create(uri, cwd=cwd, cols=DEFAULT_COLS, rows=DEFAULT_ROWS)
             else:
-                if self._busy(uri):
+                # (A command typed by someone else: run() refuses it below, naming it; a
+                # command part the shell left open is not always one: ``exec bash``.)
+                if uri in self._starting or self.commands.running_in(uri) is not None:
                     raise self._busy_error(uri)
                 if cwd is not None:
                     if os.path.isabs(cwd):  # a relative one is the shell's to resolve
