@@ -274,6 +274,26 @@ async def test_another_client_is_not_refused_by_the_replaced_shell() -> None:
 
 
 @pytest.mark.parametrize("mode", MODES)
+async def test_kill_ends_a_program_exec_put_in_the_shells_place(mode: str) -> None:
+    """``exec python3`` puts the REPL in the shell's process: it waits for input, and
+    ``kill()`` ends it, the terminal's process with it (it sent Ctrl-C only, which the
+    REPL takes as KeyboardInterrupt: nothing could end the command)."""
+    async with terminal(mode) as term:
+        with trio.fail_after(TIMEOUT):
+            repl = await term.run(f"exec {sys.executable} -q")
+            assert repl.status == "waiting_for_input" and repl.handle is not None
+            evidence = repl.handle.input_evidence
+            assert evidence is not None and evidence.replaced_shell
+            await repl.handle.kill()
+            killed = await repl.handle.wait()
+    assert "in the place of the terminal's shell (exec)" in repl.note
+    assert killed.status == "killed" and killed.shell_exited
+    assert killed.note.endswith(
+        "had replaced the terminal's shell (exec): killing it ended the terminal's process"
+    )
+
+
+@pytest.mark.parametrize("mode", MODES)
 async def test_a_nested_shell_waits_at_its_prompt_and_kill_leaves_it(mode: str) -> None:
     """A nested interactive shell waits for input at its own prompt: the note says it
     is a shell, that Ctrl-C does not leave it and what does."""

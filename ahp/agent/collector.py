@@ -368,6 +368,9 @@ class _Collector:
     #: Detected mode: the command line of the interactive shell that replaced the
     #: terminal's shell (``exec bash``), once seen at its prompt.
     replaced_by: str | None = None
+    #: Detected mode: the command line of another program that replaced the terminal's
+    #: shell (``exec python3``), once seen reading the terminal.
+    replaced_program: str | None = None
 
     async def run(self) -> None:
         record = self.record
@@ -453,6 +456,17 @@ class _Collector:
                     await self.port.set_claim(claim)
         if duration_ms is not None:
             record.duration_ms = duration_ms
+        if event in (Event.SHELL_EXITED, Event.DISPOSED):
+            record.shell_gone = True
+        if (
+            event is Event.SHELL_EXITED
+            and self.replaced_program is not None
+            and Event.KILL in record.machine.asked
+        ):
+            note = (
+                f"its process, {program_name(self.replaced_program)!r}, had replaced the "
+                "terminal's shell (exec): killing it ended the terminal's process"
+            )
         if self.escalated and not note and Event.KILL not in record.machine.asked:
             note = f"it ignored Ctrl-C for {INTERRUPT_GRACE:g} s: killed (SIGKILL)"
         record.apply(event, exit_code=exit_code, note=note)
@@ -770,12 +784,14 @@ class _Collector:
                 if interactive_shell(other) is not None:
                     self.replaced_by = other
                     return None
+                self.replaced_program = other
                 return InputEvidence(
                     readers=status.readers or status.tty_pollers,
                     echo=status.echo,
                     source="procfs" if status.readers else "poll",
                     programs=status.programs,
                     full_screen=full_screen,
+                    replaced_shell=True,
                 )
             evidence = evidence_of(status)
             if evidence is None:

@@ -94,6 +94,8 @@ class InputEvidence:
             it with ``term.screen()``).
         nested_shell: the reader is an interactive shell started by the command (not
             the terminal's own): it waits at its own prompt.
+        replaced_shell: the reader is a program that replaced the terminal's shell
+            process (``exec python3``): ending it ends the terminal's process.
     """
 
     readers: tuple[int, ...]
@@ -102,6 +104,7 @@ class InputEvidence:
     programs: tuple[str, ...] = ()
     full_screen: bool = False
     nested_shell: bool = False
+    replaced_shell: bool = False
 
     def describe(self) -> str:
         """A few words for an agent: who waits, for what, how to answer."""
@@ -118,6 +121,11 @@ class InputEvidence:
             what = "waits for input, echo off"
         else:
             what = "waits for a line"
+        if self.replaced_shell:
+            return (
+                f"{who} {what}, in the place of the terminal's shell (exec); answer with "
+                "send_input; kill() ends it and the terminal's process with it"
+            )
         return f"{who} {what}; answer with send_input"
 
 

@@ -126,10 +126,13 @@ class Jobs:
         self, signum: int, mark: procfs.JobMark | None = None
     ) -> tuple[frozenset[int], bool]:
         """Send ``signum`` to the foreground job and every job started since ``mark``,
-        each by its whole process group, never to the shell's own group.
+        each by its whole process group, never to the shell's own group, unless a
+        command replaced the shell (``exec``: :attr:`~ahp.pty.procfs.TtyStatus.shell_replaced`)
+        and that process is in the foreground: it is the command's process then, and
+        signalled too (killing it ends the terminal's process).
 
-        Returns the groups signalled and whether the shell itself was in the
-        foreground (a builtin such as ``read``: the caller types Ctrl-C instead).
+        Returns the groups signalled and whether the shell itself (not replaced) was in
+        the foreground (a builtin such as ``read``: the caller types Ctrl-C instead).
         Once the child exited: nothing signalled, and ``True``.
         """
         status = self.tty_status()
@@ -138,8 +141,12 @@ class Jobs:
         groups = {pgrp for pgrp, _ in self.since(mark).values()}
         if status.foreground_pgrp not in (0, self.pid):
             groups.add(status.foreground_pgrp)
+        shell = status.foreground_pgrp == self.pid
+        replaced = shell and bool(status.shell_replaced)
         groups.discard(self.pid)
+        if replaced:
+            groups.add(self.pid)
         for pgrp in groups:
             with contextlib.suppress(OSError):
                 os.killpg(pgrp, signum)
-        return frozenset(groups), status.foreground_pgrp == self.pid
+        return frozenset(groups), shell and not replaced
