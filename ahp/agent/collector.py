@@ -473,7 +473,8 @@ class _Collector:
 
     async def _time_out(self, timeout: float) -> None:
         """The hard timeout: Ctrl-C; a command not over :data:`INTERRUPT_GRACE` later
-        is killed (its process groups, never the shell's), still reported ``timed_out``."""
+        is killed as ``handle.kill()`` kills (its process groups), still reported
+        ``timed_out``."""
         await trio.sleep(timeout)
         record = self.record
         if record.machine.done:
