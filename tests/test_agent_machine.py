@@ -16,7 +16,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ahp.agent.command import CommandResult
-from ahp.agent.evidence import MAX_PROGRAM_NAME, InputEvidence, program_name
+from ahp.agent.evidence import (
+    MAX_PROGRAM_NAME,
+    InputEvidence,
+    interactive_shell,
+    program_name,
+)
 from ahp.agent.machine import INPUT_POLL, MAX_INPUT_POLL, CommandMachine, IllegalEvent
 from ahp.agent.options import RunChanges, RunOptions
 from ahp.agent.status import (
@@ -259,3 +264,26 @@ def test_a_line_not_started_is_looked_at_once_an_end_is_asked() -> None:
     assert machine.next_look() is None  # detected mode watches the start itself
     due = machine.next_look(unstarted=True)
     assert due is not None and due <= 10.1 + 0.5 + 1e-9  # after input_quiet of quiet
+
+
+@pytest.mark.parametrize(
+    ("line", "shell"),
+    [
+        ("bash", "bash"),
+        ("bash --norc", "bash"),
+        ("-bash", "bash"),
+        ("/bin/bash --init-file /tmp/ahp-bash-x/launch.bash -i", "bash"),
+        ("zsh -f", "zsh"),
+        ("fish -C true", "fish"),
+        ("sh -o vi", "sh"),
+        ("bash -c 'read x'", None),
+        ("bash -ic ls", None),
+        ("bash build.sh", None),
+        ("python3", None),
+        ("", None),
+    ],
+)
+def test_interactive_shells_are_told_from_scripts(line: str, shell: str | None) -> None:
+    """A nested shell at its own prompt is named as one; a shell running ``-c`` or a
+    script is a program like any other."""
+    assert interactive_shell(line) == shell

@@ -221,6 +221,98 @@ async def test_hard_timeout(mode: str) -> None:
 
 
 @pytest.mark.parametrize("mode", MODES)
+async def test_hard_timeout_kills_a_command_that_ignores_ctrl_c(mode: str) -> None:
+    """``timeout`` is a hard limit: a command that ignores the Ctrl-C is killed
+    ``INTERRUPT_GRACE`` later and reported ``timed_out`` (it was returned ``running``,
+    with no note, and went on holding the terminal)."""
+    async with terminal(mode) as term:
+        with trio.fail_after(TIMEOUT):
+            result = await term.run("trap '' INT; sleep 60", timeout=1)
+            after = await term.run("echo next")
+    assert result.status == "timed_out" and result.timed_out and result.done
+    assert result.exit_code == 137 and result.handle is None
+    assert result.note == "it ignored Ctrl-C for 5 s: killed (SIGKILL)"
+    assert after.status == "finished" and after.output == "next\n"
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_exec_of_a_shell_ends_the_command_and_markers_take_over(mode: str) -> None:
+    """``exec bash --norc`` replaces the terminal's shell by one without command
+    detection: its end never comes. It ran until its timeout, was returned
+    ``running`` for good (Ctrl-C and kill reach no job: its process is the shell's)
+    and every later command was refused as busy with it. It is now over once that
+    shell is seen at its own prompt, and later commands are delimited with markers."""
+    async with terminal(mode) as term:
+        with trio.fail_after(TIMEOUT):
+            replaced = await term.run("exec bash --norc", timeout=4 * TIMEOUT)
+            after = await term.run("echo next")
+            failing = await term.run("(exit 3)")
+    assert replaced.status == "finished" and replaced.exit_code is None
+    assert replaced.note.startswith("command detection was lost: the terminal's shell was ")
+    assert "'bash' (exec)" in replaced.note
+    assert (after.status, after.output, after.exit_code) == ("finished", "next\n", 0)
+    assert failing.exit_code == 3
+
+
+async def test_another_client_is_not_refused_by_the_replaced_shell() -> None:
+    """A client that did not see the ``exec`` finds the shell's command part left
+    open in the state; it was refused as busy with ``exec bash --norc`` for ever."""
+    async with running_server(shell="/bin/bash") as server:
+        uri = "ahp-terminal:/agent"
+        async with connect(server.url) as first:
+            await first.create_terminal(uri)
+            term = first.terminal(uri)
+            with trio.fail_after(TIMEOUT):
+                await first.wait_for(lambda: term.state.supportsCommandDetection is not None)
+                replaced = await term.run("exec bash --norc")
+        assert replaced.status == "finished"
+        async with connect(server.url) as second:
+            await second.subscribe(uri)
+            with trio.fail_after(TIMEOUT):
+                other = await second.terminal(uri).run("echo other")
+    assert (other.status, other.output, other.exit_code) == ("finished", "other\n", 0)
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_kill_ends_a_program_exec_put_in_the_shells_place(mode: str) -> None:
+    """``exec python3`` puts the REPL in the shell's process: it waits for input, and
+    ``kill()`` ends it, the terminal's process with it (it sent Ctrl-C only, which the
+    REPL takes as KeyboardInterrupt: nothing could end the command)."""
+    async with terminal(mode) as term:
+        with trio.fail_after(TIMEOUT):
+            repl = await term.run(f"exec {sys.executable} -q")
+            assert repl.status == "waiting_for_input" and repl.handle is not None
+            evidence = repl.handle.input_evidence
+            assert evidence is not None and evidence.replaced_shell
+            await repl.handle.kill()
+            killed = await repl.handle.wait()
+    assert "in the place of the terminal's shell (exec)" in repl.note
+    assert killed.status == "killed" and killed.shell_exited
+    assert killed.note.endswith(
+        "had replaced the terminal's shell (exec): killing it ended the terminal's process"
+    )
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_nested_shell_waits_at_its_prompt_and_kill_leaves_it(mode: str) -> None:
+    """A nested interactive shell waits for input at its own prompt: the note says it
+    is a shell, that Ctrl-C does not leave it and what does."""
+    async with terminal(mode) as term:
+        with trio.fail_after(TIMEOUT):
+            nested = await term.run("bash --norc")
+            assert nested.status == "waiting_for_input" and nested.handle is not None
+            evidence = nested.handle.input_evidence
+            assert evidence is not None and evidence.nested_shell
+            await nested.handle.kill()
+            killed = await nested.handle.wait()
+            after = await term.run("echo next")
+    assert nested.note.startswith("bash waits at its own prompt (a nested shell: Ctrl-C")
+    assert 'send_input("exit\\r")' in nested.note and "kill()" in nested.note
+    assert killed.status == "killed" and killed.exit_code == 137
+    assert after.output == "next\n"
+
+
+@pytest.mark.parametrize("mode", MODES)
 async def test_background_process_left_behind(mode: str) -> None:
     async with terminal(mode) as term:
         with trio.fail_after(TIMEOUT):

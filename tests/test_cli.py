@@ -391,9 +391,9 @@ async def test_run_in_a_named_terminal_and_timeout() -> None:
 
 async def test_run_timeout_is_a_hard_limit_when_the_command_ignores_ctrl_c() -> None:
     """``run --timeout 1`` of a command that ignores Ctrl-C waited as long as the command
-    did (100 s for ``trap "" INT; sleep 100``); it now stops waiting after the timeout,
-    the Ctrl-C grace and HARD_TIMEOUT_MARGIN, exits 124 and closes its terminal (which
-    ends the command)."""
+    did (100 s for ``trap "" INT; sleep 100``); it is now killed after the timeout and
+    the Ctrl-C grace (at the latest ``run`` stops waiting HARD_TIMEOUT_MARGIN later),
+    exits 124 saying so and closes its terminal."""
     async with served() as server:
         started = trio.current_time()
         done = await cli("run", server.url, "--timeout", "1", "--", 'trap "" INT; sleep 100')

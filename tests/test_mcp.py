@@ -275,6 +275,16 @@ def test_results_state_outcomes_plainly() -> None:
     assert "WAITING FOR INPUT" in text and 'send_input(command_id="c1"' in text
     text = render.format_result(_Result(status="timed_out", exit_code=130, timed_out=True), "b")
     assert "TIMED OUT after 1.5 s: interrupted with Ctrl-C; exit code 130" in text
+    # Killed after ignoring the Ctrl-C, or not over even then: the note says which.
+    killed = "it ignored Ctrl-C for 5 s: killed (SIGKILL)"
+    text = render.format_result(
+        _Result(status="timed_out", exit_code=137, timed_out=True, note=killed), "b"
+    )
+    assert f"TIMED OUT after 1.5 s: {killed}; exit code 137" in text
+    text = render.format_result(
+        _Result(status="running", exit_code=None, timed_out=True, note="its timeout passed"), "b"
+    )
+    assert "STILL RUNNING after 1.5 s (command_id c1): its timeout passed" in text
     text = render.format_result(
         _Result(background=(_Bg(42, "sleep 1000 &"),), alternate_screen=True, output=""), "b"
     )
@@ -614,6 +624,7 @@ def _text(result: Any) -> str:
 
 _STATUS_WORDS = (
     ("exit code ", "finished"),
+    ("FINISHED", "finished"),
     ("STILL RUNNING", "running"),
     ("WAITING FOR INPUT", "waiting_for_input"),
     ("TIMED OUT", "timed_out"),

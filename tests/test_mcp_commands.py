@@ -47,6 +47,24 @@ async def test_exit_codes_output_cwd_and_persistence(tmp_path: Path) -> None:
         assert _text(result).startswith("$ pwd\n")  # the command as given, not the cd
 
 
+async def test_exec_of_a_shell_leaves_the_terminal_usable(tmp_path: Path) -> None:
+    """``exec bash --norc``: the answer was STILL RUNNING for good, and every later
+    run_command there a busy error (the default terminal: the next one was picked).
+    It is over, saying why; the terminal goes on running commands, and is idle."""
+    async with mcp_session(tmp_path) as session:
+        result = await _call(session, "run_command", command="exec bash --norc", timeout=60)
+        data = facts(result)
+        assert data["status"] == "finished" and data["exit_code"] is None, _text(result)
+        assert "no exit code: command detection was lost" in _text(result)
+        result = await _call(session, "run_command", command="echo ok")
+        assert facts(result)["terminal"] == "main"
+        assert facts(result)["exit_code"] == 0 and facts(result)["output"] == "ok\n"
+        result = await _call(session, "run_command", command="echo named", terminal="main")
+        assert facts(result)["output"] == "named\n"
+        rows = terminal_rows(await _call(session, "list_terminals"))
+        assert rows["main"]["state"] == "idle"
+
+
 async def test_timeout_interrupts_and_the_terminal_stays_usable(tmp_path: Path) -> None:
     async with mcp_session(tmp_path) as session:
         result = await _call(session, "run_command", command="sleep 600", timeout=2)

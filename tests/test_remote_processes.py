@@ -117,6 +117,7 @@ async def test_tty_status_and_marks_on_the_wire() -> None:
         with trio.fail_after(TIMEOUT):
             status = await client.request(xp.TTY_STATUS, {"channel": URI})
             assert status["status"]["shellForeground"] is True
+            assert status["status"]["shellReplaced"] is False
             assert status["status"]["unread"] >= 0
             mark = (await client.request(xp.JOB_MARK, {"channel": URI}))["mark"]
             assert set(mark) == {"known", "tick"}

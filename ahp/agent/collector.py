@@ -10,6 +10,18 @@ How a command is delimited:
   (:mod:`ahp.agent.markers`); the output is what lies between them and the exit
   code is parsed from the end marker.
 
+A shell replaced (detected mode): a command that ``exec``-s another shell (``exec
+bash --norc``) takes the place of the shell that reported commands; the new one
+reports none. Seen as the terminal's shell process itself reading the terminal in
+quiet, twice with nothing printed between, under another command line than it was
+started with (the processes' ``shell_replaced``), and that program an interactive
+shell: the command is over (``finished``, no exit code, a note saying command
+detection was lost), and the terminal's later commands are delimited with markers,
+as in a shell without detection
+(:attr:`~ahp.agent.registry.CommandRegistry.detection_lost`; a holder that is such a
+command, left open in the terminal's state, holds nothing). Any other program
+(``exec python3``) is a command waiting for input.
+
 Never typing into a busy terminal: :func:`start_command` first asks what holds
 the terminal (:func:`holder_of`): a command of this surface that is not over, a
 detected command the shell reports running, or (without detection, when the
@@ -28,8 +40,11 @@ the final status is published it gives back the claim it found (when the
 command was run with one and the terminal is still there), so that a ``run``
 that returns has given it back. Its input watch asks the terminal's processes
 for evidence after ``input_quiet`` seconds of quiet (:mod:`ahp.agent.evidence`),
-and its timer enforces ``timeout`` (Ctrl-C, then :data:`INTERRUPT_GRACE` for the
-end).
+and its timer enforces ``timeout``: Ctrl-C, then :data:`INTERRUPT_GRACE` for the end;
+a command still running then (it ignores Ctrl-C) is killed as ``handle.kill()`` kills
+(SIGKILL to its process groups) and still reported ``timed_out``, with a note saying
+so. (A command that outlives even that keeps status ``running`` with ``timed_out``
+set: see :func:`ahp.agent.surface.run_command`.)
 
 Cancellation: cancelling :func:`start_command` before the command was typed
 leaves nothing behind (the follower closed, the claim given back); the collector
@@ -50,7 +65,14 @@ import attrs
 import trio
 
 from ahp.agent.command import CommandHandle
-from ahp.agent.evidence import InputEvidence, evidence_of, looks_like_prompt
+from ahp.agent.evidence import (
+    InputEvidence,
+    TtyView,
+    evidence_of,
+    interactive_shell,
+    looks_like_prompt,
+    program_name,
+)
 from ahp.agent.machine import INPUT_POLL, MAX_INPUT_POLL
 from ahp.agent.markers import MARKER_LOOKBACK, MARKER_TAIL, Markers, group, wrap
 from ahp.agent.occupants import BackgroundProcess, Holder
@@ -69,13 +91,16 @@ from ahp.protocol.actions import (
 )
 from ahp.protocol.state import CommandPart, Snapshot, TerminalClaim, TerminalState
 
-__all__ = ["CLAIM_TIMEOUT", "INTERRUPT_GRACE", "holder_of", "start_command"]
+__all__ = ["CLAIM_TIMEOUT", "INTERRUPT_GRACE", "KILL_WAIT", "holder_of", "start_command"]
 
 log = logging.getLogger("ahp.agent")
 
 #: How long to wait for the shell to report an interrupted command's end (and for a
 #: holder that is ending to end before a new command is refused).
 INTERRUPT_GRACE: Final = 5.0
+#: After a timed-out command that ignored its Ctrl-C was killed, how long ``run`` waits
+#: for its end (the kill's delivery, the shell's report) before returning it ``running``.
+KILL_WAIT: Final = 2.0
 #: Bound on giving a claim back (and on closing a follower) at the end.
 CLAIM_TIMEOUT: Final = 5.0
 #: The end of the terminal's text read for the prompt a command is typed at.
@@ -138,6 +163,11 @@ async def holder_of(port: TerminalPort, *, detected: bool) -> Holder | None:
         return None
     processes = port.processes
     status = await processes.tty_status() if processes is not None else None
+    if part is not None and _replacing_shell(status) is not None:
+        # The open command replaced the shell by one without detection (``exec bash``),
+        # now at its prompt: it holds nothing; markers from now on.
+        port.commands.detection_lost = True
+        return None
     waiting = "waiting_for_input" if evidence_of(status) is not None else "running"
     if part is not None:
         return Holder(part.commandLine, None, waiting)
@@ -167,6 +197,24 @@ async def _is_fish(port: TerminalPort) -> bool:
         if status is not None and status.programs:
             name = status.programs[0].split(" ", 1)[0].rsplit("/", 1)[-1]
     return name is not None and name.lstrip("-") == "fish"
+
+
+def _replaced_by(status: TtyView | None) -> str | None:
+    """The command line of the program that replaced the terminal's shell process
+    (``exec``: ``status.shell_replaced``) when that process, in the foreground, reads
+    or polls the terminal with nothing unread; else ``None``. (A builtin ``read`` of
+    the shell itself keeps the shell's command line.)"""
+    if status is None or not status.shell_replaced or not status.shell_foreground:
+        return None
+    if status.unread or not status.programs or not (status.readers or status.tty_pollers):
+        return None
+    return status.programs[0]
+
+
+def _replacing_shell(status: TtyView | None) -> str | None:
+    """:func:`_replaced_by`, when that program is an interactive shell at its prompt."""
+    line = _replaced_by(status)
+    return line if line is not None and interactive_shell(line) is not None else None
 
 
 def _refusal_note(holder: Holder) -> str:
@@ -214,8 +262,10 @@ async def start_command(
         state = first.state
         if state.exited:
             raise RuntimeError("the terminal's process has exited")
-        detected = bool(state.supportsCommandDetection)
-        if not detected:
+        # A command replaced the shell by one without detection: markers from then on.
+        lost = port.commands.detection_lost
+        detected = bool(state.supportsCommandDetection) and not lost
+        if not detected and not lost:
             with trio.move_on_after(port.detection_wait):
                 async for item in stream:
                     if isinstance(item, ActionEnvelope) and isinstance(
@@ -224,6 +274,7 @@ async def start_command(
                         detected = True
                         break
         holder = await holder_of(port, detected=detected)
+        detected = detected and not port.commands.detection_lost  # (holder_of may learn it)
         if holder is not None:
             record.holder = holder
             record.apply(Event.REFUSED, note=_refusal_note(holder))
@@ -312,6 +363,14 @@ class _Collector:
     untaken: float | None = None
     #: Ctrl-Cs sent again because the shell had not shown it took the first.
     resent: int = 0
+    #: The timeout's Ctrl-C was ignored for :data:`INTERRUPT_GRACE`: the command was killed.
+    escalated: bool = False
+    #: Detected mode: the command line of the interactive shell that replaced the
+    #: terminal's shell (``exec bash``), once seen at its prompt.
+    replaced_by: str | None = None
+    #: Detected mode: the command line of another program that replaced the terminal's
+    #: shell (``exec python3``), once seen reading the terminal.
+    replaced_program: str | None = None
 
     async def run(self) -> None:
         record = self.record
@@ -384,11 +443,8 @@ class _Collector:
         processes = self.port.processes
         # (After a kill every job started since the mark was killed with it: what a
         # scan finds then is still dying, not left behind.)
-        if (
-            event is Event.ENDED
-            and processes is not None
-            and Event.KILL not in record.machine.asked
-        ):
+        killed = Event.KILL in record.machine.asked or self.escalated
+        if event is Event.ENDED and processes is not None and not killed:
             jobs = await processes.background_jobs(record.job_mark)
             record.background = tuple(
                 BackgroundProcess(pid, line) for pid, line in sorted(jobs.items())
@@ -400,15 +456,38 @@ class _Collector:
                     await self.port.set_claim(claim)
         if duration_ms is not None:
             record.duration_ms = duration_ms
+        if event in (Event.SHELL_EXITED, Event.DISPOSED):
+            record.shell_gone = True
+        if (
+            event is Event.SHELL_EXITED
+            and self.replaced_program is not None
+            and Event.KILL in record.machine.asked
+        ):
+            note = (
+                f"its process, {program_name(self.replaced_program)!r}, had replaced the "
+                "terminal's shell (exec): killing it ended the terminal's process"
+            )
+        if self.escalated and not note and Event.KILL not in record.machine.asked:
+            note = f"it ignored Ctrl-C for {INTERRUPT_GRACE:g} s: killed (SIGKILL)"
         record.apply(event, exit_code=exit_code, note=note)
 
     async def _time_out(self, timeout: float) -> None:
+        """The hard timeout: Ctrl-C; a command not over :data:`INTERRUPT_GRACE` later
+        is killed as ``handle.kill()`` kills (its process groups), still reported
+        ``timed_out``."""
         await trio.sleep(timeout)
         record = self.record
         if record.machine.done:
             return
         record.apply(Event.TIME_OUT)
         await self.port.send_input("\x03")
+        with trio.move_on_after(INTERRUPT_GRACE):
+            await record.over.wait()
+            return
+        if Event.KILL in record.machine.asked:
+            return  # the agent killed it already
+        self.escalated = True
+        await self.port.kill_command(record.job_mark)
 
     # -- following -----------------------------------------------------------------------------
 
@@ -586,6 +665,18 @@ class _Collector:
             evidence = await self._evidence()
             if self._over():
                 return
+            if self.replaced_by is not None:
+                self.port.commands.detection_lost = True
+                await self._end(
+                    Event.ENDED,
+                    note=f"command detection was lost: the terminal's shell was replaced by "
+                    f"{program_name(self.replaced_by)!r} (exec), now at its own prompt, which "
+                    "reports no command's end; later commands here are "
+                    "delimited with markers",
+                )
+                if self.scope is not None:
+                    self.scope.cancel()  # the follower waits for an end that will not come
+                return
             if self.back_at_prompt:
                 note = (
                     "the shell dropped the rest of the command line (its end marker) "
@@ -661,6 +752,14 @@ class _Collector:
         markers = self.markers
         return markers is not None and markers.find_end(state.tail(MARKER_TAIL)) is not None
 
+    def _replacement(self, status: TtyView | None) -> str | None:
+        """Detected mode, the command started: the command line of the program that
+        replaced the terminal's shell (``exec``) and reads the terminal, nothing
+        unread (see :func:`_replaced_by`); else ``None``."""
+        if self.markers is not None or self.command_id is None:
+            return None
+        return _replaced_by(status)
+
     def _screen_says_input(self) -> bool:
         """A full-screen program (it reads keys), or a prompt-like last line."""
         record = self.record
@@ -677,6 +776,24 @@ class _Collector:
         processes = self.port.processes
         if processes is not None:
             status = await processes.tty_status()
+            other = self._replacement(status)
+            if other is not None and status is not None:
+                # A second look with nothing in between: not a program on its way out.
+                seen, self.shell_read_seen = self.shell_read_seen, self.record.activity
+                if seen is not self.record.activity:
+                    return None
+                if interactive_shell(other) is not None:
+                    self.replaced_by = other
+                    return None
+                self.replaced_program = other
+                return InputEvidence(
+                    readers=status.readers or status.tty_pollers,
+                    echo=status.echo,
+                    source="procfs" if status.readers else "poll",
+                    programs=status.programs,
+                    full_screen=full_screen,
+                    replaced_shell=True,
+                )
             evidence = evidence_of(status)
             if evidence is None:
                 return None

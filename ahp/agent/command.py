@@ -78,7 +78,8 @@ class CommandResult:
         waiting_for_input: the command is blocked reading the terminal.
         alternate_screen: the command used the alternate screen (a pager, an
             editor); what it showed there is not in ``output`` (see ``term.screen()``).
-        shell_exited: the terminal's shell itself exited.
+        shell_exited: the terminal's shell itself exited (also when a ``kill`` ended it:
+            a command whose process replaced the shell's, with ``exec``).
         background: processes the command left running (in-process only; a remote
             client cannot see the server's processes and reports none).
         command_id: the id of the command's :class:`~ahp.agent.CommandHandle` (of an
@@ -310,6 +311,11 @@ def _result_of(record: CommandRecord) -> CommandResult:
     evidence = record.evidence
     if not note and evidence is not None:
         note = evidence.describe()
+    if not note and not machine.done and Event.TIME_OUT in machine.asked:
+        note = (
+            "its timeout passed, but neither Ctrl-C nor SIGKILL ended it yet: it holds the "
+            "terminal until it ends (wait for it, or dispose the terminal)"
+        )
     return CommandResult(
         command_line=record.command_line,
         status=str(status),
@@ -325,7 +331,7 @@ def _result_of(record: CommandRecord) -> CommandResult:
         timed_out=Event.TIME_OUT in machine.asked,
         waiting_for_input=machine.waiting,
         alternate_screen=record.renderer.used_alternate,
-        shell_exited=status is Status.SHELL_EXITED,
+        shell_exited=status is Status.SHELL_EXITED or record.shell_gone,
         background=record.background,
         command_id=record.id,
         note=note,

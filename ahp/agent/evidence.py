@@ -19,6 +19,10 @@ be concluded for a command that only paused. The rules, in order:
 5. Nothing can be seen at all (a server without the process extension, a
    terminal without a pty): the screen alone (source ``heuristic``).
 
+A reader that is an interactive shell of its own (``bash`` typed in the
+terminal's shell: :func:`interactive_shell`) is a *nested* shell at its prompt:
+waiting, and :meth:`InputEvidence.describe` says how to leave it (Ctrl-C does not).
+
 A command that sleeps (``printf 'name? '; sleep 3``) shows none of 2 to 4: it is
 not waiting, whatever its last line looks like. The shell itself polling its
 terminal is its line editor at the next prompt (the command is over, its end
@@ -37,10 +41,12 @@ import attrs
 
 __all__ = [
     "PROMPT_ENDINGS",
+    "SHELLS",
     "SOURCES",
     "InputEvidence",
     "TtyView",
     "evidence_of",
+    "interactive_shell",
     "looks_like_prompt",
     "program_name",
 ]
@@ -68,6 +74,8 @@ class TtyView(Protocol):
     def programs(self) -> tuple[str, ...]: ...
     @property
     def shell_foreground(self) -> bool | None: ...
+    @property
+    def shell_replaced(self) -> bool | None: ...
 
 
 @attrs.frozen
@@ -84,6 +92,10 @@ class InputEvidence:
             shows here: ``vim .git/COMMIT_EDITMSG``).
         full_screen: the program is on the alternate screen (it reads keys; read
             it with ``term.screen()``).
+        nested_shell: the reader is an interactive shell started by the command (not
+            the terminal's own): it waits at its own prompt.
+        replaced_shell: the reader is a program that replaced the terminal's shell
+            process (``exec python3``): ending it ends the terminal's process.
     """
 
     readers: tuple[int, ...]
@@ -91,16 +103,29 @@ class InputEvidence:
     source: str
     programs: tuple[str, ...] = ()
     full_screen: bool = False
+    nested_shell: bool = False
+    replaced_shell: bool = False
 
     def describe(self) -> str:
         """A few words for an agent: who waits, for what, how to answer."""
         who = program_name(self.programs[0]) if self.programs else "the command"
+        if self.nested_shell:
+            return (
+                f"{who} waits at its own prompt (a nested shell: Ctrl-C does not leave it); "
+                "commands sent with send_input run in it; leave it with "
+                'send_input("exit\\r"), or end it with kill()'
+            )
         if self.full_screen:
             what = "waits for keys (full screen: read screen())"
         elif not self.echo:
             what = "waits for input, echo off"
         else:
             what = "waits for a line"
+        if self.replaced_shell:
+            return (
+                f"{who} {what}, in the place of the terminal's shell (exec); answer with "
+                "send_input; kill() ends it and the terminal's process with it"
+            )
         return f"{who} {what}; answer with send_input"
 
 
@@ -122,20 +147,71 @@ def program_name(command_line: str) -> str:
     return name[:MAX_PROGRAM_NAME]
 
 
+#: Program names of interactive shells (see :func:`interactive_shell`).
+SHELLS: Final = frozenset(
+    {"bash", "sh", "dash", "ash", "zsh", "fish", "ksh", "mksh", "oksh", "yash", "tcsh", "csh"}
+)
+#: Shell options whose next word is their value, not a script.
+_SHELL_VALUED: Final = frozenset(
+    {"--rcfile", "--init-file", "--init-command", "-C", "-o", "+o", "-O", "+O"}
+)
+
+
+def interactive_shell(command_line: str) -> str | None:
+    """The shell's name when ``command_line`` starts an interactive shell (one of
+    :data:`SHELLS`, with neither ``-c`` nor a script to run), else ``None``."""
+    words = command_line.split()
+    if not words:
+        return None
+    name = words[0].rsplit("/", 1)[-1].lstrip("-")
+    if name not in SHELLS:
+        return None
+    valued = False
+    for word in words[1:]:
+        if valued:
+            valued = False
+        elif word in _SHELL_VALUED:
+            valued = True
+        elif word == "--":
+            return None if words[-1] != "--" else name
+        elif word.startswith("--"):
+            continue
+        elif word[:1] in "-+" and len(word) > 1:
+            if "c" in word[1:]:
+                return None  # -c: it runs a command, then exits
+        else:
+            return None  # a script
+    return name
+
+
 def evidence_of(status: TtyView | None) -> InputEvidence | None:
     """What a pty's status says (rules 1 to 4 of the module doc); ``poll_unseen`` still
     needs the screen's word. One rule for the in-process port and a remote one."""
     if status is None or status.unread:
         return None
+    # A shell the command started, at its own prompt (never the terminal's shell).
+    nested = (
+        status.shell_foreground is False
+        and bool(status.programs)
+        and interactive_shell(status.programs[0]) is not None
+    )
     if status.readers:
         return InputEvidence(
-            readers=status.readers, echo=status.echo, source="procfs", programs=status.programs
+            readers=status.readers,
+            echo=status.echo,
+            source="procfs",
+            programs=status.programs,
+            nested_shell=nested,
         )
     if status.shell_foreground:
         return None  # the shell's line editor polls: it is at its prompt
     if status.tty_pollers:
         return InputEvidence(
-            readers=status.tty_pollers, echo=status.echo, source="poll", programs=status.programs
+            readers=status.tty_pollers,
+            echo=status.echo,
+            source="poll",
+            programs=status.programs,
+            nested_shell=nested,
         )
     if status.pollers:
         return InputEvidence(

@@ -99,6 +99,9 @@ class CommandRecord:
         self.holder: Holder | None = None
         #: The jobs before the command was typed (see ProcessPort.job_mark).
         self.job_mark: object = None
+        #: It ended with the terminal's process (exited, killed, or disposed), whatever
+        #: its status says (``killed``: its process was the shell's, replaced by exec).
+        self.shell_gone = False
         self.changed = trio.Event()
         self.activity = trio.Event()
         self.output_arrived = trio.Event()

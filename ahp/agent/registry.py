@@ -8,7 +8,12 @@ refused while one runs).
 Buffering: at most :data:`MAX_COMMANDS_KEPT` handles (each retains at most
 :data:`~ahp.agent.budget.RETAINED_OUTPUT_BYTES` of output); beyond it the oldest
 finished one is forgotten (else the oldest). Forgetting a running command's
-handle does not stop its collector. Pure: no I/O.
+handle does not stop its collector.
+
+It also keeps what the commands learned about the terminal's shell: whether a
+command replaced it (``exec bash``) by a shell without command detection
+(:attr:`CommandRegistry.detection_lost`: later commands are delimited with
+markers). Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -30,6 +35,8 @@ class CommandRegistry:
     def __init__(self, limit: int = 0) -> None:
         self.limit = limit or MAX_COMMANDS_KEPT
         self._handles: dict[str, CommandHandle] = {}
+        #: A command replaced the shell (``exec bash``) by one without command detection.
+        self.detection_lost = False
 
     def add(self, handle: CommandHandle) -> None:
         self._handles[handle.id] = handle

@@ -9,8 +9,10 @@ only says how to reach its terminal (:meth:`CommandSurface._command_port`, a
 ``run``: returns when the command is over, waits for input (status
 ``waiting_for_input``, with ``result.handle``), ``yield_after`` passed (status
 ``running``, with ``result.handle``), or ``timeout`` passed (the command is
-interrupted and given :data:`~ahp.agent.collector.INTERRUPT_GRACE` to end;
-status ``timed_out``); at once, status ``refused``, when the terminal is busy.
+interrupted and given :data:`~ahp.agent.collector.INTERRUPT_GRACE` to end, then
+killed and given :data:`~ahp.agent.collector.KILL_WAIT`; status ``timed_out``; one
+that outlives even the kill is returned ``running`` with ``timed_out`` set, its
+handle and a note); at once, status ``refused``, when the terminal is busy.
 Cancelling a ``run`` call interrupts the command (the ``\\x03`` is sent
 shielded) and re-raises.
 """
@@ -24,7 +26,7 @@ from typing import Unpack
 
 import trio
 
-from ahp.agent.collector import INTERRUPT_GRACE, start_command
+from ahp.agent.collector import INTERRUPT_GRACE, KILL_WAIT, start_command
 from ahp.agent.command import CommandHandle, CommandResult
 from ahp.agent.options import RunChanges, RunOptions
 from ahp.agent.port import TerminalPort
@@ -43,7 +45,9 @@ async def run_command(
     options = options or RunOptions()
     handle = await start_command(port, command_line, options)
     now = trio.current_time()
-    hard = now + options.timeout + INTERRUPT_GRACE if options.timeout is not None else math.inf
+    hard = math.inf
+    if options.timeout is not None:
+        hard = now + options.timeout + INTERRUPT_GRACE + KILL_WAIT
     soft = now + options.yield_after if options.yield_after is not None else math.inf
     try:
         with trio.move_on_at(min(hard, soft)):
@@ -136,12 +140,13 @@ class CommandSurface(abc.ABC):
         with ``result.handle.send_input``), with status ``running`` after
         ``yield_after`` s (``result.handle`` follows it), at once with status
         ``refused`` when another command holds the terminal (``result.holder``,
-        ``result.note``). On ``timeout`` the command is interrupted (``\\x03``):
-        status ``timed_out``; cancelling the call interrupts it too. ``output`` is
-        the rendered text, its first ``head_bytes`` and last ``tail_bytes``. With
-        ``claim`` the terminal is claimed until the command ends and the claim found
-        is given back. Options: a :class:`RunOptions`, or its fields as keywords
-        (both: the keywords change the value).
+        ``result.note``). On ``timeout`` the command is interrupted (``\\x03``), and
+        killed when it ignores that for ``INTERRUPT_GRACE`` s: status ``timed_out``;
+        cancelling the call interrupts it too. ``output`` is the rendered text, its
+        first ``head_bytes`` and last ``tail_bytes``. With ``claim`` the terminal is
+        claimed until the command ends and the claim found is given back. Options: a
+        :class:`RunOptions`, or its fields as keywords (both: the keywords change the
+        value).
         """
         return await run_command(
             self._command_port(), command_line, (options or RunOptions()).with_changes(changes)

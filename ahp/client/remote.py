@@ -238,6 +238,7 @@ class RemoteTerminal(CommandSurface):
             tty_pollers=wire.ttyPollers,
             programs=wire.programs,
             shell_foreground=wire.shellForeground,
+            shell_replaced=wire.shellReplaced,
         )
 
     async def job_mark(self) -> object:

@@ -572,7 +572,12 @@ class Terminal(CommandSurface):
                 child = await spawn(launch.spawn)  # SpawnError: nothing started
                 self._child = child
                 if spec.use_pty:
-                    self._jobs = Jobs(child.pid, child.output_fd, self._alive_check())
+                    self._jobs = Jobs(
+                        child.pid,
+                        child.output_fd,
+                        self._alive_check(),
+                        launch_line=" ".join(launch.spawn.argv),
+                    )
                 if spec.nice:  # (the autogroup's share is settled by a task: _settle_nice)
                     child.renice_processes(spec.nice)
                 try:

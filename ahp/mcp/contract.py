@@ -14,7 +14,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-__all__ = ["AgentTerminal", "Background", "Evidence", "Handle", "Holder", "Result", "ScreenView"]
+__all__ = [
+    "AgentTerminal",
+    "Background",
+    "Commands",
+    "Evidence",
+    "Handle",
+    "Holder",
+    "Result",
+    "ScreenView",
+]
 
 
 class Background(Protocol):
@@ -124,8 +133,21 @@ class ScreenView(Protocol):
     def text(self) -> str: ...
 
 
+class Commands(Protocol):
+    """What the tools read of a terminal's commands (``ahp.agent.CommandRegistry``)."""
+
+    @property
+    def detection_lost(self) -> bool:
+        """A command replaced the shell (``exec bash``) by one without command detection:
+        the command part it left open in the terminal's state holds nothing."""
+        ...
+
+
 class AgentTerminal(Protocol):
     """A terminal the tools drive (in-process ``Terminal`` or ``RemoteTerminal``)."""
+
+    @property
+    def commands(self) -> Commands: ...
 
     async def run(
         self,

@@ -227,8 +227,13 @@ def status_lines(
         )
     status = result.status
     took = _seconds(result.duration_ms)
-    if status == "finished":
+    if status == "finished" and result.exit_code is None:
+        # Over without an exit code (not run, command detection lost): the note says why.
+        lines.append(f"FINISHED after {took}, no exit code: {result.note or 'unknown'}")
+    elif status == "finished":
         lines.append(f"exit code {result.exit_code} · {took}")
+    elif status == "running" and result.timed_out:
+        lines.append(f"STILL RUNNING after {took} (command_id {cid}): {result.note}")
     elif status == "running" and brief:
         lines.append(f"STILL RUNNING after {took}")
     elif status == "running":
@@ -247,7 +252,8 @@ def status_lines(
         )
     elif status == "timed_out":
         code = "" if result.exit_code is None else f"; exit code {result.exit_code}"
-        lines.append(f"TIMED OUT after {took}: interrupted with Ctrl-C{code}")
+        how = result.note or "interrupted with Ctrl-C"
+        lines.append(f"TIMED OUT after {took}: {how}{code}")
     elif status == "interrupted":
         code = "" if result.exit_code is None else f"; exit code {result.exit_code}"
         lines.append(f"INTERRUPTED after {took}{code}")

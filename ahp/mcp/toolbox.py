@@ -42,7 +42,7 @@ import trio
 
 from ahp.engine.exec import exec_command
 from ahp.mcp.backend import Backend, ClientBackend, HostBackend, NoSuchTerminal
-from ahp.mcp.contract import Result, ScreenView
+from ahp.mcp.contract import AgentTerminal, Result, ScreenView
 from ahp.mcp.keys import keys_text
 from ahp.mcp.output import ToolError, ToolOutput
 from ahp.mcp.render import (
@@ -136,6 +136,9 @@ class Toolbox:
         self._setup_lock = trio.Lock()
         #: Terminals a run_command call is typing into (not yet in ``commands``).
         self._starting: set[str] = set()
+        #: The terminals run_command typed into (forgotten when closed or replaced): is
+        #: their shell one a command put there without detection (``exec bash``)?
+        self._typed_into: dict[str, AgentTerminal] = {}
         #: Screen models of terminals larger than read_screen renders (most recent last).
         self._screens: OrderedDict[str, ScreenModel] = OrderedDict()
         self._handlers: dict[str, Callable[[dict[str, Any]], Awaitable[ToolOutput]]] = {
@@ -198,8 +201,14 @@ class Toolbox:
         return (
             uri in self._starting
             or self.commands.running_in(uri) is not None
-            or _foreign_busy(self.backend, uri)
+            or (not self._detection_lost(uri) and _foreign_busy(self.backend, uri))
         )
+
+    def _detection_lost(self, uri: str) -> bool:
+        """A command replaced the terminal's shell by one without detection: the command
+        part left open in its state holds nothing."""
+        terminal = self._typed_into.get(uri)
+        return terminal is not None and terminal.commands.detection_lost
 
     async def _create(self, uri: str, *, cwd: str | None, cols: int, rows: int) -> None:
         if len(self.backend.list()) >= self.max_terminals:
@@ -301,10 +310,13 @@ class Toolbox:
                 await self.backend.close(uri)
                 self.commands.forget_terminal(uri)
                 self._screens.pop(uri, None)
+                self._typed_into.pop(uri, None)
             if not self.backend.exists(uri):
                 await self._create(uri, cwd=cwd, cols=DEFAULT_COLS, rows=DEFAULT_ROWS)
             else:
-                if self._busy(uri):
+                # (A command typed by someone else: run() refuses it below, naming it; a
+                # command part the shell left open is not always one: ``exec bash``.)
+                if uri in self._starting or self.commands.running_in(uri) is not None:
                     raise self._busy_error(uri)
                 if cwd is not None:
                     if os.path.isabs(cwd):  # a relative one is the shell's to resolve
@@ -312,6 +324,7 @@ class Toolbox:
                     line = f"cd -- {shlex.quote(cwd)} && {command}"
             self.commands.check_room()
             terminal = await self.backend.terminal(uri)
+            self._typed_into[uri] = terminal
             self._starting.add(uri)
         try:
             # Cancelling this call (the client gave up) interrupts the command: run() does.
@@ -588,6 +601,7 @@ class Toolbox:
         await self.backend.close(uri)
         self.commands.forget_terminal(uri)
         self._screens.pop(uri, None)
+        self._typed_into.pop(uri, None)
         return ToolOutput(f"closed terminal {display_name(uri)!r}")
 
 

@@ -264,7 +264,8 @@ TOOLS: Final[tuple[ToolSpec, ...]] = (
                 },
                 "timeout": _seconds(
                     "Hard limit in seconds: when it passes the command is interrupted "
-                    "(Ctrl-C) and the status is 'timed_out'. Default: no hard limit.",
+                    "(Ctrl-C), and killed 5 s later if it ignored that; the status is "
+                    "'timed_out'. Default: no hard limit.",
                     minimum=MIN_TIMEOUT,
                 ),
                 "yield_after": _seconds(

@@ -213,6 +213,9 @@ class TtyStatusWire:
     ttyPollers: tuple[int, ...] = ()
     #: The command lines of the readers (else tty pollers, else pollers).
     programs: tuple[str, ...] = ()
+    #: The shell's process runs another command line than it was started with (a
+    #: command ``exec``-ed another program); absent when not known.
+    shellReplaced: bool | None = None
 
 
 @frozen

@@ -39,8 +39,17 @@ JOB_SETTLE_POLL: Final = 0.02
 class Jobs:
     """The session of a pty child whose shell is ``pid`` (the session leader)."""
 
-    def __init__(self, pid: int, master_fd: int, alive: Callable[[], bool]) -> None:
+    def __init__(
+        self,
+        pid: int,
+        master_fd: int,
+        alive: Callable[[], bool],
+        *,
+        launch_line: str | None = None,
+    ) -> None:
         self.pid = pid
+        #: The shell's arguments as started, joined by spaces (to see it replaced).
+        self.launch_line = launch_line
         self._master_fd = master_fd
         self._alive = alive
 
@@ -52,7 +61,7 @@ class Jobs:
         """The pty's foreground job and what it does (``None`` once the child exited)."""
         if not self.alive:
             return None
-        return procfs.tty_status(self._master_fd, self.pid)
+        return procfs.tty_status(self._master_fd, self.pid, self.launch_line)
 
     def shell_foreground(self) -> bool | None:
         """Whether the shell itself is the foreground job (one system call); ``None``
@@ -69,7 +78,9 @@ class Jobs:
         if not self.alive:
             await trio.lowlevel.checkpoint()
             return None
-        return await trio.to_thread.run_sync(procfs.tty_status, self._master_fd, self.pid)
+        return await trio.to_thread.run_sync(
+            procfs.tty_status, self._master_fd, self.pid, self.launch_line
+        )
 
     async def scan_since(self, mark: procfs.JobMark | None = None) -> dict[int, tuple[int, str]]:
         """:meth:`since`, scanned in a worker thread (off the event loop)."""
@@ -115,10 +126,13 @@ class Jobs:
         self, signum: int, mark: procfs.JobMark | None = None
     ) -> tuple[frozenset[int], bool]:
         """Send ``signum`` to the foreground job and every job started since ``mark``,
-        each by its whole process group, never to the shell's own group.
+        each by its whole process group, never to the shell's own group, unless a
+        command replaced the shell (``exec``: :attr:`~ahp.pty.procfs.TtyStatus.shell_replaced`)
+        and that process is in the foreground: it is the command's process then, and
+        signalled too (killing it ends the terminal's process).
 
-        Returns the groups signalled and whether the shell itself was in the
-        foreground (a builtin such as ``read``: the caller types Ctrl-C instead).
+        Returns the groups signalled and whether the shell itself (not replaced) was in
+        the foreground (a builtin such as ``read``: the caller types Ctrl-C instead).
         Once the child exited: nothing signalled, and ``True``.
         """
         status = self.tty_status()
@@ -127,8 +141,12 @@ class Jobs:
         groups = {pgrp for pgrp, _ in self.since(mark).values()}
         if status.foreground_pgrp not in (0, self.pid):
             groups.add(status.foreground_pgrp)
+        shell = status.foreground_pgrp == self.pid
+        replaced = shell and bool(status.shell_replaced)
         groups.discard(self.pid)
+        if replaced:
+            groups.add(self.pid)
         for pgrp in groups:
             with contextlib.suppress(OSError):
                 os.killpg(pgrp, signum)
-        return frozenset(groups), status.foreground_pgrp == self.pid
+        return frozenset(groups), shell and not replaced

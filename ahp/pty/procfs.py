@@ -8,6 +8,10 @@ shows ``n_tty_read`` or ``wait_woken``). The terminal's *foreground process
 group* (``tcgetpgrp`` on the pty master) is the job that would get the input,
 and the tty's ``ECHO`` flag is off while a password is read.
 
+The terminal's shell process itself can be replaced: a command that ``exec``-s
+another program keeps the shell's pid, under another command line
+(:func:`replaced`, :attr:`TtyStatus.shell_replaced`).
+
 The same scan finds what a command left behind: processes of the terminal's
 session (the shell is its leader) other than the shell.
 
@@ -33,6 +37,7 @@ __all__ = [
     "ProcessInfo",
     "TtyStatus",
     "process_info",
+    "replaced",
     "JobMark",
     "children",
     "job_mark",
@@ -370,6 +375,9 @@ class TtyStatus:
             ``pollers`` (at most :data:`MAX_PROGRAMS`).
         shell_foreground: the terminal's shell itself is the foreground job (no
             command runs); ``None`` when the shell is not known here.
+        shell_replaced: the terminal's shell process runs another command line than
+            it was started with (a command ``exec``-ed another program: ``exec bash``);
+            ``None`` when that is not known here.
     """
 
     foreground_pgrp: int
@@ -380,6 +388,7 @@ class TtyStatus:
     tty_pollers: tuple[int, ...] = ()
     programs: tuple[str, ...] = ()
     shell_foreground: bool | None = None
+    shell_replaced: bool | None = None
 
 
 #: Command lines reported in :attr:`TtyStatus.programs`.
@@ -394,9 +403,25 @@ def _unread(master_fd: int) -> int:
     return int.from_bytes(buf, sys.byteorder)
 
 
-def tty_status(master_fd: int, shell_pid: int | None = None) -> TtyStatus | None:
+def replaced(pid: int, launch_line: str) -> bool | None:
+    """Whether process ``pid`` runs another command line than ``launch_line`` (the
+    arguments it was started with, joined by spaces): it ``exec``-ed another program.
+    ``None`` when its command line cannot be read (it exited)."""
+    data = _read(f"/proc/{pid}/cmdline", MAX_CMDLINE)
+    if not data:
+        return None
+    line = data.rstrip(b"\0").replace(b"\0", b" ").decode("utf-8", "replace")
+    if len(data) >= MAX_CMDLINE:  # cut short: what was read must begin the launch line
+        return not launch_line.startswith(line)
+    return line != launch_line
+
+
+def tty_status(
+    master_fd: int, shell_pid: int | None = None, launch_line: str | None = None
+) -> TtyStatus | None:
     """What the pty behind ``master_fd`` is doing; ``None`` when it cannot be read.
-    ``shell_pid``: the terminal's shell (its process group leader), if known."""
+    ``shell_pid``: the terminal's shell (its process group leader), if known;
+    ``launch_line``: the arguments it was started with, joined by spaces, if known."""
     try:
         pgrp = os.tcgetpgrp(master_fd)
         lflag = termios.tcgetattr(master_fd)[3]
@@ -405,6 +430,9 @@ def tty_status(master_fd: int, shell_pid: int | None = None) -> TtyStatus | None
     echo = bool(lflag & termios.ECHO)
     unread = _unread(master_fd)
     shell_foreground = None if shell_pid is None or pgrp <= 0 else pgrp == shell_pid
+    shell_replaced = (
+        None if shell_pid is None or launch_line is None else replaced(shell_pid, launch_line)
+    )
     if pgrp <= 0:
         return TtyStatus(
             foreground_pgrp=0,
@@ -412,6 +440,7 @@ def tty_status(master_fd: int, shell_pid: int | None = None) -> TtyStatus | None
             readers=(),
             unread=unread,
             shell_foreground=shell_foreground,
+            shell_replaced=shell_replaced,
         )
     group = [info for info in _all_processes() if info.pgrp == pgrp]
     readers = tuple(sorted(info.pid for info in group if reads_tty(info)))
@@ -432,4 +461,5 @@ def tty_status(master_fd: int, shell_pid: int | None = None) -> TtyStatus | None
         tty_pollers=tty_pollers,
         programs=tuple(command_line(pid) for pid in shown[:MAX_PROGRAMS]),
         shell_foreground=shell_foreground,
+        shell_replaced=shell_replaced,
     )

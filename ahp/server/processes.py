@@ -131,6 +131,7 @@ async def _tty_status(session: Connection, params: Any) -> Any:
             programs=tuple(
                 line[:MAX_PROGRAM_CHARS] for line in status.programs[:MAX_PROGRAMS_REPORTED]
             ),
+            shellReplaced=status.shell_replaced,
         )
     return unstructure(TtyStatusResult(status=wire))
 

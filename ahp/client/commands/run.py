@@ -86,9 +86,9 @@ __all__ = [
 
 TIMED_OUT: Final = 124
 #: Seconds ``run --timeout S`` waits past S plus the command's Ctrl-C grace
-#: (:data:`ahp.agent.INTERRUPT_GRACE`) before it stops waiting for a command that
-#: ignores Ctrl-C (``trap "" INT``, a stopped job): it exits 124 then, closing the
-#: terminal it created (which ends the command).
+#: (:data:`ahp.agent.INTERRUPT_GRACE`, after which a command that ignores Ctrl-C is
+#: killed) before it stops waiting for a command that outlives even the kill: it
+#: exits 124 then, closing the terminal it created (which ends the command).
 HARD_TIMEOUT_MARGIN: Final = 2.0
 FAILED: Final = 125
 #: Bound on disposing the terminal created for the command.
@@ -395,7 +395,8 @@ def run(args: argparse.Namespace) -> int:
         if result.status == "refused":
             print(f"ahp run: refused: {printable(result.note)}", file=sys.stderr)
         elif result.timed_out:
-            print(f"ahp run: timed out after {args.timeout:g} s", file=sys.stderr)
+            how = f"; {printable(result.note)}" if result.note else ""
+            print(f"ahp run: timed out after {args.timeout:g} s{how}", file=sys.stderr)
         elif result.waiting_for_input:
             print("ahp run: the command is waiting for input", file=sys.stderr)
         elif result.status == "lost":
