@@ -58,11 +58,12 @@ from ahp.reducers.core import (
     normal_title,
     trim_marker,
 )
+from ahp.server import handshake
 from ahp.server.session import MAX_CONFIG_BYTES, ServerState
 from ahp.server.websocket import LARGE_FRAME, ServerConfig, open_listeners, serve_connections
 from ahp.server.wsconn import MAX_FRAGMENTS, InboundBudget
 from ahp.vt.parser import compact
-from tests.helpers import TIMEOUT, kill_and_reap, own_autogroup, wait_for_text
+from tests.helpers import TIMEOUT, kill_and_reap, own_autogroup, wait_for_state, wait_for_text
 from tests.test_faults import eventually
 from tests.wire import TOKEN, Peer, masked_text_frame, peer, running_server
 
@@ -392,6 +393,39 @@ async def test_requests_sent_before_a_half_close_are_all_answered() -> None:
                     except Closed:
                         pass
                 assert [i for i in answered if i is not None] == list(range(1, 40))
+
+
+async def test_one_answer_carries_a_bounded_scrollback(monkeypatch: pytest.MonkeyPatch) -> None:
+    # One initialize (the read-only token is enough) naming every terminal had its answer
+    # built whole: 30 escape-dense terminals, a 126 MB frame and +220 MiB of RSS.
+    monkeypatch.setattr(handshake, "MAX_ANSWER_SCROLLBACK", 20_000)
+    uris = [f"ahp-terminal:/big{n}" for n in range(3)]
+    async with running_server() as server:
+        for uri in uris:
+            term = await server.state.host.create_terminal(uri, argv=["seq", "1", "1800"])
+            await wait_for_state(term, lambda s: "1800" in s.text())  # ~8 KB each
+        async with peer(server.url) as p:
+            params = {"channel": ROOT, "clientId": "viewer", "protocolVersions": ["0.5.0"]}
+            answer = await p.call("initialize", {**params, "initialSubscriptions": uris})
+            assert answer["error"]["code"] == -32000, answer
+            assert "subscribe to them one by one" in answer["error"]["message"]
+            # Nothing was registered: the same connection initializes with fewer...
+            result = await p.result("initialize", {**params, "initialSubscriptions": uris[:2]})
+            assert len(result["snapshots"]) == 2
+            # ...and subscribes to the rest one at a time.
+            assert (await p.result("subscribe", {"channel": uris[2]}))["snapshot"]
+        async with peer(server.url) as p:
+            for subscriptions in (uris, [{"channel": u, "lastSeenServerSeq": 0} for u in uris]):
+                answer = await p.call(
+                    "reconnect",
+                    {
+                        "channel": ROOT,
+                        "clientId": "viewer",
+                        "lastSeenServerSeq": 0,
+                        "subscriptions": subscriptions,
+                    },
+                )
+                assert answer["error"]["code"] == -32000, answer
 
 
 async def test_unfinished_messages_of_every_connection_share_one_budget() -> None:

@@ -16,6 +16,7 @@ resumes the record's). Answers and replayed envelopes are projected onto it.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from typing import Any, Final
 
 from ahp.protocol.codec import structure
@@ -49,7 +50,7 @@ from ahp.protocol.jsonrpc import ErrorCode
 from ahp.protocol.state import ROOT_URI
 from ahp.server.clients import ClientRecord, RegistryFull
 from ahp.server.connection import Connection
-from ahp.server.errors import Fail, short
+from ahp.server.errors import SERVER_LIMIT, Fail, short
 from ahp.server.identity import (
     check_client_id,
     check_read_only_id,
@@ -70,6 +71,36 @@ __all__ = [
 ]
 
 log = logging.getLogger("ahp.server")
+
+#: The most scrollback (bytes of text, :attr:`ahp.engine.Terminal.scrollback_bytes`) the
+#: snapshots of one ``initialize`` or ``reconnect`` answer may hold; past it the request
+#: is refused (-32000) before anything is built. An answer is one frame, encoded whole
+#: before its first byte is written: thirty terminals of escape-dense output made one of
+#: 126 MB (+220 MiB of RSS) for a read-only viewer, and the default 256 terminals would
+#: have made gigabytes. Terminals past it are subscribed one by one (``subscribe``: one
+#: snapshot an answer, paced by the server's response pool).
+MAX_ANSWER_SCROLLBACK: Final = 32 * 1024 * 1024
+
+
+def _check_answer_size(conn: Connection, channels: Iterable[str]) -> None:
+    """-32000 if the snapshots of ``channels`` together hold more than
+    :data:`MAX_ANSWER_SCROLLBACK` (O(1) a channel; nothing is built)."""
+    host = conn.host
+    total = 0
+    count = 0
+    for channel in channels:
+        if channel != ROOT_URI and channel in host:
+            total += host.get(channel).scrollback_bytes
+            count += 1
+    if total > MAX_ANSWER_SCROLLBACK:
+        raise Fail(
+            SERVER_LIMIT,
+            f"the snapshots of these {count} terminals hold {total} bytes of scrollback, "
+            f"more than one answer carries ({MAX_ANSWER_SCROLLBACK}): subscribe to them "
+            "one by one (subscribe)",
+            {"limit": MAX_ANSWER_SCROLLBACK},
+        )
+
 
 #: Who this server is (``serverInfo``, sent to 1.x clients).
 SERVER_INFO: Final = Implementation(name="ahp-terminals", version=__version__)
@@ -100,6 +131,7 @@ async def initialize(conn: Connection, params: Any) -> Any:
     if p.clientInfo is not None:
         log.debug("client %s is %s %s", p.clientId, p.clientInfo.name, p.clientInfo.version)
     check_read_only_id(conn, p.clientId)
+    _check_answer_size(conn, dict.fromkeys(p.initialSubscriptions))
     token = token_of(params)
     await take_identity(conn, p.clientId, token)
     bound = token is not None  # (asked for a token: only it resumes this id)
@@ -138,6 +170,7 @@ async def reconnect(conn: Connection, params: Any) -> Any:
     check_client_id(p.clientId)
     if conn.read_only:
         check_read_only_id(conn, p.clientId)
+    _check_answer_size(conn, _snapshotted(conn, p))
     await take_identity(conn, p.clientId, token_of(params))
     record = conn.server.clients.resume(p.clientId, conn.link)
     if (audit := conn.server.audit) is not None:
@@ -184,6 +217,24 @@ async def reconnect(conn: Connection, params: Any) -> Any:
             windows=windows,
         )
     return result_json(result, conn.dialect)
+
+
+def _snapshotted(conn: Connection, p: ReconnectParams | ReconnectCursorParams) -> list[str]:
+    """The channels a ``reconnect`` would answer with snapshots (not replays): form A's
+    all when its cursor cannot be replayed from, form B's those whose cursor cannot."""
+    hub = conn.host.hub
+    if isinstance(p, ReconnectCursorParams):
+        return [
+            c.channel
+            for c in p.subscriptions
+            if not (
+                0 < c.lastSeenServerSeq <= hub.seq and hub.log.can_replay_after(c.lastSeenServerSeq)
+            )
+        ]
+    seq = p.lastSeenServerSeq
+    if 0 < seq <= hub.seq and hub.log.can_replay_after(seq):
+        return []
+    return list(dict.fromkeys(p.subscriptions))
 
 
 def _recover_channels(conn: Connection, p: ReconnectCursorParams, record: ClientRecord) -> Any:
