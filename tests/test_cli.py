@@ -34,7 +34,13 @@ import ahp
 from ahp.agent import INTERRUPT_GRACE
 from ahp.client.commands.common import MAX_ERROR_LINE, REQUEST_TIMEOUT
 from ahp.client.commands.common import main as cli_main
-from ahp.client.commands.run import HARD_TIMEOUT_MARGIN, printed_output, split_options
+from ahp.client.commands.run import (
+    HARD_TIMEOUT_MARGIN,
+    TAIL_BYTES,
+    OutputPrinter,
+    printed_output,
+    split_options,
+)
 from ahp.client.connection import ClientError, RpcError, connect
 from ahp.engine import Host
 from ahp.server import ServeOptions, serve_host
@@ -555,6 +561,52 @@ def test_printed_output_is_a_bounded_suffix_of_whole_lines(output: str, limit: i
     before = output[: len(output) - len(printed.text)]
     if before and "\n" in printed.text[:-1]:
         assert before.endswith("\n")  # starts at a line start when it can
+
+
+def _printed_line_by_line(feeds: list[str], limit: int) -> tuple[str, int, int, bool]:
+    """What :class:`OutputPrinter` prints, by its definition, one line at a time: the
+    first lines while they fit in ``limit - tail``, then the most recent lines within
+    ``tail`` bytes (a line longer than the tail: its end alone)."""
+    tail_limit = min(limit // 2, TAIL_BYTES)
+    head: list[str] = []
+    tail: list[str] = []
+    used, holding = 0, False
+    for whole in (line for text in feeds for line in text.splitlines(keepends=True)):
+        size = len(whole.encode("utf-8", "surrogatepass"))
+        if not holding and used + size <= limit - tail_limit:
+            head.append(whole)
+            used += size
+            continue
+        holding = True
+        line = whole
+        if size > tail_limit:
+            line = whole.encode("utf-8", "surrogatepass")[-tail_limit:].decode("utf-8", "ignore")
+            tail = []
+        tail.append(line)
+        while sum(len(x.encode("utf-8", "surrogatepass")) for x in tail) > tail_limit:
+            tail.pop(0)
+    text = "".join(head + tail)
+    return text, len(text.encode("utf-8", "surrogatepass")), len(head) + len(tail), holding
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.text(alphabet="ab\né\x0c\u2028😀", max_size=120), max_size=8),
+    st.integers(min_value=1, max_value=200),
+)
+def test_output_printer_prints_lines_as_defined_whatever_the_pieces(
+    feeds: list[str], limit: int
+) -> None:
+    """The printer skips the Python work for lines it will drop (``run`` of a flood of
+    short lines spent seconds in it, holding its reader); what it prints is still
+    exactly what feeding it line by line gives."""
+    written: list[str] = []
+    printer = OutputPrinter(limit, written.append)
+    for text in feeds:
+        printer.feed(text)
+    printer.close()
+    got = ("".join(written), printer.printed_bytes, printer.printed_lines, printer.truncated)
+    assert got == _printed_line_by_line(feeds, limit)
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])

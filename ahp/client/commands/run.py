@@ -297,26 +297,64 @@ class OutputPrinter:
         return self._holding
 
     def feed(self, text: str) -> None:
-        """Lines (each ending in ``\n``) that are done changing."""
+        """Lines (each ending in ``\n``) that are done changing.
+
+        Cost: O(len(text)) at C speed, plus Python work per line only for the lines
+        that can still be printed (the head until it is full, then at most
+        :attr:`tail_limit` characters' worth at the end of ``text``): a flood of short
+        lines costs no Python loop over every line (it held ``run``'s reader).
+        """
+        if not self._holding:
+            text = self._feed_head(text)
+        if text:
+            self._feed_tail(text)
+
+    def _feed_head(self, text: str) -> str:
+        """Print what fits in the head; the rest of ``text`` (holding from then on)."""
         head_limit = self.limit - self.tail_limit
+        size = len(text.encode("utf-8", "surrogatepass"))
+        if self.printed_bytes + size <= head_limit:
+            if text:
+                self.write(text)
+                self.printed_bytes += size
+                self.printed_lines += len(text.splitlines())
+            return ""
+        at = 0
+        for line in text.splitlines(keepends=True):
+            size = len(line.encode("utf-8", "surrogatepass"))
+            if self.printed_bytes + size > head_limit:
+                break
+            self.write(line)
+            self.printed_bytes += size
+            self.printed_lines += 1
+            at += len(line)
+        self._holding = True
+        return text[at:]
+
+    def _feed_tail(self, text: str) -> None:
+        """Keep the most recent lines of ``text`` within :attr:`tail_limit` bytes."""
+        tail_limit = self.tail_limit
+        # The lines that start before the last ``tail_limit`` characters end up dropped
+        # (what follows them is ``tail_limit`` bytes or more): cut them off at a line
+        # end first. (A newline ends a line whatever splitlines' other separators.)
+        end = len(text) - tail_limit
+        cut = text.rfind("\n", 0, end) if end > 0 else -1
+        if cut >= 0:
+            text = text[cut + 1 :]
+            self._tail.clear()
+            self._tail_size = 0
         for whole in text.splitlines(keepends=True):
             line = whole
             size = len(line.encode("utf-8", "surrogatepass"))
-            if not self._holding and self.printed_bytes + size <= head_limit:
-                self.write(line)
-                self.printed_bytes += size
-                self.printed_lines += 1
-                continue
-            self._holding = True
-            if size > self.tail_limit:  # one line longer than the whole tail: its end
-                data = line.encode("utf-8", "surrogatepass")[-self.tail_limit :]
+            if size > tail_limit:  # one line longer than the whole tail: its end
+                data = line.encode("utf-8", "surrogatepass")[-tail_limit:]
                 line = data.decode("utf-8", "ignore")
                 size = len(line.encode("utf-8", "surrogatepass"))
                 self._tail.clear()
                 self._tail_size = 0
             self._tail.append((line, size))
             self._tail_size += size
-            while self._tail_size > self.tail_limit:
+            while self._tail_size > tail_limit:
                 _, dropped = self._tail.popleft()
                 self._tail_size -= dropped
 
