@@ -34,7 +34,13 @@ import ahp
 from ahp.agent import INTERRUPT_GRACE
 from ahp.client.commands.common import MAX_ERROR_LINE, REQUEST_TIMEOUT
 from ahp.client.commands.common import main as cli_main
-from ahp.client.commands.run import HARD_TIMEOUT_MARGIN, printed_output, split_options
+from ahp.client.commands.run import (
+    HARD_TIMEOUT_MARGIN,
+    TAIL_BYTES,
+    OutputPrinter,
+    printed_output,
+    split_options,
+)
 from ahp.client.connection import ClientError, RpcError, connect
 from ahp.engine import Host
 from ahp.server import ServeOptions, serve_host
@@ -555,6 +561,205 @@ def test_printed_output_is_a_bounded_suffix_of_whole_lines(output: str, limit: i
     before = output[: len(output) - len(printed.text)]
     if before and "\n" in printed.text[:-1]:
         assert before.endswith("\n")  # starts at a line start when it can
+
+
+@attrs.define
+class CuttableProxy:
+    """A TCP proxy to a server's port: :meth:`down` breaks every connection it
+    carries and closes its port (connections refused), :meth:`up` opens the same
+    port again. A network failure, as ``run`` sees one."""
+
+    target: int
+    nursery: trio.Nursery
+    port: int = 0
+    accepted: int = 0
+    serving: trio.CancelScope | None = None
+
+    async def up(self) -> None:
+        self.serving = await self.nursery.start(self._serve)
+
+    def down(self) -> None:
+        assert self.serving is not None
+        self.serving.cancel()
+
+    async def _serve(self, *, task_status: trio.TaskStatus[trio.CancelScope]) -> None:
+        with trio.CancelScope() as scope:
+            listeners = await trio.open_tcp_listeners(self.port, host="127.0.0.1")
+            self.port = listeners[0].socket.getsockname()[1]
+            task_status.started(scope)
+            await trio.serve_listeners(self._carry, listeners)
+
+    async def _carry(self, client: trio.SocketStream) -> None:
+        self.accepted += 1
+        try:
+            server = await trio.open_tcp_stream("127.0.0.1", self.target)
+            try:
+                async with trio.open_nursery() as nursery:
+
+                    async def pump(a: trio.SocketStream, b: trio.SocketStream) -> None:
+                        broken = (trio.BrokenResourceError, trio.ClosedResourceError)
+                        with contextlib.suppress(*broken):
+                            while data := await a.receive_some(65536):
+                                await b.send_all(data)
+                        nursery.cancel_scope.cancel()
+
+                    nursery.start_soon(pump, client, server)
+                    nursery.start_soon(pump, server, client)
+            finally:
+                await trio.aclose_forcefully(server)
+        finally:
+            await trio.aclose_forcefully(client)
+
+
+@asynccontextmanager
+async def cuttable_proxy(url: str) -> AsyncIterator[tuple[CuttableProxy, str]]:
+    """A :class:`CuttableProxy` (up) to ``url``'s server, and the URL through it."""
+    target = int(url.split("://", 1)[1].split("/", 1)[0].rsplit(":", 1)[1])
+    async with trio.open_nursery() as nursery:
+        proxy = CuttableProxy(target, nursery)
+        await proxy.up()
+        yield proxy, url.replace(f":{target}/", f":{proxy.port}/", 1)
+        nursery.cancel_scope.cancel()
+
+
+async def test_run_reconnects_when_its_connection_breaks_and_carries_on() -> None:
+    """Regression (probe B, item 1): a connection lost while the command ran ended
+    ``run`` with 125 and left the terminal it created on the server, running and
+    claimed. It reconnects now (replay), prints the rest of the output, exits with
+    the command's code and disposes its terminal."""
+    async with served() as server, cuttable_proxy(server.url) as (proxy, url):
+        script = "for i in $(seq 1 20); do echo line-$i; sleep 0.1; done; (exit 3)"
+        proc = await trio.lowlevel.open_process(
+            [sys.executable, "-m", "ahp", "run", url, "--", script],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=_env(),
+            cwd=str(REPO),
+        )
+        try:
+            assert proc.stderr is not None and proc.stdout is not None
+            out = b""
+            with trio.fail_after(TIMEOUT):
+                while b"line-3\n" not in out:
+                    chunk = await proc.stdout.receive_some(4096)
+                    assert chunk, out
+                    out += chunk
+            proxy.down()
+            await proxy.up()
+            with trio.fail_after(TIMEOUT):
+                out += b"".join([chunk async for chunk in proc.stdout])
+                err = b"".join([chunk async for chunk in proc.stderr])
+                status = await proc.wait()
+        finally:
+            await kill_and_reap(proc)
+        assert proxy.accepted >= 2  # (it did reconnect, through the proxy)
+        assert not server.host.terminals  # disposed, over the new connection
+    assert (status, err.decode()) == (3, "")
+    assert out.decode() == "".join(f"line-{i}\n" for i in range(1, 21))
+
+
+def _printed_line_by_line(feeds: list[str], limit: int) -> tuple[str, int, int, bool]:
+    """What :class:`OutputPrinter` prints, by its definition, one line at a time: the
+    first lines while they fit in ``limit - tail``, then the most recent lines within
+    ``tail`` bytes (a line longer than the tail: its end alone)."""
+    tail_limit = min(limit // 2, TAIL_BYTES)
+    head: list[str] = []
+    tail: list[str] = []
+    used, holding = 0, False
+    for whole in (line for text in feeds for line in text.splitlines(keepends=True)):
+        size = len(whole.encode("utf-8", "surrogatepass"))
+        if not holding and used + size <= limit - tail_limit:
+            head.append(whole)
+            used += size
+            continue
+        holding = True
+        line = whole
+        if size > tail_limit:
+            line = whole.encode("utf-8", "surrogatepass")[-tail_limit:].decode("utf-8", "ignore")
+            tail = []
+        tail.append(line)
+        while sum(len(x.encode("utf-8", "surrogatepass")) for x in tail) > tail_limit:
+            tail.pop(0)
+    text = "".join(head + tail)
+    return text, len(text.encode("utf-8", "surrogatepass")), len(head) + len(tail), holding
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.text(alphabet="ab\né\x0c\u2028😀", max_size=120), max_size=8),
+    st.integers(min_value=1, max_value=200),
+)
+def test_output_printer_prints_lines_as_defined_whatever_the_pieces(
+    feeds: list[str], limit: int
+) -> None:
+    """The printer skips the Python work for lines it will drop (``run`` of a flood of
+    short lines spent seconds in it, holding its reader); what it prints is still
+    exactly what feeding it line by line gives."""
+    written: list[str] = []
+    printer = OutputPrinter(limit, written.append)
+    for text in feeds:
+        printer.feed(text)
+    printer.close()
+    got = ("".join(written), printer.printed_bytes, printer.printed_lines, printer.truncated)
+    assert got == _printed_line_by_line(feeds, limit)
+
+
+@pytest.mark.parametrize("comes_back", [True, False], ids=["comes-back", "never"])
+async def test_run_that_cannot_reconnect_disposes_its_terminal_or_names_it(
+    comes_back: bool,
+) -> None:
+    """Regression (probe B, item 1): ``run`` gives up after ``RECONNECT_WINDOW`` (1 s
+    here: the constants are set for the test) with 125, and disposes the terminal it
+    created over the next connection that succeeds within ``DISPOSE_TIMEOUT``; when
+    none does, it says on stderr that the terminal was left, and how to close it."""
+    dispose = 4 if comes_back else 1
+    program = (
+        "import sys; import ahp.client.commands.run as r; "
+        f"r.RECONNECT_WINDOW = 1.0; r.DISPOSE_TIMEOUT = {dispose}; "
+        "from ahp.cli import main; sys.exit(main(sys.argv[1:]))"
+    )
+    async with served() as server, cuttable_proxy(server.url) as (proxy, url):
+        proc = await trio.lowlevel.open_process(
+            [sys.executable, "-c", program, "run", url, "--", "echo begin; sleep 60"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=_env(),
+            cwd=str(REPO),
+        )
+        try:
+            assert proc.stderr is not None and proc.stdout is not None
+            out = b""
+            with trio.fail_after(TIMEOUT):
+                while b"begin\n" not in out:
+                    chunk = await proc.stdout.receive_some(4096)
+                    assert chunk, out
+                    out += chunk
+            (uri,) = server.host.terminals
+            proxy.down()
+            if comes_back:
+                await trio.sleep(1.5)  # (longer than the window: run gives up first)
+                await proxy.up()
+            with trio.fail_after(TIMEOUT):
+                err = b"".join([chunk async for chunk in proc.stderr])
+                status = await proc.wait()
+        finally:
+            await kill_and_reap(proc)
+        lines = err.decode().splitlines()
+        assert status == 125, err
+        assert lines[-1] == (
+            "ahp run: connection lost while the command ran (no reconnect within 1 s)"
+        )
+        if comes_back:
+            assert not server.host.terminals  # disposed over the new connection
+        else:
+            assert list(server.host.terminals) == [uri]
+            name = uri.removeprefix("ahp-terminal:/")
+            assert lines[0] == (
+                f"ahp run: the terminal {uri} was left on the server (no connection within "
+                f"1 s); close it with: ahp-terminals rm URL {name}"
+            ), lines
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import functools
+import socket
+import struct
 from pathlib import Path
 
 import pytest
@@ -279,3 +281,27 @@ async def test_a_follower_never_hands_out_an_envelope_its_snapshot_holds() -> No
                     later += item.action.data
         assert "once-42" not in later, later
         await follower.aclose()
+
+
+@pytest.mark.parametrize("how", ["eof", "reset"])
+async def test_a_peer_that_closes_during_the_upgrade_fails_the_connect_at_once(how: str) -> None:
+    """Regression: trio-websocket waited for the upgrade's answer until the connect
+    timeout when the peer had closed the stream (a server going down, a
+    port-forward to nothing): every reconnect attempt of ``run`` cost the whole
+    CONNECT_TIMEOUT. It fails at once now, saying why."""
+
+    async def accept_and_close(stream: trio.SocketStream) -> None:
+        if how == "reset":
+            linger = struct.pack("ii", 1, 0)  # close with a reset, not a FIN
+            stream.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, linger)
+        await stream.aclose()
+
+    async with trio.open_nursery() as nursery:
+        serve = functools.partial(trio.serve_tcp, host="127.0.0.1")
+        listeners = await nursery.start(serve, accept_and_close, 0)
+        port = listeners[0].socket.getsockname()[1]
+        with trio.fail_after(5), pytest.raises(ClientError) as caught:
+            async with connect(f"ws://127.0.0.1:{port}/?tkn=x", connect_timeout=30):
+                pass
+        nursery.cancel_scope.cancel()
+    assert "closed the connection during the WebSocket upgrade" in str(caught.value)

@@ -22,6 +22,7 @@ import stat
 import struct
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -31,7 +32,9 @@ import orjson
 import pytest
 import trio
 
+from ahp.client import connect
 from ahp.engine import open_host
+from ahp.protocol.actions import ActionEnvelope, TerminalData
 from ahp.reducers import content_length
 from ahp.server.session import ServerState
 from ahp.server.websocket import ServerConfig, open_listeners, serve_connections
@@ -667,3 +670,42 @@ async def test_open_host_disposes_everything_on_cancel() -> None:
             scope.cancel()
     assert scope.cancelled_caught and len(pids) == 3
     await eventually(lambda: not any(session_members(pid) for pid in pids))
+
+
+async def test_a_slow_but_steady_reader_paces_its_terminal_instead_of_being_cut_off() -> None:
+    """Regression (probe B, item 1: ``ahp-terminals run URL -- 'seq 1 10000000'`` was
+    closed with 1013 mid-command). A client doing work per output (``run`` renders
+    it) reads a few MB/s; its writer takes everything queued at once, so it took a
+    batch only every second or so, the pacer judged it stalled after 0.5 s, the pty
+    ran free and the outbox overflowed. Its socket's progress now keeps it live: the
+    pty is paced by it and the command completes over the one connection.
+
+    The client runs in a thread with its own Trio run, and its per-output work is a
+    blocking sleep (about 1 MB/s), as ``run``'s rendering blocks its reader."""
+    bound = 2 * 1024 * 1024
+    size = 3_000_000
+    config = ServerConfig(token=TOKEN, outbox_bytes=bound, stall_grace=0.2)
+    async with sidecar(config) as (_, url):
+
+        def slow_client() -> tuple[Any, str | None, int]:
+            async def main() -> tuple[Any, str | None, int]:
+                async with connect(url, auto_reconnect=False) as client:
+                    await client.create_terminal(T1)
+
+                    def work(envelope: ActionEnvelope) -> None:
+                        if isinstance(envelope.action, TerminalData):
+                            time.sleep(len(envelope.action.data) / 1_000_000)
+
+                    client.on_envelope(work)
+                    result = await client.terminal(T1).run(
+                        f"head -c {size} /dev/zero | tr '\\0' z; echo", timeout=60
+                    )
+                    return result, client.lost, client.reconnects
+
+            return trio.run(main)
+
+        with trio.fail_after(60):
+            result, lost, reconnects = await trio.to_thread.run_sync(slow_client)
+    assert lost is None and reconnects == 0
+    assert (result.status, result.exit_code) == ("finished", 0)
+    assert result.total_bytes > size  # (every z, and the line end)

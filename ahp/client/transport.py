@@ -15,6 +15,13 @@ the close handshake gets :data:`CLOSE_TIMEOUT` seconds, then the stream is
 closed. :meth:`Transport.abort` closes the stream at once, without a handshake
 (what a network failure looks like to the server).
 
+The upgrade: trio-websocket waits for the server's answer to its upgrade request
+until the caller's timeout even when the server has closed the connection (EOF or
+a reset before any answer): a peer that accepts and closes at once (a server going
+down, a port-forward to nothing) cost every connect and every reconnect attempt
+the whole :data:`CONNECT_TIMEOUT`. The stream is watched (:class:`WatchedStream`)
+and the upgrade ends as soon as the peer ends the stream without an answer.
+
 Buffering: trio-websocket's one-message queue and a receive buffer of
 :data:`RECEIVE_BUFFER` bytes; an inbound message is at most
 :data:`MAX_MESSAGE_SIZE` bytes (a larger one closes the connection).
@@ -107,6 +114,69 @@ class Transport:
 Stream = trio.SocketStream | trio.SSLStream[trio.SocketStream]
 
 
+class WatchedStream(trio.abc.Stream):
+    """``stream`` as it is, and :attr:`ended` set once the peer ended it (EOF, or
+    a send or receive found it broken: a reset). One call of indirection per send and
+    receive; no buffering."""
+
+    def __init__(self, stream: Stream) -> None:
+        self.stream = stream
+        self.ended = trio.Event()
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        try:
+            await self.stream.send_all(data)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            self.ended.set()
+            raise
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self.stream.wait_send_all_might_not_block()
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
+        try:
+            data = await self.stream.receive_some(max_bytes)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            self.ended.set()
+            raise
+        if not data:
+            self.ended.set()
+        return data
+
+    async def aclose(self) -> None:
+        await self.stream.aclose()
+
+
+async def _upgrade(
+    nursery: trio.Nursery, stream: WatchedStream, host_header: str, target: str
+) -> WebSocketConnection:
+    """The WebSocket upgrade over ``stream``, its reader in ``nursery``; raises
+    :class:`OSError` as soon as the peer ends the stream without an answer.
+
+    (An answer that came before the end — a refusal with its HTTP status — woke
+    the upgrade before the end was read: it is raised, never lost to the race.)"""
+    connection: WebSocketConnection | None = None
+    async with trio.open_nursery() as race:
+
+        async def watch() -> None:
+            await stream.ended.wait()
+            race.cancel_scope.cancel()
+
+        race.start_soon(watch)
+        connection = await wrap_client_stream(
+            nursery,
+            stream,  # type: ignore[arg-type]  # (any trio Stream does)
+            host_header,
+            target,
+            max_message_size=MAX_MESSAGE_SIZE,
+            receive_buffer_size=RECEIVE_BUFFER,
+        )
+        race.cancel_scope.cancel()
+    if connection is None:
+        raise OSError("the server closed the connection during the WebSocket upgrade")
+    return connection
+
+
 async def open_stream(
     parts: SplitResult, ssl_context: ssl.SSLContext | None
 ) -> tuple[Stream, str, str]:
@@ -166,14 +236,7 @@ async def _hold_connection(
             # We open the stream ourselves so that a refused handshake closes it.
             with trio.fail_after(connect_timeout):
                 stream, host_header, target = await open_stream(parts, ssl_context)
-                ws = await wrap_client_stream(
-                    inner,
-                    stream,
-                    host_header,
-                    target,
-                    max_message_size=MAX_MESSAGE_SIZE,
-                    receive_buffer_size=RECEIVE_BUFFER,
-                )
+                ws = await _upgrade(inner, WatchedStream(stream), host_header, target)
             transport = Transport(ws, stream)
             started = True
             task_status.started(transport)

@@ -15,12 +15,18 @@ produces (or that hiccups for a few tens of milliseconds on a busy machine),
 must not be cut off merely because output is fast. So the *fastest live*
 subscriber paces the terminal's pty-read task: when every subscriber of a channel is
 more than :data:`PACE_BYTES` behind (or half its bound, if smaller), the reader
-waits for the least-behind one that took a batch within the last
-:data:`PACE_WINDOW` seconds to take its next batch — ordinary flow control, as
-if that client were the only viewer. A subscriber that stopped taking is not
-waited for after ``PACE_WINDOW`` (so a stalled viewer delays the pty at most
-that long, once) and is cut off by its own bound, as before; a slow viewer
-beside a faster one never slows the pty. Outboxes created with ``paces=False``
+waits (:meth:`Hub.wait_pacer`) for the least-behind *live* one — one that showed
+progress within the last :data:`PACE_WINDOW` seconds: took a batch, or got bytes
+of the batch it is writing out to its peer — to take its next batch: ordinary
+flow control, as if that client were the only viewer. The wait lasts as long as
+that subscriber stays live, however slowly it reads (a client doing real work
+per output, such as ``ahp-terminals run`` rendering a flood, reads a few MB/s and
+takes a multi-MiB batch about once a second: judged by its takes alone it was
+"stalled", the pty ran free and the client was closed with 1013 mid-command). A
+subscriber that shows no progress for ``PACE_WINDOW`` is not waited for (so a
+stalled viewer delays the pty at most that long, once) and is cut off by its own
+bound, as before; a slow viewer beside a faster one never slows the pty (the
+faster one keeps up: no pacing). Outboxes created with ``paces=False``
 (recorders) are not considered at all.
 
 The flood rule (:meth:`Hub.wait_readers`) is the same idea for what clients
@@ -45,7 +51,8 @@ __all__ = ["FLOOD_BYTES", "FLOOD_WINDOW", "PACE_BYTES", "PACE_WINDOW", "Hub"]
 
 #: Backlog (bytes of memory) beyond which a subscriber counts as behind for pacing.
 PACE_BYTES: Final = 2 * 1024 * 1024
-#: A subscriber that took no batch for this long (seconds) is not waited for.
+#: A subscriber that showed no progress for this long (seconds: no batch taken, no
+#: byte written to its peer) is not waited for.
 PACE_WINDOW: Final = 0.5
 #: Bytes a subscriber holds (queued, or taken and being written) beyond which it counts
 #: as behind for the flood rule (or a quarter of its bound, if smaller): a client
@@ -133,9 +140,21 @@ class Hub:
             backlog = outbox.backlog
             if backlog <= min(PACE_BYTES, outbox.max_bytes // 2):
                 return None  # someone keeps up: no pacing
-            if now - outbox.taken_at < PACE_WINDOW and (best is None or backlog < best.backlog):
+            if now - outbox.progress_at < PACE_WINDOW and (best is None or backlog < best.backlog):
                 best = outbox
         return best
+
+    async def wait_pacer(self, channel: str, pacer: Outbox) -> None:
+        """Wait until ``pacer`` (what :meth:`pacer` returned for ``channel``) takes its
+        next batch, for as long as it stays the channel's pacer: it shows progress
+        at least every :data:`PACE_WINDOW` seconds and no subscriber keeps up. A
+        pacer that stalls is waited for at most ``PACE_WINDOW``. Cancellation: a
+        plain wait; nothing is lost."""
+        while True:
+            with trio.move_on_after(PACE_WINDOW) as window:
+                await pacer.wait_taken()
+            if not window.cancelled_caught or self.pacer(channel) is not pacer:
+                return
 
     def flooded(self, channel: str) -> Outbox | None:
         """A subscriber of ``channel`` that is behind and reading (the flood rule:

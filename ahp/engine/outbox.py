@@ -36,11 +36,15 @@ not one per change. (The root channel's state is exactly its latest catalogue,
 so dropping the older ones loses nothing; ``serverSeq`` stays increasing.)
 
 Pacing: :attr:`Outbox.taken_at` records when the consumer last took a batch,
+:attr:`Outbox.progress_at` when it last showed any progress (a take, a batch
+written, or part of one written to a peer that reads slowly: :meth:`Outbox.wrote`),
 and :meth:`Outbox.wait_taken` waits for the next take; the terminal's reader
 uses them to let the fastest live subscriber pace the pty (see
-:meth:`ahp.engine.hub.Hub.pacer`). An outbox created with ``paces=False`` (a
-recorder: a slow disk must never slow the terminal) is left out of that choice;
-it falls behind and resynchronises instead.
+:meth:`ahp.engine.hub.Hub.pacer`). A WebSocket writer takes everything queued at
+once, so a client that reads steadily but slowly takes rarely (one batch of a few
+MiB every second or more): its socket's progress, not its takes, says it is live.
+An outbox created with ``paces=False`` (a recorder: a slow disk must never slow the
+terminal) is left out of that choice; it falls behind and resynchronises instead.
 
 Responses (``str`` or ``bytes`` items: answers to the consumer's own requests, such as a
 snapshot) do not trigger the immediate overflow verdict: one snapshot of a
@@ -497,6 +501,11 @@ class Outbox:
         while not self.under_pressure:
             await self._over_lot.park()
         await trio.lowlevel.checkpoint()
+
+    def wrote(self) -> None:
+        """Part of what the consumer took went out (its peer reads, however slowly):
+        progress, for pacing and the flood rule. Wakes nobody (a take does)."""
+        self.progress_at = _now()
 
     def sent(self) -> None:
         """The consumer finished writing (or gave up on) what it took last."""

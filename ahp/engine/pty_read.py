@@ -12,8 +12,8 @@ nursery):
   :class:`~ahp.pty.pump.ReadPump` thread of this task's own reads while the stages
   work, until the output pauses (the ``read`` releases the GIL: issue 23);
 * when every subscriber is behind, the fastest live one paces the reads
-  (:meth:`~ahp.engine.hub.Hub.pacer`, at most :data:`~ahp.engine.hub.PACE_WINDOW` a
-  batch);
+  (:meth:`~ahp.engine.hub.Hub.wait_pacer`: as long as it reads, however slowly; a
+  stalled one at most :data:`~ahp.engine.hub.PACE_WINDOW`);
 * after the process exited, a pty still held open (a background job) is read until
   it stays quiet for :data:`EXIT_LINGER`; at EOF (EIO) the task closes its channel.
 
@@ -33,7 +33,7 @@ from typing import Final
 
 import trio
 
-from ahp.engine.hub import PACE_WINDOW, Hub
+from ahp.engine.hub import Hub
 from ahp.pty import Child
 from ahp.pty.pump import PUMP_QUIET, PUMP_QUIET_FLOODING, ReadPump
 
@@ -138,8 +138,7 @@ class PtyRead:
         if chunks:
             pacer = self._hub.pacer(self.uri)
             if pacer is not None:
-                with trio.move_on_after(PACE_WINDOW):
-                    await pacer.wait_taken()
+                await self._hub.wait_pacer(self.uri, pacer)
                 return False
             if THREADED_READS and (size >= READ_BATCH or self.flooding):
                 # Sustained output: a thread reads while the stages work. (A
@@ -203,7 +202,6 @@ class PtyRead:
                     await to_parse.send(data)
                 pacer = self._hub.pacer(self.uri)
                 if pacer is not None:
-                    with trio.move_on_after(PACE_WINDOW):
-                        await pacer.wait_taken()
+                    await self._hub.wait_pacer(self.uri, pacer)
         finally:
             await pump.aclose()

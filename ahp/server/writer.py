@@ -12,7 +12,10 @@ shares its system call; frames are encoded as the write consumes them
 writer's sends run in :attr:`ConnectionWriter.scope`, whose deadline
 :meth:`~ConnectionWriter.watch_overflow` sets once the outbox overflows, and which
 :meth:`~ConnectionWriter.watch_bound` cancels for a client that takes nothing while over
-its bound (:mod:`ahp.server.websocket` says what the client then sees).
+its bound (:mod:`ahp.server.websocket` says what the client then sees). Progress:
+bytes that go out to a client whose socket was full count as its outbox's progress
+(:meth:`Outbox.wrote <ahp.engine.outbox.Outbox.wrote>`), so a slow but steady reader
+paces its terminal instead of being taken for a stalled one.
 Cancellation: the caller's, through :attr:`~ConnectionWriter.scope` or its nursery.
 """
 
@@ -85,6 +88,9 @@ class ConnectionWriter:
         self._parked = False  # the writer waits in the outbox
         if enabled("echo_pairing"):
             outbox.on_lone_echo = self._lone_echo
+        # A batch of several MiB to a client that reads slowly takes seconds to write:
+        # the bytes it gets meanwhile keep it live for pacing (ahp.engine.hub).
+        ws.on_progress = outbox.wrote
 
     def _lone_echo(self) -> None:
         """A keystroke's echo was queued alone, without waking this writer: its output

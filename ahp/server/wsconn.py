@@ -230,6 +230,10 @@ class ServerWebSocket:
         self.bytes_sent = 0
         #: Bytes read from the peer so far (see :meth:`arrived`).
         self.bytes_received = 0
+        #: Called when bytes go out after the socket was full (or, under TLS, after
+        #: each slice): the peer is reading, however slowly. Never called on the fast
+        #: path (the socket took everything at once); must not block nor raise.
+        self.on_progress: Callable[[], None] | None = None
         #: The socket under a plain TCP or Unix stream (read and written directly, see
         #: :meth:`_read` and :meth:`_write_all`); None under TLS.
         # (keystroke trick ``fd_io``.)
@@ -577,8 +581,11 @@ class ServerWebSocket:
                 piece = view[start : start + WRITE_CHUNK]
                 await self._stream.send_all(piece)
                 self.bytes_sent += len(piece)
+                if self.on_progress is not None:
+                    self.on_progress()
             return
         sent, size = 0, len(view)
+        waited = False
         while sent < size:
             fd = sock.fileno()
             if fd < 0:
@@ -587,11 +594,14 @@ class ServerWebSocket:
                 written = os.write(fd, view[sent:])
                 sent += written
                 self.bytes_sent += written
+                if waited and self.on_progress is not None:
+                    self.on_progress()
                 continue
             except BlockingIOError:
                 pass
             except OSError as exc:  # EPIPE, ECONNRESET...
                 raise trio.BrokenResourceError(str(exc)) from exc
+            waited = True
             await trio.lowlevel.wait_writable(sock)
 
     # -- closing -----------------------------------------------------------------------------

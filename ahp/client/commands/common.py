@@ -4,7 +4,10 @@ Token precedence: ``--token``, else the URL's ``tkn`` query parameter, else
 ``$AHP_TOKEN``. Connecting is bounded by :data:`CONNECT_TIMEOUT` (an
 unreachable address that drops packets would otherwise hang), and the client is
 opened without automatic reconnect: a person's command reports a lost
-connection instead of waiting for a server that may never come back.
+connection instead of waiting for a server that may never come back. ``run`` is
+the exception (``open_client(..., reconnect=True)``): a command it started runs
+on in the remote terminal whatever happens to the connection, so ``run``
+reconnects for a bounded time to follow it, and to dispose a terminal it created.
 
 Errors: :func:`main` runs a command under ``trio.run`` and turns every failure a
 person can cause — a malformed URL, an unreachable or refusing server, an
@@ -143,17 +146,18 @@ def terminal_uri(name: str) -> str:
 
 @asynccontextmanager
 async def open_client(
-    url: str, token: str | None, *, timeout: float = CONNECT_TIMEOUT
+    url: str, token: str | None, *, timeout: float = CONNECT_TIMEOUT, reconnect: bool = False
 ) -> AsyncIterator[Client]:
-    """:func:`ahp.client.connect` without auto-reconnect; connecting and its
-    handshake are each bounded by ``timeout``, every request by
-    :data:`REQUEST_TIMEOUT` (a :class:`ClientError` past either)."""
+    """:func:`ahp.client.connect`, without auto-reconnect unless ``reconnect`` (the
+    caller then bounds how long it waits for one); connecting and its handshake are
+    each bounded by ``timeout``, every request by :data:`REQUEST_TIMEOUT` (a
+    :class:`ClientError` past either)."""
     from ahp.client.connection import connect
 
     async with connect(
         url,
         token=token,
-        auto_reconnect=False,
+        auto_reconnect=reconnect,
         connect_timeout=timeout,
         request_timeout=REQUEST_TIMEOUT,
     ) as client:

@@ -27,6 +27,16 @@ printed before the status line. ``--json`` prints the whole result at the end
 instead (its ``output``: the last ``--max-output-bytes`` bytes; the command's
 budget is :data:`RAW_FACTOR` times the limit, so that its tail covers them).
 
+A lost connection (the network, or the server closing a client that fell too far
+behind with 1013): ``run`` reconnects by itself (the client library's reconnect,
+replay or snapshot) and carries on following the command, its output and its exit
+code; output the server could not replay is missing from what is printed (a
+reconnect answered by a snapshot). When no reconnect succeeds within
+:data:`RECONNECT_WINDOW` seconds, ``run`` gives up (125, "connection lost while
+the command ran"); a terminal it created is then disposed over the next
+connection that succeeds within :data:`DISPOSE_TIMEOUT`, or, failing that, named
+on stderr as left on the server (with the ``rm`` command that closes it).
+
 Input: the command reads from its terminal, not from ``run``'s standard input,
 which is not forwarded. So that ``echo data | ahp run URL -- cat`` does not wait
 forever, ``run`` refuses (status 125, before connecting) when its standard
@@ -91,8 +101,15 @@ TIMED_OUT: Final = 124
 #: exits 124 then, closing the terminal it created (which ends the command).
 HARD_TIMEOUT_MARGIN: Final = 2.0
 FAILED: Final = 125
-#: Bound on disposing the terminal created for the command.
+#: Bound on disposing the terminal created for the command (after a lost connection:
+#: on waiting for a reconnect, and disposing over it).
 DISPOSE_TIMEOUT: Final = 10.0
+#: Seconds ``run`` waits for its connection to come back (the client reconnects by
+#: itself) before it gives up on following the command (125).
+RECONNECT_WINDOW: Final = 10.0
+#: Seconds between two tries to dispose a terminal when the connection dropped
+#: before the answer (the next try goes over the client's next connection).
+RETRY_PAUSE: Final = 0.1
 #: The command's output budget is this many times ``--max-output-bytes`` (a quarter
 #: head, the rest tail: the tail alone exceeds what is printed).
 RAW_FACTOR: Final = 4
@@ -297,26 +314,64 @@ class OutputPrinter:
         return self._holding
 
     def feed(self, text: str) -> None:
-        """Lines (each ending in ``\n``) that are done changing."""
+        """Lines (each ending in ``\n``) that are done changing.
+
+        Cost: O(len(text)) at C speed, plus Python work per line only for the lines
+        that can still be printed (the head until it is full, then at most
+        :attr:`tail_limit` characters' worth at the end of ``text``): a flood of short
+        lines costs no Python loop over every line (it held ``run``'s reader).
+        """
+        if not self._holding:
+            text = self._feed_head(text)
+        if text:
+            self._feed_tail(text)
+
+    def _feed_head(self, text: str) -> str:
+        """Print what fits in the head; the rest of ``text`` (holding from then on)."""
         head_limit = self.limit - self.tail_limit
+        size = len(text.encode("utf-8", "surrogatepass"))
+        if self.printed_bytes + size <= head_limit:
+            if text:
+                self.write(text)
+                self.printed_bytes += size
+                self.printed_lines += len(text.splitlines())
+            return ""
+        at = 0
+        for line in text.splitlines(keepends=True):
+            size = len(line.encode("utf-8", "surrogatepass"))
+            if self.printed_bytes + size > head_limit:
+                break
+            self.write(line)
+            self.printed_bytes += size
+            self.printed_lines += 1
+            at += len(line)
+        self._holding = True
+        return text[at:]
+
+    def _feed_tail(self, text: str) -> None:
+        """Keep the most recent lines of ``text`` within :attr:`tail_limit` bytes."""
+        tail_limit = self.tail_limit
+        # The lines that start before the last ``tail_limit`` characters end up dropped
+        # (what follows them is ``tail_limit`` bytes or more): cut them off at a line
+        # end first. (A newline ends a line whatever splitlines' other separators.)
+        end = len(text) - tail_limit
+        cut = text.rfind("\n", 0, end) if end > 0 else -1
+        if cut >= 0:
+            text = text[cut + 1 :]
+            self._tail.clear()
+            self._tail_size = 0
         for whole in text.splitlines(keepends=True):
             line = whole
             size = len(line.encode("utf-8", "surrogatepass"))
-            if not self._holding and self.printed_bytes + size <= head_limit:
-                self.write(line)
-                self.printed_bytes += size
-                self.printed_lines += 1
-                continue
-            self._holding = True
-            if size > self.tail_limit:  # one line longer than the whole tail: its end
-                data = line.encode("utf-8", "surrogatepass")[-self.tail_limit :]
+            if size > tail_limit:  # one line longer than the whole tail: its end
+                data = line.encode("utf-8", "surrogatepass")[-tail_limit:]
                 line = data.decode("utf-8", "ignore")
                 size = len(line.encode("utf-8", "surrogatepass"))
                 self._tail.clear()
                 self._tail_size = 0
             self._tail.append((line, size))
             self._tail_size += size
-            while self._tail_size > self.tail_limit:
+            while self._tail_size > tail_limit:
                 _, dropped = self._tail.popleft()
                 self._tail_size -= dropped
 
@@ -354,7 +409,7 @@ def run(args: argparse.Namespace) -> int:
             raise CommandFailed(STDIN_REFUSED)
         printer = None if args.json else OutputPrinter(args.max_output_bytes, _write_out)
         with trio.open_signal_receiver(*STOP_SIGNALS) as signals:
-            async with open_client(url, token) as client:
+            async with open_client(url, token, reconnect=True) as client:
                 result, stopped_by = await _run_in(client, line, signals, printer)
         if result is None and stopped_by is None:  # (the hard limit: see HARD_TIMEOUT_MARGIN)
             what = "its terminal was closed" if args.terminal is None else "it still runs"
@@ -440,8 +495,17 @@ def run(args: argparse.Namespace) -> int:
                 async with trio.open_nursery() as nursery:
 
                     async def watch() -> None:
-                        await client.wait_for(lambda: not client.connected)
-                        raise CommandFailed("connection lost while the command ran")
+                        # The client reconnects by itself; the command is followed on
+                        # over the new connection. One that does not come back ends it.
+                        while True:
+                            await client.wait_for(lambda: not client.connected)
+                            with trio.move_on_after(RECONNECT_WINDOW):
+                                await client.wait_for(lambda: client.connected)
+                                continue
+                            raise CommandFailed(
+                                "connection lost while the command ran (no reconnect "
+                                f"within {RECONNECT_WINDOW:g} s)"
+                            )
 
                     async def stop_on_signal() -> None:
                         nonlocal stopped_by
@@ -468,10 +532,47 @@ def run(args: argparse.Namespace) -> int:
                             printer.close()
                     nursery.cancel_scope.cancel()
         finally:
-            if created and client.connected:
-                with trio.CancelScope(shield=True), trio.move_on_after(DISPOSE_TIMEOUT):
-                    await client.dispose_terminal(uri)
+            if created:
+                with trio.CancelScope(shield=True):
+                    await _dispose(client, uri)
         return result, stopped_by
+
+    async def _dispose(client: Client, uri: str) -> None:
+        """Dispose the terminal ``run`` created, over the connection or the next one
+        the client opens within :data:`DISPOSE_TIMEOUT`; when it cannot, say on
+        stderr that it was left on the server, and how to close it."""
+        from ahp.client.connection import ClientError, ConnectionLost, RpcError
+        from ahp.protocol.jsonrpc import ErrorCode
+
+        why = ""
+        with trio.move_on_after(DISPOSE_TIMEOUT) as waited:
+            while True:
+                try:
+                    await client.dispose_terminal(uri)
+                except RpcError as exc:
+                    if exc.code == ErrorCode.NOT_FOUND:
+                        return  # (gone already)
+                    why = f"the server refused: {exc.message}"
+                except ConnectionLost as exc:
+                    why = str(exc)
+                    if client.lost is None:
+                        # Dropped before the answer: ask again over the next connection.
+                        await trio.sleep(RETRY_PAUSE)
+                        continue
+                except ClientError as exc:
+                    why = str(exc)
+                else:
+                    return
+                break
+        if waited.cancelled_caught:
+            what = "no answer" if client.connected else "no connection"
+            why = f"{what} within {DISPOSE_TIMEOUT:g} s"
+        name = uri.removeprefix("ahp-terminal:/")
+        print(
+            f"ahp run: the terminal {uri} was left on the server ({printable(why)}); "
+            f"close it with: ahp-terminals rm URL {name}",
+            file=sys.stderr,
+        )
 
     return main("ahp run", body, failure=FAILED)
 
