@@ -73,9 +73,16 @@ from ahp.agent.evidence import (
     looks_like_prompt,
     program_name,
 )
+from ahp.agent.holding import (
+    INTERRUPT_GRACE,
+    before_prompt,
+    holder_of,
+    refusal_note,
+    replaced_by,
+)
 from ahp.agent.machine import INPUT_POLL, MAX_INPUT_POLL
 from ahp.agent.markers import MARKER_LOOKBACK, MARKER_TAIL, Markers, group, wrap
-from ahp.agent.occupants import BackgroundProcess, Holder
+from ahp.agent.occupants import BackgroundProcess
 from ahp.agent.options import RunOptions
 from ahp.agent.port import TerminalPort
 from ahp.agent.prestart import MAX_PRE_START, PreStart, prompt_after, screen_line
@@ -95,9 +102,6 @@ __all__ = ["CLAIM_TIMEOUT", "INTERRUPT_GRACE", "KILL_WAIT", "holder_of", "start_
 
 log = logging.getLogger("ahp.agent")
 
-#: How long to wait for the shell to report an interrupted command's end (and for a
-#: holder that is ending to end before a new command is refused).
-INTERRUPT_GRACE: Final = 5.0
 #: After a timed-out command that ignored its Ctrl-C was killed, how long ``run`` waits
 #: for its end (the kill's delivery, the shell's report) before returning it ``running``.
 KILL_WAIT: Final = 2.0
@@ -125,59 +129,6 @@ _GIVE_BACK: Final = frozenset({Event.ENDED, Event.FAILED})
 _Stream = AsyncIterator[Snapshot | ActionEnvelope]
 
 
-def _last_command(state: TerminalState) -> CommandPart | None:
-    content = state.content
-    return content[-1] if content and isinstance(content[-1], CommandPart) else None
-
-
-def _busy(state: TerminalState) -> bool:
-    part = _last_command(state)
-    return part is not None and not part.isComplete
-
-
-def _before_prompt(state: TerminalState) -> bool:
-    """The last command finished and nothing was printed after it: the shell has not
-    drawn its prompt yet, so its line editor is not reading (a command typed now
-    would be echoed twice: by the kernel, then by the editor)."""
-    part = _last_command(state)
-    return part is not None and part.isComplete
-
-
-def _ending(handle: CommandHandle) -> bool:
-    return bool(handle.record.machine.asked)
-
-
-async def holder_of(port: TerminalPort, *, detected: bool) -> Holder | None:
-    """What holds the terminal now (see the module doc), or ``None``: at the prompt.
-    ``detected``: the shell has command detection (else its foreground is asked)."""
-    running = port.commands.running()
-    if running is not None and _ending(running):
-        with trio.move_on_after(INTERRUPT_GRACE):
-            await running.wait_done()
-        running = port.commands.running()
-    if running is not None:
-        return Holder(running.command_line, running.id, running.status)
-    state = port.state
-    part = _last_command(state) if detected else None
-    if detected and (part is None or part.isComplete):
-        return None
-    processes = port.processes
-    status = await processes.tty_status() if processes is not None else None
-    if part is not None and _replacing_shell(status) is not None:
-        # The open command replaced the shell by one without detection (``exec bash``),
-        # now at its prompt: it holds nothing; markers from now on.
-        port.commands.detection_lost = True
-        return None
-    waiting = "waiting_for_input" if evidence_of(status) is not None else "running"
-    if part is not None:
-        return Holder(part.commandLine, None, waiting)
-    if status is None or status.shell_foreground is not False:
-        await trio.lowlevel.checkpoint()
-        return None
-    line = status.programs[0] if status.programs else f"process group {status.foreground_pgrp}"
-    return Holder(line, None, waiting)
-
-
 #: Looks at the terminal's processes for the name of the shell reading it (a shell
 #: drawing its prompt reads nothing yet), and the pause between two looks.
 SHELL_LOOKS: Final = 10
@@ -197,34 +148,6 @@ async def _is_fish(port: TerminalPort) -> bool:
         if status is not None and status.programs:
             name = status.programs[0].split(" ", 1)[0].rsplit("/", 1)[-1]
     return name is not None and name.lstrip("-") == "fish"
-
-
-def _replaced_by(status: TtyView | None) -> str | None:
-    """The command line of the program that replaced the terminal's shell process
-    (``exec``: ``status.shell_replaced``) when that process, in the foreground, reads
-    or polls the terminal with nothing unread; else ``None``. (A builtin ``read`` of
-    the shell itself keeps the shell's command line.)"""
-    if status is None or not status.shell_replaced or not status.shell_foreground:
-        return None
-    if status.unread or not status.programs or not (status.readers or status.tty_pollers):
-        return None
-    return status.programs[0]
-
-
-def _replacing_shell(status: TtyView | None) -> str | None:
-    """:func:`_replaced_by`, when that program is an interactive shell at its prompt."""
-    line = _replaced_by(status)
-    return line if line is not None and interactive_shell(line) is not None else None
-
-
-def _refusal_note(holder: Holder) -> str:
-    """One sentence for any surface (library, CLI, MCP): what holds it, what to do."""
-    what = "waiting for input" if holder.status == "waiting_for_input" else "running"
-    which = f"command {holder.command_id}, " if holder.command_id is not None else ""
-    return (
-        f"not typed: the terminal is busy with {holder.command_line!r} ({which}{what}): "
-        "answer it with send_input or stop it with interrupt, then run again"
-    )
 
 
 async def start_command(
@@ -277,13 +200,13 @@ async def start_command(
         detected = detected and not port.commands.detection_lost  # (holder_of may learn it)
         if holder is not None:
             record.holder = holder
-            record.apply(Event.REFUSED, note=_refusal_note(holder))
+            record.apply(Event.REFUSED, note=refusal_note(holder))
             return handle
-        if detected and _before_prompt(port.state):
+        if detected and before_prompt(port.state):
             # The previous command just ended: let the shell draw its prompt.
             with trio.move_on_after(INTERRUPT_GRACE):
                 async for _ in stream:
-                    if not _before_prompt(port.state):
+                    if not before_prompt(port.state):
                         break
         if claim is not None:
             claimed = True
@@ -755,10 +678,10 @@ class _Collector:
     def _replacement(self, status: TtyView | None) -> str | None:
         """Detected mode, the command started: the command line of the program that
         replaced the terminal's shell (``exec``) and reads the terminal, nothing
-        unread (see :func:`_replaced_by`); else ``None``."""
+        unread (see :func:`ahp.agent.holding.replaced_by`); else ``None``."""
         if self.markers is not None or self.command_id is None:
             return None
-        return _replaced_by(status)
+        return replaced_by(status)
 
     def _screen_says_input(self) -> bool:
         """A full-screen program (it reads keys), or a prompt-like last line."""
