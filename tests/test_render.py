@@ -13,6 +13,7 @@ import sys
 import tracemalloc
 
 import pyte
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -192,6 +193,32 @@ def test_screen_of_the_alternate_screen() -> None:
     assert screen.alternate_screen and screen.lines[0] == "vi here"
     model.feed("\x1b[?1049l")
     assert model.screen().lines[0] == "shell$" and not model.screen().alternate_screen
+
+
+@pytest.mark.parametrize(
+    ("output", "shown"),
+    [
+        # An OSC cut short by the ESC of a colour (xterm, xterm.js and tmux end it there):
+        # everything after it, up to the next BEL, was hidden from the agent.
+        (
+            "before\x1b]0;title\x1b[1mbold\x1b[0m after\r\n1\r\nEND\r\n",
+            ["beforebold after", "1", "END"],
+        ),
+        ("A\x1b]0;abc\x18C\r\n", ["AC"]),  # CAN cancels it
+        ("A\x1b]0;abc\x1aC\r\n", ["AC"]),  # so does SUB
+        ("A\x1b]0;t\x07B\r\n", ["AB"]),
+        ("A\x1b]0;t\x1b\\B\r\n", ["AB"]),
+        ("x\x1bPq#0\x1b[31mred\r\n", ["xred"]),  # a DCS cut short likewise
+    ],
+)
+def test_a_string_sequence_cut_short_hides_nothing_after_it(output: str, shown: list[str]) -> None:
+    for cut in range(len(output) + 1):  # (however the output was split)
+        lines: list[str] = []
+        renderer = LineRenderer(lines.append)
+        renderer.feed(output[:cut])
+        renderer.feed(output[cut:])
+        renderer.flush()
+        assert lines == shown, (cut, lines)
 
 
 # -- the output budget ---------------------------------------------------------------------------

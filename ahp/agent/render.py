@@ -63,8 +63,10 @@ MAX_WINDOW_COLS: Final = 1000
 _TOKEN: Final = re.compile(
     r"(?P<text>[^\x00-\x1f\x7f-\x9f]+)"
     r"|(?P<csi>\x1b\[(?P<params>[0-?]*)(?P<inter>[ -/]*)(?P<final>[@-~]))"
-    r"|(?P<osc>\x1b\][^\x07\x1b]*(?:\x07|\x1b\\))"
-    r"|(?P<string>\x1b[P_^X][^\x1b]*\x1b\\)"
+    # OSC: ended by BEL or ST (ESC \\); cut short, as xterm does, by CAN or SUB (taken
+    # with it) or by an ESC that starts another sequence (left for it)
+    r"|(?P<osc>\x1b\][^\x07\x18\x1a\x1b]*(?:\x07|\x1b\\|[\x18\x1a]|(?=\x1b[^\\])))"
+    r"|(?P<string>\x1b[P_^X][^\x18\x1a\x1b]*(?:\x1b\\|[\x18\x1a]|(?=\x1b[^\\])))"
     # other escapes; never a string or CSI introducer (P X [ ] ^ _)
     r"|(?P<esc>\x1b[ -/]*[0-OQ-WYZ\\`a-~])"
     r"|(?P<ctl>[\x00-\x1f\x7f-\x9f])",
@@ -72,11 +74,16 @@ _TOKEN: Final = re.compile(
 )
 #: Colours and attributes (SGR) change nothing in the text: removed before tokenizing.
 _SGR: Final = re.compile(r"\x1b\[[0-9;:]*m")
+#: The start of an OSC or a DCS/SOS/PM/APC string (an SGR's ESC may cut one short).
+_STRING_START: Final = re.compile(r"\x1b[\]P_^X]")
 #: Whole lines of printable ASCII: the fast path.
 _PLAIN_LINES: Final = re.compile(r"(?:[ -~]*\r\n)+")
 #: An escape that may be completed by the next chunk.
 _PARTIAL: Final = re.compile(
-    r"\x1b(?:\[[0-?]*[ -/]*|\][^\x07\x1b]*(?:\x1b)?|[P_^X][^\x1b]*(?:\x1b)?|[ -/]*)?\Z"
+    r"\x1b(?:\[[0-?]*[ -/]*"
+    r"|\][^\x07\x18\x1a\x1b]*(?:\x1b)?"
+    r"|[P_^X][^\x18\x1a\x1b]*(?:\x1b)?"
+    r"|[ -/]*)?\Z"
 )
 
 
@@ -136,7 +143,8 @@ class LineRenderer:
         if self._pending:
             text = self._pending + text
             self._pending = ""
-        if "\x1b[" in text:
+        if "\x1b[" in text and _STRING_START.search(text) is None:
+            # (Not with an OSC or string in it: an ESC of a colour may be what ends it.)
             text = _SGR.sub("", text)
         pos = 0
         end = len(text)
@@ -445,8 +453,9 @@ class LineRenderer:
 
 
 _ESCAPES: Final = re.compile(
-    r"\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)"  # OSC ... BEL/ST
-    r"|\x1b[P_^X][^\x1b]*\x1b\\"  # DCS/APC/PM/SOS strings
+    # OSC ... BEL/ST, or cut short by CAN, SUB or another sequence's ESC
+    r"\x1b\][^\x07\x18\x1a\x1b]*(?:\x07|\x1b\\|[\x18\x1a]|(?=\x1b[^\\]))"
+    r"|\x1b[P_^X][^\x18\x1a\x1b]*(?:\x1b\\|[\x18\x1a]|(?=\x1b[^\\]))"  # DCS/APC/PM/SOS
     r"|\x1b\[[0-?]*[ -/]*[@-~]"  # CSI
     r"|\x1b[ -/]*[0-~]"  # other ESC sequences
     r"|[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]"  # other controls (keep \t \n \r)
