@@ -209,3 +209,18 @@ async def test_head_missing_and_too_many_downloads(tmp_path: Path) -> None:
             status, _, body = await read_head(stream)
             await read_rest(stream, body)
         assert status == 200 and bytes(body) == data
+
+
+async def test_a_directory_named_like_a_recording_is_refused_without_a_leak(
+    tmp_path: Path,
+) -> None:
+    # Any program in a terminal can make one; each request answered 500 and leaked an fd.
+    (tmp_path / "dir.cast").mkdir()
+    async with server(tmp_path, Downloads()) as port:
+        before = len(os.listdir("/proc/self/fd"))
+        for _ in range(30):
+            async with ask(port, "dir.cast") as stream:
+                status, _, body = await read_head(stream)
+                await read_rest(stream, body)
+            assert status == 404 and body == b"no such recording\n"
+        assert len(os.listdir("/proc/self/fd")) < before + 10

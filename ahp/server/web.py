@@ -277,23 +277,23 @@ def _open_recording(path: str) -> tuple[io.FileIO, int] | HttpResponse:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return HttpResponse.text(404, "no such recording")
-    file = io.FileIO(fd, "rb", closefd=True)
     try:
         info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            file.close()
-            return HttpResponse.text(404, "no such recording")
-        if info.st_size > MAX_RECORDING_BYTES:
-            file.close()
-            return HttpResponse.text(
-                413,
-                f"recording larger than {MAX_RECORDING_BYTES} bytes: play it with "
-                "ahp-terminals play",
-            )
     except BaseException:
-        file.close()
+        os.close(fd)
         raise
-    return file, info.st_size
+    if not stat.S_ISREG(info.st_mode):
+        # (Checked before the file object takes the descriptor: io.FileIO refuses a
+        # directory without owning it, and a 500 leaked one fd a request.)
+        os.close(fd)
+        return HttpResponse.text(404, "no such recording")
+    if info.st_size > MAX_RECORDING_BYTES:
+        os.close(fd)
+        return HttpResponse.text(
+            413,
+            f"recording larger than {MAX_RECORDING_BYTES} bytes: play it with ahp-terminals play",
+        )
+    return io.FileIO(fd, "rb", closefd=True), info.st_size
 
 
 def _list_recordings(directory: str) -> tuple[list[dict[str, object]], bool]:
