@@ -428,6 +428,44 @@ async def test_reconnect_with_cursor_0_gets_snapshots_while_the_log_holds_everyt
             assert {s["resource"] for s in result["snapshots"]} == {ROOT, T1}
 
 
+@pytest.mark.parametrize("form", ["A", "B"])
+async def test_a_terminal_created_again_while_away_is_resumed_by_a_snapshot(form: str) -> None:
+    # Its envelopes were replayed onto the snapshot of the terminal disposed before it:
+    # the mirror mixed the two (old title, size and claim, both outputs).
+    async with running_server() as server:
+        async with peer(server.url) as b:
+            await b.initialize("b")
+            await create(b, client_id="")
+            async with peer(server.url) as a:
+                result = await a.initialize("a", [ROOT, T1])
+                last = result["serverSeq"]
+                await b.dispatch(T1, {"type": "terminal/titleChanged", "title": "old"})
+                seen = await a.action(lambda x: x["action"].get("title") == "old")
+                last = seen["serverSeq"]
+            assert await b.result("disposeTerminal", {"channel": T1}) is None
+            await create(b, client_id="", cols=100)
+            await b.dispatch(T1, {"type": "terminal/titleChanged", "title": "new"})
+            # Also a terminal the client never subscribed to: no baseline either.
+            await create(b, "ahp-terminal:/t2", client_id="")
+        async with peer(server.url) as a:
+            channels = [ROOT, T1, "ahp-terminal:/t2"]
+            if form == "A":
+                result = await a.reconnect("a", last, channels)
+                assert result["type"] == "snapshot", result
+                snapshots = {s["resource"]: s for s in result["snapshots"]}
+            else:
+                cursors = [{"channel": c, "lastSeenServerSeq": last} for c in channels]
+                params = {"channel": ROOT, "clientId": "a", "subscriptions": cursors}
+                entries = (await a.result("reconnect", params))["channels"]
+                kinds = {e["channel"]: e["kind"] for e in entries}
+                assert kinds[T1] == "snapshot" and kinds["ahp-terminal:/t2"] == "snapshot", kinds
+                snapshots = {
+                    e["channel"]: e["snapshot"] for e in entries if e["kind"] == "snapshot"
+                }
+            state = snapshots[T1]["state"]
+            assert state["cols"] == 100 and state["title"] != "old", state
+
+
 async def test_replay_never_repeats_what_the_snapshot_held() -> None:
     async with running_server() as server:
         async with peer(server.url) as p:

@@ -121,6 +121,10 @@ class Host:
         self._alarm = OutputAlarm(self._terminals.values)
         self._published_at = -math.inf
         self._counter = 0
+        #: Terminals created so far: each one's ``generation`` (a URI disposed and
+        #: created again names another terminal, whose envelopes cannot be replayed onto
+        #: a snapshot of the first).
+        self._generations = 0
         self._holder_only_input = False
         #: Niceness of every new terminal's process (``serve --child-nice``): on a
         #: machine with few cores, busy children then leave the server its CPU.
@@ -300,6 +304,8 @@ class Host:
             on_output=on_output,
         )
         terminal.holder_only_input = self._holder_only_input
+        self._generations += 1
+        terminal.generation = self._generations
         # Reserve the URI while spawning so a concurrent create cannot take it.
         self._terminals[uri] = terminal
         self._alarm.arm(terminal)

@@ -256,6 +256,9 @@ class Terminal(CommandSurface):
         #: interactive terminals by it.
         self.inputs = 0
         self.reducer_batches = 0
+        #: Which terminal of its host this is (set at creation, counted from 1): a URI
+        #: disposed and created again is another generation.
+        self.generation = 0
         #: Nice value of the terminal's autogroup while it floods (``None``: not
         #: lowered), above ``spec.nice``; and the value last set (a new group's is 0).
         self._flood_nice: int | None = None

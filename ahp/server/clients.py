@@ -73,6 +73,8 @@ class ClientRecord:
     protocol_version: str
     #: channel -> fromSeq of the last snapshot this client was given for it.
     snapshot_seq: dict[str, int] = attrs.field(factory=dict)
+    #: channel -> the generation of the terminal that snapshot was of (0: the root).
+    snapshot_of: dict[str, int] = attrs.field(factory=dict)
     #: Live connections: 0 or 1 (one live connection per clientId).
     connections: int = 0
     disconnected_at: float | None = None

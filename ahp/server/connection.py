@@ -182,6 +182,9 @@ class Connection:
         self.subscriptions.add(channel)
         assert self.record is not None
         self.record.snapshot_seq[channel] = snapshot.fromSeq
+        self.record.snapshot_of[channel] = (
+            0 if channel == ROOT_URI else self.host.get(channel).generation
+        )
         return snapshot
 
     def unsubscribe_all(self) -> None:

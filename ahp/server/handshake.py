@@ -170,7 +170,7 @@ async def reconnect(conn: Connection, params: Any) -> Any:
     check_client_id(p.clientId)
     if conn.read_only:
         check_read_only_id(conn, p.clientId)
-    _check_answer_size(conn, _snapshotted(conn, p))
+    _check_answer_size(conn, _snapshotted(conn, p, conn.server.clients.get(p.clientId)))
     await take_identity(conn, p.clientId, token_of(params))
     record = conn.server.clients.resume(p.clientId, conn.link)
     if (audit := conn.server.audit) is not None:
@@ -193,8 +193,9 @@ async def reconnect(conn: Connection, params: Any) -> Any:
     # A cursor past the server's own sequence was not given by this server (a restart,
     # or a client's bug): nothing can be replayed to it, it gets snapshots; so does
     # cursor 0 (no baseline: a replay would miss what came before its envelopes).
-    seq = p.lastSeenServerSeq
-    if 0 < seq <= conn.host.hub.seq and log_.can_replay_after(seq):
+    # So does a channel the client has no snapshot of (never subscribed, or a terminal
+    # created again under its URI while it was away): then every channel gets one.
+    if _replays(conn, p, record):
         floors = {c: record.snapshot_seq.get(c, 0) for c in valid}
         actions = tuple(
             envelope_json(envelope, conn.dialect)
@@ -219,22 +220,54 @@ async def reconnect(conn: Connection, params: Any) -> Any:
     return result_json(result, conn.dialect)
 
 
-def _snapshotted(conn: Connection, p: ReconnectParams | ReconnectCursorParams) -> list[str]:
-    """The channels a ``reconnect`` would answer with snapshots (not replays): form A's
-    all when its cursor cannot be replayed from, form B's those whose cursor cannot."""
+def _baseline(conn: Connection, record: ClientRecord | None, channel: str) -> bool:
+    """Whether the client holds a snapshot of this very channel to replay onto: one it
+    was given, of the terminal that has the URI now (a URI disposed and created again
+    while the client was away names another terminal, whose envelopes applied to the
+    first one's snapshot mixed the two; a channel it never subscribed to has none)."""
+    if record is None or channel not in record.snapshot_of:
+        return False
+    if channel == ROOT_URI:
+        return True
+    return channel in conn.host and record.snapshot_of[channel] == conn.host.get(channel).generation
+
+
+def _replayable(conn: Connection, record: ClientRecord | None, channel: str, seq: int) -> bool:
+    """Whether ``channel`` can be resumed from cursor ``seq`` by a replay: the client has
+    its baseline, the cursor was given by this server (0 is no cursor; one past the
+    server's sequence is not its own) and the replay log still holds what came after."""
     hub = conn.host.hub
+    return 0 < seq <= hub.seq and hub.log.can_replay_after(seq) and _baseline(conn, record, channel)
+
+
+def _snapshotted(
+    conn: Connection, p: ReconnectParams | ReconnectCursorParams, record: ClientRecord | None
+) -> list[str]:
+    """The channels a ``reconnect`` would answer with snapshots (not replays): form A's
+    all when one of them cannot be replayed from its cursor, form B's those that cannot."""
     if isinstance(p, ReconnectCursorParams):
         return [
             c.channel
             for c in p.subscriptions
-            if not (
-                0 < c.lastSeenServerSeq <= hub.seq and hub.log.can_replay_after(c.lastSeenServerSeq)
-            )
+            if not _replayable(conn, record, c.channel, c.lastSeenServerSeq)
         ]
+    return [] if _replays(conn, p, record) else list(dict.fromkeys(p.subscriptions))
+
+
+def _replays(conn: Connection, p: ReconnectParams, record: ClientRecord | None) -> bool:
+    """Whether a form A ``reconnect`` (one cursor for all) is answered with a replay:
+    its cursor can be replayed from, and every channel it names that exists, too."""
     seq = p.lastSeenServerSeq
-    if 0 < seq <= hub.seq and hub.log.can_replay_after(seq):
-        return []
-    return list(dict.fromkeys(p.subscriptions))
+    hub = conn.host.hub
+    return (
+        0 < seq <= hub.seq
+        and hub.log.can_replay_after(seq)
+        and all(
+            _replayable(conn, record, c, seq)
+            for c in dict.fromkeys(p.subscriptions)
+            if c == ROOT_URI or c in conn.host
+        )
+    )
 
 
 def _recover_channels(conn: Connection, p: ReconnectCursorParams, record: ClientRecord) -> Any:
@@ -247,9 +280,7 @@ def _recover_channels(conn: Connection, p: ReconnectCursorParams, record: Client
     replayable = {
         c: max(seq, record.snapshot_seq.get(c, 0))
         for c, seq in cursors.items()
-        if (c == ROOT_URI or c in conn.host)
-        and 0 < seq <= conn.host.hub.seq  # (a cursor past it was not given by this server)
-        and log_.can_replay_after(seq)
+        if (c == ROOT_URI or c in conn.host) and _replayable(conn, record, c, seq)
     }
     replays: dict[str, list[Any]] = {c: [] for c in replayable}
     if replayable:
