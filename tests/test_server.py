@@ -345,6 +345,25 @@ async def test_exit_is_published_with_code() -> None:
         assert info["action"]["terminals"][0]["exitCode"] == 5
 
 
+async def test_a_shell_exiting_inside_a_command_ends_that_command() -> None:
+    # The command part stayed open (isComplete false, no exit code) in every view for good.
+    async with running_server(shell="/bin/bash") as server, peer(server.url) as p:
+        await p.initialize("c1")
+        await create(p)
+        await p.result("subscribe", {"channel": T1})
+        await p.action(lambda x: x["action"]["type"] == "terminal/commandDetectionAvailable")
+        await p.dispatch(T1, {"type": "terminal/input", "data": "echo bye; exit 7\r"})
+        await p.action(lambda x: x["action"]["type"] == "terminal/commandExecuted")
+        await p.action(lambda x: x["action"]["type"] == "terminal/exited")
+        finished = await p.action(lambda x: x["action"]["type"] == "terminal/commandFinished")
+        assert finished["action"]["exitCode"] == 7, finished
+        async with peer(server.url) as q:
+            await q.initialize("c2")
+            state = (await q.result("subscribe", {"channel": T1}))["snapshot"]["state"]
+        [command] = [part for part in state["content"] if part["type"] == "command"]
+        assert command["isComplete"] is True and command["exitCode"] == 7, command
+
+
 async def test_server_seq_strictly_increases_across_channels() -> None:
     async with running_server() as server, peer(server.url) as p:
         await p.initialize("c1")

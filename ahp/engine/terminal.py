@@ -109,12 +109,13 @@ from ahp.engine.subscription import Subscription
 from ahp.protocol.actions import (
     ActionOrigin,
     StateAction,
+    TerminalCommandFinished,
     TerminalExited,
     TerminalInput,
     TerminalResized,
     action_type,
 )
-from ahp.protocol.state import Snapshot, TerminalInfo, TerminalState
+from ahp.protocol.state import CommandPart, Snapshot, TerminalInfo, TerminalState
 from ahp.pty import Child, kill_session, procfs, spawn
 from ahp.pty.child import AUTOGROUP_POLL, AUTOGROUP_WAIT
 from ahp.pty.jobs import Jobs
@@ -773,7 +774,13 @@ class Terminal(CommandSurface):
     def _maybe_exited(self) -> None:
         """Apply ``terminal/exited`` once the output ended and the exit code is known."""
         if self._output_ended and self._exit_code is not None and not self.exited.is_set():
-            self._apply(TerminalExited(exitCode=self._exit_code.code))
+            code = self._exit_code.code
+            self._apply(TerminalExited(exitCode=code))
+            content = self.state.content
+            if content and isinstance(last := content[-1], CommandPart) and not last.isComplete:
+                # The shell exited inside the command (``echo bye; exit 7``): it ends with
+                # the shell's code; left open, every client's view held it running for good.
+                self._apply(TerminalCommandFinished(commandId=last.commandId, exitCode=code))
             self.exited.set()
 
     def _client_action(
