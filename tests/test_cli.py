@@ -1051,6 +1051,10 @@ async def test_attach_type_detach_and_reattach_sees_the_history(tmux: Tmux, tmp_
         assert "ahp attach: detached from ahp-terminal:/t1; it keeps running" in screen
         assert "attach-status=0" in screen
         assert server.host.get("ahp-terminal:/t1").running
+        # The claim of the terminal it created was given back: its owner (or anyone)
+        # can rm it at once, not 5 minutes after the attach's client is forgotten.
+        claim = server.host.get("ahp-terminal:/t1").state.claim
+        assert isinstance(claim, ahp.ClientClaim) and claim.clientId == "", claim
         # The local terminal is back in its original mode.
         await tmux.type("one", f"stty -g | cmp -s - {saved} && echo tty-$((1+1))-restored")
         await tmux.wait("one", lambda s: "tty-2-restored" in s)

@@ -268,7 +268,8 @@ def test_claim_rules() -> None:
     take = TerminalClaimed(claim=ClientClaim("intruder"))
     rejected = core.decide(take, origin("intruder"))
     assert rejected == Rejected(
-        "claim: the terminal is claimed by client 'owner'; only it may",
+        "claim: the terminal is claimed by client 'owner'; only it may "
+        "(a client that has gone loses its claims when the server forgets it)",
         TerminalClaimed(claim=ClientClaim("owner")),
     )
     assert isinstance(core.decide(take, origin("owner")), Accepted)  # its own claim
@@ -427,7 +428,9 @@ def test_holder_only_input_takes_input_from_the_claim_holder_only() -> None:
     assert isinstance(core.decide(type_ls, origin("anyone")), Accepted)  # open by default
     core.holder_only_input = True
     assert core.decide(type_ls, origin("anyone")) == Rejected(
-        "input: the terminal is claimed by client 'owner'; only it may", None
+        "input: the terminal is claimed by client 'owner'; only it may "
+        "(a client that has gone loses its claims when the server forgets it)",
+        None,
     )
     assert isinstance(core.decide(type_ls, origin("owner")), Accepted)
     assert isinstance(core.decide(type_ls, None), Accepted)  # the library's own input

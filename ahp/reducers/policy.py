@@ -129,7 +129,10 @@ def refusal(
     if actor is Actor.OTHER:
         assert isinstance(claim, ClientClaim)
         holder = claim.clientId if len(claim.clientId) <= 64 else claim.clientId[:64] + "…"
-        return f"{change.value}: the terminal is claimed by client {holder!r}; only it may"
+        return (
+            f"{change.value}: the terminal is claimed by client {holder!r}; only it may "
+            "(a client that has gone loses its claims when the server forgets it)"
+        )
     # Only holder-only mode refuses an unheld terminal's changes (claim it first).
     return (
         f"{change.value}: this server takes changes only from the client holding the "

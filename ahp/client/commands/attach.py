@@ -64,8 +64,9 @@ from ahp.client.commands.common import (
     resolve_target,
     terminal_uri,
 )
+from ahp.client.errors import ClientError
 from ahp.protocol.actions import ActionEnvelope, TerminalData, TerminalExited
-from ahp.protocol.state import Snapshot, TerminalState
+from ahp.protocol.state import ClientClaim, Snapshot, TerminalState
 from ahp.vt.queries import strip_queries
 
 if TYPE_CHECKING:
@@ -242,6 +243,24 @@ async def _show_history(
     return history, typed
 
 
+#: Seconds a detach waits for the server to take back the claim of a terminal it created.
+GIVE_BACK_WAIT: Final = 2.0
+
+
+async def _give_back(client: Client, remote: RemoteTerminal) -> None:
+    """A terminal this attach created is claimed by its connection, whose clientId goes
+    with it: detached, the claim is given back (unheld), so that its owner, or anyone,
+    can ``rm`` it or take it (it was refused for the 5 minutes the server keeps a gone
+    client's claim). Within :data:`GIVE_BACK_WAIT`; nothing when the terminal is gone or
+    held by someone else now."""
+    with trio.move_on_after(GIVE_BACK_WAIT), contextlib.suppress(ClientError, trio.TooSlowError):
+        if not client.connected or remote.uri not in client.mirrors:
+            return
+        claim = remote.state.claim
+        if isinstance(claim, ClientClaim) and claim.clientId == client.client_id:
+            await remote.set_claim(ClientClaim(clientId=""))
+
+
 async def _session(
     client: Client,
     uri: str,
@@ -352,6 +371,8 @@ async def _session(
                     nursery.start_soon(window)
                 nursery.start_soon(gone)
                 nursery.start_soon(exit_signals)
+            if created:
+                await _give_back(client, remote)
     finally:
         with trio.CancelScope(shield=True):
             await stream.aclose()
