@@ -206,6 +206,14 @@ async def test_ls_lists_several_hosts_and_reports_the_one_down() -> None:
         assert done.returncode == 0, done
         rows = json.loads(done.stdout)
         assert sorted((r["host"], r["uri"]) for r in rows) == sorted((h, T1) for h in labels)
+        # The same host twice: the same URL is listed once; two URLs of one host are
+        # refused in one line (it was a traceback).
+        done = await cli("ls", "--token", TOKEN, "--host", bare[0], "--host", bare[0])
+        assert done.returncode == 0 and len(done.stdout.strip().splitlines()) == 2, done
+        done = await cli("ls", "--host", bare[0] + "?tkn=a", "--host", bare[0] + "?tkn=b")
+        assert done.returncode != 0 and "Traceback" not in done.stderr, done
+        (line,) = done.stderr.strip().splitlines()
+        assert line == f"ahp ls: two URLs name the host {labels[0]}: give each host once", line
 
 
 async def test_attach_host_slash_name_picks_the_host() -> None:

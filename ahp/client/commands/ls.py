@@ -106,6 +106,21 @@ def to_json(terminals: tuple[TerminalInfo, ...]) -> list[dict[str, Any]]:
     ]
 
 
+def _hosts_problem(urls: list[str]) -> str | None:
+    """Why ``urls`` cannot be listed together (the fleet's own rules, said in one line)."""
+    from ahp.client.fleet import MAX_HOSTS, host_label
+
+    if len(urls) > MAX_HOSTS:
+        return f"{len(urls)} hosts: ls lists at most {MAX_HOSTS} at once"
+    seen: set[str] = set()
+    for url in urls:
+        label = host_label(url)
+        if label in seen:
+            return f"two URLs name the host {printable(label)}: give each host once"
+        seen.add(label)
+    return None
+
+
 def _list_hosts(urls: list[str], token: str | None, as_json: bool) -> int:
     """Several servers at once (see the module docstring)."""
     import sys
@@ -140,6 +155,10 @@ def run(args: argparse.Namespace) -> int:
             return main("ahp ls", _fail(exc))
         if not urls:
             return main("ahp ls", _fail(CommandFailed("give a URL, --host URL or $AHP_HOSTS")))
+        urls = list(dict.fromkeys(urls))  # (the same URL twice: listed once)
+        problem = _hosts_problem(urls)
+        if problem is not None:
+            return main("ahp ls", _fail(CommandFailed(problem)))
         # (A URL's own tkn is used for it; the others get --token, else $AHP_TOKEN.)
         return _list_hosts(urls, args.token or os.environ.get("AHP_TOKEN"), args.json)
 
