@@ -32,6 +32,7 @@ from hypothesis import strategies as st
 
 import ahp
 from ahp.agent import INTERRUPT_GRACE
+from ahp.client.commands.attach import banner
 from ahp.client.commands.common import MAX_ERROR_LINE, REQUEST_TIMEOUT
 from ahp.client.commands.common import main as cli_main
 from ahp.client.commands.run import (
@@ -1403,3 +1404,25 @@ def test_a_servers_huge_error_message_is_cut(capsys: pytest.CaptureFixture[str])
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and len(err) < MAX_ERROR_LINE + 200, len(err)
     assert "characters)" in err and "\x1b" not in err
+
+
+async def test_attach_with_the_read_only_token_says_it_only_watches(tmp_path: Path) -> None:
+    # Keystrokes vanished (the server refused each) under a banner saying "attached".
+    read = "read-only-secret"
+    options = ServeOptions(port=0, token="test-token", read_token=read)
+    async with ahp.open_host() as host, trio.open_nursery() as nursery:
+        sidecar = await nursery.start(serve_host, host, options)
+        await host.create_terminal("ahp-terminal:/w", argv=["cat"])
+        read_url = sidecar.url.replace("test-token", read)
+        async with connect(read_url) as client:
+            assert client.read_only
+        async with connect(sidecar.url) as client:
+            assert not client.read_only
+        done = await cli("attach", read_url, "w", timeout=3 * TIMEOUT)
+        nursery.cancel_scope.cancel()
+    assert done.returncode == 0, done
+    assert "ahp attach: end of input" in done.stderr, done.stderr
+    assert banner("ahp-terminal:/w", created=False, read_only=True) == (
+        "[ahp attach: watching ahp-terminal:/w (read-only token: keystrokes are not sent); "
+        "Ctrl-] detaches]"
+    )

@@ -178,6 +178,11 @@ class Client:
         return self.session.client_id
 
     @property
+    def read_only(self) -> bool:
+        """The server admitted this client read-only: it watches, its actions are refused."""
+        return self.session.read_only
+
+    @property
     def scrollback(self) -> int | None:
         return self.session.scrollback
 

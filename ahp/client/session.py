@@ -43,6 +43,7 @@ from ahp.client.mirror import Mirror
 from ahp.protocol.actions import ActionEnvelope, StateAction
 from ahp.protocol.codec import ProtocolError, decode_message, encode_message, structure
 from ahp.protocol.commands import (
+    READ_ONLY_META,
     RESUME_META,
     ChannelMissing,
     ChannelReplay,
@@ -157,6 +158,8 @@ class ClientSession:
         #: The host's resume token for this client (from ``initialize``; None if the host
         #: hands out none): presented at every reconnect, proof that this is the client.
         self.resume_token: str | None = None
+        #: The server admitted this connection read-only (it may watch, not act).
+        self.read_only = False
         #: Ids of our requests not answered yet.
         self.awaiting: set[int] = set()
         #: The channels of the mirrors a forgetful host dropped (see :meth:`retry_reconnect`).
@@ -316,6 +319,7 @@ class ClientSession:
         meta = result.get("_meta") if isinstance(result, dict) else None
         token = meta.get(RESUME_META) if isinstance(meta, dict) else None
         self.resume_token = token if isinstance(token, str) else None
+        self.read_only = isinstance(meta, dict) and meta.get(READ_ONLY_META) is True
         self._connected()
         self.protocol_version = value.protocolVersion
         self.dialect = dialect_of(value.protocolVersion)

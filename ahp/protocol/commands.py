@@ -180,6 +180,9 @@ class ReconnectCursorParams:
 #: ``initialize`` of this ``clientId`` returned, or ``""`` (none yet: bind this id to a
 #: token); in the result: the token.
 RESUME_META: Final = "x-ahp-terminals/resume"
+#: ``InitializeResult._meta`` key telling a read-only connection what it is (the viewer
+#: page hides "Take over" then; ``attach`` says it only watches).
+READ_ONLY_META: Final = "ahp-terminals/readOnly"
 #: Longest resume token accepted in a request (this host's are 32 characters).
 MAX_RESUME_TOKEN: Final = 256
 

@@ -21,6 +21,7 @@ from typing import Any, Final
 
 from ahp.protocol.codec import structure
 from ahp.protocol.commands import (
+    READ_ONLY_META,
     RESUME_META,
     ChannelMissing,
     ChannelParams,
@@ -104,9 +105,6 @@ def _check_answer_size(conn: Connection, channels: Iterable[str]) -> None:
 
 #: Who this server is (``serverInfo``, sent to 1.x clients).
 SERVER_INFO: Final = Implementation(name="ahp-terminals", version=__version__)
-#: ``InitializeResult._meta`` key telling a read-only connection what it is (the viewer
-#: page hides "Take over" then).
-READ_ONLY_META: Final = "ahp-terminals/readOnly"
 
 
 async def ping(conn: Connection, params: Any) -> None:

@@ -213,8 +213,14 @@ async def _ensure_terminal(
     return False
 
 
-def banner(uri: str, *, created: bool) -> str:
-    """The line shown before the history: which terminal, and how to leave it."""
+def banner(uri: str, *, created: bool, read_only: bool = False) -> str:
+    """The line shown before the history: which terminal, and how to leave it (and,
+    admitted read-only, that keystrokes are not sent)."""
+    if read_only:
+        return (
+            f"[ahp attach: watching {printable(uri)} (read-only token: keystrokes are not "
+            "sent); Ctrl-] detaches]"
+        )
     how = "created and attached" if created else "attached"
     return f"[ahp attach: {how} {printable(uri)}; Ctrl-] detaches, it keeps running]"
 
@@ -225,6 +231,7 @@ async def _show_history(
     stream: AsyncIterator[Snapshot | ActionEnvelope],
     *,
     created: bool = False,
+    read_only: bool = False,
 ) -> tuple[str, bytes]:
     """Draw the banner and the history (queries removed); settle the terminal.
     ``(history, typed ahead)``."""
@@ -234,7 +241,8 @@ async def _show_history(
     history = strip_queries(state.text()) if isinstance(state, TerminalState) else ""
     is_tty = os.isatty(local.output_fd)
     live = isinstance(state, TerminalState) and not state.exited
-    head = CLEAR_SCREEN + (banner(remote.uri, created=created) + "\r\n" if live else "")
+    shown = banner(remote.uri, created=created, read_only=read_only)
+    head = CLEAR_SCREEN + (shown + "\r\n" if live else "")
     await local.stdout.send_all(((head if is_tty else "") + history).encode("utf-8", "replace"))
     typed = b""
     if is_tty and local.is_terminal:
@@ -280,7 +288,9 @@ async def _session(
 
     stream = remote.follow()
     try:
-        history, typed = await _show_history(remote, local, stream, created=created)
+        history, typed = await _show_history(
+            remote, local, stream, created=created, read_only=client.read_only
+        )
         alt.feed(history)
         if remote.state.exited:
             # No live input: the process is gone (keys would go nowhere).
@@ -335,7 +345,7 @@ async def _session(
                             return
                         cut = chunk.find(DETACH_KEY)
                         text = decoder.decode(chunk if cut < 0 else chunk[:cut], final=cut >= 0)
-                        if text:
+                        if text and not client.read_only:  # (read-only: refused anyway)
                             await remote.send_input(text)
                         if cut >= 0:
                             finish(0, f"detached from {uri}; it keeps running")
