@@ -540,3 +540,33 @@ async def test_a_disposed_terminal_leaves_the_page(chromium: ChromiumProcess) ->
         notice = await page.evaluate("document.getElementById('notice').textContent")
         assert "disposed" in notice
         assert await page.evaluate("document.querySelectorAll('#terminals button').length") == 1
+
+
+async def test_a_long_title_and_an_encoded_cwd_show_as_a_person_reads_them(
+    chromium: ChromiumProcess, tmp_path: Path
+) -> None:
+    # A 3,000-character title (any program sets one) made the page 46,719 px wide and
+    # pushed "Take over" off it; the cwd showed percent-encoded ("my%20dir/caf%C3%A9").
+    cwd = tmp_path / "my dir" / "café"
+    cwd.mkdir(parents=True)
+    async with (
+        served() as s,
+        open_browser(chromium) as browser,
+        connect(s.sidecar.url, client_id="agent") as agent,
+    ):
+        await agent.create_terminal("ahp-terminal:/work", claim=AGENT, name="work", cwd=str(cwd))
+        await agent.send_input("ahp-terminal:/work", "printf '\\033]0;%03000d\\007' 7\r")
+        page = await open_page(browser, s.sidecar.page_url)
+        await page.wait_for("window.ahpViewer.current === 'ahp-terminal:/work'")
+        await page.wait_for("document.getElementById('term-title').textContent.length >= 3000")
+        meta = await page.wait_for(
+            "document.getElementById('term-meta').textContent.includes('café') &&"
+            " document.getElementById('term-meta').textContent"
+        )
+        assert "my dir/café" in meta and "%20" not in meta, meta
+        right = await page.evaluate(
+            "document.getElementById('take-over').getBoundingClientRect().right"
+        )
+        width = await page.evaluate("document.documentElement.clientWidth")
+        scroll = await page.evaluate("document.documentElement.scrollWidth")
+        assert 0 < right <= width and scroll <= width, (right, width, scroll)

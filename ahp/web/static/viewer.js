@@ -196,6 +196,16 @@ window.addEventListener("resize", () => {
 
 // -- rendering ------------------------------------------------------------------------
 
+/** A cwd's path as the shell shows it (a file:// URI carries it percent-encoded). */
+function pathOf(uri) {
+  const path = uri.replace(/^file:\/\/[^/]*/, "");
+  try {
+    return decodeURIComponent(path);
+  } catch {
+    return path; // (not valid percent-encoding: shown as it came)
+  }
+}
+
 function el(tag, attrs = {}, ...children) {
   const node = document.createElement(tag);
   for (const [key, value] of Object.entries(attrs)) {
@@ -215,7 +225,7 @@ function renderTerminals(root) {
       const known = client.state(info.resource);
       const life = describeLifecycle(info);
       const detail = [life, `held by ${describeClaim(info.claim)}`];
-      if (known?.cwd) detail.push(known.cwd.replace(/^file:\/\/[^/]*/, ""));
+      if (known?.cwd) detail.push(pathOf(known.cwd));
       const button = el(
         "button",
         { type: "button", "data-uri": info.resource, title: info.resource },
@@ -240,12 +250,14 @@ function renderToolbar(state) {
     return;
   }
   $("term-title").textContent = state.title || ui.current;
+  $("term-title").title = state.title || ui.current;
   const meta = [];
-  if (state.cwd) meta.push(state.cwd.replace(/^file:\/\/[^/]*/, ""));
+  if (state.cwd) meta.push(pathOf(state.cwd));
   if (state.cols && state.rows) meta.push(`${state.cols}×${state.rows}`);
   meta.push(holds(state.claim, clientId) ? "held by you" : `held by ${describeClaim(state.claim)}`);
   meta.push(describeLifecycle(state));
   $("term-meta").textContent = meta.join(" · ");
+  $("term-meta").title = meta.join(" · ");
   const exited = state.lifecycle?.status === "exited";
   const mine = holds(state.claim, clientId);
   takeOver.hidden = ui.readOnly || mine || exited || ui.playing;
