@@ -570,3 +570,30 @@ async def test_a_long_title_and_an_encoded_cwd_show_as_a_person_reads_them(
         width = await page.evaluate("document.documentElement.clientWidth")
         scroll = await page.evaluate("document.documentElement.scrollWidth")
         assert 0 < right <= width and scroll <= width, (right, width, scroll)
+
+
+async def test_the_commands_panel_lists_the_newest_commands_and_counts_the_rest(
+    chromium: ChromiumProcess,
+) -> None:
+    # The panel was rebuilt whole at every command: 3,000 commands stalled the page.
+    async with (
+        served() as s,
+        open_browser(chromium) as browser,
+        connect(s.sidecar.url, client_id="agent") as agent,
+    ):
+        await agent_terminal(agent)
+        page = await open_page(browser, s.sidecar.page_url)
+        await page.wait_for("window.ahpViewer.current === 'ahp-terminal:/work'")
+        await agent.send_input("ahp-terminal:/work", "true\r" * 209 + "echo last-one\r")
+        note = await page.wait_for(
+            "(() => { const n = document.getElementById('earlier-commands');"
+            " return n && n.textContent.startsWith('10 ') && n.textContent; })()",
+        )
+        assert note == "10 earlier commands not listed", note
+        listed = await page.evaluate("document.querySelectorAll('#commands button').length")
+        assert listed == 200
+        newest = await page.wait_for(
+            "(() => { const b = [...document.querySelectorAll('#commands button')].at(-1);"
+            " return b && b.innerText.includes('echo last-one') && b.innerText; })()"
+        )
+        assert "echo last-one" in newest

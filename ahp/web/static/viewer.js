@@ -264,10 +264,19 @@ function renderToolbar(state) {
   giveBack.hidden = ui.readOnly || !mine || !ui.replaced.has(ui.current) || ui.playing;
 }
 
+/** The newest commands the panel lists: the panel is rebuilt as commands come, and a
+ * terminal's thousands of commands made each rebuild cost seconds (the page stalled). */
+const MAX_LISTED_COMMANDS = 200;
+
 function renderCommands(state) {
   const list = $("commands");
-  const commands = state ? commandsOf(state) : [];
+  const all = state ? commandsOf(state) : [];
+  const commands = all.slice(-MAX_LISTED_COMMANDS);
+  const earlier = all.length - commands.length;
   list.replaceChildren(
+    ...(earlier > 0
+      ? [el("li", { class: "muted", id: "earlier-commands" }, `${earlier} earlier commands not listed`)]
+      : []),
     ...commands.map((command) => {
       let status;
       if (command.running) status = el("span", { class: "cmd-status cmd-running" }, "running…");
@@ -290,7 +299,7 @@ function renderCommands(state) {
       return el("li", {}, button);
     }),
   );
-  $("no-commands").hidden = commands.length > 0;
+  $("no-commands").hidden = all.length > 0;
 }
 
 function scrollToCommand(commandId) {
