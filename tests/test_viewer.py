@@ -597,3 +597,25 @@ async def test_the_commands_panel_lists_the_newest_commands_and_counts_the_rest(
             " return b && b.innerText.includes('echo last-one') && b.innerText; })()"
         )
         assert "echo last-one" in newest
+
+
+async def test_recordings_of_terminals_created_in_quick_succession_are_all_listed(
+    chromium: ChromiumProcess, tmp_path: Path
+) -> None:
+    # The list reloaded at most every 2 s and dropped the reload asked for within them:
+    # a terminal created right after another was never listed.
+    async with served(record_dir=str(tmp_path)) as s, open_browser(chromium) as browser:
+        await s.host.create_terminal("ahp-terminal:/first", name="first")
+        page = await open_page(browser, s.sidecar.page_url)
+        await page.wait_for("document.querySelector('#recordings button[data-recording]') !== null")
+        for name in ("second", "third"):
+            await s.host.create_terminal(f"ahp-terminal:/{name}", name=name)
+        names = await page.wait_for(
+            "(() => { const n = [...document.querySelectorAll('#recordings button')]"
+            ".map(b => b.dataset.recording); return n.length >= 3 && n; })()"
+        )
+        assert sorted(n.rsplit("-", 1)[1] for n in names) == [
+            "first.cast",
+            "second.cast",
+            "third.cast",
+        ]

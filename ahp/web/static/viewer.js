@@ -417,6 +417,23 @@ function autoOpen(root) {
 }
 
 let recordingsLoaded = 0;
+let recordingsTimer = null;
+
+/** Reload the recordings list after a catalogue change: at most every
+ * RECORDINGS_INTERVAL ms, and once more after a change that came within it (a terminal
+ * created right after another was never listed). */
+const RECORDINGS_INTERVAL = 2000;
+function reloadRecordingsSoon() {
+  const wait = recordingsLoaded + RECORDINGS_INTERVAL - Date.now();
+  if (wait <= 0) {
+    loadRecordings();
+  } else if (recordingsTimer === null) {
+    recordingsTimer = setTimeout(() => {
+      recordingsTimer = null;
+      loadRecordings();
+    }, wait);
+  }
+}
 
 function onAction({ channel, action, state }) {
   if (channel === ROOT) {
@@ -425,7 +442,7 @@ function onAction({ channel, action, state }) {
       forgetCurrent("This terminal was disposed.");
     }
     autoOpen(state);
-    if (Date.now() - recordingsLoaded > 2000) loadRecordings();
+    reloadRecordingsSoon();
     return;
   }
   if (channel !== ui.current) return;
