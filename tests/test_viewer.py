@@ -214,6 +214,13 @@ async def test_keystrokes_go_nowhere_while_the_agent_holds_it_and_reach_the_pty_
         await page.type_text("echo typed-after-$((6*7))\r")
         await page.wait_for(f"{rows_text()}.includes('typed-after-42')")
         assert "typed-while-watching" not in terminal.state.text()
+        # A reload of the tab keeps what the page holds and what it replaced (the page
+        # showed neither "Take over" nor "Give back" after one).
+        await page.send("Page.reload", {})
+        await page.wait_for("window.ahpViewer && window.ahpViewer.current === 'ahp-terminal:/work'")
+        await page.wait_for(
+            "document.getElementById('term-meta').textContent.includes('held by you')"
+        )
         # "Give back" restores the claim it replaced: the agent's session.
         assert not await page.evaluate("document.getElementById('give-back').hidden")
         await page.evaluate("document.getElementById('give-back').click()")

@@ -81,10 +81,29 @@ screenReader.addEventListener("change", () => {
   localStorage.setItem("ahp-screen-reader", screenReader.checked ? "1" : "0");
 });
 
+/** A Map mirrored into this tab's sessionStorage under ``key`` (it survives a reload). */
+function keptMap(key) {
+  let entries = [];
+  try {
+    entries = JSON.parse(sessionStorage.getItem(key) ?? "[]");
+  } catch {
+    entries = [];
+  }
+  const map = new Map(Array.isArray(entries) ? entries : []);
+  const save = () => sessionStorage.setItem(key, JSON.stringify([...map]));
+  return {
+    get: (k) => map.get(k),
+    has: (k) => map.has(k),
+    set: (k, v) => (map.set(k, v), save()),
+    delete: (k) => (map.delete(k), save()),
+  };
+}
+
 const ui = {
   current: null,
-  /** Per terminal: the claim a "Take over" replaced (restored by "Give back"). */
-  replaced: new Map(),
+  /** Per terminal: the claim a "Take over" replaced (restored by "Give back"); kept in
+   * this tab's sessionStorage, so a reload can still give it back. */
+  replaced: keptMap("ahp-replaced"),
   markers: new Map(),
   pending: 0,
   behind: false,
@@ -261,7 +280,9 @@ function renderToolbar(state) {
   const exited = state.lifecycle?.status === "exited";
   const mine = holds(state.claim, clientId);
   takeOver.hidden = ui.readOnly || mine || exited || ui.playing;
-  giveBack.hidden = ui.readOnly || !mine || !ui.replaced.has(ui.current) || ui.playing;
+  // (Held by this page's clientId, kept across a reload: it can always give the claim
+  // back, to the claim it replaced, or unheld when that is not known.)
+  giveBack.hidden = ui.readOnly || !mine || ui.playing;
 }
 
 /** The newest commands the panel lists: the panel is rebuilt as commands come, and a
