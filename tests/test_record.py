@@ -98,7 +98,7 @@ async def test_a_recording_is_valid_asciicast_v3_with_commands_and_exit(tmp_path
         ("end", "false", 1),
         ("start", "(exit 7)", None),
         ("end", "(exit 7)", 7),
-        ("start", "exit 3", None),
+        ("start", "exit 3", None),  # (the shell exited in it: the exit event says how)
     ]
     assert [e.data for e in events if e.code == "r"] == ["120x40"]
     assert not [e for e in events if e.code == "i"]  # input only with record_input

@@ -333,6 +333,10 @@ class Recorder:
         if cls is TerminalCommandFinished:
             assert isinstance(action, TerminalCommandFinished)
             line = self._commands.pop(action.commandId, "")
+            if self._exited:
+                # (The command the shell exited in, ended after the exit: the exit event
+                # stays the recording's last, and its code says how it ended.)
+                return True
             return self._event("m", asciicast.command_finished(line, action.exitCode))
         if cls is TerminalExited:
             assert isinstance(action, TerminalExited)
