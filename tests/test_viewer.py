@@ -626,3 +626,29 @@ async def test_recordings_of_terminals_created_in_quick_succession_are_all_liste
             "second.cast",
             "third.cast",
         ]
+
+
+async def test_a_page_with_a_refused_token_says_so(chromium: ChromiumProcess) -> None:
+    # The server answered every upgrade 403; the page said "disconnected: reconnecting"
+    # for ever (a browser hides why an upgrade failed).
+    async with served() as s, open_browser(chromium) as browser:
+        assert s.sidecar.page_url is not None and s.sidecar.token is not None
+        page = await browser.new_page()
+        await page.goto(s.sidecar.page_url.replace(s.sidecar.token, "not-the-token"))
+        badge = await page.wait_for(
+            "(() => { const t = document.getElementById('connection').textContent;"
+            " return t.startsWith('refused') && t; })()"
+        )
+        assert badge == "refused: this server does not accept the page's token"
+        # The page's own token is told apart, full or read-only, by the same endpoint.
+        for url, kind in ((s.sidecar.page_url, "full"), (s.sidecar.read_only_url, "read-only")):
+            good = await browser.new_page()
+            assert url is not None
+            await good.goto(url)
+            await good.wait_for("window.ahpViewer && window.ahpViewer.client.status === 'open'")
+            answer = await good.evaluate(
+                "fetch('/api/access', {headers: {Authorization: "
+                "`Bearer ${JSON.parse(sessionStorage.getItem('ahp-access')).token}`}})"
+                ".then(r => r.json()).then(j => j.access)"
+            )
+            assert answer == kind

@@ -291,7 +291,14 @@ async def serve_host(
         shown = f"[{options.host}]" if ":" in options.host else options.host
         http = "http" if options.tls is None else "https"
         page_base = f"{http}://{shown}:{port}/"
-        routes.update(web_routes(token=token, record_dir=options.record_dir, tls=http == "https"))
+        routes.update(
+            web_routes(
+                token=token,
+                read_token=read_token,
+                record_dir=options.record_dir,
+                tls=http == "https",
+            )
+        )
         own_origins = _own_origins(options, port)
     config = ServerConfig(
         token=token,

@@ -166,14 +166,17 @@ def _authorized(request: PlainRequest, token: str | None) -> bool:
 def web_routes(
     *,
     token: str | None,
+    read_token: str | None = None,
     record_dir: str | None = None,
     tls: bool = False,
     downloads: Downloads | None = None,
 ) -> Routes:
-    """``/`` (the page), ``/static/…`` (its files) and ``/api/recordings[/NAME]``.
+    """``/`` (the page), ``/static/…`` (its files), ``/api/recordings[/NAME]`` and
+    ``/api/access``.
 
     Args:
         token: the full access token; the recordings need it (``Authorization: Bearer``).
+        read_token: the read-only token, if any (``/api/access`` tells it apart).
         record_dir: the directory of ``serve --record`` (None: no recordings listed).
         tls: whether the page is served over ``https`` (its WebSocket is then ``wss``).
         downloads: the places of the recordings being sent (None: a new
@@ -259,7 +262,30 @@ def web_routes(
             streamed=FileBody(file, size, release=sending.give_back),
         )
 
+    async def access(request: PlainRequest) -> HttpResponse:
+        """Which access the page's token gives: ``{"access": "full" | "read-only"}``, or
+        401. A browser hides why a WebSocket upgrade failed (a 403 reads as a lost
+        connection): the page asks here to say its token was refused. It tells nothing
+        an upgrade does not (its 403 or 101); compared in constant time."""
+        if token is None or _authorized(request, token):
+            kind = "full"
+        elif read_token is not None and _authorized(request, read_token):
+            kind = "read-only"
+        else:
+            return HttpResponse(
+                401,
+                b"this token is not accepted by this server\n",
+                headers=(*_page_headers(request, tls), ("www-authenticate", "Bearer")),
+            )
+        return HttpResponse(
+            200,
+            orjson.dumps({"access": kind}),
+            content_type="application/json",
+            headers=_page_headers(request, tls),
+        )
+
     routes = Routes()
+    routes.add("/api/access", access)
     routes.add("/", page)
     routes.add("/index.html", page)
     routes.add("/static/", static)

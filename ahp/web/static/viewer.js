@@ -109,6 +109,10 @@ const ui = {
   behind: false,
   /** Times the page fell behind and took a fresh snapshot. */
   resyncs: 0,
+  /** The socket opened once; the token was checked; the server refused it. */
+  opened: false,
+  tokenChecked: false,
+  tokenRefused: false,
   firstDrawAt: null,
   playing: false,
   readOnly: access.readOnly,
@@ -342,6 +346,31 @@ function setConnection(status) {
   const badge = $("connection");
   badge.textContent = status === "open" ? "live" : status === "connecting" ? "connecting…" : "disconnected: reconnecting";
   badge.className = `badge ${status}`;
+  if (status === "open") ui.opened = true;
+  else if (ui.tokenRefused && !ui.opened) badge.textContent = "refused: this server does not accept the page's token";
+  else if (status === "closed" && !ui.opened) checkToken();
+}
+
+/** A page whose socket never opened asks the server whether it takes the page's token
+ * (a browser hides the upgrade's 403): refused, the badge says so instead of
+ * "reconnecting" for ever. (It keeps trying: the server may take it again later.) */
+async function checkToken() {
+  if (ui.tokenChecked) return;
+  ui.tokenChecked = true;
+  try {
+    const answer = await fetch("/api/access", {
+      headers: { Authorization: `Bearer ${access.token}` },
+      cache: "no-store",
+    });
+    if (answer.status === 401 && !ui.opened) {
+      const badge = $("connection");
+      badge.textContent = "refused: this server does not accept the page's token";
+      badge.className = "badge closed";
+      ui.tokenRefused = true;
+    }
+  } catch {
+    // (not reachable: "reconnecting" says it)
+  }
 }
 
 // -- opening, taking over ---------------------------------------------------------------
