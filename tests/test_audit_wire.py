@@ -500,3 +500,32 @@ async def test_the_logs_create_their_directories_private(tmp_path: Path) -> None
         assert stat.S_IMODE((tmp_path / directory).stat().st_mode) == 0o700, directory
     assert stat.S_IMODE((tmp_path / "kept").stat().st_mode) == 0o755
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+async def test_a_read_only_connections_refused_take_over_and_input_are_audited(
+    tmp_path: Path,
+) -> None:
+    # A watch-only link used to take over or type left no line at all.
+    log = tmp_path / "audit.log"
+    read = "read-only-secret"
+    options = ServeOptions(port=0, token=TOKEN, read_token=read, audit_log=str(log))
+    async with running_server(options) as server:
+        async with peer(server.url) as owner:
+            await owner.initialize("owner")
+            assert (
+                await owner.result("createTerminal", {"channel": T1, "claim": claim("owner")})
+                is None
+            )
+        async with peer(server.url.replace(TOKEN, read)) as watcher:
+            await watcher.initialize("watcher")
+            await watcher.dispatch(T1, {"type": "terminal/claimed", "claim": claim("watcher")})
+            await watcher.dispatch(T1, {"type": "terminal/input", "data": "rm -rf /\r"})
+            await watcher.action(lambda x: x["action"]["type"] == "terminal/input")
+        audit = server.state.audit
+        assert audit is not None
+        await drained(audit.sink)
+    lines = read_lines([log])
+    [taken] = [x for x in lines if x["event"] == "claim" and x["by"] == "watcher"]
+    assert taken["accepted"] is False and taken["reason"] == "read-only", taken
+    [typed] = [x for x in lines if x["event"] == "input" and x["by"] == "watcher"]
+    assert typed["refused"] == "read-only", typed

@@ -187,8 +187,23 @@ def _refuse_read_only(conn: Connection, params: Any) -> None:
         if (heal := heal_root(conn.host.root_state, action)) is not None:
             hub.send_to(conn.outbox, ROOT_URI, heal)
     elif p.channel in conn.host:
+        terminal = conn.host.get(p.channel)
         hub.reject(conn.outbox, p.channel, rejected_echo(action), origin, READ_ONLY_REFUSAL)
-        if (heal := heal_terminal(conn.host.get(p.channel).state, action)) is not None:
+        if (audit := conn.server.audit) is not None:
+            # (A watch-only link used to take over or type: what an auditor looks for.)
+            if isinstance(action, TerminalInput):
+                audit.input(p.channel, origin.clientId, action.data, refused="read-only")
+            elif isinstance(action, TerminalClaimed):
+                audit.event(
+                    "claim",
+                    terminal=p.channel,
+                    by=origin.clientId,
+                    claim=unstructure(action.claim, TerminalClaim),
+                    previous=unstructure(terminal.state.claim, TerminalClaim),
+                    accepted=False,
+                    reason="read-only",
+                )
+        if (heal := heal_terminal(terminal.state, action)) is not None:
             hub.send_to(conn.outbox, p.channel, heal)
 
 
