@@ -40,7 +40,7 @@ from ahp.protocol.actions import (
 )
 from ahp.protocol.state import RootState, TerminalInfo
 from ahp.reducers import Accepted, Rejected, TerminalCore, heal_root, reduce_root, reduce_terminal
-from ahp.reducers.core import MAX_DIMENSION, MAX_PENDING_INPUT, MAX_TITLE
+from ahp.reducers.core import MAX_DIMENSION, MAX_PENDING_INPUT, MAX_TITLE, STDIN_CLOSED
 from ahp.vt import OutputParser
 
 NONCE = "n0nce"
@@ -437,3 +437,17 @@ def test_holder_only_input_takes_input_from_the_claim_holder_only() -> None:
     session = _core(claim=SessionClaim(session="s"))
     session.holder_only_input = True
     assert isinstance(session.decide(type_ls, origin("anyone")), Rejected)
+
+
+def test_a_terminal_whose_stdin_is_closed_takes_no_input() -> None:
+    # (An exec's terminal: its program reads /dev/null; input would go nowhere.)
+    core = TerminalCore(
+        TerminalState(title="t", claim=ClientClaim("owner"), content=(), isPty=False),
+        uri=URI,
+        scrollback=1000,
+        use_pty=False,
+        takes_input=False,
+    )
+    for who in (origin("owner"), None):
+        verdict = core.decide(TerminalInput(data="x"), who)
+        assert isinstance(verdict, Rejected) and verdict.reason == STDIN_CLOSED

@@ -138,8 +138,6 @@ __all__ = [
 
 log = logging.getLogger("ahp.engine")
 
-#: Why a client's input to a terminal whose program's stdin is closed is rejected.
-STDIN_CLOSED: Final = "this terminal takes no input (its program's standard input is closed)"
 #: Batches queued from pty-read to parse (at most READ_BATCH bytes each).
 PARSE_QUEUE: Final = 4
 #: Items queued for the reducer: parsed batches, client and library actions, the exit.
@@ -233,6 +231,7 @@ class Terminal(CommandSurface):
             uri=spec.uri,
             scrollback=spec.scrollback,
             use_pty=spec.use_pty,
+            takes_input=not spec.stdin_closed,
         )
         self._to_reducer, self._reducer_inbox = trio.open_memory_channel[_ReducerItem](
             REDUCER_QUEUE
@@ -809,11 +808,6 @@ class Terminal(CommandSurface):
                 self._hub.send_to(sender, self.uri, verdict.heal)
             return
         assert not isinstance(verdict, Rejected)
-        if verdict.write and self.spec.stdin_closed:
-            # (An exec's terminal: its program reads /dev/null; input would go nowhere.)
-            if origin is not None:
-                self._hub.reject(sender, self.uri, action, origin, STDIN_CLOSED)
-            return
         if verdict.write and not inputs.gone:
             if not inputs.queue(verdict.write):
                 if origin is not None:

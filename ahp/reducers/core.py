@@ -90,6 +90,8 @@ MAX_TITLE: Final = 4096
 MAX_CLIENT_ID: Final = 256
 #: Longest URI (characters) accepted from a client where it is kept or repeated: a
 #: terminal's channel, a session claim's ``session`` and ``chat``.
+#: Why input to a terminal whose program's stdin is closed is rejected.
+STDIN_CLOSED: Final = "this terminal takes no input (its program's standard input is closed)"
 MAX_URI: Final = 2048
 #: Longest ``turnId`` / ``toolCallId`` of a session claim (characters).
 MAX_CLAIM_ID: Final = 256
@@ -198,10 +200,14 @@ class TerminalCore:
         scrollback: int,
         use_pty: bool,
         max_parts: int = MAX_PARTS,
+        takes_input: bool = True,
     ) -> None:
         self.state = state
         self.uri = uri
         self.use_pty = use_pty
+        #: False when the program's stdin is closed (an exec's: ``/dev/null``): input,
+        #: going nowhere, is rejected (:data:`STDIN_CLOSED`).
+        self.takes_input = takes_input
         self.scrollback = Scrollback(scrollback, max_parts=max_parts, state=state)
         #: Whether the process has exited (``terminal/exited`` was applied).
         self.exited = False
@@ -341,6 +347,8 @@ class TerminalCore:
             case TerminalInput(data=data):
                 if self.exited:
                     return "the terminal's process has exited"
+                if not self.takes_input:
+                    return STDIN_CLOSED
                 if origin is not None and (why := self.refusal(Change.INPUT, client_id)):
                     return why
                 if pending_input + len(data) > MAX_PENDING_INPUT:
