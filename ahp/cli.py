@@ -29,6 +29,8 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 MAX_SECONDS: Final = 86400.0
 #: Exit status for a command line that cannot be used (as argparse).
 USAGE: Final = 2
+#: Exit status when standard output's reader is gone (a shell's 128 + SIGPIPE).
+SIGPIPE_STATUS: Final = 141
 
 
 def _nice_option(p: argparse._ActionsContainer, flag: str, default: int, help: str) -> None:
@@ -423,4 +425,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "serve":
         return _serve(args)
     handler: Callable[[argparse.Namespace], int] = args.handler
-    return handler(args)
+    try:
+        return handler(args)
+    except BrokenPipeError:
+        return _reader_gone()
+
+
+def _reader_gone() -> int:
+    """What a command says when its standard output's reader went away (``| head``):
+    nothing, as ``cat`` says nothing; its exit status is the one a shell shows for a
+    program ended by ``SIGPIPE``. Standard output is pointed at ``/dev/null`` first, so
+    that the interpreter's last flush at exit does not report the pipe again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    finally:
+        os.close(devnull)
+    return SIGPIPE_STATUS

@@ -382,6 +382,37 @@ async def test_run_exit_code_output_and_json() -> None:
     assert (by_env.returncode, by_env.stdout) == (0, "env\n"), by_env.stderr
 
 
+async def test_run_into_a_pipe_closed_early_ends_quietly_and_disposes_its_terminal() -> None:
+    """``run URL -- CMD | head``: the reader leaving is a shell's SIGPIPE status, not
+    "ahp run: Broken pipe" and 125, and the terminal ``run`` created is disposed."""
+    async with served() as server:
+        script = (
+            f"set -o pipefail; {sys.executable} -m ahp run '{server.url}' -- 'seq 1 300000'"
+            ' | head -n 2; echo "status ${PIPESTATUS[0]}"'
+        )
+        done = await cli_shell(script)
+        assert not server.host.terminals
+    assert done.stdout == "1\n2\nstatus 141\n", done.stderr
+    assert done.stderr == ""
+
+
+async def cli_shell(script: str) -> subprocess.CompletedProcess[str]:
+    """``bash -c SCRIPT`` from the repository, with the test environment."""
+    with trio.fail_after(PROCESS_TIMEOUT):
+        done = await trio.run_process(
+            ["bash", "-c", script],
+            stdin=subprocess.DEVNULL,
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+            env=_env(None),
+            cwd=str(REPO),
+        )
+    return subprocess.CompletedProcess(
+        done.args, done.returncode, done.stdout.decode(), done.stderr.decode()
+    )
+
+
 async def test_run_in_a_named_terminal_and_timeout() -> None:
     async with served() as server:
         term = await server.host.create_terminal("ahp-terminal:/shared", name="shared")

@@ -336,6 +336,25 @@ async def test_play_cli_speed_idle_limit_and_errors(tmp_path: Path) -> None:
     assert done["bad speed"].returncode == 2 and b"--speed" in done["bad speed"].stderr
 
 
+async def test_play_into_a_pipe_closed_early_ends_quietly(tmp_path: Path) -> None:
+    """``play FILE | head``: the reader leaving is not an error to report (it said
+    "cannot read FILE: Broken pipe"); the status is a shell's for SIGPIPE."""
+    path = tmp_path / "long.cast"
+    events = [encode_event(0.0, "o", f"line {n}\r\n") for n in range(200_000)]
+    path.write_bytes(encode_header(Header(cols=80, rows=24)) + b"".join(events))
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    script = (
+        f"set -o pipefail; {sys.executable} -m ahp play {path} --speed 1000 | head -c 6; "
+        'echo " status ${PIPESTATUS[0]}"'
+    )
+    with trio.fail_after(TIMEOUT):
+        done = await trio.run_process(
+            ["bash", "-c", script], capture_stdout=True, capture_stderr=True, env=env
+        )
+    assert done.stdout == b"line 0 status 141\n"
+    assert done.stderr == b""
+
+
 async def test_started_commands_remembered_are_bounded(tmp_path: Path) -> None:
     async with ahp.open_host() as host:
         term = await host.create_terminal(argv=["cat"])

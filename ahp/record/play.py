@@ -118,6 +118,8 @@ def run(args: argparse.Namespace) -> int:
                 idle_time_limit=args.idle_time_limit,
                 markers=sys.stderr if args.markers else None,
             )
+    except BrokenPipeError:
+        raise  # the reader of standard output is gone: the command line says nothing
     except OSError as exc:
         print(f"ahp play: cannot read {args.file}: {exc.strerror or exc}", file=sys.stderr)
         return 1

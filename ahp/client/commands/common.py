@@ -206,6 +206,8 @@ def main(prog: str, body: Callable[[], Awaitable[int]], *, failure: int = 1) -> 
         leaves = _leaves(exc)
         if any(isinstance(leaf, KeyboardInterrupt) for leaf in leaves):
             return 130
+        if any(isinstance(leaf, BrokenPipeError) for leaf in leaves):
+            raise BrokenPipeError from exc  # standard output's reader left: ahp.cli ends quietly
         for leaf in leaves:
             line = _describe(leaf)
             if line is not None:
