@@ -40,6 +40,18 @@ from ahp.bench.endtoend import (
     many_run,
     pair_run,
 )
+from ahp.bench.figures import (
+    MB,
+    alone_json,
+    c_json,
+    ceiling_json,
+    echo_json,
+    engine_json,
+    fig,
+    many_json,
+    mb_s,
+    pairs_json,
+)
 from ahp.bench.floors import SHAPES as FLOOR_SHAPES
 from ahp.bench.floors import floor_missing, floor_version, open_floor
 from ahp.bench.folded import FOLDED, run_folded
@@ -49,16 +61,13 @@ from ahp.bench.peers import open_terminado, terminado_missing, terminado_version
 from ahp.bench.processes import open_worker
 from ahp.bench.procfs import machine_info
 from ahp.bench.progress import Progress
-from ahp.bench.stats import percentile, summarize
-from ahp.bench.threads import ThreadBudget
+from ahp.bench.stats import summarize
 from ahp.bench.ttyd import open_ttyd, ttyd_missing, ttyd_version
 from ahp.bench.workload import Workload, generate
 from ahp.bench.wsclient import ECHO_WARMUP, IDLE_WARMUP
 from ahp.engine import open_host
 
 __all__ = ["Config", "run_suite"]
-
-MB = 1e6
 
 
 @attrs.frozen
@@ -81,120 +90,7 @@ class Config:
     command: str = "python -m ahp bench"
 
 
-def _fig(values: list[float], unit: str) -> dict[str, Any]:
-    return summarize(values, unit).to_json()
-
-
-def _mb_s(nbytes: float, seconds: float) -> float:
-    return nbytes / seconds / MB
-
-
-def _delivered_bytes(workload: Workload, chars: int) -> float:
-    """Bytes a run delivered, from the characters it counted (exact when complete)."""
-    return workload.gated_bytes() * chars / workload.gated_chars()
-
-
 # -- throughput -------------------------------------------------------------------------------
-
-
-def _threads_json(budgets: list[ThreadBudget | None]) -> dict[str, Any]:
-    """Medians of where a server's threads and ``cat`` spent the runs
-    (:mod:`ahp.bench.threads`): each part measured in every run, its three shares."""
-    if not budgets or any(b is None for b in budgets):
-        return {"skipped": "not measured (no /proc/PID/task/TID/schedstat)"}
-    out: dict[str, Any] = {}
-    for part in ("main", "busiest", "program"):
-        shares = [getattr(b, part) for b in budgets if b is not None]
-        if shares and all(x is not None for x in shares):
-            out[part] = {
-                kind: _fig([getattr(x, kind) for x in shares], "share")
-                for kind in ("ran", "waited", "slept")
-            }
-    return out
-
-
-def _ceiling_json(workload: Workload, runs: list[BareRun]) -> dict[str, Any]:
-    expected = workload.gated_bytes()
-    return {
-        "threads": _threads_json([r.threads for r in runs]),
-        "throughput": _fig([_mb_s(r.nbytes, r.seconds) for r in runs], "MB/s"),
-        "bytes_per_read": _fig([r.nbytes / max(1, r.reads) for r in runs], "B"),
-        "reader_cpu_cores": _fig([r.cpu_seconds / r.seconds for r in runs], "cores"),
-        "machine_busy_cores": _fig([r.machine_cores for r in runs], "cores"),
-        "complete": all(r.nbytes == expected for r in runs),
-        "bytes": [r.nbytes for r in runs],
-        "expected_bytes": expected,
-    }
-
-
-def _engine_json(workload: Workload, runs: list[EngineRun]) -> dict[str, Any]:
-    expected = workload.gated_chars()
-    slowest = [min(s.chars for s in r.subscribers) for r in runs]
-    envelopes = [statistics.mean(s.data_envelopes for s in r.subscribers) for r in runs]
-    return {
-        "subscribers": len(runs[0].subscribers),
-        "throughput": _fig(
-            [
-                _mb_s(_delivered_bytes(workload, c), r.seconds)
-                for c, r in zip(slowest, runs, strict=True)
-            ],
-            "MB/s",
-        ),
-        "cpu_cores": _fig([r.cpu_seconds / r.seconds for r in runs], "cores"),
-        "machine_busy_cores": _fig([r.machine_cores for r in runs], "cores"),
-        "read_batches": _fig([float(r.read_batches) for r in runs], "actions"),
-        "bytes_per_batch": _fig([r.bytes_read / max(1, r.read_batches) for r in runs], "B"),
-        "data_envelopes_per_subscriber": _fig(envelopes, "envelopes"),
-        "bytes_per_envelope": _fig([workload.gated_bytes() / max(1.0, e) for e in envelopes], "B"),
-        "complete": all(s.chars == expected and s.exit_seen for r in runs for s in r.subscribers),
-        "resyncs": sum(s.resyncs for r in runs for s in r.subscribers),
-    }
-
-
-def _client_json(workload: Workload, measured: list[Any]) -> dict[str, Any]:
-    return {
-        "throughput": _fig(
-            [_mb_s(_delivered_bytes(workload, m.run.chars), m.run.seconds) for m in measured],
-            "MB/s",
-        ),
-        "server_cpu_cores": _fig([m.server_cpu_seconds / m.run.seconds for m in measured], "cores"),
-        "client_cpu_cores": _fig(
-            [m.run.client_cpu_seconds / m.run.seconds for m in measured], "cores"
-        ),
-        "machine_busy_cores": _fig([m.run.machine_cores for m in measured], "cores"),
-        "frames": _fig([float(m.run.frames) for m in measured], "frames"),
-        "bytes_per_frame": _fig(
-            [_delivered_bytes(workload, m.run.chars) / max(1, m.run.frames) for m in measured],
-            "B",
-        ),
-        "complete": [m.run.chars == workload.gated_chars() for m in measured],
-        "closed": [m.run.closed for m in measured],
-        "server_rss_start_mb": _fig([m.rss_start_kb * 1024 / MB for m in measured], "MB"),
-        "server_rss_peak_mb": _fig([m.rss_peak_kb * 1024 / MB for m in measured], "MB"),
-    }
-
-
-def _c_json(workload: Workload, runs: list[CMeasured]) -> dict[str, Any]:
-    """Figures of the independent C client's runs (see :mod:`ahp.bench.cclient`)."""
-    return {
-        "throughput": _fig(
-            [_mb_s(_delivered_bytes(workload, m.run.chars), m.run.seconds) for m in runs],
-            "MB/s",
-        ),
-        "server_cpu_cores": _fig([m.server_cpu_seconds / m.run.seconds for m in runs], "cores"),
-        "server_cpu_s_per_100mb": _fig(
-            [
-                m.server_cpu_seconds / (_delivered_bytes(workload, m.run.chars) / (100 * MB))
-                for m in runs
-            ],
-            "s",
-        ),
-        "client_cpu_cores": _fig([m.run.client_cpu_seconds / m.run.seconds for m in runs], "cores"),
-        "machine_busy_cores": _fig([m.run.machine_cores for m in runs], "cores"),
-        "frames": _fig([float(m.run.frames) for m in runs], "frames"),
-        "threads": _threads_json([m.threads for m in runs]),
-        "complete": [m.run.ended and m.run.chars == workload.gated_chars() for m in runs],
-    }
 
 
 class _CClient:
@@ -218,50 +114,6 @@ class _CClient:
         self.missing = f"the C client failed: {type(exc).__name__}: {exc}"
         self.binary = None
         progress.note(self.missing)
-
-
-def _pairs_json(workload: Workload, pairs: list[PairRun]) -> dict[str, Any]:
-    alone = [p.alone for p in pairs]
-    stalled = [p.with_stalled for p in pairs]
-    return {
-        "alone": _client_json(workload, alone),
-        "with_stalled": _client_json(workload, stalled),
-        "stalled_cost_ratio": _fig(
-            [
-                (s.run.chars / s.run.seconds) / (a.run.chars / a.run.seconds)
-                for a, s in zip(alone, stalled, strict=True)
-            ],
-            "x",
-        ),
-        "stalled_growth_mb": _fig(
-            [(s.rss_peak_kb - s.rss_start_kb) * 1024 / MB for s in stalled], "MB"
-        ),
-        "stalled_growth_after_hold_mb": _fig(
-            [(p.rss_after_hold_kb - p.with_stalled.rss_start_kb) * 1024 / MB for p in pairs],
-            "MB",
-        ),
-        "alone_growth_mb": _fig(
-            [(a.rss_peak_kb - a.rss_start_kb) * 1024 / MB for a in alone], "MB"
-        ),
-        "stalled_client": [
-            {
-                "chars_read_after_resuming": p.stalled.chars_after,
-                "output_end_reached_it": p.stalled.saw_end,
-                "close_code": p.stalled.close_code,
-                "close_reason": p.stalled.close_reason,
-                "still_open_after_drain": p.stalled.still_open,
-                "held_stalled_after_run_seconds": p.held_seconds,
-                "server_rss_growth_after_hold_mb": (
-                    p.rss_after_hold_kb - p.with_stalled.rss_start_kb
-                )
-                * 1024
-                / MB,
-                "server_1013_closes_before_resuming": p.stats_during.get("closed_1013"),
-                "server_1013_closes_after_resuming": p.stats_after.get("closed_1013"),
-            }
-            for p in pairs
-        ],
-    }
 
 
 @attrs.frozen
@@ -299,23 +151,6 @@ def _peers_missing(config: Config) -> dict[str, str | None]:
 
 def _failed(peer: _Peer, exc: Exception) -> str:
     return f"{peer.name} failed: {type(exc).__name__}: {exc}"
-
-
-def _alone_json(workload: Workload, alone: list[Measured]) -> dict[str, Any]:
-    """A peer measured without the stalled viewer (its terminals cannot have two)."""
-    return {
-        "alone": _client_json(workload, alone),
-        "alone_growth_mb": _fig(
-            [(a.rss_peak_kb - a.rss_start_kb) * 1024 / MB for a in alone], "MB"
-        ),
-        "with_stalled": {"skipped": NO_SECOND_VIEWER},
-    }
-
-
-#: Why a peer has no stalled-viewer figures.
-NO_SECOND_VIEWER: Final = (
-    "every connection gets its own program: one terminal cannot have a second viewer"
-)
 
 
 async def _throughput(
@@ -373,12 +208,12 @@ async def _throughput(
                 except Exception as exc:  # a peer's failure must not lose our figures
                     missing[peer.name] = _failed(peer, exc)
                     progress.note(missing[peer.name] or "")
-    results["ceiling"] = _ceiling_json(workload, ceiling)
-    results["engine"] = {"one": _engine_json(workload, one), "ten": _engine_json(workload, ten)}
-    results["end_to_end"] = _pairs_json(workload, ours)
+    results["ceiling"] = ceiling_json(workload, ceiling)
+    results["engine"] = {"one": engine_json(workload, one), "ten": engine_json(workload, ten)}
+    results["end_to_end"] = pairs_json(workload, ours)
     c_skipped = {"skipped": cclient.missing or "not run"}
     results["end_to_end"]["c_client"] = (
-        _c_json(workload, c_ours) if len(c_ours) == config.runs else c_skipped
+        c_json(workload, c_ours) if len(c_ours) == config.runs else c_skipped
     )
     if not config.peers:
         results["peers"] = {"skipped": NOT_REQUESTED}
@@ -395,34 +230,13 @@ async def _throughput(
         c_runs = c_theirs[peer.name]
         peers[peer.name] = {
             "version": peer.version(),
-            **(_pairs_json(workload, pairs) if pairs else _alone_json(workload, alone)),
-            "c_client": _c_json(workload, c_runs) if len(c_runs) == config.runs else c_skipped,
+            **(pairs_json(workload, pairs) if pairs else alone_json(workload, alone)),
+            "c_client": c_json(workload, c_runs) if len(c_runs) == config.runs else c_skipped,
         }
     results["peers"] = peers
 
 
 # -- many terminals at once ---------------------------------------------------------------------
-
-
-def _many_json(runs: list[ManyRun], rss_kept_kb: list[int]) -> dict[str, Any]:
-    return {
-        "terminals": runs[0].terminals,
-        "aggregate_throughput": _fig([r.total_bytes / r.seconds / MB for r in runs], "MB/s"),
-        "per_terminal_median": _fig([statistics.median(r.per_terminal_mb_s) for r in runs], "MB/s"),
-        # min/max of the terminals' own throughputs in a run: 1.0 is perfectly fair.
-        "fairness_min_over_max": _fig(
-            [min(r.per_terminal_mb_s) / max(r.per_terminal_mb_s) for r in runs], "ratio"
-        ),
-        "server_cpu_cores": _fig([r.server_cpu_seconds / r.seconds for r in runs], "cores"),
-        "server_cpu_s_per_100mb": _fig(
-            [r.server_cpu_seconds / (r.total_bytes / (100 * MB)) for r in runs], "s"
-        ),
-        "machine_busy_cores": _fig([r.machine_cores for r in runs], "cores"),
-        "threads": _threads_json([r.threads for r in runs]),
-        # The server's RSS once the terminals were disposed, minus before they were made.
-        "server_rss_kept_mb": _fig([kb * 1024 / MB for kb in rss_kept_kb], "MB"),
-        "complete": all(r.incomplete == 0 for r in runs),
-    }
 
 
 async def _many_measured(
@@ -498,12 +312,12 @@ async def _many(config: Config, tmp: Path, progress: Progress, results: dict[str
     node: dict[str, Any] = {
         "mb_per_terminal": per_mb,
         "client": client,
-        "ours": _many_json(ours, ours_kept),
+        "ours": many_json(ours, ours_kept),
     }
     for peer in PEERS:
         runs = theirs[peer.name]
         if missing[peer.name] is None and len(runs) == config.runs:
-            node[peer.name] = _many_json(runs, theirs_kept[peer.name])
+            node[peer.name] = many_json(runs, theirs_kept[peer.name])
             node[f"ours_over_{peer.name}"] = (
                 node["ours"]["aggregate_throughput"]["median"]
                 / node[peer.name]["aggregate_throughput"]["median"]
@@ -514,22 +328,6 @@ async def _many(config: Config, tmp: Path, progress: Progress, results: dict[str
 
 
 # -- echo -------------------------------------------------------------------------------------
-
-
-def _echo_json(runs: list[list[float]], cpu: list[float] | None = None) -> dict[str, Any]:
-    """A series of echo runs; ``cpu``: the server's CPU seconds per keystroke in each run
-    (:func:`~ahp.bench.endtoend.c_echo_run`), reported when every run has one."""
-    pooled = [s for run in runs for s in run]
-    out = {
-        "median_ms": _fig([statistics.median(r) * 1e3 for r in runs], "ms"),
-        "p99_ms": _fig([percentile(r, 99) * 1e3 for r in runs], "ms"),
-        "pooled_median_ms": statistics.median(pooled) * 1e3,
-        "pooled_p99_ms": percentile(pooled, 99) * 1e3,
-        "round_trips": len(pooled),
-    }
-    if cpu is not None and len(cpu) == len(runs):
-        out["server_cpu_us_per_keystroke"] = _fig([c * 1e6 for c in cpu], "µs")
-    return out
 
 
 #: A peer's echo series: Python client back to back and after the pause, then the C client's.
@@ -633,17 +431,17 @@ async def _echo(
                     progress.note(f"{peer.name} echo failed: {type(exc).__name__}: {exc}")
                     del peers[peer.name]
     results["echo"] = {
-        "bare_pty": _echo_json(bare),
-        "engine": _echo_json(engine),
-        "sidecar": _echo_json(ours),
+        "bare_pty": echo_json(bare),
+        "engine": echo_json(engine),
+        "sidecar": echo_json(ours),
         "idle_pause_s": config.idle_pause,
-        "bare_pty_idle": _echo_json(bare_idle),
-        "sidecar_idle": _echo_json(ours_idle),
+        "bare_pty_idle": echo_json(bare_idle),
+        "sidecar_idle": echo_json(ours_idle),
     }
     complete = len(c_ours) == config.runs and len(c_ours_idle) == config.runs
     if complete:
-        results["echo"]["sidecar_c"] = _echo_json(c_ours, c_ours_cpu)
-        results["echo"]["sidecar_c_idle"] = _echo_json(c_ours_idle)
+        results["echo"]["sidecar_c"] = echo_json(c_ours, c_ours_cpu)
+        results["echo"]["sidecar_c_idle"] = echo_json(c_ours_idle)
     else:
         results["echo"]["sidecar_c"] = {"skipped": cclient.missing or "not run"}
     for peer in PEERS:
@@ -654,7 +452,7 @@ async def _echo(
             runs = theirs[peer.name][key]
             if len(runs) == config.runs and (complete or not key.startswith("echo_c")):
                 cpu = theirs[peer.name]["echo_c_cpu"] if key == "echo_c" else None
-                node[key] = _echo_json(runs, cpu)
+                node[key] = echo_json(runs, cpu)
 
 
 # -- memory -----------------------------------------------------------------------------------
@@ -674,17 +472,17 @@ async def _memory(
         large.append(await large_output_run(workload, repeat=2))
     kb = 1024
     results["memory"] = {
-        "idle_mb": _fig([r.idle_kb * kb / MB for r in idle], "MB"),
+        "idle_mb": fig([r.idle_kb * kb / MB for r in idle], "MB"),
         "terminals": config.terminals,
-        "with_terminals_mb": _fig([r.with_terminals_kb * kb / MB for r in idle], "MB"),
-        "per_terminal_kb": _fig([r.per_terminal_kb * kb / 1e3 for r in idle], "KB"),
+        "with_terminals_mb": fig([r.with_terminals_kb * kb / MB for r in idle], "MB"),
+        "per_terminal_kb": fig([r.per_terminal_kb * kb / 1e3 for r in idle], "KB"),
         "large_output": {
             "output_mb": statistics.median(r.nbytes for r in large) / MB,
-            "rss_before_mb": _fig([r.before_kb * kb / MB for r in large], "MB"),
-            "rss_after_mb": _fig([r.after_kb * kb / MB for r in large], "MB"),
-            "growth_mb": _fig([(r.after_kb - r.before_kb) * kb / MB for r in large], "MB"),
-            "peak_mb": _fig([r.peak_kb * kb / MB for r in large], "MB"),
-            "throughput": _fig([_mb_s(r.nbytes, r.seconds) for r in large], "MB/s"),
+            "rss_before_mb": fig([r.before_kb * kb / MB for r in large], "MB"),
+            "rss_after_mb": fig([r.after_kb * kb / MB for r in large], "MB"),
+            "growth_mb": fig([(r.after_kb - r.before_kb) * kb / MB for r in large], "MB"),
+            "peak_mb": fig([r.peak_kb * kb / MB for r in large], "MB"),
+            "throughput": fig([mb_s(r.nbytes, r.seconds) for r in large], "MB/s"),
         },
     }
 
@@ -722,7 +520,7 @@ def _append(config: Config, progress: Progress) -> dict[str, Any]:
         "small_seconds": small_fig.to_json(),
         "large_seconds": large_fig.to_json(),
         "ratio": large_fig.median / small_fig.median,
-        "large_throughput": _fig([large_mb * MB / s / MB for s in large], "MB/s"),
+        "large_throughput": fig([large_mb * MB / s / MB for s in large], "MB/s"),
     }
 
 
