@@ -192,13 +192,12 @@ async def reconnect(conn: Connection, params: Any) -> Any:
     # or a client's bug): nothing can be replayed to it, it gets snapshots; so does
     # cursor 0 (no baseline: a replay would miss what came before its envelopes).
     # So does a channel the client has no snapshot of (never subscribed, or a terminal
-    # created again under its URI while it was away): then every channel gets one.
+    # created again under its URI while it was away), or one whose last snapshot is newer
+    # than the cursor (``_replayable``): then every channel gets one.
     if _replays(conn, p, record):
-        floors = {c: record.snapshot_seq.get(c, 0) for c in valid}
         actions = tuple(
             envelope_json(envelope, conn.dialect)
             for envelope in log_.after(p.lastSeenServerSeq, valid)
-            if envelope.serverSeq > floors[envelope.channel]
         )
         for channel in valid:
             conn.host.hub.subscribe(channel, conn.outbox)
@@ -233,9 +232,21 @@ def _baseline(conn: Connection, record: ClientRecord | None, channel: str) -> bo
 def _replayable(conn: Connection, record: ClientRecord | None, channel: str, seq: int) -> bool:
     """Whether ``channel`` can be resumed from cursor ``seq`` by a replay: the client has
     its baseline, the cursor was given by this server (0 is no cursor; one past the
-    server's sequence is not its own) and the replay log still holds what came after."""
+    server's sequence is not its own) and the replay log still holds what came after.
+
+    A cursor older than the last snapshot this server sent the client of the channel is
+    ambiguous: the client may hold that snapshot (then envelopes between the cursor and
+    its ``fromSeq`` are in it already, and replaying them repeats them) or may never have
+    read it (a ``subscribe`` whose answer the broken connection lost; then skipping them
+    loses them). Neither replay is right for both, so such a channel gets a snapshot."""
     hub = conn.host.hub
-    return 0 < seq <= hub.seq and hub.log.can_replay_after(seq) and _baseline(conn, record, channel)
+    return (
+        0 < seq <= hub.seq
+        and hub.log.can_replay_after(seq)
+        and _baseline(conn, record, channel)
+        and record is not None
+        and seq >= record.snapshot_seq.get(channel, 0)
+    )
 
 
 def _snapshotted(
@@ -276,7 +287,7 @@ def _recover_channels(conn: Connection, p: ReconnectCursorParams, record: Client
         cursors.setdefault(cursor.channel, cursor.lastSeenServerSeq)
     log_ = conn.host.hub.log
     replayable = {
-        c: max(seq, record.snapshot_seq.get(c, 0))
+        c: seq
         for c, seq in cursors.items()
         if (c == ROOT_URI or c in conn.host) and _replayable(conn, record, c, seq)
     }
