@@ -91,8 +91,12 @@ def test_dialect_of(version: str, dialect: Dialect) -> None:
 
 
 def test_version_parsing_edges() -> None:
-    assert parse_version("1.0.0-rc.1") == (1, 0, 0)
-    assert parse_version("1.0.0+build") == (1, 0, 0)
+    # Malformed as the 1.x reference reads them: pre-release, build, leading zeros.
+    for malformed in ("1.0.0-rc.1", "1.0.0+build", "01.0.0", "1.00.0", "0.9.01", "1.0.0 "):
+        assert parse_version(malformed) is None, malformed
+        assert negotiate([malformed]) is None, malformed
+    assert negotiate(["1.0.0-beta", "0.9.0"]) == "0.9.0"
+    assert parse_version("0.10.0") == (0, 10, 0) and parse_version("10.0.0") == (10, 0, 0)
     assert parse_version("1.0") is None
     assert parse_version("\uff11.0.0") is None  # a non-ASCII digit
     assert parse_version("1." + "0" * MAX_VERSION_LENGTH + ".0") is None  # bounded

@@ -120,14 +120,20 @@ MAX_VERSION_LENGTH: Final = 32
 
 
 def parse_version(text: Any) -> tuple[int, int, int] | None:
-    """``MAJOR.MINOR.PATCH`` (a ``-pre`` or ``+build`` suffix is tolerated), else None."""
+    """``MAJOR.MINOR.PATCH`` as AHP writes it, else None: ASCII digits without leading
+    zeros, no ``-pre`` or ``+build`` suffix (the 1.x reference's negotiation refuses
+    those as malformed, and an entry that is not a version is not offered)."""
     if not isinstance(text, str) or len(text) > MAX_VERSION_LENGTH:
         return None
-    core = text.split("-", 1)[0].split("+", 1)[0]
-    parts = core.split(".")
-    if len(parts) != 3 or not all(p.isascii() and p.isdigit() for p in parts):
+    parts = text.split(".")
+    if len(parts) != 3 or not all(_number(p) for p in parts):
         return None
     return int(parts[0]), int(parts[1]), int(parts[2])
+
+
+def _number(part: str) -> bool:
+    """A SemVer numeric identifier: ASCII digits, no leading zero (but ``0``)."""
+    return part.isascii() and part.isdigit() and (part == "0" or not part.startswith("0"))
 
 
 def _accepted(version: tuple[int, int, int]) -> bool:
