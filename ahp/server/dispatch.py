@@ -91,6 +91,10 @@ async def dispatch_action(conn: Connection, params: Any) -> None:
             await conn.host.hub.wait_readers(channel)  # (the flood rule: the sender pays)
         return
     p = structure(params, DispatchActionParams)
+    if not isinstance(p.action.get("type"), str):
+        # No discriminant: nothing to echo that a typed decoder (Go, Rust unions) can
+        # read, so it is dropped like any malformed notification (logged at debug).
+        raise ProtocolError("an action needs a string 'type'")
     origin = ActionOrigin(clientId=conn.record.client_id, clientSeq=p.clientSeq)
     channel = p.channel
     try:
@@ -176,6 +180,10 @@ def _refuse_read_only(conn: Connection, params: Any) -> None:
     after it, as for any rejection), never applied."""
     assert conn.record is not None
     p = structure(params, DispatchActionParams)
+    if not isinstance(p.action.get("type"), str):
+        # No discriminant: nothing to echo that a typed decoder (Go, Rust unions) can
+        # read, so it is dropped like any malformed notification (logged at debug).
+        raise ProtocolError("an action needs a string 'type'")
     origin = ActionOrigin(clientId=conn.record.client_id, clientSeq=p.clientSeq)
     try:
         action: StateAction = structure_action(p.action)
