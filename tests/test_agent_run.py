@@ -339,6 +339,18 @@ async def test_shell_exit_is_not_a_finished_command(mode: str) -> None:
 
 
 @pytest.mark.parametrize("mode", MODES)
+async def test_shell_exit_while_its_background_job_keeps_printing(mode: str) -> None:
+    """The shell exits while a job it started prints every 50 ms: the pty was never
+    quiet for EXIT_LINGER, so the exit was never reported and the command never ended
+    (or, with a timeout, was 'killed' for ignoring a Ctrl-C nobody could get)."""
+    async with terminal(mode) as term:
+        with trio.fail_after(TIMEOUT):
+            result = await term.run("(while echo tick; do sleep 0.05; done &); sleep 0.3; exit 4")
+    assert result.status == "shell_exited" and result.exit_code == 4, result
+    assert "tick" in result.output
+
+
+@pytest.mark.parametrize("mode", MODES)
 async def test_output_over_the_budget(mode: str) -> None:
     async with terminal(mode) as term:
         with trio.fail_after(TIMEOUT):

@@ -74,6 +74,23 @@ async def test_exit_while_a_background_job_holds_the_output_open(tmp_path: Path)
         assert "late2" in text
 
 
+@pytest.mark.parametrize("detached", [False, True])
+async def test_exit_while_a_background_job_keeps_printing_to_the_pty(detached: bool) -> None:
+    # A job printing more often than every EXIT_LINGER (here every 20 ms) kept the pty
+    # from ever being quiet after the shell exited: the terminal never reported its
+    # exit (an agent's command never ended). Reading stops EXIT_READ_LIMIT after the
+    # exit. ``detached``: the job left the terminal's session (setsid), so no signal
+    # to the session reaches it; it ends once its writes fail after the disposal.
+    job = "while echo tick; do sleep 0.02; done"
+    start = f"setsid sh -c '{job}' &" if detached else f"({job}) &"
+    async with open_host() as host:
+        term = await host.create_terminal(argv=["sh", "-c", f"{start} sleep 0.2; exit 4"])
+        with trio.fail_after(10):
+            assert await term.wait_exited() == 4
+        assert "tick" in term.state.text()
+        assert term.state.exitCode == 4
+
+
 async def test_exit_while_the_reader_is_busy() -> None:
     # The process ends right after a burst while its job keeps the output open (the
     # reader may still be reading when the exit is seen): nothing printed is lost, and

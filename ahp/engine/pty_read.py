@@ -15,7 +15,9 @@ nursery):
   (:meth:`~ahp.engine.hub.Hub.wait_pacer`: as long as it reads, however slowly; a
   stalled one at most :data:`~ahp.engine.hub.PACE_WINDOW`);
 * after the process exited, a pty still held open (a background job) is read until
-  it stays quiet for :data:`EXIT_LINGER`; at EOF (EIO) the task closes its channel.
+  it stays quiet for :data:`EXIT_LINGER`, and for at most :data:`EXIT_READ_LIMIT` (a
+  job that keeps printing would hold the exit back for as long as it prints); then,
+  or at EOF (EIO), the task closes its channel.
 
 Buffering: one batch at a time (at most :data:`READ_BATCH` bytes read on the loop, a
 pump's batches as :mod:`ahp.pty.pump` bounds them); the parse channel's bound is the
@@ -37,7 +39,14 @@ from ahp.engine.hub import Hub
 from ahp.pty import Child
 from ahp.pty.pump import PUMP_QUIET, PUMP_QUIET_FLOODING, ReadPump
 
-__all__ = ["EXIT_LINGER", "READ_BATCH", "READ_SIZE", "THREADED_READS", "PtyRead"]
+__all__ = [
+    "EXIT_LINGER",
+    "EXIT_READ_LIMIT",
+    "READ_BATCH",
+    "READ_SIZE",
+    "THREADED_READS",
+    "PtyRead",
+]
 
 #: One kernel read (the pty hands out ~4 KiB at a time whatever we ask for).
 READ_SIZE: Final = 64 * 1024
@@ -49,6 +58,11 @@ READ_BATCH: Final = 16 * 1024
 THREADED_READS: bool = os.environ.get("AHP_THREADED_READS", "1") != "0"
 #: After the process exits, a pty still held open is read until quiet this long.
 EXIT_LINGER: Final = 0.1
+#: ... and for at most this many seconds after the exit: a background job printing
+#: more often than every EXIT_LINGER (a loop, a daemon started with ``setsid``) kept
+#: the terminal from ever reporting its exit. What it prints later stays in the pty
+#: (the job blocks once the kernel's buffer is full, until the terminal is disposed).
+EXIT_READ_LIMIT: Final = 1.0
 
 
 class PtyRead:
@@ -78,11 +92,14 @@ class PtyRead:
         self.bytes = 0
         self.parse_waits = 0
         self._exited = False
+        self._read_until = 0.0  # (after the exit: the Trio time reading stops)
         self._wait_scopes: set[trio.CancelScope] = set()  # the read tasks' waits
 
     def process_exited(self) -> None:
         """The process is gone: each reader ends a wait for readability and from now on
-        reads what is left until the pty is quiet for :data:`EXIT_LINGER`."""
+        reads what is left until the pty is quiet for :data:`EXIT_LINGER`, for at most
+        :data:`EXIT_READ_LIMIT` from now."""
+        self._read_until = trio.current_time() + EXIT_READ_LIMIT
         self._exited = True
         for scope in self._wait_scopes:
             scope.cancel()
@@ -113,6 +130,8 @@ class PtyRead:
         wait_scope: trio.CancelScope,
     ) -> bool:
         """One batch read and handed on, then the wait for more; whether reading ended."""
+        if self._exited and self._read_long_enough():
+            return True
         chunks: list[bytes] = []
         size = 0
         eof = False
@@ -152,7 +171,8 @@ class PtyRead:
             # first would cost a read, EAGAIN mostly, per batch).
         if self._exited:
             # The process is gone but something still holds the pty open.
-            with trio.move_on_after(EXIT_LINGER) as linger:
+            left = self._read_until - trio.current_time()
+            with trio.move_on_after(min(EXIT_LINGER, left)) as linger:
                 await child.wait_readable(error=error)
             return linger.cancelled_caught
         self._wait_scopes.add(wait_scope)
@@ -203,5 +223,11 @@ class PtyRead:
                 pacer = self._hub.pacer(self.uri)
                 if pacer is not None:
                     await self._hub.wait_pacer(self.uri, pacer)
+                if self._exited and self._read_long_enough():
+                    return True
         finally:
             await pump.aclose()
+
+    def _read_long_enough(self) -> bool:
+        """After the exit: whether :data:`EXIT_READ_LIMIT` has passed (reading ends)."""
+        return trio.current_time() >= self._read_until

@@ -14,8 +14,9 @@ that owns one job, and the state has exactly one writer, the reducer task::
   and waits for readability again; under sustained output a thread of its own reads
   while the stages work; when every subscriber is behind, the fastest live one paces
   it (see :meth:`~ahp.engine.hub.Hub.pacer`). At EOF (EIO), or once the process has
-  exited and the pty stayed quiet for :data:`~ahp.engine.pty_read.EXIT_LINGER`, it
-  closes its channel. Its rules are :mod:`ahp.engine.pty_read`'s.
+  exited and the pty stayed quiet for :data:`~ahp.engine.pty_read.EXIT_LINGER` (or
+  :data:`~ahp.engine.pty_read.EXIT_READ_LIMIT` passed), it closes its channel. Its
+  rules are :mod:`ahp.engine.pty_read`'s.
 * **parse** drives an :class:`~ahp.vt.OutputParser` (bytes in, actions out, the
   clocks passed in): UTF-8, escape scanning, shell-integration marks, titles and
   cwd reports, in turns that never hold the loop for long; when the reader's
