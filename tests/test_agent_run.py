@@ -351,6 +351,30 @@ async def test_shell_exit_while_its_background_job_keeps_printing(mode: str) -> 
 
 
 @pytest.mark.parametrize("mode", MODES)
+async def test_commands_started_at_once_in_one_terminal_run_one_at_a_time(mode: str) -> None:
+    """Three ``run`` calls at once on one terminal were all typed (each passed the busy
+    check before any was registered) and all came back ``finished`` with one output:
+    the first to start runs, the others are refused as a busy terminal's are."""
+    results: list[ahp.CommandResult] = []
+    async with terminal(mode) as term:
+        with trio.fail_after(TIMEOUT):
+            await term.run("true")
+
+            async def run(n: int) -> None:
+                results.append(await term.run(f"sleep 0.5; echo ran-{n}"))
+
+            async with trio.open_nursery() as nursery:
+                for n in range(3):
+                    nursery.start_soon(run, n)
+            text = term.state.text()
+    statuses = sorted(r.status for r in results)
+    assert statuses == ["finished", "refused", "refused"], results
+    ran = next(r for r in results if r.status == "finished")
+    assert ran.output.startswith("ran-") and ran.output.count("ran-") == 1, ran
+    assert text.count("echo ran-") <= 1, text
+
+
+@pytest.mark.parametrize("mode", MODES)
 async def test_output_over_the_budget(mode: str) -> None:
     async with terminal(mode) as term:
         with trio.fail_after(TIMEOUT):

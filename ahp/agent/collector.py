@@ -156,9 +156,19 @@ async def start_command(
     """Type ``command_line`` into the terminal and return its handle at once (over
     already, status ``refused``, when the terminal is busy: see the module doc).
 
+    One start at a time per terminal (per client, remotely): a second caller waits
+    until the first's command is registered, then finds the terminal busy (both
+    passed the busy check before either was registered, and both were typed).
+
     Raises:
         RuntimeError: the terminal's process has exited.
     """
+    async with port.commands.starting:
+        return await _start(port, command_line, options)
+
+
+async def _start(port: TerminalPort, command_line: str, options: RunOptions) -> CommandHandle:
+    """:func:`start_command`'s work, under its lock."""
     head, tail = options.budget()
     if port.state.exited:
         raise RuntimeError("the terminal's process has exited")

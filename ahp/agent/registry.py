@@ -13,12 +13,15 @@ handle does not stop its collector.
 It also keeps what the commands learned about the terminal's shell: whether a
 command replaced it (``exec bash``) by a shell without command detection
 (:attr:`CommandRegistry.detection_lost`: later commands are delimited with
-markers). Pure: no I/O.
+markers), and the lock that lets one command start at a time
+(:attr:`CommandRegistry.starting`). No I/O.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
+
+import trio
 
 if TYPE_CHECKING:
     from ahp.agent.command import CommandHandle
@@ -37,6 +40,8 @@ class CommandRegistry:
         self._handles: dict[str, CommandHandle] = {}
         #: A command replaced the shell (``exec bash``) by one without command detection.
         self.detection_lost = False
+        #: Held while a command is started, from the busy check until it is added.
+        self.starting = trio.Lock()
 
     def add(self, handle: CommandHandle) -> None:
         self._handles[handle.id] = handle
