@@ -152,6 +152,14 @@ async def test_serve_start_up_failures_are_one_line(tmp_path: Path) -> None:
     done = await cli("serve", "--unix", str(missing))
     line = one_line_error(done)
     assert line == f"ahp serve: cannot listen on {missing}: No such file or directory"
+    # A file that is not a socket is not removed (it was, and replaced by the socket).
+    notes = tmp_path / "notes.txt"
+    notes.write_text("keep me")
+    done = await cli("serve", "--unix", str(notes))
+    assert one_line_error(done) == (
+        f"ahp serve: cannot listen on {notes}: it exists and is not a socket (left as it is)"
+    )
+    assert notes.read_text() == "keep me"
     # An address that is not this machine's, a name that does not resolve.
     done = await cli("serve", "--host", "10.255.255.1", "--port", "0")
     assert one_line_error(done) == (

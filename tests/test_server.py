@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import stat
 import time
 from pathlib import Path
@@ -614,6 +615,48 @@ async def test_unix_socket_mode(tmp_path: Path) -> None:
         assert server.url.startswith("ws+unix://")
         async with connect(server.url) as client:
             assert client.root.agents == ()
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
+    return [exc]
+
+
+async def test_a_unix_socket_path_in_use_is_refused_and_a_stale_one_reused(
+    tmp_path: Path,
+) -> None:
+    # A second server at a running one's path unlinked it and took it over (the first
+    # ran on, its terminals unreachable), and removed the path on exit even when it was
+    # another server's by then.
+    from ahp.client import connect
+
+    path = str(tmp_path / "ahp.sock")
+    async with running_server(ServeOptions(unix=path, token=TOKEN)) as first:
+        refused: list[BaseException] = []
+        try:
+            async with running_server(ServeOptions(unix=path, token=TOKEN)):
+                pass
+        except* OSError as group:
+            refused.extend(_leaves(group))
+        assert [str(e) for e in refused] == ["[Errno 98] another server is listening on it"]
+        async with connect(first.url) as client:  # still reachable
+            assert client.root.agents == ()
+        # The path taken over by someone else meanwhile: not removed on exit.
+        os.unlink(path)
+        squatter = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        squatter.bind(path)
+        squatter.listen(1)
+    try:
+        assert stat.S_ISSOCK(os.lstat(path).st_mode)
+    finally:
+        squatter.close()
+    # A stale socket (nobody listens on it) is replaced.
+    async with (
+        running_server(ServeOptions(unix=path, token=TOKEN)) as again,
+        connect(again.url) as client,
+    ):
+        assert client.root.agents == ()
 
 
 async def test_oversized_message_closes_with_1009() -> None:

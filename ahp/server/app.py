@@ -48,7 +48,12 @@ from ahp.server.drain import DEFAULT_DRAIN_TIMEOUT, drain
 from ahp.server.http import health_routes
 from ahp.server.state import DEFAULT_MAX_TERMINALS, ServerState
 from ahp.server.web import web_routes
-from ahp.server.websocket import ServerConfig, open_listeners, serve_connections
+from ahp.server.websocket import (
+    ServerConfig,
+    open_listeners,
+    serve_connections,
+    socket_identity,
+)
 
 __all__ = [
     "DEFAULT_PORT",
@@ -269,6 +274,7 @@ async def serve_host(
     if read_token is not None and read_token == token:
         raise ValueError("the read-only token must differ from the token")
     sockets = await open_listeners(host=options.host, port=options.port, unix=options.unix)
+    own_socket = socket_identity(options.unix) if options.unix is not None else None
     listeners: list[trio.abc.Listener[Any]] = list(sockets)
     port: int | None = None
     if options.unix is None:
@@ -335,7 +341,9 @@ async def serve_host(
                 )
             )
     finally:
-        if options.unix is not None:
+        # Only our own socket: another server may have taken the path since (after
+        # this one stopped answering on it), and its path is not ours to remove.
+        if options.unix is not None and socket_identity(options.unix) == own_socket:
             with contextlib.suppress(OSError):
                 os.unlink(options.unix)
 

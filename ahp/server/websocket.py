@@ -55,12 +55,14 @@ budget while it waits; the reader drops it before receiving the next.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hmac
 import logging
 import math
 import os
 import re
 import socket
+import stat
 import sys
 from collections.abc import Callable, Sequence
 from functools import partial
@@ -601,12 +603,51 @@ async def _serve_one(
 Listener = trio.SocketListener
 
 
+def clear_stale_socket(path: str) -> None:
+    """Remove a Unix socket that an earlier server left at ``path``; refuse anything else.
+
+    Raises :class:`OSError` (``EEXIST``) when ``path`` is not a socket (a file, a
+    directory: never removed), and (``EADDRINUSE``) when a server still listens on it
+    (removing its path made it unreachable, with its terminals running on). A socket
+    nobody listens on (``ECONNREFUSED``) is stale and removed. Blocking calls, each
+    immediate (a non-blocking connect to a local socket).
+    """
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(mode):
+        raise OSError(errno.EEXIST, "it exists and is not a socket (left as it is)")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.setblocking(False)
+        try:
+            probe.connect(path)
+        except ConnectionRefusedError:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)  # stale: its server is gone
+            return
+        except FileNotFoundError:
+            return
+        except BlockingIOError:
+            pass  # a listener whose backlog is full: in use all the same
+    raise OSError(errno.EADDRINUSE, "another server is listening on it")
+
+
+def socket_identity(path: str) -> tuple[int, int] | None:
+    """``(st_dev, st_ino)`` of the file at ``path`` (None if there is none): what a
+    server that bound a Unix socket there removes on exit only if it is still its own."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
 async def open_listeners(*, host: str | None, port: int | None, unix: str | None) -> list[Listener]:
     """TCP listeners on ``host:port``, or one Unix-socket listener (mode 0600)."""
     if unix is not None:
+        clear_stale_socket(unix)
         sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(unix)  # a stale socket file from an earlier run
         old = os.umask(0o177)
         try:
             await sock.bind(unix)
