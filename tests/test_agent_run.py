@@ -783,6 +783,44 @@ async def test_a_remote_command_is_lost_when_reconnecting_takes_too_long(
     assert lost.status == "lost" and lost.done and client.reconnects == 0
 
 
+@pytest.mark.parametrize("what", ["run", "exec"])
+async def test_remote_work_gives_up_when_the_server_stays_away(
+    monkeypatch: pytest.MonkeyPatch, what: str
+) -> None:
+    """A remote ``run`` started while the connection was down, and an ``exec_remote``
+    whose server went away mid-command, waited for a reconnect for ever (neither
+    the run's timeout nor LOST_AFTER applied): both raise ConnectionLost after
+    LOST_AFTER, and nothing is typed."""
+    monkeypatch.setattr("ahp.client.remote.LOST_AFTER", 0.5)
+    async with ahp.open_host() as host, trio.open_nursery() as nursery:
+        serving = trio.CancelScope()
+
+        async def serve(task_status: trio.TaskStatus[ahp.Sidecar]) -> None:
+            with serving:
+                await ahp.serve_host(
+                    host, ServeOptions(port=0, token=TOKEN), task_status=task_status
+                )
+
+        sidecar: ahp.Sidecar = await nursery.start(serve)
+        async with connect(sidecar.url) as client:
+            await client.create_terminal("ahp-terminal:/r")
+            term = client.terminal("ahp-terminal:/r")
+            with trio.fail_after(TIMEOUT), pytest.raises(ahp.client.ConnectionLost):
+                if what == "run":
+                    serving.cancel()  # the server is gone: every reconnect fails
+                    await client.wait_for(lambda: not client.connected)
+                    await term.run("echo never", timeout=5)
+                else:
+
+                    async def stop_soon() -> None:
+                        await trio.sleep(0.5)
+                        serving.cancel()
+
+                    nursery.start_soon(stop_soon)
+                    await ahp.client.exec_remote(client, ["sleep", "100"])
+        assert "never" not in host.get("ahp-terminal:/r").state.text()
+
+
 @pytest.mark.parametrize("mode", MODES)
 async def test_a_run_with_a_claim_gives_back_the_claim_it_found(mode: str) -> None:
     """Defect 5: the claim was given back after the result, so the next run found the

@@ -153,6 +153,8 @@ class Client:
         self.reconnects = 0
         self._waiting: dict[int, tuple[trio.Event, list[Answer | ConnectionLost]]] = {}
         self._transport: Transport | None = None
+        #: When the connection dropped (Trio time), while a reconnect goes on; else None.
+        self.dropped_at: float | None = None
         self._connected = trio.Event()
         self._changed = trio.lowlevel.ParkingLot()
         self._closing = False
@@ -317,6 +319,25 @@ class Client:
             await transport.send(frame)
         except ConnectionClosed:
             raise ConnectionLost("connection closed") from None
+
+    async def wait_connected(self, patience: float) -> None:
+        """Return once connected (at once when it is); while a reconnect goes on, wait
+        until ``patience`` seconds after the drop at most.
+
+        Raises:
+            ConnectionLost: no connection within that time, or none is coming (the
+                client closed, or it does not reconnect).
+        """
+        if not self._connected.is_set():
+            dropped = self.dropped_at
+            deadline = math.inf if dropped is None else dropped + patience
+            with trio.move_on_at(deadline):
+                await self._connected.wait()
+            if not self._connected.is_set():
+                raise ConnectionLost(f"the connection has been down for more than {patience:g} s")
+        if self._transport is None:
+            raise ConnectionLost(self._lost or "connection closed")
+        await trio.lowlevel.checkpoint()
 
     async def request(self, method: str, params: Mapping[str, Any] | None = None) -> Any:
         """Send a request and return its result; raises :class:`RpcError` on an error answer."""
@@ -512,6 +533,7 @@ class Client:
     async def _run(self, nursery: trio.Nursery, first: Transport) -> None:
         transport = first
         while True:
+            self.dropped_at = None
             self._connected.set()
             try:
                 while True:
@@ -520,6 +542,7 @@ class Client:
                 pass
             self._connected = trio.Event()
             self._transport = None
+            self.dropped_at = trio.current_time()
             transport.release()
             self._fail_waiting()
             self._notify()  # (connected is False now)

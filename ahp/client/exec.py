@@ -26,6 +26,7 @@ import trio
 
 from ahp.agent.command import CommandResult
 from ahp.agent.occupants import BackgroundProcess
+from ahp.client import remote
 from ahp.client.errors import ClientError, RpcError
 from ahp.protocol import processes as xp
 
@@ -64,6 +65,10 @@ async def exec_remote(
     Raises:
         ahp.client.RpcError: the server refused (bad command or cwd, the terminal
             limit, draining, or a server without the extension: ``-32601``).
+        ahp.client.ConnectionLost: the connection was down longer than
+            :data:`~ahp.client.remote.LOST_AFTER` (the client reconnects meanwhile;
+            the server may still run the command: the exec terminal is disposed
+            when a connection is back within :data:`DISPOSE_WAIT`).
         ahp.client.ClientError: its answer was malformed.
     """
     # Named here, so that a cancellation while the server answers can still dispose it
@@ -83,6 +88,7 @@ async def exec_remote(
         if value is not None:
             params[key] = value
     try:
+        await client.wait_connected(remote.LOST_AFTER)
         answer = await client.request(xp.EXEC, params)
     except RpcError:
         raise  # refused: nothing was started
@@ -94,6 +100,7 @@ async def exec_remote(
             raise ClientError(f"malformed {xp.EXEC} answer: {answer!r:.200}")  # noqa: TRY301
         await client.subscribe(uri)
         await _wait_exited(client, uri)
+        await client.wait_connected(remote.LOST_AFTER)
         data = await client.request(xp.EXEC_RESULT, {"channel": uri})
     except BaseException:
         await _dispose_quietly(client, uri)
@@ -119,6 +126,7 @@ async def _wait_exited(client: Client, uri: str) -> None:
         with trio.move_on_after(delay):
             await client.wait_for(ended)
             return
+        await client.wait_connected(remote.LOST_AFTER)  # (down longer: ConnectionLost)
         state = await client.subscribe(uri)
         if getattr(state, "exited", False):
             return

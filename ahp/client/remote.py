@@ -103,6 +103,7 @@ class TerminalClient(Protocol):
     def terminal_state(self, channel: str) -> TerminalState: ...
     async def dispatch(self, channel: str, action: StateAction) -> int: ...
     async def request(self, method: str, params: Mapping[str, Any] | None = None) -> Any: ...
+    async def wait_connected(self, patience: float) -> None: ...
     async def wait_for(
         self, predicate: Callable[[], bool], *, timeout: float | None = None
     ) -> None: ...
@@ -142,6 +143,9 @@ class RemoteTerminal(CommandSurface):
         return _Follower(self)
 
     async def send_input(self, data: str) -> None:
+        """Type ``data``; during a reconnect, wait for it at most :data:`LOST_AFTER`
+        past the drop (:class:`~ahp.client.ConnectionLost` then: nothing was sent)."""
+        await self.client.wait_connected(LOST_AFTER)
         await self.client.dispatch(self.uri, TerminalInput(data=data))
 
     async def interrupt(self) -> None:
@@ -153,6 +157,7 @@ class RemoteTerminal(CommandSurface):
     async def set_claim(self, claim: TerminalClaim) -> None:
         """Claim the terminal; returns once the server confirmed or refused it."""
         mirror = self.client.mirrors[self.uri]
+        await self.client.wait_connected(LOST_AFTER)
         await self.client.dispatch(self.uri, TerminalClaimed(claim=claim))
         await self.client.wait_for(lambda: not mirror.pending, timeout=30)
 
@@ -200,6 +205,7 @@ class RemoteTerminal(CommandSurface):
             return None
         try:
             with trio.move_on_after(EXTENSION_TIMEOUT):
+                await client.wait_connected(LOST_AFTER)  # (down longer: ConnectionLost)
                 result = await client.request(method, {"channel": self.uri, **params})
                 client.process_extension = True
                 return result
