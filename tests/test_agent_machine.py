@@ -19,11 +19,13 @@ from ahp.agent.command import CommandResult
 from ahp.agent.evidence import (
     MAX_PROGRAM_NAME,
     InputEvidence,
+    editor_reads,
     interactive_shell,
     program_name,
 )
 from ahp.agent.machine import INPUT_POLL, MAX_INPUT_POLL, CommandMachine, IllegalEvent
 from ahp.agent.options import RunChanges, RunOptions
+from ahp.agent.registry import CommandRegistry
 from ahp.agent.status import (
     FINAL_STATUSES,
     LIVE_STATUSES,
@@ -35,6 +37,7 @@ from ahp.agent.status import (
     markdown_table,
 )
 from ahp.mcp.tools import COMMAND_RESULT_SCHEMA
+from ahp.pty.procfs import TtyStatus
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "agent.md"
 
@@ -287,3 +290,52 @@ def test_interactive_shells_are_told_from_scripts(line: str, shell: str | None) 
     """A nested shell at its own prompt is named as one; a shell running ``-c`` or a
     script is a program like any other."""
     assert interactive_shell(line) == shell
+
+
+# -- the shell back at its prompt, seen from its tty -----------------------------------------
+
+#: bash's readline at its prompt (polls, raw mode); zsh's zle reads in raw mode.
+_PROMPT = TtyStatus(
+    foreground_pgrp=7,
+    echo=False,
+    readers=(),
+    tty_pollers=(7,),
+    shell_foreground=True,
+    shell_replaced=False,
+    canonical=False,
+)
+
+
+@pytest.mark.parametrize(
+    ("changes", "at_prompt"),
+    [
+        ({}, True),
+        ({"readers": (7,), "tty_pollers": ()}, True),  # zle
+        ({"readers": (7,), "tty_pollers": (), "echo": True, "canonical": True}, False),  # read
+        ({"readers": (7,), "tty_pollers": (), "canonical": True}, False),  # read -s
+        ({"canonical": None}, False),  # an older server: not known
+        ({"shell_foreground": False}, False),  # a job of its own
+        ({"shell_replaced": True}, False),  # exec: another program
+        ({"unread": 3}, False),
+        ({"tty_pollers": ()}, False),
+    ],
+)
+def test_the_line_editor_reading_is_told_from_a_read(
+    changes: dict[str, Any], at_prompt: bool
+) -> None:
+    assert editor_reads(attrs.evolve(_PROMPT, **changes)) == at_prompt
+    assert not editor_reads(None)
+
+
+def test_detection_lost_comes_back_only_with_a_new_end() -> None:
+    registry = CommandRegistry()
+    assert not registry.detection_back("cmd-2")  # never lost
+    registry.lose_detection(frozenset({"cmd-1", "cmd-2"}))
+    assert (registry.detection_back("cmd-2"), _lost(registry)) == (False, True)
+    assert (registry.detection_back("cmd-3"), _lost(registry)) == (True, False)
+    registry.lose_detection()  # for good (exec bash)
+    assert (registry.detection_back("cmd-4"), _lost(registry)) == (False, True)
+
+
+def _lost(registry: CommandRegistry) -> bool:
+    return registry.detection_lost

@@ -895,6 +895,93 @@ async def test_a_tiny_timeout_never_leaves_the_terminal_busy(mode: str) -> None:
             assert (after.status, after.output) == ("finished", "next\n"), after
 
 
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_shell_that_stops_reporting_ends_ends_the_command(mode: str) -> None:
+    """``unset PROMPT_COMMAND`` removes the hook that reports a command's end: bash
+    came back to its prompt, and the command was reported running until its timeout,
+    ``running`` for good after it, every later command refused as busy with it. It is
+    now over once bash is seen back at that prompt in its line editor; the next command
+    is delimited with markers (its exit code known), after which bash reports ends
+    again (its DEBUG trap put the hook back). A builtin ``read`` also has the shell
+    read the terminal: it still waits for input, plain or silent."""
+    async with terminal(mode) as term:
+        with trio.fail_after(TIMEOUT):
+            lost = await term.run("unset PROMPT_COMMAND", timeout=4 * TIMEOUT)
+            failing = await term.run("(exit 3)")
+            after = await term.run("echo next")
+            asked = await term.run("read -p 'name? ' n; echo got $n")
+            assert asked.status == "waiting_for_input" and asked.handle is not None
+            await asked.handle.send_input("ann\r")
+            answered = await asked.handle.wait()
+            silent = await term.run("read -s n; echo got $n")
+            assert silent.status == "waiting_for_input" and silent.handle is not None
+            await silent.handle.send_input("bob\r")
+            told = await silent.handle.wait()
+    assert (lost.status, lost.exit_code) == ("finished", None), lost
+    assert lost.note.startswith("command detection was lost: the shell is back at its prompt")
+    assert (failing.status, failing.exit_code) == ("finished", 3)
+    assert (after.status, after.output, after.exit_code) == ("finished", "next\n", 0)
+    assert (answered.status, answered.exit_code) == ("finished", 0)
+    assert answered.output.endswith("got ann\n")
+    assert (told.status, told.output, told.exit_code) == ("finished", "got bob\n", 0)
+
+
+@pytest.mark.parametrize(
+    ("shell", "redirect"),
+    [("/bin/bash", "exec 2>/dev/null"), ("zsh", "exec >/dev/null"), ("zsh", "exec 2>/dev/null")],
+)
+async def test_marks_reach_the_terminal_when_the_shell_redirects_its_output(
+    shell: str, redirect: str
+) -> None:
+    """The integration printed its marks on bash's stderr and zsh's stdout: after
+    ``exec 2>/dev/null`` bash's command was reported running for good (every later one
+    refused), after ``exec >/dev/null`` zsh's every later command ``not run`` with no
+    exit code. The marks go to the terminal itself while those are redirected."""
+    if shutil.which(shell) is None:
+        pytest.skip(f"{shell} is not installed")
+    async with ahp.open_host() as host:
+        term = await host.create_terminal(shell=shell)
+        with trio.fail_after(TIMEOUT):
+            redirected = await term.run(redirect, timeout=4 * TIMEOUT)
+            failing = await term.run("(exit 3)")
+            after = await term.run("echo next")
+    assert (redirected.status, redirected.exit_code) == ("finished", 0), redirected
+    assert (failing.status, failing.exit_code) == ("finished", 3), failing
+    assert after.exit_code == 0, after
+    if "2>" in redirect:
+        assert after.output == "next\n"
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_marks_printed_in_a_shell_without_integration_are_not_command_ends(
+    mode: str,
+) -> None:
+    """``/bin/sh`` gets no integration: any ``OSC 133`` mark is some program's output.
+    One ``133;A`` turned command detection on and every later command was reported
+    ``not run`` with no exit code; one ``133;C`` opened a command nothing ends, and
+    every later run was refused as busy with it. Commands there are delimited with
+    markers whatever the marks say."""
+    async with AsyncExitStack() as stack:
+        if mode == "local":
+            host = await stack.enter_async_context(ahp.open_host())
+            term: Any = await host.create_terminal(shell="/bin/sh")
+        else:
+            server = await stack.enter_async_context(running_server(shell="/bin/sh"))
+            client = await stack.enter_async_context(connect(server.url))
+            uri = "ahp-terminal:/agent"
+            await client.create_terminal(uri)
+            term = client.terminal(uri)
+        with trio.fail_after(TIMEOUT):
+            await term.run(r"printf 'a\033]133;A\007b\n'")
+            failing = await term.run("false")
+            await term.run(r"printf 'x\033]133;C\007y\n'")
+            after = await term.run('sh -c "exit 7"')
+            last = await term.run("echo next")
+    assert (failing.status, failing.exit_code) == ("finished", 1), failing
+    assert (after.status, after.exit_code) == ("finished", 7), after
+    assert (last.status, last.output, last.exit_code) == ("finished", "next\n", 0), last
+
+
 HELD_SHELL = Path(__file__).resolve().parent / "fixtures" / "held_interrupt_shell.py"
 
 

@@ -30,10 +30,16 @@ from hypothesis import strategies as st
 from ahp.engine import Outbox, open_host
 from ahp.protocol.state import ClientClaim, CommandPart, TerminalState, UnclassifiedPart
 from ahp.server.app import MAX_TOKEN_FILE, TokenFileError, read_token_file
-from ahp.server.drain import GOING_AWAY, GOODBYE_TIMEOUT, command_in_progress, drain
+from ahp.server.drain import (
+    GOING_AWAY,
+    GOODBYE_TIMEOUT,
+    busy_terminals,
+    command_in_progress,
+    drain,
+)
 from ahp.server.session import ServerState, Session
 from ahp.ws import ConnectionClosed
-from tests.helpers import TIMEOUT, kill_and_reap, stat_fields
+from tests.helpers import TIMEOUT, kill_and_reap, stat_fields, wait_for_state
 from tests.wire import Peer, peer, running_server
 
 REPO = Path(__file__).resolve().parents[1]
@@ -442,3 +448,17 @@ async def test_the_goodbye_is_bounded_and_the_drain_can_be_cancelled(
         with trio.move_on_after(0.5) as scope:
             await drain(again, timeout=5.0)
         assert scope.cancelled_caught and again.draining and again.going_away == GOING_AWAY
+
+
+async def test_a_mark_printed_in_a_shell_without_integration_holds_no_drain() -> None:
+    # /bin/sh gets no integration: a program that prints OSC 133;C opens a command part
+    # no shell will end, which held a drain for its whole timeout.
+    async with open_host() as host:
+        state = ServerState(host=host)
+        term = await host.create_terminal("ahp-terminal:/sh", shell="/bin/sh")
+        await term.send_input("printf 'x\\033]133;C\\007y\\n'\r")
+        await wait_for_state(term, command_in_progress)
+        with trio.fail_after(TIMEOUT):
+            while busy_terminals(state):  # noqa: ASYNC110 (the printf job, until it exits)
+                await trio.sleep(0.05)
+        assert command_in_progress(term.state)

@@ -22,6 +22,19 @@ as in a shell without detection
 command, left open in the terminal's state, holds nothing). Any other program
 (``exec python3``) is a command waiting for input.
 
+A shell that stops reporting ends (detected mode: ``unset PROMPT_COMMAND`` removes
+bash's end hook): once the shell's own line editor is seen reading at its prompt
+(:func:`~ahp.agent.evidence.editor_reads`, twice with nothing printed between) and the
+screen's last line is the prompt the command was typed at (after a Ctrl-C: a new line
+and a prompt), the command is over (``finished``, no exit code, a note saying command
+detection was lost); later commands use markers until the shell reports an end again
+(:meth:`~ahp.agent.registry.CommandRegistry.detection_back`).
+
+Marks nobody signed: in a terminal whose shell the host did not inject its integration
+into (``port.signed_marks`` false: ``/bin/sh``), any program can print ``OSC 133``
+marks; the terminal's detection is then never used: markers, and the foreground job
+for what holds the terminal.
+
 Never typing into a busy terminal: :func:`start_command` first asks what holds
 the terminal (:func:`holder_of`): a command of this surface that is not over, a
 detected command the shell reports running, or (without detection, when the
@@ -68,6 +81,7 @@ from ahp.agent.command import CommandHandle
 from ahp.agent.evidence import (
     InputEvidence,
     TtyView,
+    editor_reads,
     evidence_of,
     interactive_shell,
     looks_like_prompt,
@@ -195,10 +209,23 @@ async def _start(port: TerminalPort, command_line: str, options: RunOptions) -> 
         state = first.state
         if state.exited:
             raise RuntimeError("the terminal's process has exited")
-        # A command replaced the shell by one without detection: markers from then on.
+        # A command replaced the shell by one without detection, or the shell stopped
+        # reporting ends: markers from then on.
         lost = port.commands.detection_lost
-        detected = bool(state.supportsCommandDetection) and not lost
-        if not detected and not lost:
+        last = _last_part(state)
+        if lost and port.signed_marks and last is not None and last.isComplete:
+            lost = not port.commands.detection_back(last.commandId)
+        if (
+            state.supportsCommandDetection
+            and port.signed_marks is None
+            and port.processes is not None
+        ):
+            await port.processes.tty_status()  # (a remote port learns signed_marks)
+        # Marks nobody signed (no integration of ours) may be program output: never
+        # a command's boundaries (markers instead, whatever the state says).
+        unsigned = port.signed_marks is False
+        detected = bool(state.supportsCommandDetection) and not lost and not unsigned
+        if not detected and not lost and not unsigned:
             with trio.move_on_after(port.detection_wait):
                 async for item in stream:
                     if isinstance(item, ActionEnvelope) and isinstance(
@@ -213,11 +240,7 @@ async def _start(port: TerminalPort, command_line: str, options: RunOptions) -> 
             record.apply(Event.REFUSED, note=refusal_note(holder))
             return handle
         if detected and before_prompt(port.state):
-            # The previous command just ended: let the shell draw its prompt.
-            with trio.move_on_after(INTERRUPT_GRACE):
-                async for _ in stream:
-                    if not before_prompt(port.state):
-                        break
+            await _prompt_drawn(port, stream)
         if claim is not None:
             claimed = True
             await port.set_claim(claim)
@@ -256,6 +279,33 @@ async def _start(port: TerminalPort, command_line: str, options: RunOptions) -> 
                     with trio.move_on_after(CLAIM_TIMEOUT):
                         await port.set_claim(found_claim)
     return handle
+
+
+def _last_part(state: TerminalState) -> CommandPart | None:
+    for part in reversed(state.content):
+        if isinstance(part, CommandPart):
+            return part
+    return None
+
+
+#: While waiting for the shell's prompt, how often its processes are looked at.
+PROMPT_LOOK: Final = 0.25
+
+
+async def _prompt_drawn(port: TerminalPort, stream: _Stream) -> None:
+    """The previous command just ended: let the shell draw its prompt (something is
+    printed after the command's end), or be seen reading at it in its line editor's
+    way (a prompt that goes nowhere: ``exec 2>/dev/null`` in bash); at most
+    :data:`INTERRUPT_GRACE`."""
+    with trio.move_on_after(INTERRUPT_GRACE):
+        while before_prompt(port.state):
+            with trio.move_on_after(PROMPT_LOOK):
+                async for _ in stream:
+                    if not before_prompt(port.state):
+                        return
+            processes = port.processes
+            if processes is not None and editor_reads(await processes.tty_status()):
+                return
 
 
 async def _close(stream: _Stream) -> None:
@@ -304,6 +354,9 @@ class _Collector:
     #: Detected mode: the command line of another program that replaced the terminal's
     #: shell (``exec python3``), once seen reading the terminal.
     replaced_program: str | None = None
+    #: Detected mode, the command started: the shell was seen back at its prompt
+    #: (twice, nothing printed between) without reporting the command's end.
+    marks_lost: bool = False
 
     async def run(self) -> None:
         record = self.record
@@ -454,6 +507,8 @@ class _Collector:
             elif isinstance(action, TerminalData):
                 if self.command_id is not None:
                     record.output(action.data)
+                    if record.machine.asked:
+                        self._after_ask(action.data)
                 elif self.pre_start is not None:
                     self.pre_start.feed(action.data)
                     if record.machine.asked:
@@ -610,6 +665,22 @@ class _Collector:
                 if self.scope is not None:
                     self.scope.cancel()  # the follower waits for an end that will not come
                 return
+            if self.marks_lost:
+                state = self.port.state
+                self.port.commands.lose_detection(
+                    frozenset(p.commandId for p in state.content if isinstance(p, CommandPart))
+                )
+                await self._end(
+                    Event.ENDED,
+                    note="command detection was lost: the shell is back at its prompt but "
+                    "reported no end of the command (its hooks were removed, e.g. `unset "
+                    "PROMPT_COMMAND`, or its marks sent elsewhere): exit code unknown; later "
+                    "commands here are delimited with markers until the shell reports one's "
+                    "end again",
+                )
+                if self.scope is not None:
+                    self.scope.cancel()  # the follower waits for an end that will not come
+                return
             if self.back_at_prompt:
                 note = (
                     "the shell dropped the rest of the command line (its end marker) "
@@ -693,6 +764,23 @@ class _Collector:
             return None
         return replaced_by(status)
 
+    def _at_prompt_unreported(self, status: TtyView | None) -> bool:
+        """Detected mode, the command started and its end not reported: the shell is
+        back at its prompt, its line editor reading (:func:`editor_reads`), and the
+        screen shows that prompt: its last line is the prompt the command was typed
+        at, or, once a Ctrl-C was sent (which ends a builtin ``read`` too), the shell
+        answered it with a new line and a prompt. A builtin ``read`` (canonical mode;
+        or a prompt of its own on screen) is not this: it waits for input."""
+        pre = self.pre_start
+        if self.markers is not None or self.command_id is None or pre is None:
+            return False
+        if not editor_reads(status):
+            return False
+        if self.record.machine.asked:
+            return prompt_after(self.after_ask, pre.prompt)
+        last = screen_line(self.port.state.tail(PROMPT_LOOKBACK)).strip()
+        return bool(last) and last == pre.prompt
+
     def _screen_says_input(self) -> bool:
         """A full-screen program (it reads keys), or a prompt-like last line."""
         record = self.record
@@ -727,6 +815,11 @@ class _Collector:
                     full_screen=full_screen,
                     replaced_shell=True,
                 )
+            if self._at_prompt_unreported(status):
+                # A second look with nothing in between: not a command on its way out.
+                seen, self.shell_read_seen = self.shell_read_seen, self.record.activity
+                self.marks_lost = seen is self.record.activity
+                return None
             evidence = evidence_of(status)
             if evidence is None:
                 return None

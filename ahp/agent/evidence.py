@@ -45,6 +45,7 @@ __all__ = [
     "SOURCES",
     "InputEvidence",
     "TtyView",
+    "editor_reads",
     "evidence_of",
     "interactive_shell",
     "looks_like_prompt",
@@ -76,6 +77,8 @@ class TtyView(Protocol):
     def shell_foreground(self) -> bool | None: ...
     @property
     def shell_replaced(self) -> bool | None: ...
+    @property
+    def canonical(self) -> bool | None: ...
 
 
 @attrs.frozen
@@ -221,6 +224,24 @@ def evidence_of(status: TtyView | None) -> InputEvidence | None:
             programs=status.programs,
         )
     return None
+
+
+def editor_reads(status: TtyView | None) -> bool:
+    """The terminal's own shell (not replaced) reads or polls the terminal the way its
+    line editor does at a prompt: in the foreground, the tty neither canonical nor
+    echoing (readline, zle, fish's reader), nothing unread. A plain ``read`` builtin
+    reads in canonical mode; ``read -e`` (bash), ``read -s -n 1``, or any ``read`` of
+    fish look the same, so the screen must say which (the caller's rule). ``False``
+    when the tty's mode is not known (an older server)."""
+    return (
+        status is not None
+        and status.shell_foreground is True
+        and not status.shell_replaced
+        and not status.unread
+        and bool(status.readers or status.tty_pollers)
+        and status.canonical is False
+        and not status.echo
+    )
 
 
 def looks_like_prompt(line: str) -> bool:

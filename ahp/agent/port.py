@@ -88,6 +88,16 @@ class TerminalPort(CommandControls, Protocol):
         ...
 
     @property
+    def signed_marks(self) -> bool | None:
+        """Whether the terminal's command marks are signed (the host injected its
+        integration into the shell, with a nonce): ``False`` when they are not, and
+        program output can forge them (``printf '\\033]133;C\\007'``); the agent
+        layer then delimits commands with its own markers whatever the terminal's
+        state says. ``None`` while not known (remotely: learned from the process
+        extension's ``ttyStatus``, absent from older servers): taken as signed."""
+        ...
+
+    @property
     def processes(self) -> ProcessPort | None:
         """What the terminal's processes show; ``None`` when nothing can be seen (no
         pty, a server without the process extension): the screen heuristics apply."""

@@ -13,8 +13,9 @@ handle does not stop its collector.
 It also keeps what the commands learned about the terminal's shell: whether a
 command replaced it (``exec bash``) by a shell without command detection
 (:attr:`CommandRegistry.detection_lost`: later commands are delimited with
-markers), and the lock that lets one command start at a time
-(:attr:`CommandRegistry.starting`). No I/O.
+markers), or stopped reporting a command's end (``unset PROMPT_COMMAND``: markers too,
+until a command's end is reported again); and the lock that lets one command start
+at a time (:attr:`CommandRegistry.starting`). No I/O.
 """
 
 from __future__ import annotations
@@ -38,10 +39,30 @@ class CommandRegistry:
     def __init__(self, limit: int = 0) -> None:
         self.limit = limit or MAX_COMMANDS_KEPT
         self._handles: dict[str, CommandHandle] = {}
-        #: A command replaced the shell (``exec bash``) by one without command detection.
+        #: A command replaced the shell (``exec bash``) by one without command detection,
+        #: or the shell stopped reporting a command's end.
         self.detection_lost = False
         #: Held while a command is started, from the busy check until it is added.
         self.starting = trio.Lock()
+        #: When the shell stopped reporting a command's end: the ids of the command parts
+        #: the terminal's state held then (a part completed since, of a command typed
+        #: with markers, shows the shell reports commands again: its hooks came back).
+        self.lost_known: frozenset[str] | None = None
+
+    def lose_detection(self, known: frozenset[str] | None = None) -> None:
+        """Later commands are delimited with markers (``known``: see :attr:`lost_known`;
+        ``None``: for good)."""
+        self.detection_lost = True
+        self.lost_known = known
+
+    def detection_back(self, done: str) -> bool:
+        """The shell, which had stopped reporting ends, reported the end of command part
+        ``done``: if it is a new one, detection is back (see :attr:`lost_known`)."""
+        if not self.detection_lost or self.lost_known is None or done in self.lost_known:
+            return False
+        self.detection_lost = False
+        self.lost_known = None
+        return True
 
     def add(self, handle: CommandHandle) -> None:
         self._handles[handle.id] = handle

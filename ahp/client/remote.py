@@ -121,6 +121,9 @@ class RemoteTerminal(CommandSurface):
         #: The server reported no tty status for a live terminal (no pty): nothing to
         #: see there, so the heuristics apply, as in-process.
         self._no_tty = False
+        #: Whether the server injected its integration into the shell (its marks are
+        #: signed), from its ``ttyStatus`` answers; ``None`` until one says.
+        self._integrated: bool | None = None
 
     @property
     def state(self) -> TerminalState:
@@ -132,7 +135,14 @@ class RemoteTerminal(CommandSurface):
 
     @property
     def detection_wait(self) -> float:
+        if self._integrated is False:
+            return 0.0  # no integration of the server's: none to wait for
         return DETECTION_WAIT if self.state.supportsCommandDetection is None else 0.0
+
+    @property
+    def signed_marks(self) -> bool | None:
+        """Learned from the server's ``ttyStatus`` answers (``integrated``)."""
+        return self._integrated
 
     def follow(self) -> _Follower:
         """The mirror's current state, then every envelope the client applies for it.
@@ -235,6 +245,8 @@ class RemoteTerminal(CommandSurface):
             self._no_tty = not self.ended
             return None
         wire = result.status
+        if wire.integrated is not None:
+            self._integrated = wire.integrated
         return TtyStatus(
             foreground_pgrp=wire.foregroundPgrp,
             echo=wire.echo,
@@ -245,6 +257,7 @@ class RemoteTerminal(CommandSurface):
             programs=wire.programs,
             shell_foreground=wire.shellForeground,
             shell_replaced=wire.shellReplaced,
+            canonical=wire.canonical,
         )
 
     async def job_mark(self) -> object:

@@ -132,6 +132,10 @@ class LocalPort:
         return self._terminal.program_name
 
     @property
+    def signed_marks(self) -> bool:
+        return self._terminal.integrated
+
+    @property
     def processes(self) -> LocalProcesses | None:
         return self._processes if self._terminal.spec.use_pty else None
 

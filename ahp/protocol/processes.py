@@ -216,6 +216,14 @@ class TtyStatusWire:
     #: The shell's process runs another command line than it was started with (a
     #: command ``exec``-ed another program); absent when not known.
     shellReplaced: bool | None = None
+    #: The tty is in canonical (line) mode (a line editor turns it off); absent when
+    #: not known.
+    canonical: bool | None = None
+    #: The host injected its shell integration into the terminal's shell: its command
+    #: marks are signed with a nonce, program output cannot forge them (``False``: the
+    #: terminal's command detection, if any, comes from marks anything may print);
+    #: absent when not known.
+    integrated: bool | None = None
 
 
 @frozen

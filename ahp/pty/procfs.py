@@ -378,6 +378,9 @@ class TtyStatus:
         shell_replaced: the terminal's shell process runs another command line than
             it was started with (a command ``exec``-ed another program: ``exec bash``);
             ``None`` when that is not known here.
+        canonical: the tty is in canonical (line) mode, ``ICANON``: a plain ``read``
+            of a line; a line editor (readline, zle, fish's) at its prompt turns it off,
+            with echo; ``None`` when that is not known here (an older server).
     """
 
     foreground_pgrp: int
@@ -389,6 +392,7 @@ class TtyStatus:
     programs: tuple[str, ...] = ()
     shell_foreground: bool | None = None
     shell_replaced: bool | None = None
+    canonical: bool | None = None
 
 
 #: Command lines reported in :attr:`TtyStatus.programs`.
@@ -428,6 +432,7 @@ def tty_status(
     except (OSError, termios.error):
         return None
     echo = bool(lflag & termios.ECHO)
+    canonical = bool(lflag & termios.ICANON)
     unread = _unread(master_fd)
     shell_foreground = None if shell_pid is None or pgrp <= 0 else pgrp == shell_pid
     shell_replaced = (
@@ -441,6 +446,7 @@ def tty_status(
             unread=unread,
             shell_foreground=shell_foreground,
             shell_replaced=shell_replaced,
+            canonical=canonical,
         )
     group = [info for info in _all_processes() if info.pgrp == pgrp]
     readers = tuple(sorted(info.pid for info in group if reads_tty(info)))
@@ -462,4 +468,5 @@ def tty_status(
         programs=tuple(command_line(pid) for pid in shown[:MAX_PROGRAMS]),
         shell_foreground=shell_foreground,
         shell_replaced=shell_replaced,
+        canonical=canonical,
     )

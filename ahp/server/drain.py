@@ -9,7 +9,9 @@ the sidecar killed with its children orphaned. So a drain:
    ``/readyz`` answers 503 (the engine stops routing new work here) and
    ``createTerminal`` is refused (``-32000``, message ``draining``);
 2. waits until no terminal has a command in progress, for ``timeout`` seconds at
-   most (:func:`busy_terminals`: a detected command, a foreground job, or a running
+   most (:func:`busy_terminals`: a detected command in a shell the host injected
+   its integration into (elsewhere the marks may be any program's output: a stray
+   ``OSC 133;C`` opens a command no shell will end), a foreground job, or a running
    ``x-ahp-terminals/exec`` command; an idle shell does not hold it), then up to
    :data:`EXEC_FETCH_GRACE` more while an exec that ended has a result no client fetched;
 3. says goodbye: every connection sends what is queued for it (so a
@@ -100,7 +102,7 @@ def busy_terminals(state: ServerState) -> list[str]:
         if terminal.running
         and (
             not terminal.spec.use_pty
-            or command_in_progress(terminal.state)
+            or (terminal.integrated and command_in_progress(terminal.state))
             or _foreground_job(terminal)
         )
     ]

@@ -132,6 +132,8 @@ async def _tty_status(session: Connection, params: Any) -> Any:
                 line[:MAX_PROGRAM_CHARS] for line in status.programs[:MAX_PROGRAMS_REPORTED]
             ),
             shellReplaced=status.shell_replaced,
+            canonical=status.canonical,
+            integrated=terminal.integrated,
         )
     return unstructure(TtyStatusResult(status=wire))
 

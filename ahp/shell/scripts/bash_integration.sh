@@ -81,9 +81,18 @@ __ahp_hist1() {
 	__ahp_hist=${h:2}
 }
 
+# Print a mark on stderr, where bash prints its prompt, while stderr is a terminal; else
+# (the user redirected it: `exec 2>/dev/null`) on the controlling terminal itself, so that
+# command detection survives (the prompt does not, the marks do).
+__ahp_print() {
+	if [[ -t 2 ]] || ! { builtin printf "$@" >/dev/tty; } 2>/dev/null; then
+		builtin printf "$@" >&2
+	fi
+}
+
 __ahp_emit_exec() {
 	__ahp_escape "$1"
-	builtin printf '\e]633;E;%s;%s\a\e]633;C;%s\a' "$__ahp_out" "$__ahp_nonce" "$__ahp_nonce" >&2
+	__ahp_print '\e]633;E;%s;%s\a\e]633;C;%s\a' "$__ahp_out" "$__ahp_nonce" "$__ahp_nonce"
 	__ahp_st=1
 }
 
@@ -123,7 +132,11 @@ __ahp_mode=debug
 __ahp_ps0() {
 	((HISTCMD > __ahp_hc)) || return 0
 	__ahp_hist1
-	__ahp_emit_exec "$__ahp_hist" 2>&1
+	if [[ -t 2 ]]; then
+		__ahp_emit_exec "$__ahp_hist" 2>&1 # into PS0, printed on stderr
+	else
+		__ahp_emit_exec "$__ahp_hist" # stderr redirected: on the terminal (__ahp_print)
+	fi
 }
 
 __ahp_debug() {
@@ -238,9 +251,9 @@ __ahp_wrap_prompts() {
 
 __ahp_finish() {
 	if ((__ahp_st == 1)); then
-		builtin printf '\e]633;D;%s;%s\a' "$1" "$__ahp_nonce" >&2
+		__ahp_print '\e]633;D;%s;%s\a' "$1" "$__ahp_nonce"
 	else
-		builtin printf '\e]633;D;;%s\a' "$__ahp_nonce" >&2
+		__ahp_print '\e]633;D;;%s\a' "$__ahp_nonce"
 	fi
 	__ahp_st=0
 	__ahp_dsent=1
@@ -270,7 +283,7 @@ __ahp_pc_end() {
 	__ahp_dbg_tick=0
 	__ahp_wrap_prompts
 	__ahp_escape "$PWD"
-	builtin printf '\e]633;P;Cwd=%s;%s\a' "$__ahp_out" "$__ahp_nonce" >&2
+	__ahp_print '\e]633;P;Cwd=%s;%s\a' "$__ahp_out" "$__ahp_nonce"
 	__ahp_hc=$HISTCMD
 	if [[ $__ahp_mode == debug ]]; then
 		__ahp_st=2 # no PS0: the next simple command outside PROMPT_COMMAND starts the line

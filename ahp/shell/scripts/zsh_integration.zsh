@@ -125,6 +125,14 @@ zshrc)
 		REPLY=$s
 	}
 
+	# Print a mark on stdout while it is a terminal; else (the user redirected it: `exec
+	# >/dev/null`) on the controlling terminal itself, so that command detection survives.
+	__ahp_print() {
+		if [[ -t 1 ]] || ! { builtin printf "$@" >/dev/tty } 2>/dev/null; then
+			builtin printf "$@"
+		fi
+	}
+
 	# zsh prints the PROMPT_SP mark (PROMPT_EOL_MARK, by default a reverse "%" or "#" that flags
 	# output without a final newline, then a line of padding) after a command and before any
 	# precmd hook, so a D printed here would put that mark into the command's output. While a
@@ -147,9 +155,9 @@ zshrc)
 		fi
 		__ahp_eol_armed=0
 		if (( __ahp_st == 1 )); then
-			(( sp )) || builtin printf '\e]633;D;%s;%s\a' $s "$__ahp_nonce"
+			(( sp )) || __ahp_print '\e]633;D;%s;%s\a' $s "$__ahp_nonce"
 		else
-			builtin printf '\e]633;D;;%s\a' "$__ahp_nonce"
+			__ahp_print '\e]633;D;;%s\a' "$__ahp_nonce"
 		fi
 		__ahp_st=0
 		return s
@@ -167,7 +175,7 @@ zshrc)
 			PS1=$__ahp_ps1
 		fi
 		__ahp_escape "$PWD"
-		builtin printf '\e]633;P;Cwd=%s;%s\a' "$REPLY" "$__ahp_nonce"
+		__ahp_print '\e]633;P;Cwd=%s;%s\a' "$REPLY" "$__ahp_nonce"
 		return s
 	}
 
@@ -186,7 +194,7 @@ zshrc)
 			PROMPT_EOL_MARK=$__ahp_eol
 			__ahp_eol_armed=1
 		fi
-		builtin printf '\e]633;E;%s;%s\a\e]633;C;%s\a' "$REPLY" "$__ahp_nonce" "$__ahp_nonce"
+		__ahp_print '\e]633;E;%s;%s\a\e]633;C;%s\a' "$REPLY" "$__ahp_nonce" "$__ahp_nonce"
 		__ahp_st=1
 	}
 
