@@ -11,6 +11,7 @@ and the other viewers. The module skips only when ``/usr/bin/chromium`` is missi
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -652,3 +653,174 @@ async def test_a_page_with_a_refused_token_says_so(chromium: ChromiumProcess) ->
                 ".then(r => r.json()).then(j => j.access)"
             )
             assert answer == kind
+
+
+# -- terminal queries: the page answers live ones when it may type, never history's --------
+
+#: What a TUI asks its terminal at start: DA1, CPR, the background colour (OSC 11), DA2,
+#: DECRQM, DECRQSS, the foreground colour, and DECSET 1004 (xterm.js reports the focus
+#: at once). xterm.js 6 answers each of them through ``onData``, as it does keystrokes.
+QUERIES = (
+    r"\033[c\033[6n\033]11;?\007\033[>c\033[?2004$p\033P$qm\033\\"
+    r"\033]10;?\033\\\033[?1004h\033[5n\033[?1004l"
+)
+
+
+def page_input(log: Path, client_id: str) -> str:
+    """Everything the page typed into its terminals, as the audit log holds it."""
+    typed = ""
+    if log.exists():
+        for line in log.read_text().splitlines():
+            event = json.loads(line)
+            if event.get("event") == "input" and event.get("by") == client_id:
+                typed += event.get("text") or ""
+    return typed
+
+
+async def wait_for_input(log: Path, client_id: str, part: str) -> str:
+    with trio.fail_after(WAIT):
+        while True:
+            typed = page_input(log, client_id)
+            if part in typed:
+                return typed
+            await trio.sleep(0.05)
+
+
+async def take_over(page: Page) -> None:
+    await page.evaluate("document.getElementById('take-over').click()")
+    await page.wait_for("document.getElementById('term-meta').textContent.includes('held by you')")
+
+
+async def test_a_holding_page_types_nothing_for_the_queries_in_a_terminals_history(
+    chromium: ChromiumProcess, tmp_path: Path
+) -> None:
+    # xterm.js answered the queries it parsed in the snapshot (vim, fzf, ipython ask at
+    # start) through onData, and a holding page sent the answers as input: "^[[?1;2c"
+    # typed at the prompt, or into the program running.
+    log = tmp_path / "audit.log"
+    async with (
+        served(audit_log=str(log), audit_input=True) as s,
+        open_browser(chromium) as browser,
+        connect(s.sidecar.url, client_id="agent") as agent,
+    ):
+        await agent_terminal(agent)
+        work = agent.terminal("ahp-terminal:/work")
+        await work.run(f"printf '{QUERIES}'; echo asked-$((6*7))", timeout=WAIT)
+        await work.run("seq 1 30000", timeout=WAIT)  # (a history that takes a while to draw)
+        await work.run(f"printf '{QUERIES}'; echo asked-$((6*7))-again", timeout=WAIT)
+        page = await open_page(browser, s.sidecar.page_url)
+        await page.wait_for(f"{rows_text()}.includes('asked-42-again')")
+        # Watching, it says nothing about keystrokes: none were pressed.
+        assert await page.evaluate("document.getElementById('notice').textContent") == ""
+        await take_over(page)
+        client_id = await page.evaluate("window.ahpViewer.clientId")
+        # Reloaded, the page holds the terminal while it writes the history again; what
+        # is typed at once (maybe while the history is still drawn) reaches the shell.
+        await page.send("Page.reload", {})
+        await page.wait_for("window.ahpViewer && window.ahpViewer.current === 'ahp-terminal:/work'")
+        await page.wait_for(
+            "document.getElementById('term-meta').textContent.includes('held by you')"
+        )
+        await focus_terminal(page)
+        await page.type_text("echo typed-$((7*6))\r")
+        typed = await wait_for_input(log, client_id, "\r")
+        assert typed == "echo typed-$((7*6))\r", typed
+        await page.wait_for(f"{rows_text()}.includes('typed-42')")
+        # xterm.js did answer the history's questions (9 answers each time): the page
+        # sent none.
+        answers = await page.evaluate("window.ahpViewer.queryAnswers")
+        assert answers["sent"] == 0 and answers["dropped"] >= 18, answers
+        # Switching terminals and back writes the history again: still nothing typed.
+        await agent.create_terminal("ahp-terminal:/other", name="other")
+        await page.evaluate("window.ahpViewer.openTerminal('ahp-terminal:/other')")
+        await page.wait_for("window.ahpViewer.current === 'ahp-terminal:/other'")
+        await page.evaluate("window.ahpViewer.openTerminal('ahp-terminal:/work')")
+        await page.wait_for(f"{rows_text()}.includes('typed-42')")
+        await focus_terminal(page)
+        await page.type_text("echo after-$((2+3))\r")
+        await page.wait_for(f"{rows_text()}.includes('after-5')")
+        typed = await wait_for_input(log, client_id, "3))\r")
+        assert typed == "echo typed-$((7*6))\recho after-$((2+3))\r", typed
+        assert await page.evaluate("document.getElementById('notice').textContent") == ""
+
+
+async def test_a_watching_page_is_silent_when_a_live_program_asks(
+    chromium: ChromiumProcess,
+) -> None:
+    # xterm.js's answer to a live query looked like a keystroke: a watching page showed
+    # "Watching: keystrokes go nowhere" though nobody pressed a key.
+    async with (
+        served() as s,
+        open_browser(chromium) as browser,
+        connect(s.sidecar.url, client_id="agent") as agent,
+    ):
+        await agent_terminal(agent)
+        page = await open_page(browser, s.sidecar.page_url)
+        await page.wait_for("window.ahpViewer.current === 'ahp-terminal:/work'")
+        await page.wait_for(f"{rows_text()}.includes('$')")
+        await agent.send_input("ahp-terminal:/work", f"printf '{QUERIES}'; echo asked-$((6*7))\r")
+        await page.wait_for(f"{rows_text()}.includes('asked-42')")
+        await agent.send_input("ahp-terminal:/work", "echo later-$((1+1))\r")
+        await page.wait_for(f"{rows_text()}.includes('later-2')")
+        assert await page.evaluate("document.getElementById('notice').textContent") == ""
+        answers = await page.evaluate("window.ahpViewer.queryAnswers")
+        assert answers == {"sent": 0, "dropped": 9}, answers
+        # A key pressed still says where it goes.
+        await focus_terminal(page)
+        await page.type_text("x")
+        notice = await page.wait_for("document.getElementById('notice').textContent")
+        assert "Watching" in notice
+
+
+async def test_a_holding_page_answers_a_live_query_once(
+    chromium: ChromiumProcess, tmp_path: Path
+) -> None:
+    # The program waits for the answer now: the page that may type gives it, once; a
+    # second page, watching, does not.
+    log = tmp_path / "audit.log"
+    async with (
+        served(audit_log=str(log), audit_input=True) as s,
+        open_browser(chromium) as browser,
+        connect(s.sidecar.url, client_id="agent") as agent,
+    ):
+        await agent_terminal(agent)
+        holder = await open_page(browser, s.sidecar.page_url)
+        watcher = await open_page(browser, s.sidecar.page_url)
+        for page in (holder, watcher):
+            await page.wait_for("window.ahpViewer.current === 'ahp-terminal:/work'")
+        await take_over(holder)
+        await watcher.wait_for(
+            "document.getElementById('term-meta').textContent.includes('held by client')"
+        )
+        holder_id = await holder.evaluate("window.ahpViewer.clientId")
+        watcher_id = await watcher.evaluate("window.ahpViewer.clientId")
+        program = (
+            "printf '\\033[6n'; IFS= read -rs -t 20 -d R ans;"
+            ' echo "got:${ans#?}:$((40+2))"; echo end-$((6*7))\r'
+        )
+        await agent.send_input("ahp-terminal:/work", program)
+        # (Read from the agent's mirror: a page in a background tab may not draw.)
+        pattern = re.compile(r"got:\[(\d+);(\d+):42\r\n")
+        await agent.wait_for(
+            lambda: pattern.search(agent.terminal_state("ahp-terminal:/work").text()) is not None,
+            timeout=WAIT,
+        )
+        got = pattern.search(agent.terminal_state("ahp-terminal:/work").text())
+        assert got is not None
+        answer = await wait_for_input(log, holder_id, "R")
+        assert answer == f"\x1b[{got[1]};{got[2]}R", answer
+        # Nothing more was typed: a second answer would be at the prompt now.
+        await agent.send_input("ahp-terminal:/work", "echo marker-$((2*21))\r")
+        await agent.wait_for(
+            lambda: "marker-42\r\n" in agent.terminal_state("ahp-terminal:/work").text(),
+            timeout=WAIT,
+        )
+        assert page_input(log, holder_id) == answer
+        assert page_input(log, watcher_id) == ""
+        await watcher.wait_for(  # (parsed by the watcher too: a background tab is slower)
+            "window.ahpViewer.text().includes('marker-42') && window.ahpViewer.pendingWrites === 0"
+        )
+        for page in (holder, watcher):
+            assert await page.evaluate("document.getElementById('notice').textContent") == ""
+        assert await holder.evaluate("window.ahpViewer.queryAnswers") == {"sent": 1, "dropped": 0}
+        assert await watcher.evaluate("window.ahpViewer.queryAnswers") == {"sent": 0, "dropped": 1}

@@ -300,6 +300,13 @@ test("the client follows a terminal, and after a dropped socket resumes with rep
   server.missed = [server.publish(null, { type: "terminal/data", data: "!" }), server.publish(null, { type: "terminal/data", data: "?" })];
   await until(() => server.sockets.length === 2 && client.status === "open");
   await until(() => contentText(client.state("ahp-terminal:/t").content) === "hello world!?");
+  // The page tells output replayed after a reconnect from output sent as it happened
+  // (it answers terminal queries in live output only).
+  const data = events.filter(([kind, d]) => kind === "action" && d.action.type === "terminal/data");
+  assert.deepEqual(
+    data.map(([, d]) => [d.action.data, d.replayed]),
+    [["world", false], ["!", true], ["?", true]],
+  );
   const reconnect = server.received.find((m) => m.method === "reconnect");
   assert.deepEqual(reconnect.params.subscriptions.find((s) => s.channel === "ahp-terminal:/t").lastSeenServerSeq, 101);
   assert.ok(events.some(([kind, d]) => kind === "status" && d.status === "closed"));

@@ -293,7 +293,8 @@ export class RequestError extends Error {
  *
  * Events (listener(kind, detail)): "status" {status: "connecting"|"open"|"closed",
  * readOnly?}, "snapshot" {channel, state} (the state was replaced: redraw),
- * "action" {channel, action, envelope, state} (applied), "rejected" {channel, envelope},
+ * "action" {channel, action, envelope, state, replayed} (applied; ``replayed``: sent in a
+ * reconnect's replay, not as it happened), "rejected" {channel, envelope},
  * "missing" {channel} (gone while away), "error" {message}.
  */
 export class AhpClient {
@@ -424,7 +425,7 @@ export class AhpClient {
     });
     for (const entry of result.channels) {
       if (entry.kind === "replay") {
-        for (const envelope of entry.actions) this.envelope(envelope);
+        for (const envelope of entry.actions) this.envelope(envelope, true);
       } else if (entry.kind === "snapshot") {
         this.emit("snapshot", { channel: entry.channel, state: this.mirror.snapshot(entry.snapshot) });
       } else {
@@ -478,7 +479,9 @@ export class AhpClient {
     if (message.method === "action") this.envelope(message.params);
   }
 
-  envelope(envelope) {
+  /** One envelope from the server; ``replayed``: from a reconnect's replay (what the
+   * client missed while away), not sent as it happened. */
+  envelope(envelope, replayed = false) {
     if (envelope.rejectionReason !== undefined) {
       this.mirror.apply(envelope); // (moves the cursor only)
       this.emit("rejected", { channel: envelope.channel, envelope });
@@ -490,6 +493,7 @@ export class AhpClient {
         action: envelope.action,
         envelope,
         state: this.mirror.states.get(envelope.channel),
+        replayed,
       });
     }
   }

@@ -7,6 +7,10 @@
 // Bounds: output waiting for xterm.js to parse is at most maxPendingWrite characters;
 // past it the page stops writing, and once xterm.js caught up it asks the server for a
 // fresh snapshot (a slow tab resynchronises instead of growing without bound).
+//
+// Terminal queries: the server passes them through (docs/protocol.md), and xterm.js
+// answers those it parses through onData, the event that carries keystrokes. The page
+// knows an answer from a keystroke, and what it answers (see "terminal queries" below).
 
 import { Terminal } from "./vendor/xterm/xterm.mjs";
 import { FitAddon } from "./vendor/xterm/addon-fit.mjs";
@@ -127,9 +131,105 @@ const client = new AhpClient({
   listener: onEvent,
 });
 
+// -- terminal queries ---------------------------------------------------------------------
+//
+// Programs ask their terminal things (vim, fzf, prompt_toolkit at start: the cursor
+// position, the device attributes, the colours…), and the server passes the questions to
+// every client. xterm.js 6 answers, through onData like a keystroke: CPR and DSR
+// (CSI n, CSI ? n), DA1 and DA2 (CSI c, CSI > c), DECRQM (CSI $ p, CSI ? $ p), DECRQSS
+// (DCS $ q), the colours (OSC 4, 10, 11, 12 with "?"), the window reports (CSI t, when
+// windowOptions allows them: not here), and it reports the focus as soon as a program
+// turns focus reports on (CSI ? 1004 h). An answer is sent only for a question that is
+// asked now: output that arrives live (not replayed after a reconnect), on the terminal
+// shown, while the page may type; history (a snapshot, a replay) was answered when it
+// was asked, and its answers typed again would be garbage at a prompt. A watching page
+// answers nothing and says nothing (no key was pressed).
+//
+// How the page tells an answer from a keystroke: xterm.js answers synchronously while it
+// parses the question. The page hooks each answered sequence in xterm.js's parser (the
+// hook runs just before xterm.js's own handler and lets it run); from the hook to the
+// end of that task, onData is xterm.js answering. Keystrokes come in their own events,
+// never inside a parse, so they are never mistaken (typed while a long history is drawn
+// too). Which output is being parsed: xterm.js parses writes in order and calls a
+// write's callback once it is parsed, so the oldest write whose callback has not come is
+// the one being parsed (``parsing`` below, runs of writes of the same source).
+// Nothing is removed from the output: xterm.js keeps every mode and colour it set.
+
+/** Writes handed to xterm.js and not yet parsed, oldest first: runs of {live, channel,
+ * count} (a run per successive writes from the same source; bounded like the writes). */
+const parsing = [];
+/** The source of the output xterm.js is answering a question of now (null: not parsing
+ * a question, so onData is a keystroke). */
+let answering = null;
+let answeringReset = false;
+const answers = { sent: 0, dropped: 0 };
+
+function parsed() {
+  const head = parsing[0];
+  head.count -= 1;
+  if (head.count === 0) parsing.shift();
+  answering = null;
+}
+
+/** The sole caller of term.write: ``live`` says whether questions in ``data`` are asked
+ * now (see above); ``done`` runs once xterm.js parsed it. */
+function feed(data, { live = false, channel = ui.current } = {}, done = undefined) {
+  const last = parsing.at(-1);
+  if (last !== undefined && last.live === live && last.channel === channel) last.count += 1;
+  else parsing.push({ live, channel, count: 1 });
+  try {
+    // (Pushed first: right after a keystroke xterm.js parses a write at once, inside it.)
+    term.write(data, () => {
+      parsed();
+      if (done) done();
+    });
+  } catch (error) {
+    const run = parsing.at(-1);
+    if (--run.count === 0) parsing.pop();
+    throw error;
+  }
+}
+
+function questionParsed() {
+  answering = parsing[0] ?? { live: false, channel: null };
+  if (!answeringReset) {
+    answeringReset = true;
+    queueMicrotask(() => {
+      answering = null;
+      answeringReset = false;
+    });
+  }
+  return false; // (xterm.js's own handler runs next, and answers)
+}
+
+for (const id of [
+  { final: "c" },
+  { prefix: ">", final: "c" },
+  { final: "n" },
+  { prefix: "?", final: "n" },
+  { intermediates: "$", final: "p" },
+  { prefix: "?", intermediates: "$", final: "p" },
+  { final: "t" },
+  { prefix: "?", final: "h" },
+]) {
+  term.parser.registerCsiHandler(id, questionParsed);
+}
+term.parser.registerDcsHandler({ intermediates: "$", final: "q" }, questionParsed);
+for (const id of [4, 10, 11, 12]) term.parser.registerOscHandler(id, questionParsed);
+
+/** xterm.js's answer to a question parsed in ``source``'s output. */
+function answer(data, source) {
+  const live = source.live && source.channel === ui.current && !ui.playing;
+  if (live && canType(client.state(ui.current)) && client.dispatch(ui.current, { type: "terminal/input", data })) {
+    answers.sent += 1;
+  } else {
+    answers.dropped += 1;
+  }
+}
+
 // -- writing into xterm.js --------------------------------------------------------------
 
-function write(data, { bounded = true } = {}) {
+function write(data, { bounded = true, live = false } = {}) {
   if (ui.behind || data.length === 0) return;
   if (bounded && ui.pending + data.length > maxPendingWrite) {
     ui.behind = true;
@@ -138,7 +238,7 @@ function write(data, { bounded = true } = {}) {
     return;
   }
   ui.pending += data.length;
-  term.write(data, () => {
+  feed(data, { live }, () => {
     ui.pending -= data.length;
     if (ui.behind && ui.pending === 0) resync();
   });
@@ -152,7 +252,7 @@ function resync() {
 
 /** Mark where a command's output starts (once everything before it is parsed). */
 function markCommand(commandId) {
-  term.write("", () => {
+  feed("", {}, () => {
     const marker = term.registerMarker(0);
     if (marker) ui.markers.set(commandId, marker);
   });
@@ -162,7 +262,8 @@ function redraw(state) {
   term.reset();
   ui.markers.clear();
   ui.behind = false; // (writes still queued keep counting in ui.pending until parsed)
-  // (A snapshot is bounded by MAX_CONTENT_CHARS: written whole.)
+  // (A snapshot is bounded by MAX_CONTENT_CHARS: written whole. It is history: the
+  // questions in it are not answered, see "terminal queries".)
   for (const part of state.content) {
     if (part.type === "command") {
       markCommand(part.commandId);
@@ -175,7 +276,7 @@ function redraw(state) {
   renderToolbar(state);
   renderCommands(state);
   // When the first terminal was on screen (ms since the navigation began; for benchmarks).
-  if (ui.firstDrawAt === null) term.write("", () => (ui.firstDrawAt = performance.now()));
+  if (ui.firstDrawAt === null) feed("", {}, () => (ui.firstDrawAt = performance.now()));
 }
 
 // -- size: the holder's pty size; a watcher fits it in its window -------------------------
@@ -402,6 +503,10 @@ $("give-back").addEventListener("click", () => {
 });
 
 term.onData((data) => {
+  if (answering !== null) {
+    answer(data, answering); // (xterm.js answering a question, not a key)
+    return;
+  }
   const state = client.state(ui.current);
   if (ui.playing || ui.current === null) return;
   if (!canType(state)) {
@@ -485,7 +590,7 @@ function reloadRecordingsSoon() {
   }
 }
 
-function onAction({ channel, action, state }) {
+function onAction({ channel, action, state, replayed }) {
   if (channel === ROOT) {
     renderTerminals(state);
     if (ui.current !== null && !(state.terminals ?? []).some((t) => t.resource === ui.current)) {
@@ -498,7 +603,7 @@ function onAction({ channel, action, state }) {
   if (channel !== ui.current) return;
   switch (action.type) {
     case "terminal/data":
-      write(action.data);
+      write(action.data, { live: !replayed }); // (replayed after a reconnect: history)
       return;
     case "terminal/commandExecuted":
       markCommand(action.commandId);
@@ -649,6 +754,15 @@ window.ahpViewer = {
   },
   get firstDrawAt() {
     return ui.firstDrawAt;
+  },
+  /** Characters handed to xterm.js and not parsed yet. */
+  get pendingWrites() {
+    return ui.pending;
+  },
+  /** xterm.js's answers to terminal queries: sent as input, or dropped (history, or
+   * the page may not type). */
+  get queryAnswers() {
+    return { ...answers };
   },
   /** For tests: a smaller bound on output waiting for xterm.js. */
   setWriteBound(chars) {
