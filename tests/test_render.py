@@ -125,6 +125,18 @@ def test_a_long_string_or_sequence_is_discarded_whatever_the_split(
         assert len(renderer._pending) <= MAX_SEQUENCE
 
 
+def test_rep_repeats_the_last_character_up_to_the_end_of_the_line() -> None:
+    """REP (CSI n b, terminfo's ``rep``, which ncurses uses) as tmux draws it."""
+    assert render(["a\x1b[5bz\r\n"], cols=80) == ["aaaaaaz"]
+    assert render(["a\x1b[b\x1b[31m\x1b[2b|\r\n"], cols=80) == ["aaaa|"]  # default 1
+    assert render(["abc\x1b[99999b\r\n"], cols=10) == ["abcccccccc"]  # bounded by the line
+    assert render(["漢\x1b[3b|\r\n"], cols=7) == ["漢漢漢|"]  # wide: by cells
+    assert render(["a\r\x1b[3bz\r\n"], cols=80) == ["z"]  # not after a control
+    assert render(["\x1b[3bz\r\n"], cols=80) == ["z"]  # nothing to repeat
+    for cut in range(1, 8):
+        assert render(["ab\x1b[4bc\r\n"[:cut], "ab\x1b[4bc\r\n"[cut:]]) == ["abbbbbc"]
+
+
 _TOKENS = st.sampled_from(
     [
         "a",
@@ -151,6 +163,7 @@ _TOKENS = st.sampled_from(
         "\x1b[?1049l",
         "\x1b7",
         "\x1b8",
+        "\x1b[3b",
         "xxxxxxxxxxxxxxxxxxxxxxxxx",
         "line\r\nline\r\n",
     ]

@@ -142,6 +142,17 @@ def test_a_rebuild_replays_only_the_retained_output() -> None:
     assert model.contained == 1 and model.screen().lines[-1] == "end"
 
 
+@pytest.mark.parametrize("emulator", EMULATORS)
+def test_rep_repeats_the_last_character(emulator: str) -> None:
+    """REP (CSI n b, terminfo's ``rep``: ncurses programs send it) on either emulator;
+    pyte 0.8 ignored it. A huge count draws at most a screenful."""
+    model = ScreenModel(20, 3, emulator=emulator)
+    model.feed("a\x1b[5bz\r\nb\x1b[31m\x1b[2b|")
+    assert model.screen().lines[:2] == ("aaaaaaz", "bbb|")
+    model.feed("\x1b[2J\x1b[Hx\x1b[99999b")
+    assert model.screen().lines[-1].strip("x") == ""
+
+
 def test_an_unknown_emulator_is_refused() -> None:
     with pytest.raises(ValueError, match="emulator must be one of"):
         ScreenModel(emulator="xterm")

@@ -15,6 +15,8 @@ terminal restores the main screen on ``rmcup``). That needs only a line model:
   slicing, not one cell at a time.
 * Lines wrapped at ``cols`` are joined again when they leave the window, so a long
   line reaches the agent as one line.
+* REP (``CSI n b``, terminfo's ``rep``) repeats the last character written, as
+  tmux does: at most up to the end of the line, nothing after a control.
 * Escape sequences show nothing, however long: one that has not ended within
   :data:`MAX_SEQUENCE` characters (a clipboard write, an image, a title of 20 KB)
   is discarded up to its end with only its kind remembered, as xterm does, so no
@@ -158,6 +160,7 @@ class LineRenderer:
         #: "osc", "string" (DCS/SOS/PM/APC), "csi", "inter" (a CSI's or an escape's
         #: intermediates), "esc"; "" when not.
         self._discard = ""
+        self._last = ""  # the last graphic character written, for REP ("" after a control)
         self._wrapped_prefix: list[str] = []  # wrapped pieces already sent up
         self._prefix_size = 0  # characters in ``_wrapped_prefix``
         #: The alternate screen is active now / was ever used.
@@ -353,6 +356,7 @@ class LineRenderer:
             window.append(new)
         window.append(_Line())
         self._row = len(window) - 1
+        self._last = ""  # (the last thing written was a control)
         return True
 
     def _line_feed(self) -> None:
@@ -373,6 +377,7 @@ class LineRenderer:
                 room = cols - self._col
                 piece, text = text[:room], text[room:]
                 self._put(piece, len(piece))
+                self._last = piece[-1]
             return
         for char in text:
             width = cell_width(char)
@@ -386,6 +391,7 @@ class LineRenderer:
                 self._col = 0
                 self._line_feed()
             self._put(char, width)
+            self._last = char
 
     def _put(self, piece: str, width: int) -> None:
         """Write ``piece`` (ASCII text, or one character ``width`` cells wide) at the cursor."""
@@ -400,6 +406,7 @@ class LineRenderer:
         self._col = col + width
 
     def _control(self, char: str) -> None:
+        self._last = ""  # REP repeats no character across a control (as tmux)
         if char == "\n" or char in "\x0b\x0c":
             self._line_feed()
         elif char == "\r":
@@ -498,11 +505,22 @@ class LineRenderer:
             if not self._lines:
                 self._lines.append(_Line())
             self._row = min(self._row, len(self._lines) - 1)
+        elif final == "b":
+            self._repeat(n)
         elif final == "s":
             self._saved = (self._row, self._col)
         elif final == "u":
             self._row = min(self._saved[0], len(self._lines) - 1)
             self._col = self._saved[1]
+
+    def _repeat(self, count: int) -> None:
+        """REP: the last graphic character written, ``count`` more times, at most up to
+        the end of the line (as tmux: a repeat never wraps, so it is bounded by ``cols``)."""
+        char = self._last
+        if char:
+            count = min(count, (self.cols - self._col) // cell_width(char))
+            if count > 0:
+                self._write(char * count)
 
     def _erase_line(self, mode: int) -> None:
         line = self._lines[self._row]

@@ -152,13 +152,13 @@ class _Pyte:
 
     def __init__(self, cols: int, rows: int) -> None:
         self.screen = _PyteScreen(cols, rows)
-        self._stream = pyte.Stream(self.screen)
+        self._stream = _PyteStream(self.screen)
 
     def feed(self, text: str) -> None:
         self._stream.feed(text)
 
     def recover(self) -> None:
-        self._stream = pyte.Stream(self.screen)
+        self._stream = _PyteStream(self.screen)
 
     def resize(self, cols: int, rows: int) -> None:
         self.screen.resize(lines=rows, columns=cols)
@@ -176,13 +176,31 @@ class _Pyte:
         """Nothing to free: pure Python."""
 
 
+class _PyteStream(pyte.Stream):
+    """pyte's stream, plus REP (``CSI n b``), which pyte 0.8 ignores."""
+
+    csi = {**pyte.Stream.csi, "b": "repeat_last"}  # noqa: RUF012 (pyte declares it so)
+
+
 class _PyteScreen(pyte.Screen):
-    """pyte's screen, plus the alternate screen and without SGR's private forms."""
+    """pyte's screen, plus the alternate screen and REP, without SGR's private forms."""
 
     def __init__(self, columns: int, lines: int) -> None:
         super().__init__(columns, lines)
         self.alternate = False
         self._saved_main: tuple[dict[int, dict[int, Any]], Any] | None = None
+        self._last = ""  # the last character drawn, for REP
+
+    def draw(self, data: str) -> None:
+        super().draw(data)
+        if data:
+            self._last = data[-1]
+
+    def repeat_last(self, count: int = 1, *_: int, **__: Any) -> None:
+        """REP: the last character drawn, ``count`` more times (as libghostty-vt draws
+        it, wrapping), at most a screenful."""
+        if self._last:
+            self.draw(self._last * min(max(count, 1), self.columns * self.lines))
 
     def select_graphic_rendition(self, *attrs: int, private: bool = False) -> None:
         if not private:  # CSI ? 4 m (vim 9's query) is not a rendition
