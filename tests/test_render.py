@@ -8,15 +8,18 @@ exceeded at least once.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import tracemalloc
+import unittest.mock
 
 import pyte
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from ahp.agent import render as render_module
 from ahp.agent.budget import RETAINED_OUTPUT_BYTES, OutputBudget, _Retained, omission_marker
 from ahp.agent.evidence import looks_like_prompt
 from ahp.agent.markers import Markers, group
@@ -74,10 +77,65 @@ def test_lines_leave_the_window_and_clear_keeps_what_was_shown() -> None:
 
 
 def test_overlong_escape_is_dropped_and_rendering_goes_on() -> None:
-    junk = "\x1b]0;" + "t" * (MAX_SEQUENCE + 10)  # an OSC that never ends
-    lines = render([junk[: MAX_SEQUENCE // 2], junk[MAX_SEQUENCE // 2 :], "\r\nok\r\n"], cols=80)
-    assert lines[-1] == "ok"
-    assert "\x1b" not in "".join(lines)
+    junk = "\x1b]0;" + "t" * (MAX_SEQUENCE + 10)  # an OSC that has not ended yet
+    half = MAX_SEQUENCE // 2
+    lines = render([junk[:half], junk[half:], "\x07\r\nok\r\n"], cols=80)
+    assert lines == ["", "ok"]  # none of it shown
+
+
+_PAYLOAD = "".join(chr(0x41 + i % 26) for i in range(100_000))  # base64-like, no controls
+_LONG = MAX_SEQUENCE * 5
+
+
+@pytest.mark.parametrize(
+    ("output", "shown"),
+    [
+        ("before\r\n\x1b]52;c;" + _PAYLOAD + "\x07after\r\n", ["before", "after"]),  # clipboard
+        ("before\r\n\x1bPq" + "#1~~@@vv@@$-" * 7000 + "\x1b\\after\r\n", ["before", "after"]),
+        ("before\r\n\x1b_Ga=T,f=100;" + _PAYLOAD + "\x1b\\after\r\n", ["before", "after"]),
+        ("\x1b]0;" + "T" * 20_000 + "\x07x\r\n", ["x"]),  # a title
+        ("a \x1b]8;;http://e.com/" + "p" * _LONG + "\x1b\\link\x1b]8;;\x1b\\ b\r\n", ["a link b"]),
+        ("A\x1b]0;" + "t" * _LONG + "\x1b[1mB\r\n", ["AB"]),  # cut short by a colour's ESC
+        ("A\x1b]0;" + "t" * _LONG + "\x18B\r\n", ["AB"]),  # cancelled by CAN
+        ("X\x1bP" + "d" * _LONG + "\r\nmore", ["X"]),  # never ends: all of it discarded
+        ("A\x1b[" + "1;" * _LONG + "mB\r\n", ["AB"]),  # endless parameters
+        ("abc\x1b[" + "0" * _LONG + "1Dz\r\n", ["abcz"]),  # discarded, not obeyed
+        ("A\x1b[" + "1;" * _LONG + "\r\nB\r\n", ["A", "B"]),  # broken by a control
+        ("A\x1b " + " " * _LONG + "7B\r\n", ["AB"]),  # an escape's intermediates
+    ],
+)
+def test_a_long_string_or_sequence_is_discarded_whatever_the_split(
+    output: str, shown: list[str]
+) -> None:
+    """An escape sequence longer than MAX_SEQUENCE (an OSC 52 clipboard write, a sixel or
+    kitty image, a long title or link) shows nothing of itself, as on a terminal, and
+    is never held whole: only "inside one" is remembered."""
+    assert render([output], cols=80) == shown
+    size = len(output)
+    cuts = {1, 2, 3, MAX_SEQUENCE - 1, MAX_SEQUENCE, MAX_SEQUENCE + 1, MAX_SEQUENCE + 2}
+    cuts |= {size - k for k in range(1, 12)} | set(range(0, size, 997))
+    for cut in sorted(c for c in cuts if 0 < c < size):
+        assert render([output[:cut], output[cut:]], cols=80) == shown, cut
+    for step in (7, 1000, 4096, 5000):
+        chunks = [output[i : i + step] for i in range(0, size, step)]
+        assert render(chunks, cols=80) == shown, step
+    out: list[str] = []
+    renderer = LineRenderer(out.append, cols=80)
+    for i in range(0, size, 1000):
+        renderer.feed(output[i : i + 1000])
+        assert len(renderer._pending) <= MAX_SEQUENCE
+
+
+def test_rep_repeats_the_last_character_up_to_the_end_of_the_line() -> None:
+    """REP (CSI n b, terminfo's ``rep``, which ncurses uses) as tmux draws it."""
+    assert render(["a\x1b[5bz\r\n"], cols=80) == ["aaaaaaz"]
+    assert render(["a\x1b[b\x1b[31m\x1b[2b|\r\n"], cols=80) == ["aaaa|"]  # default 1
+    assert render(["abc\x1b[99999b\r\n"], cols=10) == ["abcccccccc"]  # bounded by the line
+    assert render(["漢\x1b[3b|\r\n"], cols=7) == ["漢漢漢|"]  # wide: by cells
+    assert render(["a\r\x1b[3bz\r\n"], cols=80) == ["z"]  # not after a control
+    assert render(["\x1b[3bz\r\n"], cols=80) == ["z"]  # nothing to repeat
+    for cut in range(1, 8):
+        assert render(["ab\x1b[4bc\r\n"[:cut], "ab\x1b[4bc\r\n"[cut:]]) == ["abbbbbc"]
 
 
 _TOKENS = st.sampled_from(
@@ -106,6 +164,7 @@ _TOKENS = st.sampled_from(
         "\x1b[?1049l",
         "\x1b7",
         "\x1b8",
+        "\x1b[3b",
         "xxxxxxxxxxxxxxxxxxxxxxxxx",
         "line\r\nline\r\n",
     ]
@@ -128,6 +187,33 @@ _SIMPLE = st.sampled_from(
         *("\x1b[K", "\x1b[1K", "\x1b[2K", "\x1b[31mred\x1b[0m"),
     ]
 )
+
+
+#: Pieces of long, short, broken and cut-short sequences, rendered with a tiny
+#: MAX_SEQUENCE so that random ones cross it.
+_LONG_PIECES = st.sampled_from(
+    [
+        *("a", "xyz", "\r\n", "\x1b", "\x1b]", "\x1b]0;", "\x1bP", "\x1b_", "\x1b[", "\x1b "),
+        *("tttttttttt", "1;2;3;4;5", "0000000", "   ", "$", "\x07", "\x18", "\\", "\x1b\\"),
+        *("m", "H", "A", "b", "7", "\x1b[2b", "\x1b[31m", "\x1b[2D", "\x1b]8;;u\x1b\\"),
+    ]
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(_LONG_PIECES, max_size=40), st.data())
+def test_overlong_sequences_render_the_same_however_split(
+    pieces: list[str], data: st.DataObject
+) -> None:
+    text = "".join(pieces)
+    # (Garbage left out: a CSI cut short by an SGR, which the SGR pre-strip may join.)
+    assume(re.search(r"\x1b\[[0-?]*[ -/]*\x1b\[[0-9;:]*m", text) is None)
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(text)), max_size=8)))
+    chunks = [text[a:b] for a, b in zip([0, *cuts], [*cuts, len(text)], strict=True)]
+    with unittest.mock.patch.object(render_module, "MAX_SEQUENCE", 12):
+        whole = render([text])
+        assert render(chunks) == whole
+        assert render(list(text)) == whole
 
 
 @settings(max_examples=300, deadline=None)

@@ -27,7 +27,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import ahp
-from ahp.agent.screen import EMULATORS, RETAINED_MAX, SCREEN_REPLAY, Screen, ScreenModel
+from ahp.agent.screen import (
+    EMULATORS,
+    RETAINED_MAX,
+    SCREEN_REPLAY,
+    Screen,
+    ScreenModel,
+    resume_at,
+)
 from ahp.client import connect
 from ahp.protocol.state import ClientClaim, TerminalState, UnclassifiedPart
 from tests.helpers import TIMEOUT
@@ -142,6 +149,17 @@ def test_a_rebuild_replays_only_the_retained_output() -> None:
     assert model.contained == 1 and model.screen().lines[-1] == "end"
 
 
+@pytest.mark.parametrize("emulator", EMULATORS)
+def test_rep_repeats_the_last_character(emulator: str) -> None:
+    """REP (CSI n b, terminfo's ``rep``: ncurses programs send it) on either emulator;
+    pyte 0.8 ignored it. A huge count draws at most a screenful."""
+    model = ScreenModel(20, 3, emulator=emulator)
+    model.feed("a\x1b[5bz\r\nb\x1b[31m\x1b[2b|")
+    assert model.screen().lines[:2] == ("aaaaaaz", "bbb|")
+    model.feed("\x1b[2J\x1b[Hx\x1b[99999b")
+    assert model.screen().lines[-1].strip("x") == ""
+
+
 def test_an_unknown_emulator_is_refused() -> None:
     with pytest.raises(ValueError, match="emulator must be one of"):
         ScreenModel(emulator="xterm")
@@ -157,6 +175,91 @@ def test_the_model_follows_a_state_split_anywhere() -> None:
         screen = model.update(state)
     assert list(screen.lines) == REFERENCE["htop"]["lines"]
     assert model.replays == 1
+
+
+def _one_part(text: str, cols: int = 80, rows: int = 24) -> TerminalState:
+    part = UnclassifiedPart(text)
+    return TerminalState(title="t", claim=ClientClaim(""), content=(part,), cols=cols, rows=rows)
+
+
+_B64 = "".join(chr(0x41 + i * 7 % 26) for i in range(200_000))
+
+
+@pytest.mark.parametrize(
+    "sequence",
+    [
+        "\x1b]52;c;" + _B64[:100_000] + "\x07",  # a clipboard write (neovim, tmux)
+        "\x1bPq" + "#1~~@@vv@@$-" * 8000 + "\x1b\\",  # a sixel image
+        "\x1b_Ga=T,f=100;" + _B64[:90_000] + "\x1b\\",  # a kitty image
+        "\x1b]0;" + "T" * 70_000 + "\x07",  # a title
+        "\x1b]1337;File=inline=1:" + _B64 + "\x07",  # iTerm2, found past the first look back
+    ],
+)
+def test_a_replay_never_starts_inside_a_long_sequence(sequence: str) -> None:
+    """A replay (the last SCREEN_REPLAY characters) that would begin inside a long escape
+    string starts after it: its payload showed as text on the screen."""
+    for after in ("after\r\n$ ", "x" * 500 + "\r\n$ "):
+        state = _one_part("before\r\n" + sequence + after)
+        screen = ScreenModel(80, 24).update(state)  # first use: a replay
+        shown = ScreenModel(80, 24).update(_one_part(after)).text()
+        assert screen.text() == shown, screen.text()[:80]
+        model = ScreenModel(80, 24)  # a backlog beyond SCREEN_REPLAY: a replay too
+        model.update(_one_part("before\r\n"))
+        screen = model.update(state)
+        assert model.replays == 2 and screen.text().endswith("$"), screen.text()[:80]
+        assert "AAA" not in screen.text() and "TTT" not in screen.text()
+    # Not ended yet: nothing of it shows.
+    unended = _one_part("before\r\n" + sequence[: 3 * len(sequence) // 4])
+    assert ScreenModel(80, 24).update(unended).text() in ("", "before")
+
+
+def test_a_rebuild_never_starts_inside_a_long_sequence() -> None:
+    """A rebuild replays the retained output likewise from outside any sequence."""
+    model = ScreenModel(80, 24, emulator="pyte")
+    model.feed("before\r\n\x1b]52;c;" + _B64[:100_000] + "\x07after\r\n")
+    model.feed("\x1b[?5P")  # pyte raises: a rebuild from the retained output
+    assert model.contained == 1 and model.screen().text() == "after"
+
+
+#: Pieces of output: text (a replay may start anywhere in it) and escape sequences (it
+#: may not start inside one).
+_TEXT = ("abc", "\r\n", "\x07", " ")
+_SEQUENCES = (
+    "\x1b]0;title\x07",
+    "\x1b]8;;http://e\x1b\\",
+    "\x1bPq#1~~\x07@@\x1b\\",  # (a BEL does not end a DCS)
+    "\x1b_Gq\x1b\\",
+    "\x1b]0;t\x18",  # cancelled
+    "\x1b]0;cut short",  # by the next sequence's ESC
+    "\x1b[31;1m",
+    "\x1b[?1049h",
+    "\x1b(B",
+    "\x1b7",
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(_TEXT + _SEQUENCES), min_size=1, max_size=20))
+def test_resume_at_is_the_first_place_outside_a_sequence(drawn: list[str]) -> None:
+    pieces: list[str] = []
+    for piece in drawn:
+        if pieces and pieces[-1] == "\x1b]0;cut short" and piece in _TEXT:
+            pieces.append("\x1b7")  # (only the next sequence's ESC ends it)
+        pieces.append(piece)
+    if pieces[-1] == "\x1b]0;cut short":
+        pieces.append("\x1b7")
+    text = "".join(pieces)
+    free: set[int] = set()  # where a replay may start
+    at = 0
+    for piece in pieces:
+        if piece in _TEXT:
+            free.update(range(at, at + len(piece)))
+        else:
+            free.add(at)
+        at += len(piece)
+    free.add(at)
+    for cut in range(len(text) + 1):
+        assert resume_at(text, cut, True) == min(p for p in free if p >= cut), cut
 
 
 # -- properties ---------------------------------------------------------------------------

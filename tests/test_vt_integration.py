@@ -249,14 +249,14 @@ def test_program_output_cannot_move_our_shells_commands_or_cwd() -> None:
 
 def test_a_shell_we_did_not_inject_is_believed_unsigned() -> None:
     # (VS Code's own scripts sign only E; a shell started without ours has no nonce.)
-    data = b"\x1b]633;P;Cwd=/a\x07\x1b]633;C\x07x\x1b]633;D;3\x07\x1b]7;file://h/b\x07"
+    data = b"\x1b]633;P;Cwd=/a\x07\x1b]633;C\x07x\x1b]633;D;3\x07\x1b]7;file://localhost/b\x07"
     assert actions_for([data], nonce=None) == [
         DETECTED,
         TerminalCwdChanged(cwd="file:///a"),
         TerminalCommandExecuted(commandId="cmd-1", commandLine="", timestamp=0),
         TerminalData("x"),
         TerminalCommandFinished(commandId="cmd-1", exitCode=3, durationMs=0),
-        TerminalData("\x1b]7;file://h/b\x07"),
+        TerminalData("\x1b]7;file://localhost/b\x07"),
         TerminalCwdChanged(cwd="file:///b"),
     ]
 

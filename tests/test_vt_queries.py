@@ -8,11 +8,13 @@ removed, and nothing else is changed.
 from __future__ import annotations
 
 import itertools
+import unittest.mock
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from ahp.vt import queries
 from ahp.vt.queries import MAX_QUERY, QueryFilter, strip_queries
 
 #: Queries (each makes a terminal answer on its input).
@@ -71,7 +73,28 @@ KEPT = [
     "\x1b>",
     "\x1b7",
     "\x1b8",
-    "\x1b[" + "1;" * 200 + "6n",  # longer than MAX_QUERY: not a query
+    "\x1b[" + "1;" * 200 + "m",  # longer than MAX_QUERY, and no query
+    "\x1b]0;" + "t" * 600 + "\x07",
+    "\x1b]8;;http://e.com/" + "p" * 600 + "\x1b\\",
+    "\x1bPq" + "#1!6~" * 200 + "\x1b\\",
+    "\x1b_Ga=T,f=100;" + "QUFB" * 200 + "\x1b\\",
+]
+
+#: Queries longer than MAX_QUERY, and what is left of them (a long CSI's final becomes
+#: CAN, which cancels it in the terminal).
+LONG_QUERIES = [
+    ("\x1b]4;" + "".join(f"{i};?;" for i in range(80)) + "\x07", ""),  # palette
+    ("\x1bP+q" + ";".join(["544e", "636f6c73"] * 40) + "\x1b\\", ""),  # XTGETTCAP
+    ("\x1bP$q" + "m" * 400 + "\x1b\\", ""),
+    ("\x1b]10;" + "?;" * 200 + "\x07", ""),
+    ("\x1b]777;" + "?;" * 200 + "\x07", ""),  # asks in its first MAX_QUERY characters
+    ("\x1b]4;" + "1;rgb:00/00/00;" * 30 + "\x07", ""),  # OSC 4 may ask later: removed
+    ("\x1b]52;c;" + "QUFB" * 200 + "\x07", ""),  # a clipboard write too
+    ("\x1b_Gi=31,a=q;" + "QUFB" * 200 + "\x1b\\", ""),
+    ("\x1b_G" + "i=31," * 100 + "a=q;AAAA\x1b\\", ""),  # its first field has not ended
+    ("\x1b[" + "1;" * 200 + "6n", "\x1b[" + "1;" * 200 + "6\x18"),
+    ("\x1b[" + "0" * 400 + "14t", "\x1b[" + "0" * 400 + "14\x18"),
+    ("\x1b[?" + "1;" * 200 + "1$p", "\x1b[?" + "1;" * 200 + "1$\x18"),
 ]
 
 TEXT = st.text(alphabet=st.characters(blacklist_categories=("Cc", "Cs")), max_size=20)
@@ -80,6 +103,22 @@ TEXT = st.text(alphabet=st.characters(blacklist_categories=("Cc", "Cs")), max_si
 @pytest.mark.parametrize("query", QUERIES)
 def test_each_query_is_removed(query: str) -> None:
     assert strip_queries(f"a{query}b") == "ab"
+
+
+@pytest.mark.parametrize(("query", "left"), LONG_QUERIES)
+def test_a_query_longer_than_max_query_is_removed_however_split(query: str, left: str) -> None:
+    """A long query is recognised without being held: a string is judged on its first
+    MAX_QUERY characters, a CSI's final replaced by CAN; at every split point."""
+    assert strip_queries(f"a{query}b") == f"a{left}b"
+    stream = f"a{query}b\x1b[6n"
+    for cut in range(len(stream) + 1):
+        f = QueryFilter()
+        out = f.feed(stream[:cut])
+        assert len(f._held) <= MAX_QUERY + 1
+        out += f.feed(stream[cut:])
+        assert out + f.flush() == f"a{left}b", cut
+    f = QueryFilter()
+    assert "".join(f.feed(c) for c in stream) + f.flush() == f"a{left}b"
 
 
 @pytest.mark.parametrize("kept", KEPT)
@@ -149,6 +188,21 @@ def test_split_anywhere_removes_exactly_the_queries(
     f = QueryFilter()
     out = "".join(f.feed(stream[a:b]) for a, b in itertools.pairwise(bounds))
     assert out + f.flush() == expected
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.text(alphabet="\x1b\x07\x05\x18[]P_?;:$>=Gac6nqtpx\\b0123456789", max_size=60), st.data())
+def test_long_sequences_split_anywhere_give_the_same_output(text: str, data: st.DataObject) -> None:
+    """As below, with a MAX_QUERY so small that random sequences are long."""
+    with unittest.mock.patch.object(queries, "MAX_QUERY", 6):
+        whole = strip_queries(text)
+        cuts = data.draw(st.lists(st.integers(min_value=0, max_value=len(text)), max_size=8))
+        bounds = sorted({0, len(text), *cuts})
+        f = QueryFilter()
+        out = "".join(f.feed(text[a:b]) for a, b in itertools.pairwise(bounds))
+        assert out + f.flush() == whole
+        f = QueryFilter()
+        assert "".join(f.feed(c) for c in text) + f.flush() == whole
 
 
 @settings(max_examples=300, deadline=None)

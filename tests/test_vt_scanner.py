@@ -193,7 +193,7 @@ def passthrough_token(draw: st.DrawFn) -> Token:
         raw = b"\x1b]" + which[-1].encode() + b";" + title.encode() + end
         return kept(raw, TitleChanged(title))
     if which == "cwd":
-        return kept(b"\x1b]7;file://host/home/u%20x" + end, CwdReported("file:///home/u%20x"))
+        return kept(b"\x1b]7;file://localhost/home/u%20x" + end, CwdReported("file:///home/u%20x"))
     if which == "link":
         return kept(b"\x1b]8;;https://example.com/\x1b\\link\x1b]8;;\x1b\\")
     if which == "csi":
@@ -420,12 +420,25 @@ def test_titles_pass_through_and_are_reported() -> None:
 @pytest.mark.parametrize(
     ("report", "uri"),
     [
-        (b"file://host/home/a%20b", "file:///home/a%20b"),
+        (b"file:///home/a%20b", "file:///home/a%20b"),
+        (b"file://127.0.0.1/t", "file:///t"),
+        (b"FILE://LocalHost/t", "file:///t"),
+        (b"file:/no/authority", "file:///no/authority"),
+        (b"file:///tmp/%ff%fe", "file:///tmp/%FF%FE"),  # (not UTF-8: the bytes kept)
         (b"file:///home/a b", "file:///home/a%20b"),
         (b"file://localhost/t%C3%A9", "file:///t%C3%A9"),
         (b"file:///t\xc3\xa9", "file:///t%C3%A9"),
         (b"/plain/path", "file:///plain/path"),
-        (b"kitty-shell-cwd://host/a b", "file:///a%20b"),
+        (b"kitty-shell-cwd://localhost/a b", "file:///a%20b"),
+        # Another host (a shell inside ssh): its path is not a path here.
+        (b"file://otherhost/tmp", None),
+        (b"kitty-shell-cwd://otherhost/tmp", None),
+        # A NUL or another control character in the decoded path: no cwd.
+        (b"file:///tmp/%00nul", None),
+        (b"file:///tmp/a\x01b", None),
+        (b"file:///tmp/%0Aline", None),
+        (b"file:///tmp/%C2%9B31m", None),
+        (b"/tmp/a\x7fb", None),
         (b"http://example.com/x", None),
         (b"file://hostonly", None),
     ],
@@ -436,6 +449,15 @@ def test_osc7_passes_through_and_reports_cwd(report: bytes, uri: str | None) -> 
     if uri is not None:
         expected.append(CwdReported(uri))
     assert scan(data) == expected
+
+
+def test_osc7_of_this_host_by_name() -> None:
+    data = b"\x1b]7;file://MyBox/home/a\x07\x1b]7;file://other/x\x07"
+    events = Scanner(hostname="mybox").feed(data)
+    first, second = "\x1b]7;file://MyBox/home/a\x07", "\x1b]7;file://other/x\x07"
+    assert events == [Text(first), CwdReported("file:///home/a"), Text(second)]
+    # The text (terminal/data) is what the program wrote, whatever the report was.
+    assert Scanner().feed(data) == [Text(data.decode())]
 
 
 def test_osc1337_current_dir() -> None:
@@ -604,7 +626,7 @@ def test_unescape_value(raw: bytes, value: str) -> None:
 
 def test_fixed_shortcut_agrees_with_the_parser() -> None:
     for payload, expected in _FIXED.items():
-        assert _interpret(payload) == expected
+        assert _interpret(payload, "") == expected
 
 
 # -- last_titles: only the last title of a run, per feed ---------------------------------------

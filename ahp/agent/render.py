@@ -15,6 +15,12 @@ terminal restores the main screen on ``rmcup``). That needs only a line model:
   slicing, not one cell at a time.
 * Lines wrapped at ``cols`` are joined again when they leave the window, so a long
   line reaches the agent as one line.
+* REP (``CSI n b``, terminfo's ``rep``) repeats the last character written, as
+  tmux does: at most up to the end of the line, nothing after a control.
+* Escape sequences show nothing, however long: one that has not ended within
+  :data:`MAX_SEQUENCE` characters (a clipboard write, an image, a title of 20 KB)
+  is discarded up to its end with only its kind remembered, as xterm does, so no
+  read split makes its payload appear as text.
 
 What it approximates (a full-screen program should be read through
 :meth:`ahp.engine.Terminal.screen` instead): scroll regions, insert/delete line
@@ -36,6 +42,7 @@ from typing import Final
 
 __all__ = [
     "MAX_CSI_PARAM",
+    "MAX_SEQUENCE",
     "MAX_JOINED_LINE",
     "MAX_WINDOW_COLS",
     "MAX_WINDOW_ROWS",
@@ -48,7 +55,10 @@ __all__ = [
 MAX_CSI_PARAM: Final = 10_000
 #: Tab stops every this many columns.
 TAB_WIDTH: Final = 8
-#: A control sequence longer than this that has not ended is dropped as text.
+#: An escape sequence is held back, while it has not ended, up to this many characters.
+#: A longer one (an OSC 52 clipboard write, a sixel or kitty image, a CSI with endless
+#: parameters) is discarded up to its end without being held: the renderer only
+#: remembers that it is inside one, as xterm does, and none of it is shown.
 MAX_SEQUENCE: Final = 4096
 #: A logical line (wrapped at ``cols``) longer than this many characters is handed on
 #: in pieces of this size: the pieces scrolled above the window are held until the
@@ -74,8 +84,12 @@ _TOKEN: Final = re.compile(
 )
 #: Colours and attributes (SGR) change nothing in the text: removed before tokenizing.
 _SGR: Final = re.compile(r"\x1b\[[0-9;:]*m")
-#: The start of an OSC or a DCS/SOS/PM/APC string (an SGR's ESC may cut one short).
-_STRING_START: Final = re.compile(r"\x1b[\]P_^X]")
+#: Where removing SGRs first would change the text: the start of an OSC or a
+#: DCS/SOS/PM/APC string (an SGR's ESC may cut one short), or an ESC, bare or with
+#: intermediates, followed by an ESC (which breaks it; without the SGR, what follows
+#: would complete it). (Not looked for, as it costs a scan of every CSI: a CSI cut
+#: short by an SGR, which is garbage; it may render differently by the read split.)
+_NO_SGR_STRIP: Final = re.compile(r"\x1b(?:[\]P_^X]|[ -/]*\x1b)")
 #: Whole lines of printable ASCII: the fast path.
 _PLAIN_LINES: Final = re.compile(r"(?:[ -~]*\r\n)+")
 #: An escape that may be completed by the next chunk.
@@ -85,6 +99,18 @@ _PARTIAL: Final = re.compile(
     r"|[P_^X][^\x18\x1a\x1b]*(?:\x1b)?"
     r"|[ -/]*)?\Z"
 )
+#: What a malformed escape sequence consists of before the character that breaks it.
+_PREFIX: Final = re.compile(r"\x1b(?:\[[0-?]*[ -/]*|[ -/]*)")
+#: Discarding an overlong sequence (see :data:`MAX_SEQUENCE`), by its kind: the
+#: first character that is no longer part of it. An OSC or a DCS/SOS/PM/APC string
+#: ends as in ``_TOKEN``; a CSI's or an escape's final character is discarded with it,
+#: any other character ends it and is read afresh.
+_OSC_STOP: Final = re.compile(r"[\x07\x18\x1a\x1b]")
+_STRING_STOP: Final = re.compile(r"[\x18\x1a\x1b]")
+_PARAMS_STOP: Final = re.compile(r"[^0-?]")
+_INTER_STOP: Final = re.compile(r"[^ -/]")
+_CSI_FINAL: Final = re.compile(r"[@-~]")
+_ESC_FINAL: Final = re.compile(r"[0-OQ-WYZ\\`a-~]")
 
 
 def cell_width(char: str) -> int:
@@ -116,7 +142,8 @@ class LineRenderer:
     :data:`MAX_WINDOW_ROWS` / :data:`MAX_WINDOW_COLS`), the scrolled-out part of
     the current logical line (at most :data:`MAX_JOINED_LINE` characters: a longer
     line goes to ``sink`` in pieces of that size), plus an unfinished escape
-    sequence of at most :data:`MAX_SEQUENCE` characters. Each line given to ``sink``
+    sequence of at most :data:`MAX_SEQUENCE` characters (a longer one is discarded
+    up to its end, remembering only that it is inside one). Each line given to ``sink``
     has no trailing newline and no trailing spaces (but for a piece of a longer line).
     """
 
@@ -131,6 +158,11 @@ class LineRenderer:
         self._col = 0
         self._saved = (0, 0)
         self._pending = ""  # an unfinished escape sequence
+        #: Inside an overlong sequence being discarded (MAX_SEQUENCE): its kind, one of
+        #: "osc", "string" (DCS/SOS/PM/APC), "csi", "inter" (a CSI's or an escape's
+        #: intermediates), "esc"; "" when not.
+        self._discard = ""
+        self._last = ""  # the last graphic character written, for REP ("" after a control)
         self._wrapped_prefix: list[str] = []  # wrapped pieces already sent up
         self._prefix_size = 0  # characters in ``_wrapped_prefix``
         #: The alternate screen is active now / was ever used.
@@ -143,8 +175,11 @@ class LineRenderer:
         if self._pending:
             text = self._pending + text
             self._pending = ""
-        if "\x1b[" in text and _STRING_START.search(text) is None:
-            # (Not with an OSC or string in it: an ESC of a colour may be what ends it.)
+        if self._discard:
+            skipped = self._skip(text)
+            if skipped:
+                text = text[skipped:]
+        if "\x1b[" in text and _NO_SGR_STRIP.search(text) is None:
             text = _SGR.sub("", text)
         pos = 0
         end = len(text)
@@ -158,12 +193,20 @@ class LineRenderer:
                     continue
             m = match(text, pos)
             if m is None or (m.lastgroup == "ctl" and text[pos] == "\x1b"):
-                partial = _PARTIAL.match(text, pos)
-                if partial is not None and end - pos <= MAX_SEQUENCE:
-                    self._pending = text[pos:]
+                if _PARTIAL.match(text, pos) is not None:
+                    if end - pos <= MAX_SEQUENCE:
+                        self._pending = text[pos:]
+                    else:  # overlong: discarded up to its end, in the next chunks
+                        self._start_discard(text, pos)
                     return
-                pos += 1  # a lone or overlong ESC: dropped
+                # Malformed (a character that cannot be part of it): a lone ESC is
+                # dropped and what follows read as text; but what an overlong one had
+                # become by then is discarded, as when it came in pieces.
+                prefix = _PREFIX.match(text, pos)
+                overlong = prefix is not None and prefix.end() - pos > MAX_SEQUENCE
+                pos = prefix.end() if prefix is not None and overlong else pos + 1
                 continue
+            start = pos
             pos = m.end()
             kind = m.lastgroup
             if kind == "text":
@@ -173,10 +216,57 @@ class LineRenderer:
                 if not self.alternate:
                     self._control(m.group("ctl"))
             elif kind == "csi":
-                self._csi(m.group("params"), m.group("inter"), m.group("final"))
+                if pos - start <= MAX_SEQUENCE + 1:  # (a longer one is discarded when split)
+                    self._csi(m.group("params"), m.group("inter"), m.group("final"))
             elif kind == "esc" and not self.alternate:
                 self._escape(m.group("esc"))
             # osc / string: dropped
+
+    def _start_discard(self, text: str, pos: int) -> None:
+        """``text[pos:]`` is an unfinished sequence longer than :data:`MAX_SEQUENCE`:
+        discard it, and what follows of it in the next chunks, without holding it."""
+        intro = text[pos + 1]
+        if intro == "]" or intro in "P_^X":
+            self._discard = "osc" if intro == "]" else "string"
+            if text[-1] == "\x1b":  # maybe the start of its ST
+                self._pending = "\x1b"
+        elif intro == "[":
+            self._discard = "inter" if " " <= text[-1] <= "/" else "csi"
+        else:
+            self._discard = "esc"  # ESC and intermediates
+
+    def _skip(self, text: str) -> int:
+        """Discard the start of ``text`` that continues an overlong sequence; return how
+        many characters that is (all of them while it has not ended)."""
+        kind = self._discard
+        end = len(text)
+        if kind in {"osc", "string"}:
+            stop = (_OSC_STOP if kind == "osc" else _STRING_STOP).search(text)
+            if stop is None:
+                return end
+            pos = stop.start()
+            if text[pos] != "\x1b":  # BEL (an OSC's), CAN, SUB: taken with it
+                self._discard = ""
+                return pos + 1
+            if pos + 1 == end:
+                self._pending = "\x1b"  # maybe the start of its ST
+                return end
+            self._discard = ""
+            return pos + 2 if text[pos + 1] == "\\" else pos  # ST, or the next sequence
+        pos = 0
+        if kind == "csi":
+            stop = _PARAMS_STOP.search(text)
+            if stop is None:
+                return end
+            pos = stop.start()
+        stop = _INTER_STOP.search(text, pos)
+        if stop is None:
+            self._discard = "inter" if kind == "csi" else kind
+            return end
+        pos = stop.start()
+        final = _ESC_FINAL if kind == "esc" else _CSI_FINAL
+        self._discard = ""
+        return pos + 1 if final.match(text, pos) else pos
 
     def lines(self) -> list[str]:
         """The window's lines as text (wrapped lines joined), trailing blank lines dropped.
@@ -268,6 +358,7 @@ class LineRenderer:
             window.append(new)
         window.append(_Line())
         self._row = len(window) - 1
+        self._last = ""  # (the last thing written was a control)
         return True
 
     def _line_feed(self) -> None:
@@ -288,6 +379,7 @@ class LineRenderer:
                 room = cols - self._col
                 piece, text = text[:room], text[room:]
                 self._put(piece, len(piece))
+                self._last = piece[-1]
             return
         for char in text:
             width = cell_width(char)
@@ -301,6 +393,7 @@ class LineRenderer:
                 self._col = 0
                 self._line_feed()
             self._put(char, width)
+            self._last = char
 
     def _put(self, piece: str, width: int) -> None:
         """Write ``piece`` (ASCII text, or one character ``width`` cells wide) at the cursor."""
@@ -315,6 +408,7 @@ class LineRenderer:
         self._col = col + width
 
     def _control(self, char: str) -> None:
+        self._last = ""  # REP repeats no character across a control (as tmux)
         if char == "\n" or char in "\x0b\x0c":
             self._line_feed()
         elif char == "\r":
@@ -413,11 +507,22 @@ class LineRenderer:
             if not self._lines:
                 self._lines.append(_Line())
             self._row = min(self._row, len(self._lines) - 1)
+        elif final == "b":
+            self._repeat(n)
         elif final == "s":
             self._saved = (self._row, self._col)
         elif final == "u":
             self._row = min(self._saved[0], len(self._lines) - 1)
             self._col = self._saved[1]
+
+    def _repeat(self, count: int) -> None:
+        """REP: the last graphic character written, ``count`` more times, at most up to
+        the end of the line (as tmux: a repeat never wraps, so it is bounded by ``cols``)."""
+        char = self._last
+        if char:
+            count = min(count, (self.cols - self._col) // cell_width(char))
+            if count > 0:
+                self._write(char * count)
 
     def _erase_line(self, mode: int) -> None:
         line = self._lines[self._row]

@@ -6,7 +6,9 @@ already holds its output; :class:`ScreenModel` feeds an emulator only with what 
 appended since it last looked, when someone asks for the screen. When it cannot tell
 what is new (the scrollback was trimmed, first use) or the backlog is large, it
 starts a fresh emulator and replays the last :data:`SCREEN_REPLAY` characters: a
-screen's worth of output is far less than that.
+screen's worth of output is far less than that. A replay starts outside any escape
+sequence (:func:`resume_at`): one that began before the replay's start (a clipboard
+write or an image longer than the replay) is skipped to its end, not shown as text.
 
 Why Ghostty's emulator: chosen by measurement on recorded output of real programs
 (``tests/fixtures/programs/``, ``benchmarks/bench_screen.py``, section "Issue 20:
@@ -47,11 +49,13 @@ from ahp.protocol.state import CommandPart, TerminalState, part_text
 
 __all__ = [
     "EMULATORS",
+    "REPLAY_LOOKBACK",
     "RETAINED_MAX",
     "SCREEN_REPLAY",
     "Screen",
     "ScreenModel",
     "available_emulator",
+    "resume_at",
 ]
 
 #: Characters replayed into a fresh emulator when the increment is unknown or too
@@ -60,6 +64,20 @@ SCREEN_REPLAY: Final = 64 * 1024
 #: Most characters of fed output retained before the copy is compacted to the last
 #: :data:`SCREEN_REPLAY` (compacting on every feed would copy 64 KiB each time).
 RETAINED_MAX: Final = 2 * SCREEN_REPLAY
+#: How far before a replay's start the model looks for an escape sequence the replay
+#: would begin inside (a clipboard write, an image, a title longer than what is
+#: replayed): the replay then starts after its end, so none of its payload shows as
+#: text. Looked at in growing steps, from :data:`REPLAY_LOOKBACK_STEP`; a sequence
+#: that began further back (more than 4 Mi characters, the default scrollback) is
+#: not found.
+REPLAY_LOOKBACK: Final = 4 * 1024 * 1024
+REPLAY_LOOKBACK_STEP: Final = 4096
+#: A CSI, or an escape with intermediates, as far as it goes (its final included).
+_CSI_BODY: Final = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]?")
+_ESC_BODY: Final = re.compile(r"\x1b[ -/]*[0-~]?")
+#: What ends an OSC (BEL too), or a DCS/SOS/PM/APC string.
+_OSC_STOP: Final = re.compile(r"[\x07\x18\x1a\x1b]")
+_STRING_STOP: Final = re.compile(r"[\x18\x1a\x1b]")
 #: The emulators a model can run, best first.
 EMULATORS: Final = ("ghostty", "pyte")
 _ALT_MODES: Final = frozenset(m << 5 for m in (1049, 1047, 47))
@@ -152,13 +170,13 @@ class _Pyte:
 
     def __init__(self, cols: int, rows: int) -> None:
         self.screen = _PyteScreen(cols, rows)
-        self._stream = pyte.Stream(self.screen)
+        self._stream = _PyteStream(self.screen)
 
     def feed(self, text: str) -> None:
         self._stream.feed(text)
 
     def recover(self) -> None:
-        self._stream = pyte.Stream(self.screen)
+        self._stream = _PyteStream(self.screen)
 
     def resize(self, cols: int, rows: int) -> None:
         self.screen.resize(lines=rows, columns=cols)
@@ -176,13 +194,31 @@ class _Pyte:
         """Nothing to free: pure Python."""
 
 
+class _PyteStream(pyte.Stream):
+    """pyte's stream, plus REP (``CSI n b``), which pyte 0.8 ignores."""
+
+    csi = {**pyte.Stream.csi, "b": "repeat_last"}  # noqa: RUF012 (pyte declares it so)
+
+
 class _PyteScreen(pyte.Screen):
-    """pyte's screen, plus the alternate screen and without SGR's private forms."""
+    """pyte's screen, plus the alternate screen and REP, without SGR's private forms."""
 
     def __init__(self, columns: int, lines: int) -> None:
         super().__init__(columns, lines)
         self.alternate = False
         self._saved_main: tuple[dict[int, dict[int, Any]], Any] | None = None
+        self._last = ""  # the last character drawn, for REP
+
+    def draw(self, data: str) -> None:
+        super().draw(data)
+        if data:
+            self._last = data[-1]
+
+    def repeat_last(self, count: int = 1, *_: int, **__: Any) -> None:
+        """REP: the last character drawn, ``count`` more times (as libghostty-vt draws
+        it, wrapping), at most a screenful."""
+        if self._last:
+            self.draw(self._last * min(max(count, 1), self.columns * self.lines))
 
     def select_graphic_rendition(self, *attrs: int, private: bool = False) -> None:
         if not private:  # CSI ? 4 m (vim 9's query) is not a rendition
@@ -263,9 +299,60 @@ class _Retained:
             self._size = len(kept)
 
     def text(self) -> str:
-        """The last :data:`SCREEN_REPLAY` characters."""
+        """The last :data:`SCREEN_REPLAY` characters, from outside any escape sequence
+        (as far as what is retained tells)."""
         joined = "".join(self._pieces)
-        return joined[-SCREEN_REPLAY:]
+        cut = len(joined) - SCREEN_REPLAY
+        if cut <= 0:
+            return joined
+        return joined[resume_at(joined, cut, True) :]
+
+
+def resume_at(text: str, cut: int, whole: bool) -> int | None:
+    """Where to start a replay of ``text[cut:]`` so that it does not begin inside an
+    escape sequence: ``cut``, or the end of the sequence ``cut`` falls in (as a VT
+    parser ends it). ``None`` when ``text[:cut]`` cannot tell (no ESC, CAN or SUB
+    in it) and is not ``whole`` (the start of the output).
+
+    Pure and cheap: a few ``rfind``; what follows ``cut`` is read only when
+    ``cut`` falls inside a sequence.
+    """
+    esc = text.rfind("\x1b", 0, cut)
+    last = max(esc, text.rfind("\x18", 0, cut), text.rfind("\x1a", 0, cut))
+    if last < 0:
+        return cut if whole else None
+    if last != esc or esc + 1 >= len(text):
+        return cut  # a CAN or SUB ended whatever was open; or nothing follows
+    kind = text[esc + 1]
+    if kind in "]P_^X":
+        if kind == "]" and text.rfind("\x07", esc, cut) >= 0:
+            return cut  # the OSC ended with a BEL before the cut
+        stop = (_OSC_STOP if kind == "]" else _STRING_STOP).search(text, max(cut, esc + 2))
+        if stop is None:
+            return len(text)  # all of it is the string's payload
+        end = stop.start()
+        if text[end] != "\x1b":
+            return end + 1  # BEL, CAN, SUB: taken with it
+        return end + 2 if text[end + 1 : end + 2] == "\\" else end
+    body = (_CSI_BODY if kind == "[" else _ESC_BODY).match(text, esc)
+    assert body is not None  # (both match the ESC alone)
+    return max(cut, body.end())
+
+
+def _replay_text(state: TerminalState) -> str:
+    """The last :data:`SCREEN_REPLAY` characters of ``state``, from outside any escape
+    sequence (see :data:`REPLAY_LOOKBACK`)."""
+    look = REPLAY_LOOKBACK_STEP
+    while True:
+        text = state.tail(SCREEN_REPLAY + look)
+        cut = len(text) - SCREEN_REPLAY
+        if cut <= 0:
+            return text  # the whole output: it starts at rest
+        whole = cut < look or look >= REPLAY_LOOKBACK
+        start = resume_at(text, cut, whole)
+        if start is not None:
+            return text[start:]
+        look *= 4
 
 
 def _key(part: object) -> str | None:
@@ -381,7 +468,7 @@ class ScreenModel:
             self._replace()
             self._retained.clear()
             self.replays += 1
-            self.feed(state.tail(SCREEN_REPLAY))
+            self.feed(_replay_text(state))
         elif delta:
             self.feed(delta)
         parts = state.content

@@ -24,6 +24,7 @@ drops what it holds (the terminal is closing).
 
 from __future__ import annotations
 
+import socket
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Final
@@ -114,6 +115,7 @@ class Parse:
             use_pty=self._use_pty,
             nonce=self._nonce,
             last_titles=True,  # (compact() drops all but the last of a feed anyway)
+            hostname=socket.gethostname(),  # (an OSC 7 naming another host is no cwd here)
         )
         slow = False  # the last feed was slow: feed in slices (see PARSE_SLICE)
         async with inbox:

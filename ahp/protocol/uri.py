@@ -18,7 +18,7 @@ from __future__ import annotations
 import ipaddress
 from urllib.parse import quote, unquote
 
-__all__ = ["file_uri_to_path", "local_file_uri_to_path", "path_to_file_uri"]
+__all__ = ["file_uri_to_path", "local_file_uri_to_path", "names_this_machine", "path_to_file_uri"]
 
 
 def path_to_file_uri(path: str) -> str:
@@ -70,7 +70,7 @@ def file_uri_to_path(uri: str) -> str:
     return unquote(rest, encoding="utf-8", errors="surrogateescape")
 
 
-def _names_this_machine(authority: str, hostname: str) -> bool:
+def names_this_machine(authority: str, hostname: str) -> bool:
     """Whether a ``file:`` URI's authority (lower-cased) is this machine: empty,
     ``localhost``, ``hostname`` or a loopback address (``127.x.y.z``, ``[::1]``)."""
     if authority in ("", "localhost", hostname.lower()):
@@ -101,6 +101,6 @@ def local_file_uri_to_path(uri: str, hostname: str) -> str:
         raise ValueError("a file: URI for a cwd must have no query or fragment")
     if uri[:7].lower() == "file://":
         authority = uri[7:].split("/", 1)[0].lower()
-        if not _names_this_machine(authority, hostname):
+        if not names_this_machine(authority, hostname):
             raise ValueError(f"it names another host ({authority!r})")
     return file_uri_to_path(uri)

@@ -77,11 +77,14 @@ class OutputParser:
             title for far less work when a program retitles its terminal on every
             line; the actions then depend on how the output was split, as
             :func:`compact`'s do. The engine's parse task sets it.
+        hostname: this machine's name, for OSC 7 reports (the scanner's ``hostname``).
     """
 
-    def __init__(self, *, use_pty: bool, nonce: str | None, last_titles: bool = False) -> None:
+    def __init__(
+        self, *, use_pty: bool, nonce: str | None, last_titles: bool = False, hostname: str = ""
+    ) -> None:
         self._decoder = None if use_pty else codecs.getincrementaldecoder("utf-8")("replace")
-        self._scanner = Scanner(last_titles=last_titles)
+        self._scanner = Scanner(last_titles=last_titles, hostname=hostname)
         # Our own OSC 633 hooks are authoritative: a shell's OSC 133 (fish 4) must not
         # report every command a second time.
         self._tracker = CommandTracker(nonce=nonce, osc133=nonce is None)

@@ -32,7 +32,10 @@ Each complete OSC is classified by its payload:
 * everything else passes through byte for byte, with its own terminator. OSC
   0/2 also yield :class:`TitleChanged`, OSC 7 and OSC 1337 ``CurrentDir=``
   :class:`CwdReported`. An event is emitted *after* the text that precedes it
-  (including the sequence itself when it passes through).
+  (including the sequence itself when it passes through). A cwd is reported only
+  when it is one of this machine: an OSC 7 naming another host (``file://h/p``
+  from a shell inside ``ssh``: not a path here) is not, nor is a path with a NUL
+  or another control character in it (decoded).
 
 Decisions for bad input (each is deterministic in the byte stream, so the
 output never depends on how the stream was split into chunks):
@@ -68,7 +71,7 @@ import codecs
 import re
 from typing import Final
 
-from ahp.protocol.uri import file_uri_to_path, path_to_file_uri
+from ahp.protocol.uri import file_uri_to_path, names_this_machine, path_to_file_uri
 from ahp.vt.events import (
     CommandFinished,
     CommandLine,
@@ -99,6 +102,8 @@ _TERMINATOR: Final = re.compile(rb"[\x07\x1b]")
 _ESCAPED: Final = re.compile(rb"\\(?:(\\)|x([0-9a-fA-F]{2}))")
 _EXIT_CODE: Final = re.compile(rb"[+-]?[0-9]{1,18}")
 _TITLE_HEADS: Final = (b"0;", b"2;")
+#: A control character (C0, DEL, C1) in a reported cwd's decoded path.
+_CONTROL: Final = re.compile("[\x00-\x1f\x7f-\x9f]")
 
 # One immutable instance per mark and family (the family tells the command tracker which
 # integration sent the mark; see ahp.vt.events.OscFamily).
@@ -143,13 +148,23 @@ class Scanner:
             Which titles are dropped depends on how the stream was split, so the
             default (every title an event) is what the split-invariance contract
             above states.
+        hostname: This machine's name (``socket.gethostname()``, passed in: no I/O
+            here). An OSC 7 ``file://`` URI reports a cwd only when its host is
+            empty, ``localhost``, a loopback address or this name.
     """
 
-    def __init__(self, *, max_pending: int = MAX_PENDING_ESCAPE, last_titles: bool = False) -> None:
+    def __init__(
+        self,
+        *,
+        max_pending: int = MAX_PENDING_ESCAPE,
+        last_titles: bool = False,
+        hostname: str = "",
+    ) -> None:
         if max_pending < MIN_PENDING_ESCAPE:
             raise ValueError(f"max_pending must be >= {MIN_PENDING_ESCAPE}, got {max_pending}")
         self._max_pending = max_pending
         self._last_titles = last_titles
+        self._hostname = hostname
         # One match = one OSC: ESC ] payload [terminator]. The payload stops at
         # the first BEL or ESC, or after max_pending - 3 bytes; group 2 is the
         # terminator when it is a complete BEL or ST.
@@ -255,7 +270,7 @@ class Scanner:
                     self._put_title(events, strs, raw, title, title_at)
                     title = None
                 known = _FIXED.get(payload)
-                remove, event = known if known is not None else _interpret(payload)
+                remove, event = known if known is not None else _interpret(payload, self._hostname)
                 if remove:
                     # _drop inlined (hot: shell marks come with every prompt), then the event.
                     if open_before:
@@ -391,7 +406,7 @@ def _is_shell_integration(payload: bytes) -> bool:
     return False
 
 
-def _interpret(payload: bytes) -> tuple[bool, Event | None]:
+def _interpret(payload: bytes, hostname: str) -> tuple[bool, Event | None]:
     """Classify a complete OSC payload: (remove it from the text?, event or None)."""
     head = payload[:4]
     if head == b"633;":
@@ -408,7 +423,7 @@ def _interpret(payload: bytes) -> tuple[bool, Event | None]:
     if head in (b"0;", b"2;"):
         return False, TitleChanged(payload[2:].decode("utf-8", "replace"))
     if head == b"7;":
-        uri = _osc7_uri(payload[2:])
+        uri = _osc7_uri(payload[2:], hostname)
         return False, None if uri is None else CwdReported(uri)
     if payload.startswith(b"1337;CurrentDir="):
         uri = _path_uri(payload[16:].decode("utf-8", "surrogateescape"))
@@ -473,22 +488,30 @@ def _unescape_match(m: re.Match[bytes]) -> bytes:
 
 
 def _path_uri(path: str) -> str | None:
+    if _CONTROL.search(path) is not None:
+        return None  # a NUL (no path has one) or another control: not a cwd to report
     try:
         return path_to_file_uri(path)
     except ValueError:
         return None  # relative or empty: not a usable cwd
 
 
-def _osc7_uri(raw: bytes) -> str | None:
-    """Normalise an OSC 7 report to ``file:///path`` (host dropped)."""
+def _osc7_uri(raw: bytes, hostname: str) -> str | None:
+    """Normalise an OSC 7 report to ``file:///path``; ``None`` when it names another
+    host than this machine (``hostname``), or is no absolute path."""
     text = raw.decode("utf-8", "surrogateescape")
     if text.startswith("/"):
         return _path_uri(text)
-    if text[:18].lower() == "kitty-shell-cwd://":
-        # kitty's variant carries the path unencoded after the host.
-        slash = text.find("/", 18)
-        return None if slash < 0 else _path_uri(text[slash:])
+    lowered = text.lower()
+    for scheme in ("kitty-shell-cwd://", "file://"):
+        if lowered.startswith(scheme):
+            slash = text.find("/", len(scheme))
+            if slash < 0 or not names_this_machine(lowered[len(scheme) : slash], hostname):
+                return None
+            if scheme == "kitty-shell-cwd://":
+                return _path_uri(text[slash:])  # kitty's variant: the path unencoded
+            break
     try:
-        return path_to_file_uri(file_uri_to_path(text))
+        return _path_uri(file_uri_to_path(text))
     except ValueError:
         return None
