@@ -305,3 +305,11 @@ async def test_a_peer_that_closes_during_the_upgrade_fails_the_connect_at_once(h
                 pass
         nursery.cancel_scope.cancel()
     assert "closed the connection during the WebSocket upgrade" in str(caught.value)
+
+
+async def test_an_error_of_the_block_leaves_connect_as_it_was_raised() -> None:
+    # It left wrapped in the client's nursery's ExceptionGroup.
+    async with running_server() as server:
+        with pytest.raises(LookupError, match="in the block"):
+            async with connect(server.url):
+                raise LookupError("in the block")

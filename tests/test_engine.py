@@ -523,3 +523,24 @@ async def test_large_input_arrives_whole_and_in_order() -> None:
         for piece in pieces:
             await term.send_input(piece.decode())
         await wait_for_text(term, hashlib.md5(payload).hexdigest())
+
+
+async def test_an_error_of_the_block_leaves_open_host_as_it_was_raised() -> None:
+    """It left wrapped in an ExceptionGroup (the host's nursery): ``except ValueError``
+    around the block missed it, and Ctrl-C came out as a group."""
+
+    class Boom(Exception):
+        pass
+
+    with pytest.raises(Boom) as info:
+        async with open_host() as host:
+            await host.create_terminal(argv=["cat"])
+            try:
+                {}["why"]
+            except KeyError as exc:
+                raise Boom("in the block") from exc
+    assert isinstance(info.value.__cause__, KeyError)  # its cause and context kept
+    assert not isinstance(info.value.__context__, BaseExceptionGroup)
+    with pytest.raises(KeyboardInterrupt):
+        async with open_host():
+            raise KeyboardInterrupt

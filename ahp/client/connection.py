@@ -73,6 +73,7 @@ from ahp.protocol.dialect import Dialect
 from ahp.protocol.jsonrpc import JsonRpcErrorObject
 from ahp.protocol.state import ROOT_URI, ChannelState, RootState, TerminalState
 from ahp.reducers import DEFAULT_SCROLLBACK
+from ahp.unwrap import BlockError
 from ahp.version import __version__
 
 __all__ = [
@@ -624,7 +625,9 @@ async def connect(
     reconnect too; every later request ``request_timeout`` seconds (None: unbounded, the
     caller's cancel scope decides). Raises :class:`ClientError` with one
     clear message when the server cannot be reached, its certificate does not
-    verify, or it refuses the connection (wrong token: HTTP 403).
+    verify, or it refuses the connection (wrong token: HTTP 403). An error raised by
+    the block leaves it as it was raised, not inside an ``ExceptionGroup``, unless
+    the client's own task failed too (:mod:`ahp.unwrap`).
     """
     client = Client(
         url,
@@ -639,49 +642,51 @@ async def connect(
         request_timeout=request_timeout,
     )
     setup_error: ClientError | None = None
-    async with trio.open_nursery() as nursery:
-        try:
-            transport = await client._open(nursery)
+    with BlockError.unwrapped() as block:
+        async with trio.open_nursery() as nursery:
             try:
-                with trio.fail_after(connect_timeout):
-                    await client._initialize(transport, ())
-            except RpcError as exc:
-                transport.release()
-                refusal = JsonRpcErrorObject(code=exc.code, message=exc.message, data=exc.data)
-                offered = client.protocol_versions
-                if not client.session.retry_initialize(refusal):
-                    raise
-                # A host that refused the whole offer: once more with the 0.5 family alone.
-                log.info("the host refused %s: offering %s", offered, client.protocol_versions)
                 transport = await client._open(nursery)
                 try:
                     with trio.fail_after(connect_timeout):
                         await client._initialize(transport, ())
+                except RpcError as exc:
+                    transport.release()
+                    refusal = JsonRpcErrorObject(code=exc.code, message=exc.message, data=exc.data)
+                    offered = client.protocol_versions
+                    if not client.session.retry_initialize(refusal):
+                        raise
+                    # A host that refused the whole offer: once more with the 0.5 family alone.
+                    log.info("the host refused %s: offering %s", offered, client.protocol_versions)
+                    transport = await client._open(nursery)
+                    try:
+                        with trio.fail_after(connect_timeout):
+                            await client._initialize(transport, ())
+                    except BaseException:
+                        transport.release()
+                        raise
                 except BaseException:
                     transport.release()
                     raise
-            except BaseException:
-                transport.release()
-                raise
-        except ClientError as exc:
-            # Raised after the nursery, so callers get the error itself, not a group.
-            setup_error = exc
-        except ConnectionClosed as exc:
-            setup_error = ClientError(f"the server closed the connection: {exc.reason}")
-        except trio.TooSlowError:
-            came = client.last_malformed
-            setup_error = ClientError(
-                f"no answer to initialize within {connect_timeout:g} s"
-                + (f" (the server sent what could not be read: {came})" if came else "")
-            )
-        else:
-            client._nursery = nursery
-            nursery.start_soon(client._run, nursery, transport)
-            try:
-                yield client
-            finally:
-                with trio.CancelScope(shield=True), trio.move_on_after(2):
-                    await client.aclose()
-                nursery.cancel_scope.cancel()
+            except ClientError as exc:
+                # Raised after the nursery, so callers get the error itself, not a group.
+                setup_error = exc
+            except ConnectionClosed as exc:
+                setup_error = ClientError(f"the server closed the connection: {exc.reason}")
+            except trio.TooSlowError:
+                came = client.last_malformed
+                setup_error = ClientError(
+                    f"no answer to initialize within {connect_timeout:g} s"
+                    + (f" (the server sent what could not be read: {came})" if came else "")
+                )
+            else:
+                client._nursery = nursery
+                nursery.start_soon(client._run, nursery, transport)
+                try:
+                    with block.watching():
+                        yield client
+                finally:
+                    with trio.CancelScope(shield=True), trio.move_on_after(2):
+                        await client.aclose()
+                    nursery.cancel_scope.cancel()
     if setup_error is not None:
         raise setup_error

@@ -58,6 +58,7 @@ from ahp.protocol.state import (
     TerminalInfo,
 )
 from ahp.reducers import DEFAULT_SCROLLBACK, reduce_root
+from ahp.unwrap import BlockError
 
 __all__ = ["Host", "TerminalExists", "TerminalNotFound", "open_host"]
 
@@ -417,19 +418,25 @@ async def open_host(
         user_rc: whether new terminals' shells load the user's startup files first
             (False: the host's own environment reaches commands unchanged, e.g. a
             venv's ``python`` stays first on ``PATH``; command detection still loads).
+
+    An error raised by the block leaves it as it was raised (not inside an
+    ``ExceptionGroup``), unless one of the host's own tasks failed too
+    (:mod:`ahp.unwrap`).
     """
-    async with trio.open_nursery() as nursery:
-        host = Host(
-            nursery,
-            shell=shell,
-            scrollback=scrollback,
-            log_envelopes=log_envelopes,
-            log_bytes=log_bytes,
-            user_rc=user_rc,
-        )
-        try:
-            yield host
-        finally:
-            with trio.CancelScope(shield=True):
-                await host.aclose()
-            nursery.cancel_scope.cancel()
+    with BlockError.unwrapped() as block:
+        async with trio.open_nursery() as nursery:
+            host = Host(
+                nursery,
+                shell=shell,
+                scrollback=scrollback,
+                log_envelopes=log_envelopes,
+                log_bytes=log_bytes,
+                user_rc=user_rc,
+            )
+            try:
+                with block.watching():
+                    yield host
+            finally:
+                with trio.CancelScope(shield=True):
+                    await host.aclose()
+                nursery.cancel_scope.cancel()
