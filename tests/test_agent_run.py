@@ -757,11 +757,12 @@ async def test_a_remote_command_survives_a_reconnect() -> None:
     assert client.reconnects == 1
 
 
-async def test_a_remote_command_is_lost_when_reconnecting_takes_too_long(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """The server went away: reconnects fail; after LOST_AFTER the command is lost."""
-    monkeypatch.setattr("ahp.client.remote.LOST_AFTER", 0.5)
+@asynccontextmanager
+async def vanishing_server() -> AsyncIterator[
+    tuple[ahp.Host, ahp.Sidecar, trio.CancelScope, trio.Nursery]
+]:
+    """A host served over AHP, and the cancel scope that makes its server go away
+    (every reconnect then fails); the nursery it runs in, for the test's tasks."""
     async with ahp.open_host() as host, trio.open_nursery() as nursery:
         serving = trio.CancelScope()
 
@@ -772,14 +773,22 @@ async def test_a_remote_command_is_lost_when_reconnecting_takes_too_long(
                 )
 
         sidecar: ahp.Sidecar = await nursery.start(serve)
-        async with connect(sidecar.url) as client:
-            await client.create_terminal("ahp-terminal:/r")
-            term = client.terminal("ahp-terminal:/r")
-            with trio.fail_after(TIMEOUT):
-                handle = await term.start("sleep 100")
-                await handle.wait(timeout=0.2)
-                serving.cancel()  # the server is gone: every reconnect fails
-                lost = await handle.wait()
+        yield host, sidecar, serving, nursery
+
+
+async def test_a_remote_command_is_lost_when_reconnecting_takes_too_long(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The server went away: reconnects fail; after LOST_AFTER the command is lost."""
+    monkeypatch.setattr("ahp.client.remote.LOST_AFTER", 0.5)
+    async with vanishing_server() as (_, sidecar, serving, _), connect(sidecar.url) as client:
+        await client.create_terminal("ahp-terminal:/r")
+        term = client.terminal("ahp-terminal:/r")
+        with trio.fail_after(TIMEOUT):
+            handle = await term.start("sleep 100")
+            await handle.wait(timeout=0.2)
+            serving.cancel()  # the server is gone: every reconnect fails
+            lost = await handle.wait()
     assert lost.status == "lost" and lost.done and client.reconnects == 0
 
 
@@ -792,16 +801,7 @@ async def test_remote_work_gives_up_when_the_server_stays_away(
     the run's timeout nor LOST_AFTER applied): both raise ConnectionLost after
     LOST_AFTER, and nothing is typed."""
     monkeypatch.setattr("ahp.client.remote.LOST_AFTER", 0.5)
-    async with ahp.open_host() as host, trio.open_nursery() as nursery:
-        serving = trio.CancelScope()
-
-        async def serve(task_status: trio.TaskStatus[ahp.Sidecar]) -> None:
-            with serving:
-                await ahp.serve_host(
-                    host, ServeOptions(port=0, token=TOKEN), task_status=task_status
-                )
-
-        sidecar: ahp.Sidecar = await nursery.start(serve)
+    async with vanishing_server() as (host, sidecar, serving, nursery):
         async with connect(sidecar.url) as client:
             await client.create_terminal("ahp-terminal:/r")
             term = client.terminal("ahp-terminal:/r")

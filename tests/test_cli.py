@@ -103,9 +103,20 @@ async def cli(
     *args: str, env: dict[str, str] | None = None, timeout: float = PROCESS_TIMEOUT
 ) -> subprocess.CompletedProcess[str]:
     """``python -m ahp ARGS`` with stdin from /dev/null; stdout and stderr as text."""
+    return await _run([sys.executable, "-m", "ahp", *args], env, timeout)
+
+
+async def cli_shell(script: str) -> subprocess.CompletedProcess[str]:
+    """``bash -c SCRIPT`` (a pipeline around ``python -m ahp``), as :func:`cli` runs."""
+    return await _run(["bash", "-c", script], None, PROCESS_TIMEOUT)
+
+
+async def _run(
+    argv: list[str], env: dict[str, str] | None, timeout: float
+) -> subprocess.CompletedProcess[str]:
     with trio.fail_after(timeout):
         done = await trio.run_process(
-            [sys.executable, "-m", "ahp", *args],
+            argv,
             stdin=subprocess.DEVNULL,
             capture_stdout=True,
             capture_stderr=True,
@@ -402,23 +413,6 @@ async def test_run_into_a_pipe_closed_early_ends_quietly_and_disposes_its_termin
         assert not server.host.terminals
     assert done.stdout == "1\n2\nstatus 141\n", done.stderr
     assert done.stderr == ""
-
-
-async def cli_shell(script: str) -> subprocess.CompletedProcess[str]:
-    """``bash -c SCRIPT`` from the repository, with the test environment."""
-    with trio.fail_after(PROCESS_TIMEOUT):
-        done = await trio.run_process(
-            ["bash", "-c", script],
-            stdin=subprocess.DEVNULL,
-            capture_stdout=True,
-            capture_stderr=True,
-            check=False,
-            env=_env(None),
-            cwd=str(REPO),
-        )
-    return subprocess.CompletedProcess(
-        done.args, done.returncode, done.stdout.decode(), done.stderr.decode()
-    )
 
 
 async def test_run_in_a_named_terminal_and_timeout() -> None:
