@@ -6,8 +6,9 @@ went wrong as an :class:`ExceptionGroup` (Trio's strict mode). An error raised b
 the caller's own block would then leave the ``async with`` wrapped: a plain
 ``except ValueError:`` or ``except KeyboardInterrupt:`` around the block missed it,
 and Ctrl-C came out as ``BaseExceptionGroup[KeyboardInterrupt]``. When the group
-holds nothing but the block's own error (the tasks were cancelled because of it and
-said nothing else), that error is raised bare, with its traceback, cause and context
+holds nothing but the block's own error and cancellations (the tasks were cancelled
+because of it, or by a cancel scope around the block, and said nothing else), that
+error is raised bare, with its traceback, cause and context
 as they were; when a task failed too, the whole group propagates, as Trio raises it.
 
 Usage::
@@ -18,13 +19,15 @@ Usage::
             with block.watching():
                 yield value
 
-Pure: no I/O, no tasks.
+No I/O, no tasks.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+
+import trio
 
 __all__ = ["BlockError", "leaves"]
 
@@ -34,6 +37,18 @@ def leaves(exc: BaseException) -> list[BaseException]:
     if isinstance(exc, BaseExceptionGroup):
         return [leaf for inner in exc.exceptions for leaf in leaves(inner)]
     return [exc]
+
+
+def _only(group: BaseExceptionGroup, error: BaseException) -> bool:
+    """Whether ``group`` is ``error`` and, at most, the cancellations of the tasks
+    it ended (or of an outer cancel scope that ended them all)."""
+    found = False
+    for leaf in leaves(group):
+        if leaf is error:
+            found = True
+        elif not isinstance(leaf, trio.Cancelled):
+            return False
+    return found
 
 
 class BlockError:
@@ -51,7 +66,7 @@ class BlockError:
             yield block
         except BaseExceptionGroup as group:
             error = block.error
-            if error is None or leaves(group) != [error]:
+            if error is None or not _only(group, error):
                 raise
             context, suppress = error.__context__, error.__suppress_context__
             try:

@@ -313,3 +313,25 @@ async def test_an_error_of_the_block_leaves_connect_as_it_was_raised() -> None:
         with pytest.raises(LookupError, match="in the block"):
             async with connect(server.url):
                 raise LookupError("in the block")
+
+
+async def test_an_error_of_the_block_leaves_connect_bare_while_it_is_cancelled() -> None:
+    # Cancelled from outside, the client's own task ends with a Cancelled of its own:
+    # the block's error (or its Cancelled) still leaves bare, not in a group of both.
+    async with running_server() as server:
+        with trio.move_on_after(0.2), pytest.raises(OSError, match="cleanup"):
+            async with connect(server.url):
+                try:
+                    await trio.sleep_forever()
+                finally:
+                    raise OSError("cleanup failed")
+        seen: list[BaseException] = []
+        with trio.move_on_after(0.2) as outer:
+            try:
+                async with connect(server.url):
+                    await trio.sleep_forever()
+            except BaseException as exc:
+                seen.append(exc)
+                raise
+        assert outer.cancelled_caught
+        assert [type(e) for e in seen] == [trio.Cancelled], seen
