@@ -415,6 +415,21 @@ async def test_run_into_a_pipe_closed_early_ends_quietly_and_disposes_its_termin
     assert done.stderr == ""
 
 
+async def test_run_in_a_named_terminal_into_a_closed_pipe_interrupts_the_command() -> None:
+    # With --terminal the command ran on after `run` ended (141), holding the terminal:
+    # the next run there was refused until it ended by itself.
+    async with served() as server:
+        await server.host.create_terminal("ahp-terminal:/kept", name="kept")
+        script = (
+            f"set -o pipefail; {sys.executable} -m ahp run '{server.url}' --terminal kept "
+            "-- 'seq 1 300000; sleep 60' | head -n 1; echo \"status ${PIPESTATUS[0]}\""
+        )
+        done = await cli_shell(script)
+        assert done.stdout == "1\nstatus 141\n", done.stderr
+        after = await cli("run", server.url, "--terminal", "kept", "--", "echo next")
+    assert (after.returncode, after.stdout) == (0, "next\n"), after.stderr
+
+
 async def test_run_in_a_named_terminal_and_timeout() -> None:
     async with served() as server:
         term = await server.host.create_terminal("ahp-terminal:/shared", name="shared")

@@ -584,7 +584,8 @@ def _write_out(text: str) -> None:
 
 async def _stream(handle: CommandHandle, printer: OutputPrinter) -> CommandResult:
     """Print ``handle``'s output as it settles until the command is over or waits for
-    input; its result. Cancelled: the command is interrupted (as ``run_command``)."""
+    input; its result. Cancelled, or failing (standard output's reader gone: ``| head``),
+    the command is interrupted (as ``run_command`` on cancellation) before it raises."""
     try:
         async with trio.open_nursery() as nursery:
 
@@ -597,7 +598,7 @@ async def _stream(handle: CommandHandle, printer: OutputPrinter) -> CommandResul
             nursery.start_soon(follow)
             result = await handle.wait()
             nursery.cancel_scope.cancel()
-    except trio.Cancelled:
+    except BaseException:
         if not handle.done:
             with trio.CancelScope(shield=True), trio.move_on_after(CANCEL_INTERRUPT_TIMEOUT):
                 await handle.interrupt()
