@@ -454,6 +454,77 @@ async def _share_one_budget(state: ServerState, frame: bytes) -> None:
             assert isinstance(await _answer(c), dict)
 
 
+def test_the_inbound_budget_ranks_who_gives_way() -> None:
+    """Past the budget, holders that rank above the sender give way (read-only ones
+    first, then the larger); never one that ranks below, and nobody when that would
+    not make room: then the sender is refused, as before."""
+
+    gone: list[Holder] = []
+
+    class Holder:
+        def __init__(self, read_only: bool) -> None:
+            self.read_only = read_only
+
+        def give_way(self) -> None:
+            gone.append(self)
+
+    budget = InboundBudget(100)
+    full, watcher = Holder(False), Holder(True)
+    assert budget.take(50, full) and budget.take(30, watcher)
+    typist = Holder(False)
+    assert budget.take(40, typist)  # the read-only holder gives way, though smaller
+    assert gone == [watcher] and budget.held == 90
+    budget.give_back(30, watcher)  # (its share went back when it gave way)
+    assert budget.held == 90
+    assert not budget.take(30, Holder(True))  # a read-only sender displaces no full access
+    big = Holder(False)
+    assert not budget.take(60, big)  # larger than every holder: refused itself
+    assert gone == [watcher] and budget.refused == 2
+    medium = Holder(False)
+    assert budget.take(45, medium) and gone == [watcher, full]  # 50 > 45, 40 < 45
+    assert budget.held == 85 and budget.gave_way == 2
+    for holder, size in ((typist, 40), (medium, 45), (full, 50)):
+        budget.give_back(size, holder)
+    assert budget.held == 0
+
+
+async def test_the_largest_unfinished_message_gives_way_to_an_ordinary_one() -> None:
+    """Probe G's M1, scaled down: read-only connections hold unfinished messages
+    until the server's inbound budget is nearly full; a full-access client's ordinary
+    message then closed ITS connection (1013). Now the largest holder gives way
+    (closed 1013, its part freed); the client is answered, the other holder goes on."""
+    read_token = "read-only-token"
+    held = _frame(_ping(500 * 1024))
+    async with open_host() as host:
+        state = ServerState(host=host, inbound=InboundBudget(1024 * 1024))
+        async with _server(state, read_token=read_token) as url:
+            watch_url = url.replace(TOKEN, read_token)
+            async with (
+                open_raw_websocket(watch_url) as first,
+                open_raw_websocket(watch_url) as largest,
+                open_raw_websocket(url) as typist,
+            ):
+                for ws, name in ((first, "first"), (largest, "largest"), (typist, "typist")):
+                    await _initialized(ws, name)
+                await first._stream.send_all(held[: 440 * 1024])
+                await eventually(lambda: state.inbound.held > 400 * 1024)
+                await largest._stream.send_all(held[: 460 * 1024])
+                await eventually(lambda: state.inbound.held > 850 * 1024)
+                await typist._stream.send_all(_frame(_ping(200 * 1024)))  # would pass it
+                answer = await _answer(typist)
+                assert isinstance(answer, dict) and answer["result"] is None, answer
+                closed = await _answer(largest)
+                assert isinstance(closed, Closed) and closed.code == 1013, closed
+                assert state.inbound.gave_way == 1 and state.inbound.refused == 0
+                await first._stream.send_all(held[440 * 1024 :])  # it finishes its message
+                answer = await _answer(first)
+                assert isinstance(answer, dict) and answer["result"] is None, answer
+                await eventually(lambda: state.inbound.held == 0)
+            # The one that gave way may come back (its record was kept).
+            async with open_raw_websocket(watch_url) as again:
+                await _initialized(again, "largest")
+
+
 async def test_answers_of_every_connection_share_one_pool() -> None:
     """Silent clients each ask for a snapshot of about 3 MB; the server's pool of
     answers holds 4 MB: past it requests wait, the silent holders are closed after

@@ -41,7 +41,8 @@ DEFAULT_MAX_TERMINALS: Final = 256
 RESPONSE_POOL: Final = 32 * 1024 * 1024
 #: Memory all connections together may hold in inbound messages still being assembled
 #: (fragments, a large frame arriving): four messages at the size bound (issue 25: 30
-#: connections each holding an unfinished 8 MiB frame held 302 MB).
+#: connections each holding an unfinished 8 MiB frame held 302 MB). Who is closed when
+#: it is short: :class:`~ahp.server.wsconn.InboundBudget`.
 INBOUND_BUDGET: Final = 32 * 1024 * 1024
 
 
