@@ -65,7 +65,15 @@ from ahp.server.wsconn import MAX_FRAGMENTS, InboundBudget
 from ahp.vt.parser import compact
 from tests.helpers import TIMEOUT, kill_and_reap, own_autogroup, wait_for_state, wait_for_text
 from tests.test_faults import eventually
-from tests.wire import TOKEN, Peer, masked_text_frame, peer, running_server
+from tests.wire import (
+    TOKEN,
+    Peer,
+    SlowReader,
+    masked_text_frame,
+    peer,
+    running_server,
+    slow_stream,
+)
 
 ROOT = "ahp-root://"
 REPO = Path(__file__).resolve().parents[1]
@@ -571,6 +579,66 @@ async def test_answers_of_every_connection_share_one_pool() -> None:
         assert limit < peak <= limit + 4 * 1024 * 1024, peak
         await eventually(lambda: state.responses.held == 0)
         nursery.cancel_scope.cancel()
+
+
+async def test_slow_holders_of_answers_go_while_someone_waits_for_room() -> None:
+    """Probe G's H1, scaled down: read-only viewers each subscribe once to a terminal
+    with about 2 MB of output and read the answer at ~80 KB/s, never nothing. While
+    nobody waits for room in the pool they stay (slow is allowed); once a newcomer's
+    ``initialize`` waits, the viewers that would take longer than POOL_DRAIN_TIME to
+    drain their share are closed (1013, resumable) and the newcomer is answered at once
+    (before: when the viewers had read everything, a minute here)."""
+    limit = 3 * 1024 * 1024  # (two answers pass it: the second is built, nobody waits)
+    read_token = "read-only-token"
+    script = "head -c 1500000 /dev/zero | base64 -w 200; echo END; exec cat"
+    async with open_host() as host, trio.open_nursery() as nursery:
+        terminal = await host.create_terminal(argv=["sh", "-c", script])
+        await wait_for_text(terminal, "END")
+        listeners = await open_listeners(host="127.0.0.1", port=0, unix=None)
+        port = listeners[0].socket.getsockname()[1]
+        state = ServerState(host=host, responses=ResponsePool(limit))
+        config = ServerConfig(token=TOKEN, read_token=read_token)
+        await nursery.start(serve_connections, state, config, listeners)
+        records = state.clients._records
+
+        async def viewer(name: str, reader: list[SlowReader]) -> None:
+            async with slow_stream(port, read_token, receive_buffer=8192) as stream:
+                init = {**_init(name), "initialSubscriptions": []}
+                await stream.send_all(masked_text_frame(orjson.dumps(_rpc("initialize", init))))
+                subscribe = _rpc("subscribe", {"channel": terminal.uri}, 2)
+                await stream.send_all(masked_text_frame(orjson.dumps(subscribe)))
+                reader.append(SlowReader(stream, chunk=8192, pause=0.1))
+                await reader[-1].run()
+
+        readers: list[SlowReader] = []
+        async with trio.open_nursery() as clients:
+            for name in ("v1", "v2"):
+                clients.start_soon(viewer, name, readers)
+            await eventually(lambda: state.responses.held > limit)
+            # Over the limit, nobody waiting: slow readers stay, however slow.
+            got = [0, 0]
+            for _ in range(3):
+                await trio.sleep(config.stall_grace)
+                assert not state.responses._room  # (nobody waits for room)
+                assert all(records[name].connections == 1 for name in ("v1", "v2"))
+            assert all(reader.got > 0 for reader in readers)
+            got = [reader.got for reader in readers]
+            # A newcomer waits for room: the slow holders go, it is answered.
+            with trio.fail_after(10):  # (before: about 25 s, the viewers' whole read)
+                async with open_raw_websocket(f"ws://127.0.0.1:{port}/?tkn={TOKEN}") as late:
+                    await _initialized(late, "late")
+            await eventually(lambda: all(records[name].connections == 0 for name in ("v1", "v2")))
+            assert [reader.got for reader in readers] > got  # they were reading meanwhile
+            clients.cancel_scope.cancel()
+        await eventually(lambda: state.responses.held == 0)
+        # They may come back (their records were kept).
+        async with peer(f"ws://127.0.0.1:{port}/?tkn={read_token}") as again:
+            await again.reconnect("v1", 0, [])
+        nursery.cancel_scope.cancel()
+
+
+def _rpc(method: str, params: dict[str, Any], msg_id: int = 1) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": msg_id, "method": method, "params": params}
 
 
 # -- item 5 (and the frames near the 8 MiB bound): large frames one at a time, paced --------------

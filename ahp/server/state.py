@@ -73,10 +73,12 @@ class ServerState:
     #: Counters: protocol errors answered (figures for tests).
     errors: int = 0
     #: Responses (snapshots above all) queued or being written by every connection
-    #: together (:data:`RESPONSE_POOL`): past it, requests wait and silent holders go.
+    #: together (:data:`RESPONSE_POOL`): past it, requests wait and silent holders go
+    #: (and, while someone waits, slow ones: :data:`ahp.server.writer.POOL_DRAIN_TIME`).
     responses: ResponsePool = attrs.field(factory=lambda: ResponsePool(RESPONSE_POOL))
     #: Inbound messages still being assembled, every connection together
-    #: (:data:`INBOUND_BUDGET`): a connection that would pass it is closed with 1013.
+    #: (:data:`INBOUND_BUDGET`): past it, connections that rank above the sender give
+    #: way (read-only ones, then the largest), else the sender; closed with 1013.
     inbound: InboundBudget = attrs.field(factory=lambda: InboundBudget(INBOUND_BUDGET))
     #: Where privileged events are logged (``serve --audit-log``), if anywhere.
     audit: AuditLog | None = None

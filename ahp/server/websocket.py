@@ -29,7 +29,10 @@ that total is over the bound, a watchdog closes the connection (1013, or 1006 as
 above) when the client took nothing — not a byte written, not a batch taken —
 for ``stall_grace`` seconds; a client that reads a large answer slowly keeps
 making progress and stays. So a silent client can pin at most about one bound
-plus one answer, and only for the grace period. A failure inside one
+plus one answer, and only for the grace period. Slow readers stay only while
+nobody waits for room in the server's pool of answers: then one that would take
+longer than :data:`~ahp.server.writer.POOL_DRAIN_TIME` to drain its share at its
+pace is closed too (:meth:`~ahp.server.writer.ConnectionWriter.watch_bound`). A failure inside one
 connection is logged and closes that connection (1011), never the server. Only
 the connection's ``finally`` closes it (the reader may be inside a receive).
 
