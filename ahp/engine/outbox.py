@@ -287,6 +287,12 @@ class Outbox:
         #: (:meth:`sent`); the flood rule waits only for consumers that do
         #: (:meth:`ahp.engine.hub.Hub.flooded`).
         self.progress_at = float("-inf")
+        #: When the flood rule first found this consumer behind (None: not behind since
+        #: it last caught up), and the bound it was behind on: set by
+        #: :meth:`ahp.engine.hub.Hub.flooded`, cleared here when what it holds falls to
+        #: that bound (a batch finished writing, or taken).
+        self.behind_since: float | None = None
+        self.behind_limit = 0
         #: Counters for tests and figures.
         self.merged = 0
         self.delivered = 0
@@ -492,6 +498,7 @@ class Outbox:
         self._forget_latest()
         self._release_pool(self._response_bytes)
         self._bytes = self._response_bytes = 0
+        self.behind_since = None
         self._drained.unpark_all()
 
     async def wait_responses_below(self, limit: int) -> None:
@@ -526,8 +533,15 @@ class Outbox:
             self._release_pool(self._in_flight_responses)
             self._in_flight = self._in_flight_responses = 0
             self.progress_at = _now()
+            if self.behind_since is not None:
+                self._caught_up()
             if self._drained:
                 self._drained.unpark_all()
+
+    def _caught_up(self) -> None:
+        """Not behind any more if what it holds fell to the bound it was behind on."""
+        if self._bytes + self._response_bytes + self._in_flight <= self.behind_limit:
+            self.behind_since = None
 
     async def wait_taken(self) -> None:
         """Wait until the consumer takes a batch or finishes writing one (or the outbox
@@ -572,6 +586,8 @@ class Outbox:
                 self._over_lot.unpark_all()
         else:
             self._release_pool(responses)
+            if self.behind_since is not None:
+                self._caught_up()
         self.takes += 1
         self.taken_at = self.progress_at = _now()
         if self._drained:
