@@ -15,20 +15,22 @@ import os
 import sys
 from typing import Any, Final
 
+import orjson
 import pytest
 import trio
 
 from ahp.engine import Outbox, open_host
 from ahp.engine.envelopes import ENVELOPE_OVERHEAD, Published, ReplayLog, identity_size
-from ahp.engine.hub import FLOOD_BYTES, FLOOD_WINDOW, Hub
+from ahp.engine.hub import FLOOD_BYTES, FLOOD_PATIENCE, FLOOD_WINDOW, Hub
 from ahp.engine.input_write import INPUT_PACE, INPUT_STALL
 from ahp.protocol.actions import ActionEnvelope, ActionOrigin, TerminalInput
 from ahp.protocol.processes import TTY_STATUS
-from ahp.server.websocket import OUTBOX_BYTES
+from ahp.server.websocket import OUTBOX_BYTES, ServerConfig
 from ahp.ws import ConnectionClosed
 from tests.helpers import TIMEOUT, wait_for_text
 from tests.test_edges import REPO, _serve
-from tests.wire import Peer, peer, running_server
+from tests.test_faults import eventually, sidecar
+from tests.wire import TOKEN, Peer, SlowReader, masked_text_frame, peer, running_server, slow_stream
 
 ROOT = "ahp-root://"
 T1 = "ahp-terminal:/flooded"
@@ -102,6 +104,86 @@ async def test_the_flood_rule_waits_for_a_reader_that_keeps_taking() -> None:
         reader.put(_echo("c", "x" * 65536))
     reader.progress_at = trio.current_time() - FLOOD_WINDOW - 1
     assert hub.flooded(T1) is None
+
+
+@pytest.mark.parametrize("track_in_flight", [False, True], ids=["in-process", "connection"])
+async def test_the_flood_rule_waits_for_a_reader_only_until_its_patience_ends(
+    track_in_flight: bool,
+) -> None:
+    """A reader behind for FLOOD_PATIENCE is no longer waited for, however steadily it
+    takes; once what it holds falls back to the bound (a take, or a batch written),
+    it is waited for again."""
+    hub = Hub()
+    reader = Outbox(max_bytes=OUTBOX_BYTES, track_in_flight=track_in_flight)
+    hub.subscribe(T1, reader)
+
+    def fill() -> None:
+        while reader.pending_bytes <= FLOOD_BYTES:
+            reader.put(_echo("c", "x" * 65536))
+
+    def catch_up() -> None:
+        reader.get_nowait()
+        reader.sent()  # (nothing to do for an in-process consumer)
+
+    def behind() -> float | None:
+        return reader.behind_since
+
+    fill()
+    reader.progress_at = trio.current_time()
+    assert hub.flooded(T1) is reader
+    since = behind()
+    assert since is not None
+    reader.behind_since = since - FLOOD_PATIENCE  # behind that long, still taking
+    assert hub.flooded(T1) is None
+    catch_up()
+    assert behind() is None
+    fill()
+    assert hub.flooded(T1) is reader  # waited for again
+    # A sender's wait ends with the patience, before FLOOD_WINDOW.
+    reader.behind_since = trio.current_time() - FLOOD_PATIENCE + 0.1
+    with trio.fail_after(FLOOD_WINDOW - 0.5):
+        await hub.wait_readers(T1)
+    assert hub.flooded(T1) is None and behind() is not None
+    catch_up()
+    assert behind() is None
+
+
+async def test_a_slow_watcher_does_not_hold_a_typists_connection() -> None:
+    """Probe G's H2, scaled down: a read-only viewer reads ~80 KB/s, steadily; a typist
+    pastes 4 x 1 MiB into ``cat > /dev/null``. The typist's connection waited (read
+    nothing: a Ctrl-C or a dispose would have waited as long) until the viewer was
+    back under FLOOD_BYTES, ~25 s here; now at most FLOOD_PATIENCE. The viewer is not
+    closed for being slow: what it holds is within its own bound."""
+    read_token = "read-only-token"
+    async with sidecar(ServerConfig(token=TOKEN, read_token=read_token)) as (state, url):
+        port = int(url.rsplit(":", 1)[1].split("/")[0])
+        argv = ["sh", "-c", "exec cat > /dev/null"]
+        await state.host.create_terminal(T1, argv=argv, use_pty=False)
+        async with (
+            slow_stream(port, read_token, receive_buffer=8192) as stream,
+            trio.open_nursery() as nursery,
+        ):
+            init = {
+                "channel": ROOT,
+                "protocolVersions": ["0.5.0"],
+                "clientId": "watcher",
+                "initialSubscriptions": [T1],
+            }
+            message = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": init}
+            await stream.send_all(masked_text_frame(orjson.dumps(message)))
+            watcher = SlowReader(stream, chunk=8192, pause=0.1)
+            nursery.start_soon(watcher.run)
+            await eventually(lambda: len(state.host.hub.subscribers(T1)) == 1)
+            async with peer(url) as typist:
+                await typist.initialize("typist", [])
+                with trio.fail_after(15):  # (before: ~25 s)
+                    for _ in range(4):
+                        await typist.dispatch(T1, {"type": "terminal/input", "data": "p" * MIB})
+                    assert (await typist.call("ping", {}))["result"] is None
+                assert state.host.hub.flood_waits > 0  # (it did wait, for a while)
+            assert state.clients._records["watcher"].connections == 1
+            assert watcher.got > 0 and not watcher.closed.is_set()
+            nursery.cancel_scope.cancel()
 
 
 async def _reader_task(p: Peer, seen: dict[str, Any], done: trio.Event, marker: str) -> None:

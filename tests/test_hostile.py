@@ -65,7 +65,15 @@ from ahp.server.wsconn import MAX_FRAGMENTS, InboundBudget
 from ahp.vt.parser import compact
 from tests.helpers import TIMEOUT, kill_and_reap, own_autogroup, wait_for_state, wait_for_text
 from tests.test_faults import eventually
-from tests.wire import TOKEN, Peer, masked_text_frame, peer, running_server
+from tests.wire import (
+    TOKEN,
+    Peer,
+    SlowReader,
+    masked_text_frame,
+    peer,
+    running_server,
+    slow_stream,
+)
 
 ROOT = "ahp-root://"
 REPO = Path(__file__).resolve().parents[1]
@@ -454,6 +462,77 @@ async def _share_one_budget(state: ServerState, frame: bytes) -> None:
             assert isinstance(await _answer(c), dict)
 
 
+def test_the_inbound_budget_ranks_who_gives_way() -> None:
+    """Past the budget, holders that rank above the sender give way (read-only ones
+    first, then the larger); never one that ranks below, and nobody when that would
+    not make room: then the sender is refused, as before."""
+
+    gone: list[Holder] = []
+
+    class Holder:
+        def __init__(self, read_only: bool) -> None:
+            self.read_only = read_only
+
+        def give_way(self) -> None:
+            gone.append(self)
+
+    budget = InboundBudget(100)
+    full, watcher = Holder(False), Holder(True)
+    assert budget.take(50, full) and budget.take(30, watcher)
+    typist = Holder(False)
+    assert budget.take(40, typist)  # the read-only holder gives way, though smaller
+    assert gone == [watcher] and budget.held == 90
+    budget.give_back(30, watcher)  # (its share went back when it gave way)
+    assert budget.held == 90
+    assert not budget.take(30, Holder(True))  # a read-only sender displaces no full access
+    big = Holder(False)
+    assert not budget.take(60, big)  # larger than every holder: refused itself
+    assert gone == [watcher] and budget.refused == 2
+    medium = Holder(False)
+    assert budget.take(45, medium) and gone == [watcher, full]  # 50 > 45, 40 < 45
+    assert budget.held == 85 and budget.gave_way == 2
+    for holder, size in ((typist, 40), (medium, 45), (full, 50)):
+        budget.give_back(size, holder)
+    assert budget.held == 0
+
+
+async def test_the_largest_unfinished_message_gives_way_to_an_ordinary_one() -> None:
+    """Probe G's M1, scaled down: read-only connections hold unfinished messages
+    until the server's inbound budget is nearly full; a full-access client's ordinary
+    message then closed ITS connection (1013). Now the largest holder gives way
+    (closed 1013, its part freed); the client is answered, the other holder goes on."""
+    read_token = "read-only-token"
+    held = _frame(_ping(500 * 1024))
+    async with open_host() as host:
+        state = ServerState(host=host, inbound=InboundBudget(1024 * 1024))
+        async with _server(state, read_token=read_token) as url:
+            watch_url = url.replace(TOKEN, read_token)
+            async with (
+                open_raw_websocket(watch_url) as first,
+                open_raw_websocket(watch_url) as largest,
+                open_raw_websocket(url) as typist,
+            ):
+                for ws, name in ((first, "first"), (largest, "largest"), (typist, "typist")):
+                    await _initialized(ws, name)
+                await first._stream.send_all(held[: 440 * 1024])
+                await eventually(lambda: state.inbound.held > 400 * 1024)
+                await largest._stream.send_all(held[: 460 * 1024])
+                await eventually(lambda: state.inbound.held > 850 * 1024)
+                await typist._stream.send_all(_frame(_ping(200 * 1024)))  # would pass it
+                answer = await _answer(typist)
+                assert isinstance(answer, dict) and answer["result"] is None, answer
+                closed = await _answer(largest)
+                assert isinstance(closed, Closed) and closed.code == 1013, closed
+                assert state.inbound.gave_way == 1 and state.inbound.refused == 0
+                await first._stream.send_all(held[440 * 1024 :])  # it finishes its message
+                answer = await _answer(first)
+                assert isinstance(answer, dict) and answer["result"] is None, answer
+                await eventually(lambda: state.inbound.held == 0)
+            # The one that gave way may come back (its record was kept).
+            async with open_raw_websocket(watch_url) as again:
+                await _initialized(again, "largest")
+
+
 async def test_answers_of_every_connection_share_one_pool() -> None:
     """Silent clients each ask for a snapshot of about 3 MB; the server's pool of
     answers holds 4 MB: past it requests wait, the silent holders are closed after
@@ -500,6 +579,66 @@ async def test_answers_of_every_connection_share_one_pool() -> None:
         assert limit < peak <= limit + 4 * 1024 * 1024, peak
         await eventually(lambda: state.responses.held == 0)
         nursery.cancel_scope.cancel()
+
+
+async def test_slow_holders_of_answers_go_while_someone_waits_for_room() -> None:
+    """Probe G's H1, scaled down: read-only viewers each subscribe once to a terminal
+    with about 2 MB of output and read the answer at ~80 KB/s, never nothing. While
+    nobody waits for room in the pool they stay (slow is allowed); once a newcomer's
+    ``initialize`` waits, the viewers that would take longer than POOL_DRAIN_TIME to
+    drain their share are closed (1013, resumable) and the newcomer is answered at once
+    (before: when the viewers had read everything, a minute here)."""
+    limit = 3 * 1024 * 1024  # (two answers pass it: the second is built, nobody waits)
+    read_token = "read-only-token"
+    script = "head -c 1500000 /dev/zero | base64 -w 200; echo END; exec cat"
+    async with open_host() as host, trio.open_nursery() as nursery:
+        terminal = await host.create_terminal(argv=["sh", "-c", script])
+        await wait_for_text(terminal, "END")
+        listeners = await open_listeners(host="127.0.0.1", port=0, unix=None)
+        port = listeners[0].socket.getsockname()[1]
+        state = ServerState(host=host, responses=ResponsePool(limit))
+        config = ServerConfig(token=TOKEN, read_token=read_token)
+        await nursery.start(serve_connections, state, config, listeners)
+        records = state.clients._records
+
+        async def viewer(name: str, reader: list[SlowReader]) -> None:
+            async with slow_stream(port, read_token, receive_buffer=8192) as stream:
+                init = {**_init(name), "initialSubscriptions": []}
+                await stream.send_all(masked_text_frame(orjson.dumps(_rpc("initialize", init))))
+                subscribe = _rpc("subscribe", {"channel": terminal.uri}, 2)
+                await stream.send_all(masked_text_frame(orjson.dumps(subscribe)))
+                reader.append(SlowReader(stream, chunk=8192, pause=0.1))
+                await reader[-1].run()
+
+        readers: list[SlowReader] = []
+        async with trio.open_nursery() as clients:
+            for name in ("v1", "v2"):
+                clients.start_soon(viewer, name, readers)
+            await eventually(lambda: state.responses.held > limit)
+            # Over the limit, nobody waiting: slow readers stay, however slow.
+            got = [0, 0]
+            for _ in range(3):
+                await trio.sleep(config.stall_grace)
+                assert not state.responses._room  # (nobody waits for room)
+                assert all(records[name].connections == 1 for name in ("v1", "v2"))
+            assert all(reader.got > 0 for reader in readers)
+            got = [reader.got for reader in readers]
+            # A newcomer waits for room: the slow holders go, it is answered.
+            with trio.fail_after(10):  # (before: about 25 s, the viewers' whole read)
+                async with open_raw_websocket(f"ws://127.0.0.1:{port}/?tkn={TOKEN}") as late:
+                    await _initialized(late, "late")
+            await eventually(lambda: all(records[name].connections == 0 for name in ("v1", "v2")))
+            assert [reader.got for reader in readers] > got  # they were reading meanwhile
+            clients.cancel_scope.cancel()
+        await eventually(lambda: state.responses.held == 0)
+        # They may come back (their records were kept).
+        async with peer(f"ws://127.0.0.1:{port}/?tkn={read_token}") as again:
+            await again.reconnect("v1", 0, [])
+        nursery.cancel_scope.cancel()
+
+
+def _rpc(method: str, params: dict[str, Any], msg_id: int = 1) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": msg_id, "method": method, "params": params}
 
 
 # -- item 5 (and the frames near the 8 MiB bound): large frames one at a time, paced --------------

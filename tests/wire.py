@@ -6,7 +6,10 @@ answers byte for byte (ids, absent keys); ``ahp.client`` is tested separately.
 
 from __future__ import annotations
 
+import base64
 import itertools
+import os
+import socket
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
@@ -216,3 +219,58 @@ def masked_text_frame(payload: bytes) -> bytes:
     else:
         head = bytes([0x81, 0x80 | 127]) + n.to_bytes(8, "big")
     return head + b"\0\0\0\0" + payload
+
+
+@asynccontextmanager
+async def slow_stream(
+    port: int, token: str = TOKEN, *, receive_buffer: int = 4096
+) -> AsyncIterator[trio.SocketStream]:
+    """A TCP stream after a WebSocket upgrade to 127.0.0.1:``port``, whose receive
+    buffer is ``receive_buffer`` bytes, set before connecting (the window the server
+    sees stays small): the server can write no faster than the test reads
+    (:class:`SlowReader`). Frames are up to the test (``masked_text_frame``)."""
+    sock = trio.socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
+    await sock.connect(("127.0.0.1", port))
+    stream = trio.SocketStream(sock)
+    try:
+        key = base64.b64encode(os.urandom(16)).decode()
+        request = (
+            f"GET /?tkn={token} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\n"
+            f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n"
+        )
+        await stream.send_all(request.encode())
+        reply = b""
+        with trio.fail_after(TIMEOUT):
+            while b"\r\n\r\n" not in reply:
+                chunk = await stream.receive_some(1)  # (nothing past the head is taken)
+                assert chunk, "closed during the upgrade"
+                reply += chunk
+        assert reply.startswith(b"HTTP/1.1 101"), reply
+        yield stream
+    finally:
+        with trio.CancelScope(shield=True):
+            await stream.aclose()
+
+
+class SlowReader:
+    """Reads ``chunk`` bytes of a stream every ``pause`` seconds (4 KiB every 0.2 s: about
+    20 KB/s) until the server closes it: a viewer that reads slowly but steadily."""
+
+    def __init__(self, stream: trio.SocketStream, chunk: int = 4096, pause: float = 0.2) -> None:
+        self.stream = stream
+        self.chunk = chunk
+        self.pause = pause
+        #: Bytes read so far.
+        self.got = 0
+        #: Set when the server closed the connection (EOF or a reset).
+        self.closed = trio.Event()
+
+    async def run(self) -> None:
+        try:
+            while data := await self.stream.receive_some(self.chunk):
+                self.got += len(data)
+                await trio.sleep(self.pause)
+        except trio.BrokenResourceError:
+            pass
+        self.closed.set()

@@ -34,7 +34,13 @@ send: a client whose actions fill the outboxes of a channel's readers (an input
 flood echoed to every viewer, actions carrying a large identity) waits before
 its next frame is read, while a reader that keeps taking is more than
 :data:`FLOOD_BYTES` behind. The sender pays; the reader is not cut off
-(recorders, ``paces=False``, are not waited for either).
+(recorders, ``paces=False``, are not waited for either). But only for
+:data:`FLOOD_PATIENCE` from when the reader went over, until it catches up: a
+reader that stays behind longer (a read-only viewer taking 37 KB/s held a
+full-access typist's connection, its Ctrl-C and dispose included, for 165 s after
+an 8 MiB paste) is no longer waited for, and its own bound applies (past it, a
+connection is closed with 1013 and may reconnect). A fast viewer briefly behind a
+fast paste catches up within the patience, again and again, and is waited for.
 """
 
 from __future__ import annotations
@@ -47,7 +53,7 @@ from ahp.engine.envelopes import Published, ReplayLog
 from ahp.engine.outbox import Outbox
 from ahp.protocol.actions import ActionEnvelope, ActionOrigin, StateAction
 
-__all__ = ["FLOOD_BYTES", "FLOOD_WINDOW", "PACE_BYTES", "PACE_WINDOW", "Hub"]
+__all__ = ["FLOOD_BYTES", "FLOOD_PATIENCE", "FLOOD_WINDOW", "PACE_BYTES", "PACE_WINDOW", "Hub"]
 
 #: Backlog (bytes of memory) beyond which a subscriber counts as behind for pacing.
 PACE_BYTES: Final = 2 * 1024 * 1024
@@ -62,6 +68,11 @@ FLOOD_BYTES: Final = 2 * 1024 * 1024
 #: this many seconds is waited for by the flood rule; one that did not is not (its own
 #: bound cuts it off), so a stalled reader delays a sender at most this long, once.
 FLOOD_WINDOW: Final = 2.0
+#: Seconds a subscriber may stay behind (from when the flood rule first found it past
+#: its flood bound, until what it holds falls back to that bound) and still be waited
+#: for: a sender waits at most this long for a reader that does not catch up, however
+#: steadily it reads; then the reader's own bound applies.
+FLOOD_PATIENCE: Final = 2.0
 
 
 class Hub:
@@ -157,9 +168,12 @@ class Hub:
                 return
 
     def flooded(self, channel: str) -> Outbox | None:
-        """A subscriber of ``channel`` that is behind and reading (the flood rule:
-        see :meth:`wait_readers`), or None. O(subscribers); the common case (nobody
-        behind) reads no clock."""
+        """A subscriber of ``channel`` that is behind, reading, and behind for less than
+        :data:`FLOOD_PATIENCE` (the flood rule: see :meth:`wait_readers`), or None.
+        O(subscribers); the common case (nobody behind) reads no clock. Marks when a
+        subscriber is first found behind (:attr:`Outbox.behind_since
+        <ahp.engine.outbox.Outbox.behind_since>`; the outbox clears it once it
+        catches up)."""
         subscribers = self._subscribers.get(channel)
         if not subscribers:
             return None
@@ -167,10 +181,16 @@ class Hub:
         for outbox in subscribers:
             if outbox.overflowed or outbox.closed or not outbox.paces:
                 continue
-            if outbox.pending_bytes <= min(FLOOD_BYTES, outbox.max_bytes // 4):
+            limit = min(FLOOD_BYTES, outbox.max_bytes // 4)
+            if outbox.pending_bytes <= limit:
                 continue
             if now is None:
                 now = trio.current_time()
+            since = outbox.behind_since
+            if since is None:
+                outbox.behind_since, outbox.behind_limit = now, limit
+            elif now - since >= FLOOD_PATIENCE:
+                continue  # behind for too long: its own bound applies, not the sender's wait
             if now - outbox.progress_at < FLOOD_WINDOW:
                 return outbox
         return None
@@ -184,11 +204,16 @@ class Hub:
         of the envelopes they are sent: payload, channel, origin) is paid by the
         sender, who waits, not by a reader who keeps up, who would otherwise be cut
         off by its own bound. A reader that makes no progress for
-        :data:`FLOOD_WINDOW` seconds is not waited for. Cancellation: a plain wait.
+        :data:`FLOOD_WINDOW` seconds is not waited for, nor one behind for
+        :data:`FLOOD_PATIENCE` (until it catches up): a sender waits at most that
+        long for a reader that does not catch up. Cancellation: a plain wait.
         """
         while (behind := self.flooded(channel)) is not None:
             self.flood_waits += 1
-            with trio.move_on_after(FLOOD_WINDOW):
+            deadline = trio.current_time() + FLOOD_WINDOW
+            if behind.behind_since is not None:
+                deadline = min(deadline, behind.behind_since + FLOOD_PATIENCE)
+            with trio.move_on_at(deadline):
                 await behind.wait_taken()
         await trio.lowlevel.checkpoint()
 

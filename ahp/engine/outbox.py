@@ -53,7 +53,8 @@ is no backlog. They count in :attr:`Outbox.pending_bytes` though, together with
 what a consumer created with ``track_in_flight=True`` (a WebSocket writer) took
 and has not finished writing (:meth:`Outbox.sent`); while that total is over the
 bound, :meth:`Outbox.wait_over_bound` returns, and the connection closes a
-client that takes nothing for its grace period (see
+client that takes nothing for its grace period, or, while someone waits for room in
+the server's pool, one that drains its share too slowly (see
 :mod:`ahp.server.websocket`). The requester also waits
 (:meth:`Outbox.wait_responses_below`, responses queued or being written) before
 handling the next request.
@@ -139,7 +140,9 @@ class ResponsePool:
     While the total is over ``limit``: requesters wait before their next request
     (:meth:`wait_room`), and every outbox that holds responses counts as over its
     bound (:meth:`Outbox.wait_pressure`), so a connection that takes nothing for
-    its grace period is closed and gives its share back. Owned by the server; fed
+    its grace period is closed and gives its share back; while someone waits for room
+    (:attr:`contended`), so is one that drains its share too slowly
+    (:meth:`ahp.server.writer.ConnectionWriter.watch_bound`). Owned by the server; fed
     by the outboxes created with it. One Trio run.
     """
 
@@ -156,6 +159,11 @@ class ResponsePool:
     @property
     def over(self) -> bool:
         return self.held > self.limit
+
+    @property
+    def contended(self) -> bool:
+        """Over the limit with someone waiting for room (a request, an answer's encoding)."""
+        return self.held > self.limit and bool(self._room)
 
     def add(self, size: int) -> None:
         self.held += size
@@ -279,6 +287,12 @@ class Outbox:
         #: (:meth:`sent`); the flood rule waits only for consumers that do
         #: (:meth:`ahp.engine.hub.Hub.flooded`).
         self.progress_at = float("-inf")
+        #: When the flood rule first found this consumer behind (None: not behind since
+        #: it last caught up), and the bound it was behind on: set by
+        #: :meth:`ahp.engine.hub.Hub.flooded`, cleared here when what it holds falls to
+        #: that bound (a batch finished writing, or taken).
+        self.behind_since: float | None = None
+        self.behind_limit = 0
         #: Counters for tests and figures.
         self.merged = 0
         self.delivered = 0
@@ -312,6 +326,11 @@ class Outbox:
             and pool.held > pool.limit
             and self._response_bytes + self._in_flight_responses > 0
         )
+
+    @property
+    def response_bytes(self) -> int:
+        """Bytes of responses queued or being written: this outbox's share of its pool."""
+        return self._response_bytes + self._in_flight_responses
 
     @property
     def backlog(self) -> int:
@@ -479,6 +498,7 @@ class Outbox:
         self._forget_latest()
         self._release_pool(self._response_bytes)
         self._bytes = self._response_bytes = 0
+        self.behind_since = None
         self._drained.unpark_all()
 
     async def wait_responses_below(self, limit: int) -> None:
@@ -513,8 +533,15 @@ class Outbox:
             self._release_pool(self._in_flight_responses)
             self._in_flight = self._in_flight_responses = 0
             self.progress_at = _now()
+            if self.behind_since is not None:
+                self._caught_up()
             if self._drained:
                 self._drained.unpark_all()
+
+    def _caught_up(self) -> None:
+        """Not behind any more if what it holds fell to the bound it was behind on."""
+        if self._bytes + self._response_bytes + self._in_flight <= self.behind_limit:
+            self.behind_since = None
 
     async def wait_taken(self) -> None:
         """Wait until the consumer takes a batch or finishes writing one (or the outbox
@@ -559,6 +586,8 @@ class Outbox:
                 self._over_lot.unpark_all()
         else:
             self._release_pool(responses)
+            if self.behind_since is not None:
+                self._caught_up()
         self.takes += 1
         self.taken_at = self.progress_at = _now()
         if self._drained:

@@ -10,8 +10,9 @@ actions get their audit line.
 
 Flow control (the flood rule, :meth:`ahp.engine.hub.Hub.wait_readers`): after
 dispatching to a channel, the sender's next frame waits while a reader of that
-channel is behind on what was sent; the wait ends with the connection's
-cancellation. A 0.5 client's session claim for the session that already holds
+channel is behind on what was sent, for at most
+:data:`~ahp.engine.hub.FLOOD_PATIENCE` per reader until it catches up; the wait ends
+with the connection's cancellation. A 0.5 client's session claim for the session that already holds
 the terminal keeps that claim's ``chat`` (a 0.5 client narrowing a 1.x chat's
 claim does not lose the chat for 1.x viewers).
 """

@@ -36,7 +36,9 @@ that differ in 1.x (catalogue updates, session claims) are encoded again for a
 
 Buffering: a request that may be answered with snapshots waits, before it is
 handled, while the server's response pool (:data:`~ahp.server.state.RESPONSE_POOL`)
-is over its limit; the wait ends with the connection's cancellation.
+is over its limit; the wait ends with the connection's cancellation. Meanwhile the
+holders that drain their share too slowly are closed
+(:data:`~ahp.server.writer.POOL_DRAIN_TIME`), so the wait is short.
 """
 
 from __future__ import annotations

@@ -41,7 +41,8 @@ DEFAULT_MAX_TERMINALS: Final = 256
 RESPONSE_POOL: Final = 32 * 1024 * 1024
 #: Memory all connections together may hold in inbound messages still being assembled
 #: (fragments, a large frame arriving): four messages at the size bound (issue 25: 30
-#: connections each holding an unfinished 8 MiB frame held 302 MB).
+#: connections each holding an unfinished 8 MiB frame held 302 MB). Who is closed when
+#: it is short: :class:`~ahp.server.wsconn.InboundBudget`.
 INBOUND_BUDGET: Final = 32 * 1024 * 1024
 
 
@@ -72,10 +73,12 @@ class ServerState:
     #: Counters: protocol errors answered (figures for tests).
     errors: int = 0
     #: Responses (snapshots above all) queued or being written by every connection
-    #: together (:data:`RESPONSE_POOL`): past it, requests wait and silent holders go.
+    #: together (:data:`RESPONSE_POOL`): past it, requests wait and silent holders go
+    #: (and, while someone waits, slow ones: :data:`ahp.server.writer.POOL_DRAIN_TIME`).
     responses: ResponsePool = attrs.field(factory=lambda: ResponsePool(RESPONSE_POOL))
     #: Inbound messages still being assembled, every connection together
-    #: (:data:`INBOUND_BUDGET`): a connection that would pass it is closed with 1013.
+    #: (:data:`INBOUND_BUDGET`): past it, connections that rank above the sender give
+    #: way (read-only ones, then the largest), else the sender; closed with 1013.
     inbound: InboundBudget = attrs.field(factory=lambda: InboundBudget(INBOUND_BUDGET))
     #: Where privileged events are logged (``serve --audit-log``), if anywhere.
     audit: AuditLog | None = None

@@ -29,7 +29,10 @@ that total is over the bound, a watchdog closes the connection (1013, or 1006 as
 above) when the client took nothing — not a byte written, not a batch taken —
 for ``stall_grace`` seconds; a client that reads a large answer slowly keeps
 making progress and stays. So a silent client can pin at most about one bound
-plus one answer, and only for the grace period. A failure inside one
+plus one answer, and only for the grace period. Slow readers stay only while
+nobody waits for room in the server's pool of answers: then one that would take
+longer than :data:`~ahp.server.writer.POOL_DRAIN_TIME` to drain its share at its
+pace is closed too (:meth:`~ahp.server.writer.ConnectionWriter.watch_bound`). A failure inside one
 connection is logged and closes that connection (1011), never the server. Only
 the connection's ``finally`` closes it (the reader may be inside a receive).
 
@@ -49,7 +52,10 @@ An inbound frame of :data:`LARGE_FRAME` or more is cost-checked and decoded in t
 steps (each takes tens of milliseconds at 8 MiB), one large frame of any connection
 at a time, each step followed by a pause as long as it took
 (:meth:`~ahp.server.wsconn.InboundBudget.paced`), the frame counted in the inbound
-budget while it waits; the reader drops it before receiving the next.
+budget while it waits; the reader drops it before receiving the next. When a part
+of a message would pass that budget, the connections that rank above its sender
+(read-only ones, then the one holding the most) give way, closed with 1013
+(:class:`~ahp.server.wsconn.InboundBudget`).
 """
 
 from __future__ import annotations
@@ -92,6 +98,8 @@ from ahp.server.upgrade import HANDSHAKE_TIMEOUT, UpgradeRequest, read_upgrade, 
 from ahp.server.web import BEARER_PROTOCOL_PREFIX
 from ahp.server.writer import OVERFLOW_CLOSE, ConnectionWriter
 from ahp.server.wsconn import (
+    BUSY_REASON,
+    GAVE_WAY_REASON,
     MESSAGE_DEADLINE,
     TRY_AGAIN,
     ConnectionClosed,
@@ -313,8 +321,8 @@ async def _reader(
             # keeps its share of the inbound budget while it waits (bounded memory).
             inbound = session.server.inbound
             size = sys.getsizeof(message)
-            if not inbound.take(size):
-                await ws.aclose(TRY_AGAIN, "server busy: too many large messages")
+            if not inbound.take(size, ws, complete=True):
+                await ws.aclose(TRY_AGAIN, BUSY_REASON)
                 return
             try:
                 async with inbound.decoding:
@@ -490,6 +498,10 @@ async def _serve_one(
     link = _Link(ws)
     session = Session(state, outbox, link, read_only=read_only)
     link.session = session
+    ws.read_only = read_only
+    # Its unfinished messages give way to another connection's (ahp.server.wsconn):
+    # closed with 1013 like an eviction, the client's record kept.
+    ws.on_give_way = partial(link.evict_with, TRY_AGAIN, GAVE_WAY_REASON)
     session.peer = request.remote
     if (audit := state.audit) is not None:
         path = urlsplit(request.target).path

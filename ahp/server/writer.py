@@ -35,12 +35,18 @@ from ahp.keystroke import ECHO_PAIR_WAIT, enabled
 from ahp.server.session import Session
 from ahp.server.wsconn import ServerWebSocket
 
-__all__ = ["OVERFLOW_CLOSE", "ConnectionWriter", "encoded"]
+__all__ = ["OVERFLOW_CLOSE", "POOL_DRAIN_TIME", "ConnectionWriter", "encoded"]
 
 log = logging.getLogger("ahp.server")
 
 #: The close reason sent to a client whose outbox overflowed.
 OVERFLOW_CLOSE: Final = (1013, "outbound buffer full; reconnect to resume")
+#: Seconds a connection may take to drain its share of the server's pool of answers, at
+#: the pace it shows, while someone waits for room in the pool (``watch_bound``): one
+#: that holds S bytes of answers must take at least S / POOL_DRAIN_TIME bytes a second
+#: (4 MiB: 410 KiB/s), else it is closed (1013) and gives its share back. Uncontended,
+#: a slow reader may take as long as it likes.
+POOL_DRAIN_TIME: Final = 10.0
 
 
 def encoded(
@@ -176,20 +182,39 @@ class ConnectionWriter:
     async def watch_bound(self, grace: float) -> None:
         """Close a client that takes nothing for ``grace`` seconds while the outbox
         accounts for more than its bound: answers (snapshots) queued or being written
-        count too, not only the output backlog that overflows at once."""
-        outbox, ws = self.outbox, self.ws
+        count too, not only the output backlog that overflows at once. Also while the
+        server's pool of answers is over its limit and this connection holds some; and
+        then, if someone waits for room in the pool (:attr:`ResponsePool.contended
+        <ahp.engine.outbox.ResponsePool.contended>`), a client that takes bytes but too
+        few to drain its share in :data:`POOL_DRAIN_TIME` at that pace: ten read-only
+        viewers reading 4 MiB answers at 30 KB/s held every ``initialize``,
+        ``subscribe`` and ``reconnect`` of the server waiting for minutes."""
+        outbox, ws, pool = self.outbox, self.ws, self.outbox.pool
         while True:
-            # (Also while the server's pool of responses is over its limit and this
-            # connection holds some: a silent client must give its share back.)
             await outbox.wait_pressure()
-            progress = (ws.bytes_sent, outbox.takes)
+            sent, takes, share = ws.bytes_sent, outbox.takes, outbox.response_bytes
             await trio.sleep(grace)
-            if outbox.under_pressure and (ws.bytes_sent, outbox.takes) == progress:
-                log.info(
-                    "client %s takes nothing while %d bytes are pending: closing with 1013",
-                    self.session.client_id,
-                    outbox.pending_bytes,
-                )
-                self.close = OVERFLOW_CLOSE
-                self.scope.cancel()
-                return
+            if not outbox.under_pressure:
+                continue
+            drained = ws.bytes_sent - sent
+            if not drained and outbox.takes == takes:
+                why = "takes nothing"
+            elif (
+                pool is not None
+                and share
+                and drained * POOL_DRAIN_TIME < share * grace
+                and outbox.response_bytes
+                and pool.contended
+            ):
+                why = f"takes {drained / grace / 1024:.0f} KiB/s while the pool of answers is full"
+            else:
+                continue
+            log.info(
+                "client %s %s, %d bytes pending: closing with 1013",
+                self.session.client_id,
+                why,
+                outbox.pending_bytes,
+            )
+            self.close = OVERFLOW_CLOSE
+            self.scope.cancel()
+            return

@@ -34,7 +34,7 @@ import sys
 import termios
 import time
 from collections.abc import Callable, Iterable
-from typing import Final, TypeVar
+from typing import Final, Protocol, TypeVar
 
 import trio
 from wsproto import WSConnection
@@ -51,9 +51,12 @@ from wsproto.events import (
 from ahp.keystroke import enabled, parse_simple_frame
 
 __all__ = [
+    "BUSY_REASON",
+    "GAVE_WAY_REASON",
     "RECEIVE_SIZE",
     "ConnectionClosed",
     "InboundBudget",
+    "InboundHolder",
     "ServerWebSocket",
     "accept",
     "text_frame_header",
@@ -93,6 +96,10 @@ DECODE_PACE: Final = 1.0
 POLICY: Final = 1008
 #: Close code "try again later" (an inbound budget exhausted).
 TRY_AGAIN: Final = 1013
+#: Why a connection is closed (1013) when its part of a message would pass the inbound
+#: budget, and when its unfinished message gives way to another connection's.
+BUSY_REASON: Final = "server busy: too many large messages"
+GAVE_WAY_REASON: Final = "server busy: too many large messages (yours was dropped for another)"
 #: Pings (:meth:`ServerWebSocket.ping`) waiting for their pong at once, per connection
 #: (one per newcomer claiming this connection's clientId; those are one at a time).
 MAX_PINGS: Final = 4
@@ -101,21 +108,47 @@ ABNORMAL: Final = 1006
 TOO_BIG: Final = 1009
 
 
+class InboundHolder(Protocol):
+    """What :class:`InboundBudget` knows of a connection holding part of it (a
+    :class:`ServerWebSocket`)."""
+
+    #: Read-only connections give way first.
+    read_only: bool
+
+    def give_way(self) -> None:
+        """Its share was taken back: drop what it holds and close (1013)."""
+
+
 class InboundBudget:
-    """Memory all connections of a server may hold in messages still being assembled.
+    """Memory all connections of a server may hold in messages still being assembled
+    (or, complete, waiting for their turn to be decoded).
 
     Why: each connection may hold up to its ``max_message_size`` of an unfinished
     message, so 30 connections each sending all but the last byte of an 8 MiB frame
-    held 302 MB (issue 25). A connection whose part would take the total past
-    ``limit`` is closed with 1013 (try again later); what it held is given back.
-    Owned by the server; each :class:`ServerWebSocket` takes and returns its share.
+    held 302 MB (issue 25). Who pays when a part would take the total past ``limit``
+    (:meth:`take`) is not always its sender: the connections that rank above the
+    sender give way (closed with 1013, try again later; what they held is given back
+    at once), the highest first, until the part fits. Read-only connections rank
+    above full-access ones, and within each kind the one that holds more ranks
+    higher; a connection that does not rank above the sender (as much or less of the
+    same kind, or a full-access one for a read-only sender) never gives way for it.
+    When those that may cannot make room, nobody gives way and the sender is closed
+    with 1013, as before. (Before, the sender always was: four read-only connections
+    each holding an unfinished 8 MiB frame closed a full-access client's ordinary
+    100 KiB message.) A complete message waiting for its turn to be decoded counts
+    but never gives way: it was delivered whole, and leaves the budget soon (one at a
+    time, tens of milliseconds each). Owned by the server; each
+    :class:`ServerWebSocket` takes and returns its share.
     """
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self.held = 0
-        #: Connections closed for it (figures for tests).
+        #: What each holder holds now (a holder that gave way is no longer here).
+        self._shares: dict[InboundHolder, int] = {}
+        #: Connections closed for it: refused their own part, or gave way (figures).
         self.refused = 0
+        self.gave_way = 0
         #: Held while a large message is checked and decoded (one at a time, paced:
         #: :meth:`paced`); a message waiting for it keeps its share of the budget.
         self.decoding = trio.Lock()
@@ -135,15 +168,63 @@ class InboundBudget:
         await trio.sleep(pause)
         return result
 
-    def take(self, size: int) -> bool:
-        if self.held + size > self.limit:
+    def take(
+        self, size: int, holder: InboundHolder | None = None, *, complete: bool = False
+    ) -> bool:
+        """Count ``size`` more bytes for ``holder``; False (refused) when they would pass
+        the limit and the holders that rank above ``holder`` cannot make room (see the
+        class docstring). ``complete``: a whole message waiting for its turn to be
+        decoded, which never gives way (given back without its holder)."""
+        if self.held + size > self.limit and (holder is None or not self._make_room(size, holder)):
             self.refused += 1
             return False
         self.held += size
+        if holder is not None and not complete:
+            self._shares[holder] = self._shares.get(holder, 0) + size
         return True
 
-    def give_back(self, size: int) -> None:
+    def give_back(self, size: int, holder: InboundHolder | None = None) -> None:
+        """Return ``size`` bytes ``holder`` took (None: a complete message's)."""
+        if holder is None:
+            self.held -= size
+            return
+        share = self._shares.get(holder)
+        if share is None:
+            return  # (it gave way: its share was given back then)
+        size = min(size, share)
         self.held -= size
+        if share > size:
+            self._shares[holder] = share - size
+        else:
+            del self._shares[holder]
+
+    def _make_room(self, size: int, newcomer: InboundHolder) -> bool:
+        """Close the holders that rank above ``newcomer``, the highest first, until
+        ``size`` fits; none when that would not be enough (False)."""
+        mine = (newcomer.read_only, self._shares.get(newcomer, 0) + size)
+        ranked = sorted(
+            (
+                (rank, holder)
+                for holder, share in self._shares.items()
+                if holder is not newcomer and (rank := (holder.read_only, share)) > mine
+            ),
+            key=lambda pair: pair[0],
+            reverse=True,
+        )
+        need = self.held + size - self.limit
+        chosen: list[InboundHolder] = []
+        for (_, share), holder in ranked:
+            if need <= 0:
+                break
+            chosen.append(holder)
+            need -= share
+        if need > 0:
+            return False
+        for holder in chosen:
+            self.held -= self._shares.pop(holder)
+            self.gave_way += 1
+            holder.give_way()
+        return True
 
 
 class ConnectionClosed(Exception):
@@ -220,6 +301,12 @@ class ServerWebSocket:
         self._started: float | None = None
         self._budget = budget
         self._over_budget = False
+        #: Admitted with the read-only token (its unfinished messages give way first
+        #: when the inbound budget is short: :class:`InboundBudget`).
+        self.read_only = False
+        #: Called when this connection gives way in the inbound budget (it must close,
+        #: 1013): the transport stops the connection's tasks. Must not block nor raise.
+        self.on_give_way: Callable[[], None] | None = None
         self._deadline = message_deadline
         self._closed: ConnectionClosed | None = None
         #: The peer's end of the stream was read (it may still read what is sent).
@@ -348,7 +435,7 @@ class ServerWebSocket:
         if self._frames > MAX_FRAGMENTS:
             return TOO_BIG, f"a message of more than {MAX_FRAGMENTS} fragments"
         if self._over_budget:
-            return TRY_AGAIN, "server busy: too many large messages"
+            return TRY_AGAIN, BUSY_REASON
         return None
 
     def _drop_message(self) -> None:
@@ -359,9 +446,20 @@ class ServerWebSocket:
     def _release(self) -> None:
         """The message is complete or dropped: give its memory back to the budget."""
         if self._held and self._budget is not None:
-            self._budget.give_back(self._held)
+            self._budget.give_back(self._held, self)
         self._held = self._frames = 0
         self._started = None
+
+    def give_way(self) -> None:
+        """The inbound budget took back what this connection held, for a connection that
+        matters more (:class:`InboundBudget`): the message being assembled is dropped,
+        none is delivered any more, and the connection is closed with 1013 (by
+        :attr:`on_give_way`; else by its reader at the next part it receives)."""
+        self._over_budget = True
+        self._parts.clear()
+        self._held = 0
+        if self.on_give_way is not None:
+            self.on_give_way()
 
     async def _deliver(self, message: str | bytes) -> str | bytes:
         if self._owes_checkpoint:  # no wait since the last message: yield once
@@ -439,6 +537,8 @@ class ServerWebSocket:
             waited = True
 
     def _assemble(self, event: TextMessage | BytesMessage) -> str | bytes | None:
+        if self._over_budget:
+            return None  # (it gave way, or was refused: nothing more is kept)
         data: str | bytes = event.data if isinstance(event.data, str | bytes) else bytes(event.data)
         if event.message_finished and not self._parts:
             if len(data) > self._max:
@@ -451,7 +551,7 @@ class ServerWebSocket:
         self._size += len(data)
         self._frames += event.frame_finished
         size = sys.getsizeof(data)
-        if self._budget is not None and not self._budget.take(size):
+        if self._budget is not None and not self._budget.take(size, self):
             self._over_budget = True
             return None
         self._held += size
