@@ -22,6 +22,7 @@ from ahp.agent.evidence import (
     editor_reads,
     interactive_shell,
     program_name,
+    prompt_unseen,
 )
 from ahp.agent.machine import INPUT_POLL, MAX_INPUT_POLL, CommandMachine, IllegalEvent
 from ahp.agent.options import RunChanges, RunOptions
@@ -325,6 +326,24 @@ def test_the_line_editor_reading_is_told_from_a_read(
 ) -> None:
     assert editor_reads(attrs.evolve(_PROMPT, **changes)) == at_prompt
     assert not editor_reads(None)
+
+
+@pytest.mark.parametrize(
+    ("changes", "unseen"),
+    [
+        ({"shell_stderr_tty": False}, True),  # bash, exec 2>/dev/null
+        ({"shell_stderr_tty": True}, False),
+        ({"shell_stderr_tty": None}, False),  # an older server
+        ({"shell_stderr_tty": False, "programs": ("zsh -i",)}, False),  # zsh: on its tty
+        ({"shell_stderr_tty": False, "programs": ()}, False),
+    ],
+)
+def test_a_prompt_is_unseen_only_when_bash_has_its_stderr_elsewhere(
+    changes: dict[str, Any], unseen: bool
+) -> None:
+    base = attrs.evolve(_PROMPT, programs=("/bin/bash --init-file /tmp/x -i",))
+    assert prompt_unseen(attrs.evolve(base, **changes)) == unseen
+    assert not prompt_unseen(None)
 
 
 def test_detection_lost_comes_back_only_with_a_new_end() -> None:

@@ -32,13 +32,13 @@ MODES = ("local", "remote")
 
 
 @asynccontextmanager
-async def terminal(mode: str, **kwargs: Any) -> AsyncIterator[Any]:
-    """A bash terminal, in-process or through a real server and client."""
+async def terminal(mode: str, shell: str = "/bin/bash", **kwargs: Any) -> AsyncIterator[Any]:
+    """A bash (or ``shell``) terminal, in-process or through a real server and client."""
     if mode == "local":
         async with ahp.open_host() as host:
-            yield await host.create_terminal(shell="/bin/bash", **kwargs)
+            yield await host.create_terminal(shell=shell, **kwargs)
         return
-    async with running_server(shell="/bin/bash") as server, connect(server.url) as client:
+    async with running_server(shell=shell) as server, connect(server.url) as client:
         uri = "ahp-terminal:/agent"
         await client.create_terminal(uri, cwd=kwargs.get("cwd"))
         term = client.terminal(uri)
@@ -924,6 +924,118 @@ async def test_a_shell_that_stops_reporting_ends_ends_the_command(mode: str) -> 
     assert (answered.status, answered.exit_code) == ("finished", 0)
     assert answered.output.endswith("got ann\n")
     assert (told.status, told.output, told.exit_code) == ("finished", "got bob\n", 0)
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_shell_whose_prompt_goes_nowhere_ends_a_command_it_stopped_reporting(
+    mode: str,
+) -> None:
+    """After ``exec 2>/dev/null`` bash draws its prompt nowhere; after ``unset
+    PROMPT_COMMAND`` it reports no command's end: the command was ``running`` for good
+    (past its timeout: "neither Ctrl-C nor SIGKILL ended it"), every later run refused.
+    After its timeout's Ctrl-C, bash's line editor reading in quiet with nothing
+    printed (its stderr off the terminal: ``ttyStatus`` ``shellStderrTty``) ends it
+    ``timed_out``; later commands use markers. Reads in that shell still wait for input
+    (a ``read -e``, not told from the prompt, is never ended without a Ctrl-C)."""
+    async with terminal(mode) as term:
+        with trio.fail_after(3 * TIMEOUT):
+            assert (await term.run("exec 2>/dev/null")).status == "finished"
+            silent = await term.run("read -s n; echo got $n")
+            assert silent.status == "waiting_for_input" and silent.handle is not None
+            await silent.handle.send_input("bob\r")
+            told = await silent.handle.wait()
+            edited = await term.start("read -e n; echo got $n")
+            await trio.sleep(2.0)
+            assert not edited.done, edited.result()
+            await edited.send_input("ed\r")
+            typed = await edited.wait()
+            lost = await term.run("unset PROMPT_COMMAND", timeout=1.0)
+            failing = await term.run("(exit 3)")
+            after = await term.run("echo next")
+    assert (told.status, told.output, told.exit_code) == ("finished", "got bob\n", 0), told
+    assert (typed.status, typed.output, typed.exit_code) == ("finished", "got ed\n", 0), typed
+    assert (lost.status, lost.exit_code) == ("timed_out", None), lost
+    assert lost.note.startswith("command detection was lost: the shell is back at its prompt")
+    assert "stderr is not the terminal" in lost.note
+    assert (failing.status, failing.exit_code) == ("finished", 3), failing
+    assert (after.status, after.output, after.exit_code) == ("finished", "next\n", 0), after
+
+
+async def test_a_read_that_outlives_a_ctrl_c_is_not_taken_for_the_prompt() -> None:
+    """The same shell's ``read -s -n 1`` looks like its line editor (raw, no echo); a
+    trap on SIGINT keeps it reading after a Ctrl-C, saying so: it is not ended as
+    "back at its prompt" (something was printed after the Ctrl-C)."""
+    async with ahp.open_host() as host:
+        term = await host.create_terminal(shell="/bin/bash")
+        with trio.fail_after(3 * TIMEOUT):
+            await term.run("exec 2>/dev/null")
+            await term.run("trap 'echo trapped' INT")
+            asked = await term.run("read -s -n 1 k; echo got $k")
+            assert asked.status == "waiting_for_input" and asked.handle is not None
+            await asked.handle.interrupt()
+            await trio.sleep(3.0)
+            assert not asked.handle.done, asked.handle.result()
+            await asked.handle.send_input("z")
+            answered = await asked.handle.wait()
+    assert answered.status == "interrupted", answered
+    assert answered.output == "trapped\ngot z\n", answered
+
+
+FISH = shutil.which("fish")
+
+
+@pytest.mark.skipif(FISH is None, reason="fish is not installed")
+@pytest.mark.parametrize("mode", MODES)
+async def test_markers_in_fish_are_in_fish_syntax(mode: str) -> None:
+    """Once fish's hooks are erased, commands are delimited with markers: they were
+    POSIX's, ``"$?"``, which fish refuses (the command ran never, past its timeout,
+    every later one refused). They are fish's now: exit codes, a line of several
+    commands, a command of several lines, quotes and backslashes."""
+    assert FISH is not None
+    async with terminal(mode, shell=FISH) as term:
+        with trio.fail_after(3 * TIMEOUT):
+            lost = await term.run("functions -e __ahp_postexec __ahp_on_prompt __ahp_preexec")
+            failing = await term.run("echo a; false")
+            seven = await term.run("sh -c 'exit 7'")
+            lines = await term.run("echo \"it's\"\necho 'b\\\\c'")
+            ok = await term.run("echo done")
+    assert lost.note.startswith("command detection was lost"), lost
+    assert (failing.status, failing.output, failing.exit_code) == ("finished", "a\n", 1), failing
+    assert (seven.status, seven.exit_code) == ("finished", 7), seven
+    assert (lines.status, lines.output, lines.exit_code) == ("finished", "it's\nb\\c\n", 0)
+    assert (ok.status, ok.output, ok.exit_code) == ("finished", "done\n", 0), ok
+
+
+@pytest.mark.skipif(FISH is None, reason="fish is not installed")
+@pytest.mark.parametrize("mode", MODES)
+async def test_markers_after_exec_fish_are_in_fish_syntax(mode: str) -> None:
+    """``exec fish`` in a bash terminal: detection lost (the shell replaced), then
+    markers, in the syntax of the shell now there (POSIX's killed that fish)."""
+    assert FISH is not None
+    async with terminal(mode) as term:
+        with trio.fail_after(3 * TIMEOUT):
+            replaced = await term.run(f"exec {FISH}")
+            failing = await term.run("echo a; false")
+            seven = await term.run("sh -c 'exit 7'")
+            lines = await term.run("echo x\necho y")
+    assert replaced.note.startswith("command detection was lost"), replaced
+    assert (failing.status, failing.output, failing.exit_code) == ("finished", "a\n", 1), failing
+    assert (seven.status, seven.exit_code) == ("finished", 7), seven
+    assert (lines.status, lines.output, lines.exit_code) == ("finished", "x\ny\n", 0), lines
+
+
+@pytest.mark.skipif(FISH is None, reason="fish is not installed")
+async def test_an_end_reported_without_its_exit_code_says_so() -> None:
+    """fish without its postexec hook reports ends (at its prompt) with no exit code:
+    the result's note was empty; it says the exit code is unknown, and why."""
+    assert FISH is not None
+    async with ahp.open_host() as host:
+        term = await host.create_terminal(shell=FISH)
+        with trio.fail_after(TIMEOUT):
+            await term.run("functions -e __ahp_postexec")
+            result = await term.run("echo a; false")
+    assert (result.status, result.output, result.exit_code) == ("finished", "a\n", None)
+    assert result.note.startswith("exit code unknown: the shell reported the command's end")
 
 
 @pytest.mark.parametrize(

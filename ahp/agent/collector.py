@@ -28,7 +28,10 @@ bash's end hook): once the shell's own line editor is seen reading at its prompt
 screen's last line is the prompt the command was typed at (after a Ctrl-C: a new line
 and a prompt), the command is over (``finished``, no exit code, a note saying command
 detection was lost); later commands use markers until the shell reports an end again
-(:meth:`~ahp.agent.registry.CommandRegistry.detection_back`).
+(:meth:`~ahp.agent.registry.CommandRegistry.detection_back`). A prompt never seen (bash's
+stderr off the terminal: :func:`~ahp.agent.evidence.prompt_unseen`) takes a Ctrl-C
+first, then quiet with nothing printed since (``_Collector._took_unseen_interrupt``).
+Markers are typed in fish's syntax when the shell there is fish (:func:`_is_fish`).
 
 Marks nobody signed: in a terminal whose shell the host did not inject its integration
 into (``port.signed_marks`` false: ``/bin/sh``), any program can print ``OSC 133``
@@ -86,6 +89,7 @@ from ahp.agent.evidence import (
     interactive_shell,
     looks_like_prompt,
     program_name,
+    prompt_unseen,
 )
 from ahp.agent.holding import (
     INTERRUPT_GRACE,
@@ -151,8 +155,9 @@ SHELL_LOOK_PAUSE: Final = 0.05
 
 async def _is_fish(port: TerminalPort) -> bool:
     """Whether the terminal's shell is fish (else a POSIX-like shell is assumed, as
-    when nothing can be seen: a remote server without the process extension)."""
-    name = port.shell_name
+    when nothing can be seen: a remote server without the process extension): the
+    shell a command put in its place (``exec fish``), else the terminal's program."""
+    name = port.commands.replaced_by or port.shell_name
     if name is None and port.processes is not None:
         for _ in range(SHELL_LOOKS):
             status = await port.processes.tty_status()
@@ -246,7 +251,7 @@ async def _start(port: TerminalPort, command_line: str, options: RunOptions) -> 
             await port.set_claim(claim)
         token = secrets.token_hex(8)
         if not detected:
-            typed = wrap(command_line, token)
+            typed = wrap(command_line, token, fish=await _is_fish(port))
         elif "\n" in command_line.rstrip("\r\n"):
             typed = group(command_line, fish=await _is_fish(port))
         else:
@@ -315,6 +320,17 @@ async def _close(stream: _Stream) -> None:
             await aclose()
 
 
+def _no_exit_code(exit_code: int | None) -> str:
+    """The note for a detected command's reported end (none when it has an exit code)."""
+    if exit_code is not None:
+        return ""
+    return (
+        "exit code unknown: the shell reported the command's end without its exit code "
+        "(the hook that reports it did not run: removed, as fish's `functions -e "
+        "__ahp_postexec` does)"
+    )
+
+
 @attrs.define
 class _Collector:
     """Follows one command to its end (the task :func:`start_command` spawns)."""
@@ -357,6 +373,8 @@ class _Collector:
     #: Detected mode, the command started: the shell was seen back at its prompt
     #: (twice, nothing printed between) without reporting the command's end.
     marks_lost: bool = False
+    #: Something was printed after a Ctrl-C (any: :attr:`after_ask` is reset on a resend).
+    said_after_ask: bool = False
 
     async def run(self) -> None:
         record = self.record
@@ -493,7 +511,10 @@ class _Collector:
                         record.apply(Event.EXECUTING)
                     if part.commandId == self.command_id and part.isComplete:
                         await self._end(
-                            Event.ENDED, exit_code=part.exitCode, duration_ms=part.durationMs
+                            Event.ENDED,
+                            exit_code=part.exitCode,
+                            duration_ms=part.durationMs,
+                            note=_no_exit_code(part.exitCode),
                         )
                         return
                 if state.exited:
@@ -518,7 +539,10 @@ class _Collector:
                 isinstance(action, TerminalCommandFinished) and action.commandId == self.command_id
             ):
                 await self._end(
-                    Event.ENDED, exit_code=action.exitCode, duration_ms=action.durationMs
+                    Event.ENDED,
+                    exit_code=action.exitCode,
+                    duration_ms=action.durationMs,
+                    note=_no_exit_code(action.exitCode),
                 )
                 return
             elif isinstance(action, TerminalExited):
@@ -655,6 +679,7 @@ class _Collector:
                 return
             if self.replaced_by is not None:
                 self.port.commands.detection_lost = True
+                self.port.commands.replaced_by = interactive_shell(self.replaced_by)
                 await self._end(
                     Event.ENDED,
                     note=f"command detection was lost: the terminal's shell was replaced by "
@@ -670,10 +695,16 @@ class _Collector:
                 self.port.commands.lose_detection(
                     frozenset(p.commandId for p in state.content if isinstance(p, CommandPart))
                 )
+                unseen = (
+                    " (its line editor reads after the Ctrl-C; its prompt is not shown: "
+                    "bash's stderr is not the terminal)"
+                    if self.record.machine.asked and not self._prompt_seen()
+                    else ""
+                )
                 await self._end(
                     Event.ENDED,
-                    note="command detection was lost: the shell is back at its prompt but "
-                    "reported no end of the command (its hooks were removed, e.g. `unset "
+                    note=f"command detection was lost: the shell is back at its prompt{unseen} "
+                    "but reported no end of the command (its hooks were removed, e.g. `unset "
                     "PROMPT_COMMAND`, or its marks sent elsewhere): exit code unknown; later "
                     "commands here are delimited with markers until the shell reports one's "
                     "end again",
@@ -697,12 +728,14 @@ class _Collector:
             if evidence is not None:
                 record.apply(Event.INPUT_SEEN, evidence=evidence)
             else:
-                machine.looked(trio.current_time())
+                machine.looked(trio.current_time(), steady=self.untaken is not None)
 
     def _after_ask(self, data: str) -> None:
         """Output that arrived after the (latest) Ctrl-C, before the command's start
         (its tail): the shell's answer to it."""
         self.after_ask = (self.after_ask + data[-MAX_PRE_START:])[-MAX_PRE_START:]
+        if data:
+            self.said_after_ask = True
 
     async def _took_interrupt(self, prompt: str) -> bool:
         """The shell, seen reading in quiet after a Ctrl-C, took it: its answer (the
@@ -777,9 +810,37 @@ class _Collector:
         if not editor_reads(status):
             return False
         if self.record.machine.asked:
-            return prompt_after(self.after_ask, pre.prompt)
+            return self._prompt_seen() or prompt_unseen(status)
         last = screen_line(self.port.state.tail(PROMPT_LOOKBACK)).strip()
         return bool(last) and last == pre.prompt
+
+    def _prompt_seen(self) -> bool:
+        """The shell answered the (latest) Ctrl-C with a new line and a prompt."""
+        pre = self.pre_start
+        return pre is not None and prompt_after(self.after_ask, pre.prompt)
+
+    async def _took_unseen_interrupt(self) -> bool:
+        """Detected mode, the command started, a Ctrl-C sent, and the shell's prompt
+        never seen (:func:`~ahp.agent.evidence.prompt_unseen`: bash's stderr is not
+        the terminal): its line editor reads in quiet, nothing at all printed since
+        the Ctrl-C, for :data:`SILENT_RESEND_AFTER`; then it is sent one more Ctrl-C
+        (a Ctrl-C bash held, see :meth:`_took_interrupt`, is taken with it: the next
+        command keeps its first keys), and after as long again in quiet, it took
+        them. Anything printed since the Ctrl-C (a trap's words: ``trap 'echo hi'
+        INT`` keeps a ``read`` reading) and this never concludes."""
+        if self.said_after_ask:
+            return False
+        now = trio.current_time()
+        if self.untaken is None:
+            self.untaken = now
+        if now - self.untaken < SILENT_RESEND_AFTER:
+            return False
+        if self.resent < 1:
+            self.resent += 1
+            self.untaken = None
+            await self.port.send_input("\x03")
+            return False
+        return True
 
     def _screen_says_input(self) -> bool:
         """A full-screen program (it reads keys), or a prompt-like last line."""
@@ -818,7 +879,12 @@ class _Collector:
             if self._at_prompt_unreported(status):
                 # A second look with nothing in between: not a command on its way out.
                 seen, self.shell_read_seen = self.shell_read_seen, self.record.activity
-                self.marks_lost = seen is self.record.activity
+                if seen is not self.record.activity:
+                    self.untaken = None
+                elif self.record.machine.asked and not self._prompt_seen():
+                    self.marks_lost = await self._took_unseen_interrupt()
+                else:
+                    self.marks_lost = True
                 return None
             evidence = evidence_of(status)
             if evidence is None:

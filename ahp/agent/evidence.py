@@ -50,6 +50,7 @@ __all__ = [
     "interactive_shell",
     "looks_like_prompt",
     "program_name",
+    "prompt_unseen",
 ]
 
 #: The last characters of a prompt line that :func:`looks_like_prompt` accepts.
@@ -79,6 +80,8 @@ class TtyView(Protocol):
     def shell_replaced(self) -> bool | None: ...
     @property
     def canonical(self) -> bool | None: ...
+    @property
+    def shell_stderr_tty(self) -> bool | None: ...
 
 
 @attrs.frozen
@@ -242,6 +245,18 @@ def editor_reads(status: TtyView | None) -> bool:
         and status.canonical is False
         and not status.echo
     )
+
+
+def prompt_unseen(status: TtyView | None) -> bool:
+    """The terminal's shell is bash with its standard error off the terminal (``exec
+    2>/dev/null``, ``exec 2>/dev/pts/OTHER``): bash draws its prompt, its line and its
+    answer to a Ctrl-C there, so none of them is ever seen. (zsh draws its prompt on
+    the terminal whatever its streams; fish cannot redirect its own.) ``False`` when
+    not known (an older server)."""
+    if status is None or status.shell_stderr_tty is not False or not status.programs:
+        return False
+    words = status.programs[0].split()
+    return bool(words) and words[0].rsplit("/", 1)[-1].lstrip("-") == "bash"
 
 
 def looks_like_prompt(line: str) -> bool:

@@ -71,10 +71,12 @@ async def holder_of(port: TerminalPort, *, detected: bool) -> Holder | None:
         return None
     processes = port.processes
     status = await processes.tty_status() if processes is not None else None
-    if part is not None and _replacing_shell(status) is not None:
+    replacing = _replacing_shell(status) if part is not None else None
+    if replacing is not None:
         # The open command replaced the shell by one without detection (``exec bash``),
-        # now at its prompt: it holds nothing; markers from now on.
+        # now at its prompt: it holds nothing; markers from now on, in its syntax.
         port.commands.detection_lost = True
+        port.commands.replaced_by = interactive_shell(replacing)
         return None
     waiting = "waiting_for_input" if evidence_of(status) is not None else "running"
     if part is not None:

@@ -169,7 +169,12 @@ class CommandMachine:
             return None
         return max(self.last_output + self.input_quiet, self._next)
 
-    def looked(self, now: float) -> None:
-        """A look at ``now`` found no evidence: the next one waits for the back-off."""
+    def looked(self, now: float, *, steady: bool = False) -> None:
+        """A look at ``now`` found no evidence: the next one waits for the back-off
+        (``steady``: :data:`INPUT_POLL`, no back-off: the caller times something, such
+        as a shell's quiet after a Ctrl-C)."""
+        if steady:
+            self._next = now + INPUT_POLL
+            return
         self._next = now + self._poll
         self._poll = min(self._poll * 2, MAX_INPUT_POLL)

@@ -3,7 +3,8 @@
 Why: a shell this host did not start with its integration (``sh``, a remote
 ``bash`` started by someone else) announces neither a command's start nor its
 end. The command is then typed wrapped (:func:`wrap`) as
-``printf <begin>; eval 'COMMAND'; printf <end with $?>`` on one line, the
+``printf <begin>; eval 'COMMAND'; printf <end with $?>`` on one line (``$status``
+in fish), the
 markers built by ``printf`` from a random token, so that the typed (echoed) text
 never contains the markers themselves; :class:`Markers` passes on what lies
 between them and parses the exit code from the end marker.
@@ -25,12 +26,21 @@ MARKER_LOOKBACK: Final = 64 * 1024
 MARKER_TAIL: Final = 1024
 
 
-def wrap(command_line: str, token: str) -> str:
-    """The line typed for ``command_line`` in the fallback (markers from ``token``)."""
-    quoted = "'" + command_line.replace("'", "'\\''") + "'"
+def wrap(command_line: str, token: str, *, fish: bool = False) -> str:
+    """The line typed for ``command_line`` in the fallback (markers from ``token``).
+
+    ``fish``: in fish's syntax, which refuses POSIX's ``$?`` (``fish: $? is not the
+    exit status``: the line never ran, nor any later one); its single quotes take
+    ``\\'`` and ``\\\\`` as escapes, and its exit status is ``$status``."""
+    if fish:
+        quoted = "'" + command_line.replace("\\", "\\\\").replace("'", "\\'") + "'"
+        status = "$status"
+    else:
+        quoted = "'" + command_line.replace("'", "'\\''") + "'"
+        status = '"$?"'
     return (
         f"printf '__AHP_%s_{token}__\\n' BEGIN; eval {quoted}; "
-        f"printf '\\n__AHP_END_{token}_%s__\\n' \"$?\""
+        f"printf '\\n__AHP_END_{token}_%s__\\n' {status}"
     )
 
 

@@ -42,6 +42,9 @@ class CommandRegistry:
         #: A command replaced the shell (``exec bash``) by one without command detection,
         #: or the shell stopped reporting a command's end.
         self.detection_lost = False
+        #: The interactive shell that replaced the terminal's shell (``exec fish``: its
+        #: name), once seen: markers are typed in its syntax.
+        self.replaced_by: str | None = None
         #: Held while a command is started, from the busy check until it is added.
         self.starting = trio.Lock()
         #: When the shell stopped reporting a command's end: the ids of the command parts

@@ -258,6 +258,7 @@ class RemoteTerminal(CommandSurface):
             shell_foreground=wire.shellForeground,
             shell_replaced=wire.shellReplaced,
             canonical=wire.canonical,
+            shell_stderr_tty=wire.shellStderrTty,
         )
 
     async def job_mark(self) -> object:

@@ -224,6 +224,10 @@ class TtyStatusWire:
     #: terminal's command detection, if any, comes from marks anything may print);
     #: absent when not known.
     integrated: bool | None = None
+    #: The terminal's shell, in the foreground, has its standard error on the terminal
+    #: (bash draws its prompt there: ``false`` after ``exec 2>/dev/null``); absent when
+    #: not known.
+    shellStderrTty: bool | None = None
 
 
 @frozen

@@ -381,6 +381,10 @@ class TtyStatus:
         canonical: the tty is in canonical (line) mode, ``ICANON``: a plain ``read``
             of a line; a line editor (readline, zle, fish's) at its prompt turns it off,
             with echo; ``None`` when that is not known here (an older server).
+        shell_stderr_tty: the terminal's shell, in the foreground, has its standard
+            error on the terminal (the tty, or ``/dev/tty``): bash draws its prompt and
+            line there, so ``False`` (``exec 2>/dev/null``) means its prompt is never
+            seen; ``None`` when not known (not in the foreground, an older server).
     """
 
     foreground_pgrp: int
@@ -393,6 +397,7 @@ class TtyStatus:
     shell_foreground: bool | None = None
     shell_replaced: bool | None = None
     canonical: bool | None = None
+    shell_stderr_tty: bool | None = None
 
 
 #: Command lines reported in :attr:`TtyStatus.programs`.
@@ -458,6 +463,7 @@ def tty_status(
         if not tty_pollers:
             pollers = tuple(sorted(pid for pid, on in seen.items() if on is None))
     shown = readers or tty_pollers or pollers
+    shell = next((info for info in group if info.pid == shell_pid), None)
     return TtyStatus(
         foreground_pgrp=pgrp,
         echo=echo,
@@ -469,4 +475,5 @@ def tty_status(
         shell_foreground=shell_foreground,
         shell_replaced=shell_replaced,
         canonical=canonical,
+        shell_stderr_tty=None if shell is None else _on_tty(shell.pid, 2, shell.tty_nr),
     )

@@ -134,6 +134,7 @@ async def _tty_status(session: Connection, params: Any) -> Any:
             shellReplaced=status.shell_replaced,
             canonical=status.canonical,
             integrated=terminal.integrated,
+            shellStderrTty=status.shell_stderr_tty,
         )
     return unstructure(TtyStatusResult(status=wire))
 
