@@ -12,9 +12,10 @@ Each module holds one (``docs/agent.md`` is the guide):
   takes;
 * :mod:`~ahp.agent.port` — :class:`TerminalPort`, what the layer needs from a
   terminal (the in-process and the remote terminal implement it);
-* :mod:`~ahp.agent.collector` — typing a command (or refusing to, when the
-  terminal is busy) and following it to its end; :mod:`~ahp.agent.markers` —
-  the fallback's markers for shells without command detection;
+* :mod:`~ahp.agent.start` — typing a command (or refusing to, when the terminal
+  is busy); :mod:`~ahp.agent.collector` — following it to its end;
+  :mod:`~ahp.agent.markers` — the fallback's markers for shells without command
+  detection;
 * :mod:`~ahp.agent.evidence` — why a command is believed to wait for input;
 * :mod:`~ahp.agent.record`, :mod:`~ahp.agent.command` — what is known about a
   command, and the agent's :class:`CommandHandle` on it with the
@@ -36,7 +37,7 @@ from typing import TYPE_CHECKING
 from ahp.exports import lazy_exports
 
 if TYPE_CHECKING:
-    from ahp.agent.collector import INTERRUPT_GRACE, start_command
+    from ahp.agent.collector import INTERRUPT_GRACE
     from ahp.agent.command import CommandHandle, CommandResult
     from ahp.agent.evidence import InputEvidence, evidence_of, looks_like_prompt
     from ahp.agent.occupants import BackgroundProcess, Holder
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
     from ahp.agent.record import MAX_RAW_OUTPUT
     from ahp.agent.registry import MAX_COMMANDS_KEPT, CommandRegistry
     from ahp.agent.render import strip_escapes
+    from ahp.agent.start import start_command
     from ahp.agent.status import FINAL_STATUSES, STATUSES, Event, Status
     from ahp.agent.surface import CommandSurface, as_completed, run_command, wait_any
 
@@ -75,7 +77,7 @@ _EXPORTS = {
     "evidence_of": "ahp.agent.evidence",
     "looks_like_prompt": "ahp.agent.evidence",
     "run_command": "ahp.agent.surface",
-    "start_command": "ahp.agent.collector",
+    "start_command": "ahp.agent.start",
     "strip_escapes": "ahp.agent.render",
     "wait_any": "ahp.agent.surface",
 }

@@ -1,4 +1,7 @@
-"""Typing a command and following it to its end: :func:`start_command` and its collector.
+"""Following a typed command to its end: the :class:`Collector` task.
+
+(The command is typed, or refused, by :func:`ahp.agent.start.start_command`, which
+hands it to a collector.)
 
 How a command is delimited:
 
@@ -30,22 +33,13 @@ and a prompt), the command is over (``finished``, no exit code, a note saying co
 detection was lost); later commands use markers until the shell reports an end again
 (:meth:`~ahp.agent.registry.CommandRegistry.detection_back`). A prompt never seen (bash's
 stderr off the terminal: :func:`~ahp.agent.evidence.prompt_unseen`) takes a Ctrl-C
-first, then quiet with nothing printed since (``_Collector._took_unseen_interrupt``).
-Markers are typed in fish's syntax when the shell there is fish (:func:`_is_fish`).
+first, then quiet with nothing printed since (``Collector._took_unseen_interrupt``).
+Markers are typed in fish's syntax when the shell there is fish.
 
 Marks nobody signed: in a terminal whose shell the host did not inject its integration
 into (``port.signed_marks`` false: ``/bin/sh``), any program can print ``OSC 133``
 marks; the terminal's detection is then never used: markers, and the foreground job
 for what holds the terminal.
-
-Never typing into a busy terminal: :func:`start_command` first asks what holds
-the terminal (:func:`holder_of`): a command of this surface that is not over, a
-detected command the shell reports running, or (without detection, when the
-processes can be seen) a foreground job other than the shell. If one does, the
-command is not typed: its handle is over at once with status ``refused``, the
-holder named in ``result.holder`` and ``result.note`` saying how to answer it
-(``send_input``) or stop it (``interrupt``). A holder that is already ending
-(interrupted, timed out, killed) is given :data:`INTERRUPT_GRACE` to end first.
 
 The collector task (in the terminal owner's nursery: the terminal's own, or the
 client connection's) feeds the command's :class:`~ahp.agent.machine.CommandMachine`
@@ -62,25 +56,20 @@ a command still running then (it ignores Ctrl-C) is killed as ``handle.kill()`` 
 so. (A command that outlives even that keeps status ``running`` with ``timed_out``
 set: see :func:`ahp.agent.surface.run_command`.)
 
-Cancellation: cancelling :func:`start_command` before the command was typed
-leaves nothing behind (the follower closed, the claim given back); the collector
-is cancelled with its owner's nursery and ends the command then (``shell_exited``
-when the terminal ended, else ``lost``).
+Cancellation: the collector is cancelled with its owner's nursery and ends the
+command then (``shell_exited`` when the terminal ended, else ``lost``).
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import secrets
-import time
 from collections.abc import AsyncIterator
 from typing import Final
 
 import attrs
 import trio
 
-from ahp.agent.command import CommandHandle
 from ahp.agent.evidence import (
     InputEvidence,
     TtyView,
@@ -93,22 +82,17 @@ from ahp.agent.evidence import (
 )
 from ahp.agent.holding import (
     INTERRUPT_GRACE,
-    before_prompt,
-    holder_of,
-    refusal_note,
     replaced_by,
 )
 from ahp.agent.machine import INPUT_POLL, MAX_INPUT_POLL
-from ahp.agent.markers import MARKER_LOOKBACK, MARKER_TAIL, Markers, group, wrap
+from ahp.agent.markers import MARKER_LOOKBACK, MARKER_TAIL, Markers
 from ahp.agent.occupants import BackgroundProcess
-from ahp.agent.options import RunOptions
 from ahp.agent.port import TerminalPort
 from ahp.agent.prestart import MAX_PRE_START, PreStart, prompt_after, screen_line
 from ahp.agent.record import CommandRecord
 from ahp.agent.status import Event
 from ahp.protocol.actions import (
     ActionEnvelope,
-    TerminalCommandDetectionAvailable,
     TerminalCommandExecuted,
     TerminalCommandFinished,
     TerminalData,
@@ -116,7 +100,15 @@ from ahp.protocol.actions import (
 )
 from ahp.protocol.state import CommandPart, Snapshot, TerminalClaim, TerminalState
 
-__all__ = ["CLAIM_TIMEOUT", "INTERRUPT_GRACE", "KILL_WAIT", "holder_of", "start_command"]
+__all__ = [
+    "CLAIM_TIMEOUT",
+    "INTERRUPT_GRACE",
+    "KILL_WAIT",
+    "PROMPT_LOOKBACK",
+    "Collector",
+    "Stream",
+    "close_follower",
+]
 
 log = logging.getLogger("ahp.agent")
 
@@ -134,7 +126,7 @@ CLOSE_TIMEOUT: Final = 1.0
 #: anyway: a shell that ignores SIGINT, or a prompt that looks like none.
 TAKE_WAIT: Final = 3.0
 #: How many more Ctrl-Cs a shell seen reading, that has not shown it took the first,
-#: is sent (see ``_Collector._took_interrupt``).
+#: is sent (see ``Collector._took_interrupt``).
 INTERRUPT_RESENDS: Final = 2
 #: A shell that said nothing at all after a Ctrl-C and has read in quiet this long is
 #: sent another too (bash can hold one without a word); long enough that an answer
@@ -144,176 +136,11 @@ SILENT_RESEND_AFTER: Final = 1.0
 #: Ends after which the claim found is given back (the terminal is still there).
 _GIVE_BACK: Final = frozenset({Event.ENDED, Event.FAILED})
 
-_Stream = AsyncIterator[Snapshot | ActionEnvelope]
+Stream = AsyncIterator[Snapshot | ActionEnvelope]
 
 
-#: Looks at the terminal's processes for the name of the shell reading it (a shell
-#: drawing its prompt reads nothing yet), and the pause between two looks.
-SHELL_LOOKS: Final = 10
-SHELL_LOOK_PAUSE: Final = 0.05
-
-
-async def _is_fish(port: TerminalPort) -> bool:
-    """Whether the terminal's shell is fish (else a POSIX-like shell is assumed, as
-    when nothing can be seen: a remote server without the process extension): the
-    shell a command put in its place (``exec fish``), else the terminal's program."""
-    name = port.commands.replaced_by or port.shell_name
-    if name is None and port.processes is not None:
-        for _ in range(SHELL_LOOKS):
-            status = await port.processes.tty_status()
-            if status is None or status.programs:
-                break
-            await trio.sleep(SHELL_LOOK_PAUSE)
-        if status is not None and status.programs:
-            name = status.programs[0].split(" ", 1)[0].rsplit("/", 1)[-1]
-    return name is not None and name.lstrip("-") == "fish"
-
-
-async def start_command(
-    port: TerminalPort, command_line: str, options: RunOptions
-) -> CommandHandle:
-    """Type ``command_line`` into the terminal and return its handle at once (over
-    already, status ``refused``, when the terminal is busy: see the module doc).
-
-    One start at a time per terminal (per client, remotely): a second caller waits
-    until the first's command is registered, then finds the terminal busy (both
-    passed the busy check before either was registered, and both were typed).
-
-    Raises:
-        RuntimeError: the terminal's process has exited.
-    """
-    async with port.commands.starting:
-        return await _start(port, command_line, options)
-
-
-async def _start(port: TerminalPort, command_line: str, options: RunOptions) -> CommandHandle:
-    """:func:`start_command`'s work, under its lock."""
-    head, tail = options.budget()
-    if port.state.exited:
-        raise RuntimeError("the terminal's process has exited")
-    state = port.state
-    record = CommandRecord(
-        port.uri,
-        command_line,
-        head_bytes=head,
-        tail_bytes=tail,
-        input_quiet=options.input_quiet,
-        cols=state.cols or 80,
-        rows=state.rows or 24,
-    )
-    handle = CommandHandle(record, port)
-    claim = options.claim
-    found_claim = port.state.claim
-    claimed = False
-    stream = port.follow()
-    spawned = False
-    try:
-        first = await stream.__anext__()
-        assert isinstance(first, Snapshot)
-        assert isinstance(first.state, TerminalState)
-        state = first.state
-        if state.exited:
-            raise RuntimeError("the terminal's process has exited")
-        # A command replaced the shell by one without detection, or the shell stopped
-        # reporting ends: markers from then on.
-        lost = port.commands.detection_lost
-        last = _last_part(state)
-        if lost and port.signed_marks and last is not None and last.isComplete:
-            lost = not port.commands.detection_back(last.commandId)
-        if (
-            state.supportsCommandDetection
-            and port.signed_marks is None
-            and port.processes is not None
-        ):
-            await port.processes.tty_status()  # (a remote port learns signed_marks)
-        # Marks nobody signed (no integration of ours) may be program output: never
-        # a command's boundaries (markers instead, whatever the state says).
-        unsigned = port.signed_marks is False
-        detected = bool(state.supportsCommandDetection) and not lost and not unsigned
-        if not detected and not lost and not unsigned:
-            with trio.move_on_after(port.detection_wait):
-                async for item in stream:
-                    if isinstance(item, ActionEnvelope) and isinstance(
-                        item.action, TerminalCommandDetectionAvailable
-                    ):
-                        detected = True
-                        break
-        holder = await holder_of(port, detected=detected)
-        detected = detected and not port.commands.detection_lost  # (holder_of may learn it)
-        if holder is not None:
-            record.holder = holder
-            record.apply(Event.REFUSED, note=refusal_note(holder))
-            return handle
-        if detected and before_prompt(port.state):
-            await _prompt_drawn(port, stream)
-        if claim is not None:
-            claimed = True
-            await port.set_claim(claim)
-        token = secrets.token_hex(8)
-        if not detected:
-            typed = wrap(command_line, token, fish=await _is_fish(port))
-        elif "\n" in command_line.rstrip("\r\n"):
-            typed = group(command_line, fish=await _is_fish(port))
-        else:
-            typed = command_line
-        processes = port.processes
-        if processes is not None:
-            record.job_mark = await processes.job_mark()
-        known = frozenset(p.commandId for p in port.state.content if isinstance(p, CommandPart))
-        record.started = time.monotonic()
-        prompt = screen_line(port.state.tail(PROMPT_LOOKBACK))
-        await port.send_input(typed.replace("\n", "\r") + "\r")
-        collector = _Collector(
-            record,
-            port,
-            stream,
-            markers=None if detected else Markers(token),
-            known=known,
-            give_back=found_claim if claim is not None else None,
-            timeout=options.timeout,
-            pre_start=PreStart(prompt, typed.count("\n") + 1) if detected else None,
-        )
-        port.spawn_task(collector.run)
-        spawned = True
-        port.commands.add(handle)
-    finally:
-        if not spawned:
-            with trio.CancelScope(shield=True):
-                await _close(stream)
-                if claimed:
-                    with trio.move_on_after(CLAIM_TIMEOUT):
-                        await port.set_claim(found_claim)
-    return handle
-
-
-def _last_part(state: TerminalState) -> CommandPart | None:
-    for part in reversed(state.content):
-        if isinstance(part, CommandPart):
-            return part
-    return None
-
-
-#: While waiting for the shell's prompt, how often its processes are looked at.
-PROMPT_LOOK: Final = 0.25
-
-
-async def _prompt_drawn(port: TerminalPort, stream: _Stream) -> None:
-    """The previous command just ended: let the shell draw its prompt (something is
-    printed after the command's end), or be seen reading at it in its line editor's
-    way (a prompt that goes nowhere: ``exec 2>/dev/null`` in bash); at most
-    :data:`INTERRUPT_GRACE`."""
-    with trio.move_on_after(INTERRUPT_GRACE):
-        while before_prompt(port.state):
-            with trio.move_on_after(PROMPT_LOOK):
-                async for _ in stream:
-                    if not before_prompt(port.state):
-                        return
-            processes = port.processes
-            if processes is not None and editor_reads(await processes.tty_status()):
-                return
-
-
-async def _close(stream: _Stream) -> None:
+async def close_follower(stream: Stream) -> None:
+    """Close a follower (bounded by :data:`CLOSE_TIMEOUT`)."""
     aclose = getattr(stream, "aclose", None)
     if aclose is not None:
         with trio.move_on_after(CLOSE_TIMEOUT):
@@ -332,12 +159,12 @@ def _no_exit_code(exit_code: int | None) -> str:
 
 
 @attrs.define
-class _Collector:
+class Collector:
     """Follows one command to its end (the task :func:`start_command` spawns)."""
 
     record: CommandRecord
     port: TerminalPort
-    stream: _Stream
+    stream: Stream
     markers: Markers | None
     known: frozenset[str]
     give_back: TerminalClaim | None
@@ -405,7 +232,7 @@ class _Collector:
                 except Exception:
                     log.exception("command %s: ending it failed", record.id)
                     record.apply(Event.FAILED, note="the collector failed while ending it")
-                await _close(self.stream)
+                await close_follower(self.stream)
 
     async def _end_unfollowed(self) -> None:
         """The follower ended, or the collector was cancelled or failed, before the

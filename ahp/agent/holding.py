@@ -1,7 +1,7 @@
 """What holds a terminal before a command is typed into it, and what to say when one does.
 
 Why a module of its own: a command is never typed into a busy terminal
-(:func:`ahp.agent.collector.start_command` asks first), and what counts as busy has
+(:func:`ahp.agent.start.start_command` asks first), and what counts as busy has
 several sources that change as the agent layer learns about programs: a command of
 this surface not over yet (one that is ending gets :data:`INTERRUPT_GRACE` first), a
 command the shell reports running, a foreground job other than the shell (without

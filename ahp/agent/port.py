@@ -43,7 +43,7 @@ class ProcessPort(Protocol):
 
 
 class TerminalPort(CommandControls, Protocol):
-    """A terminal as :func:`ahp.agent.collector.start_command` drives it (and, through
+    """A terminal as :func:`ahp.agent.start.start_command` drives it (and, through
     :class:`~ahp.agent.command.CommandControls`, its commands' handles: input, kill)."""
 
     @property

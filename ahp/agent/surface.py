@@ -26,11 +26,12 @@ from typing import Unpack
 
 import trio
 
-from ahp.agent.collector import INTERRUPT_GRACE, KILL_WAIT, start_command
+from ahp.agent.collector import INTERRUPT_GRACE, KILL_WAIT
 from ahp.agent.command import CommandHandle, CommandResult
 from ahp.agent.options import RunChanges, RunOptions
 from ahp.agent.port import TerminalPort
 from ahp.agent.registry import CommandRegistry
+from ahp.agent.start import start_command
 
 __all__ = ["CommandSurface", "as_completed", "run_command", "wait_any"]
 

@@ -1,0 +1,223 @@
+"""Typing a command, or refusing to: :func:`start_command`.
+
+Why apart from the collector: starting is a decision taken once, before anything is
+typed (is the terminal busy, which way are commands delimited, which shell reads
+them), and the :class:`~ahp.agent.collector.Collector` follows what was typed from
+then on.
+
+Never typing into a busy terminal: :func:`start_command` first asks what holds
+the terminal (:func:`~ahp.agent.holding.holder_of`): a command of this surface that
+is not over, a detected command the shell reports running, or (without detection,
+when the processes can be seen) a foreground job other than the shell. If one does,
+the command is not typed: its handle is over at once with status ``refused``, the
+holder named in ``result.holder`` and ``result.note`` saying how to answer it
+(``send_input``) or stop it (``interrupt``). A holder that is already ending
+(interrupted, timed out, killed) is given
+:data:`~ahp.agent.holding.INTERRUPT_GRACE` to end first. One start at a time per
+terminal (per client, remotely): :attr:`CommandRegistry.starting
+<ahp.agent.registry.CommandRegistry.starting>`.
+
+Which way: with the terminal's command detection when the shell reports commands
+with marks the host signed; else wrapped in markers (:mod:`ahp.agent.markers`), in
+fish's syntax when the shell is fish (:func:`_is_fish`).
+
+Cancellation: cancelling :func:`start_command` before the command was typed
+leaves nothing behind (the follower closed, the claim given back); once typed,
+the command belongs to its collector, in the terminal owner's nursery.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from typing import Final
+
+import trio
+
+from ahp.agent.collector import (
+    CLAIM_TIMEOUT,
+    PROMPT_LOOKBACK,
+    Collector,
+    Stream,
+    close_follower,
+)
+from ahp.agent.command import CommandHandle
+from ahp.agent.evidence import editor_reads
+from ahp.agent.holding import INTERRUPT_GRACE, before_prompt, holder_of, refusal_note
+from ahp.agent.markers import Markers, group, wrap
+from ahp.agent.options import RunOptions
+from ahp.agent.port import TerminalPort
+from ahp.agent.prestart import PreStart, screen_line
+from ahp.agent.record import CommandRecord
+from ahp.agent.status import Event
+from ahp.protocol.actions import ActionEnvelope, TerminalCommandDetectionAvailable
+from ahp.protocol.state import CommandPart, Snapshot, TerminalState
+
+__all__ = ["start_command"]
+
+
+#: Looks at the terminal's processes for the name of the shell reading it (a shell
+#: drawing its prompt reads nothing yet), and the pause between two looks.
+SHELL_LOOKS: Final = 10
+
+SHELL_LOOK_PAUSE: Final = 0.05
+
+
+async def _is_fish(port: TerminalPort) -> bool:
+    """Whether the terminal's shell is fish (else a POSIX-like shell is assumed, as
+    when nothing can be seen: a remote server without the process extension): the
+    shell a command put in its place (``exec fish``), else the terminal's program."""
+    name = port.commands.replaced_by or port.shell_name
+    if name is None and port.processes is not None:
+        for _ in range(SHELL_LOOKS):
+            status = await port.processes.tty_status()
+            if status is None or status.programs:
+                break
+            await trio.sleep(SHELL_LOOK_PAUSE)
+        if status is not None and status.programs:
+            name = status.programs[0].split(" ", 1)[0].rsplit("/", 1)[-1]
+    return name is not None and name.lstrip("-") == "fish"
+
+
+async def start_command(
+    port: TerminalPort, command_line: str, options: RunOptions
+) -> CommandHandle:
+    """Type ``command_line`` into the terminal and return its handle at once (over
+    already, status ``refused``, when the terminal is busy: see the module doc).
+
+    One start at a time per terminal (per client, remotely): a second caller waits
+    until the first's command is registered, then finds the terminal busy (both
+    passed the busy check before either was registered, and both were typed).
+
+    Raises:
+        RuntimeError: the terminal's process has exited.
+    """
+    async with port.commands.starting:
+        return await _start(port, command_line, options)
+
+
+async def _start(port: TerminalPort, command_line: str, options: RunOptions) -> CommandHandle:
+    """:func:`start_command`'s work, under its lock."""
+    head, tail = options.budget()
+    if port.state.exited:
+        raise RuntimeError("the terminal's process has exited")
+    state = port.state
+    record = CommandRecord(
+        port.uri,
+        command_line,
+        head_bytes=head,
+        tail_bytes=tail,
+        input_quiet=options.input_quiet,
+        cols=state.cols or 80,
+        rows=state.rows or 24,
+    )
+    handle = CommandHandle(record, port)
+    claim = options.claim
+    found_claim = port.state.claim
+    claimed = False
+    stream = port.follow()
+    spawned = False
+    try:
+        first = await stream.__anext__()
+        assert isinstance(first, Snapshot)
+        assert isinstance(first.state, TerminalState)
+        state = first.state
+        if state.exited:
+            raise RuntimeError("the terminal's process has exited")
+        # A command replaced the shell by one without detection, or the shell stopped
+        # reporting ends: markers from then on.
+        lost = port.commands.detection_lost
+        last = _last_part(state)
+        if lost and port.signed_marks and last is not None and last.isComplete:
+            lost = not port.commands.detection_back(last.commandId)
+        if (
+            state.supportsCommandDetection
+            and port.signed_marks is None
+            and port.processes is not None
+        ):
+            await port.processes.tty_status()  # (a remote port learns signed_marks)
+        # Marks nobody signed (no integration of ours) may be program output: never
+        # a command's boundaries (markers instead, whatever the state says).
+        unsigned = port.signed_marks is False
+        detected = bool(state.supportsCommandDetection) and not lost and not unsigned
+        if not detected and not lost and not unsigned:
+            with trio.move_on_after(port.detection_wait):
+                async for item in stream:
+                    if isinstance(item, ActionEnvelope) and isinstance(
+                        item.action, TerminalCommandDetectionAvailable
+                    ):
+                        detected = True
+                        break
+        holder = await holder_of(port, detected=detected)
+        detected = detected and not port.commands.detection_lost  # (holder_of may learn it)
+        if holder is not None:
+            record.holder = holder
+            record.apply(Event.REFUSED, note=refusal_note(holder))
+            return handle
+        if detected and before_prompt(port.state):
+            await _prompt_drawn(port, stream)
+        if claim is not None:
+            claimed = True
+            await port.set_claim(claim)
+        token = secrets.token_hex(8)
+        if not detected:
+            typed = wrap(command_line, token, fish=await _is_fish(port))
+        elif "\n" in command_line.rstrip("\r\n"):
+            typed = group(command_line, fish=await _is_fish(port))
+        else:
+            typed = command_line
+        processes = port.processes
+        if processes is not None:
+            record.job_mark = await processes.job_mark()
+        known = frozenset(p.commandId for p in port.state.content if isinstance(p, CommandPart))
+        record.started = time.monotonic()
+        prompt = screen_line(port.state.tail(PROMPT_LOOKBACK))
+        await port.send_input(typed.replace("\n", "\r") + "\r")
+        collector = Collector(
+            record,
+            port,
+            stream,
+            markers=None if detected else Markers(token),
+            known=known,
+            give_back=found_claim if claim is not None else None,
+            timeout=options.timeout,
+            pre_start=PreStart(prompt, typed.count("\n") + 1) if detected else None,
+        )
+        port.spawn_task(collector.run)
+        spawned = True
+        port.commands.add(handle)
+    finally:
+        if not spawned:
+            with trio.CancelScope(shield=True):
+                await close_follower(stream)
+                if claimed:
+                    with trio.move_on_after(CLAIM_TIMEOUT):
+                        await port.set_claim(found_claim)
+    return handle
+
+
+def _last_part(state: TerminalState) -> CommandPart | None:
+    for part in reversed(state.content):
+        if isinstance(part, CommandPart):
+            return part
+    return None
+
+
+#: While waiting for the shell's prompt, how often its processes are looked at.
+PROMPT_LOOK: Final = 0.25
+
+
+async def _prompt_drawn(port: TerminalPort, stream: Stream) -> None:
+    """The previous command just ended: let the shell draw its prompt (something is
+    printed after the command's end), or be seen reading at it in its line editor's
+    way (a prompt that goes nowhere: ``exec 2>/dev/null`` in bash); at most
+    :data:`INTERRUPT_GRACE`."""
+    with trio.move_on_after(INTERRUPT_GRACE):
+        while before_prompt(port.state):
+            with trio.move_on_after(PROMPT_LOOK):
+                async for _ in stream:
+                    if not before_prompt(port.state):
+                        return
+            processes = port.processes
+            if processes is not None and editor_reads(await processes.tty_status()):
+                return
