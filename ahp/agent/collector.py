@@ -376,6 +376,16 @@ class Collector:
                 await self._end(Event.SHELL_EXITED, exit_code=action.exitCode)
                 return
 
+    async def _detection_lost(self, known: frozenset[str] | None, why: str) -> None:
+        """End the command: its shell reports no end of it (``why``); later commands
+        use markers (``known``: see :meth:`CommandRegistry.lose_detection
+        <ahp.agent.registry.CommandRegistry.lose_detection>`; None: for good). The
+        follower, waiting for an end that will not come, is cancelled."""
+        self.port.commands.lose_detection(known)
+        await self._end(Event.ENDED, note=f"command detection was lost: {why}")
+        if self.scope is not None:
+            self.scope.cancel()
+
     async def _follow_markers(self, markers: Markers) -> None:
         record = self.record
         async for item in self.stream:
@@ -505,39 +515,29 @@ class Collector:
             if self._over():
                 return
             if self.replaced_by is not None:
-                self.port.commands.detection_lost = True
                 self.port.commands.replaced_by = interactive_shell(self.replaced_by)
-                await self._end(
-                    Event.ENDED,
-                    note=f"command detection was lost: the terminal's shell was replaced by "
-                    f"{program_name(self.replaced_by)!r} (exec), now at its own prompt, which "
-                    "reports no command's end; later commands here are "
-                    "delimited with markers",
+                await self._detection_lost(
+                    None,
+                    f"the terminal's shell was replaced by {program_name(self.replaced_by)!r} "
+                    "(exec), now at its own prompt, which reports no command's end; later "
+                    "commands here are delimited with markers",
                 )
-                if self.scope is not None:
-                    self.scope.cancel()  # the follower waits for an end that will not come
                 return
             if self.marks_lost:
                 state = self.port.state
-                self.port.commands.lose_detection(
-                    frozenset(p.commandId for p in state.content if isinstance(p, CommandPart))
-                )
                 unseen = (
                     " (its line editor reads after the Ctrl-C; its prompt is not shown: "
                     "bash's stderr is not the terminal)"
                     if self.record.machine.asked and not self._prompt_seen()
                     else ""
                 )
-                await self._end(
-                    Event.ENDED,
-                    note=f"command detection was lost: the shell is back at its prompt{unseen} "
-                    "but reported no end of the command (its hooks were removed, e.g. `unset "
-                    "PROMPT_COMMAND`, or its marks sent elsewhere): exit code unknown; later "
-                    "commands here are delimited with markers until the shell reports one's "
-                    "end again",
+                await self._detection_lost(
+                    frozenset(p.commandId for p in state.content if isinstance(p, CommandPart)),
+                    f"the shell is back at its prompt{unseen} but reported no end of the "
+                    "command (its hooks were removed, e.g. `unset PROMPT_COMMAND`, or its "
+                    "marks sent elsewhere): exit code unknown; later commands here are "
+                    "delimited with markers until the shell reports one's end again",
                 )
-                if self.scope is not None:
-                    self.scope.cancel()  # the follower waits for an end that will not come
                 return
             if self.back_at_prompt:
                 note = (

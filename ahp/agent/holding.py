@@ -75,7 +75,7 @@ async def holder_of(port: TerminalPort, *, detected: bool) -> Holder | None:
     if replacing is not None:
         # The open command replaced the shell by one without detection (``exec bash``),
         # now at its prompt: it holds nothing; markers from now on, in its syntax.
-        port.commands.detection_lost = True
+        port.commands.lose_detection()
         port.commands.replaced_by = interactive_shell(replacing)
         return None
     waiting = "waiting_for_input" if evidence_of(status) is not None else "running"
