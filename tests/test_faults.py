@@ -13,7 +13,6 @@ connection, a killed process) polls the condition under an absolute bound
 
 from __future__ import annotations
 
-import base64
 import os
 import re
 import signal
@@ -40,7 +39,7 @@ from ahp.server.session import ServerState
 from ahp.server.websocket import ServerConfig, open_listeners, serve_connections
 from ahp.ws import ConnectionClosed
 from tests.helpers import TIMEOUT, kill_and_reap, stat_fields, wait_for_state, wait_for_text
-from tests.wire import TOKEN, Peer, peer, running_server
+from tests.wire import TOKEN, Peer, peer, running_server, upgrade
 
 ROOT = "ahp-root://"
 T1 = "ahp-terminal:/t1"
@@ -160,19 +159,7 @@ async def raw_ws(port: int) -> AsyncIterator[trio.SocketStream]:
     """A TCP stream after a successful WebSocket upgrade (frames are up to the test)."""
     stream = await trio.open_tcp_stream("127.0.0.1", port)
     try:
-        key = base64.b64encode(os.urandom(16)).decode()
-        request = (
-            f"GET /?tkn={TOKEN} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\n"
-            f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n"
-        )
-        await stream.send_all(request.encode())
-        reply = b""
-        with trio.fail_after(TIMEOUT):
-            while b"\r\n\r\n" not in reply:
-                chunk = await stream.receive_some(4096)
-                assert chunk, "closed during the upgrade"
-                reply += chunk
-        assert reply.startswith(b"HTTP/1.1 101"), reply
+        await upgrade(stream, port)
         yield stream
     finally:
         with trio.CancelScope(shield=True):

@@ -221,6 +221,24 @@ def masked_text_frame(payload: bytes) -> bytes:
     return head + b"\0\0\0\0" + payload
 
 
+async def upgrade(stream: trio.abc.Stream, port: int, token: str = TOKEN) -> None:
+    """A WebSocket upgrade to 127.0.0.1:``port`` over ``stream``, asserted accepted
+    (101); nothing past the answer's head is read (frames are up to the test)."""
+    key = base64.b64encode(os.urandom(16)).decode()
+    request = (
+        f"GET /?tkn={token} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\n"
+        f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n"
+    )
+    await stream.send_all(request.encode())
+    reply = b""
+    with trio.fail_after(TIMEOUT):
+        while b"\r\n\r\n" not in reply:
+            chunk = await stream.receive_some(1)
+            assert chunk, "closed during the upgrade"
+            reply += chunk
+    assert reply.startswith(b"HTTP/1.1 101"), reply
+
+
 @asynccontextmanager
 async def slow_stream(
     port: int, token: str = TOKEN, *, receive_buffer: int = 4096
@@ -234,19 +252,7 @@ async def slow_stream(
     await sock.connect(("127.0.0.1", port))
     stream = trio.SocketStream(sock)
     try:
-        key = base64.b64encode(os.urandom(16)).decode()
-        request = (
-            f"GET /?tkn={token} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\n"
-            f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n"
-        )
-        await stream.send_all(request.encode())
-        reply = b""
-        with trio.fail_after(TIMEOUT):
-            while b"\r\n\r\n" not in reply:
-                chunk = await stream.receive_some(1)  # (nothing past the head is taken)
-                assert chunk, "closed during the upgrade"
-                reply += chunk
-        assert reply.startswith(b"HTTP/1.1 101"), reply
+        await upgrade(stream, port, token)
         yield stream
     finally:
         with trio.CancelScope(shield=True):
