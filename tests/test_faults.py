@@ -35,8 +35,9 @@ from ahp.client import connect
 from ahp.engine import open_host
 from ahp.protocol.actions import ActionEnvelope, TerminalData
 from ahp.reducers import content_length
+from ahp.server.listeners import open_listeners
 from ahp.server.session import ServerState
-from ahp.server.websocket import ServerConfig, open_listeners, serve_connections
+from ahp.server.websocket import ServerConfig, serve_connections
 from ahp.ws import ConnectionClosed
 from tests.helpers import TIMEOUT, kill_and_reap, stat_fields, wait_for_state, wait_for_text
 from tests.wire import TOKEN, Peer, peer, running_server, upgrade

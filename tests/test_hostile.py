@@ -59,9 +59,11 @@ from ahp.reducers.core import (
     trim_marker,
 )
 from ahp.server import handshake
+from ahp.server.inbound import InboundBudget
+from ahp.server.listeners import open_listeners
 from ahp.server.session import MAX_CONFIG_BYTES, ServerState
-from ahp.server.websocket import LARGE_FRAME, ServerConfig, open_listeners, serve_connections
-from ahp.server.wsconn import MAX_FRAGMENTS, InboundBudget
+from ahp.server.websocket import LARGE_FRAME, ServerConfig, serve_connections
+from ahp.server.wsconn import MAX_FRAGMENTS
 from ahp.vt.parser import compact
 from tests.helpers import TIMEOUT, kill_and_reap, own_autogroup, wait_for_state, wait_for_text
 from tests.test_faults import eventually

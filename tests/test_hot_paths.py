@@ -136,7 +136,8 @@ async def test_overflowed_client_is_cut_off_promptly() -> None:
     ends the connection within the stall grace, not after a watchdog's 10 s."""
     import socket
 
-    from ahp.server.websocket import ServerConfig, open_listeners, serve_connections
+    from ahp.server.listeners import open_listeners
+    from ahp.server.websocket import ServerConfig, serve_connections
     from tests.test_faults import eventually, raw_ws, rpc, ws_frame
     from tests.wire import TOKEN
 

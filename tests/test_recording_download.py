@@ -21,9 +21,10 @@ import trio
 from ahp.engine import open_host
 from ahp.server import download
 from ahp.server.download import DOWNLOAD_CHUNK, Downloads
+from ahp.server.listeners import open_listeners
 from ahp.server.session import ServerState
 from ahp.server.web import web_routes
-from ahp.server.websocket import ServerConfig, open_listeners, serve_connections
+from ahp.server.websocket import ServerConfig, serve_connections
 from tests.helpers import TIMEOUT
 from tests.wire import TOKEN
 

@@ -23,8 +23,9 @@ from wsproto import ConnectionType, WSConnection
 from wsproto.events import AcceptConnection
 
 from ahp.engine import open_host
+from ahp.server.listeners import open_listeners
 from ahp.server.session import ServerState
-from ahp.server.websocket import ServerConfig, open_listeners, serve_connections
+from ahp.server.websocket import ServerConfig, serve_connections
 from ahp.server.wsconn import WRITE_CHUNK, ServerWebSocket, text_frame_header
 from ahp.ws import open_websocket_url
 from tests.helpers import TIMEOUT

@@ -46,14 +46,10 @@ from ahp.record.audit import AuditLog
 from ahp.record.wirelog import WireLog
 from ahp.server.drain import DEFAULT_DRAIN_TIMEOUT, drain
 from ahp.server.http import health_routes
+from ahp.server.listeners import open_listeners, socket_identity
 from ahp.server.state import DEFAULT_MAX_TERMINALS, ServerState
 from ahp.server.web import web_routes
-from ahp.server.websocket import (
-    ServerConfig,
-    open_listeners,
-    serve_connections,
-    socket_identity,
-)
+from ahp.server.websocket import ServerConfig, serve_connections
 
 __all__ = [
     "DEFAULT_PORT",

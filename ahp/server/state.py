@@ -21,7 +21,7 @@ from ahp.record.audit import AuditLog
 from ahp.record.recorder import Recorder
 from ahp.record.wirelog import WireLog
 from ahp.server.clients import ClientRegistry
-from ahp.server.wsconn import InboundBudget
+from ahp.server.inbound import InboundBudget
 
 __all__ = [
     "DEFAULT_MAX_TERMINALS",
@@ -42,7 +42,7 @@ RESPONSE_POOL: Final = 32 * 1024 * 1024
 #: Memory all connections together may hold in inbound messages still being assembled
 #: (fragments, a large frame arriving): four messages at the size bound (issue 25: 30
 #: connections each holding an unfinished 8 MiB frame held 302 MB). Who is closed when
-#: it is short: :class:`~ahp.server.wsconn.InboundBudget`.
+#: it is short: :class:`~ahp.server.inbound.InboundBudget`.
 INBOUND_BUDGET: Final = 32 * 1024 * 1024
 
 

@@ -51,24 +51,20 @@ off when out of fds, and lines about unauthenticated peers are rate-limited
 An inbound frame of :data:`LARGE_FRAME` or more is cost-checked and decoded in two
 steps (each takes tens of milliseconds at 8 MiB), one large frame of any connection
 at a time, each step followed by a pause as long as it took
-(:meth:`~ahp.server.wsconn.InboundBudget.paced`), the frame counted in the inbound
+(:meth:`~ahp.server.inbound.InboundBudget.paced`), the frame counted in the inbound
 budget while it waits; the reader drops it before receiving the next. When a part
 of a message would pass that budget, the connections that rank above its sender
 (read-only ones, then the one holding the most) give way, closed with 1013
-(:class:`~ahp.server.wsconn.InboundBudget`).
+(:class:`~ahp.server.inbound.InboundBudget`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
 import hmac
 import logging
 import math
-import os
 import re
-import socket
-import stat
 import sys
 from collections.abc import Callable, Sequence
 from functools import partial
@@ -92,6 +88,7 @@ from ahp.server.admission import (
 from ahp.server.connection import REPLACED_CLOSE
 from ahp.server.download import FileBody
 from ahp.server.http import HttpResponse, PlainRequest, Routes
+from ahp.server.inbound import InboundBudget
 from ahp.server.session import Session
 from ahp.server.state import ServerState
 from ahp.server.upgrade import HANDSHAKE_TIMEOUT, UpgradeRequest, read_upgrade, reject
@@ -103,7 +100,6 @@ from ahp.server.wsconn import (
     MESSAGE_DEADLINE,
     TRY_AGAIN,
     ConnectionClosed,
-    InboundBudget,
     ServerWebSocket,
     accept,
 )
@@ -114,7 +110,6 @@ __all__ = [
     "ServerConfig",
     "admit_upgrade",
     "check_upgrade",
-    "open_listeners",
     "serve_connections",
 ]
 
@@ -610,65 +605,6 @@ async def _serve_one(
             # its traceback holds their frames, which hold the connection (a cycle that
             # kept unread answers of megabytes until a full collection; issue 25).
             closed.__traceback__ = None
-
-
-Listener = trio.SocketListener
-
-
-def clear_stale_socket(path: str) -> None:
-    """Remove a Unix socket that an earlier server left at ``path``; refuse anything else.
-
-    Raises :class:`OSError` (``EEXIST``) when ``path`` is not a socket (a file, a
-    directory: never removed), and (``EADDRINUSE``) when a server still listens on it
-    (removing its path made it unreachable, with its terminals running on). A socket
-    nobody listens on (``ECONNREFUSED``) is stale and removed. Blocking calls, each
-    immediate (a non-blocking connect to a local socket).
-    """
-    try:
-        mode = os.lstat(path).st_mode
-    except FileNotFoundError:
-        return
-    if not stat.S_ISSOCK(mode):
-        raise OSError(errno.EEXIST, "it exists and is not a socket (left as it is)")
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
-        probe.setblocking(False)
-        try:
-            probe.connect(path)
-        except ConnectionRefusedError:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)  # stale: its server is gone
-            return
-        except FileNotFoundError:
-            return
-        except BlockingIOError:
-            pass  # a listener whose backlog is full: in use all the same
-    raise OSError(errno.EADDRINUSE, "another server is listening on it")
-
-
-def socket_identity(path: str) -> tuple[int, int] | None:
-    """``(st_dev, st_ino)`` of the file at ``path`` (None if there is none): what a
-    server that bound a Unix socket there removes on exit only if it is still its own."""
-    try:
-        st = os.lstat(path)
-    except OSError:
-        return None
-    return st.st_dev, st.st_ino
-
-
-async def open_listeners(*, host: str | None, port: int | None, unix: str | None) -> list[Listener]:
-    """TCP listeners on ``host:port``, or one Unix-socket listener (mode 0600)."""
-    if unix is not None:
-        clear_stale_socket(unix)
-        sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        old = os.umask(0o177)
-        try:
-            await sock.bind(unix)
-        finally:
-            os.umask(old)
-        os.chmod(unix, 0o600)
-        sock.listen(128)
-        return [trio.SocketListener(sock)]
-    return list(await trio.open_tcp_listeners(port or 0, host=host))
 
 
 async def serve_connections(
