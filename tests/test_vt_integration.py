@@ -247,6 +247,21 @@ def test_program_output_cannot_move_our_shells_commands_or_cwd() -> None:
     ]
 
 
+def test_a_cwd_with_a_newline_counts_only_from_our_signed_report() -> None:
+    """Probe L: ``cd $'new\\nline'`` never updated the cwd (any control character made a
+    report no cwd). Our shells escape it (``\\x0a``) and sign the report: believed, the
+    URI holds ``%0A``. The same path from anyone else (an OSC 7, an unsigned or
+    wrongly signed mark, any mark in a terminal without a nonce) is not."""
+    ours = b"\x1b]633;P;Cwd=/tmp/new\\x0aline;" + NONCE.encode() + b"\x07"
+    assert actions_for([ours]) == [TerminalCwdChanged(cwd="file:///tmp/new%0Aline")]
+    others = (
+        b"\x1b]633;P;Cwd=/tmp/new\\x0aline\x07\x1b]633;P;Cwd=/tmp/new\\x0aline;wrong\x07"
+        b"\x1b]7;file:///tmp/new%0Aline\x07"
+    )
+    assert actions_for([others]) == [TerminalData("\x1b]7;file:///tmp/new%0Aline\x07")]
+    assert actions_for([others], nonce=None) == [TerminalData("\x1b]7;file:///tmp/new%0Aline\x07")]
+
+
 def test_a_shell_we_did_not_inject_is_believed_unsigned() -> None:
     # (VS Code's own scripts sign only E; a shell started without ours has no nonce.)
     data = b"\x1b]633;P;Cwd=/a\x07\x1b]633;C\x07x\x1b]633;D;3\x07\x1b]7;file://localhost/b\x07"

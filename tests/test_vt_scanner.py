@@ -379,6 +379,10 @@ def test_full_command_cycle() -> None:
         (b"633;P;K=a=b", Property("K", "a=b")),
         (b"633;P;K\\x3dV", Property("K", "V")),
         (b"633;P;Cwd=/a\\x3bb", CwdReported("file:///a%3Bb", shell_integration=True)),
+        # Our shells' own report: a directory's name may hold a newline (the tracker
+        # believes it only when signed); a NUL is in no path.
+        (b"633;P;Cwd=/a\\x0ab", CwdReported("file:///a%0Ab", shell_integration=True)),
+        (b"633;P;Cwd=/a\\x1b[31m", CwdReported("file:///a%1B%5B31m", shell_integration=True)),
         (b"133;A", PromptStart()),
         (b"133;A;cl=m;aid=3", PromptStart()),
         (b"133;B", PromptEnd()),
@@ -394,7 +398,16 @@ def test_shell_integration_events(payload: bytes, event: Event) -> None:
 
 @pytest.mark.parametrize(
     "payload",
-    [b"633;F", b"633;G", b"633;H", b"633;", b"633;P;NoEquals", b"633;P;Cwd=relative", b"633;ZZ"],
+    [
+        b"633;F",
+        b"633;G",
+        b"633;H",
+        b"633;",
+        b"633;P;NoEquals",
+        b"633;P;Cwd=relative",
+        b"633;P;Cwd=/a\\x00b",
+        b"633;ZZ",
+    ],
 )
 def test_other_633_swallowed_silently(payload: bytes) -> None:
     assert scan(b"x\x1b]" + payload + b"\x07y") == [Text("xy")]

@@ -37,7 +37,10 @@ numbers. The behaviour follows the reference agent host (the AHP wire specificat
 * ``D`` finishes the running command (if any) with ``durationMs`` measured on
   the monotonic clock; a ``D`` with nothing running yields nothing;
 * cwd and title reports become ``terminal/cwdChanged`` / ``terminal/titleChanged``
-  unless they repeat the previous report.
+  unless they repeat the previous report. A cwd whose path holds a control
+  character (a directory named with a newline; the URI has it as ``%0A``) counts
+  only from our signed ``P``: the scanner lets it through only there, and a
+  terminal with no nonce (its marks come from anyone) takes none.
 
 :class:`~ahp.vt.events.Text` is not an action of the tracker's: the engine turns
 it into ``terminal/data`` (see :func:`events_to_actions` for the whole fold).
@@ -68,6 +71,7 @@ from ahp.vt.events import (
     Text,
     TitleChanged,
 )
+from ahp.vt.scanner import has_control
 
 __all__ = ["CommandTracker", "events_to_actions"]
 
@@ -134,6 +138,8 @@ class CommandTracker:
             case CwdReported(uri=uri, shell_integration=via_633):
                 if self.nonce and (not via_633 or event.nonce != self.nonce):
                     return []  # our shell reports its cwd itself, signed
+                if not self.nonce and via_633 and has_control(uri):
+                    return []  # a newline in a cwd is believed only from our own shell
                 actions: list[TerminalAction] = []
                 if via_633:
                     self._osc133 = False

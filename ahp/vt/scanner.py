@@ -35,7 +35,12 @@ Each complete OSC is classified by its payload:
   (including the sequence itself when it passes through). A cwd is reported only
   when it is one of this machine: an OSC 7 naming another host (``file://h/p``
   from a shell inside ``ssh``: not a path here) is not, nor is a path with a NUL
-  or another control character in it (decoded).
+  or another control character in it (decoded). ``633;P;Cwd=`` is the exception:
+  only a NUL (no path holds one) makes it no cwd, because our own shells report
+  their real ``$PWD`` with it, and a directory's name may hold a newline; the
+  tracker (:mod:`ahp.vt.integration`) takes such a cwd only when it is signed
+  with the terminal's nonce. (The reported URI percent-encodes every control
+  character: ``%0A``.)
 
 Decisions for bad input (each is deterministic in the byte stream, so the
 output never depends on how the stream was split into chunks):
@@ -85,7 +90,7 @@ from ahp.vt.events import (
     TitleChanged,
 )
 
-__all__ = ["MAX_PENDING_ESCAPE", "MIN_PENDING_ESCAPE", "Scanner", "unescape_value"]
+__all__ = ["MAX_PENDING_ESCAPE", "MIN_PENDING_ESCAPE", "Scanner", "has_control", "unescape_value"]
 
 #: Bound on an OSC held back while waiting for its terminator: the terminator
 #: must begin within this many bytes of the OSC's ``ESC``, else it is overlong.
@@ -452,7 +457,7 @@ def _parse_633(rest: bytes) -> Event | None:
         if not eq:
             return None
         if key == "Cwd":
-            uri = _path_uri(value)
+            uri = _path_uri(value, controls=True)
             return None if uri is None else CwdReported(uri, shell_integration=True, nonce=signer)
         return Property(key, value, nonce=signer)
     return None  # F, G, H, ...: swallowed
@@ -487,13 +492,22 @@ def _unescape_match(m: re.Match[bytes]) -> bytes:
     return bytes((int(m.group(2), 16),))
 
 
-def _path_uri(path: str) -> str | None:
-    if _CONTROL.search(path) is not None:
+def _path_uri(path: str, *, controls: bool = False) -> str | None:
+    if "\x00" in path or (not controls and _CONTROL.search(path) is not None):
         return None  # a NUL (no path has one) or another control: not a cwd to report
     try:
         return path_to_file_uri(path)
     except ValueError:
         return None  # relative or empty: not a usable cwd
+
+
+def has_control(uri: str) -> bool:
+    """Whether the path of a reported cwd (a ``file:`` URI) holds a control
+    character (C0, DEL, C1) once decoded."""
+    try:
+        return _CONTROL.search(file_uri_to_path(uri)) is not None
+    except ValueError:
+        return False
 
 
 def _osc7_uri(raw: bytes, hostname: str) -> str | None:
