@@ -44,6 +44,8 @@ WAIT = 15.0
 OSC633 = re.compile(rb"\x1b\]633;([A-Z])(?:;([^\x07]*))?\x07")
 # From a finished command (or an empty line) to the end of the next prompt.
 CYCLE = re.compile(rb"\x1b\]633;D(?:;[^\x07]*)?\x07.*?\x1b\]633;B\x07", re.S)
+# A cwd report (bash and fish print it before D, zsh when a command changes directory).
+CWD_MARK = re.compile(rb"\x1b\]633;P;Cwd=[^\x07]*\x07")
 # The C mark our scripts print (signed with the terminal's nonce).
 C_MARK = b"\x1b]633;C;" + NONCE.encode() + b"\x07"
 # Escape sequences shells print around output (CSI, OSC, charset selection, keypad modes).
@@ -60,6 +62,9 @@ _CTTY_EXEC = (
 
 SHELLS = ("bash", "zsh", "fish")
 PROMPTS = {"bash": b"tbash$ ", "zsh": b"tzsh% ", "fish": b"tfish> "}
+# The marks of one command, in order. bash and fish report the cwd before D (whoever sees a
+# command's end has the cwd it left); zsh reports a change at once (chpwd) and the cwd after D.
+FULL = {"bash": "ECPDAB", "zsh": "ECDPAB", "fish": "ECPDAB"}
 
 
 def _have(shell: str) -> None:
@@ -114,8 +119,8 @@ class Cycle:
         return found[0]
 
     def output(self) -> bytes:
-        """Bytes between C and D."""
-        return self.raw[self.only("C").end : self.only("D").start]
+        """Bytes between C and D, without the cwd reports (P) there."""
+        return CWD_MARK.sub(b"", self.raw[self.only("C").end : self.only("D").start])
 
     def prompt(self) -> bytes:
         """Bytes between the last A and the last B."""
@@ -335,8 +340,8 @@ def shell(request: pytest.FixtureRequest) -> str:
 async def test_echo_hello_full_sequence(shell: str, tmp_path: Path) -> None:
     async with open_shell(shell, tmp_path / "home") as t:
         c = await t.run("echo hello")
-    # E, C, output, D;0, P, A, B — in that order, once each.
-    assert c.codes == "ECDPAB", c.raw
+    # E, C, output, D;0 and P (see FULL), A, B — in that order, once each.
+    assert c.codes == FULL[shell], c.raw
     e = c.only("E")
     assert e.arg == f"echo hello;{NONCE}"
     assert b"hello\r\n" in c.output()
@@ -359,6 +364,21 @@ async def test_exit_codes_and_cwd(shell: str, tmp_path: Path) -> None:
         assert c.cwd() == "/tmp"
 
 
+async def test_cwd_is_reported_before_the_end(shell: str, tmp_path: Path) -> None:
+    """Probe L: the cwd came after D, so a client that acts on a command's end (``run``
+    returns) could still see the cwd it left. bash and fish report it before D, zsh as
+    the directory changes. A subshell's ``cd`` is not the shell's cwd."""
+    home = tmp_path / "home"
+    async with open_shell(shell, home) as t:
+        c = await t.run("cd /tmp")
+        d = c.only("D")
+        cwds = [e.arg for e in c.events if e.code == "P" and e.start < d.start]
+        assert cwds and cwds[-1] == "Cwd=/tmp", c.raw
+        sub = "fish -c 'cd /'" if shell == "fish" else "(cd /)"
+        c = await t.run(sub)
+        assert {e.arg for e in c.events if e.code == "P"} <= {"Cwd=/tmp"}, c.raw
+
+
 async def test_multiline_command_is_one_command(shell: str, tmp_path: Path) -> None:
     script = (
         "for i in 1 2\necho item$i\nend"
@@ -367,7 +387,7 @@ async def test_multiline_command_is_one_command(shell: str, tmp_path: Path) -> N
     )
     async with open_shell(shell, tmp_path / "home") as t:
         c = await t.run(script)
-    assert c.codes == "ECDPAB", c.raw
+    assert c.codes == FULL[shell], c.raw
     assert c.only("E").arg == f"{escape_value(script)};{NONCE}"
     assert "\\x0a" in (c.only("E").arg or "")
     assert c.only("D").arg == "0"
@@ -384,7 +404,7 @@ async def test_empty_line_reports_no_command(shell: str, tmp_path: Path) -> None
         assert c.only("D").arg is None
         # The next real command is still detected normally.
         c = await t.run("true")
-        assert c.codes == "ECDPAB"
+        assert c.codes == FULL[shell]
         assert c.only("D").arg == "0"
 
 
@@ -404,7 +424,7 @@ async def test_ctrl_c_reports_130(shell: str, tmp_path: Path) -> None:
 async def test_pipeline_is_one_command(shell: str, tmp_path: Path) -> None:
     async with open_shell(shell, tmp_path / "home") as t:
         c = await t.run("echo a | cat")
-    assert c.codes == "ECDPAB", c.raw
+    assert c.codes == FULL[shell], c.raw
     assert c.only("E").arg == f"echo a | cat;{NONCE}"
     assert b"a\r\n" in c.output()
 
@@ -469,7 +489,7 @@ async def test_bash_user_hooks_keep_working(tmp_path: Path) -> None:
 
     async with open_shell("bash", home, setup=setup) as t:
         c = await t.run("greet")
-        assert c.codes == "ECDPAB"
+        assert c.codes == "ECPDAB"
         assert b"hi-from-alias" in c.output()
         assert c.prompt() == b"tbash$ "
         assert (home / "pc-ran").exists()
@@ -482,7 +502,7 @@ async def test_bash_user_hooks_keep_working(tmp_path: Path) -> None:
         c = await t.run("source ~/.bashrc")
         assert c.only("D").arg == "0"
         c = await t.run("echo after")
-        assert c.codes == "ECDPAB", c.raw
+        assert c.codes == "ECPDAB", c.raw
         assert c.only("E").arg == f"echo after;{NONCE}"
         assert c.prompt() == b"tbash$ "
         c = await t.run("false")
@@ -492,15 +512,96 @@ async def test_bash_user_hooks_keep_working(tmp_path: Path) -> None:
         assert pc4 > pc3 > pc2
         assert dbg4 > dbg3 > dbg2
 
-        # A line left out of history (HISTCONTROL=ignorespace) falls back to BASH_COMMAND.
+        # A line left out of history (HISTCONTROL=ignorespace): an empty command line.
         c = await t.run(" echo hidden")
-        assert c.only("E").arg == f"echo hidden;{NONCE}"
+        assert c.only("E").arg == f";{NONCE}"
         assert c.only("D").arg == "0"
         # History off: still one E/C/D per line.
         await t.run("set +o history")
         c = await t.run("echo nohist | cat")
-        assert c.codes == "ECDPAB"
-        assert c.only("E").arg == f"echo nohist;{NONCE}"
+        assert c.codes == "ECPDAB"
+        assert c.only("E").arg == f";{NONCE}"
+
+
+def _bashrc(text: str) -> Callable[[Path], None]:
+    def setup(h: Path) -> None:
+        (h / ".bashrc").write_text("PS1='tbash$ '\n" + text, encoding="utf-8")
+
+    return setup
+
+
+async def test_bash_lines_left_out_of_history_start_and_end(tmp_path: Path) -> None:
+    """Probe L: a line that did not reach history and ran no simple command in the shell
+    itself (a subshell: a repeat under Debian's HISTCONTROL=ignoreboth, a leading space,
+    HISTIGNORE, history off) had no C and a D without a status: "not run", no exit code.
+    PS0 now starts every line bash runs; a syntax error or an empty line still starts none."""
+    async with open_shell(
+        "bash", tmp_path / "home", setup=_bashrc("HISTCONTROL=ignoreboth\n")
+    ) as t:
+        for _ in range(2):
+            c = await t.run("(echo building; exit 3)")
+            assert c.codes == "ECPDAB", c.raw
+            assert c.only("D").arg == "3"
+            assert _strip_vt(c.output()) == b"building\n"
+        assert c.only("E").arg == f";{NONCE}"  # (the repeat: its line is not known)
+        c = await t.run(" (exit 9)")
+        assert (c.codes, c.only("D").arg) == ("ECPDAB", "9"), c.raw
+        await t.run("HISTIGNORE='*'")
+        c = await t.run("! (exit 4)")
+        assert (c.codes, c.only("D").arg) == ("ECPDAB", "0"), c.raw
+        await t.run("set +o history")
+        c = await t.run("time (exit 5)")
+        assert (c.codes, c.only("D").arg) == ("ECPDAB", "5"), c.raw
+        c = await t.run("echo (")
+        assert (c.codes, c.only("D").arg) == ("PDAB", None), c.raw
+        assert b"syntax error" in c.raw
+        c = await t.run("")
+        assert (c.codes, c.only("D").arg) == ("PDAB", None), c.raw
+
+
+async def test_bash_a_repeat_under_ignoredups_keeps_its_line(tmp_path: Path) -> None:
+    async with open_shell(
+        "bash", tmp_path / "home", setup=_bashrc("HISTCONTROL=ignoredups\n")
+    ) as t:
+        for _ in range(2):
+            c = await t.run("(exit 3)")
+            assert c.codes == "ECPDAB", c.raw
+            assert c.only("E").arg == f"(exit 3);{NONCE}"
+            assert c.only("D").arg == "3"
+
+
+async def test_bash_promptvars_off_still_starts_every_line(tmp_path: Path) -> None:
+    """Probe L: ``shopt -u promptvars`` left only the DEBUG trap, which never sees a line
+    run in a subshell. PS0's escapes are still decoded then: it ends with a C mark (no E:
+    the line is not known), and D always carries the status."""
+    async with open_shell("bash", tmp_path / "home", setup=_bashrc("shopt -u promptvars\n")) as t:
+        c = await t.run("(echo sub; exit 3)")
+        assert (c.codes, c.only("D").arg) == ("CPDAB", "3"), c.raw
+        assert _strip_vt(c.output()) == b"sub\n"
+        c = await t.run("echo (")
+        assert "C" not in c.codes, c.raw
+        c = await t.run("")
+        assert "C" not in c.codes, c.raw
+        # PS0 holds the nonce literally: kept unexported (from the next prompt on).
+        await t.run("export PS0")
+        c = await t.run("env | grep -c 633")
+        assert _strip_vt(c.output()).split(b"\n")[0] == b"0"
+        # Back on: E, C and D as usual.
+        await t.run("shopt -s promptvars")
+        c = await t.run("(exit 4)")
+        assert (c.codes, c.only("D").arg) == ("ECPDAB", "4"), c.raw
+        assert c.only("E").arg == f"(exit 4);{NONCE}"
+
+
+async def test_bash_posix_mode_in_bashrc(tmp_path: Path) -> None:
+    """Probe L: with ``set -o posix`` in ~/.bashrc, ``trap -p DEBUG`` shows no trap as
+    ``trap -- - DEBUG``; "-" was taken for the user's DEBUG trap and run before every
+    command (``bash: -: command not found``)."""
+    async with open_shell("bash", tmp_path / "home", setup=_bashrc("set -o posix\n")) as t:
+        c = await t.run("echo hi; false")
+        assert (c.codes, c.only("D").arg) == ("ECPDAB", "1"), c.raw
+        assert _strip_vt(c.output()) == b"hi\n"
+        assert b"not found" not in c.raw
 
 
 async def test_bash_array_prompt_command_and_subshell(tmp_path: Path) -> None:
@@ -511,7 +612,7 @@ async def test_bash_array_prompt_command_and_subshell(tmp_path: Path) -> None:
 
     async with open_shell("bash", tmp_path / "home", setup=setup) as t:
         c = await t.run("(exit 3)")  # the DEBUG trap never sees a subshell-only line
-        assert c.codes == "ECDPAB", c.raw
+        assert c.codes == "ECPDAB", c.raw
         assert c.only("D").arg == "3"
         # The user's PROMPT_COMMAND saw the same $? and its PS1 is what gets wrapped.
         assert c.prompt() == b"[3]tb$ "
@@ -637,7 +738,7 @@ async def test_fish_prompt_sees_status_and_can_be_replaced(tmp_path: Path) -> No
         assert c.only("D").arg == "0"
         assert c.prompt() == b"new> "
         c = await t.run("false")
-        assert c.codes == "ECDPAB"
+        assert c.codes == "ECPDAB"
         assert c.only("D").arg == "1"
         assert c.prompt() == b"new> "
 

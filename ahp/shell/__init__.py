@@ -6,14 +6,19 @@ agent host does: when we recognise an interactive bash, zsh or fish launch, we r
 the shell loads the user's normal startup files and then one of our scripts
 (``ahp/shell/scripts/``), which installs hooks that print OSC 633 sequences::
 
-    ESC ] 633 ; D ; [<exit code>] ; <nonce> BEL   previous command finished (no code: none ran)
     ESC ] 633 ; P ; Cwd=<escaped $PWD> ; <nonce> BEL
+    ESC ] 633 ; D ; [<exit code>] ; <nonce> BEL   previous command finished (no code: none ran)
     ESC ] 633 ; A BEL  <the user's prompt>  ESC ] 633 ; B BEL
     ...the user types a command line...
     ESC ] 633 ; E ; <escaped command line> ; <nonce> BEL
     ESC ] 633 ; C ; <nonce> BEL
     ...command output...
-    ESC ] 633 ; D ; <exit code> ; <nonce> BEL      (then P, A, prompt, B again)
+    ESC ] 633 ; P ; Cwd=<escaped $PWD> ; <nonce> BEL
+    ESC ] 633 ; D ; <exit code> ; <nonce> BEL      (then A, prompt, B again)
+
+The cwd comes before ``D`` (bash, fish), or as the shell changes directory (zsh's ``chpwd``;
+zsh's ``D`` is printed by zsh itself, before any hook runs, and its ``P`` follows again), so that
+whoever sees a command's end already has the cwd it left.
 
 VS Code's scripts sign only ``E``; ours sign every mark that moves the terminal's state, because
 a program's output can print the same sequences (``cat`` of a file holding ``633;D;0``), and

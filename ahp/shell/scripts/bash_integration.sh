@@ -5,24 +5,33 @@
 # it instead of ~/.bashrc.
 # We load the user's own startup files first, then install hooks that print OSC 633:
 #
-#   at each prompt  D;[status];<nonce>  P;Cwd=<dir>;<nonce>  then PS1 is wrapped as  A <prompt> B
+#   at each prompt  P;Cwd=<dir>;<nonce>  D;[status];<nonce>  then PS1 is wrapped as  A <prompt> B
 #   per command     E;<command line>;<nonce>  C;<nonce>   (right before the command runs)
+# (The cwd comes before D, so that whoever sees a command's end already has the cwd it left.)
 # (Every mark but A and B carries the nonce: program output can print marks too, and only signed
 # ones move a command's boundaries or the cwd. A and B stay bare: PS1 may be exported.)
 #
 # How the hooks work (bash >= 4.4):
 #   * preexec is PS0. bash expands PS0 exactly once per command line read, after the line is
 #     complete and before anything runs, also for lines the DEBUG trap never sees, such as
-#     `(cd x && make)`. A command substitution in PS0 prints E and C; an arithmetic side effect in
-#     PS0 records in this shell whether that happened.
-#     The command line comes from `history 1`. If the line did not make it into history
-#     (HISTCONTROL=ignorespace/ignoredups, HISTIGNORE, `set +o history`) we notice it (HISTCMD did
-#     not move) and fall back to the DEBUG trap, which prints E (the history entry if it matches
-#     BASH_COMMAND, else BASH_COMMAND) and C right before the first simple command of the line.
-#   * precmd is split in two PROMPT_COMMAND parts: __ahp_pc_begin runs first (prints D with the
-#     exit status, before any output of the user's PROMPT_COMMAND) and __ahp_pc_end runs last
-#     (after the user's PROMPT_COMMAND, which may set PS1): it prints P, re-wraps PS1 if it
-#     changed and repairs our hooks if the user replaced them. On bash >= 5.1 PROMPT_COMMAND is an
+#     `(cd x && make)`; never for an empty line, a line with a syntax error or a Ctrl-C at the
+#     prompt. A command substitution in PS0 prints E and C; an arithmetic side effect in PS0
+#     records in this shell that it did (so D carries the status: the line ran).
+#     The command line comes from `history 1`. A line that did not make it into history
+#     (HISTCONTROL=ignorespace/ignoredups, HISTIGNORE, `set +o history`: HISTCMD did not move)
+#     is reported with the newest history entry only when nothing but ignoredups/erasedups can
+#     have kept it out (it is then a repeat of that entry), else with an empty command line: it
+#     still starts and ends like any other. (The DEBUG trap knows only the first simple command
+#     run in this shell, and runs too late, or never, for a line that starts with a subshell:
+#     `(cd x && make)`, `! (exit 3)`, `time (...)`.)
+#     With `shopt -u promptvars` PS0 runs no code but its backslash escapes are still decoded:
+#     PS0 then ends with a literal C mark (no E: the command line is empty), and D always
+#     carries the status (a D with no command started is ignored by the host).
+#   * precmd is split in two PROMPT_COMMAND parts: __ahp_pc_begin runs first (prints P, then D
+#     with the exit status, before any output of the user's PROMPT_COMMAND) and __ahp_pc_end runs
+#     last (after the user's PROMPT_COMMAND, which may set PS1 or even cd): it prints P again if
+#     the cwd changed since, re-wraps PS1 if it changed and repairs our hooks if the user
+#     replaced them. On bash >= 5.1 PROMPT_COMMAND is an
 #     array: element 0 is "__ahp_pc_begin<newline><the user's PROMPT_COMMAND>", further user
 #     elements follow unchanged, the last element calls __ahp_pc_end. `PROMPT_COMMAND=...` or
 #     `PROMPT_COMMAND="x; $PROMPT_COMMAND"` (a re-sourced ~/.bashrc) only replaces element 0,
@@ -35,7 +44,10 @@
 # history and are reported in full), PROMPT_COMMAND/PS1/PS0 contents and `trap -p DEBUG` mention
 # __ahp_* names, and PROMPT_COMMAND is no longer exported (it now names functions that child
 # shells would not have).
-# bash < 4.4 (no PS0) uses the DEBUG trap alone for preexec, like bash-preexec does (untested).
+# Also: with promptvars off, PS0 holds the nonce literally and is kept unexported.
+# bash < 4.4 (no PS0) uses the DEBUG trap alone for preexec, like bash-preexec does (untested):
+# E (BASH_COMMAND, or the history entry if it matches) and C right before the first simple command
+# of the line, so a line run wholly in a subshell there ends with no exit code.
 
 # 1. Our settings: __ahp_nonce and __ahp_login come from the launch file that sourced this one
 # (and already removed itself); they are shell variables, never exported, and never were in any
@@ -108,13 +120,16 @@ __ahp_dbg_spec=''
 # The last PROMPT_COMMAND element (the first one starts with __ahp_pc_begin).
 __ahp_pc_end_cmd='__ahp_pc_end || { __ahp_dbg_spec=$(trap -p DEBUG); __ahp_install_debug; }'
 __ahp_hist=''
+__ahp_pwd=''      # the cwd reported at this prompt
 __ahp_out=''
 __ahp_nil=()
 __ahp_ps1=''
 __ahp_pa='\[\e]633;A\a\]'
 __ahp_pb='\[\e]633;B\a\]'
-# PS0 tail: print E/C if the line reached history, then set __ahp_st to 1 (sent) or 2 (fallback).
-__ahp_ps0t='$(__ahp_ps0)${__ahp_nil[__ahp_st = HISTCMD > __ahp_hc ? 1 : 2]:-}'
+# PS0 tail: print E and C, then set __ahp_st to 1 (sent).
+__ahp_ps0t='$(__ahp_ps0)${__ahp_nil[__ahp_st = 1]:-}'
+# PS0 tail with promptvars off (see __ahp_wrap_prompts): a literal C mark, decoded by bash.
+__ahp_ps0c='\e]633;C;'$__ahp_nonce'\a'
 __ahp_nl=$'\n'
 if ((BASH_VERSINFO[0] > 4 || (BASH_VERSINFO[0] == 4 && BASH_VERSINFO[1] >= 4))); then
 	__ahp_has_ps0=1
@@ -130,8 +145,13 @@ __ahp_mode=debug
 
 # Runs inside PS0's command substitution (a subshell): only its output matters.
 __ahp_ps0() {
-	((HISTCMD > __ahp_hc)) || return 0
-	__ahp_hist1
+	__ahp_hist=''
+	if ((HISTCMD > __ahp_hc)); then
+		__ahp_hist1
+	elif builtin shopt -oq history && [[ -z ${HISTIGNORE-} &&
+		:${HISTCONTROL-}: != *:ignorespace:* && :${HISTCONTROL-}: != *:ignoreboth:* ]]; then
+		__ahp_hist1 # kept out of history by ignoredups/erasedups alone: a repeat of the newest
+	fi
 	if [[ -t 2 ]]; then
 		__ahp_emit_exec "$__ahp_hist" 2>&1 # into PS0, printed on stderr
 	else
@@ -151,8 +171,8 @@ __ahp_debug() {
 	if [[ $BASH_COMMAND == __ahp_pc_end* ]] && ((${#FUNCNAME[@]} == 1)); then
 		__ahp_dbg_tick=1
 	fi
-	# Fallback preexec. Skip commands that belong to PROMPT_COMMAND (a line that ran no simple
-	# command of its own, e.g. `(exit 3)` with history off, reaches the prompt with __ahp_st=2).
+	# Fallback preexec (bash < 4.4). Skip commands that belong to PROMPT_COMMAND (a line that ran
+	# no simple command of its own, e.g. `(exit 3)`, reaches the prompt with __ahp_st=2).
 	if ((__ahp_st == 2)) && [[ -n $BASH_COMMAND && "${PROMPT_COMMAND[*]-}" != *"$BASH_COMMAND"* ]]; then
 		local t=$BASH_COMMAND
 		if builtin shopt -oq history; then
@@ -192,6 +212,10 @@ __ahp_install_debug() {
 		local -a a
 		builtin eval "a=($t)" # trap -- '<action>' DEBUG, quoted by bash itself
 		__ahp_user_dbg=${a[2]-}
+		# In POSIX mode (`set -o posix` in ~/.bashrc) bash shows no trap as `trap -- - DEBUG`.
+		if [[ $__ahp_user_dbg == - ]]; then
+			__ahp_user_dbg=''
+		fi
 	fi
 	builtin trap '__ahp_debug "$_"' DEBUG
 }
@@ -235,22 +259,28 @@ __ahp_wrap_prompts() {
 		__ahp_ps1=$__ahp_pa$p$__ahp_pb
 		PS1=$__ahp_ps1
 	fi
+	local z=${PS0-} tail=''
 	if ((__ahp_has_ps0)) && builtin shopt -q promptvars; then
 		__ahp_mode=ps0
-		if [[ ${PS0-} != *"$__ahp_ps0t" ]]; then
-			local z=${PS0-}
-			PS0=${z//"$__ahp_ps0t"/}$__ahp_ps0t
-		fi
+		tail=$__ahp_ps0t
+	elif ((__ahp_has_ps0)); then
+		__ahp_mode=static
+		tail=$__ahp_ps0c
 	else
 		__ahp_mode=debug
-		if [[ ${PS0-} == *"$__ahp_ps0t"* ]]; then
-			PS0=${PS0//"$__ahp_ps0t"/}
-		fi
+	fi
+	local want=${z//"$__ahp_ps0t"/}
+	want=${want//"$__ahp_ps0c"/}$tail
+	if [[ $want != "$z" ]]; then
+		PS0=$want
+	fi
+	if [[ $__ahp_mode == static ]]; then
+		builtin export -n PS0 # it holds the nonce
 	fi
 }
 
 __ahp_finish() {
-	if ((__ahp_st == 1)); then
+	if ((__ahp_st == 1)) || [[ $__ahp_mode == static ]]; then
 		__ahp_print '\e]633;D;%s;%s\a' "$1" "$__ahp_nonce"
 	else
 		__ahp_print '\e]633;D;;%s\a' "$__ahp_nonce"
@@ -259,8 +289,18 @@ __ahp_finish() {
 	__ahp_dsent=1
 }
 
+# Report the cwd (before D: see the top); with an argument, only if it changed since.
+__ahp_cwd() {
+	if [[ -z ${1-} || $PWD != "$__ahp_pwd" ]]; then
+		__ahp_pwd=$PWD
+		__ahp_escape "$PWD"
+		__ahp_print '\e]633;P;Cwd=%s;%s\a' "$__ahp_out" "$__ahp_nonce"
+	fi
+}
+
 __ahp_pc_begin() {
 	local s=$?
+	__ahp_cwd
 	__ahp_finish "$s"
 	return "$s"
 }
@@ -270,6 +310,7 @@ __ahp_pc_end() {
 	local s=$? r=0
 	# __ahp_pc_begin did not run: PROMPT_COMMAND element 0 was replaced. Report the status late.
 	if ((!__ahp_dsent)); then
+		__ahp_cwd
 		__ahp_finish "$s"
 	fi
 	__ahp_dsent=0
@@ -282,8 +323,7 @@ __ahp_pc_end() {
 	fi
 	__ahp_dbg_tick=0
 	__ahp_wrap_prompts
-	__ahp_escape "$PWD"
-	__ahp_print '\e]633;P;Cwd=%s;%s\a' "$__ahp_out" "$__ahp_nonce"
+	__ahp_cwd changed # (the user's PROMPT_COMMAND may have changed it)
 	__ahp_hc=$HISTCMD
 	if [[ $__ahp_mode == debug ]]; then
 		__ahp_st=2 # no PS0: the next simple command outside PROMPT_COMMAND starts the line

@@ -3,8 +3,10 @@
 # Loaded with `fish [-l] --init-command 'source <launch file>'` (which sources this one), i.e. after
 # config.fish and conf.d, right before the first prompt. Prints OSC 633:
 #   fish_preexec   E;<command line>;<nonce>  C;<nonce>
-#   fish_postexec  D;<status>;<nonce>
-#   fish_prompt    (event) D;;<nonce> if no command ran since the last prompt, then P;Cwd=<dir>;<nonce>
+#   fish_postexec  P;Cwd=<dir>;<nonce>  D;<status>;<nonce>
+#   fish_prompt    (event) P;Cwd=<dir>;<nonce>  D;;<nonce> if no command ran since the last prompt,
+#                  else P only if the cwd changed since postexec
+# (The cwd comes before D, so that whoever sees a command's end already has the cwd it left.)
 #   fish_prompt    (function) wrapped: A <the user's prompt> B
 # (Every mark but A and B carries the nonce: program output can print marks too, and only signed
 # ones move a command's boundaries or the cwd.)
@@ -25,6 +27,7 @@ if not set -q __ahp_nonce
 end
 set -g __ahp_st 0 # 1 while a command runs (C sent, D not yet)
 set -g __ahp_dsent 0 # D printed since the last prompt
+set -g __ahp_pwd '' # the cwd reported last
 
 # Control characters 0x01..0x1f and their escapes.
 set -g __ahp_cc
@@ -59,8 +62,18 @@ function __ahp_define_preexec
     end
 end
 
+# Report the cwd; with an argument, only if it changed since the last report.
+function __ahp_cwd
+    if test (count $argv) -eq 0; or test "$PWD" != "$__ahp_pwd"
+        set -g __ahp_pwd "$PWD"
+        set -l cwd (__ahp_escape "$PWD")
+        printf '\e]633;P;Cwd=%s;%s\a' "$cwd" "$__ahp_nonce"
+    end
+end
+
 function __ahp_postexec --on-event fish_postexec
     set -l s $status
+    __ahp_cwd
     if test $__ahp_st = 1
         printf '\e]633;D;%s;%s\a' $s "$__ahp_nonce"
     else
@@ -98,12 +111,13 @@ end
 function __ahp_on_prompt --on-event fish_prompt
     set -l s $status
     if test $__ahp_dsent = 0
+        __ahp_cwd
         printf '\e]633;D;;%s\a' "$__ahp_nonce"
+    else
+        __ahp_cwd changed
     end
     set -g __ahp_dsent 0
     functions -q __ahp_preexec; or __ahp_define_preexec
-    set -l cwd (__ahp_escape "$PWD")
-    printf '\e]633;P;Cwd=%s;%s\a' "$cwd" "$__ahp_nonce"
     __ahp_wrap_prompt
     __ahp_ret $s
 end

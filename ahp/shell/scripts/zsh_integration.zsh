@@ -12,6 +12,9 @@
 # The .zshrc phase then installs hooks that print OSC 633:
 #   precmd  (first) D;[status];<nonce>  precmd (last) P;Cwd=<dir>;<nonce>, PS1 wrapped as A <prompt> B
 #   preexec (last)  E;<command line>;<nonce>  C;<nonce>
+#   chpwd           P;Cwd=<dir>;<nonce>  as soon as this shell (not a subshell) changes directory
+# (A `cd` is reported while its command runs, before its D: whoever sees a command's end already
+# has the cwd it left. `cd -q`, which runs no chpwd hook, is reported only at the prompt, after D.)
 # (Every mark but A and B carries the nonce: program output can print marks too, and only signed
 # ones move a command's boundaries or the cwd. A and B stay bare: PS1 may be exported.)
 # After a command, D;<status>;<nonce> normally comes from PROMPT_EOL_MARK instead (see
@@ -174,9 +177,19 @@ zshrc)
 			__ahp_ps1=$__ahp_pa$p$__ahp_pb
 			PS1=$__ahp_ps1
 		fi
+		__ahp_report_cwd
+		return s
+	}
+
+	__ahp_report_cwd() {
+		local REPLY # (chpwd runs inside the user's command: their REPLY stays)
 		__ahp_escape "$PWD"
 		__ahp_print '\e]633;P;Cwd=%s;%s\a' "$REPLY" "$__ahp_nonce"
-		return s
+	}
+
+	__ahp_chpwd() {
+		emulate -L zsh
+		(( ZSH_SUBSHELL )) || __ahp_report_cwd # (a subshell's cd leaves this shell's cwd)
 	}
 
 	__ahp_preexec() {
@@ -204,7 +217,10 @@ zshrc)
 	# reorder hooks; a change made now takes effect at the next prompt.
 	__ahp_install_hooks() {
 		emulate -L zsh
-		typeset -ga precmd_functions preexec_functions
+		typeset -ga precmd_functions preexec_functions chpwd_functions
+		if (( ! ${chpwd_functions[(Ie)__ahp_chpwd]} )); then
+			chpwd_functions+=(__ahp_chpwd)
+		fi
 		if [[ ${precmd_functions[1]-} != __ahp_precmd_first || ${precmd_functions[-1]-} != __ahp_precmd_last ]]; then
 			precmd_functions=(__ahp_precmd_first ${precmd_functions:#__ahp_precmd_(first|last)} __ahp_precmd_last)
 		fi
