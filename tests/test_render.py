@@ -341,6 +341,76 @@ def test_budget_counts_are_exact(lines: list[str], head: int, tail: int, live: i
     assert budget.retained_text(still) == whole
 
 
+@settings(max_examples=500, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.text(st.characters(codec="utf-8", exclude_characters="\n"), max_size=12),
+            st.text(st.sampled_from("xé€"), min_size=20, max_size=200),  # longer than a budget
+        ),
+        max_size=8,
+    ),
+    st.integers(0, 60),
+    st.integers(0, 60),
+    st.integers(0, 3),
+    st.integers(0, 300),
+)
+def test_budget_tail_is_the_true_end(
+    lines: list[str], head: int, tail: int, live: int, retain: int
+) -> None:
+    """Head, marker, tail: the tail is the output's last bytes, as many as fit (whole
+    lines, or the end of one larger than the tail, or the rest of the line the head
+    cut), never overlapping the head; a line shown in part is not counted omitted."""
+    retain = max(retain, tail)
+    budget = OutputBudget(head, tail, retain_bytes=retain)
+    finished, still = lines[: len(lines) - live], lines[len(lines) - live :]
+    for line in finished:
+        budget.add(line)
+    out = budget.render(still)
+    whole = "".join(line + "\n" for line in lines).encode()
+    if not out.truncated:
+        assert out.text.encode() == whole and out.omitted_lines == 0
+        return
+    head_text, marker, tail_text = _split(out.text, out.omitted_bytes, out.omitted_lines)
+    assert marker, out.text
+    shown_tail = tail_text.encode()
+    assert whole.endswith(shown_tail) and len(shown_tail) <= tail
+    start = len(whole) - len(shown_tail)  # where the tail starts
+    head_end = len(whole) - out.omitted_bytes - len(shown_tail)  # where the head ends
+    assert 0 <= head_end < start
+    assert head_text.encode() in (whole[:head_end], whole[:head_end] + b"\n")
+    if budget.dropped_bytes:
+        return  # (older lines dropped: the head may end anywhere before the retained ones)
+    assert shown_tail or tail == 0  # (a line larger than the tail shows its end)
+    if start == 0 or whole[start - 1 : start] == b"\n":  # the tail is whole lines
+        previous = whole.rfind(b"\n", 0, start - 1) + 1  # the line before it starts here
+        assert len(whole) - max(previous, head_end) > tail  # ... and did not fit
+    else:  # the end of one line, larger than the tail (or its rest than the room)
+        assert shown_tail.count(b"\n") == 1 and len(shown_tail) > tail - 4
+    # Lines: each shown in part counted once, none shown counted omitted.
+    head_cut = whole[head_end - 1 : head_end] not in (b"\n", b"")
+    first = whole.count(b"\n", 0, head_end) + head_cut
+    last = whole.count(b"\n", start)
+    cut_across = head_cut and whole.count(b"\n", head_end, start) == 0  # one line, both
+    assert out.omitted_lines == len(lines) - first - last + (1 if cut_across else 0)
+
+
+def test_budget_one_long_line_keeps_its_end() -> None:
+    """A line larger than head and tail together: its start, the marker, its end (the
+    end was dropped: "[... 83624 bytes in 0 lines omitted ...]" and no tail)."""
+    line = "x" * 100_000 + "THE_END"
+    for live in (False, True):
+        budget = OutputBudget()
+        if not live:
+            budget.add(line)
+        out = budget.render([line] if live else [])
+        head_text, marker, tail_text = _split(out.text, out.omitted_bytes, out.omitted_lines)
+        assert head_text == "x" * 16 * 1024 + "\n"
+        assert marker == "[... 34472 bytes omitted from a line shown in part ...]\n"
+        assert tail_text == line[-(48 * 1024 - 1) :] + "\n"
+        assert (out.omitted_lines, out.total_lines) == (0, 1)
+
+
 def _split(text: str, omitted_bytes: int, omitted_lines: int) -> tuple[str, str, str]:
     marker = omission_marker(omitted_bytes, omitted_lines) + "\n"
     head, found, tail = text.partition(marker)

@@ -11,7 +11,15 @@ Units: a line counts as its UTF-8 bytes plus one for its newline; the output tex
 is every line followed by ``\\n``. Only whole lines are kept, except when a single
 line is larger than the head (its start is kept) or than the tail (its end is
 kept): such a line is *partly shown* and not counted in ``omitted_lines``;
-``omitted_bytes`` counts every byte not shown.
+``omitted_bytes`` counts every byte not shown. The tail is always the true end of
+the output: the last lines that fit in ``tail_bytes`` (or the end of the last one),
+also when the line whose start the head shows is the last one (its end is then in
+the tail too: one line shown in part, not counted twice).
+
+A line is what the renderer hands on (:class:`~ahp.agent.render.LineRenderer`): a
+logical line longer than :data:`~ahp.agent.render.MAX_JOINED_LINE` (1 MiB) comes in
+pieces of that size, and each piece counts as a line (``total_lines`` of one 10 MB
+line is 10; ``output()`` and ``read_new()`` show a line break between the pieces).
 
 Pure: no I/O.
 """
@@ -64,8 +72,12 @@ def _cut_tail(line: str, limit: int) -> str:
 
 
 def omission_marker(omitted_bytes: int, omitted_lines: int) -> str:
-    """The line put between head and tail."""
-    return f"[... {omitted_bytes} bytes in {omitted_lines} lines omitted ...]"
+    """The line put between head and tail. With no whole line omitted, the bytes are
+    the middle of the lines shown in part (one line larger than head and tail)."""
+    if omitted_lines == 0:
+        return f"[... {omitted_bytes} bytes omitted from a line shown in part ...]"
+    lines = "1 line" if omitted_lines == 1 else f"{omitted_lines} lines"
+    return f"[... {omitted_bytes} bytes in {lines} omitted ...]"
 
 
 @attrs.frozen
@@ -196,6 +208,8 @@ class OutputBudget:
         self._head_full = head_bytes == 0
         #: Lines wholly or partly in the head (the tail starts after them).
         self._head_count = 0
+        #: The size of the line whose start is the head (when one is).
+        self._head_cut_size = 0
         self._retained = _Retained()
         self.dropped_lines = 0
         self.dropped_bytes = 0
@@ -214,11 +228,12 @@ class OutputBudget:
                 self._head_count += 1
             else:
                 self._head_full = True
-                if not self._head:  # one line larger than the head: its start
-                    part = _cut_head(line, self.head_bytes)
+                part = _cut_head(line, self.head_bytes)
+                if not self._head and part:  # one line larger than the head: its start
                     self._head.append(part)
                     self._head_size = len(part.encode("utf-8", "surrogatepass"))
                     self._head_count = 1
+                    self._head_cut_size = size
         retained = self._retained
         retained.append(line, size)
         while retained.size > self.retain_bytes and retained.count:
@@ -266,25 +281,48 @@ class OutputBudget:
                 live_start += 1
             else:
                 head_full = True
-                if not head:
-                    part = _cut_head(line, self.head_bytes)
+                part = _cut_head(line, self.head_bytes)
+                if not head and part:
                     head.append(part)
                     head_size = len(part.encode("utf-8", "surrogatepass"))
                     head_count += 1
                     live_start += 1
-        # Tail: walk back from the end over lines after the head.
+        # Tail: walk back from the end over lines after the head, and over the line
+        # whose start the head shows (cut): its end may be in the tail too, no byte twice.
+        head_cut = head_count - head_whole  # 1: the head's last line is cut
+        rest = -1  # the cut line's bytes not in the head (-1: it is not walked over)
+        retained_from = head_count
+        if head_cut:
+            shown = len(head[-1].encode("utf-8", "surrogatepass"))
+            if head_count > self.lines:  # the cut line is a live one
+                live_start -= 1
+                rest = live_sizes[live_start] - shown
+            elif self.dropped_lines < head_count:  # a finished one, still retained
+                retained_from -= 1
+                rest = self._head_cut_size - shown
         tail: list[str] = []
         tail_size = 0
         tail_whole = 0
+        tail_cut = False  # the tail's first line is shown in part
+        rest_shown = False  # ... and it is the head's cut line
         # Newest first, and lazily: the walk stops as soon as the tail is full (a
         # render costs O(tail), not O(retained)).
-        after_head = max(0, self.lines - max(head_count, self.dropped_lines))
+        after_head = max(0, self.lines - max(retained_from, self.dropped_lines))
+        walked = len(live) - live_start + after_head
         newest_first = itertools.chain(
             reversed(list(zip(live[live_start:], live_sizes[live_start:], strict=True))),
             itertools.islice(self._retained.newest(), after_head),
         )
-        for line, size in newest_first:
-            if tail_size + size <= self.tail_bytes:
+        for index, (line, size) in enumerate(newest_first):
+            room = self.tail_bytes - tail_size
+            if rest >= 0 and index == walked - 1:  # the line the head cut: its rest at most
+                if rest > 0 and room > 0 and (rest <= room or not tail):
+                    part = _cut_tail(line + "\n", min(rest, room))
+                    tail.append(part)
+                    tail_size += len(part.encode("utf-8", "surrogatepass"))
+                    tail_cut = rest_shown = True
+                break
+            if size <= room:
                 tail.append(line + "\n")
                 tail_size += size
                 tail_whole += 1
@@ -293,9 +331,12 @@ class OutputBudget:
                 part = _cut_tail(line + "\n", self.tail_bytes)
                 tail.append(part)
                 tail_size = len(part.encode("utf-8", "surrogatepass"))
+                tail_cut = True
             break
         tail.reverse()
-        partial = (head_count - head_whole) + (1 if len(tail) > tail_whole else 0)
+        # Lines shown in part: the head's cut line, the tail's first line when cut (the
+        # same line when the tail shows the rest of the head's: counted once).
+        partial = head_cut + (1 if tail_cut and not rest_shown else 0)
         omitted_bytes = total_bytes - head_size - tail_size
         omitted_lines = total_lines - head_whole - tail_whole - partial
         if omitted_bytes <= 0:
