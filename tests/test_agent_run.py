@@ -21,7 +21,7 @@ import pytest
 import trio
 
 import ahp
-from ahp.agent import MAX_COMMANDS_KEPT, CommandHandle, as_completed, wait_any
+from ahp.agent import MAX_COMMANDS_KEPT, CommandHandle, TerminalExitedError, as_completed, wait_any
 from ahp.agent.budget import omission_marker
 from ahp.client import connect
 from ahp.server import ServeOptions
@@ -340,6 +340,33 @@ async def test_shell_exit_is_not_a_finished_command(mode: str) -> None:
             result = await term.run("echo bye; exit 5")
     assert result.status == "shell_exited" and result.shell_exited and result.done
     assert result.exit_code == 5 and result.handle is None
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_run_in_a_terminal_whose_shell_exited_raises(mode: str) -> None:
+    """Probe L: an undocumented ``RuntimeError``; now a class of its own (still one)."""
+    async with terminal(mode) as term:
+        with trio.fail_after(TIMEOUT):
+            result = await term.run("exit 5")
+            assert result.status == "shell_exited"
+            with pytest.raises(TerminalExitedError, match="process has exited") as raised:
+                await term.run("echo next")
+    assert isinstance(raised.value, RuntimeError)
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_duration_is_wall_time_from_the_typing_to_the_result(mode: str) -> None:
+    """Probe L: ``duration_ms`` was the shell's own measure (its start mark to its end
+    mark), 0 ms for ``( sleep 0.5; … ) &`` whose run took over 0.5 s (the job it left
+    keeps the shell's command line while it runs, and is waited for to ``exec``)."""
+    async with terminal(mode) as term:
+        with trio.fail_after(TIMEOUT):
+            await term.run("true")
+            started = trio.current_time()
+            result = await term.run("(sleep 0.5; echo late) &")
+            took = trio.current_time() - started
+    assert result.status == "finished", result
+    assert 500 <= result.duration_ms <= took * 1000 + 1, (result.duration_ms, took)
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from ahp.agent.record import MAX_RAW_OUTPUT
     from ahp.agent.registry import MAX_COMMANDS_KEPT, CommandRegistry
     from ahp.agent.render import strip_escapes
-    from ahp.agent.start import start_command
+    from ahp.agent.start import TerminalExitedError, start_command
     from ahp.agent.status import FINAL_STATUSES, STATUSES, Event, Status
     from ahp.agent.surface import CommandSurface, as_completed, run_command, wait_any
 
@@ -72,6 +72,7 @@ _EXPORTS = {
     "RunOptions": "ahp.agent.options",
     "STATUSES": "ahp.agent.status",
     "Status": "ahp.agent.status",
+    "TerminalExitedError": "ahp.agent.start",
     "TerminalPort": "ahp.agent.port",
     "as_completed": "ahp.agent.surface",
     "evidence_of": "ahp.agent.evidence",
@@ -106,6 +107,7 @@ __all__ = [
     "RunChanges",
     "RunOptions",
     "Status",
+    "TerminalExitedError",
     "TerminalPort",
     "as_completed",
     "evidence_of",

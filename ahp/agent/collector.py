@@ -263,7 +263,6 @@ class Collector:
         event: Event,
         *,
         exit_code: int | None = None,
-        duration_ms: int | None = None,
         note: str = "",
     ) -> None:
         """Finish: the jobs the command left (when it ended by itself and they can be
@@ -285,8 +284,6 @@ class Collector:
             if self.port.state.claim != claim:
                 with trio.CancelScope(shield=True), trio.move_on_after(CLAIM_TIMEOUT):
                     await self.port.set_claim(claim)
-        if duration_ms is not None:
-            record.duration_ms = duration_ms
         if event in (Event.SHELL_EXITED, Event.DISPOSED):
             record.shell_gone = True
         if (
@@ -340,7 +337,6 @@ class Collector:
                         await self._end(
                             Event.ENDED,
                             exit_code=part.exitCode,
-                            duration_ms=part.durationMs,
                             note=_no_exit_code(part.exitCode),
                         )
                         return
@@ -368,7 +364,6 @@ class Collector:
                 await self._end(
                     Event.ENDED,
                     exit_code=action.exitCode,
-                    duration_ms=action.durationMs,
                     note=_no_exit_code(action.exitCode),
                 )
                 return

@@ -67,7 +67,10 @@ class CommandResult:
             recent ``head_bytes + tail_bytes`` bytes of it.
         exit_code: the exit code when the command finished; the shell's own exit
             code when the command ended the shell (``shell_exited``); else ``None``.
-        duration_ms: wall time from submission to the end (or to now).
+        duration_ms: wall time, on this side's clock, from the typing of the command
+            to its result being final (or to now), whatever the mode (the shell's own
+            measure, from its start mark to its end mark, leaves out the reading of
+            the line and what the end takes: the jobs it left are looked for).
         truncated: ``output`` left something out (see the omitted counts).
         omitted_bytes: exactly how many bytes of rendered output were left out.
         omitted_lines: how many whole lines were left out (a line cut at the edge
@@ -322,7 +325,7 @@ def _result_of(record: CommandRecord) -> CommandResult:
         output=budgeted.text,
         raw_output=record.raw.text(),
         exit_code=machine.exit_code,
-        duration_ms=record.duration_ms if record.duration_ms is not None else elapsed,
+        duration_ms=elapsed,
         truncated=budgeted.truncated,
         omitted_bytes=budgeted.omitted_bytes,
         omitted_lines=budgeted.omitted_lines,

@@ -92,8 +92,6 @@ class CommandRecord:
         self.raw = RawTail(min(MAX_RAW_OUTPUT, max(1, head_bytes + tail_bytes)))
         self.started = time.monotonic()
         self.ended: float | None = None
-        #: The shell's own measure of the command, when it reported one.
-        self.duration_ms: int | None = None
         self.background: tuple[BackgroundProcess, ...] = ()
         #: What holds the terminal (a refused command only).
         self.holder: Holder | None = None

@@ -53,7 +53,15 @@ from ahp.agent.status import Event
 from ahp.protocol.actions import ActionEnvelope, TerminalCommandDetectionAvailable
 from ahp.protocol.state import CommandPart, Snapshot, TerminalState
 
-__all__ = ["start_command"]
+__all__ = ["TerminalExitedError", "start_command"]
+
+
+class TerminalExitedError(RuntimeError):
+    """``run``/``start`` on a terminal whose process (its shell) has exited: nothing is
+    typed. A :class:`RuntimeError`, as before it had a class of its own."""
+
+    def __init__(self) -> None:
+        super().__init__("the terminal's process has exited")
 
 
 #: Looks at the terminal's processes for the name of the shell reading it (a shell
@@ -90,7 +98,7 @@ async def start_command(
     passed the busy check before either was registered, and both were typed).
 
     Raises:
-        RuntimeError: the terminal's process has exited.
+        TerminalExitedError: the terminal's process has exited (a ``RuntimeError``).
     """
     async with port.commands.starting:
         return await _start(port, command_line, options)
@@ -100,7 +108,7 @@ async def _start(port: TerminalPort, command_line: str, options: RunOptions) -> 
     """:func:`start_command`'s work, under its lock."""
     head, tail = options.budget()
     if port.state.exited:
-        raise RuntimeError("the terminal's process has exited")
+        raise TerminalExitedError
     state = port.state
     record = CommandRecord(
         port.uri,
@@ -123,7 +131,7 @@ async def _start(port: TerminalPort, command_line: str, options: RunOptions) -> 
         assert isinstance(first.state, TerminalState)
         state = first.state
         if state.exited:
-            raise RuntimeError("the terminal's process has exited")
+            raise TerminalExitedError
         # A command replaced the shell by one without detection, or the shell stopped
         # reporting ends: markers from then on.
         lost = port.commands.detection_lost
