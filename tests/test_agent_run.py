@@ -1039,6 +1039,38 @@ async def test_markers_in_fish_are_in_fish_syntax(mode: str) -> None:
 
 @pytest.mark.skipif(FISH is None, reason="fish is not installed")
 @pytest.mark.parametrize("mode", MODES)
+async def test_a_line_fish_refuses_is_not_run_and_not_kept(mode: str) -> None:
+    """Probe L: fish keeps a line it refuses (a syntax error) in its editor, after its
+    prompt drawn again. It was reported ``waiting_for_input`` ("echo off"), its output
+    empty, every later run refused as busy (and the next keys would have been appended
+    to the line). Now it is finished, with no exit code, fish's message and a note, and
+    the next command runs. A block left open (bash's ``for … do … done`` is one in
+    fish) still waits for the rest of the line, and the note says so."""
+    assert FISH is not None
+    async with terminal(mode, shell=FISH) as term:
+        with trio.fail_after(3 * TIMEOUT):
+            refused = await term.run("echo $((1+2))")
+            after = await term.run("echo next")
+            subshell = await term.run("(exit 42)")
+            block = await term.run("for i in 1 2; do echo $i; done")
+            assert block.status == "waiting_for_input" and block.handle is not None, block
+            await block.handle.interrupt()
+            dropped = await block.handle.wait()
+            last = await term.run("echo last")
+    assert (refused.status, refused.exit_code) == ("finished", None), refused
+    assert "command substitutions not allowed" in refused.output, refused
+    assert refused.note.startswith("not run: fish refused the line"), refused
+    assert "cleared with Ctrl-C" in refused.note, refused
+    assert (after.status, after.output, after.exit_code) == ("finished", "next\n", 0), after
+    assert (subshell.status, subshell.exit_code) == ("finished", None), subshell
+    assert subshell.note.startswith("not run: fish refused the line"), subshell
+    assert "echo off" not in block.note and "`end`" in block.note, block
+    assert dropped.status == "interrupted", dropped
+    assert (last.status, last.output, last.exit_code) == ("finished", "last\n", 0), last
+
+
+@pytest.mark.skipif(FISH is None, reason="fish is not installed")
+@pytest.mark.parametrize("mode", MODES)
 async def test_markers_after_exec_fish_are_in_fish_syntax(mode: str) -> None:
     """``exec fish`` in a bash terminal: detection lost (the shell replaced), then
     markers, in the syntax of the shell now there (POSIX's killed that fish)."""

@@ -49,6 +49,71 @@ def test_the_kept_output_is_bounded() -> None:
     assert pre.back_at_prompt()
 
 
+# What fish 3.6 printed (recorded through a real pty, its integration's OSC 633 marks
+# left out as the terminal leaves them out): a line it refuses is kept in its editor,
+# after its prompt drawn again; a block left open goes on on a new line, no prompt.
+FISH_PROMPT = "\x1b[92mroot\x1b(B\x1b[m@\x1b(B\x1b[mvm\x1b(B\x1b[m \x1b[31m~\x1b(B\x1b[m# "
+FISH_REFUSED = (
+    "echo \r\x1b[20C$((1+2)\r\x1b[28C)\r\x1b[29C\r\n"
+    "fish: command substitutions not allowed here\r\necho $((1+2))\r\n       ^~~~^\r\n"
+    "\x1b[2m\u23ce\x1b(B\x1b[m" + " " * 79 + "\r\u23ce \r\x1b[K"
+    f"{FISH_PROMPT}echo $((1+2))\x1b[K\r\x1b[29C\x1b]0;~\x07\x1b[30m\x1b(B\x1b[m\r"
+    f"{FISH_PROMPT}echo $((1+2))\x1b[K\r\x1b[29C\x1b[14D\x1b[34mecho\x1b[30m\x1b(B\x1b[m "
+    "\x1b[36m$(\x1b[31m(1+2)\x1b[36m)\r\x1b[29C\x1b[30m\x1b(B\x1b[m"
+)
+FISH_OPEN_BLOCK = (
+    "for \r\x1b[15Ci \r\x1b[17Cin \r\x1b[20C1 \r\x1b[22C2;\r\x1b[24C \r\x1b[25Cdo "
+    "\r\x1b[28Cecho \r\x1b[33C$i;\r\x1b[36C \r\x1b[37Cdone\r\n\x1b[K\x1b[A\r\n\x1b[15C"
+    "\x1b[A\x08\x08\x08\x08\x1b[34mfor\x1b[30m\x1b(B\x1b[m \x1b[36mi\x1b[30m\x1b(B\x1b[m "
+    "\x1b[34min\x1b[30m\x1b(B\x1b[m 1 2; do echo $i; done\r\r\n\x1b[15C\x1b[30m\x1b(B\x1b[m"
+)
+
+
+@given(st.integers(min_value=0, max_value=len(FISH_REFUSED)))
+def test_a_line_fish_refuses_is_kept_after_its_prompt(at: int) -> None:
+    """Probe L: fish reprints its prompt with the refused line still in its editor: it
+    was taken for a continuation prompt (waiting for input, echo off) and the next
+    command was appended to the line."""
+    pre = PreStart(screen_line(FISH_PROMPT), typed_lines=1, first="echo $((1+2))")
+    pre.feed(FISH_REFUSED[:at])
+    pre.feed(FISH_REFUSED[at:])
+    assert pre.kept_line() == "root@vm ~#" and not pre.back_at_prompt()
+    assert pre.said_kept() == (
+        "fish: command substitutions not allowed here\r\necho $((1+2))\r\n       ^~~~^\r\n"
+    )
+    pre.mark()
+    pre.feed("\x1b[7m^C\x1b[30m\x1b(B\x1b[m\r\n\u23ce \r\x1b[K" + FISH_PROMPT + "\x1b[K\r\x1b[11C")
+    assert prompt_after(pre.since_mark(), pre.prompt)  # Ctrl-C cleared it: its prompt, empty
+
+
+def test_a_line_fish_refuses_is_kept_after_a_prompt_drawn_late() -> None:
+    """Typed right after the previous command's end, before fish drew its prompt (its
+    missing-newline mark, ``⏎``, was the terminal's last line then): the prompt fish
+    drew first, before the echo, is its prompt."""
+    pre = PreStart("\u23ce", typed_lines=1, first="(exit 42)")
+    pre.feed(
+        f"\x1b]0;~\x07{FISH_PROMPT}\x1b[K\r\x1b[11C(exit \r\x1b[17C42)\r\x1b[20C\r\n"
+        "fish: command substitutions not allowed here\r\n"
+        f"\x1b[2m\u23ce\x1b(B\x1b[m   \r\u23ce \r\x1b[K{FISH_PROMPT}(exit 42)\x1b[K\r\x1b[20C"
+    )
+    assert pre.kept_line() == "root@vm ~#"
+    assert pre.said_kept() == "fish: command substitutions not allowed here\r\n"
+
+
+def test_a_block_fish_keeps_open_is_no_kept_line() -> None:
+    pre = PreStart(screen_line(FISH_PROMPT), typed_lines=1, first="for i in 1 2; do echo $i; done")
+    pre.feed(FISH_OPEN_BLOCK)
+    assert pre.kept_line() is None and not pre.back_at_prompt()
+    # Nor is bash's error, back at its bare prompt (no line after it).
+    bash = PreStart("root@vm:~# ", typed_lines=1, first="echo (")
+    bash.feed(BASH_ERROR)
+    assert bash.back_at_prompt() and bash.kept_line() is None
+    # Nor a line echoed at the prompt it was typed at, before any new line.
+    typed = PreStart(screen_line(FISH_PROMPT), typed_lines=1, first="echo hi")
+    typed.feed("\r" + FISH_PROMPT + "echo hi\x1b[K")
+    assert typed.kept_line() is None
+
+
 @given(st.integers(min_value=1, max_value=len(BASH_ERROR) - 1))
 def test_any_split_gives_the_same_answer(at: int) -> None:
     pre = PreStart("root@vm:~# ", typed_lines=1)

@@ -147,6 +147,11 @@ async def close_follower(stream: Stream) -> None:
             await aclose()
 
 
+def _fish(evidence: InputEvidence) -> bool:
+    """The reader is fish (the terminal's shell, seen reading the terminal)."""
+    return bool(evidence.programs) and program_name(evidence.programs[0]).lstrip("-") == "fish"
+
+
 def _no_exit_code(exit_code: int | None) -> str:
     """The note for a detected command's reported end (none when it has an exit code)."""
     if exit_code is not None:
@@ -424,8 +429,11 @@ class Collector:
         terminal is quiet and the shell itself is seen reading it again (twice, with
         nothing printed in between), the line was not started. Back at the prompt it
         was typed at, or after an interrupt: the command is over (the shell dropped
-        it: a syntax error, a Ctrl-C before it ran). At another prompt (``> ``: an
-        unclosed quote or block): it waits for input, the rest of the line."""
+        it: a syntax error, a Ctrl-C before it ran). fish back at its prompt with the
+        line still in its editor (it keeps a line it refuses): the line is cleared
+        first (:meth:`_clear_kept_line`). At another prompt (``> ``: an unclosed quote
+        or block): it waits for input, the rest of the line (evidence
+        ``continuation``)."""
         record = self.record
         pause = self.record.machine.input_quiet
         seen: int | None = None
@@ -453,6 +461,10 @@ class Collector:
             if asked and not await self._took_interrupt(pre.prompt):
                 pause = INPUT_POLL
                 continue
+            kept = pre.kept_line() if not asked and _fish(reading) else None
+            if kept is not None:
+                await self._clear_kept_line(pre, kept)
+                return
             if asked or pre.back_at_prompt():
                 record.output(pre.said())
                 why = (
@@ -468,8 +480,41 @@ class Collector:
             if not record.machine.waiting:
                 # The shell reads the rest of the command line (``> ``: an unclosed quote,
                 # bracket or block): answered with send_input, or interrupted.
-                record.apply(Event.INPUT_SEEN, evidence=reading)
+                record.apply(Event.INPUT_SEEN, evidence=attrs.evolve(reading, continuation=True))
             pause = MAX_INPUT_POLL
+
+    async def _clear_kept_line(self, pre: PreStart, prompt: str) -> None:
+        """fish refused the typed line (a syntax error: its message is the output) and
+        keeps it in its editor, where the next command's keys would be appended to it
+        (``(exit 42)echo next``). The line is cleared with a Ctrl-C (fish's
+        ``cancel-commandline``: ``^C``, a new line, its prompt) and the command ended
+        as not run once fish has shown it took it (at most :data:`TAKE_WAIT`), so that
+        the next command is typed at an empty prompt."""
+        record = self.record
+        record.output(pre.said_kept())
+        pre.mark()
+        await self.port.send_input("\x03")
+        cleared = False
+        with trio.move_on_after(TAKE_WAIT):
+            while True:
+                self.pre_activity = activity = trio.Event()
+                cleared = prompt_after(pre.since_mark(), prompt)
+                if cleared:
+                    break
+                await activity.wait()
+        how = (
+            "it was cleared with Ctrl-C"
+            if cleared
+            else f"a Ctrl-C to clear it had no answer in {TAKE_WAIT:g} s (the next command "
+            "may be appended to it)"
+        )
+        await self._end(
+            Event.ENDED,
+            note="not run: fish refused the line (the output says why: a syntax error) and "
+            f"kept it in its editor; {how}; no exit code",
+        )
+        if self.scope is not None:
+            self.scope.cancel()  # the follower waits for a start that will not come
 
     async def _shell_reads(self, pre: PreStart) -> InputEvidence | None:
         """Evidence that the shell itself (no job of its own) reads the terminal,

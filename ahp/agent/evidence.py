@@ -102,6 +102,10 @@ class InputEvidence:
             the terminal's own): it waits at its own prompt.
         replaced_shell: the reader is a program that replaced the terminal's shell
             process (``exec python3``): ending it ends the terminal's process.
+        continuation: the reader is the terminal's shell itself, its line editor at a
+            prompt for the rest of the typed line (an unclosed quote, bracket or block:
+            bash's ``> ``, fish's editor on a new line): not the command, which has not
+            started (its ``echo`` flag is the line editor's raw mode, not a password's).
     """
 
     readers: tuple[int, ...]
@@ -111,9 +115,23 @@ class InputEvidence:
     full_screen: bool = False
     nested_shell: bool = False
     replaced_shell: bool = False
+    continuation: bool = False
 
     def describe(self) -> str:
         """A few words for an agent: who waits, for what, how to answer."""
+        if self.continuation:
+            shell = program_name(self.programs[0]).lstrip("-") if self.programs else ""
+            hint = (
+                " (fish ends every block with `end`: bash's `do … done` and `then … fi` "
+                "are not fish's)"
+                if shell == "fish"
+                else ""
+            )
+            return (
+                f"not started: {shell or 'the shell'} reads the rest of the command line, "
+                f"an unclosed quote, bracket or block{hint}; send the rest with "
+                "send_input, or drop the line with interrupt()"
+            )
         who = program_name(self.programs[0]) if self.programs else "the command"
         if self.nested_shell:
             return (

@@ -12,6 +12,14 @@ once the shell is seen reading again: is this the shell's primary prompt again
 (:meth:`PreStart.back_at_prompt`: the command was dropped), and what did the shell
 say (:meth:`PreStart.said`: the error, without the echo and the prompt).
 
+fish refuses a line with a syntax error (``echo $((1+2))``, ``(exit 42)``) without
+dropping it: it prints the error, draws its prompt again (its ``fish_prompt``
+function, not the event: no command mark) and keeps the line in its editor, for
+editing; the next keys typed would be appended to it. :meth:`PreStart.kept_line`
+sees that: the prompt drawn again after the typing, the typed line after it. (An
+unclosed block, ``begin`` without ``end``, or bash's ``for …; do …; done``, which is
+one in fish, draws no prompt: fish's editor goes to a new line and waits for the rest.)
+
 A Ctrl-C (an interrupt, a timeout) is not over when it is sent: until the shell
 took it, it is still on its way (in the kernel's buffer, or pending in a shell not
 yet scheduled), and a command typed then loses its first keys to the line the
@@ -62,12 +70,17 @@ class PreStart:
         prompt: the terminal's last line when the command was typed
             (:func:`screen_line` of its text).
         typed_lines: how many lines were typed (the echo to leave out).
+        first: the first typed line (what a shell that keeps a refused line shows
+            after its prompt: :meth:`kept_line`).
     """
 
-    def __init__(self, prompt: str, typed_lines: int) -> None:
+    def __init__(self, prompt: str, typed_lines: int, first: str = "") -> None:
         self.prompt = prompt.strip()
         self.typed_lines = typed_lines
+        self.first = first.strip()
         self._text = ""
+        #: Output since :meth:`mark` (``None``: not marked), bounded as the rest.
+        self._since: str | None = None
         #: Changes with every :meth:`feed` (a look before and after tells "quiet").
         self.count = 0
 
@@ -75,6 +88,47 @@ class PreStart:
         self.count += 1
         text = self._text + data
         self._text = text[-MAX_PRE_START:]
+        if self._since is not None:
+            self._since = (self._since + data)[-MAX_PRE_START:]
+
+    def mark(self) -> None:
+        """From now on, keep apart what is printed (:meth:`since_mark`): the answer to a
+        key sent."""
+        self._since = ""
+
+    def since_mark(self) -> str:
+        return self._since or ""
+
+    def kept_line(self) -> str | None:
+        """The shell drew its prompt again after the typing, with the typed line after
+        it: it refused the line and keeps it in its editor (fish; see the module doc).
+        Looked for after the echo's first line; a line fish redraws wider than the
+        screen shows only its start, an autosuggestion may follow it. The prompt it
+        drew (``None``: not so): the one the command was typed at, or, when it was
+        typed before the shell drew it (fish prints its missing-newline mark, ``⏎``,
+        after the command's end and before its prompt), the one drawn first."""
+        return self._kept()[1]
+
+    def _kept(self) -> tuple[int, str | None]:
+        """The index (in the text's lines) of the last line that shows a prompt and the
+        typed line after it (0: none after the echo's first line), and that prompt."""
+        if not self.first:
+            return 0, None
+        lines = self._text.split("\n")
+        prompts = [self.prompt] if self.prompt else []
+        drawn_first = next((p for p in strip_escapes(lines[0]).split("\r") if p.strip()), "")
+        if drawn_first and not self.first.startswith(drawn_first.strip()):
+            prompts.append(drawn_first.strip())  # not the echo: the prompt, drawn late
+        for index in range(len(lines) - 1, 0, -1):
+            for drawn in strip_escapes(lines[index]).split("\r"):
+                part = drawn.strip()
+                for prompt in prompts:
+                    if not part.startswith(prompt):
+                        continue
+                    rest = part[len(prompt) :].strip()
+                    if rest and (self.first.startswith(rest) or rest.startswith(self.first)):
+                        return index, prompt
+        return 0, None
 
     def last_line(self) -> str:
         return screen_line(self._text)
@@ -89,4 +143,11 @@ class PreStart:
         """What the shell printed between the echo of the typed lines and the new
         prompt (VT text; e.g. ``bash: syntax error near unexpected token ...``)."""
         said = self._text.split("\n")[self.typed_lines : -1]
+        return "".join(line + "\n" for line in said)
+
+    def said_kept(self) -> str:
+        """What the shell printed between the echo of the typed line and the prompt it
+        drew again with the line it kept (:meth:`kept_line`; VT text: fish's error and
+        the caret under the refused part)."""
+        said = self._text.split("\n")[1 : self._kept()[0]]
         return "".join(line + "\n" for line in said)

@@ -189,7 +189,11 @@ async def _start(port: TerminalPort, command_line: str, options: RunOptions) -> 
             known=known,
             give_back=found_claim if claim is not None else None,
             timeout=options.timeout,
-            pre_start=PreStart(prompt, typed.count("\n") + 1) if detected else None,
+            pre_start=(
+                PreStart(prompt, typed.count("\n") + 1, typed.split("\n", 1)[0])
+                if detected
+                else None
+            ),
         )
         port.spawn_task(collector.run)
         spawned = True
