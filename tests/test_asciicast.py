@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from ahp.record import asciicast
 from ahp.record.asciicast import Event, Header, RecordingError
-from ahp.record.play import play, schedule
+from ahp.record.play import MAX_PAUSE, play, read_lines, schedule
 from ahp.record.recorder import recording_name
 from ahp.record.sink import LineSink, Rotation
 from ahp.record.wirelog import MAX_LINE_BYTES, format_entry
@@ -179,6 +179,43 @@ def test_play_writes_output_sleeps_and_stops_at_exit() -> None:
     assert out.getvalue() == "hello wörld\r\n".encode()
     assert markers.getvalue() == "[$ ls]\n"
     assert slept == [1.0, 2.0, 0.5, 0.25]  # the 30 s pause capped by the header's limit
+
+
+def test_read_lines_bounds_every_line_and_names_a_longer_one() -> None:
+    lines = [b"x" * 15 + b"\n", b"no newline at the end"[:16]]
+    assert list(read_lines(io.BytesIO(b"".join(lines)), limit=16)) == lines
+    f = io.BytesIO(b"ok\n" + b"y" * 16 + b"\n" + b"never read\n")
+    taken = read_lines(f, limit=16)
+    assert next(taken) == b"ok\n"
+    with pytest.raises(RecordingError, match=r"^line 2: longer than 16 bytes"):
+        next(taken)
+    assert f.tell() <= 3 + 17  # no more of the file than the bound was read
+    with open("/dev/zero", "rb") as zero:  # endless, no newline: stops at the bound
+        with pytest.raises(RecordingError, match=r"^line 1: longer than 4096 bytes"):
+            list(read_lines(zero, limit=4096))
+        assert zero.tell() <= 2 * 4096
+
+
+def test_play_stops_at_an_absurd_pause_and_names_its_line() -> None:
+    header = asciicast.encode_header(Header(cols=80, rows=24))
+    lines = [header, b"# a comment\n", b'[0.1,"o","a"]\n', b'[1e20,"o","b"]\n']
+    out, slept = io.BytesIO(), list[float]()
+    with pytest.raises(RecordingError, match=r"^line 4: a pause of 1e\+20 seconds"):
+        play(lines, out, sleep=slept.append)
+    assert (out.getvalue(), slept) == (b"a", [0.1])  # played up to it, never slept it
+    # A speed that makes an ordinary pause absurd; the same pause capped is played.
+    with pytest.raises(RecordingError, match=r"^line 3: a pause of 1e\+299 seconds at speed"):
+        play(lines[:3], io.BytesIO(), speed=1e-300, sleep=slept.append)
+    assert play(lines, io.BytesIO(), idle_time_limit=MAX_PAUSE, sleep=slept.append) is None
+
+
+def test_markers_are_printed_with_their_control_characters_shown() -> None:
+    header = asciicast.encode_header(Header(cols=80, rows=24))
+    label = "\x1b]52;c;aGVsbG8=\x07 and\r\nmore"  # would set the clipboard, forge a line
+    lines = [header, asciicast.encode_event(0.0, "m", label)]
+    markers = io.StringIO()
+    play(lines, io.BytesIO(), markers=markers, sleep=lambda _: None)
+    assert markers.getvalue() == "[\\x1b]52;c;aGVsbG8=\\x07 and\\x0d\\x0amore]\n"
 
 
 # -- the wire log's lines -------------------------------------------------------------------------

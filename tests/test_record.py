@@ -336,6 +336,70 @@ async def test_play_cli_speed_idle_limit_and_errors(tmp_path: Path) -> None:
     assert done["bad speed"].returncode == 2 and b"--speed" in done["bad speed"].stderr
 
 
+async def test_play_cli_fails_in_one_line_on_endless_lines_absurd_pauses_and_no_stdout(
+    tmp_path: Path,
+) -> None:
+    """``play`` of ``/dev/zero`` (endless, no newline) or of a file with one huge line
+    read it all into memory (a MemoryError traceback under ``ulimit -v``, else the
+    machine's memory); an interval of 1e20 s, or ``--speed 1e-300``, was passed to
+    ``time.sleep`` (an OverflowError traceback); a closed standard output gave an
+    AttributeError traceback; ``--markers`` printed a marker's escape sequences raw
+    (OSC 52: the reader's clipboard). Now: one line naming the line, exit 1, and the
+    markers' control characters shown as ``\\xNN``."""
+    header = encode_header(Header(cols=80, rows=24))
+    long_line = tmp_path / "long.cast"
+    with long_line.open("wb") as f:
+        f.write(header + encode_event(0.1, "o", "a"))
+        for _ in range(48):  # 3 MiB, no newline
+            f.write(b"b" * 65536)
+    big = tmp_path / "big20.cast"
+    big.write_bytes(header + b'[0.1,"o","a"]\n[1e20,"o","b"]\n')
+    small = tmp_path / "small.cast"
+    small.write_bytes(header + b'[0.5,"o","a"]\n')
+    mark = tmp_path / "mark.cast"
+    mark.write_bytes(header + b'[0.1,"o","a"]\n[0.1,"m","\\u001b]52;c;aGVsbG8=\\u0007"]\n')
+    play = f"{sys.executable} -m ahp play"
+    runs = {
+        # (The bound on address space makes the old behaviour fail fast, not swap.)
+        "zero": f"ulimit -v 1500000; exec {play} /dev/zero",
+        "long line": f"exec {play} {long_line}",
+        "big": f"exec {play} {big}",
+        "tiny speed": f"exec {play} {small} --speed 1e-300",
+        "no stdout": f"exec {play} {small} >&-",
+        "markers": f"exec {play} {mark} --markers --speed 1000",
+    }
+    done: dict[str, subprocess.CompletedProcess[bytes]] = {}
+
+    async def run(name: str, script: str) -> None:
+        with trio.fail_after(TIMEOUT):
+            done[name] = await trio.run_process(
+                ["bash", "-c", script],
+                capture_stdout=True,
+                capture_stderr=True,
+                check=False,
+                env={**os.environ, "PYTHONPATH": str(REPO)},
+            )
+
+    async with trio.open_nursery() as nursery:
+        for name, script in runs.items():
+            nursery.start_soon(run, name, script)
+    expected = {
+        "zero": (b"", "/dev/zero: line 1: longer than 1048576 bytes (not an asciicast recording)"),
+        "long line": (b"a", "long.cast: line 3: longer than 1048576 bytes"),
+        "big": (b"a", "big20.cast: line 3: a pause of 1e+20 seconds, longer than 86400 s"),
+        "tiny speed": (b"", "small.cast: line 2: a pause of 5e+299 seconds at speed 1e-300"),
+        "no stdout": (b"", "ahp play: standard output is closed"),
+    }
+    for name, (stdout, message) in expected.items():
+        result = done[name]
+        lines = result.stderr.decode().splitlines()
+        assert (result.returncode, result.stdout) == (1, stdout), (name, result.stderr)
+        assert len(lines) == 1 and message in lines[0], (name, lines)
+    markers = done["markers"]
+    assert (markers.returncode, markers.stdout) == (0, b"a"), markers.stderr
+    assert markers.stderr == b"[\\x1b]52;c;aGVsbG8=\\x07]\n"  # shown, not sent
+
+
 async def test_play_into_a_pipe_closed_early_ends_quietly(tmp_path: Path) -> None:
     """``play FILE | head``: the reader leaving is not an error to report (it said
     "cannot read FILE: Broken pipe"); the status is a shell's for SIGPIPE."""

@@ -31,6 +31,7 @@ import orjson
 
 __all__ = [
     "CODES",
+    "MAX_LINE_BYTES",
     "CAUGHT_UP_PREFIX",
     "SKIPPED_MARKER",
     "Event",
@@ -60,6 +61,12 @@ CAUGHT_UP_PREFIX: Final = "the recorder fell behind (disk too slow)"
 #: Prefixes of the command markers (see :func:`command_started`).
 COMMAND_PREFIX: Final = "$ "
 EXIT_PREFIX: Final = "exit "
+#: Longest line a reader takes (bytes, newline included): a longer one is not a
+#: recording (``ahp-terminals play`` stops there, naming the line, instead of reading
+#: an endless or newline-less file into memory). This host's recorder writes lines of
+#: at most about 400 KB (:data:`ahp.record.recorder.RECORD_EVENT_CHARS`); asciinema's
+#: are a read of the terminal each, a few KB.
+MAX_LINE_BYTES: Final = 1024 * 1024
 #: Interval precision written (microseconds, as asciinema writes them).
 _DIGITS: Final = 6
 
@@ -155,7 +162,7 @@ def parse_command_marker(label: str) -> tuple[str, str, int | None] | None:
 
 def caught_up_marker(caught: int, lost: int) -> str:
     """The marker of a resync: ``caught`` characters of the output the recorder
-    missed follow in one event (their timing is gone); ``lost`` more were no longer
+    missed follow at once (their timing is gone); ``lost`` more were no longer
     in the terminal's scrollback (or past the catch-up bound) and are missing. Starts
     with :data:`SKIPPED_MARKER` when ``lost``, else with :data:`CAUGHT_UP_PREFIX`."""
     if lost:

@@ -10,9 +10,13 @@ replayed (they were echoed as output already), nor are markers and resizes
 the markers (command starts and ends) on standard error as they pass.
 
 The timing logic (:func:`schedule`) is pure and tested on its own; :func:`play`
-takes the clock and the output as arguments. The file is read line by line
-(a recording of 64 MiB is never held in memory); a bad line stops playback with
-a one-line error naming it, after everything before it was played.
+takes the clock and the output as arguments. The file is read line by line, each
+line at most :data:`~ahp.record.asciicast.MAX_LINE_BYTES` (:func:`read_lines`: a
+recording of 64 MiB is never held in memory, and neither is ``/dev/zero``, a FIFO
+that never ends a line, or a file of one huge line). A bad line stops playback
+with a one-line error naming it, after everything before it was played; so does a
+pause longer than :data:`MAX_PAUSE` (an interval of ``1e20``, or ``--speed 1e-9``),
+which ``--idle-time-limit`` caps.
 """
 
 from __future__ import annotations
@@ -24,12 +28,48 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import BinaryIO, Final, TextIO
 
 from ahp import arguments
-from ahp.record.asciicast import Event, RecordingError, decode
+from ahp.printable import printable
+from ahp.record.asciicast import MAX_LINE_BYTES, Event, RecordingError, decode
 
-__all__ = ["add_parser", "play", "run", "schedule"]
+__all__ = ["MAX_PAUSE", "add_parser", "play", "read_lines", "run", "schedule"]
 
 #: Highest playback speed accepted (a factor).
 MAX_SPEED: Final = 1_000_000.0
+#: Longest pause played (seconds, after ``--speed`` and ``--idle-time-limit``): a
+#: longer one stops playback with an error naming its line (nobody watches a day of
+#: nothing; an absurd interval is not slept, nor passed to ``time.sleep``, which
+#: refuses ones past ``time_t``).
+MAX_PAUSE: Final = 24 * 3600.0
+
+
+def read_lines(f: BinaryIO, limit: int = MAX_LINE_BYTES) -> Iterator[bytes]:
+    """The lines of ``f``, read one at a time, none longer than ``limit`` bytes (newline
+    included): :class:`RecordingError` naming the line at a longer one. Memory: at most
+    ``limit + 1`` bytes of the file at a time, whatever the file is (a FIFO or
+    ``/dev/zero`` that never ends a line included)."""
+    number = 0
+    while line := f.readline(limit + 1):
+        number += 1
+        if len(line) > limit:
+            raise RecordingError(
+                f"line {number}: longer than {limit} bytes (not an asciicast recording)"
+            )
+        yield line
+
+
+class _Numbered:
+    """The lines of a recording, counting those taken: the count is the line number of
+    the event :func:`~ahp.record.asciicast.decode` yielded last (it reads lazily, one
+    line per event after any comments)."""
+
+    def __init__(self, lines: Iterable[str | bytes]) -> None:
+        self.lines = lines
+        self.count = 0
+
+    def __iter__(self) -> Iterator[str | bytes]:
+        for line in self.lines:
+            self.count += 1
+            yield line
 
 
 def schedule(
@@ -57,12 +97,22 @@ def play(
 ) -> str | None:
     """Play a recording's lines to ``out``; the exit status recorded (``x``), if any.
 
-    Raises :class:`~ahp.record.asciicast.RecordingError` at a bad line (what came
-    before it has been played).
+    Raises :class:`~ahp.record.asciicast.RecordingError` at a bad line, or at a pause
+    longer than :data:`MAX_PAUSE` (what came before it has been played). Markers are
+    written to ``markers`` with their control characters shown as ``\\xNN``
+    (:func:`~ahp.printable.printable`): a label is for a person to read, and must not
+    drive their terminal.
     """
-    header, events = decode(lines)
+    numbered = _Numbered(lines)
+    header, events = decode(numbered)
     limit = idle_time_limit if idle_time_limit is not None else header.idle_time_limit
     for delay, event in schedule(events, speed=speed, idle_time_limit=limit):
+        if delay > MAX_PAUSE:
+            at = "" if speed == 1 else f" at speed {speed:g}"
+            raise RecordingError(
+                f"line {numbered.count}: a pause of {delay:.6g} seconds{at}, longer than "
+                f"{MAX_PAUSE:g} s (cap pauses with --idle-time-limit)"
+            )
         if delay > 0:
             out.flush()
             sleep(delay)
@@ -70,7 +120,7 @@ def play(
             out.write(event.data.encode("utf-8", "replace"))
         elif event.code == "m" and markers is not None and event.data:
             out.flush()
-            markers.write(f"[{event.data}]\n")
+            markers.write(f"[{printable(event.data)}]\n")
             markers.flush()
         elif event.code == "x":
             out.flush()
@@ -109,10 +159,13 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def run(args: argparse.Namespace) -> int:
+    if sys.stdout is None:  # (started with standard output closed: ``>&-``)
+        print("ahp play: standard output is closed: nowhere to play to", file=sys.stderr)
+        return 1
     try:
         with open(args.file, "rb") as f:
             play(
-                f,
+                read_lines(f),
                 sys.stdout.buffer,
                 speed=args.speed,
                 idle_time_limit=args.idle_time_limit,
