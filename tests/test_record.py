@@ -14,7 +14,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 import trio
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import ahp
 from ahp.protocol.actions import (
@@ -25,6 +28,7 @@ from ahp.protocol.actions import (
 from ahp.record import RecordOptions, record_host, record_terminal
 from ahp.record.asciicast import (
     CAUGHT_UP_PREFIX,
+    MAX_LINE_BYTES,
     SKIPPED_MARKER,
     Event,
     Header,
@@ -39,8 +43,10 @@ from ahp.record.recorder import (
     DISPOSED_MARKER,
     MAX_OPEN_COMMANDS,
     RECORD_CATCH_UP_CHARS,
+    RECORD_EVENT_CHARS,
     STOPPED_MARKER,
     Recorder,
+    recording_name,
 )
 from ahp.server import ServeOptions
 from tests.helpers import TIMEOUT, open_fds, wait_for_state, wait_for_text
@@ -230,7 +236,7 @@ async def test_the_size_bound_stops_the_recording_and_says_so(tmp_path: Path) ->
             await recorder.done.wait()  # it stopped by itself
         assert recorder.stopped_at_bound
         assert (await term.run("echo still-alive")).output == "still-alive\n"
-    assert path.stat().st_size <= bound
+    assert bound - 64 < path.stat().st_size <= bound  # full: the output that fits is there
     _, events = read_cast(path)
     assert events[-1].code == "m" and events[-1].data == size_bound_marker(bound)
     assert "1\r\n2\r\n3\r\n" in output_of(events)
@@ -451,3 +457,138 @@ async def test_started_commands_remembered_are_bounded(tmp_path: Path) -> None:
 def line_data(line: bytes) -> str:
     value = decode_event(line)
     return value.data
+
+
+async def test_record_host_never_follows_nor_truncates_what_is_at_a_recording_name(
+    tmp_path: Path,
+) -> None:
+    """Recording names are predictable (the UTC second and the URI): whoever can write
+    into the directory could place a dangling symlink there, and the recording was
+    written through it, outside (``open(O_CREAT | O_TRUNC)`` follows links, and
+    ``exists()`` is False for a dangling one); a file at the name would have been
+    truncated had it appeared after the check. Now the file is created with
+    ``O_EXCL | O_NOFOLLOW`` and a taken name means the next one."""
+    casts, outside = tmp_path / "casts", tmp_path / "outside"
+    casts.mkdir(mode=0o700)
+    outside.mkdir()
+    uri = "ahp-terminal:/victim"
+    now = int(time.time())
+    for second in range(now - 2, now + 6 * TIMEOUT):  # whichever second it starts in
+        name = recording_name(uri, second)
+        (casts / name).symlink_to(outside / f"{second}.cast")  # dangling
+        (casts / name.replace(".cast", "-2.cast")).write_bytes(b"keep\n")
+    async with (
+        ahp.open_host(shell="/bin/bash") as host,
+        record_host(host, casts) as recorders,
+    ):
+        term = await host.create_terminal(uri)
+        recorder = recorders[uri]
+        await term.run("echo recorded-here")
+        await host.dispose(uri)
+        with trio.fail_after(TIMEOUT):
+            await recorder.done.wait()
+    assert os.listdir(outside) == []  # nothing written through a link
+    assert recorder.path.name.endswith("-victim-3.cast") and not recorder.path.is_symlink()
+    assert "recorded-here" in output_of(read_cast(recorder.path)[1])
+    kept = [p for p in casts.iterdir() if p.name.endswith("-2.cast")]
+    assert kept and all(p.read_bytes() == b"keep\n" for p in kept)  # never truncated
+    assert all(p.is_symlink() for p in casts.iterdir() if p.name.endswith("-victim.cast"))
+
+
+async def test_an_unusable_record_directory_is_refused_at_start(tmp_path: Path) -> None:
+    """``serve --record DIR`` with DIR a regular file (or a directory no file can be
+    created in) started, and recorded nothing: each terminal only logged a warning.
+    Now it exits 1 at start-up with one clear line, as ``--audit-log`` does."""
+    afile = tmp_path / "afile"
+    afile.write_bytes(b"")
+    async with ahp.open_host() as host:
+        for directory, error in ((afile, NotADirectoryError), (Path("/proc/1"), OSError)):
+            with pytest.raises(error):
+                async with record_host(host, directory):
+                    pass  # pragma: no cover
+    assert afile.read_bytes() == b""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "AHP_TOKEN": TOKEN}
+    done = None
+    with trio.move_on_after(TIMEOUT):  # (before the fix it served on, recording nothing)
+        done = await trio.run_process(
+            [sys.executable, "-m", "ahp", "serve", "--port", "0", "--record", str(afile)],
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+            env=env,
+        )
+    assert done is not None, "the server started"
+    assert done.returncode == 1
+    assert done.stderr.decode().splitlines() == [
+        f"ahp serve: cannot create the recordings directory {afile}: Not a directory"
+    ]
+
+
+async def test_long_output_and_input_are_split_into_lines_play_reads(tmp_path: Path) -> None:
+    """An output envelope (a parse batch, a late start's whole scrollback) or input of any
+    length was one line; ``play`` reads lines of at most MAX_LINE_BYTES. Now longer
+    data is several events in a row (the same data concatenated), labels are cut."""
+    async with ahp.open_host() as host:
+        term = await host.create_terminal(argv=["cat"])
+        recorder = Recorder(term, tmp_path / "x.cast", RecordOptions(record_input=True))
+        try:
+            recorder._header(term.state)
+            escapes = "\x1b[1m" * 200_000  # 6 bytes a character in JSON: 6 MB of escapes
+            assert recorder._event("o", escapes)
+            assert recorder._event("i", "é" * 500_000)
+            assert recorder._event("m", "$ " + "x" * 2_000_000)
+        finally:
+            await recorder.subscription.aclose()
+    assert max(len(line) for line in recorder._buffer) <= MAX_LINE_BYTES
+    _, events = decode(recorder._buffer)
+    got = list(events)
+    for code, data in (("o", escapes), ("i", "é" * 500_000)):
+        split = [e for e in got if e.code == code]
+        assert "".join(e.data for e in split) == data
+        assert len(split) > 1 and {e.interval for e in split[1:]} == {0.0}  # in a row
+    assert [len(e.data) for e in got if e.code == "m"] == [RECORD_EVENT_CHARS]
+
+
+def test_the_size_bound_fills_the_file() -> None:
+    """Output cut at the size bound filled about 3/4 of the room (the prefix tried was
+    halved until it fitted, and 256 bytes were kept for a marker of ~70). Now the file
+    holds all the output that fits: what is left unused is less than one event's
+    overhead and one character, plus the slack of the last marker's interval."""
+
+    @settings(
+        max_examples=60,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+        database=None,
+    )
+    @given(
+        chunks=st.lists(st.text(min_size=1, max_size=3000), min_size=1, max_size=8),
+        bound=st.integers(min_value=1024, max_value=12_000),
+    )
+    def check(chunks: list[str], bound: int) -> None:
+        trio.run(_fill, chunks, bound)
+
+    check()
+
+
+async def _fill(chunks: list[str], bound: int) -> None:
+    async with ahp.open_host() as host:
+        term = await host.create_terminal(argv=["cat"])
+        recorder = Recorder(term, "/nonexistent/x.cast", RecordOptions(max_bytes=bound))
+        try:
+            recorder._header(term.state)
+            output = "".join(chunks) + "\x1b[0m€😀\n" * 2000  # enough to reach the bound
+            for chunk in [*chunks, output[len("".join(chunks)) :]]:
+                if not recorder._event("o", chunk):
+                    break
+        finally:
+            await recorder.subscription.aclose()
+    data = b"".join(recorder._buffer)
+    assert recorder.stopped_at_bound and len(data) == recorder.size <= bound
+    _, events = decode(data.splitlines())
+    got = list(events)
+    assert got[-1] == Event(got[-1].interval, "m", size_bound_marker(bound))
+    assert output.startswith(output_of(got))  # the output as it was, cut between characters
+    # (An empty output event's line, the longest character's JSON (6 bytes), and the last
+    # marker's room kept for an interval of up to 16 characters.)
+    assert bound - len(data) < len(encode_event(1.5, "o", "")) + 6 + 16

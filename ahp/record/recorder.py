@@ -16,7 +16,7 @@ slower than the terminal, the buffer fills, the recorder stops taking from its
 outbox, the outbox overflows and is dropped (O(1), memory freed), and the
 recorder resynchronises the engine's way: a fresh snapshot. It counts the
 output it saw against the terminal's count (:attr:`ahp.engine.Terminal.output_chars`),
-writes what it missed from the scrollback in one event (at most
+writes what it missed from the scrollback at once (at most
 :data:`RECORD_CATCH_UP_CHARS`, the latest) behind a marker saying how much that is
 and how much was lost (:func:`~ahp.record.asciicast.caught_up_marker`), and goes on
 with live output. The pty, the other viewers and the event loop never wait for the
@@ -42,7 +42,13 @@ buffered (shielded, for at most :data:`RECORD_CLOSE_TIMEOUT` seconds: a stalled
 reader loses the rest, counted in :attr:`Recorder.lost_bytes`) and closes the file.
 
 :func:`record_host` records every terminal a host creates into one directory
-(``serve --record DIR``); :func:`record_terminal` records one (the library).
+(``serve --record DIR``), each into a file it creates new (``O_EXCL | O_NOFOLLOW``: the
+names are predictable, and what is already at one is never followed or truncated);
+:func:`record_terminal` records one (the library) into the path its caller chose.
+
+Lines are bounded: output or input longer than :data:`RECORD_EVENT_CHARS` is written as
+several events in a row, so every line is one ``play`` reads
+(:data:`~ahp.record.asciicast.MAX_LINE_BYTES`).
 """
 
 from __future__ import annotations
@@ -52,6 +58,7 @@ import errno
 import logging
 import os
 import re
+import secrets
 import shlex
 import stat
 import time
@@ -108,8 +115,21 @@ RECORD_CATCH_UP_CHARS: Final = 256 * 1024
 RECORD_WRITE_DELAY: Final = 0.05
 #: Seconds the recorder spends writing what is buffered when it ends or is cancelled.
 RECORD_CLOSE_TIMEOUT: Final = 2.0
-#: Room kept under the size bound for the last marker (bytes).
-_MARKER_RESERVE: Final = 256
+#: Smallest size bound of a recording (bytes): the header, a little output and the last
+#: marker.
+MIN_RECORD_BYTES: Final = 1024
+#: Most characters of output or input in one event: longer data is written as several
+#: events in a row (interval 0 after the first; the concatenated data is the same), and
+#: a marker's label is cut there. So no line is longer than about 6 bytes a character
+#: (JSON's ``\\u001b``) times this, far below what ``play`` reads
+#: (:data:`~ahp.record.asciicast.MAX_LINE_BYTES`).
+RECORD_EVENT_CHARS: Final = 64 * 1024
+#: Longest title and command line in the header (characters; longer ones are cut).
+_HEADER_TEXT_CHARS: Final = 4096
+#: The last markers are written with an interval of at most this (seconds, 31 years): a
+#: marker line then has a longest length, and that much room is kept for it under the
+#: size bound (:meth:`Recorder._end_line`).
+_LAST_MARKER_INTERVAL: Final = 999_999_999.0
 #: Longest recording file name stem (bytes), far below NAME_MAX (255).
 _NAME_LIMIT: Final = 100
 #: The last marker of a recording stopped before its terminal ended (cancelled: the
@@ -120,8 +140,9 @@ STOPPED_MARKER: Final = "recording stopped before the terminal ended"
 MAX_OPEN_COMMANDS: Final = 256
 #: The last marker of a terminal disposed while its process was running.
 DISPOSED_MARKER: Final = "terminal disposed while running"
-#: Recording paths remembered as handed out (until their files exist), at most.
-_NAMES_REMEMBERED: Final = 1024
+#: Names tried for a recording of :func:`record_host` (the name, then with ``-2``, ``-3`` …
+#: before its extension) before giving up on it.
+_MAX_NAME_TRIES: Final = 1000
 #: Terminal type recorded in the header (what the host sets for its terminals).
 TERM_TYPE: Final = "xterm-256color"
 
@@ -142,8 +163,8 @@ class RecordOptions:
     idle_time_limit: float | None = None
 
     def __attrs_post_init__(self) -> None:
-        if self.max_bytes < 4 * _MARKER_RESERVE:
-            raise ValueError(f"a recording's size bound must be at least {4 * _MARKER_RESERVE}")
+        if self.max_bytes < MIN_RECORD_BYTES:
+            raise ValueError(f"a recording's size bound must be at least {MIN_RECORD_BYTES}")
         if self.buffer_bytes < 1 or self.outbox_bytes < 1:
             raise ValueError("recording buffers must be at least 1 byte")
 
@@ -173,10 +194,18 @@ class Recorder:
     """
 
     def __init__(
-        self, terminal: Terminal, path: str | os.PathLike[str], options: RecordOptions
+        self,
+        terminal: Terminal,
+        path: str | os.PathLike[str],
+        options: RecordOptions,
+        *,
+        fresh: bool = False,
     ) -> None:
         self.terminal = terminal
+        #: The file; with ``fresh``, the name actually created once :meth:`run` started.
         self.path = Path(path)
+        #: Create a new regular file, never open an existing one (see :meth:`_open`).
+        self.fresh = fresh
         self.options = options
         self.subscription: Subscription = terminal.subscribe(
             max_bytes=options.outbox_bytes, paces=False
@@ -204,6 +233,13 @@ class Recorder:
         self._nonblocking = False
         #: Bytes accepted into the file (header included), bounded by ``options.max_bytes``.
         self.size = 0
+        #: Room kept under the size bound for the last marker: the longest it can be.
+        self._end_room = max(
+            len(asciicast.encode_event(_LAST_MARKER_INTERVAL + 0.999999, "m", label))
+            for label in (asciicast.size_bound_marker(options.max_bytes), STOPPED_MARKER)
+        )
+        #: Every line but the last marker keeps the file's size under this.
+        self._limit = options.max_bytes - self._end_room
         #: Whether the size bound stopped the recording.
         self.stopped_at_bound = False
         #: Counters for tests and figures.
@@ -225,20 +261,16 @@ class Recorder:
         interval, self._last = now - self._last, now
         return interval
 
-    def _add(self, line: bytes) -> bool:
-        """Buffer one line, unless the size bound is reached (then the last marker is
-        buffered and False returned: the recording stops)."""
-        if self.stopped_at_bound:
-            return False
-        if self.size + len(line) > self.options.max_bytes - _MARKER_RESERVE:
-            marker = asciicast.encode_event(
-                self._interval(), "m", asciicast.size_bound_marker(self.options.max_bytes)
-            )
-            self._push(marker)
-            self.stopped_at_bound = True
-            return False
-        self._push(line)
-        return True
+    def _end_line(self, label: str) -> bytes:
+        """A last marker's line (its interval capped at :data:`_LAST_MARKER_INTERVAL`, so
+        no longer than :attr:`_end_room`)."""
+        return asciicast.encode_event(min(self._interval(), _LAST_MARKER_INTERVAL), "m", label)
+
+    def _stop(self) -> None:
+        """The size bound is reached: the last marker (it fits: :attr:`_end_room` was
+        kept for it), and the recording stops."""
+        self._push(self._end_line(asciicast.size_bound_marker(self.options.max_bytes)))
+        self.stopped_at_bound = True
 
     def _push(self, line: bytes) -> None:
         self._buffer.append(line)
@@ -250,31 +282,56 @@ class Recorder:
             self._half.unpark_all()
 
     def _event(self, code: str, data: str) -> bool:
+        """Write one event (output or input longer than :data:`RECORD_EVENT_CHARS` as
+        several); False once the recording stopped at its size bound."""
         self.events += 1
         interval = self._interval()
-        line = asciicast.encode_event(interval, code, data)
-        room = self.options.max_bytes - _MARKER_RESERVE - self.size
-        if len(line) > room and code == "o":
-            # The output that still fits goes in before the last marker.
-            cut = min(len(data), room)
-            while (
-                cut > 0 and len(line := asciicast.encode_event(interval, code, data[:cut])) > room
-            ):
-                cut //= 2
-            if cut > 0:
-                self._push(line)
+        if len(data) <= RECORD_EVENT_CHARS:
+            return self._line(interval, code, data)
+        if code not in ("o", "i"):
+            return self._line(interval, code, data[:RECORD_EVENT_CHARS])  # a label: cut
+        for start in range(0, len(data), RECORD_EVENT_CHARS):
+            if not self._line(interval, code, data[start : start + RECORD_EVENT_CHARS]):
+                return False
             interval = 0.0
-            line = asciicast.encode_event(interval, code, data[cut:])
-        return self._add(line)
+        return True
+
+    def _line(self, interval: float, code: str, data: str) -> bool:
+        """One event line within the size bound; output that does not fit is cut to what
+        fits, then the last marker ends the recording (any other event that does not fit
+        ends it at once). False once stopped."""
+        if self.stopped_at_bound:
+            return False
+        line = asciicast.encode_event(interval, code, data)
+        room = self._limit - self.size
+        if len(line) <= room:
+            self._push(line)
+            return True
+        if code == "o":
+            # The output that still fits goes in before the last marker: the longest
+            # prefix whose line fits (a binary search: the line grows with the prefix;
+            # a str is cut between code points, never inside a UTF-8 sequence).
+            low, high = 0, min(len(data), room)
+            while low < high:
+                mid = (low + high + 1) // 2
+                if len(asciicast.encode_event(interval, code, data[:mid])) <= room:
+                    low = mid
+                else:
+                    high = mid - 1
+            if low > 0:
+                self._push(asciicast.encode_event(interval, code, data[:low]))
+        self._stop()
+        return False
 
     def _header(self, state: TerminalState) -> None:
+        argv = self.terminal.spec.argv
         header = asciicast.Header(
             cols=state.cols or self.terminal.spec.cols,
             rows=state.rows or self.terminal.spec.rows,
             term_type=TERM_TYPE,
             timestamp=int(self.started_at),
-            title=state.title or None,
-            command=shlex.join(self.terminal.spec.argv) if self.terminal.spec.argv else None,
+            title=state.title[:_HEADER_TEXT_CHARS] or None,
+            command=shlex.join(argv)[:_HEADER_TEXT_CHARS] if argv else None,
             env={"TERM": TERM_TYPE},
             idle_time_limit=self.options.idle_time_limit,
             extra={"x-ahp-terminal": self.terminal.uri},
@@ -353,13 +410,30 @@ class Recorder:
     # -- the file (the writer task) ----------------------------------------------------------
 
     def _open(self) -> None:
-        """Open the target: non-blocking for a FIFO, socket or device, else a fresh
-        regular file (mode 0600: a recording may hold what was typed)."""
+        """Open the target (mode 0600: a recording may hold what was typed).
+
+        ``fresh`` (:func:`record_host`, whose names are predictable): always a new
+        regular file, created with ``O_EXCL | O_NOFOLLOW``; when the name is taken (a
+        file, or a symlink someone placed there, dangling or not) the next is tried
+        (``-2``, ``-3`` … before the extension): nothing that exists is opened, followed or
+        truncated. Else the path the caller chose: a FIFO, socket or device is opened
+        non-blocking, anything else as a regular file, created or truncated."""
+        flags = os.O_WRONLY | os.O_CLOEXEC
+        if self.fresh:
+            base = self.path
+            for n in range(1, _MAX_NAME_TRIES + 1):
+                path = base if n == 1 else base.with_name(f"{base.stem}-{n}{base.suffix}")
+                try:
+                    self._fd = os.open(path, flags | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+                except FileExistsError:
+                    continue
+                self.path = path
+                return
+            raise OSError(errno.EEXIST, f"{_MAX_NAME_TRIES} names taken", str(base))
         try:
             mode = os.stat(self.path).st_mode
         except FileNotFoundError:
             mode = 0
-        flags = os.O_WRONLY | os.O_CLOEXEC
         if mode and not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
             self._nonblocking = True
             try:
@@ -462,7 +536,7 @@ class Recorder:
                     await self._record()
                 except trio.Cancelled:
                     if not self.stopped_at_bound:
-                        self._push(asciicast.encode_event(self._interval(), "m", STOPPED_MARKER))
+                        self._push(self._end_line(STOPPED_MARKER))  # (its room was kept)
                     raise
                 finally:
                     with trio.CancelScope(shield=True):
@@ -472,6 +546,8 @@ class Recorder:
             self._close()
 
     def _nonblocking_target(self) -> bool:
+        if self.fresh:
+            return False
         try:
             mode = os.stat(self.path).st_mode
         except OSError:
@@ -525,6 +601,19 @@ class Recorder:
         self.done.set()
 
 
+def _usable_directory(folder: Path) -> None:
+    """Create ``folder`` if missing (mode 0700), then check it is a directory files can
+    be created in: a probe file is created (``O_EXCL | O_NOFOLLOW``) and removed.
+    ``OSError`` if not. Blocking: call it from a worker thread."""
+    make_private_dirs(folder)
+    if not folder.is_dir():
+        raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(folder))
+    probe = folder / f".ahp-probe-{os.getpid()}-{secrets.token_hex(4)}"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    os.close(os.open(probe, flags, 0o600))
+    os.unlink(probe)
+
+
 async def record_terminal(
     terminal: Terminal,
     path: str | os.PathLike[str],
@@ -546,12 +635,15 @@ async def record_host(
 ) -> AsyncIterator[dict[str, Recorder]]:
     """Record every terminal ``host`` creates while the block runs, one file each in
     ``directory`` (created, mode 0700), named by :func:`recording_name`. Yields the
-    live recorders by terminal URI (finished ones are removed)."""
+    live recorders by terminal URI (finished ones are removed).
+
+    Raises ``OSError`` before the block if ``directory`` is not a directory this
+    process can create files in (a regular file, read-only): every recording would
+    fail, and a server must not start as if recording."""
     folder = Path(directory)
-    await trio.to_thread.run_sync(make_private_dirs, folder)
+    await trio.to_thread.run_sync(_usable_directory, folder)
     opts = options or RecordOptions()
     recorders: dict[str, Recorder] = {}
-    handed_out: set[Path] = set()
     async with trio.open_nursery() as nursery:
 
         async def run(recorder: Recorder) -> None:
@@ -568,18 +660,9 @@ async def record_host(
                     del recorders[recorder.terminal.uri]
 
         def hook(terminal: Terminal) -> None:
-            name = recording_name(terminal.uri)
-            path = folder / name
-            n = 1
-            # The same name again within a second (the same URI, or two that sanitise
-            # alike): a file there, or one handed out and not opened yet.
-            while path in handed_out or path.exists():
-                n += 1
-                path = folder / name.replace(".cast", f"-{n}.cast")
-            if len(handed_out) >= _NAMES_REMEMBERED:
-                handed_out.clear()  # (older names exist as files by now)
-            handed_out.add(path)
-            recorder = Recorder(terminal, path, opts)
+            # (The same name again within a second, the same URI or two that sanitise
+            # alike: the recorder creates the next free one, with -2 …)
+            recorder = Recorder(terminal, folder / recording_name(terminal.uri), opts, fresh=True)
             recorders[terminal.uri] = recorder
             nursery.start_soon(run, recorder)
 
