@@ -436,6 +436,46 @@ async def test_read_only_churn_cannot_forget_a_full_clients_record() -> None:
                     assert "try again later" in answer["error"]["message"]
 
 
+@pytest.mark.parametrize("bound", [False, True], ids=["plain", "bound"])
+async def test_a_full_client_takes_its_id_from_a_read_only_squatter(bound: bool) -> None:
+    """Probe K, finding 2: a read-only connection initializes as the id a full-access
+    client uses (plainly, or asking for a resume token) and stays connected, answering
+    pings. The full client's ``reconnect`` finds no record of its own (-32008, as
+    without the squatter) and its ``initialize`` is granted; the squatter is closed
+    (1008) and, read-only, cannot take the id back. (Before: both were refused -32009,
+    "in use by a live connection" / "bound to its resume token".)"""
+    read = "read-only-secret"
+    options = ServeOptions(port=0, token=TOKEN, read_token=read)
+    meta = {RESUME_META: ""} if bound else None
+    async with running_server(options) as sidecar:
+        read_url = sidecar.url.replace(TOKEN, read)
+        async with peer(read_url) as squatter:
+            assert "result" in await squatter.call("initialize", _init("agent-main", meta))
+            async with peer(sidecar.url) as full:
+                answer = await full.call("reconnect", _reconnect("agent-main"))
+                assert answer["error"]["code"] == -32008, answer
+                with trio.fail_after(TIMEOUT), pytest.raises(ConnectionClosed) as closed:
+                    while True:
+                        await squatter.ws.get_message()
+                assert closed.value.reason is not None
+                assert closed.value.reason.code == REPLACED_CLOSE[0]
+                assert "full access" in (closed.value.reason.reason or "")
+                assert "result" in await full.call("initialize", _init("agent-main", meta))
+                record = sidecar.state.clients.get("agent-main")
+                assert record is not None and not record.read_only and _live(sidecar, "agent-main")
+                async with peer(read_url) as again:
+                    answer = await again.call("initialize", _init("agent-main"))
+                    assert answer["error"]["code"] == -32009, answer
+                    assert "full access" in answer["error"]["message"]
+        # Full against full keeps the rules: a live full client that answers pings keeps
+        # its id against another full-access newcomer.
+        async with peer(sidecar.url) as holder, peer(sidecar.url) as other:
+            await holder.result("initialize", _init("shared"))
+            answer = await other.call("initialize", _init("shared"))
+            assert answer["error"]["code"] == -32009, answer
+            assert "in use" in answer["error"]["message"]
+
+
 @pytest.mark.parametrize("ahead", [10_000, 2**40, 2**63 - 1])  # (not 1: the prompt moves it)
 async def test_a_cursor_past_the_servers_sequence_gets_snapshots(ahead: int) -> None:
     """A ``lastSeenServerSeq`` this server never gave (a cursor kept across a restart of

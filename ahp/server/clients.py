@@ -165,6 +165,13 @@ class ClientRegistry:
         if left:
             record.bound = False
 
+    def forget(self, client_id: str) -> None:
+        """Forget ``client_id``'s record now (a full-access client takes an id only
+        read-only connections held: :func:`ahp.server.identity.take_identity`). Its live
+        connection, if any, is the caller's to close."""
+        if self._records.pop(client_id, None) is not None:
+            self._forgotten.append(client_id)
+
     def take_forgotten(self) -> list[str]:
         """Ids of clients forgotten since the last call that are still unknown now."""
         self._expire_stale()

@@ -27,6 +27,7 @@ from ahp.server.errors import Fail, short
 
 __all__ = [
     "PROBE_TIMEOUT",
+    "READ_ONLY_DISPLACED",
     "check_client_id",
     "check_read_only_id",
     "release_forgotten_claims",
@@ -41,6 +42,8 @@ log = logging.getLogger("ahp.server")
 #: refused); one that does not is taken for dead (a dropped network, a client that
 #: reconnects before this side noticed) and replaced by the newcomer.
 PROBE_TIMEOUT: Final = 3.0
+#: Why a read-only connection is closed when a full-access client takes its id.
+READ_ONLY_DISPLACED: Final = "clientId taken by a client with full access"
 
 
 def token_of(params: Any) -> str | None:
@@ -66,7 +69,9 @@ def check_client_id(client_id: str) -> None:
 
 def check_read_only_id(conn: Connection, client_id: str) -> None:
     """A read-only connection may not take the id (and so the record, the replay
-    cursor and the broadcasts) of a client admitted with the full token."""
+    cursor and the broadcasts) of a client admitted with the full token. (The other
+    way round, a full-access client takes an id a read-only one holds:
+    :func:`take_identity`.)"""
     if not conn.read_only:
         return
     known = conn.server.clients.get(client_id)
@@ -82,6 +87,13 @@ async def take_identity(conn: Connection, client_id: str, token: str | None) -> 
 
     One live connection per ``clientId``:
 
+    * the record is a read-only client's and ``conn`` has full access: granted
+      whatever the record's state (live, bound); the read-only connection, if live,
+      is closed (1008, :data:`READ_ONLY_DISPLACED`) and the record forgotten, so the
+      newcomer starts afresh (an ``initialize`` gets a new record; a ``reconnect``
+      finds none, ``-32008``, as it would have without the read-only holder: a full
+      client's own record is never read-only). A read-only token cannot keep a full
+      client from its id;
     * the record's resume token presented: granted; a live connection of the id is
       replaced (closed with :data:`~ahp.server.connection.REPLACED_CLOSE`);
     * a wrong token, or none for a *bound* record (its client asked for a token):
@@ -98,6 +110,12 @@ async def take_identity(conn: Connection, client_id: str, token: str | None) -> 
     if record is None:
         return
     shown = short(client_id)
+    if record.read_only and not conn.read_only:
+        if record.link is not None and record.connections:
+            record.link.evict(READ_ONLY_DISPLACED)
+        clients.forget(client_id)
+        log.info("client %s: a full-access client took the id from a read-only one", shown)
+        return
     if token is not None and hmac.compare_digest(token.encode(), record.secret.encode()):
         if record.link is not None and record.connections:
             record.link.evict(REPLACED_CLOSE[1])
