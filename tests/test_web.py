@@ -7,12 +7,14 @@ tests are ``tests/test_viewer.py``.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -30,6 +32,7 @@ from ahp.server.web import (
     content_security_policy,
 )
 from tests.helpers import TIMEOUT
+from tests.test_audit_wire import wait_lines
 from tests.wire import TOKEN, peer, running_server, upgrade_status_line
 
 READ = "read-only-test-token"
@@ -328,6 +331,43 @@ async def test_recordings_need_the_full_token_in_a_header(tmp_path: Path) -> Non
         assert status == 200 and body == CAST
         for bad in ("../one.cast", "notes.txt", ".one.cast", "missing.cast", "a%2fb.cast"):
             assert (await request(port, f"/api/recordings/{bad}", auth))[0] == 404, bad
+
+
+async def test_wrong_tokens_over_http_are_logged_and_audited(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Probe K, finding 6: a wrong token at ``/api/access`` or the recordings is refused
+    (401) and, like a refused upgrade, logged and audited (both rate-limited) with its
+    reason and path, never the token. (Before: 3000 guesses a second left no trace.)"""
+    caplog.set_level(logging.INFO, logger="ahp.server")
+    log = tmp_path / "audit.log"
+    guesses = [f"guess-{n}-zq" for n in range(5)]  # (7 refusals: under the audit's 10/s)
+    async with running_server(options(record_dir=str(tmp_path), audit_log=str(log))) as sidecar:
+        port = sidecar.port
+        assert port is not None
+        for guess in guesses:
+            auth = {"Authorization": f"Bearer {guess}"}
+            assert (await request(port, "/api/access", auth))[0] == 401
+        assert (await request(port, "/api/recordings"))[0] == 401
+        read = {"Authorization": f"Bearer {READ}"}
+        assert (await request(port, "/api/recordings/one.cast?tkn=in-a-query-zq", read))[0] == 401
+        assert (await request(port, "/api/access", read))[0] == 200  # (not a refusal)
+
+        def refused(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+            return [x for x in lines if x["event"] == "connection" and not x["accepted"]]
+
+        lines = await wait_lines([log], lambda ls: len(refused(ls)) >= len(guesses) + 2)
+    found = refused(lines)
+    assert {(x["path"], x["reason"]) for x in found} == {
+        ("/api/access", "missing or wrong token"),
+        ("/api/recordings", "missing or wrong token"),
+        ("/api/recordings/one.cast", "the read-only token where the full token is needed"),
+    }
+    assert len(found) == len(guesses) + 2
+    text = log.read_text() + caplog.text
+    assert "-zq" not in text and READ not in text and TOKEN not in text
+    notes = [r.getMessage() for r in caplog.records if "refused request" in r.getMessage()]
+    assert notes and "missing or wrong token" in notes[0] and "/api/access" in notes[0]
 
 
 async def test_a_link_or_a_fifo_named_like_a_recording_is_not_served(tmp_path: Path) -> None:

@@ -126,6 +126,10 @@ class HttpResponse:
     #: ``Content-Length``). The answer owns it: whoever takes the answer closes it
     #: (:meth:`FileBody.close`), sent or not (:func:`ahp.server.websocket._answer_plain`).
     streamed: FileBody | None = None
+    #: Why the request's token was refused (a 401 of a route that needs one), for the
+    #: rate-limited log and the audit log, like a refused upgrade's reason
+    #: (:func:`ahp.server.websocket._answer_plain`); None for every other answer.
+    refused: str | None = None
 
     @classmethod
     def text(cls, status: int, text: str) -> HttpResponse:

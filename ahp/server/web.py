@@ -16,7 +16,10 @@ inline script, no framing), ``Cross-Origin-Resource-Policy: same-origin`` and th
 headers of :mod:`ahp.server.http` (``nosniff``, ``no-referrer``, ``no-store``). The
 recordings (``/api/recordings``) need the full token in an ``Authorization: Bearer``
 header: no URL ever carries it, and a cross-origin page cannot send that header
-without a CORS preflight, which this server never grants.
+without a CORS preflight, which this server never grants. A request whose token is
+refused (401: ``/api/access``, the recordings) says why (:attr:`HttpResponse.refused
+<ahp.server.http.HttpResponse.refused>`): it is logged (rate-limited) and audited as a
+refused upgrade is, so guessing tokens over HTTP is as visible as over WebSocket.
 
 Buffering and ownership: the assets are read once, on first request, and kept (they are
 the package's own files, about 0.6 MB in all, bounded by :data:`MAX_ASSET_BYTES`); a
@@ -154,13 +157,23 @@ class _Assets:
         return data
 
 
+#: Why a request's token is refused (the reason of a refused upgrade, logged and audited
+#: the same way: :attr:`HttpResponse.refused`).
+WRONG_TOKEN: Final = "missing or wrong token"
+#: ... and why the read-only token is refused where the full one is needed.
+READ_ONLY_TOKEN: Final = "the read-only token where the full token is needed"
+
+
+def _offered(request: PlainRequest) -> bytes:
+    """The token of the request's ``Authorization: Bearer``, or b"" (none)."""
+    auth = request.header(b"authorization") or ""
+    return auth[7:].strip().encode() if auth.lower().startswith("bearer ") else b""
+
+
 def _authorized(request: PlainRequest, token: str | None) -> bool:
     if token is None:
         return True
-    auth = request.header(b"authorization") or ""
-    if not auth.lower().startswith("bearer "):
-        return False
-    return hmac.compare_digest(auth[7:].strip().encode(), token.encode())
+    return hmac.compare_digest(_offered(request), token.encode())
 
 
 def web_routes(
@@ -206,10 +219,15 @@ def web_routes(
         )
 
     def unauthorized(request: PlainRequest) -> HttpResponse:
+        # (Both comparisons always run, as for an upgrade.)
+        read = read_token is not None and hmac.compare_digest(
+            _offered(request), read_token.encode()
+        )
         return HttpResponse(
             401,
             b"the recordings need the token (Authorization: Bearer)\n",
             headers=(*_page_headers(request, tls), ("www-authenticate", "Bearer")),
+            refused=READ_ONLY_TOKEN if read else WRONG_TOKEN,
         )
 
     async def recordings(request: PlainRequest) -> HttpResponse:
@@ -276,6 +294,7 @@ def web_routes(
                 401,
                 b"this token is not accepted by this server\n",
                 headers=(*_page_headers(request, tls), ("www-authenticate", "Bearer")),
+                refused=WRONG_TOKEN,
             )
         return HttpResponse(
             200,

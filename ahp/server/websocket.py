@@ -342,10 +342,33 @@ async def _reader(
             await session.outbox.wait_responses_below(config.outbox_bytes)
 
 
+def _refused_plain(
+    request: PlainRequest, refusal: str, notes: RateLimitedLog, audit: AuditLog | None
+) -> None:
+    """Log (rate-limited) and audit a plain request refused for its Host or its token,
+    as a refused upgrade is (the path only: the query may hold a token)."""
+    notes.log(
+        "refused",
+        logging.WARNING,
+        "refused request from %s to %s: %s",
+        request.remote,
+        request.path[:_AUDIT_REASON],
+        refusal,
+    )
+    if audit is not None:
+        audit.connection(request.remote, accepted=False, reason=refusal, path=request.path)
+
+
 async def _answer_plain(
-    stream: trio.abc.Stream, request: PlainRequest, config: ServerConfig, notes: RateLimitedLog
+    stream: trio.abc.Stream,
+    request: PlainRequest,
+    config: ServerConfig,
+    notes: RateLimitedLog,
+    audit: AuditLog | None = None,
 ) -> FileBody | None:
     """Answer a request without an upgrade (:mod:`ahp.server.http`); the caller closes.
+    A refusal (the Host, a route's token check: :attr:`HttpResponse.refused`) is logged
+    and audited like a refused upgrade's.
 
     Returns the answer's streamed body when its head is sent and the body is still to
     send (a ``GET`` of a recording): the caller owns it then, sends it after the
@@ -353,9 +376,7 @@ async def _answer_plain(
     body (a ``HEAD``, a head that could not be sent, a cancellation) is closed here."""
     refusal = check_host(request.host, config)
     if refusal is not None:
-        notes.log(
-            "refused", logging.WARNING, "refused request from %s: %s", request.remote, refusal
-        )
+        _refused_plain(request, refusal, notes, audit)
         response = HttpResponse.text(403, refusal)
     elif config.routes is None:
         response = HttpResponse.text(404, "not found")
@@ -365,6 +386,8 @@ async def _answer_plain(
         except Exception:
             log.exception("answering %s %s failed", request.method, request.path)
             response = HttpResponse.text(500, "internal error")
+        if response.refused is not None:
+            _refused_plain(request, response.refused, notes, audit)
     body = response.streamed
     try:
         with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
@@ -413,7 +436,7 @@ async def _authenticate(
     if upgrade is None:
         return None
     if isinstance(upgrade, PlainRequest):
-        return await _answer_plain(stream, upgrade, config, notes)
+        return await _answer_plain(stream, upgrade, config, notes, audit)
     wsproto_conn, request = upgrade
     refusal, read_only = admit_upgrade(request, config)
     # A peer may hang up during the upgrade (even before our 403 body is out): that
