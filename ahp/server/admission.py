@@ -25,6 +25,16 @@ terminal's pty fails with ``EMFILE``, and the accept loop logs a traceback every
   cause before authenticating: at most one line a second per kind of event, with
   the count of lines left out.
 
+A plain request (the viewer page, its files, a probe) leaves the pending ones once
+it is read and answered: its answer is then sent after the phase, under a progress
+rule (the client must take a piece of it every so often,
+:mod:`ahp.server.websocket`), so a page loads over a slow link, and under a flood of
+half-sent requests, whatever the phase's deadline. Those sends hold fds past the
+phase, so they have a bound of their own (:class:`PlainSends`): at most
+:func:`plain_send_limit` at once (a sixteenth of the fds, 8 to 64: 64 under 1024),
+half of them from one peer address; past it, an answer is sent as before, within the
+unauthenticated phase (its deadline, and evictable as the oldest pending).
+
 Authenticated connections have a budget too (issue 26: 1,012 idle authenticated
 connections took every fd under ``ulimit -n 1024`` and a legitimate client's
 ``createTerminal`` failed): at most :func:`connection_limit` of them (a quarter
@@ -66,9 +76,13 @@ __all__ = [
     "ACCEPT_BACKOFF_MAX",
     "MAX_PENDING",
     "MIN_PENDING",
+    "MAX_PLAIN_SENDS",
+    "MIN_PLAIN_SENDS",
     "PendingConnections",
+    "PlainSends",
     "RateLimitedLog",
     "pending_limit",
+    "plain_send_limit",
     "serve_listener",
 ]
 
@@ -86,6 +100,12 @@ MAX_CONNECTIONS: Final = 4096
 MIN_CONNECTIONS: Final = 8
 #: One peer address may hold at most 1/PEER_SHARE of the authenticated connections.
 PEER_SHARE: Final = 2
+#: Plain answers sent at once after the unauthenticated phase, at most ...
+MAX_PLAIN_SENDS: Final = 64
+#: ... and at least (whatever the fd limit).
+MIN_PLAIN_SENDS: Final = 8
+#: Share of the soft fd limit such sends may hold (1/16).
+PLAIN_SEND_FD_SHARE: Final = 16
 #: Seconds ``accept`` waits after running out of fds, doubling up to the maximum.
 ACCEPT_BACKOFF: Final = 0.05
 ACCEPT_BACKOFF_MAX: Final = 1.0
@@ -113,6 +133,44 @@ def connection_limit(nofile: int | None = None) -> int:
     if nofile == resource.RLIM_INFINITY or nofile < 0:
         return MAX_CONNECTIONS
     return max(MIN_CONNECTIONS, min(MAX_CONNECTIONS, nofile // CONNECTION_FD_SHARE))
+
+
+def plain_send_limit(nofile: int | None = None) -> int:
+    """Plain answers sent at once after the unauthenticated phase under a soft fd limit
+    of ``nofile`` (default: this process's ``RLIMIT_NOFILE``)."""
+    if nofile is None:
+        nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if nofile == resource.RLIM_INFINITY or nofile < 0:
+        return MAX_PLAIN_SENDS
+    return max(MIN_PLAIN_SENDS, min(MAX_PLAIN_SENDS, nofile // PLAIN_SEND_FD_SHARE))
+
+
+class PlainSends:
+    """The places of plain answers being sent after the unauthenticated phase: at most
+    ``limit`` at a time, ``per_peer`` (default: half of ``limit``, at least 1) from one
+    peer address. No eviction: a request that finds no place has its answer sent
+    within the phase instead (see the module docstring). Not thread-safe."""
+
+    def __init__(self, limit: int, per_peer: int | None = None) -> None:
+        self.limit = max(1, limit)
+        self.per_peer = max(1, per_peer if per_peer is not None else self.limit // PEER_SHARE)
+        self.active = 0
+        self._by_peer: dict[str, int] = {}
+
+    def take(self, peer: str) -> bool:
+        """Take a place for ``peer``; False when its share or all places are taken."""
+        held = self._by_peer.get(peer, 0)
+        if self.active >= self.limit or held >= self.per_peer:
+            return False
+        self.active += 1
+        self._by_peer[peer] = held + 1
+        return True
+
+    def give_back(self, peer: str) -> None:
+        self.active -= 1
+        held = self._by_peer.pop(peer) - 1
+        if held:
+            self._by_peer[peer] = held
 
 
 class BudgetTicket:

@@ -138,6 +138,13 @@ class HttpResponse:
     def encode(self, *, head_only: bool = False) -> bytes:
         """The whole answer: status line, headers, and the body unless ``head_only``; the
         head only for a streamed body (:attr:`streamed` sends it)."""
+        head, body = self.parts(head_only=head_only)
+        return head + body if body else head
+
+    def parts(self, *, head_only: bool = False) -> tuple[bytes, bytes]:
+        """:meth:`encode`'s answer as (head, body), the body not copied (an asset's is
+        the cached file: sent as it is); the body is ``b""`` when :meth:`encode` would
+        send none."""
         body = self.body
         status = self.status
         length = len(body)
@@ -154,7 +161,7 @@ class HttpResponse:
             lines.append(f"content-type: {self.content_type}")
         lines += [f"content-length: {length}", "connection: close", "", ""]
         head = "\r\n".join(lines).encode("latin-1")
-        return head if head_only else head + body
+        return head, b"" if head_only else body
 
 
 Handler = Callable[[PlainRequest], Awaitable[HttpResponse]]

@@ -70,6 +70,9 @@ class ServerState:
     creating: int = 0
     #: The authenticated connections' budget, once the transport runs (figures, tests).
     connections: Any = None
+    #: The places of plain answers sent after the unauthenticated phase
+    #: (:class:`ahp.server.admission.PlainSends`), once the transport runs (tests).
+    plain_sends: Any = None
     #: Counters: protocol errors answered (figures for tests).
     errors: int = 0
     #: Responses (snapshots above all) queued or being written by every connection

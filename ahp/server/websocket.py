@@ -42,11 +42,13 @@ missing or wrong (compared in constant time), when the request carries an
 the server is bound to loopback and ``Host`` names something else (DNS
 rebinding); a malformed one gets 400 (:func:`~ahp.server.upgrade.read_upgrade`).
 The token is never logged. Until authenticated, a connection is one of at most
-``max_pending`` and has one deadline for the whole phase (a plain request's answer
-too, but for a streamed body, a recording: that is sent after the phase, for as long
-as the client keeps taking it, :mod:`ahp.server.download`); the accept loop backs
-off when out of fds, and lines about unauthenticated peers are rate-limited
-(:mod:`ahp.server.admission`).
+``max_pending`` and has one deadline for the whole phase (a plain request's reading
+and answering too; its answer is sent after the phase, for as long as the client keeps
+taking it, :mod:`ahp.server.download`'s progress rule, one of at most
+``max_plain_sends``, else within the phase); the accept loop backs off when out of
+fds, and lines about unauthenticated peers are rate-limited
+(:mod:`ahp.server.admission`). A plain request refused for its token or its Host is
+logged and audited like a refused upgrade.
 
 An inbound frame of :data:`LARGE_FRAME` or more is cost-checked and decoded in two
 steps (each takes tens of milliseconds at 8 MiB), one large frame of any connection
@@ -76,13 +78,16 @@ import trio
 
 from ahp.engine import Outbox
 from ahp.record.audit import AuditLog
+from ahp.server import download
 from ahp.server.admission import (
     BudgetTicket,
     ConnectionBudget,
     PendingConnections,
+    PlainSends,
     RateLimitedLog,
     connection_limit,
     pending_limit,
+    plain_send_limit,
     serve_listener,
 )
 from ahp.server.connection import REPLACED_CLOSE
@@ -171,6 +176,12 @@ class ServerConfig:
     #: half of those); past either, the longest-idle one is closed (BUDGET_CLOSE).
     max_connections: int | None = None
     max_connections_per_peer: int | None = None
+    #: Plain answers (the page, its files) sent at once after the unauthenticated phase
+    #: (None: from ``RLIMIT_NOFILE``, see :func:`ahp.server.admission.plain_send_limit`),
+    #: and from one peer address (None: half of those); past either, an answer is sent
+    #: within the phase, under its deadline.
+    max_plain_sends: int | None = None
+    max_plain_sends_per_peer: int | None = None
     #: Plain HTTP requests (no upgrade) on the same port: health probes, pages
     #: (:mod:`ahp.server.http`); None answers every one 404.
     routes: Routes | None = None
@@ -359,21 +370,91 @@ def _refused_plain(
         audit.connection(request.remote, accepted=False, reason=refusal, path=request.path)
 
 
+class _PlainAnswer:
+    """A plain request's answer, built and not yet sent: its head, its in-memory body
+    (not copied: an asset's is the cached file) and its streamed body (a recording's
+    open file), which this answer owns until :meth:`close` (idempotent; whoever holds
+    the answer calls it, sent or not)."""
+
+    def __init__(self, response: HttpResponse, request: PlainRequest) -> None:
+        head_only = request.method == "HEAD"
+        self.head, self.body = response.parts(head_only=head_only)
+        self.streamed: FileBody | None = response.streamed
+        self.peer = _peer_address(request.remote)
+        if head_only:
+            self.close()
+
+    @property
+    def length(self) -> int:
+        return len(self.head) + len(self.body)
+
+    def close(self) -> None:
+        streamed, self.streamed = self.streamed, None
+        if streamed is not None:
+            streamed.close()
+
+    async def send_at_once(self, stream: trio.abc.Stream) -> None:
+        """Send the in-memory answer in one write, under the caller's deadline (the
+        unauthenticated phase's: no place after it was free). A streamed body is never
+        sent this way (its answer holds a place among the downloads instead)."""
+        assert self.streamed is None
+        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+            await stream.send_all(self.head)  # (two writes: the body is not copied)
+            if self.body:
+                await stream.send_all(self.body)
+
+    async def send(self, stream: trio.abc.Stream, notes: RateLimitedLog) -> None:
+        """Send the whole answer, after the unauthenticated phase: no deadline but the
+        progress rule of :mod:`ahp.server.download` (a :data:`DOWNLOAD_PIECE` taken at
+        least every :data:`DOWNLOAD_IDLE` seconds, else the connection is closed); then
+        close the streamed body. The caller closes the connection."""
+        try:
+            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                for part in (self.head, self.body):
+                    if not await _send_paced(stream, part):
+                        notes.log(
+                            "download",
+                            logging.INFO,
+                            "closed an answer to %s after part of its %d bytes: %s",
+                            self.peer,
+                            self.length,
+                            "the client took nothing",
+                        )
+                        return
+                if self.streamed is not None:
+                    await _send_download(stream, self.streamed, notes)
+        finally:
+            self.close()
+
+
+def _peer_address(remote: str) -> str:
+    """The address of a ``host:port`` peer (the key of per-peer bounds)."""
+    return remote.rsplit(":", 1)[0] if ":" in remote else remote
+
+
+async def _send_paced(stream: trio.abc.Stream, data: bytes) -> bool:
+    """Send ``data`` a :data:`~ahp.server.download.DOWNLOAD_PIECE` at a time, each within
+    :data:`~ahp.server.download.DOWNLOAD_IDLE` seconds; False when one was not taken in
+    time (the rest is not sent)."""
+    with memoryview(data) as view:
+        for start in range(0, len(view), download.DOWNLOAD_PIECE):
+            with trio.move_on_after(download.DOWNLOAD_IDLE) as idle:
+                await stream.send_all(view[start : start + download.DOWNLOAD_PIECE])
+            if idle.cancelled_caught:
+                return False
+    return True
+
+
 async def _answer_plain(
-    stream: trio.abc.Stream,
     request: PlainRequest,
     config: ServerConfig,
     notes: RateLimitedLog,
     audit: AuditLog | None = None,
-) -> FileBody | None:
-    """Answer a request without an upgrade (:mod:`ahp.server.http`); the caller closes.
-    A refusal (the Host, a route's token check: :attr:`HttpResponse.refused`) is logged
-    and audited like a refused upgrade's.
-
-    Returns the answer's streamed body when its head is sent and the body is still to
-    send (a ``GET`` of a recording): the caller owns it then, sends it after the
-    unauthenticated phase (:func:`_send_download`) and closes it. Every other streamed
-    body (a ``HEAD``, a head that could not be sent, a cancellation) is closed here."""
+) -> _PlainAnswer:
+    """The answer to a request without an upgrade (:mod:`ahp.server.http`), not sent:
+    the caller owns it (:meth:`_PlainAnswer.close`). A refusal (the Host, a route's
+    token check: :attr:`HttpResponse.refused`) is logged and audited like a refused
+    upgrade's."""
     refusal = check_host(request.host, config)
     if refusal is not None:
         _refused_plain(request, refusal, notes, audit)
@@ -388,17 +469,8 @@ async def _answer_plain(
             response = HttpResponse.text(500, "internal error")
         if response.refused is not None:
             _refused_plain(request, response.refused, notes, audit)
-    body = response.streamed
-    try:
-        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-            await stream.send_all(response.encode(head_only=request.method == "HEAD"))
-            if body is not None and request.method != "HEAD":
-                taken, body = body, None
-                return taken
-        return None
-    finally:
-        if body is not None:
-            body.close()
+    # (No checkpoint from the route's answer to its taker: a streamed body is closed.)
+    return _PlainAnswer(response, request)
 
 
 async def _send_download(stream: trio.abc.Stream, body: FileBody, notes: RateLimitedLog) -> None:
@@ -427,16 +499,16 @@ async def _authenticate(
     audit: AuditLog | None = None,
     *,
     budget: InboundBudget | None = None,
-) -> tuple[ServerWebSocket, UpgradeRequest, bool] | FileBody | None:
+) -> tuple[ServerWebSocket, UpgradeRequest, bool] | _PlainAnswer | None:
     """Read and check the upgrade; the accepted connection, with whether it is
-    read-only; or a plain request's body still to send (its head is out; the caller
-    owns it: :func:`_answer_plain`); or None (answered and closed: malformed, refused,
-    a plain HTTP request, or the peer left)."""
+    read-only; or a plain request's answer, still to send (the caller owns it:
+    :func:`_answer_plain`); or None (answered and closed: malformed, refused, or the
+    peer left)."""
     upgrade = await read_upgrade(stream, timeout=math.inf, note=_note_info(notes, audit))
     if upgrade is None:
         return None
     if isinstance(upgrade, PlainRequest):
-        return await _answer_plain(stream, upgrade, config, notes, audit)
+        return await _answer_plain(upgrade, config, notes, audit)
     wsproto_conn, request = upgrade
     refusal, read_only = admit_upgrade(request, config)
     # A peer may hang up during the upgrade (even before our 403 body is out): that
@@ -486,22 +558,44 @@ async def _serve_one(
     *,
     budget: InboundBudget | None = None,
     connections: ConnectionBudget | None = None,
+    sends: PlainSends | None = None,
 ) -> None:
     # Until authenticated, the connection holds a place among the pending ones, and the
     # whole phase has one deadline; a newer connection may evict it (see admission).
     scope = trio.move_on_after(config.handshake_timeout)
     pending.admit(scope)
-    outcome: tuple[ServerWebSocket, UpgradeRequest, bool] | FileBody | None = None
+    outcome: tuple[ServerWebSocket, UpgradeRequest, bool] | _PlainAnswer | None = None
+    placed = False
     try:
         with scope:
             outcome = await _authenticate(stream, config, notes, state.audit, budget=budget)
+            if isinstance(outcome, _PlainAnswer) and outcome.streamed is None:
+                # A plain answer (the page, an asset) is sent after the phase, for as
+                # long as the client takes it, if it gets a place among those sends;
+                # else within the phase, as an unauthenticated connection (admission).
+                placed = sends is not None and sends.take(outcome.peer)
+                if sends is not None and not placed:
+                    answer, outcome = outcome, None
+                    notes.log(
+                        "sends",
+                        logging.INFO,
+                        "every place for a page's answers after authentication is taken "
+                        "(from %s or in all): answering within the unauthenticated phase",
+                        answer.peer,
+                    )
+                    await answer.send_at_once(stream)
     finally:
         pending.release(scope)
-    if isinstance(outcome, FileBody):
-        # A plain answer's head is out, its body (a recording) is still to send: no
-        # longer a pending connection nor under the phase's deadline, the download may
-        # take as long as the client keeps taking it (ahp.server.download).
-        await _send_download(stream, outcome, notes)
+    if isinstance(outcome, _PlainAnswer):
+        # Read and answered (no checkpoint since: nothing cancelled it): no longer a
+        # pending connection nor under the phase's deadline, the answer may take as
+        # long as the client keeps taking it (a recording's as a download,
+        # ahp.server.download, holding its place there). It closes its streamed body.
+        try:
+            await outcome.send(stream, notes)
+        finally:
+            if placed and sends is not None:
+                sends.give_back(outcome.peer)
         return
     if scope.cancelled_caught:
         why = "timed out" if trio.current_time() >= scope.deadline else "evicted by a newer one"
@@ -646,13 +740,23 @@ async def serve_connections(
     total = config.max_connections if config.max_connections is not None else connection_limit()
     connections = ConnectionBudget(total, config.max_connections_per_peer)
     state.connections = connections
+    answering = config.max_plain_sends if config.max_plain_sends is not None else plain_send_limit()
+    sends = PlainSends(answering, config.max_plain_sends_per_peer)
+    state.plain_sends = sends
 
     async def handler(stream: trio.abc.Stream) -> None:
         # Every handler runs in the listeners' nursery: an exception escaping one
         # connection would stop the whole server.
         try:
             await _serve_one(
-                stream, state, config, pending, notes, budget=budget, connections=connections
+                stream,
+                state,
+                config,
+                pending,
+                notes,
+                budget=budget,
+                connections=connections,
+                sends=sends,
             )
         except Exception:
             log.exception("connection failed")
