@@ -172,7 +172,9 @@ async def serve_subprocess(
 
 async def test_serve_debug_logs_never_show_the_token_and_children_do_not_inherit_it() -> None:
     secret = "env-secret-" + os.urandom(8).hex()
-    async with serve_subprocess(env={"AHP_TOKEN": secret}) as (_, url, err):
+    read_secret = "env-read-" + os.urandom(8).hex()
+    env = {"AHP_TOKEN": secret, "AHP_READ_TOKEN": read_secret}
+    async with serve_subprocess(env=env) as (proc, url, err):
         assert url.endswith(f"?tkn={secret}")
         port = int(re.search(r":(\d+)/", url).group(1))  # type: ignore[union-attr]
         assert await upgrade_status(port, "/?tkn=nope", {}) == 403
@@ -187,6 +189,21 @@ async def test_serve_debug_logs_never_show_the_token_and_children_do_not_inherit
             )
             text = await p.text_until(T1, "] [xterm-256color]")
             assert "[unset] [xterm-256color]" in text
+            # Nor from the server's /proc/PID/environ (the block it started with, which
+            # a process of the same user reads without any ptrace right): scrubbed.
+            await p.dispatch(
+                T1,
+                {
+                    "type": "terminal/input",
+                    "data": f"tr '\\0' '\\n' </proc/{proc.pid}/environ | grep -c '^AHP_.*TOKEN=.' ;"
+                    " echo \"environ-$?-\"'done'\r",
+                },
+            )
+            text = await p.text_until(T1, "-done\r\n")
+            assert re.search(r"[\r\n]0\r\nenviron-1-done", text), text
+        environ = await trio.Path(f"/proc/{proc.pid}/environ").read_bytes()
+        assert secret.encode() not in environ and read_secret.encode() not in environ
+        assert b"AHP_TOKEN=\0" in environ  # (the name stays, its value is NULs)
     logs = b"".join(err).decode(errors="replace")
     assert "DEBUG" in logs and secret not in logs, logs
 

@@ -47,6 +47,7 @@ from ahp.record.wirelog import WireLog
 from ahp.server.drain import DEFAULT_DRAIN_TIMEOUT, drain
 from ahp.server.http import health_routes
 from ahp.server.listeners import open_listeners, socket_identity
+from ahp.server.scrub import scrub_start_environment
 from ahp.server.state import DEFAULT_MAX_TERMINALS, ServerState
 from ahp.server.web import web_routes
 from ahp.server.websocket import ServerConfig, serve_connections
@@ -115,6 +116,11 @@ def read_token_file(path: str) -> str:
             f"AHP_TOKEN_FILE {path!r} must hold one token: no spaces or control characters"
         )
     return token
+
+
+#: The environment variables that carry a token (removed, and scrubbed from the
+#: start-up block: :func:`run_sidecar`).
+TOKEN_VARIABLES: Final = ("AHP_TOKEN", "AHP_READ_TOKEN")
 
 
 def take_environment_token() -> str | None:
@@ -396,9 +402,13 @@ async def run_sidecar(
     (:func:`take_environment_token`, which also removes it from the environment;
     :class:`TokenFileError` if ``$AHP_TOKEN_FILE`` is unusable); the read-only token
     ``options.read_token``, else ``$AHP_READ_TOKEN`` (removed from the environment too).
+    Both variables' values are overwritten in the start-up environment block as well
+    (:func:`ahp.server.scrub.scrub_start_environment`: ``/proc/PID/environ``).
     """
     env_token = take_environment_token()
     env_read_token = os.environ.pop("AHP_READ_TOKEN", None) or None
+    # ... and out of /proc/PID/environ, which shows the block the process started with.
+    scrub_start_environment(TOKEN_VARIABLES)
     options = attrs.evolve(
         options,
         token=options.token or env_token,
