@@ -413,7 +413,7 @@ async def test_an_audit_line_is_bounded_whatever_the_client_sends(tmp_path: Path
     audit.event("x", text="y" * (MAX_AUDIT_TEXT + 10), many=list(range(1000)), deep=deep)
     [queued] = list(audit.sink._items)
     value = orjson.loads(queued)
-    assert value["text"] == "y" * MAX_AUDIT_TEXT + "…"
+    assert value["text"] == "y" * MAX_AUDIT_TEXT + f"…[{MAX_AUDIT_TEXT + 10} characters]"
     assert value["many"] == list(range(MAX_AUDIT_ITEMS))
     assert len(queued) < 2 * MAX_AUDIT_TEXT
 

@@ -20,8 +20,11 @@ older ones ``FILE.1`` … ``FILE.<n-1>``, the oldest deleted: what ``logrotate``
 and ``tail -F`` expect) or ``"segments"`` (VS Code's AHP logger: ``base.jsonl``,
 then ``base.1.jsonl``, ``base.2.jsonl`` …, keeping the newest ``max_files``).
 
-Redaction: ``redact`` (the server's token, for instance) is replaced by
-``<redacted>`` in every byte written, whatever the line's producer put in it.
+Redaction: ``redact`` (the server's tokens, for instance) is replaced by
+``<redacted>`` in every byte written, whatever the line's producer put in it: as
+it is, and as it appears inside a JSON string, once and twice escaped (a token
+holding ``"`` or ``\\`` is ``Tok\\"en`` in a line, and ``Tok\\\\\\"en`` in a
+frame logged as a string; :func:`secret_forms`).
 
 Failures: a write that fails (disk full, file removed) is logged once per kind
 and its lines are counted as dropped; the sink keeps going. Cancellation: on
@@ -42,6 +45,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Final, Generic, Literal, TypeVar
 
+import orjson
 import trio
 
 __all__ = [
@@ -53,6 +57,7 @@ __all__ = [
     "LineSink",
     "Rotation",
     "make_private_dirs",
+    "secret_forms",
 ]
 
 #: The mode of every directory the logs and recordings create (they hold what the
@@ -88,6 +93,25 @@ WRITE_DELAY: Final = 0.05
 REDACTED: Final = b"<redacted>"
 
 T = TypeVar("T")
+
+
+def secret_forms(secrets: Sequence[str]) -> list[bytes]:
+    """Every byte string under which ``secrets`` may appear in a JSON line: as they
+    are, and JSON-escaped once and twice (orjson's escaping, which every line and
+    frame written is encoded with: ``"``, ``\\`` and control characters escaped, other
+    characters as UTF-8), longest first (so a secret inside another is not replaced
+    first, leaving the rest of the longer one behind)."""
+    forms: set[bytes] = set()
+    for secret in secrets:
+        if not secret:
+            continue
+        forms.add(secret.encode("utf-8", "surrogatepass"))
+        try:
+            once = orjson.dumps(secret)[1:-1]
+        except orjson.JSONEncodeError:  # (a lone surrogate: no JSON line can hold it)
+            continue
+        forms.update((once, orjson.dumps(once.decode())[1:-1]))
+    return sorted(forms, key=len, reverse=True)
 
 
 class Rotation:
@@ -141,7 +165,8 @@ class LineSink(Generic[T]):
             writer's worker thread, so it must only read the item.
         dropped_line: the line that reports ``n`` dropped items.
         size: an item's weight against :data:`MAX_QUEUED_BYTES`.
-        redact: secrets replaced by :data:`REDACTED` in everything written.
+        redact: secrets replaced by :data:`REDACTED` in everything written (in each
+            of their :func:`secret_forms`).
     """
 
     def __init__(
@@ -163,7 +188,7 @@ class LineSink(Generic[T]):
         self._format = format_item
         self._dropped_line = dropped_line
         self._size = size
-        self._secrets = [s.encode() for s in redact if s]
+        self._secrets = secret_forms(redact)
         self.max_lines = max_lines
         self.max_bytes = max_bytes
         self._items: deque[T] = deque()

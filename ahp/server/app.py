@@ -329,7 +329,7 @@ async def serve_host(
         host.flood_nice = options.flood_nice
     try:
         async with trio.open_nursery() as nursery:
-            await _start_records(nursery, state, options, token)
+            await _start_records(nursery, state, options, token, config.read_token)
             await nursery.start(serve_connections, state, config, listeners)
             task_status.started(
                 Sidecar(
@@ -351,14 +351,24 @@ async def serve_host(
 
 
 async def _start_records(
-    nursery: trio.Nursery, state: ServerState, options: ServeOptions, token: str | None
+    nursery: trio.Nursery,
+    state: ServerState,
+    options: ServeOptions,
+    token: str | None,
+    read_token: str | None,
 ) -> None:
     """Start the audit log, the wire log and the recorder of every new terminal, as
-    ``options`` asks (each raises ``OSError`` here if its file cannot be created)."""
+    ``options`` asks (each raises ``OSError`` here if its file cannot be created). Both
+    tokens are scrubbed from both logs."""
     try:
         if options.audit_log is not None:
             what = f"the audit log {options.audit_log}"
-            state.audit = AuditLog(options.audit_log, token=token, record_input=options.audit_input)
+            state.audit = AuditLog(
+                options.audit_log,
+                token=token,
+                read_token=read_token,
+                record_input=options.audit_input,
+            )
             await nursery.start(state.audit.run)
             audit = state.audit
 
@@ -370,7 +380,7 @@ async def _start_records(
             await nursery.start(watch)
         if options.wire_log is not None:
             what = f"the wire log in {options.wire_log}"
-            state.wire_log = WireLog(options.wire_log, token=token)
+            state.wire_log = WireLog(options.wire_log, token=token, read_token=read_token)
             await nursery.start(state.wire_log.run)
         if options.record_dir is not None:
             what = f"the recordings directory {options.record_dir}"

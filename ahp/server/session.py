@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shlex
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
@@ -54,6 +55,8 @@ from ahp.protocol.codec import ProtocolError, decode_json, decode_message
 from ahp.protocol.dialect import SUPPORTED_VERSIONS, negotiate
 from ahp.protocol.jsonrpc import ErrorCode, JsonRpcMessage, JsonRpcNotification, JsonRpcRequest
 from ahp.protocol.jsonshape import MAX_DEPTH, FrameShapeError, check_shape
+from ahp.protocol.processes import EXEC, SIGNAL
+from ahp.record.audit import MAX_AUDIT_ITEMS, AuditLog
 from ahp.server import handshake, identity, terminals
 from ahp.server.connection import REPLACED_CLOSE, Connection
 from ahp.server.dispatch import MAX_CONFIG_BYTES, READ_ONLY_REFUSAL, dispatch_action
@@ -199,6 +202,8 @@ class Session(Connection):
             )
             return
         if self.read_only and method not in READ_ONLY_METHODS:
+            if (audit := self.server.audit) is not None:
+                _audit_read_only(audit, self, method, request.params)
             self.error(request.id, ErrorCode.PERMISSION_DENIED, READ_ONLY_REFUSAL)
             return
         # A notification method sent with an id is handled as a request: answered null,
@@ -247,6 +252,37 @@ class Session(Connection):
             log.debug("ignored malformed %s notification: %s", note.method, exc)
         except Exception:
             log.exception("internal error handling a %r notification", note.method)
+
+
+def _audit_read_only(audit: AuditLog, conn: Connection, method: str, params: Any) -> None:
+    """A request refused to a read-only connection, audited as a full-access client's
+    refusal of the same request is (``error``; ``request`` for a method without an event
+    of its own), from its params as sent (they may be malformed). Charged to the
+    connection's budget like every line it causes (:class:`ahp.record.audit.PeerQuota`)."""
+    p = params if isinstance(params, dict) else {}
+    fields: dict[str, Any] = {
+        "terminal": p.get("channel"),
+        "by": conn.client_id,
+        "error": READ_ONLY_REFUSAL,
+    }
+    if method == "createTerminal":
+        fields.update(name=p.get("name"), cwd=p.get("cwd"), claim=p.get("claim"))
+        audit.event("terminal.created", **fields)
+    elif method == "disposeTerminal":
+        audit.event("terminal.disposed", **fields)
+    elif method == SIGNAL:
+        audit.event("signal", **fields, signal=p.get("signal"))
+    elif method == EXEC:
+        argv, env = p.get("argv"), p.get("env")
+        command: Any = p.get("command")
+        if isinstance(argv, list) and all(isinstance(a, str) for a in argv):
+            command = shlex.join(argv[:MAX_AUDIT_ITEMS])
+        names = (
+            sorted(str(k) for k in list(env)[:MAX_AUDIT_ITEMS]) if isinstance(env, dict) else None
+        )
+        audit.event("exec", **fields, command=command, cwd=p.get("cwd"), env=names)
+    else:
+        audit.event("request", method=method, **fields)
 
 
 _REQUESTS: dict[str, Callable[[Connection, Any], Awaitable[Any]]] = {

@@ -18,7 +18,7 @@ from typing import Any, NoReturn
 
 from ahp.engine import TerminalExists, TerminalNotFound
 from ahp.engine.exec import release_kept
-from ahp.protocol.codec import structure, unstructure
+from ahp.protocol.codec import ProtocolError, structure, unstructure
 from ahp.protocol.commands import (
     ChannelParams,
     CreateTerminalParams,
@@ -86,11 +86,26 @@ async def check_room(conn: Connection) -> None:
 
 
 async def create_terminal(conn: Connection, params: Any) -> None:
-    p = structure(params, CreateTerminalParams)
     audit = conn.server.audit
     if audit is None:
-        await _create(conn, p)
+        await _create(conn, structure(params, CreateTerminalParams))
         return
+    try:
+        p = structure(params, CreateTerminalParams)
+    except ProtocolError as exc:
+        # Malformed (a claim missing, a field of the wrong type): refused, audited from
+        # the params as sent.
+        raw = params if isinstance(params, dict) else {}
+        audit.event(
+            "terminal.created",
+            terminal=raw.get("channel"),
+            by=conn.client_id,
+            name=raw.get("name"),
+            cwd=raw.get("cwd"),
+            claim=raw.get("claim"),
+            error=f"invalid params: {exc.message}",
+        )
+        raise
     fields = {
         "terminal": p.channel,
         "by": conn.client_id,

@@ -77,7 +77,7 @@ import attrs
 import trio
 
 from ahp.engine import Outbox
-from ahp.record.audit import AuditLog
+from ahp.record.audit import QUOTA, AuditLog
 from ahp.server import download
 from ahp.server.admission import (
     BudgetTicket,
@@ -616,6 +616,10 @@ async def _serve_one(
     ws.on_give_way = partial(link.evict_with, TRY_AGAIN, GAVE_WAY_REASON)
     session.peer = request.remote
     if (audit := state.audit) is not None:
+        # Every line this connection causes, here and in the tasks it starts, is charged
+        # to its budget (this task's context: see ahp.record.audit.PeerQuota).
+        quota = audit.quota(request.remote, read_only=read_only)
+        QUOTA.set(quota)
         path = urlsplit(request.target).path
         audit.connection(request.remote, accepted=True, path=path, read_only=read_only)
     connection_id = state.wire_log.connection_id() if state.wire_log is not None else ""
@@ -711,6 +715,7 @@ async def _serve_one(
                 clientId=session.client_id,
                 code=closed.code if closed is not None else None,
             )
+            audit.close_quota(quota)
         log.debug(
             "connection from %s (client %s) closed: %s",
             request.remote,
