@@ -256,7 +256,7 @@ async def test_both_tokens_are_scrubbed_in_every_escaped_form(tmp_path: Path) ->
             await p.text_until(T1, "only-5555")
             # ... and in a frame that is not JSON (logged as a string: escaped twice).
             await p.send('{"not json" ' + orjson.dumps(token).decode())
-            assert (await p.recv())["error"]["code"] == -32700
+            assert (await p.response(None))["error"]["code"] == -32700
         await wait_lines([log], lambda ls: any(x["event"] == "disconnected" for x in ls))
         wire = server.state.wire_log
         assert wire is not None
