@@ -18,7 +18,7 @@ import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import pydantic
 import pytest
@@ -31,6 +31,12 @@ from tests.helpers import kill_and_reap
 ROOT = Path(__file__).resolve().parents[1]
 #: Seconds allowed for one answer (the server answers at once; generous for a loaded machine).
 ANSWER_TIMEOUT = 20.0
+#: ``initialize``'s params, as a client sends them.
+INIT: Final = {
+    "protocolVersion": "2025-06-18",
+    "capabilities": {},
+    "clientInfo": {"name": "test", "version": "1"},
+}
 
 
 class RawClient:
@@ -54,6 +60,11 @@ class RawClient:
                 if answer.get("id") == message["id"]:
                     return answer
                 assert "id" not in answer, answer  # notifications (progress) only
+
+    async def initialize(self) -> None:
+        """The handshake: ``initialize`` (answered), then ``notifications/initialized``."""
+        await self.request({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": INIT})
+        await self.send(b'{"jsonrpc": "2.0", "method": "notifications/initialized"}')
 
     async def answers_before_ping(self) -> list[dict[str, Any]]:
         """Send a ping; every message that arrives before its answer."""
@@ -80,8 +91,9 @@ class RawClient:
 
 
 @asynccontextmanager
-async def raw_mcp(tmp_path: Path) -> AsyncIterator[RawClient]:
-    """An initialized ``python -m ahp mcp``; checks it exits cleanly when stdin closes."""
+async def raw_mcp(tmp_path: Path, *, initialize: bool = True) -> AsyncIterator[RawClient]:
+    """An initialized ``python -m ahp mcp`` (``initialize``: else the test does it);
+    checks it exits cleanly when stdin closes."""
     stderr = tmp_path / "mcp-stderr.log"
     with stderr.open("wb") as errlog:
         proc = await trio.lowlevel.open_process(
@@ -94,15 +106,8 @@ async def raw_mcp(tmp_path: Path) -> AsyncIterator[RawClient]:
         )
     try:
         client = RawClient(proc)
-        initialize = {
-            "protocolVersion": "2025-06-18",
-            "capabilities": {},
-            "clientInfo": {"name": "test", "version": "1"},
-        }
-        await client.request(
-            {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": initialize}
-        )
-        await client.send(b'{"jsonrpc": "2.0", "method": "notifications/initialized"}')
+        if initialize:
+            await client.initialize()
         yield client
         # Still serving: a tool call works after everything the test sent.
         answer = await client.request(_call(2, "run_command", command="echo still-$((6*7))"))
@@ -168,6 +173,45 @@ async def test_lines_that_are_not_requests_are_answered(tmp_path: Path) -> None:
         ):
             await client.send(line)
             assert await client.answers_before_ping() == [], line
+
+
+async def test_refused_requests_say_what_is_wrong(tmp_path: Path) -> None:
+    """Probe J: a request before ``initialize``, and one whose params the SDK could not
+    validate, were answered -32602 "Invalid request parameters" with ``data: ""``, the
+    same for every cause. The code stays; the message and data say the cause."""
+
+    async def refused(request_id: int, method: str, params: Any) -> str:
+        message = {"jsonrpc": "2.0", "id": request_id, "method": method}
+        if params is not None:
+            message["params"] = params
+        answer = await client.request(message)
+        error = answer["error"]
+        assert error["code"] == -32602, answer
+        assert error["message"] == f"Invalid request parameters: {error['data']}", answer
+        reason: str = error["data"]
+        return reason
+
+    async with raw_mcp(tmp_path, initialize=False) as client:
+        call: dict[str, Any] = {"name": "run_command", "arguments": {"command": "true"}}
+        for method in ("tools/list", "tools/call"):
+            reason = await refused(10, method, call if method == "tools/call" else None)
+            assert reason.startswith(f"the session is not initialized: {method!r} needs an ")
+        reason = await refused(11, "initialize", {**INIT, "protocolVersion": 5})
+        assert reason == "params.protocolVersion: Input should be a valid string"
+        await client.initialize()
+        cases: list[tuple[Any, str]] = [
+            (None, "params: Field required"),
+            ({"name": "run_command", "arguments": "echo x"}, "params.arguments: Input should be"),
+            ({"name": "run_command", "arguments": [1]}, "params.arguments: Input should be"),
+            ({"name": 123, "arguments": {}}, "params.name: Input should be a valid string"),
+            (
+                {"name": "list_terminals", "_meta": {"progressToken": {"x": 1}}},
+                "params._meta.progressToken",
+            ),
+        ]
+        for params, expected in cases:
+            reason = await refused(12, "tools/call", params)
+            assert reason.startswith(expected), (params, reason)
 
 
 async def test_a_lone_surrogate_is_a_tool_error_and_nothing_runs(tmp_path: Path) -> None:

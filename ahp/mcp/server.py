@@ -25,6 +25,10 @@ Why this shape:
   The reader also answers the lines the SDK would drop without an answer (not
   JSON, not a valid request, a lone surrogate: :mod:`ahp.mcp.screen`), through
   the SDK's write stream.
+* **Errors that say why.** The SDK answers a request before ``initialize``, and one
+  whose params it cannot validate, with one -32602 "Invalid request parameters" and
+  no data. A server middleware (the SDK's ``Server.middleware`` seam, no fork:
+  :func:`explain_errors`) keeps the code and adds the cause.
 * **One engine, two audiences.** By default the process hosts its own engine
   (:func:`ahp.open_host`); ``--serve`` also serves that host over AHP so a
   person can ``python -m ahp attach`` to the terminal the agent is using, and
@@ -41,7 +45,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, Final
 
@@ -157,7 +161,7 @@ def build_server(toolbox: Toolbox, *, structured: bool = False) -> Server[Any]:
             is_error=output.is_error,
         )
 
-    return Server(
+    server: Server[Any] = Server(
         "ahp-terminals",
         version=__version__,
         title="Terminals (ahp-terminals)",
@@ -165,6 +169,75 @@ def build_server(toolbox: Toolbox, *, structured: bool = False) -> Server[Any]:
         on_list_tools=list_tools,
         on_call_tool=call_tool,
     )
+    server.middleware.append(explain_errors)
+    return server
+
+
+#: The SDK's one message for every malformed request and for a request before
+#: ``initialize`` (with ``data: ""``), replaced by :func:`explain_errors`.
+_SDK_INVALID_PARAMS: Final = "Invalid request parameters"
+#: Parameter problems named in one error, at most; and characters of the message.
+_MAX_PROBLEMS: Final = 4
+_MAX_PROBLEM_CHARS: Final = 600
+
+
+async def explain_errors(
+    ctx: ServerRequestContext[Any], call_next: Callable[[Any], Awaitable[Any]]
+) -> Any:
+    """Server middleware (the SDK's own seam: ``Server.middleware``): say what is wrong.
+
+    The SDK answers a request whose params fail its validation, and any request before
+    ``initialize``, with the same -32602 "Invalid request parameters" and ``data: ""``
+    (it keeps pydantic's text, which quotes the input, off the wire). A client, or a
+    person reading its log, cannot tell from that what to change. This keeps the code
+    and puts the reason in the message and in ``data``: which parameter is wrong and
+    what was expected (pydantic's location and message, never the input's value), or
+    that the session is not initialized yet. Notifications are left alone (nothing
+    answers them)."""
+    from mcp.shared.exceptions import MCPError
+    from pydantic import ValidationError
+
+    if ctx.request_id is None:
+        return await call_next(ctx)
+    try:
+        return await call_next(ctx)
+    except ValidationError as exc:
+        reason = _validation_reason(exc)
+        raise MCPError(
+            code=_INVALID_PARAMS, message=f"{_SDK_INVALID_PARAMS}: {reason}", data=reason
+        ) from None
+    except MCPError as exc:
+        error = exc.error
+        if error.code != _INVALID_PARAMS or error.message != _SDK_INVALID_PARAMS or error.data:
+            raise
+        # The SDK's pre-initialize gate (its validation failures arrive as ValidationError).
+        reason = (
+            f"the session is not initialized: {ctx.method!r} needs an 'initialize' request "
+            "first (then the 'notifications/initialized' notification)"
+        )
+        raise MCPError(
+            code=_INVALID_PARAMS, message=f"{_SDK_INVALID_PARAMS}: {reason}", data=reason
+        ) from None
+
+
+#: JSON-RPC's "invalid params" code.
+_INVALID_PARAMS: Final = -32602
+
+
+def _validation_reason(exc: Any) -> str:
+    """``params.name: Input should be a valid string; params.arguments: Input should be
+    a valid dictionary`` from a pydantic ``ValidationError`` (locations and messages only)."""
+    problems = []
+    for error in exc.errors(include_url=False, include_input=False)[:_MAX_PROBLEMS]:
+        loc = [str(part) for part in error.get("loc", ())]
+        if loc[:1] != ["params"]:  # (the SDK validates the whole request, or the params)
+            loc.insert(0, "params")
+        problems.append(f"{'.'.join(loc)}: {error['msg']}")
+    more = exc.error_count() - len(problems)
+    if more > 0:
+        problems.append(f"{more} more")
+    text = "; ".join(problems) or "the request's params do not fit its method"
+    return text if len(text) <= _MAX_PROBLEM_CHARS else text[: _MAX_PROBLEM_CHARS - 1] + "…"
 
 
 async def _report_progress(ctx: ServerRequestContext[Any], tool: str) -> None:
