@@ -527,17 +527,33 @@ async def test_mcp_run_command_without_a_pty(tmp_path: Path) -> None:
         timed = await session.call_tool(
             "run_command", {"command": "sleep 30", "pty": False, "timeout": 0.5}
         )
-        relative = await session.call_tool(
-            "run_command", {"command": "true", "pty": False, "cwd": "sub"}
-        )
         listed = await session.call_tool("list_terminals", {})
     text = _text(answer)
     assert not answer.is_error and "no terminal (pty false)" in text
     assert "\nout\n── stderr:\nerr\n── exit code 4 · " in text
     assert "KILLED by SIGTERM" in _text(killed)
     assert "TIMED OUT after" in _text(timed) and "SIGKILL" in _text(timed)
-    assert relative.is_error and "cwd must be an absolute path" in _text(relative)
-    assert "exec-" in _text(listed)  # the finished exec terminals are listed
+    # Finished runs are no terminals to use: not listed (they stay in the catalogue).
+    assert _text(listed).startswith("no terminals yet"), _text(listed)
+
+
+async def test_mcp_run_command_without_a_pty_runs_where_a_terminal_would(tmp_path: Path) -> None:
+    """Probe J: pty false ran in $HOME (exec's default), not in the server's directory
+    as a terminal does, and refused a relative cwd that a new terminal takes from the
+    server's directory. Both now follow the one rule."""
+    from tests.test_mcp import _text, mcp_session
+
+    (tmp_path / "sub").mkdir()
+    async with mcp_session(tmp_path) as session:
+        plain = await session.call_tool("run_command", {"command": "pwd", "pty": False})
+        relative = await session.call_tool(
+            "run_command", {"command": "pwd", "pty": False, "cwd": "sub"}
+        )
+        in_terminal = await session.call_tool("run_command", {"command": "pwd"})
+    assert not plain.is_error and f"\n{tmp_path}\n── exit code 0" in _text(plain), _text(plain)
+    assert not relative.is_error, _text(relative)
+    assert f"\n{tmp_path / 'sub'}\n── exit code 0" in _text(relative)
+    assert f"\n{tmp_path}\n── exit code 0" in _text(in_terminal)
 
 
 async def test_mcp_run_command_without_a_pty_over_connect(tmp_path: Path) -> None:

@@ -23,12 +23,13 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 
 from ahp.agent.budget import OutputBudget
-from ahp.mcp.contract import Evidence, Result
+from ahp.mcp.contract import Background, Evidence, Result
 from ahp.mcp.output import ToolError, ToolOutput
 from ahp.mcp.tools import NAME_PATTERN_TEXT
 from ahp.protocol.state import TERMINAL_SCHEME
@@ -41,6 +42,7 @@ __all__ = [
     "ECHO_KEEP_LINES",
     "HEADER_CHARS",
     "Shown",
+    "background_lines",
     "budget_text",
     "command_header",
     "cwd_text",
@@ -212,12 +214,18 @@ def waiting_reason(evidence: Evidence | None) -> str:
 
 
 def status_lines(
-    result: Result, terminal: str, *, brief: bool = False, evidence: Evidence | None = None
+    result: Result,
+    terminal: str,
+    *,
+    brief: bool = False,
+    evidence: Evidence | None = None,
+    stopped: Collection[int] = (),
 ) -> list[str]:
     """The remarks about ``result`` that follow its output, one fact per line.
 
     ``brief``: a follow-up answer, whose reader was given the next steps already.
-    ``evidence``: why the command is believed to wait for input (its handle's)."""
+    ``evidence``: why the command is believed to wait for input (its handle's).
+    ``stopped``: pids of ``result.background`` that are stopped (Ctrl-Z), not running."""
     cid = result.command_id
     lines: list[str] = []
     if result.truncated:
@@ -294,8 +302,27 @@ def status_lines(
                     else "; what it showed there is not in the output above"
                 )
             )
-    for process in result.background:
-        lines.append(f"left running in the background: pid {process.pid} `{process.command_line}`")
+    lines += background_lines(result.background, stopped, terminal)
+    return lines
+
+
+def background_lines(
+    background: Sequence[Background], stopped: Collection[int], terminal: str | None
+) -> list[str]:
+    """One remark per process a command left behind: running, or stopped (``stopped``:
+    their pids) with how to go on (``terminal``: the shell whose job it is)."""
+    lines = []
+    for process in background:
+        what = f"pid {process.pid} `{process.command_line}`"
+        if process.pid not in stopped:
+            lines.append(f"left running in the background: {what}")
+        elif terminal is not None:
+            lines.append(
+                f"left STOPPED (suspended, e.g. by Ctrl-Z; not running): {what}; `fg` in "
+                f"terminal {terminal!r} resumes it, `kill %%` ends it"
+            )
+        else:
+            lines.append(f"left STOPPED (suspended by a signal; not running): {what}")
     return lines
 
 
@@ -308,13 +335,14 @@ def format_result(
     first: bool = True,
     notes: tuple[str, ...] = (),
     evidence: Evidence | None = None,
+    stopped: Collection[int] = (),
 ) -> str:
     """The text of a command tool's answer: header, output, remarks.
 
     ``first``: the answer that started the command (``$ command`` and the full hints);
     a follow-up has a one-line header and brief hints. ``shown``: what of the output
     to show (default: the result's own budgeted output). ``notes``: remarks about
-    the call itself (a clamped argument)."""
+    the call itself (a clamped argument). ``stopped``: as for :func:`status_lines`."""
     if shown is None:
         shown = Shown.whole(result)
     cid = result.command_id
@@ -331,7 +359,7 @@ def format_result(
         parts.append(output)
     else:
         parts.append("(no new output)" if shown.new_only else "(no output)")
-    remarks = status_lines(result, terminal, brief=not first, evidence=evidence)
+    remarks = status_lines(result, terminal, brief=not first, evidence=evidence, stopped=stopped)
     # The result's own truncation is about its budgeted output, not what this answer shows.
     remarks = [r for r in remarks if not r.startswith("output truncated")]
     if shown.truncated:
@@ -371,10 +399,13 @@ def result_data(
     }
 
 
-def exec_output(result: CommandResult, command: str) -> ToolOutput:
-    """The answer of run_command with ``pty: false``: stdout, stderr, how it ended."""
+def exec_output(
+    result: CommandResult, command: str, *, stopped: Collection[int] = ()
+) -> ToolOutput:
+    """The answer of run_command with ``pty: false``: stdout, stderr, how it ended.
+    ``stopped``: pids of ``result.background`` that are stopped, not running."""
     name = display_name(result.command_id)
-    parts = [command_header(command), f"{MARK} no terminal (pty false), shown as {name!r}"]
+    parts = [command_header(command), f"{MARK} no terminal (pty false), command_id {name}"]
     parts.append(result.output.rstrip("\n") or "(no output)")
     if result.stderr:
         parts += [f"{MARK} stderr:", result.stderr.rstrip("\n")]
@@ -391,9 +422,7 @@ def exec_output(result: CommandResult, command: str) -> ToolOutput:
             f"stdout truncated: {result.omitted_bytes} bytes ({result.omitted_lines} lines) "
             "left out of the middle; the start and the end are shown"
         )
-    remarks += [
-        f"left running in the background: pid {p.pid} `{p.command_line}`" for p in result.background
-    ]
+    remarks += background_lines(result.background, stopped, None)
     parts += [f"{MARK} {r}" for r in remarks]
     data = result_data(result, name, command)
     data.update(stderr=result.stderr, signal=result.signal)

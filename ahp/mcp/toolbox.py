@@ -14,7 +14,12 @@ A tool call never takes the server down.
 
 Bounds: :data:`~ahp.mcp.tracked.MAX_TRACKED_COMMANDS` handles are kept (the oldest finished
 ones are forgotten first; when all are running a new command is refused), and
-at most :data:`MAX_TERMINALS` terminals are created through the tools.
+at most :data:`MAX_TERMINALS` terminals are created through the tools. A finished
+``pty: false`` run's exec terminal, kept in the catalogue for watchers (a bounded
+few: :data:`ahp.engine.exec.EXEC_TERMINALS_KEPT`), takes no slot and is not listed.
+
+Directories: a tool's ``cwd`` is made absolute once, by one rule, before it is used in
+any mode (see :meth:`Toolbox._absolute`).
 
 Reading: each tracked command has one read cursor (its handle's
 ``read_new``), moved by every answer about it — ``run_command``, ``read_output``,
@@ -48,7 +53,6 @@ from ahp.mcp.output import ToolError, ToolOutput
 from ahp.mcp.render import (
     MARK,
     Shown,
-    budget_text,
     cwd_text,
     display_name,
     exec_output,
@@ -66,6 +70,7 @@ from ahp.mcp.tools import (
 )
 from ahp.mcp.tracked import CommandTable, Tracked
 from ahp.protocol.state import CommandPart, TerminalInfo, TerminalState
+from ahp.pty import procfs
 
 if TYPE_CHECKING:
     from ahp.agent.screen import ScreenModel
@@ -139,6 +144,8 @@ class Toolbox:
         #: The terminals run_command typed into (forgotten when closed or replaced): is
         #: their shell one a command put there without detection (``exec bash``)?
         self._typed_into: dict[str, AgentTerminal] = {}
+        #: The exec terminals of this server's ``pty: false`` runs still in the catalogue.
+        self._execs: set[str] = set()
         #: Screen models of terminals larger than read_screen renders (most recent last).
         self._screens: OrderedDict[str, ScreenModel] = OrderedDict()
         self._handlers: dict[str, Callable[[dict[str, Any]], Awaitable[ToolOutput]]] = {
@@ -179,15 +186,20 @@ class Toolbox:
 
     def _busy_error(self, uri: str) -> ToolError:
         running = self.commands.running_in(uri)
-        what = (
-            f"command {running.command_id} (`{running.command}`)"
-            if running is not None
-            else "another command (one being started by another call, or typed by someone else)"
-        )
+        if running is not None:
+            return ToolError(
+                f"terminal {display_name(uri)!r} is busy running command "
+                f"{running.command_id} (`{running.command}`). Wait for it "
+                f'(wait_command(command_id="{running.command_id}")), stop it (interrupt / '
+                "kill_command), or run in another terminal (terminal='<new name>' creates one)"
+            )
+        # No id to give: a command another call is starting (its answer has the id), or
+        # one typed by someone else.
         return ToolError(
-            f"terminal {display_name(uri)!r} is busy running {what}. Wait for it "
-            "(wait_command), stop it (interrupt / kill_command), or run in another terminal "
-            "(terminal='<new name>' creates one)"
+            f"terminal {display_name(uri)!r} is busy: another call is starting a command "
+            "there, or someone else typed one. Run in another terminal (terminal='<new "
+            "name>' creates one), or try again later (list_terminals shows when it is idle "
+            "and the id of a command started through these tools)"
         )
 
     def _exited(self, uri: str) -> bool:
@@ -210,8 +222,21 @@ class Toolbox:
         terminal = self._typed_into.get(uri)
         return terminal is not None and terminal.commands.detection_lost
 
+    def _is_exec(self, uri: str) -> bool:
+        """The terminal is a ``pty: false`` run's (ours, or one whose state says so): no
+        shell, no input, not a terminal the tools run commands in."""
+        if uri in self._execs:
+            return True
+        state = self.backend.state(uri)
+        return state is not None and state.isPty is False
+
+    def _terminals(self) -> list[TerminalInfo]:
+        """The catalogue without finished ``pty: false`` runs: they are kept there for
+        watchers, hold no process, and neither are listed nor count against the limit."""
+        return [i for i in self.backend.list() if not (_gone(i) and self._is_exec(i.resource))]
+
     async def _create(self, uri: str, *, cwd: str | None, cols: int, rows: int) -> None:
-        if len(self.backend.list()) >= self.max_terminals:
+        if len(self._terminals()) >= self.max_terminals:
             raise ToolError(
                 f"there are already {self.max_terminals} terminals, the most allowed; close "
                 "some with close_terminal"
@@ -226,16 +251,30 @@ class Toolbox:
             ) from exc
 
     def _absolute(self, cwd: str) -> str:
-        """``cwd`` made absolute against :attr:`default_cwd` (a new terminal needs that)."""
+        """A tool's ``cwd`` as the absolute path every mode uses (a new terminal, a ``cd``
+        typed into an existing one, ``pty: false``): ``~`` and ``~/…`` (``~user``) are
+        expanded with this server's home directory, and a relative path is taken from
+        :attr:`default_cwd` (the server's start directory, ``--cwd``), never from where a
+        shell happens to be; ``-`` is a directory named ``-`` there."""
+        if cwd.startswith("~"):
+            cwd = os.path.expanduser(cwd)
         if os.path.isabs(cwd):
-            return cwd
+            return os.path.normpath(cwd)
         if self.default_cwd is None:
             raise ToolError(f"cwd must be an absolute path here, got {cwd!r}")
         return os.path.normpath(os.path.join(self.default_cwd, cwd))
 
     async def _check_cwd(self, cwd: str | None) -> None:
-        """A local ``cwd`` must be a directory (remote ones are the sidecar's to check)."""
-        if cwd is not None and self.backend.local and not await trio.Path(cwd).is_dir():
+        """A local ``cwd`` must be a directory we can look at (remote ones are the
+        sidecar's to check)."""
+        if cwd is None or not self.backend.local:
+            return
+        try:
+            is_dir = await trio.Path(cwd).is_dir()
+        except OSError as exc:  # EACCES on /proc/1/cwd, ELOOP, ENAMETOOLONG, ...
+            reason = (exc.strerror or type(exc).__name__).lower()
+            raise ToolError(f"cwd {cwd!r} is not accessible: {reason}") from None
+        if not is_dir:
             raise ToolError(f"cwd {cwd!r} is not a directory")
 
     def _pick_default(self) -> str:
@@ -252,15 +291,34 @@ class Toolbox:
     ) -> ToolOutput:
         handle = tracked.handle
         evidence = handle.input_evidence if handle is not None else None
-        remarks = status_lines(result, tracked.terminal, brief=True, evidence=evidence)
+        stopped = self._stopped(result)
+        remarks = status_lines(
+            result, tracked.terminal, brief=True, evidence=evidence, stopped=stopped
+        )
         status = next(r for r in remarks if not r.startswith("output truncated"))
         text = format_result(
-            result, tracked.terminal, tracked.command, shown, first=first, evidence=evidence
+            result,
+            tracked.terminal,
+            tracked.command,
+            shown,
+            first=first,
+            evidence=evidence,
+            stopped=stopped,
         )
         return ToolOutput(
             text,
             result_data(result, tracked.terminal, tracked.command, shown),
             headline=f"{tracked.command_id} in terminal {tracked.terminal!r}: {status}",
+        )
+
+    def _stopped(self, result: Result) -> frozenset[int]:
+        """The processes ``result`` left behind that are stopped (Ctrl-Z, SIGSTOP), not
+        running: read from /proc when the terminals are this machine's, else none."""
+        if not self.backend.local:
+            return frozenset()
+        states = ((p.pid, procfs.process_info(p.pid)) for p in result.background)
+        return frozenset(
+            pid for pid, info in states if info is not None and info.state in ("T", "t")
         )
 
     def _follow_up(
@@ -296,7 +354,7 @@ class Toolbox:
 
     async def run_command(self, args: dict[str, Any]) -> ToolOutput:
         command: str = args["command"]
-        cwd: str | None = args["cwd"]
+        cwd: str | None = None if args["cwd"] is None else self._absolute(args["cwd"])
         if args.get("pty") is False:
             return await self._exec(command, args)
         async with self._setup_lock:
@@ -319,8 +377,7 @@ class Toolbox:
                 if uri in self._starting or self.commands.running_in(uri) is not None:
                     raise self._busy_error(uri)
                 if cwd is not None:
-                    if os.path.isabs(cwd):  # a relative one is the shell's to resolve
-                        await self._check_cwd(cwd)
+                    await self._check_cwd(cwd)
                     line = f"cd -- {shlex.quote(cwd)} && {command}"
             self.commands.check_room()
             terminal = await self.backend.terminal(uri)
@@ -365,14 +422,14 @@ class Toolbox:
 
     async def _exec(self, command: str, args: dict[str, Any]) -> ToolOutput:
         """run_command with ``pty: false``: ``exec_command`` here, or ``x-ahp-terminals/exec``
-        on the server of ``--connect`` (:mod:`ahp.client.exec`); one answer, nothing tracked."""
+        on the server of ``--connect`` (:mod:`ahp.client.exec`). One answer; the result is
+        kept under the short name of its exec terminal (``exec-<n>``) as its command_id,
+        so that read_output / wait_command take the id the answer gave."""
         from ahp.client.exec import exec_remote
 
-        cwd: str | None = args["cwd"]
-        if cwd is not None and not os.path.isabs(cwd):
-            raise ToolError(f"cwd must be an absolute path with pty false, not {cwd!r}")
-        if cwd is not None and self.backend.local:
-            await self._check_cwd(cwd)
+        cwd = self.default_cwd if args["cwd"] is None else self._absolute(args["cwd"])
+        await self._check_cwd(cwd)
+        self.commands.check_room()
         options: dict[str, Any] = {
             "cwd": cwd,
             "timeout": args["timeout"],
@@ -386,24 +443,26 @@ class Toolbox:
             result = await exec_remote(backend.client, command, **options)
         else:
             raise ToolError("pty false needs this server's own host or a --connect server")
-        return exec_output(result, command)
+        uri = result.command_id
+        self._execs = {u for u in self._execs if self.backend.exists(u)} | {uri}
+        result = attrs.evolve(result, command_id=display_name(uri))
+        self.commands.add(
+            Tracked(
+                command_id=result.command_id,
+                uri=uri,
+                command=command,
+                handle=None,
+                last=result,
+                consumed=True,
+            )
+        )
+        return exec_output(result, command, stopped=self._stopped(result))
 
     async def read_output(self, args: dict[str, Any]) -> ToolOutput:
         tracked = self.commands.get(args["command_id"])
         await trio.lowlevel.checkpoint()
         result = tracked.result()
-        handle = tracked.handle
-        if args["full"] and handle is not None:
-            handle.read_new()
-            text = handle.output()
-            tracked.consumed = True
-            shown = attrs.evolve(budget_text(text, 0, args["tail_bytes"]), new_only=False)
-            return self._command_output(result, tracked, shown)
-        shown = tracked.read(full=False, head_bytes=0, tail_bytes=args["tail_bytes"])
-        if args["full"]:  # no handle: the result holds the (budgeted) output
-            shown = attrs.evolve(
-                budget_text(tracked.last.output, 0, args["tail_bytes"]), new_only=False
-            )
+        shown = tracked.read(full=args["full"], head_bytes=0, tail_bytes=args["tail_bytes"])
         return self._command_output(result, tracked, shown)
 
     async def wait_command(self, args: dict[str, Any]) -> ToolOutput:
@@ -484,6 +543,8 @@ class Toolbox:
         rows: list[dict[str, Any]] = []
         for info in self.backend.list():
             uri = info.resource
+            if self._is_exec(uri):
+                continue  # a pty false run: not a terminal to use (its answer said it all)
             state = self.backend.state(uri)
             running = self.commands.running_in(uri)
             if _gone(info):

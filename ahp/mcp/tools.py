@@ -205,6 +205,14 @@ COMMAND_RESULT_SCHEMA: Final = {
     "required": ["terminal", "command_id", "command", "status", "exit_code", "output"],
 }
 
+_CWD: Final = {"type": "string", "minLength": 1, "maxLength": 4096}
+_CWD_RULE: Final = (
+    "A relative path is taken from the directory the server was started in (never from "
+    "where a terminal's shell is now), '~' and '~/…' from the server's home directory; "
+    "'-' is a directory named '-'. Default: a new terminal and pty false start in the "
+    "server's directory."
+)
+
 _FULL: Final = {
     "type": "boolean",
     "default": False,
@@ -254,12 +262,11 @@ TOOLS: Final[tuple[ToolSpec, ...]] = (
                     ),
                 },
                 "cwd": {
-                    "type": "string",
-                    "minLength": 1,
-                    "maxLength": 4096,
+                    **_CWD,
                     "description": (
                         "Directory to run in. A new terminal starts there; in an existing one "
-                        "the shell changes to it first (and stays there)."
+                        "the shell changes to it first (and stays there); pty false runs "
+                        "there. " + _CWD_RULE
                     ),
                 },
                 "timeout": _seconds(
@@ -283,7 +290,9 @@ TOOLS: Final[tuple[ToolSpec, ...]] = (
                         "(/bin/sh -c in cwd): stdin is closed, so it cannot wait on a prompt; "
                         "stdout and stderr come back apart (output, stderr) with the exact exit "
                         "code or signal; timeout kills it. Nothing persists between such calls "
-                        "and terminal/yield_after do not apply. Use it for builds, tests, git."
+                        "and terminal/yield_after do not apply; the answer is final (its "
+                        "command_id, exec-<n>, still works with read_output). Use it for "
+                        "builds, tests, git."
                     ),
                 },
             },
@@ -480,12 +489,7 @@ TOOLS: Final[tuple[ToolSpec, ...]] = (
                     **_TERMINAL,
                     "description": "Name for the terminal. Default: a fresh name.",
                 },
-                "cwd": {
-                    "type": "string",
-                    "minLength": 1,
-                    "maxLength": 4096,
-                    "description": "Starting directory.",
-                },
+                "cwd": {**_CWD, "description": "Starting directory. " + _CWD_RULE},
                 "cols": {"type": "integer", "minimum": 20, "maximum": 500, "default": 120},
                 "rows": {"type": "integer", "minimum": 5, "maximum": 200, "default": 40},
             }

@@ -44,10 +44,7 @@ class Tracked:
         right after taking the result). ``typed``: text just sent, whose echo is left out."""
         handle = self.handle
         if full:
-            if handle is not None:
-                handle.read_new()
-            self.consumed = True
-            return Shown.whole(self.last)
+            return self._whole(head_bytes, tail_bytes)
         if handle is not None:
             new = handle.read_new()
         else:
@@ -58,6 +55,21 @@ class Tracked:
             new, echo = elide_echo(new, typed)
         shown = budget_text(new, head_bytes, tail_bytes)
         return attrs.evolve(shown, echo_lines=echo)
+
+    def _whole(self, head_bytes: int, tail_bytes: int) -> Shown:
+        """All the output kept for the command, within this call's budget (the cursor
+        moved to its end)."""
+        self.consumed = True
+        if self.handle is not None:
+            self.handle.read_new()
+            shown = budget_text(self.handle.output(), head_bytes, tail_bytes)
+        else:
+            # The result's output, already budgeted by the call that ran it: cut again
+            # when this budget is smaller, else shown with that first cut's counts.
+            shown = budget_text(self.last.output, head_bytes, tail_bytes)
+            if not shown.truncated:
+                shown = Shown.whole(self.last)
+        return attrs.evolve(shown, new_only=False)
 
     @property
     def terminal(self) -> str:
@@ -105,6 +117,10 @@ class CommandTable:
             del self._by_id[victim]
 
     def add(self, tracked: Tracked) -> None:
+        """Keep ``tracked``, newest last (one kept under the same id before is replaced:
+        a ``pty: false`` run's id is its exec terminal's name, which a restarted
+        ``--connect`` server may give again)."""
+        self._by_id.pop(tracked.command_id, None)
         self.check_room()
         self._by_id[tracked.command_id] = tracked
 
