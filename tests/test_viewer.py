@@ -655,6 +655,26 @@ async def test_a_page_with_a_refused_token_says_so(chromium: ChromiumProcess) ->
             assert answer == kind
 
 
+async def test_a_page_whose_scripts_fail_to_load_says_so(chromium: ChromiumProcess) -> None:
+    # A module whose import is cut off runs nothing: the badge said "connecting…" for
+    # ever (probe K, a slow link). The browser itself refuses the request here.
+    async with served() as s, open_browser(chromium) as browser:
+        assert s.sidecar.page_url is not None
+        page = await browser.new_page()
+        await page.send("Network.enable")
+        await page.send("Network.setBlockedURLs", {"urls": ["*/static/vendor/xterm/xterm.mjs"]})
+        await page.goto(s.sidecar.page_url)
+        badge = await page.wait_for(
+            "(() => { const t = document.getElementById('connection').textContent;"
+            " return t.startsWith('failed') && t; })()"
+        )
+        assert badge == "failed: the page's scripts did not load (reload to try again)"
+        assert await page.evaluate("window.ahpViewerStarted === undefined")
+        # The same page with its scripts: the check stays silent.
+        good = await open_page(browser, s.sidecar.page_url)
+        assert await good.evaluate("document.getElementById('connection').textContent") == "live"
+
+
 # -- terminal queries: the page answers live ones when it may type, never history's --------
 
 #: What a TUI asks its terminal at start: DA1, CPR, the background colour (OSC 11), DA2,

@@ -27,6 +27,9 @@ import {
   socketTarget,
 } from "./ahp.mjs";
 
+// Every import above has loaded: boot.js need not say the page failed.
+window.ahpViewerStarted = true;
+
 /** Characters handed to xterm.js and not yet parsed, at most (see above): more than a
  * whole snapshot (ahp.mjs's MAX_CONTENT_CHARS), so a redraw always fits. */
 let maxPendingWrite = 8 * 1024 * 1024;
