@@ -207,6 +207,24 @@ def test_waiting_episodes_are_reported_once() -> None:
     assert settled(machine) and machine.episode == 2
 
 
+def test_an_episode_is_settled_for_every_waiter_that_counted_from_before_it() -> None:
+    """Two waiters began before episode 1; the first acknowledges it: the second, counting
+    from what was reported when it began, still finds it settled; a waiter beginning
+    after the acknowledgement does not."""
+    machine = CommandMachine(now=0.0, input_quiet=0.5)
+    machine.handle(Event.EXECUTING, 0.0)
+    first = second = machine.reported
+    machine.handle(Event.INPUT_SEEN, 1.0)
+    assert machine.settled_since(first)
+    machine.acknowledge()
+    assert machine.settled_since(second)
+    assert not machine.settled_since(machine.reported)
+    machine.handle(Event.INPUT_SENT, 2.0)
+    assert not machine.settled_since(second)  # running again: nothing to return for
+    machine.handle(Event.ENDED, 3.0, exit_code=0)
+    assert machine.settled_since(machine.reported)
+
+
 def test_the_input_watch_clock() -> None:
     machine = CommandMachine(now=10.0, input_quiet=0.5)
     assert machine.next_look() is None  # not executing yet

@@ -487,6 +487,32 @@ async def test_each_wait_for_input_is_reported_once() -> None:
     assert final.status == "finished" and final.exit_code == 0
 
 
+@pytest.mark.parametrize("mode", MODES)
+async def test_every_wait_in_flight_returns_for_one_wait_for_input(mode: str) -> None:
+    """Two ``wait`` calls at once on one command (parallel tool calls): both return when
+    it waits for input. The first to wake acknowledged the episode, and the other went
+    back to waiting until its timeout."""
+    program = 'python3 -c \'input("a? "); import time; time.sleep(1); input("b? ")\''
+    async with terminal(mode) as term:
+        with trio.fail_after(TIMEOUT):
+            handle = await term.start(program)
+            assert (await handle.wait()).status == "waiting_for_input"
+            await handle.send_input("1\r")
+            results: list[str] = []
+
+            async def wait() -> None:
+                results.append((await handle.wait()).status)
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(wait)
+                nursery.start_soon(wait)
+            assert results == ["waiting_for_input", "waiting_for_input"]
+            assert handle.output().endswith("b?\n")
+            await handle.send_input("2\r")
+            final = await handle.wait()
+    assert final.status == "finished" and final.exit_code == 0
+
+
 async def test_handles_end_when_their_terminal_or_client_goes() -> None:
     async with ahp.open_host() as host:
         term = await host.create_terminal(shell="/bin/bash")

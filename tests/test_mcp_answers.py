@@ -163,6 +163,40 @@ async def test_a_password_prompt_is_said_to_read_with_echo_off(tmp_path: Path) -
         assert "got s3cret" in facts(done)["output"]
 
 
+async def test_parallel_waits_on_one_command_all_see_it_wait_for_input(tmp_path: Path) -> None:
+    """send_input with ``wait`` and a wait_command on one command at once (parallel tool
+    calls): both answer WAITING FOR INPUT when it asks again. One did, and the other
+    waited out its whole timeout ("(no new output) WAITING FOR INPUT after 20.6 s")."""
+    import trio
+
+    program = 'python3 -c \'input("a? "); import time; time.sleep(1); input("b? ")\''
+    async with mcp_session(tmp_path) as session:
+        started = await _call(session, "run_command", command=program, yield_after=TIMEOUT)
+        assert facts(started)["status"] == "waiting_for_input", _text(started)
+        command_id = facts(started)["command_id"]
+        answers: list[Any] = []
+
+        async def answer() -> None:
+            answers.append(
+                await _call(
+                    session, "send_input", command_id=command_id, text="1", keys=["enter"], wait=600
+                )
+            )
+
+        async def wait() -> None:
+            answers.append(await _call(session, "wait_command", command_id=command_id, timeout=600))
+
+        async with trio.open_nursery() as nursery:  # (under the session's fail_after)
+            nursery.start_soon(answer)
+            nursery.start_soon(wait)
+        assert [facts(a)["status"] for a in answers] == ["waiting_for_input"] * 2, [
+            _text(a) for a in answers
+        ]
+        assert "b?" in "".join(facts(a)["output"] for a in answers)
+        done = await _answer(session, command_id, "2")
+        assert facts(done)["status"] == "finished", _text(done)
+
+
 async def test_a_refusal_by_the_run_layer_is_a_tool_error(tmp_path: Path) -> None:
     """If another client's command slips in between the toolbox's look and ``run()``,
     the run layer refuses to type; the model is told who holds the terminal."""

@@ -244,8 +244,12 @@ class CommandHandle:
         return self.record.machine.settled
 
     async def wait_settled(self) -> None:
-        """Until :attr:`settled` (never returns for a command that runs for ever)."""
-        while not self.record.machine.settled:
+        """Until :attr:`settled` as it was counted when this call began (never returns
+        for a command that runs for ever): every waiter on one command, woken by the
+        same wait for input, returns for it, whichever of them acknowledges it first."""
+        machine = self.record.machine
+        reported = machine.reported
+        while not machine.settled_since(reported):
             await self.record.changed.wait()
 
     def acknowledge(self) -> None:
@@ -259,6 +263,8 @@ class CommandHandle:
         A wait for input that an earlier ``wait`` (or ``run``) already returned does
         not end the next ``wait`` at once: that one returns when the command ends,
         when it waits for input anew (after more output or input), or on timeout.
+        Several ``wait`` calls at once (parallel tool calls) all return for the same
+        wait for input: the episode each counts from is the one reported when it began.
         """
         with trio.move_on_after(math.inf if timeout is None else timeout):
             await self.wait_settled()

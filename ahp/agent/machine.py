@@ -97,7 +97,13 @@ class CommandMachine:
     @property
     def settled(self) -> bool:
         """Over, or waiting for input in an episode no ``wait`` returned yet."""
-        return self.done or (self.waiting and self.episode != self.reported)
+        return self.settled_since(self.reported)
+
+    def settled_since(self, reported: int) -> bool:
+        """Over, or waiting for input in an episode after ``reported`` (the
+        :attr:`reported` a waiter found when it began: it returns for an episode that
+        another waiter, woken by the same change, acknowledged first)."""
+        return self.done or (self.waiting and self.episode > reported)
 
     def acknowledge(self) -> None:
         """A ``wait`` returned the current state: this episode is reported."""
