@@ -24,6 +24,7 @@ from ahp.agent.evidence import (
     program_name,
     prompt_unseen,
 )
+from ahp.agent.line import CommandLineError, command_text, keystrokes
 from ahp.agent.machine import INPUT_POLL, MAX_INPUT_POLL, CommandMachine, IllegalEvent
 from ahp.agent.options import RunChanges, RunOptions
 from ahp.agent.registry import CommandRegistry
@@ -223,6 +224,27 @@ def test_an_episode_is_settled_for_every_waiter_that_counted_from_before_it() ->
     assert not machine.settled_since(second)  # running again: nothing to return for
     machine.handle(Event.ENDED, 3.0, exit_code=0)
     assert machine.settled_since(machine.reported)
+
+
+def test_a_command_line_is_text() -> None:
+    assert command_text("a\r\nb\rc\n\td") == "a\nb\nc\n\td"
+    assert keystrokes("x\ty\nz") == "x\x16\ty\rz\r"
+    for char, name in (("\x03", "Ctrl-C"), ("\x1b", "ESC"), ("\x7f", "DEL"), ("\x00", "NUL")):
+        with pytest.raises(CommandLineError, match=rf"U\+00.. \({name}.*at index 4"):
+            command_text(f"echo{char}")
+    with pytest.raises(CommandLineError, match="fish"):
+        keystrokes("a\tb", fish=True)
+    assert keystrokes("ab", fish=True) == "ab\r"
+
+
+@given(st.text())
+def test_typed_command_text_holds_no_other_key(text: str) -> None:
+    try:
+        typed = keystrokes(command_text(text))
+    except CommandLineError:
+        return
+    assert not re.search(r"[\x00-\x08\x0a-\x0c\x0e-\x15\x17-\x1f\x7f]", typed)
+    assert "\n" not in typed and typed.count("\x16") == typed.count("\t")
 
 
 def test_the_input_watch_clock() -> None:

@@ -21,7 +21,14 @@ import pytest
 import trio
 
 import ahp
-from ahp.agent import MAX_COMMANDS_KEPT, CommandHandle, TerminalExitedError, as_completed, wait_any
+from ahp.agent import (
+    MAX_COMMANDS_KEPT,
+    CommandHandle,
+    CommandLineError,
+    TerminalExitedError,
+    as_completed,
+    wait_any,
+)
 from ahp.agent.budget import omission_marker
 from ahp.client import connect
 from ahp.server import ServeOptions
@@ -925,6 +932,31 @@ async def test_a_command_of_several_lines_is_one_command(mode: str, shell: str) 
 
 
 @pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("shell", [*SHELLS, "/bin/sh"])
+async def test_a_command_is_text_for_the_shell(mode: str, shell: str) -> None:
+    """A lone CR is a line end (the rest ran after the command's end, untracked, and
+    ``exit`` in it killed the shell unseen); a TAB is a TAB (completion ate it: ``a b``
+    came out ``ab``), refused in fish, which has no key to insert one; another control
+    character is refused, nothing typed (``echo a^Cecho b`` ran ``cho b``)."""
+    fish = shell.endswith("fish")
+    async with terminal(mode, shell) as term:
+        with trio.fail_after(TIMEOUT):
+            split = await term.run("echo first\rsleep 0.2; echo second; false")
+            with pytest.raises(CommandLineError, match=r"U\+0003 \(Ctrl-C\) at index 6"):
+                await term.run("echo a\x03echo b")
+            if fish:
+                with pytest.raises(CommandLineError, match="TAB"):
+                    await term.run("echo a\tb")
+            else:
+                tab = await term.run("x='a\tb'; set -- x\ty; echo ${#x} $#")
+                assert (tab.status, tab.output) == ("finished", "3 2\n"), tab
+            after = await term.run("echo next")
+    assert (split.status, split.output, split.exit_code) == ("finished", "first\nsecond\n", 1)
+    assert (after.status, after.output, after.exit_code) == ("finished", "next\n", 0)
+    assert "cho b" not in term.state.text()
+
+
+@pytest.mark.parametrize("mode", MODES)
 async def test_a_line_the_shell_does_not_run_ends(mode: str) -> None:
     """A syntax error: the shell never reports a start. The run ends with what the
     shell said, and the terminal is not left busy."""
@@ -1224,3 +1256,20 @@ async def test_an_unfinished_line_waits_for_its_rest(mode: str) -> None:
             await result.handle.send_input("def'\r")
             done = await result.handle.wait()
     assert (done.status, done.exit_code, done.output) == ("finished", 0, "abc\ndef\n"), done
+
+
+async def test_an_unfinished_command_of_several_lines_says_its_group_is_open() -> None:
+    """A heredoc without its end line, in a command of several lines: typed inside
+    ``{ … }``, whose ``}`` went into the heredoc's body. The note says so, and to send
+    the ``}`` after the rest (the model sent ``EOF`` and the command kept waiting)."""
+    async with terminal("local") as term:
+        with trio.fail_after(TIMEOUT):
+            result = await term.run("cat <<EOF\nhello")
+            assert result.status == "waiting_for_input", result
+            assert result.handle is not None and result.handle.input_evidence is not None
+            assert result.handle.input_evidence.continuation
+            assert result.handle.input_evidence.group_end == "}"
+            assert "send a line `}` after the rest" in result.note, result.note
+            await result.handle.send_input("EOF\r}\r")
+            done = await result.handle.wait()
+    assert (done.status, done.exit_code, done.output) == ("finished", 0, "hello\n}\n"), done

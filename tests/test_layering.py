@@ -91,6 +91,7 @@ PURE_AGENT_MODULES = (
     "ahp.agent.options",
     "ahp.agent.evidence",
     "ahp.agent.markers",
+    "ahp.agent.line",
     "ahp.agent.render",
     "ahp.agent.budget",
 )

@@ -316,6 +316,8 @@ class _Evidence:
     source: str = "procfs"
     programs: tuple[str, ...] = ()
     full_screen: bool = False
+    continuation: bool = False
+    group_end: str = ""
 
 
 def test_waiting_says_who_waits_and_for_what() -> None:
@@ -339,6 +341,20 @@ def test_waiting_says_who_waits_and_for_what() -> None:
         waiting, "main", first=False, evidence=_Evidence(echo=False, source="poll")
     )
     assert brief.endswith("WAITING FOR INPUT after 1.5 s: answer with send_input, or interrupt")
+
+
+def test_an_incomplete_command_line_is_not_a_password_prompt() -> None:
+    """The shell's line editor reading the rest of a line (``echo 'abc``) reads with echo
+    off, as a password reader does: the answer said "(a password? ...)"."""
+    waiting = _Result(status="waiting_for_input", exit_code=None, waiting_for_input=True)
+    evidence = _Evidence(echo=False, programs=("/bin/bash -i",), continuation=True)
+    for first in (True, False):
+        text = render.format_result(waiting, "main", first=first, evidence=evidence)
+        assert "password" not in text and "echo off" not in text, text
+        assert "the command line is incomplete" in text and "interrupt" in text, text
+    text = render.format_result(waiting, "main", evidence=evidence)
+    assert "a trailing backslash or operator such as && or |" in text, text
+    assert 'send the rest with send_input(command_id="c1"' in text.lower(), text
 
 
 def test_follow_up_answers_are_short() -> None:

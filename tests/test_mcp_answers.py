@@ -197,6 +197,61 @@ async def test_parallel_waits_on_one_command_all_see_it_wait_for_input(tmp_path:
         assert facts(done)["status"] == "finished", _text(done)
 
 
+async def test_a_command_is_text_its_line_ends_and_control_characters(tmp_path: Path) -> None:
+    """CRLF ends lines (the header showed a raw CR); a lone CR too: ``exit 5`` after it
+    ended the shell untracked, after an answer saying ``first``, exit code 0. A Ctrl-C in
+    a command is a tool error naming it (``cho b: command not found``)."""
+    touched = tmp_path / "touched"
+    async with mcp_session(tmp_path) as session:
+        crlf = await _call(session, "run_command", command="echo one\r\necho two\r\nfalse\r\n")
+        data = facts(crlf)
+        assert (data["status"], data["exit_code"], data["output"]) == ("finished", 1, "one\ntwo\n")
+        assert (
+            _text(crlf).splitlines()[0]
+            == "$ echo one ── [2 more lines (15 characters) not repeated]"
+        )
+        split = await _call(
+            session, "run_command", command=f"echo first\rsleep 0.2; touch {touched}; exit 5"
+        )
+        data = facts(split)
+        assert (data["status"], data["exit_code"]) == ("shell_exited", 5), _text(split)
+        assert data["output"].startswith("first\n") and touched.exists()
+        refused = await session.call_tool("run_command", {"command": "echo a\x03echo b"})
+        assert refused.is_error and "U+0003 (Ctrl-C)" in _text(refused), _text(refused)
+        assert "send_input" in _text(refused)
+
+
+async def test_an_incomplete_command_line_is_said_to_be_one(tmp_path: Path) -> None:
+    """An unclosed quote, a trailing operator, a heredoc without its end: bash reads the
+    rest at its ``> `` prompt with its line editor, echo off. The answer said "reads the
+    terminal with echo off (a password? ...)"; it says the line is incomplete, and what to
+    do. A real password read (``read -s``) is still said to be one."""
+    async with mcp_session(tmp_path) as session:
+        for terminal, command, rest, output in (
+            ("q", "echo 'abc", "def'", "abc\ndef\n"),
+            ("o", "echo a &&", "echo b", "a\nb\n"),
+            # Typed inside ``{ … }`` to run as one command, whose ``}`` went into the
+            # heredoc's body: the answer says so, and to close the group after the rest.
+            ("h", "cat <<EOF\nhello", "EOF\n}", "hello\n}\n"),
+        ):
+            started = await _call(
+                session, "run_command", command=command, terminal=terminal, yield_after=TIMEOUT
+            )
+            text = _text(started)
+            assert facts(started)["status"] == "waiting_for_input", text
+            assert "the command line is incomplete" in text and "password" not in text, text
+            assert ("send a line `}` after the rest" in text) == ("\n" in command), text
+            done = await _answer(session, facts(started)["command_id"], rest)
+            assert facts(done)["status"] == "finished", _text(done)
+            assert facts(done)["output"].endswith(output), _text(done)
+        secret = await _call(
+            session, "run_command", command="read -s -p 'pw: ' x; echo got $x", yield_after=TIMEOUT
+        )
+        assert "reads the terminal with echo off (a password?" in _text(secret), _text(secret)
+        done = await _answer(session, facts(secret)["command_id"], "s3cret")
+        assert facts(done)["output"].endswith("got s3cret\n"), _text(done)
+
+
 async def test_a_refusal_by_the_run_layer_is_a_tool_error(tmp_path: Path) -> None:
     """If another client's command slips in between the toolbox's look and ``run()``,
     the run layer refuses to type; the model is told who holds the terminal."""

@@ -15,7 +15,8 @@ Each module holds one (``docs/agent.md`` is the guide):
 * :mod:`~ahp.agent.start` — typing a command (or refusing to, when the terminal
   is busy); :mod:`~ahp.agent.collector` — following it to its end;
   :mod:`~ahp.agent.markers` — the fallback's markers for shells without command
-  detection;
+  detection; :mod:`~ahp.agent.line` — a command line as text (line ends, control
+  characters);
 * :mod:`~ahp.agent.evidence` — why a command is believed to wait for input;
 * :mod:`~ahp.agent.record`, :mod:`~ahp.agent.command` — what is known about a
   command, and the agent's :class:`CommandHandle` on it with the
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
     from ahp.agent.collector import INTERRUPT_GRACE
     from ahp.agent.command import CommandHandle, CommandResult
     from ahp.agent.evidence import InputEvidence, evidence_of, looks_like_prompt
+    from ahp.agent.line import CommandLineError
     from ahp.agent.occupants import BackgroundProcess, Holder
     from ahp.agent.options import DEFAULT_INPUT_QUIET, DEFAULT_MAX_OUTPUT, RunChanges, RunOptions
     from ahp.agent.port import ProcessPort, TerminalPort
@@ -55,6 +57,7 @@ if TYPE_CHECKING:
 _EXPORTS = {
     "BackgroundProcess": "ahp.agent.occupants",
     "CommandHandle": "ahp.agent.command",
+    "CommandLineError": "ahp.agent.line",
     "CommandRegistry": "ahp.agent.registry",
     "CommandResult": "ahp.agent.command",
     "CommandSurface": "ahp.agent.surface",
@@ -97,6 +100,7 @@ __all__ = [
     "STATUSES",
     "BackgroundProcess",
     "CommandHandle",
+    "CommandLineError",
     "CommandRegistry",
     "CommandResult",
     "CommandSurface",

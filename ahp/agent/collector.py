@@ -480,7 +480,8 @@ class Collector:
             if not record.machine.waiting:
                 # The shell reads the rest of the command line (``> ``: an unclosed quote,
                 # bracket or block): answered with send_input, or interrupted.
-                record.apply(Event.INPUT_SEEN, evidence=attrs.evolve(reading, continuation=True))
+                evidence = attrs.evolve(reading, continuation=True, group_end=record.group_end)
+                record.apply(Event.INPUT_SEEN, evidence=evidence)
             pause = MAX_INPUT_POLL
 
     async def _clear_kept_line(self, pre: PreStart, prompt: str) -> None:

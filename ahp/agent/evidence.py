@@ -106,6 +106,9 @@ class InputEvidence:
             prompt for the rest of the typed line (an unclosed quote, bracket or block:
             bash's ``> ``, fish's editor on a new line): not the command, which has not
             started (its ``echo`` flag is the line editor's raw mode, not a password's).
+        group_end: with ``continuation``, the line that closes the group the command's
+            lines were typed in (``}``, fish's ``end``: :func:`ahp.agent.markers.group`),
+            which the shell reads after the rest; empty for a command of one line.
     """
 
     readers: tuple[int, ...]
@@ -116,6 +119,7 @@ class InputEvidence:
     nested_shell: bool = False
     replaced_shell: bool = False
     continuation: bool = False
+    group_end: str = ""
 
     def describe(self) -> str:
         """A few words for an agent: who waits, for what, how to answer."""
@@ -129,8 +133,10 @@ class InputEvidence:
             )
             return (
                 f"not started: {shell or 'the shell'} reads the rest of the command line, "
-                f"an unclosed quote, bracket or block{hint}; send the rest with "
-                "send_input, or drop the line with interrupt()"
+                "incomplete (an unclosed quote, bracket or block, a trailing backslash or "
+                f"operator such as && or |, a heredoc without its end line){hint}; send the "
+                f"rest with send_input{_closing(self.group_end)}, or drop the line with "
+                "interrupt()"
             )
         who = program_name(self.programs[0]) if self.programs else "the command"
         if self.nested_shell:
@@ -151,6 +157,18 @@ class InputEvidence:
                 "send_input; kill() ends it and the terminal's process with it"
             )
         return f"{who} {what}; answer with send_input"
+
+
+def _closing(group_end: str) -> str:
+    """What to send after the rest of a command of several lines, typed grouped."""
+    if not group_end:
+        return ""
+    opening = "begin" if group_end == "end" else "{"
+    return (
+        f" (its lines were typed inside `{opening} … {group_end}`, to run as one command, "
+        f"and the closing `{group_end}` line went into the unfinished part, a heredoc's "
+        f"body or a string: send a line `{group_end}` after the rest)"
+    )
 
 
 #: Programs whose first argument names what runs (``python3 ipython``).

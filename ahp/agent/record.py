@@ -100,6 +100,9 @@ class CommandRecord:
         #: It ended with the terminal's process (exited, killed, or disposed), whatever
         #: its status says (``killed``: its process was the shell's, replaced by exec).
         self.shell_gone = False
+        #: The line that closes the group a command of several lines was typed in (``}``,
+        #: fish's ``end``; see :func:`~ahp.agent.markers.group`), else empty.
+        self.group_end = ""
         self.changed = trio.Event()
         self.activity = trio.Event()
         self.output_arrived = trio.Event()

@@ -44,6 +44,7 @@ from ahp.agent.collector import (
 from ahp.agent.command import CommandHandle
 from ahp.agent.evidence import editor_reads
 from ahp.agent.holding import INTERRUPT_GRACE, before_prompt, holder_of, refusal_note
+from ahp.agent.line import command_text, keystrokes
 from ahp.agent.markers import Markers, group, wrap
 from ahp.agent.options import RunOptions
 from ahp.agent.port import TerminalPort
@@ -97,9 +98,15 @@ async def start_command(
     until the first's command is registered, then finds the terminal busy (both
     passed the busy check before either was registered, and both were typed).
 
+    ``command_line`` is text (:func:`~ahp.agent.line.command_text`): ``\r\n`` and a
+    lone ``\r`` are line ends, a TAB is typed as a TAB.
+
     Raises:
         TerminalExitedError: the terminal's process has exited (a ``RuntimeError``).
+        CommandLineError: ``command_line`` holds a control character (a ``ValueError``;
+            a TAB, in fish); nothing was typed.
     """
+    command_line = command_text(command_line)
     async with port.commands.starting:
         return await _start(port, command_line, options)
 
@@ -164,23 +171,27 @@ async def _start(port: TerminalPort, command_line: str, options: RunOptions) -> 
             return handle
         if detected and before_prompt(port.state):
             await _prompt_drawn(port, stream)
+        token = secrets.token_hex(8)
+        fish = False
+        if not detected or "\n" in command_line.rstrip("\n") or "\t" in command_line:
+            fish = await _is_fish(port)
+        if not detected:
+            typed = wrap(command_line, token, fish=fish)
+        else:
+            typed = group(command_line, fish=fish)
+            if typed != command_line.rstrip("\n"):
+                record.group_end = "end" if fish else "}"
+        keys = keystrokes(typed, fish=fish)  # (refused before the claim: nothing done yet)
         if claim is not None:
             claimed = True
             await port.set_claim(claim)
-        token = secrets.token_hex(8)
-        if not detected:
-            typed = wrap(command_line, token, fish=await _is_fish(port))
-        elif "\n" in command_line.rstrip("\r\n"):
-            typed = group(command_line, fish=await _is_fish(port))
-        else:
-            typed = command_line
         processes = port.processes
         if processes is not None:
             record.job_mark = await processes.job_mark()
         known = frozenset(p.commandId for p in port.state.content if isinstance(p, CommandPart))
         record.started = time.monotonic()
         prompt = screen_line(port.state.tail(PROMPT_LOOKBACK))
-        await port.send_input(typed.replace("\n", "\r") + "\r")
+        await port.send_input(keys)
         collector = Collector(
             record,
             port,

@@ -180,7 +180,9 @@ def elide_echo(output: str, typed: str) -> tuple[str, int]:
 
 def command_header(command: str) -> str:
     """``$ `` and the command's first line, cut at :data:`HEADER_CHARS`; what is left
-    out (further lines, as a heredoc's body, or the rest of a long line) is counted."""
+    out (further lines, as a heredoc's body, or the rest of a long line) is counted.
+    ``\r\n`` and a lone ``\r`` end lines, as in the command typed."""
+    command = command.replace("\r\n", "\n").replace("\r", "\n")
     first, _, rest = command.partition("\n")
     more: list[str] = []
     if len(first) > HEADER_CHARS:
@@ -195,14 +197,44 @@ def command_header(command: str) -> str:
 
 def _secret(evidence: Evidence | None) -> bool:
     """A blocking read with echo off: a password prompt (a line editor such as
-    readline also turns echo off, but polls and echoes what is typed itself)."""
-    return evidence is not None and not evidence.echo and evidence.source == "procfs"
+    readline also turns echo off, but polls and echoes what is typed itself; the
+    shell's own, reading the rest of an incomplete line, reads so too: not one)."""
+    return (
+        evidence is not None
+        and not evidence.echo
+        and evidence.source == "procfs"
+        and not evidence.continuation
+    )
+
+
+def _closing(evidence: Evidence | None) -> str:
+    """`` and the `}` that closes its group`` for a grouped command of several lines."""
+    end = evidence.group_end if evidence is not None else ""
+    return f" and then a line `{end}` that closes its group" if end else ""
+
+
+def _incomplete(evidence: Evidence | None) -> bool:
+    """The shell reads the rest of the command line: nothing has run yet."""
+    return evidence is not None and evidence.continuation
 
 
 def waiting_reason(evidence: Evidence | None) -> str:
     """Who waits for input and for what, from the evidence (the prompt otherwise)."""
     if evidence is None:
         return "the command is blocked reading the terminal (the prompt is above)"
+    if _incomplete(evidence):
+        return (
+            "the command line is incomplete, nothing of it has run: the shell reads its rest "
+            "(an unclosed quote or bracket, a trailing backslash or operator such as && or |, "
+            "a heredoc without its end line, an unclosed block)"
+            + (
+                f"; its lines were typed inside a group, to run as one command, and the "
+                f"group's closing `{evidence.group_end}` line went into the unfinished part (a "
+                f"heredoc's body, a string): send a line `{evidence.group_end}` after the rest"
+                if evidence.group_end
+                else ""
+            )
+        )
     who = "the command"
     if evidence.programs and evidence.programs[0].split():
         who = os.path.basename(evidence.programs[0].split()[0])[:HEADER_CHARS] or who
@@ -249,6 +281,18 @@ def status_lines(
             f"STILL RUNNING after {took} (command_id {cid}); it keeps running. Next: "
             f'read_output/wait_command(command_id="{cid}"), send_input, interrupt or '
             "kill_command"
+        )
+    elif status == "waiting_for_input" and brief and _incomplete(evidence):
+        lines.append(
+            f"WAITING FOR INPUT after {took}: the command line is incomplete, the shell reads "
+            f"its rest{_closing(evidence)}: send it with send_input, or drop the line with "
+            "interrupt"
+        )
+    elif status == "waiting_for_input" and _incomplete(evidence):
+        lines.append(
+            f"WAITING FOR INPUT after {took}: {waiting_reason(evidence)}. Send the rest with "
+            f'send_input(command_id="{cid}", text="…", keys=["enter"], wait=30), or drop the '
+            "line with interrupt"
         )
     elif status == "waiting_for_input" and brief:
         echo = " (echo off)" if _secret(evidence) else ""

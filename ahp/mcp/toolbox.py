@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any, Final
 import attrs
 import trio
 
+from ahp.agent.line import CommandLineError, command_text
 from ahp.engine.exec import exec_command
 from ahp.mcp.backend import Backend, ClientBackend, HostBackend, NoSuchTerminal
 from ahp.mcp.contract import AgentTerminal, Result, ScreenView
@@ -357,6 +358,10 @@ class Toolbox:
         cwd: str | None = None if args["cwd"] is None else self._absolute(args["cwd"])
         if args.get("pty") is False:
             return await self._exec(command, args)
+        try:
+            command_text(command)  # (refused before a terminal is picked or made)
+        except CommandLineError as exc:
+            raise ToolError(str(exc)) from None
         async with self._setup_lock:
             if args["terminal"] is not None:
                 uri = terminal_uri(args["terminal"])
@@ -392,6 +397,8 @@ class Toolbox:
                 head_bytes=args["head_bytes"],
                 tail_bytes=args["tail_bytes"],
             )
+        except CommandLineError as exc:  # (a TAB, in fish: known once the shell is)
+            raise ToolError(str(exc)) from None
         finally:
             self._starting.discard(uri)
         if result.status == "refused":
