@@ -1273,3 +1273,29 @@ async def test_an_unfinished_command_of_several_lines_says_its_group_is_open() -
             await result.handle.send_input("EOF\r}\r")
             done = await result.handle.wait()
     assert (done.status, done.exit_code, done.output) == ("finished", 0, "hello\n}\n"), done
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_cancelled_run_kills_a_command_that_ignores_ctrl_c(mode: str) -> None:
+    """Cancelling ``run`` sends a Ctrl-C; a command that ignores it is killed
+    ``INTERRUPT_GRACE`` later, as a timeout's (it ran on, holding the terminal, and
+    only closing the terminal ended it)."""
+    async with terminal(mode) as term:
+        with trio.fail_after(TIMEOUT):
+            async with trio.open_nursery() as nursery:
+
+                async def run() -> None:
+                    await term.run("trap '' INT; echo st''arted; sleep 60")
+
+                nursery.start_soon(run)
+                if mode == "local":
+                    await wait_for_text(term, "started")
+                else:
+                    await term.client.wait_for(lambda: "started" in term.state.text())
+                nursery.cancel_scope.cancel()
+            handle = term.commands.all()[-1]
+            final = await handle.wait()
+            after = await term.run("echo next")
+    assert final.status == "killed" and final.exit_code == 137, final
+    assert "cancelled" in final.note and "SIGKILL" in final.note, final.note
+    assert (after.status, after.output) == ("finished", "next\n"), after

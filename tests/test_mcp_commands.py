@@ -245,6 +245,41 @@ async def test_cancelling_run_command_interrupts_the_command(tmp_path: Path) -> 
             assert facts(after)["exit_code"] == 0
 
 
+async def test_a_cancelled_run_command_stays_tracked_until_it_ends(tmp_path: Path) -> None:
+    """In-process: run_command cancelled while its command ignores Ctrl-C. The next
+    run_command there said "busy: ... holds it (typed by someone else)" with no
+    command_id to kill; the command is tracked under its command_id (busy errors name it,
+    kill_command ends it), and its run kills it when it ignores the Ctrl-C (library test)."""
+    import re
+
+    from ahp.engine import open_host
+    from ahp.mcp.backend import HostBackend
+    from ahp.mcp.toolbox import Toolbox
+    from tests.helpers import wait_for_text
+
+    command = "trap '' INT; echo st''arted; sleep 60"
+    async with open_host() as host:
+        box = Toolbox(HostBackend(host), default_cwd=str(tmp_path))
+        with trio.fail_after(TIMEOUT):
+            assert not (await box.call("create_terminal", {"terminal": "k"})).is_error
+            async with trio.open_nursery() as nursery:
+                args = {"command": command, "terminal": "k", "yield_after": 600}
+                nursery.start_soon(box.call, "run_command", args)
+                await wait_for_text(host.terminals["ahp-terminal:/k"], "started")
+                nursery.cancel_scope.cancel()
+            busy = await box.call("run_command", {"command": "echo next", "terminal": "k"})
+            assert busy.is_error and "typed by someone else" not in busy.text, busy.text
+            found = re.search(r"busy running command (cmd-\w+) \(`(.*)`\)", busy.text)
+            assert found is not None and found.group(2) == command, busy.text
+            listed = await box.call("list_terminals", {})
+            assert found.group(1) in listed.text, listed.text
+            killed = await box.call("kill_command", {"command_id": found.group(1)})
+            assert "KILLED" in killed.text, killed.text
+            after = await box.call("run_command", {"command": "echo next", "terminal": "k"})
+        assert not after.is_error and after.data is not None, after.text
+        assert after.data["output"] == "next\n", after.text
+
+
 async def test_concurrent_calls_get_separate_default_terminals(tmp_path: Path) -> None:
     """In-process: two run_command calls at once never share a terminal."""
     from ahp.engine import open_host

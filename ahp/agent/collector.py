@@ -219,6 +219,7 @@ class Collector:
                     nursery.start_soon(self._watch_start, self.pre_start)
                 if self.timeout is not None:
                     nursery.start_soon(self._time_out, self.timeout)
+                nursery.start_soon(self._escalate_cancel)
                 if self.markers is None:
                     await self._follow_detected()
                 else:
@@ -302,6 +303,11 @@ class Collector:
             )
         if self.escalated and not note and Event.KILL not in record.machine.asked:
             note = f"it ignored Ctrl-C for {INTERRUPT_GRACE:g} s: killed (SIGKILL)"
+        elif self.escalated and not note and record.cancelled.is_set():
+            note = (
+                f"its run was cancelled and it ignored the Ctrl-C for {INTERRUPT_GRACE:g} s: "
+                "killed (SIGKILL)"
+            )
         record.apply(event, exit_code=exit_code, note=note)
 
     async def _time_out(self, timeout: float) -> None:
@@ -320,6 +326,22 @@ class Collector:
         if Event.KILL in record.machine.asked:
             return  # the agent killed it already
         self.escalated = True
+        await self.port.kill_command(record.job_mark)
+
+    async def _escalate_cancel(self) -> None:
+        """The ``run`` that started the command was cancelled and sent it a Ctrl-C
+        (:attr:`CommandRecord.cancelled`): one not over :data:`INTERRUPT_GRACE` later
+        is killed, as a timeout's is (its process groups), and reported ``killed``.
+        Here, in the terminal owner's nursery, so the cancelled caller does not wait."""
+        record = self.record
+        await record.cancelled.wait()
+        with trio.move_on_after(INTERRUPT_GRACE):
+            await record.over.wait()
+            return
+        if Event.KILL in record.machine.asked or self.escalated:
+            return  # killed already: by the agent, or by the timeout
+        self.escalated = True
+        record.apply(Event.KILL)
         await self.port.kill_command(record.job_mark)
 
     # -- following -----------------------------------------------------------------------------

@@ -107,6 +107,10 @@ class CommandRecord:
         self.activity = trio.Event()
         self.output_arrived = trio.Event()
         self.over = trio.Event()
+        #: Set when the ``run`` that started the command was cancelled (after its
+        #: Ctrl-C): the collector kills a command that ignores it for
+        #: :data:`~ahp.agent.holding.INTERRUPT_GRACE`, as a timeout's.
+        self.cancelled = trio.Event()
 
     # -- writing -------------------------------------------------------------------------------
 

@@ -14,7 +14,10 @@ killed and given :data:`~ahp.agent.collector.KILL_WAIT`; status ``timed_out``; o
 that outlives even the kill is returned ``running`` with ``timed_out`` set, its
 handle and a note); at once, status ``refused``, when the terminal is busy.
 Cancelling a ``run`` call interrupts the command (the ``\\x03`` is sent
-shielded) and re-raises.
+shielded, bounded by :data:`CANCEL_INTERRUPT_TIMEOUT`) and re-raises; a command
+that ignores the Ctrl-C for :data:`~ahp.agent.collector.INTERRUPT_GRACE` is then
+killed as a timeout's is, by its collector in the terminal owner's nursery (the
+cancelled caller does not wait for that), status ``killed``.
 """
 
 from __future__ import annotations
@@ -56,8 +59,11 @@ async def run_command(
         return handle.result()
     except trio.Cancelled:
         if not handle.done:
-            with trio.CancelScope(shield=True), trio.move_on_after(CANCEL_INTERRUPT_TIMEOUT):
-                await handle.interrupt()
+            try:
+                with trio.CancelScope(shield=True), trio.move_on_after(CANCEL_INTERRUPT_TIMEOUT):
+                    await handle.interrupt()
+            finally:
+                handle.record.cancelled.set()  # its collector kills it if it ignores that
         raise
 
 
@@ -143,7 +149,8 @@ class CommandSurface(abc.ABC):
         ``refused`` when another command holds the terminal (``result.holder``,
         ``result.note``). On ``timeout`` the command is interrupted (``\\x03``), and
         killed when it ignores that for ``INTERRUPT_GRACE`` s: status ``timed_out``;
-        cancelling the call interrupts it too. ``output`` is the rendered text, its
+        cancelling the call interrupts it too (killed ``INTERRUPT_GRACE`` s later if it
+        ignores that; its handle is in :attr:`commands`). ``output`` is the rendered text, its
         first ``head_bytes`` and last ``tail_bytes``. With ``claim`` the terminal is
         claimed until the command ends and the claim found is given back. Options: a
         :class:`RunOptions`, or its fields as keywords (both: the keywords change the

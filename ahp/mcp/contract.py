@@ -146,6 +146,10 @@ class Commands(Protocol):
         the command part it left open in the terminal's state holds nothing."""
         ...
 
+    def all(self) -> tuple[Handle, ...]:
+        """The terminal's recent command handles, oldest first."""
+        ...
+
 
 class AgentTerminal(Protocol):
     """A terminal the tools drive (in-process ``Terminal`` or ``RemoteTerminal``)."""

@@ -29,8 +29,9 @@ it, within the budget). The cursor is read in the same step as the result, with
 no checkpoint between, so nothing printed in between is skipped.
 
 Cancellation: when the client cancels ``run_command`` while it waits, the
-command is interrupted (``run()`` does that) — the person pressed stop.
-Cancelling ``wait_command`` only stops waiting.
+command is interrupted (``run()`` does that, and kills it when it ignores the
+Ctrl-C) — the person pressed stop; until it ends it is tracked under its
+``command_id`` like any other. Cancelling ``wait_command`` only stops waiting.
 """
 
 from __future__ import annotations
@@ -388,6 +389,7 @@ class Toolbox:
             terminal = await self.backend.terminal(uri)
             self._typed_into[uri] = terminal
             self._starting.add(uri)
+            known = {handle.id for handle in terminal.commands.all()}
         try:
             # Cancelling this call (the client gave up) interrupts the command: run() does.
             result = await terminal.run(
@@ -399,6 +401,12 @@ class Toolbox:
             )
         except CommandLineError as exc:  # (a TAB, in fish: known once the shell is)
             raise ToolError(str(exc)) from None
+        except trio.Cancelled:
+            # run() sent a Ctrl-C (and kills the command if it ignores it): until it ends
+            # it holds the terminal, under its command_id (busy errors name it;
+            # wait_command, kill_command).
+            self._track_started(terminal, uri, command, known)
+            raise
         finally:
             self._starting.discard(uri)
         if result.status == "refused":
@@ -426,6 +434,21 @@ class Toolbox:
         )
         self.commands.add(tracked)
         return self._command_output(result, tracked, Shown.whole(result), first=True)
+
+    def _track_started(
+        self, terminal: AgentTerminal, uri: str, command: str, known: set[str]
+    ) -> None:
+        """Track the command a cancelled run_command call typed into ``uri`` (the newest
+        handle not in ``known``), if it is not over."""
+        for handle in reversed(terminal.commands.all()):
+            if handle.id not in known:
+                if not handle.done:
+                    tracked = Tracked(handle.id, uri, command, handle, handle.result())
+                    try:
+                        self.commands.add(tracked)
+                    except ToolError:
+                        log.warning("cancelled command %s not tracked: no room", handle.id)
+                return
 
     async def _exec(self, command: str, args: dict[str, Any]) -> ToolOutput:
         """run_command with ``pty: false``: ``exec_command`` here, or ``x-ahp-terminals/exec``
