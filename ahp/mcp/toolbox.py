@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any, Final
 import attrs
 import trio
 
+from ahp.agent.collector import INTERRUPT_GRACE, KILL_WAIT
 from ahp.agent.line import CommandLineError, command_text
 from ahp.engine.exec import exec_command
 from ahp.mcp.backend import Backend, ClientBackend, HostBackend, NoSuchTerminal
@@ -143,6 +144,9 @@ class Toolbox:
         self._setup_lock = trio.Lock()
         #: Terminals a run_command call is typing into (not yet in ``commands``).
         self._starting: set[str] = set()
+        #: Commands of cancelled run_command calls, still ending (interrupted, then killed
+        #: if they ignore it): a run_command in their terminal waits for that first.
+        self._cancelled: set[str] = set()
         #: The terminals run_command typed into (forgotten when closed or replaced): is
         #: their shell one a command put there without detection (``exec bash``)?
         self._typed_into: dict[str, AgentTerminal] = {}
@@ -363,6 +367,8 @@ class Toolbox:
             command_text(command)  # (refused before a terminal is picked or made)
         except CommandLineError as exc:
             raise ToolError(str(exc)) from None
+        if args["terminal"] is not None:
+            await self._let_cancelled_end(terminal_uri(args["terminal"]))
         async with self._setup_lock:
             if args["terminal"] is not None:
                 uri = terminal_uri(args["terminal"])
@@ -435,17 +441,32 @@ class Toolbox:
         self.commands.add(tracked)
         return self._command_output(result, tracked, Shown.whole(result), first=True)
 
+    async def _let_cancelled_end(self, uri: str) -> None:
+        """The command of a cancelled run_command in ``uri`` is ending (its Ctrl-C sent,
+        its kill due if it ignores that): give it that long to end, as ``run()`` gives a
+        holder that is ending, before a busy error is said."""
+        running = self.commands.running_in(uri)
+        if running is None or running.command_id not in self._cancelled:
+            return
+        with trio.move_on_after(INTERRUPT_GRACE + KILL_WAIT):
+            while not running.done:
+                await running.wait(timeout=INTERRUPT_GRACE + KILL_WAIT)
+        if running.done:
+            self._cancelled.discard(running.command_id)
+
     def _track_started(
         self, terminal: AgentTerminal, uri: str, command: str, known: set[str]
     ) -> None:
         """Track the command a cancelled run_command call typed into ``uri`` (the newest
         handle not in ``known``), if it is not over."""
+        self._cancelled = {c for c in self._cancelled if not self.commands.get(c).done}
         for handle in reversed(terminal.commands.all()):
             if handle.id not in known:
                 if not handle.done:
                     tracked = Tracked(handle.id, uri, command, handle, handle.result())
                     try:
                         self.commands.add(tracked)
+                        self._cancelled.add(handle.id)
                     except ToolError:
                         log.warning("cancelled command %s not tracked: no room", handle.id)
                 return
