@@ -11,9 +11,10 @@ Buffering: there is none in this module. :meth:`Child.read_nowait` is a single
 :data:`WRITE_CHUNK` and returns once every byte has been accepted by the pty or the
 pipe. The only buffers are the kernel's (a pty holds a few KiB each way, a pipe 64 KiB).
 
-Reaping: trio's :class:`trio.Process` reaps through a pidfd; no ``SIGCHLD`` handler
-is installed anywhere. Signals are only ever sent while the child has not been
-reaped, so a recycled pid can never be hit.
+Reaping: :class:`ahp.pty.process.Process` reaps through a pidfd, with
+``waitpid(pid)`` (the orphan reaper of ``serve``, :mod:`ahp.pty.orphans`, leaves
+our children's statuses to it). Signals are only ever sent while the child has
+not been reaped, so a recycled pid can never be hit.
 
 Linux pty facts this module relies on (see ``tests/test_pty.py``):
 
@@ -47,6 +48,7 @@ from typing import Final, Literal
 
 import trio
 
+from ahp.pty.process import Process
 from ahp.pty.spec import check_window_size
 
 __all__ = ["DEFAULT_GRACE", "SESSION_WAIT", "SIGTERM_GRACE", "WRITE_CHUNK", "Child", "ChildGone"]
@@ -99,7 +101,7 @@ class Child:
 
     Ownership: the ``Child`` owns the pty master (pty mode) or the parent ends of the
     stdin and output pipes (pipe mode; and of the stderr pipe when it has its own),
-    plus the ``trio.Process`` and its pidfd. Each
+    plus the :class:`~ahp.pty.process.Process` and its pidfd. Each
     fd is closed exactly once, by :meth:`close_fds` (called by :meth:`terminate`),
     and the attribute is set to ``-1`` first. Never key anything by fd number.
 
@@ -116,7 +118,7 @@ class Child:
 
     def __init__(
         self,
-        process: trio.Process,
+        process: Process,
         *,
         is_pty: bool,
         input_fd: int,

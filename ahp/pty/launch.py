@@ -4,8 +4,8 @@ Why this module exists: a terminal child needs three things that ``subprocess`` 
 not give in one call: its own session, the pty slave as its *controlling* terminal
 (without it, ``^C`` written to the master interrupts nothing) and a parent that kept
 no copy of the slave (without that, EOF never arrives). Doing it with ``fork`` from
-Python, ``pty.fork`` or ``preexec_fn`` is unsafe in a threaded Trio process (trio runs
-``Popen`` in a worker thread). So the child execs a tiny launcher first:
+Python, ``pty.fork`` or ``preexec_fn`` is unsafe in a threaded Trio process. So the
+child execs a tiny launcher first:
 
 * ``setsid -c argv...`` (util-linux): the ``Popen`` child is not a process-group
   leader, so ``setsid()`` succeeds without forking (the pid we hold is the real
@@ -18,6 +18,15 @@ Python, ``pty.fork`` or ``preexec_fn`` is unsafe in a threaded Trio process (tri
   restores every default and then execs the launcher or the program in place: a
   terminal's program always starts with every signal at its default, so Ctrl-C
   interrupts it.
+
+Every child (pty or pipes) execs ``setpriv --pdeathsig KILL`` right before its
+program (after the launcher, same pid: :func:`ahp.pty.process.death_signal_launcher`):
+when the server dies, ``SIGKILL`` included, its children die with it instead of
+running on as orphans. (Their own children are not reached: a killed shell's
+session is hung up, and ``serve``'s exit sweeps what it adopted,
+:mod:`ahp.pty.orphans`.) The fork is made from the event loop's thread
+(:func:`ahp.pty.process.start_process`), because the death signal follows the
+thread that forked.
 
 Pipe mode needs no terminal: ``start_new_session=True`` gives the child its own
 process group so that :meth:`Child.signal_group` works the same way. Its stdin can be
@@ -32,10 +41,11 @@ or raises. Validation runs before anything is opened; an ``OSError`` from ``Pope
 becomes :class:`SpawnError` (``subprocess`` reaps a child that failed before exec).
 
 Cancellation: :func:`spawn` may be cancelled before the process starts (nothing is
-left behind). Once ``Popen`` runs in its worker thread it is not abandoned; the
-``Child`` is then returned without another checkpoint, so the caller always receives
-ownership of a started process and must ``terminate()`` it (a pending cancellation
-fires at the caller's next checkpoint).
+left behind). The fork and ``exec`` then run without a checkpoint (they block the
+loop until the child has called ``exec``: well under a millisecond), and the
+``Child`` is returned without another one, so the caller always receives ownership
+of a started process and must ``terminate()`` it (a pending cancellation fires at
+the caller's next checkpoint).
 """
 
 from __future__ import annotations
@@ -54,6 +64,7 @@ from typing import Final
 import trio
 
 from ahp.pty.child import Child, set_window_size
+from ahp.pty.process import Process, death_signal_launcher, start_process
 from ahp.pty.spec import SpawnError, SpawnSpec, validate
 
 __all__ = [
@@ -171,9 +182,11 @@ async def spawn_with(spec: SpawnSpec, *, launcher: Sequence[str]) -> Child:
     prefix: tuple[str, ...] = ()
     if ignored_signals() and not (launcher and launcher[-1] == CTTY_HELPER):
         prefix = _signals_launcher()  # (CTTY_HELPER restores them itself)
+    # (after the launcher: a launcher that cannot be executed is still a SpawnError)
+    dies_with_us = death_signal_launcher()
     if spec.use_pty:
-        return await _spawn_pty(spec, (*prefix, *launcher))
-    return await _spawn_pipes(spec, prefix)
+        return await _spawn_pty(spec, (*prefix, *launcher, *dies_with_us))
+    return await _spawn_pipes(spec, (*prefix, *dies_with_us))
 
 
 async def _spawn_pty(spec: SpawnSpec, launcher: tuple[str, ...]) -> Child:
@@ -249,16 +262,17 @@ async def _open_process(
     stdout: int,
     stderr: int,
     start_new_session: bool,
-) -> trio.Process:
+) -> Process:
+    await trio.lowlevel.checkpoint_if_cancelled()
     try:
-        return await trio.lowlevel.open_process(
+        # From this thread, not a worker: the death signal is tied to the forking thread.
+        return start_process(
             command,
             stdin=stdin,
             stdout=stdout,
             stderr=stderr,
-            close_fds=True,
             cwd=spec.cwd,
-            env=dict(spec.env),
+            env=spec.env,
             start_new_session=start_new_session,
         )
     except (OSError, ValueError, subprocess.SubprocessError) as exc:

@@ -9,8 +9,15 @@ and the command line additionally needs signals:
   refused, running commands get ``drain_timeout`` seconds to finish, every
   client is told 1001 after what was queued for it, every terminal is disposed,
   exit 0. ``drain_timeout=0`` shuts down at once, as SIGINT does.
-- SIGINT (Ctrl-C: a person at a terminal, who wants it gone now) disposes every
-  terminal at once (no orphans), then closes every connection with 1001; exit 0.
+- SIGINT (Ctrl-C: a person at a terminal, who wants it gone now) and SIGHUP (the
+  terminal it ran in closed) dispose every terminal at once (no orphans), then
+  close every connection with 1001; exit 0.
+- Other signals keep their default disposition: SIGQUIT (a core dump, for
+  debugging), SIGUSR1 and SIGUSR2 end the process with no cleanup, as SIGKILL does;
+  its terminals' processes then die by their death signal (``ahp.pty.launch``).
+- Processes that detach from the terminals are adopted (``serve`` is a child
+  subreaper, and PID 1 in a container adopts them anyway), reaped when they exit,
+  and killed when the server exits (:mod:`ahp.pty.orphans`).
 - Either way the terminals are disposed while the server still runs, so recorders
   (``--record``), the audit log and connected clients see each terminal end.
 - Any signal after the first (during the drain or the disposal) kills every
@@ -40,6 +47,7 @@ import trio
 from ahp.engine import Host, open_host
 from ahp.engine.collector import freeze_startup_objects
 from ahp.engine.memory import configure_allocator
+from ahp.pty.orphans import adopting_orphans, kill_adopted
 from ahp.pty.reap import kill_session
 from ahp.record import RecordOptions, record_host
 from ahp.record.audit import AuditLog
@@ -54,6 +62,8 @@ from ahp.server.websocket import ServerConfig, serve_connections
 
 __all__ = [
     "DEFAULT_PORT",
+    "STOP_SIGNALS",
+    "WILDCARDS",
     "RecordSetupError",
     "MAX_TOKEN_FILE",
     "ServeOptions",
@@ -64,6 +74,7 @@ __all__ = [
     "read_token_file",
     "run_sidecar",
     "serve_host",
+    "shown_host",
     "take_environment_token",
     "tls_context",
 ]
@@ -72,6 +83,12 @@ log = logging.getLogger("ahp.server")
 
 #: The sidecar's default TCP port (``--port``; ``0`` picks a free one).
 DEFAULT_PORT: Final = 8765
+#: The signals ``serve`` stops on (see the module docstring). SIGHUP (the terminal
+#: ``serve`` runs in closed) shuts down at once, as SIGINT does, unless it was ignored
+#: when ``serve`` started (``nohup``: it stays ignored); others keep their default.
+STOP_SIGNALS: Final = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+#: Bind addresses that mean every address (of a family; ``""``: of both).
+WILDCARDS: Final = frozenset({"", "0.0.0.0", "::"})
 #: ``serve``'s niceness for the terminals' processes (``--child-nice``): the server's
 #: own. ``--child-nice 10`` keeps busy programs from taking the server's CPU (on two
 #: cores, four shells printing in a loop made another terminal's echo wait 100-300 ms
@@ -215,6 +232,18 @@ class Sidecar:
     read_token: str | None = None
 
 
+def shown_host(host: str) -> str:
+    """The host part of the URL ``serve`` prints for a bind address: the loopback
+    address of the family for a wildcard (``127.0.0.1`` for ``0.0.0.0`` and ``""``,
+    ``[::1]`` for ``::``: a URL a client on this machine can use, and a browser will
+    open), an IPv6 address in brackets, else as given."""
+    if host in ("", "0.0.0.0"):
+        return "127.0.0.1"
+    if host == "::":
+        return "[::1]"
+    return f"[{host}]" if ":" in host else host
+
+
 def _allowed_hosts(options: ServeOptions, port: int) -> frozenset[str]:
     if options.unix is not None or not is_loopback(options.host):
         return frozenset()
@@ -224,14 +253,17 @@ def _allowed_hosts(options: ServeOptions, port: int) -> frozenset[str]:
 
 def _own_origins(options: ServeOptions, port: int) -> frozenset[str]:
     """The page's own origins, accepted in a WebSocket's ``Origin``: the loopback names of
-    this port when bound to loopback (the Host check refuses every other name there), or
-    the one address bound to (never a wildcard: any name could reach that)."""
+    this port when bound to loopback (the Host check refuses every other name there) or
+    to a wildcard (never another name: any name could reach that), or the one address
+    bound to."""
     scheme = "http" if options.tls is None else "https"
     if is_loopback(options.host):
         names = {"localhost", "127.0.0.1", "[::1]"}
         names.add(f"[{options.host}]" if ":" in options.host else options.host)
-    elif options.host in ("", "0.0.0.0", "::"):
-        return frozenset()
+    elif options.host in WILDCARDS:
+        # The loopback names only (what serve prints): a page with such an origin was
+        # loaded from this port on this machine, from this server.
+        names = {"localhost", "127.0.0.1", "[::1]"}
     else:
         names = {f"[{options.host}]" if ":" in options.host else options.host}
     return frozenset(f"{scheme}://{name}:{port}" for name in names)
@@ -281,7 +313,7 @@ async def serve_host(
     port: int | None = None
     if options.unix is None:
         port = sockets[0].socket.getsockname()[1]
-        shown = f"[{options.host}]" if ":" in options.host else options.host
+        shown = shown_host(options.host)
         scheme = "ws" if options.tls is None else "wss"
         url = f"{scheme}://{shown}:{port}/"
         if options.tls is not None:
@@ -296,7 +328,7 @@ async def serve_host(
     routes = health_routes(ready=lambda: not state.draining)
     own_origins: frozenset[str] = frozenset()
     if options.web and port is not None:
-        shown = f"[{options.host}]" if ":" in options.host else options.host
+        shown = shown_host(options.host)
         http = "http" if options.tls is None else "https"
         page_base = f"{http}://{shown}:{port}/"
         routes.update(
@@ -426,8 +458,10 @@ async def run_sidecar(
     )
     prepare_server_process()
     kwargs = {} if scrollback is None else {"scrollback": scrollback}
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async with open_host(shell=shell, user_rc=user_rc, **kwargs) as host:
+    stop_on = [s for s in STOP_SIGNALS if s != signal.SIGHUP or not _ignored(s)]
+    with trio.open_signal_receiver(*stop_on) as signals:
+        # (orphans: reaped while serving, killed at exit, after the terminals: ahp.pty.orphans)
+        async with adopting_orphans(), open_host(shell=shell, user_rc=user_rc, **kwargs) as host:
             async with trio.open_nursery() as nursery:
                 sidecar = await nursery.start(serve_host, host, options)
                 if on_ready is not None:
@@ -484,6 +518,10 @@ def prepare_server_process() -> None:
     freeze_startup_objects()
 
 
+def _ignored(signum: signal.Signals) -> bool:
+    return signal.getsignal(signum) is signal.SIG_IGN
+
+
 def _pids(host: Host) -> list[int]:
     return [t.pid for t in host.terminals.values() if t.pid is not None]
 
@@ -493,6 +531,7 @@ def _exit_now(pids: list[int], why: str) -> NoReturn:
     log.warning("%s again: killing %d terminal(s) and exiting at once", why, len(pids))
     for pid in pids:
         kill_session(pid, paced=False)
+    kill_adopted(wait=0)  # (what detached from the terminals: this process is its subreaper)
     os._exit(1)
 
 
