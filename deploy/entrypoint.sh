@@ -16,7 +16,9 @@
 # Refuses, with one line on stderr and status 2: to run as root, and to serve without
 # a token (serve would make up a random one and print it to the logs). The token is
 # never put on a command line, where ps would show it: serve reads the variables.
-# `exec` hands PID 1 to Python, so SIGTERM reaches serve and starts its drain.
+# `exec` hands PID 1 to Python, so SIGTERM reaches serve and starts its drain; serve
+# reaps the orphans PID 1 adopts and kills them when it exits (no init needed; see
+# docs/deploy.md, "PID 1, orphans and signals").
 set -eu
 
 port="${AHP_PORT:-8765}"

@@ -234,6 +234,38 @@ async def test_serve_shell_by_name_is_found_on_path_and_niced(nice: int | None) 
         await kill_and_reap(proc)
 
 
+@pytest.mark.parametrize(("bind", "shown"), [("0.0.0.0", "127.0.0.1"), ("::", "[::1]")])
+async def test_serve_on_a_wildcard_prints_a_loopback_url(bind: str, shown: str) -> None:
+    """Bound to a wildcard, ``serve`` prints the loopback address of the family (probe M:
+    ``ws://0.0.0.0:PORT/``, which browsers refuse), and that URL works."""
+    if bind == "::" and not socket.has_ipv6:
+        pytest.skip("no IPv6 here")
+    proc = await trio.lowlevel.open_process(
+        [sys.executable, "-m", "ahp", "serve", "--host", bind, "--port", "0", "--no-rc"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env=_env(),
+        cwd=str(REPO),
+    )
+    try:
+        assert proc.stdout is not None
+        line = b""
+        with trio.fail_after(PROCESS_TIMEOUT):
+            while not line.endswith(b"\n"):
+                chunk = await proc.stdout.receive_some(4096)
+                assert chunk, line
+                line += chunk
+        url = line.decode().strip()
+        assert url.startswith(f"ws://{shown}:"), url
+        done = await cli("ls", url)
+        assert done.returncode == 0, done
+        proc.send_signal(signal.SIGTERM)
+        with trio.fail_after(PROCESS_TIMEOUT):
+            assert await proc.wait() == 0
+    finally:
+        await kill_and_reap(proc)
+
+
 async def test_no_command_prints_usage_and_exits_2() -> None:
     done = await cli()
     assert done.returncode == 2

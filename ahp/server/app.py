@@ -253,17 +253,17 @@ def _allowed_hosts(options: ServeOptions, port: int) -> frozenset[str]:
 
 def _own_origins(options: ServeOptions, port: int) -> frozenset[str]:
     """The page's own origins, accepted in a WebSocket's ``Origin``: the loopback names of
-    this port when bound to loopback (the Host check refuses every other name there) or
-    to a wildcard (never another name: any name could reach that), or the one address
-    bound to."""
+    this port when bound to loopback (the Host check refuses every other name there);
+    the loopback address :func:`shown_host` prints when bound to a wildcard (no other
+    name: any name could reach that); else the one address bound to."""
     scheme = "http" if options.tls is None else "https"
     if is_loopback(options.host):
         names = {"localhost", "127.0.0.1", "[::1]"}
         names.add(f"[{options.host}]" if ":" in options.host else options.host)
     elif options.host in WILDCARDS:
-        # The loopback names only (what serve prints): a page with such an origin was
-        # loaded from this port on this machine, from this server.
-        names = {"localhost", "127.0.0.1", "[::1]"}
+        # Only the loopback address of the page URL serve prints: a page with that
+        # origin was loaded from this port of this family on this machine, from this server.
+        names = {shown_host(options.host)}
     else:
         names = {f"[{options.host}]" if ":" in options.host else options.host}
     return frozenset(f"{scheme}://{name}:{port}" for name in names)
