@@ -11,7 +11,11 @@ lives here, behind a handful of names:
 * :class:`Child` reads (``read_nowait``/``wait_readable``), writes (``write``, which
   raises :class:`ChildGone`), resizes, signals, waits and always cleans up
   (``terminate``);
-* :func:`kill_session` sweeps what a terminal's session leaves behind (procfs scan).
+* :func:`kill_session` sweeps what a terminal's session leaves behind (procfs scan);
+* :mod:`ahp.pty.orphans` reaps and, at exit, kills what detaches from the terminals
+  (``serve`` only: it is a child subreaper, or PID 1 of a container);
+* :mod:`ahp.pty.process` forks from the loop's thread, so that children die with the
+  server (their death signal), and lists our children for the orphan reaper.
 
 No buffering happens here beyond the kernel's; the engine owns the reader/writer
 tasks and the bounds. See ``child.py`` for the Linux pty EOF/EIO facts.
