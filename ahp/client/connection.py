@@ -12,7 +12,11 @@ Tasks and ownership: :func:`connect` owns a nursery with one connection task
 (read, reconnect) and the transport's holding task, for the lifetime of the
 ``async with`` block. A request whose connection drops before its answer raises
 :class:`ConnectionLost` (it may or may not have been applied); dispatched
-actions that were pending are dropped on reconnect, as AHP specifies.
+actions that were pending are dropped on reconnect, as AHP specifies. A request,
+notification or action made while a reconnect goes on waits for it at most
+:data:`~ahp.client.remote.LOST_AFTER` (30 s) after the drop, then raises
+:class:`ConnectionLost` with nothing sent (the client goes on reconnecting) —
+the patience a command already had (``docs/agent.md``, *Honest ends*).
 
 Buffering: inbound frames are applied as they arrive (no queue beyond the
 transport's one-message buffer); :meth:`Client.changes` waiters are woken after
@@ -47,6 +51,7 @@ from ahp.agent.command import CommandResult
 from ahp.agent.options import RunChanges, RunOptions
 from ahp.agent.registry import CommandRegistry
 from ahp.agent.screen import ScreenModel
+from ahp.client import remote
 from ahp.client.errors import ClientError, ConnectionLost, RpcError
 from ahp.client.mirror import Mirror
 from ahp.client.remote import RemoteTerminal
@@ -310,9 +315,10 @@ class Client:
     # -- requests ------------------------------------------------------------------------------
 
     async def _send(self, frame: str) -> None:
-        """Send once connected; during a reconnect this waits for it. Raises
-        :class:`ConnectionLost` when there will be no connection any more."""
-        await self._connected.wait()
+        """Send once connected; during a reconnect this waits for it until
+        :data:`~ahp.client.remote.LOST_AFTER` after the drop. Raises
+        :class:`ConnectionLost` past that, or when there will be no connection any more."""
+        await self.wait_connected(remote.LOST_AFTER)
         transport = self._transport
         if transport is None:  # closed for good (closing, or no automatic reconnect)
             raise ConnectionLost("connection closed")
@@ -341,11 +347,17 @@ class Client:
         await trio.lowlevel.checkpoint()
 
     async def request(self, method: str, params: Mapping[str, Any] | None = None) -> Any:
-        """Send a request and return its result; raises :class:`RpcError` on an error answer."""
-        await self._connected.wait()
+        """Send a request and return its result; raises :class:`RpcError` on an error answer.
+
+        During a reconnect it waits for the connection until
+        :data:`~ahp.client.remote.LOST_AFTER` after the drop (:class:`ConnectionLost`
+        then, nothing sent); the answer itself is waited for :attr:`request_timeout`
+        (:class:`ClientError` past it), unless the connection drops first
+        (:class:`ConnectionLost`)."""
+        await self.wait_connected(remote.LOST_AFTER)
         transport = self._transport
         if transport is None:
-            raise ConnectionLost("not connected")
+            raise ConnectionLost(self._lost or "connection closed")
         msg_id, frame = self.session.request(method, params)
         done = trio.Event()
         slot: list[Answer | ConnectionLost] = []
@@ -623,7 +635,9 @@ async def connect(
     system's CAs) or ``ws+unix://PATH:/``; opening it (TCP, TLS, the upgrade) may
     take ``connect_timeout`` seconds and ``initialize`` as long again, each
     reconnect too; every later request ``request_timeout`` seconds (None: unbounded, the
-    caller's cancel scope decides). Raises :class:`ClientError` with one
+    caller's cancel scope decides). While the connection is down and a reconnect goes
+    on, requests and actions wait for it at most :data:`~ahp.client.remote.LOST_AFTER`
+    (30 s) after the drop, then raise :class:`ConnectionLost`. Raises :class:`ClientError` with one
     clear message when the server cannot be reached, its certificate does not
     verify, or it refuses the connection (wrong token: HTTP 403). An error raised by
     the block leaves it as it was raised, not inside an ``ExceptionGroup``, unless

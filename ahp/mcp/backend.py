@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from ahp.engine import Host
     from ahp.mcp.contract import AgentTerminal
 
-__all__ = ["Backend", "ClientBackend", "HostBackend", "NoSuchTerminal"]
+__all__ = ["Backend", "ClientBackend", "HostBackend", "NoSuchTerminal", "connection_down"]
 
 
 class NoSuchTerminal(LookupError):
@@ -48,6 +48,11 @@ class Backend(Protocol):
     async def close(self, uri: str) -> None: ...
     async def terminal(self, uri: str) -> AgentTerminal:
         """The terminal, ready for commands (``NoSuchTerminal`` when absent)."""
+        ...
+
+    def connection(self) -> str | None:
+        """What is wrong with the way to the terminals, to say before a listing (how
+        long the connection to a sidecar has been down), or None."""
         ...
 
 
@@ -86,6 +91,9 @@ class HostBackend:
             raise NoSuchTerminal(uri)
         return terminal
 
+    def connection(self) -> str | None:
+        return None
+
 
 class ClientBackend:
     """Terminals of a sidecar, through a connected :class:`ahp.client.Client`."""
@@ -122,6 +130,31 @@ class ClientBackend:
                 raise NoSuchTerminal(uri)
             await self.client.subscribe(uri)
         return self.client.terminal(uri)
+
+    def connection(self) -> str | None:
+        return connection_down(self.client, "the sidecar")
+
+
+def connection_down(client: Client, what: str) -> str | None:
+    """How long ``client``'s connection to ``what`` has been down (None while it is up)."""
+    import trio
+
+    from ahp.client.remote import LOST_AFTER
+
+    if client.lost is not None:
+        return (
+            f"the connection to {what} is gone ({client.lost}): the terminals listed are as "
+            "they were then, and every call on them fails"
+        )
+    if client.connected:
+        return None
+    dropped = client.dropped_at
+    down = 0.0 if dropped is None else trio.current_time() - dropped
+    return (
+        f"the connection to {what} has been down for {down:.0f} s (reconnecting): the "
+        f"terminals listed are as they were when it dropped; calls on them wait for it "
+        f"until it has been down {LOST_AFTER:g} s, then fail"
+    )
 
 
 def _name(uri: str) -> str:

@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import attrs
+import trio
 
 from ahp.client.fleet import Fleet, HostDown
 from ahp.mcp.backend import NoSuchTerminal
@@ -96,3 +97,16 @@ class FleetBackend:
             raise NoSuchTerminal(uri)
         host, inner = self._split(uri)
         return await self.fleet.terminal(host, inner)
+
+    def connection(self) -> str | None:
+        notes = []
+        for label, why in self.fleet.down().items():
+            client = self.fleet.hosts[label].client
+            dropped = client.dropped_at if client is not None else None
+            how = (
+                why
+                if dropped is None
+                else f"for {trio.current_time() - dropped:.0f} s, reconnecting"
+            )
+            notes.append(f"host {label} is down ({how}): its terminals are not listed")
+        return "; ".join(notes) or None

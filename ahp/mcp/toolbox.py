@@ -40,7 +40,8 @@ import logging
 import os
 import shlex
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Final
 
 import attrs
@@ -139,10 +140,12 @@ class Toolbox:
         self.default_cwd = default_cwd
         self.max_terminals = max_terminals
         self.commands = commands or CommandTable()
-        # Picking/creating a terminal and starting a command in it is one step, so that two
-        # concurrent run_command calls never pick the same idle terminal.
-        self._setup_lock = trio.Lock()
-        #: Terminals a run_command call is typing into (not yet in ``commands``).
+        #: Terminals a run_command or create_terminal call is setting up or typing into
+        #: (not yet in ``commands``). A call picks its terminal and reserves it here in one
+        #: step, with no checkpoint between (:meth:`_reserve`), so two concurrent calls never
+        #: pick the same one; the setup itself (creating the terminal, subscribing to it)
+        #: runs without any lock, so a call waiting on a sidecar that went away (up to
+        #: ``LOST_AFTER``) holds up no other call.
         self._starting: set[str] = set()
         #: Commands of cancelled run_command calls, still ending (interrupted, then killed
         #: if they ignore it): a run_command in their terminal waits for that first.
@@ -241,8 +244,25 @@ class Toolbox:
         watchers, hold no process, and neither are listed nor count against the limit."""
         return [i for i in self.backend.list() if not (_gone(i) and self._is_exec(i.resource))]
 
+    def _reserve(self, uri: str) -> None:
+        """Mark ``uri`` as being set up by this call (:attr:`_starting`); busy if it is."""
+        if uri in self._starting:
+            raise self._busy_error(uri)
+        self._starting.add(uri)
+
+    @contextmanager
+    def _released_on_error(self, uri: str) -> Iterator[None]:
+        """Give back the reservation of ``uri`` when its setup fails (or is cancelled)."""
+        try:
+            yield
+        except BaseException:
+            self._starting.discard(uri)
+            raise
+
     async def _create(self, uri: str, *, cwd: str | None, cols: int, rows: int) -> None:
-        if len(self._terminals()) >= self.max_terminals:
+        # (Terminals other calls are creating count too: they may not be listed yet.)
+        known = {info.resource for info in self._terminals()} | (self._starting - {uri})
+        if len(known) >= self.max_terminals:
             raise ToolError(
                 f"there are already {self.max_terminals} terminals, the most allowed; close "
                 "some with close_terminal"
@@ -288,7 +308,7 @@ class Toolbox:
         for n in range(1, MAX_TERMINALS + 2):
             name = DEFAULT_TERMINAL if n == 1 else f"{DEFAULT_TERMINAL}-{n}"
             uri = terminal_uri(name)
-            if not self.backend.exists(uri) or not self._busy(uri):
+            if uri not in self._starting and (not self.backend.exists(uri) or not self._busy(uri)):
                 return uri
         raise ToolError("every default terminal is busy; name a terminal or stop a command")
 
@@ -369,11 +389,11 @@ class Toolbox:
             raise ToolError(str(exc)) from None
         if args["terminal"] is not None:
             await self._let_cancelled_end(terminal_uri(args["terminal"]))
-        async with self._setup_lock:
-            if args["terminal"] is not None:
-                uri = terminal_uri(args["terminal"])
-            else:
-                uri = self._pick_default()
+            uri = terminal_uri(args["terminal"])
+        else:
+            uri = self._pick_default()
+        self._reserve(uri)  # (no checkpoint since the pick)
+        with self._released_on_error(uri):
             line = command
             if self._exited(uri):
                 # Its shell is gone (``exit``, a crash): replace it by a fresh one.
@@ -386,7 +406,7 @@ class Toolbox:
             else:
                 # (A command typed by someone else: run() refuses it below, naming it; a
                 # command part the shell left open is not always one: ``exec bash``.)
-                if uri in self._starting or self.commands.running_in(uri) is not None:
+                if self.commands.running_in(uri) is not None:
                     raise self._busy_error(uri)
                 if cwd is not None:
                     await self._check_cwd(cwd)
@@ -394,7 +414,6 @@ class Toolbox:
             self.commands.check_room()
             terminal = await self.backend.terminal(uri)
             self._typed_into[uri] = terminal
-            self._starting.add(uri)
             known = {handle.id for handle in terminal.commands.all()}
         try:
             # Cancelling this call (the client gave up) interrupts the command: run() does.
@@ -617,11 +636,14 @@ class Toolbox:
                     "command_status": running.result().status if running else None,
                 }
             )
+        # (--connect: a connection that is down is said first; the rows are then as they were.)
+        down = self.backend.connection()
+        head = [f"{MARK} {down}"] if down else []
+        extra = {"connection": down} if down else {}
         if not rows:
-            return ToolOutput(
-                "no terminals yet; run_command creates one ('main' by default)", {"terminals": []}
-            )
-        lines = []
+            text = "no terminals yet; run_command creates one ('main' by default)"
+            return ToolOutput("\n".join([*head, text]), {"terminals": [], **extra})
+        lines = head
         for row in rows:
             line = f"{row['terminal']}: {row['state']}"
             if row["command_id"]:
@@ -633,7 +655,7 @@ class Toolbox:
             if row["title"]:
                 line += f" · title {row['title']!r}"
             lines.append(line)
-        return ToolOutput("\n".join(lines), {"terminals": rows})
+        return ToolOutput("\n".join(lines), {"terminals": rows, **extra})
 
     async def read_screen(self, args: dict[str, Any]) -> ToolOutput:
         uri = terminal_uri(args["terminal"])
@@ -696,13 +718,17 @@ class Toolbox:
                     terminal_uri(f"term-{n}")
                     for n in range(1, MAX_TERMINALS + 2)
                     if not self.backend.exists(terminal_uri(f"term-{n}"))
+                    and terminal_uri(f"term-{n}") not in self._starting
                 ),
                 terminal_uri(f"term-{MAX_TERMINALS + 2}"),
             )
-        async with self._setup_lock:
-            if self.backend.exists(uri):
-                raise ToolError(f"terminal {display_name(uri)!r} already exists")
+        if self.backend.exists(uri) or uri in self._starting:
+            raise ToolError(f"terminal {display_name(uri)!r} already exists")
+        self._reserve(uri)
+        try:
             await self._create(uri, cwd=args["cwd"], cols=args["cols"], rows=args["rows"])
+        finally:
+            self._starting.discard(uri)
         return ToolOutput(
             f"created terminal {display_name(uri)!r} ({args['cols']}x{args['rows']}); run "
             f"commands in it with run_command(terminal={display_name(uri)!r}, …)"

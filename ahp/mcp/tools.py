@@ -421,7 +421,8 @@ TOOLS: Final[tuple[ToolSpec, ...]] = (
         title="List terminals",
         description=(
             "List the terminals with their state: idle at a prompt, running a command (with "
-            "its command_id and status), or exited; plus title and working directory."
+            "its command_id and status), or exited; plus title and working directory. With a "
+            "sidecar (--connect), says first when the connection to it is down, and for how long."
         ),
         input_schema=_obj({}),
         output_schema={
@@ -444,7 +445,8 @@ TOOLS: Final[tuple[ToolSpec, ...]] = (
                         },
                         "required": ["terminal", "uri", "state"],
                     },
-                }
+                },
+                "connection": {"type": "string"},
             },
             "required": ["terminals"],
         },
