@@ -89,9 +89,9 @@ class Screened:
     answer: Answer | None = None
     #: Why the line was not forwarded, for the log (empty when it was, or for a blank line).
     reason: str = ""
-
-
-_FORWARD: Final = Screened(forward=True)
+    #: The message the SDK will read from a forwarded line (the reader keeps track of the
+    #: requests still owed an answer: ``ahp.mcp.stdio.InFlight``).
+    message: mcp_types.JSONRPCMessage | None = None
 
 
 @attrs.frozen
@@ -152,7 +152,7 @@ def screen(line: str) -> Screened:
         try:
             raw = _DECODER.decode(line)
         except (ValueError, RecursionError):
-            return _FORWARD
+            return Screened(forward=True, message=message)
         if isinstance(raw, dict) and "id" in raw:
             return _error(
                 None,
@@ -160,7 +160,7 @@ def screen(line: str) -> Screened:
                 f"Invalid Request: the id is {_kind(raw['id'])}; an id is a string or an integer",
                 reason="an id of the wrong type",
             )
-    return _FORWARD
+    return Screened(forward=True, message=message)
 
 
 def _refused(line: str, exc: pydantic.ValidationError) -> Screened:

@@ -17,14 +17,14 @@ Why this shape:
 * **Trio through anyio's Trio backend.** The SDK is written against anyio, so
   its server, session and stdio transport run unchanged inside ``trio.run``;
   ``tests/test_mcp.py`` drives both the low-level server and ``MCPServer`` on
-  Trio to show it. One part does not fit: the SDK reads stdin in a worker
-  thread that cannot be cancelled, so stopping the server on a signal hung
-  while the client held stdin open. We keep the SDK's transport and pass it a
-  Trio reader of stdin instead (see :mod:`ahp.mcp.stdio`); its stdout writer
-  is the SDK's (a write blocks only if the client stops reading our answers).
-  The reader also answers the lines the SDK would drop without an answer (not
-  JSON, not a valid request, a lone surrogate: :mod:`ahp.mcp.screen`), through
-  the SDK's write stream.
+  Trio to show it. One part does not fit: the SDK reads stdin and writes
+  stdout in worker threads that cannot be cancelled, so stopping the server on
+  a signal hung while the client held stdin open, or stopped reading stdout.
+  We keep the SDK's transport and pass it a Trio reader of stdin and a writer
+  of stdout of our own instead (see :mod:`ahp.mcp.stdio`). The reader also
+  answers the lines the SDK would drop without an answer (not JSON, not a
+  valid request, a lone surrogate: :mod:`ahp.mcp.screen`), through the SDK's
+  write stream.
 * **Errors that say why.** The SDK answers a request before ``initialize``, and one
   whose params it cannot validate, with one -32602 "Invalid request parameters" and
   no data. A server middleware (the SDK's ``Server.middleware`` seam, no fork:
@@ -36,8 +36,14 @@ Why this shape:
   :mod:`ahp.client` instead of hosting any.
 
 Lifetime: the server runs until the client closes our stdin, or SIGINT/SIGTERM;
-then every terminal it hosts is disposed (hang-up, grace, kill, reaped). Nothing
-but MCP messages is written to stdout; logs and the ``--serve`` URL go to stderr.
+then every terminal it hosts is disposed (hang-up, grace, kill, reaped). At the
+end of stdin the requests already read are finished and answered first, for
+:data:`~ahp.mcp.stdio.EOF_GRACE` seconds at most; a tool call still running then is
+stopped (:class:`Calls`: a ``run_command``'s command gets a Ctrl-C) and answered
+as stopped; what is queued for stdout then gets :data:`DRAIN_TIMEOUT`. A signal
+stops at once: no answer is waited for, and a write the client does not read is
+abandoned. Nothing but MCP messages is written to stdout; logs and the
+``--serve`` URL go to stderr.
 """
 
 from __future__ import annotations
@@ -45,15 +51,22 @@ from __future__ import annotations
 import logging
 import os
 import signal
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 import trio
 
 from ahp.mcp.backend import Backend, ClientBackend, HostBackend
-from ahp.mcp.stdio import ScreenedLines, claim_stdin
+from ahp.mcp.stdio import (
+    AnswersCounted,
+    InFlight,
+    ScreenedLines,
+    StdoutWriter,
+    claim_stdin,
+    claim_stdout,
+)
 from ahp.mcp.toolbox import Toolbox
 from ahp.mcp.tools import TOOLS, ToolSpec
 from ahp.version import __version__
@@ -64,7 +77,7 @@ if TYPE_CHECKING:
 
     from ahp.server.app import ServeOptions, Sidecar
 
-__all__ = ["INSTRUCTIONS", "McpOptions", "build_server", "run_mcp", "serve_stdio"]
+__all__ = ["INSTRUCTIONS", "Calls", "McpOptions", "build_server", "run_mcp", "serve_stdio"]
 
 log = logging.getLogger("ahp.mcp")
 
@@ -73,6 +86,17 @@ CONNECT_TIMEOUT: Final = 15.0
 
 #: Seconds between progress notifications during a long tool call.
 PROGRESS_INTERVAL: Final = 3.0
+
+#: Seconds, once the transport has ended at stdin's end, for the answers still queued for
+#: stdout to be written; a client that does not read them then is not waited for.
+DRAIN_TIMEOUT: Final = 5.0
+
+#: The answer to a tool call stopped because the server is shutting down.
+STOPPED: Final = (
+    "stopped after {seconds:g} s: the client closed the server's stdin, and this call was "
+    "still running when the server shut down (a command run_command was running was sent "
+    "Ctrl-C; the terminals close with the server)"
+)
 
 #: Told to the model once, at initialization.
 INSTRUCTIONS: Final = (
@@ -127,15 +151,50 @@ def _tool(spec: ToolSpec, *, structured: bool) -> mcp_types.Tool:
     )
 
 
-def build_server(toolbox: Toolbox, *, structured: bool = False) -> Server[Any]:
+class Calls:
+    """The tool calls running now, so that the end of stdin can stop them and still answer.
+
+    A call runs in a cancel scope of its own (:meth:`running`); :meth:`stop` cancels
+    every one, and those started later at once. The handler turns its own scope's
+    cancellation into an answer (:data:`STOPPED`); a cancellation from outside (a
+    signal, the client cancelling the request) goes on as before.
+    """
+
+    def __init__(self) -> None:
+        self._scopes: set[trio.CancelScope] = set()
+        self.stopped = False
+
+    @contextmanager
+    def running(self) -> Iterator[trio.CancelScope]:
+        scope = trio.CancelScope()
+        if self.stopped:
+            scope.cancel()
+        self._scopes.add(scope)
+        try:
+            with scope:
+                yield scope
+        finally:
+            self._scopes.discard(scope)
+
+    def stop(self) -> None:
+        self.stopped = True
+        for scope in self._scopes:
+            scope.cancel()
+
+
+def build_server(
+    toolbox: Toolbox, *, structured: bool = False, calls: Calls | None = None
+) -> Server[Any]:
     """The SDK low-level server with the tools of ``toolbox``.
 
     ``structured``: declare output schemas and answer with ``structuredContent`` (and
-    the answer's first line as text) instead of the text alone."""
+    the answer's first line as text) instead of the text alone. ``calls``: where the
+    running tool calls are kept (:class:`Calls`)."""
     import mcp_types
     from mcp.server import Server
 
     tools = [_tool(spec, structured=structured) for spec in TOOLS]
+    calls = calls if calls is not None else Calls()
 
     async def list_tools(
         ctx: ServerRequestContext[Any], params: mcp_types.PaginatedRequestParams | None
@@ -145,10 +204,17 @@ def build_server(toolbox: Toolbox, *, structured: bool = False) -> Server[Any]:
     async def call_tool(
         ctx: ServerRequestContext[Any], params: mcp_types.CallToolRequestParams
     ) -> mcp_types.CallToolResult:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(_report_progress, ctx, params.name)
-            output = await toolbox.call(params.name, params.arguments)
-            nursery.cancel_scope.cancel()
+        started = trio.current_time()
+        with calls.running() as scope:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_report_progress, ctx, params.name)
+                output = await toolbox.call(params.name, params.arguments)
+                nursery.cancel_scope.cancel()
+        if scope.cancelled_caught:
+            stopped = STOPPED.format(seconds=round(trio.current_time() - started))
+            return mcp_types.CallToolResult(
+                content=[mcp_types.TextContent(type="text", text=stopped)], is_error=True
+            )
         if structured and output.data is not None and not output.is_error:
             data = output.data if not output.notes else {**output.data, "notes": output.notes}
             return mcp_types.CallToolResult(
@@ -256,21 +322,34 @@ async def _report_progress(ctx: ServerRequestContext[Any], tool: str) -> None:
 
 
 async def serve_stdio(toolbox: Toolbox, *, structured: bool = False) -> None:
-    """Serve MCP on this process's stdin/stdout until the client closes stdin."""
+    """Serve MCP on this process's stdin/stdout until the client closes stdin; then
+    answer the requests already read (see the module docstring) and return."""
     from mcp.server.stdio import stdio_server
 
-    server = build_server(toolbox, structured=structured)
+    calls = Calls()
+    server = build_server(toolbox, structured=structured, calls=calls)
+    in_flight = InFlight()
     stdin = claim_stdin()
-    lines = ScreenedLines(stdin)
+    lines = ScreenedLines(stdin, in_flight=in_flight, at_end=lambda: in_flight.settle(calls.stop))
+    stdout: StdoutWriter | None = None
     try:
-        # The SDK types its stdin as an anyio file; it only iterates it line by line.
-        async with stdio_server(stdin=lines) as (read_stream, write_stream):  # type: ignore[arg-type]
+        stdout = claim_stdout()
+        # The SDK types its stdin and stdout as anyio files; it only iterates the one line
+        # by line, and writes (and flushes) each message to the other.
+        async with stdio_server(stdin=lines, stdout=stdout) as (read_stream, write_stream):  # type: ignore[arg-type]
             # Our answers to lines the SDK would drop go through its own writer.
             lines.answer_into(write_stream.clone())
-            await server.run(read_stream, write_stream, server.create_initialization_options())
+            answers = AnswersCounted(write_stream, in_flight)
+            await server.run(read_stream, answers, server.create_initialization_options())
+        with trio.move_on_after(DRAIN_TIMEOUT) as drain:
+            await stdout.drain()
+        if drain.cancelled_caught:
+            log.warning("stdout: the client did not read the last answers for %g s", DRAIN_TIMEOUT)
     finally:
         lines.close()
         stdin.release()
+        if stdout is not None:
+            stdout.release()
 
 
 @asynccontextmanager
