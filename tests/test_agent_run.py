@@ -361,6 +361,52 @@ async def test_a_run_in_a_terminal_whose_shell_exited_raises(mode: str) -> None:
     assert isinstance(raised.value, RuntimeError)
 
 
+#: Shells that exit at start-up, at once or after a while (a script: no command
+#: detection, so a remote run waits for its announcement, and the exit came then).
+_DYING_SHELLS = {
+    "false": "exit 1",
+    "after-0.3s": "sleep 0.3; exit 3",
+    "after-1s": "sleep 1; exit 3",
+}
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("dies", list(_DYING_SHELLS))
+async def test_a_run_into_a_shell_that_exits_at_start_up_ends_with_its_exit(
+    mode: str, dies: str, tmp_path: Path
+) -> None:
+    """Probe M (finding 2): a remote run hung for good when the terminal's shell exited
+    while the command was being started (the exit, seen during the wait for command
+    detection, was consumed there, and the collector waited for it); in-process the
+    shell's exit code was reported as the command's. Now: ``TerminalExitedError``
+    before the typing, or ``shell_exited`` without an exit code after it, saying the
+    command did not run. Several tries: the exit lands in different waits."""
+    shell = tmp_path / "dying-shell"
+    shell.write_text(f"#!/bin/sh\n{_DYING_SHELLS[dies]}\n")
+    shell.chmod(0o755)
+    async with AsyncExitStack() as stack:
+        if mode == "local":
+            host = await stack.enter_async_context(ahp.open_host(shell=str(shell)))
+        else:
+            server = await stack.enter_async_context(running_server(shell=str(shell)))
+            client = await stack.enter_async_context(connect(server.url))
+        for attempt in range(3):
+            if mode == "local":
+                term: Any = await host.create_terminal()
+            else:
+                uri = f"ahp-terminal:/dying-{attempt}"
+                await client.create_terminal(uri)
+                term = client.terminal(uri)
+            with trio.fail_after(TIMEOUT):
+                try:
+                    result = await term.run("echo hi")
+                except TerminalExitedError:
+                    continue
+            assert result.status == "shell_exited", result
+            assert result.exit_code is None and result.note.startswith("not run"), result
+            assert "hi" not in result.output
+
+
 @pytest.mark.parametrize("mode", MODES)
 async def test_duration_is_wall_time_from_the_typing_to_the_result(mode: str) -> None:
     """Probe L: ``duration_ms`` was the shell's own measure (its start mark to its end

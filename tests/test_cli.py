@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -127,6 +128,32 @@ async def _run(
     return subprocess.CompletedProcess(
         done.args, done.returncode, done.stdout.decode(), done.stderr.decode()
     )
+
+
+@asynccontextmanager
+async def serve_process(
+    *args: str, env: dict[str, str] | None = None
+) -> AsyncIterator[tuple[trio.Process, str]]:
+    """A real ``python -m ahp serve --port 0 ARGS`` (its stderr discarded) and its URL;
+    killed and reaped at the end."""
+    proc = await trio.lowlevel.open_process(
+        [sys.executable, "-m", "ahp", "serve", "--port", "0", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env=_env(env),
+        cwd=str(REPO),
+    )
+    try:
+        assert proc.stdout is not None
+        line = b""
+        with trio.fail_after(TIMEOUT):
+            while not line.endswith(b"\n"):
+                chunk = await proc.stdout.receive_some(4096)
+                assert chunk, line
+                line += chunk
+        yield proc, line.decode().strip()
+    finally:
+        await kill_and_reap(proc)
 
 
 def one_line_error(done: subprocess.CompletedProcess[str]) -> str:
@@ -524,6 +551,33 @@ async def test_run_exits_with_the_shell_s_exit_code() -> None:
     assert done.returncode == 7, done.stderr
     result = json.loads(done.stdout)
     assert (result["status"], result["exit_code"]) == ("shell_exited", 7)
+
+
+@pytest.mark.parametrize("dies", ["at-once", "after-1s"])
+async def test_run_into_a_shell_that_exits_at_start_up_fails_in_one_line(
+    dies: str, tmp_path: Path
+) -> None:
+    """Probe M (finding 2): against ``serve --shell /bin/false`` (or a shell that exits
+    a second after it started), ``run`` hung for good (the exit came during the wait
+    for command detection, and was missed), or printed a traceback; now 125 and one
+    line, as for a ``--terminal`` whose process had exited. Several tries: the exit
+    lands in different waits."""
+    shell = "/bin/false"
+    if dies == "after-1s":
+        script = tmp_path / "dying-shell"
+        script.write_text("#!/bin/sh\nsleep 1; exit 3\n")
+        script.chmod(0o755)
+        shell = str(script)
+    async with serve_process("--shell", shell) as (_, url):
+        for _ in range(3):
+            done = await cli("run", url, "--", "echo hi")
+            assert done.returncode == 125, done
+            assert re.fullmatch(
+                r"ahp run: the process of ahp-terminal:/run-\w+ has exited \(code [13]\)"
+                r"( before the command started: it did not run)?",
+                one_line_error(done),
+            ), done.stderr
+            assert done.stdout == ""
 
 
 async def test_run_returns_when_a_password_prompt_waits() -> None:

@@ -44,7 +44,8 @@ for what holds the terminal.
 The collector task (in the terminal owner's nursery: the terminal's own, or the
 client connection's) feeds the command's :class:`~ahp.agent.machine.CommandMachine`
 with what it sees and ends on every path in a final status: its end, the shell's
-exit (with the shell's exit code), the terminal disposed, the follower ended
+exit (with the shell's exit code; none, and a note saying it did not run, when the
+shell exited before it started the command), the terminal disposed, the follower ended
 (the connection is gone: ``lost``), a crash of its own (``lost``, logged). Before
 the final status is published it gives back the claim it found (when the
 command was run with one and the terminal is still there), so that a ``run``
@@ -292,6 +293,16 @@ class Collector:
                     await self.port.set_claim(claim)
         if event in (Event.SHELL_EXITED, Event.DISPOSED):
             record.shell_gone = True
+        if event is Event.SHELL_EXITED and not record.machine.executing:
+            # The shell never reported starting it (no start mark, no command id): it
+            # exited before it read the line (one that exits at start-up), and its exit
+            # code is not the command's.
+            code = "" if exit_code is None else f" with code {exit_code}"
+            note = (
+                f"not run: the terminal's shell exited{code} before it started the command "
+                "(that is not the command's exit code); open a new terminal"
+            )
+            exit_code = None
         if (
             event is Event.SHELL_EXITED
             and self.replaced_program is not None

@@ -21,6 +21,14 @@ Which way: with the terminal's command detection when the shell reports commands
 with marks the host signed; else wrapped in markers (:mod:`ahp.agent.markers`), in
 fish's syntax when the shell is fish (:func:`_is_fish`).
 
+A terminal that exits while a command is being started (a shell that exits at
+once, or after a while, before its first prompt): every wait of the start (the
+first snapshot, command detection's announcement, the prompt after the previous
+command) ends on the exit seen on the follower, and the state is looked at again
+before the typing: :class:`TerminalExitedError`, nothing typed. An exit after the
+typing is the collector's: the command's status is ``shell_exited``, without an exit
+code when the shell had not started it (its note says it did not run).
+
 Cancellation: cancelling :func:`start_command` before the command was typed
 leaves nothing behind (the follower closed, the claim given back); once typed,
 the command belongs to its collector, in the terminal owner's nursery.
@@ -51,7 +59,11 @@ from ahp.agent.port import TerminalPort
 from ahp.agent.prestart import PreStart, screen_line
 from ahp.agent.record import CommandRecord
 from ahp.agent.status import Event
-from ahp.protocol.actions import ActionEnvelope, TerminalCommandDetectionAvailable
+from ahp.protocol.actions import (
+    ActionEnvelope,
+    TerminalCommandDetectionAvailable,
+    TerminalExited,
+)
 from ahp.protocol.state import CommandPart, Snapshot, TerminalState
 
 __all__ = ["TerminalExitedError", "start_command"]
@@ -158,11 +170,14 @@ async def _start(port: TerminalPort, command_line: str, options: RunOptions) -> 
         if not detected and not lost and not unsigned:
             with trio.move_on_after(port.detection_wait):
                 async for item in stream:
+                    _check_alive(item)
                     if isinstance(item, ActionEnvelope) and isinstance(
                         item.action, TerminalCommandDetectionAvailable
                     ):
                         detected = True
                         break
+        if port.ended:
+            raise TerminalExitedError
         holder = await holder_of(port, detected=detected)
         detected = detected and not port.commands.detection_lost  # (holder_of may learn it)
         if holder is not None:
@@ -191,6 +206,8 @@ async def _start(port: TerminalPort, command_line: str, options: RunOptions) -> 
         known = frozenset(p.commandId for p in port.state.content if isinstance(p, CommandPart))
         record.started = time.monotonic()
         prompt = screen_line(port.state.tail(PROMPT_LOOKBACK))
+        if port.ended:  # (an exit seen by now is not in the stream any more)
+            raise TerminalExitedError
         await port.send_input(keys)
         collector = Collector(
             record,
@@ -219,6 +236,20 @@ async def _start(port: TerminalPort, command_line: str, options: RunOptions) -> 
     return handle
 
 
+def _check_alive(item: Snapshot | ActionEnvelope) -> None:
+    """Raise :class:`TerminalExitedError` when ``item``, taken from the follower
+    before the typing (the collector never sees it), says the terminal exited.
+
+    Raises:
+        TerminalExitedError: it did.
+    """
+    if isinstance(item, ActionEnvelope):
+        if isinstance(item.action, TerminalExited):
+            raise TerminalExitedError
+    elif isinstance(item.state, TerminalState) and item.state.exited:
+        raise TerminalExitedError
+
+
 def _last_part(state: TerminalState) -> CommandPart | None:
     for part in reversed(state.content):
         if isinstance(part, CommandPart):
@@ -234,11 +265,16 @@ async def _prompt_drawn(port: TerminalPort, stream: Stream) -> None:
     """The previous command just ended: let the shell draw its prompt (something is
     printed after the command's end), or be seen reading at it in its line editor's
     way (a prompt that goes nowhere: ``exec 2>/dev/null`` in bash); at most
-    :data:`INTERRUPT_GRACE`."""
+    :data:`INTERRUPT_GRACE`.
+
+    Raises:
+        TerminalExitedError: the terminal exited meanwhile.
+    """
     with trio.move_on_after(INTERRUPT_GRACE):
-        while before_prompt(port.state):
+        while before_prompt(port.state) and not port.ended:
             with trio.move_on_after(PROMPT_LOOK):
-                async for _ in stream:
+                async for item in stream:
+                    _check_alive(item)
                     if not before_prompt(port.state):
                         return
             processes = port.processes

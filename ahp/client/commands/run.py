@@ -66,6 +66,7 @@ from ahp.agent import (
     CommandHandle,
     CommandResult,
     RunOptions,
+    TerminalExitedError,
     run_command,
 )
 from ahp.agent.budget import RETAINED_OUTPUT_BYTES
@@ -396,6 +397,9 @@ def exit_status(result: CommandResult) -> int:
 def run(args: argparse.Namespace) -> int:
     words = _parse_late_options(args)
     cwd = os.path.abspath(args.cwd) if args.cwd is not None else None
+    #: The line saying the terminal's process exited (the command never ran, or the
+    #: terminal ended under it), taken while its state is still mirrored.
+    exited = ""
 
     async def body() -> int:
         from ahp.pty.localtty import pending_input
@@ -456,6 +460,14 @@ def run(args: argparse.Namespace) -> int:
             print("ahp run: the command is waiting for input", file=sys.stderr)
         elif result.status == "lost":
             print(f"ahp run: lost: {printable(result.note)}", file=sys.stderr)
+        elif exited:
+            # (Before the shell started the command: the collector's note says "not run".)
+            how = (
+                " before the command started: it did not run"
+                if result.note.startswith("not run")
+                else f": {printable(result.note) or 'the exit code is unknown'}"
+            )
+            print(f"ahp run: {exited}{how}", file=sys.stderr)
         elif result.exit_code is None:
             print("ahp run: the command's exit code is unknown", file=sys.stderr)
         return exit_status(result)
@@ -479,7 +491,7 @@ def run(args: argparse.Namespace) -> int:
                     raise CommandFailed(f"no terminal {uri} (see `python -m ahp ls URL`)") from None
                 raise
             if client.terminal_state(uri).exited:
-                raise CommandFailed(f"the process of {uri} has exited")
+                raise CommandFailed(_exited_line(client, uri))
             created = False
         else:
             uri = f"ahp-terminal:/run-{secrets.token_hex(4)}"
@@ -487,6 +499,7 @@ def run(args: argparse.Namespace) -> int:
             created = True
         result: CommandResult | None = None
         stopped_by: int | None = None
+        nonlocal exited
         hard = math.inf
         if args.timeout is not None:
             hard = trio.current_time() + args.timeout + INTERRUPT_GRACE + HARD_TIMEOUT_MARGIN
@@ -521,15 +534,21 @@ def run(args: argparse.Namespace) -> int:
                         timeout=args.timeout,
                         max_output_bytes=min(args.max_output_bytes * RAW_FACTOR, MAX_BUDGET),
                     )
-                    if printer is None:
-                        result = await run_command(client.terminal(uri), line, options)
-                    else:
-                        handle = await client.terminal(uri).start(line, options)
-                        try:
-                            result = await _stream(handle, printer)
-                        finally:
-                            printer.feed(handle.read_settled(final=True))
-                            printer.close()
+                    try:
+                        if printer is None:
+                            result = await run_command(client.terminal(uri), line, options)
+                        else:
+                            handle = await client.terminal(uri).start(line, options)
+                            try:
+                                result = await _stream(handle, printer)
+                            finally:
+                                printer.feed(handle.read_settled(final=True))
+                                printer.close()
+                    except TerminalExitedError:
+                        # (Its shell exited at start-up: nothing was typed.)
+                        raise CommandFailed(_exited_line(client, uri)) from None
+                    if result.shell_exited and result.exit_code is None:
+                        exited = _exited_line(client, uri)
                     nursery.cancel_scope.cancel()
         finally:
             if created:
@@ -575,6 +594,15 @@ def run(args: argparse.Namespace) -> int:
         )
 
     return main("ahp run", body, failure=FAILED)
+
+
+def _exited_line(client: Client, uri: str) -> str:
+    """``the process of URI has exited`` (with its exit code when the mirror has it)."""
+    try:
+        code = client.terminal_state(uri).exitCode
+    except KeyError:  # (no longer mirrored)
+        code = None
+    return f"the process of {uri} has exited" + ("" if code is None else f" (code {code})")
 
 
 def _write_out(text: str) -> None:
