@@ -17,7 +17,7 @@ import shlex
 import shutil
 import socket
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 from ahp import arguments
@@ -120,7 +120,16 @@ def _serve_terminals(g: argparse._ArgumentGroup) -> None:
     g.add_argument(
         "--shell",
         type=_executable,
-        help="shell for new terminals, a path or a name on $PATH (default: $SHELL, else /bin/sh)",
+        help="shell for new terminals, a path or a name on $PATH (default: $SHELL, else "
+        "/bin/sh; a $SHELL that names no executable: /bin/sh, with a warning)",
+    )
+    g.add_argument(
+        "--cwd",
+        type=_directory,
+        metavar="PATH",
+        help="where new terminals (and execs) start when the client does not say (default: "
+        "$HOME; a $HOME that is no directory one can enter: the current directory, with a "
+        "warning)",
     )
     g.add_argument(
         "--no-rc",
@@ -235,6 +244,44 @@ def _executable(text: str) -> str:
     return os.path.abspath(found)
 
 
+def _directory(text: str) -> str:
+    """``--cwd``: a directory this process can enter, made absolute."""
+    path = os.path.abspath(text)
+    if not os.path.isdir(path):
+        raise argparse.ArgumentTypeError(f"no directory {text!r}")
+    if not os.access(path, os.X_OK):
+        raise argparse.ArgumentTypeError(f"cannot enter {text!r} (permission denied)")
+    return path
+
+
+def terminal_defaults(
+    shell: str | None, cwd: str | None, env: Mapping[str, str]
+) -> tuple[str | None, str | None, list[str]]:
+    """``serve``'s shell and directory for new terminals, from ``--shell``/``--cwd``
+    (checked already) or the environment, and a warning for each fallback: a
+    ``$SHELL`` that names no executable gives ``/bin/sh``; a ``$HOME`` that is no
+    directory this process can enter gives the current directory (``/`` if that is
+    gone too). ``None`` leaves the choice to each terminal's launch (``$SHELL``,
+    ``$HOME``), as before."""
+    warnings: list[str] = []
+    named = env.get("SHELL")
+    if shell is None and named and shutil.which(named, path=env.get("PATH")) is None:
+        shell = "/bin/sh"
+        warnings.append(f"$SHELL {named!r} names no executable: new terminals run /bin/sh")
+    if cwd is None:
+        home = os.path.expanduser("~")
+        if not (os.path.isabs(home) and os.path.isdir(home) and os.access(home, os.X_OK)):
+            try:
+                cwd = os.getcwd()
+            except OSError:  # (deleted under us)
+                cwd = "/"
+            warnings.append(
+                f"$HOME {home!r} is not a directory this user can enter: new terminals "
+                f"start in {cwd} (--cwd to choose)"
+            )
+    return shell, cwd, warnings
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m ahp",
@@ -346,11 +393,15 @@ def _serve(args: argparse.Namespace) -> int:
         shown = args.unix or f"{args.host}:{sidecar.port}"
         logging.getLogger("ahp.server").info("listening on %s", shown)
 
+    shell, cwd, warnings = terminal_defaults(args.shell, args.cwd, os.environ)
+    for warning in warnings:
+        logging.getLogger("ahp.server").warning("%s", warning)
     try:
         return trio.run(
             lambda: run_sidecar(
                 options,
-                shell=args.shell,
+                shell=shell,
+                cwd=cwd,
                 scrollback=args.scrollback,
                 user_rc=not args.no_rc,
                 on_ready=ready,

@@ -10,12 +10,15 @@
 #   AHP_HOST           address to bind (default 0.0.0.0: probes reach the container's IP)
 #   AHP_PORT           TCP port (default 8765)
 #   AHP_SHELL          shell for new terminals (default bash; zsh and fish are installed)
+#   AHP_CWD            where new terminals start (default: the working directory, the
+#                      image's /workspace: the shared workspace, not $HOME)
 #   AHP_DRAIN_TIMEOUT  seconds running commands get after SIGTERM (default 10)
 #   AHP_ALLOW_ROOT     set to 1 to run as root anyway (refused otherwise)
 #
-# Refuses, with one line on stderr and status 2: to run as root, and to serve without
-# a token (serve would make up a random one and print it to the logs). The token is
-# never put on a command line, where ps would show it: serve reads the variables.
+# Refuses, with one line on stderr and status 2: to run as root, to serve without a
+# token (serve would make up a random one and print it to the logs), and an AHP_CWD
+# that is no directory. The token is never put on a command line, where ps would show
+# it: serve reads the variables.
 # `exec` hands PID 1 to Python, so SIGTERM reaches serve and starts its drain; serve
 # reaps the orphans PID 1 adopts and kills them when it exits (no init needed; see
 # docs/deploy.md, "PID 1, orphans and signals").
@@ -49,6 +52,10 @@ fi
 if [ -z "${AHP_TOKEN_FILE:-}" ] && [ -z "${AHP_TOKEN:-}" ]; then
     fail "no token: set AHP_TOKEN_FILE to a file holding it (a mounted secret), or AHP_TOKEN"
 fi
+cwd="${AHP_CWD:-$(pwd)}"
+if [ ! -d "$cwd" ]; then
+    fail "AHP_CWD: no directory $cwd (where new terminals start)"
+fi
 for arg in "$@"; do
     case "$arg" in
         --token|--token=*) fail "--token would show the token in ps: use AHP_TOKEN_FILE or AHP_TOKEN" ;;
@@ -59,5 +66,6 @@ exec python -m ahp serve \
     --host "${AHP_HOST:-0.0.0.0}" \
     --port "$port" \
     --shell "${AHP_SHELL:-bash}" \
+    --cwd "$cwd" \
     --drain-timeout "${AHP_DRAIN_TIMEOUT:-10}" \
     "$@"

@@ -132,17 +132,18 @@ async def _run(
 
 @asynccontextmanager
 async def serve_process(
-    *args: str, env: dict[str, str] | None = None
+    *args: str, env: dict[str, str] | None = None, log: Path | None = None
 ) -> AsyncIterator[tuple[trio.Process, str]]:
-    """A real ``python -m ahp serve --port 0 ARGS`` (its stderr discarded) and its URL;
-    killed and reaped at the end."""
-    proc = await trio.lowlevel.open_process(
-        [sys.executable, "-m", "ahp", "serve", "--port", "0", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        env=_env(env),
-        cwd=str(REPO),
-    )
+    """A real ``python -m ahp serve --port 0 ARGS`` (its stderr into ``log``, else
+    discarded) and its URL; killed and reaped at the end."""
+    with open(log or os.devnull, "wb") as stderr:  # noqa: ASYNC230 (before any task runs)
+        proc = await trio.lowlevel.open_process(
+            [sys.executable, "-m", "ahp", "serve", "--port", "0", *args],
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            env=_env(env),
+            cwd=str(REPO),
+        )
     try:
         assert proc.stdout is not None
         line = b""
@@ -216,6 +217,8 @@ async def test_serve_start_up_failures_are_one_line(tmp_path: Path) -> None:
         (["--scrollback", "-1"], "argument --scrollback: must be at least 1, not -1"),
         (["--scrollback", "0"], "argument --scrollback: must be at least 1, not 0"),
         (["--shell", "/nonexistent"], "argument --shell: no executable '/nonexistent'"),
+        (["--cwd", "/nonexistent"], "argument --cwd: no directory '/nonexistent'"),
+        (["--cwd", "/etc/passwd"], "argument --cwd: no directory '/etc/passwd'"),
         (["--flood-nice", "20"], "argument --flood-nice: invalid choice: 20"),
     ],
 )
@@ -291,6 +294,40 @@ async def test_serve_on_a_wildcard_prints_a_loopback_url(bind: str, shown: str) 
             assert await proc.wait() == 0
     finally:
         await kill_and_reap(proc)
+async def test_serve_cwd_is_where_terminals_and_execs_start(tmp_path: Path) -> None:
+    """Probe M (finding 7): terminals started in $HOME, and serve had no way to say
+    otherwise (the image's shared /workspace was not where commands ran)."""
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    async with serve_process("--shell", "bash", "--cwd", str(workspace)) as (_, url):
+        done = await cli("run", url, "--", "pwd")
+        assert (done.returncode, done.stdout) == (0, f"{workspace}\n"), done
+        done = await cli("exec", url, "--", "pwd")
+        assert (done.returncode, done.stdout) == (0, f"{workspace}\n"), done
+        # A client's own cwd still wins.
+        done = await cli("run", url, "--cwd", str(tmp_path), "--", "pwd")
+        assert (done.returncode, done.stdout) == (0, f"{tmp_path}\n"), done
+
+
+async def test_serve_falls_back_when_the_environment_s_shell_or_home_is_unusable(
+    tmp_path: Path,
+) -> None:
+    """Probe M (finding 3): with ``SHELL=/nonexistent/zsh`` or ``HOME=/nonexistent``, serve
+    started and said ready while every new terminal was refused ("executable ... does
+    not exist", "cwd ... does not exist"). Now it says so at start-up and falls back:
+    /bin/sh, the current directory."""
+    log = tmp_path / "serve.log"
+    env = {"SHELL": "/nonexistent/zsh", "HOME": "/nonexistent/home"}
+    async with serve_process(env=env, log=log) as (_, url):
+        done = await cli("run", url, "--", "echo $0; pwd")
+        assert done.returncode == 0, done
+        assert done.stdout.split() == ["/bin/sh", str(REPO)], done
+        done = await cli("exec", url, "--", "pwd")
+        assert (done.returncode, done.stdout) == (0, f"{REPO}\n"), done
+    text = log.read_text()
+    assert "$SHELL '/nonexistent/zsh' names no executable: new terminals run /bin/sh" in text
+    home = "$HOME '/nonexistent/home' is not a directory this user can enter"
+    assert f"{home}: new terminals start in {REPO}" in text
 
 
 async def test_no_command_prints_usage_and_exits_2() -> None:

@@ -112,6 +112,9 @@ def test_kubernetes_sidecars_probe_real_routes_on_the_served_port_with_a_secret_
         assert pod["securityContext"]["runAsNonRoot"] is True, path
         assert pod["securityContext"]["runAsUser"] != 0, path
         assert pod["terminationGracePeriodSeconds"] > DEFAULT_DRAIN_TIMEOUT + GOODBYE_TIMEOUT
+        # Terminals start in the workspace (probe M, finding 7: they started in $HOME).
+        mount = env.get("AHP_CWD") or _dockerfile_workdir()
+        assert mount in mounts and mounts[mount] == "workspace", path
     # The sidecar example shares the workspace with an agent container.
     (sidecar_pod,) = [pod for path, pod, _ in containers if path.name == "sidecar.yaml"]
     shared = [
@@ -133,6 +136,16 @@ def test_the_compose_file_maps_the_served_port_and_uses_a_secret_file() -> None:
     assert service["secrets"] == ["ahp_token"] and "ahp_token" in compose["secrets"]
     assert service["healthcheck"]["test"] == ["CMD", "ahp-entrypoint", "healthcheck"]
     assert "AHP_TOKEN" not in service["environment"]
+    # Terminals start in the volume the agent shares (probe M, finding 7).
+    cwd = service["environment"].get("AHP_CWD") or _dockerfile_workdir()
+    agent = compose["services"]["agent"]
+    assert f"workspace:{cwd}" in service["volumes"] and f"workspace:{cwd}" in agent["volumes"]
+
+
+def _dockerfile_workdir() -> str:
+    """The image's last ``WORKDIR``: the entrypoint's default ``AHP_CWD``."""
+    found = re.findall(r"^WORKDIR (\S+)$", (DEPLOY / "Dockerfile").read_text(), re.M)
+    return str(found[-1])
 
 
 def test_the_dockerfile_is_slim_non_root_has_the_shells_and_a_python_healthcheck() -> None:
@@ -249,6 +262,9 @@ async def test_the_entrypoint_refuses_root_a_missing_token_and_a_token_argument(
     _one_line(await _entrypoint([], _env(scratch)), "no token")
     done = await _entrypoint(["serve", "--token", "x"], _env(scratch, AHP_TOKEN_FILE=str(token)))
     _one_line(done, "would show the token in ps")
+    missing = scratch / "no-such-workspace"
+    done = await _entrypoint([], _env(scratch, AHP_TOKEN_FILE=str(token), AHP_CWD=str(missing)))
+    _one_line(done, f"AHP_CWD: no directory {missing}")
 
 
 def _free_port() -> int:
@@ -259,8 +275,11 @@ def _free_port() -> int:
 
 
 @asynccontextmanager
-async def entrypoint_server(scratch: Path, token: str) -> AsyncIterator[tuple[trio.Process, int]]:
-    """The entrypoint serving on a free loopback port, as the unprivileged user."""
+async def entrypoint_server(
+    scratch: Path, token: str, *, cwd: str = "/", **extra: str
+) -> AsyncIterator[tuple[trio.Process, int]]:
+    """The entrypoint serving on a free loopback port, as the unprivileged user, in
+    the working directory ``cwd``, with ``extra`` in its environment."""
     token_file = scratch / "token"
     token_file.write_text(f"{token}\n")
     os.chmod(token_file, 0o644)
@@ -270,8 +289,8 @@ async def entrypoint_server(scratch: Path, token: str) -> AsyncIterator[tuple[tr
         [*_as_user(), "sh", str(ENTRYPOINT)],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
-        env=env,
-        cwd="/",
+        env={**env, **extra},
+        cwd=cwd,
     )
     try:
         assert proc.stdout is not None
@@ -321,3 +340,36 @@ async def test_the_entrypoint_serves_as_a_user_answers_every_probe_and_drains(
             assert await proc.wait() == 0
         unhealthy = await _entrypoint(["healthcheck"], env)
         assert unhealthy.returncode == 1 and "healthcheck:" in unhealthy.stderr
+
+
+async def test_the_entrypoint_s_terminals_start_in_its_working_directory(scratch: Path) -> None:
+    """Probe M (findings 3 and 7): terminals started in ``$HOME`` (``/home/ahp`` in the
+    image, not the shared ``/workspace``), and with ``HOME=/nonexistent`` (what ``su
+    nobody`` gives) every ``run`` and ``exec`` was refused while ``/readyz`` said ready.
+    The entrypoint starts them in its working directory (the image's ``WORKDIR``), or
+    ``AHP_CWD``."""
+    workspace = scratch / "workspace"
+    workspace.mkdir()
+    if os.geteuid() == 0:
+        os.chown(workspace, NOBODY, NOBODY)
+    token = "entrypoint-token-43"
+    client_env = {**_env(scratch), "AHP_TOKEN": token}
+    for cwd, extra in [(str(workspace), {}), ("/", {"AHP_CWD": str(workspace)})]:
+        async with entrypoint_server(scratch, token, cwd=cwd, HOME="/nonexistent", **extra) as (
+            _,
+            port,
+        ):
+            assert await _status(port, "/readyz") == 200
+            url = f"ws://127.0.0.1:{port}/"
+            for command in (["run", url, "--", "pwd"], ["exec", url, "--", "pwd"]):
+                with trio.fail_after(3 * TIMEOUT):
+                    done = await trio.run_process(
+                        [sys.executable, "-m", "ahp", *command],
+                        stdin=subprocess.DEVNULL,
+                        capture_stdout=True,
+                        capture_stderr=True,
+                        check=False,
+                        env=client_env,
+                    )
+                assert done.returncode == 0, (command, done.stderr)
+                assert done.stdout.decode() == f"{workspace}\n", command

@@ -105,6 +105,28 @@ async def test_readyz_follows_the_ready_callable() -> None:
     assert (answer.status, answer.body) == (503, b"draining\n")
 
 
+async def test_readyz_says_unable_while_a_new_terminal_cannot_start(tmp_path: Path) -> None:
+    """Probe M (finding 3): ``/readyz`` said ``ready`` while every ``createTerminal``
+    failed (the directory terminals start in, or their shell, was gone). It answers
+    503 ``unable`` while so, and ``ready`` again once they are back."""
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    shell = tmp_path / "shell"
+    shell.symlink_to("/bin/sh")
+    async with running_server(cwd=str(workspace), shell=str(shell)) as sidecar:
+        port = sidecar.port
+        assert port is not None
+        assert (await _get(port, "/readyz")).endswith(b"\r\n\r\nready\n")
+        workspace.rmdir()
+        unable = await _get(port, "/readyz")
+        assert unable.startswith(b"HTTP/1.1 503 ") and unable.endswith(b"\r\n\r\nunable\n")
+        assert (await _get(port, "/healthz")).startswith(b"HTTP/1.1 200 ")  # (alive)
+        workspace.mkdir()
+        assert (await _get(port, "/readyz")).endswith(b"\r\n\r\nready\n")
+        shell.unlink()
+        assert (await _get(port, "/readyz")).endswith(b"\r\n\r\nunable\n")
+
+
 async def _get(port: int, target: str, host: str | None = None, method: str = "GET") -> bytes:
     stream = await trio.open_tcp_stream("127.0.0.1", port)
     try:

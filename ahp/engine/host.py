@@ -90,6 +90,7 @@ class Host:
         log_envelopes: int | None = None,
         log_bytes: int | None = None,
         user_rc: bool = True,
+        cwd: str | None = None,
     ) -> None:
         self._nursery = nursery
         kwargs: dict[str, int] = {}
@@ -104,6 +105,9 @@ class Host:
         #: Returns freed memory to the system after large frees (see ahp.engine.memory).
         self.trimmer = Trimmer(nursery)
         self.shell = shell
+        #: Where new terminals start when not told (``serve --cwd``; None: the home
+        #: directory).
+        self.cwd = cwd
         self.scrollback = scrollback
         #: Whether new terminals' shells load the user's startup files (``~/.bashrc``...)
         #: before command detection (``serve --no-rc``: False); per terminal, ``user_rc=``.
@@ -278,7 +282,7 @@ class Host:
             name=name,
             argv=tuple(argv) if argv is not None else None,
             shell=shell or self.shell,
-            cwd=cwd,
+            cwd=cwd if cwd is not None else self.cwd,
             env=dict(env or {}),
             cols=cols,
             rows=rows,
@@ -409,6 +413,7 @@ async def open_host(
     log_envelopes: int | None = None,
     log_bytes: int | None = None,
     user_rc: bool = True,
+    cwd: str | None = None,
 ) -> AsyncIterator[Host]:
     """Run a :class:`Host` for the duration of the ``async with`` block.
 
@@ -418,6 +423,8 @@ async def open_host(
         user_rc: whether new terminals' shells load the user's startup files first
             (False: the host's own environment reaches commands unchanged, e.g. a
             venv's ``python`` stays first on ``PATH``; command detection still loads).
+        cwd: where new terminals (and execs) start when not told (an absolute path;
+            else the home directory).
 
     An error raised by the block leaves it as it was raised (not inside an
     ``ExceptionGroup``), unless one of the host's own tasks failed too
@@ -432,6 +439,7 @@ async def open_host(
                 log_envelopes=log_envelopes,
                 log_bytes=log_bytes,
                 user_rc=user_rc,
+                cwd=cwd,
             )
             try:
                 with block.watching():

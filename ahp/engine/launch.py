@@ -33,7 +33,15 @@ from ahp.reducers import DEFAULT_SCROLLBACK
 from ahp.reducers.core import MAX_TITLE, normal_title
 from ahp.shell import ShellLaunch, prepare_shell, remove_launch_files
 
-__all__ = ["DISPOSE_GRACE", "Launch", "TerminalSpec", "default_shell", "discard", "prepare_launch"]
+__all__ = [
+    "DISPOSE_GRACE",
+    "Launch",
+    "TerminalSpec",
+    "default_launch_problem",
+    "default_shell",
+    "discard",
+    "prepare_launch",
+]
 
 #: Default grace period between hang-up and kill on dispose.
 DISPOSE_GRACE: Final = 2.0
@@ -44,6 +52,21 @@ def default_shell(env: Mapping[str, str]) -> str:
     return env.get("SHELL") or "/bin/sh"
 
 
+def default_launch_problem(shell: str | None, cwd: str | None) -> str | None:
+    """Why a terminal started with these defaults (a host's ``shell`` and ``cwd``;
+    ``None``: ``$SHELL``, the home directory) cannot start now, or ``None``: the
+    directory is missing or cannot be entered, the program is not found or not
+    executable. Only the filesystem is looked at (a few ``stat``s): for ``serve``'s
+    start-up and ``/readyz``."""
+    env = dict(os.environ)
+    try:
+        path = _cwd_path(cwd)
+        validate(SpawnSpec(argv=(shell or default_shell(env),), cwd=path, env=env))
+    except SpawnError as exc:
+        return str(exc)
+    return None
+
+
 @attrs.frozen
 class TerminalSpec:
     """How to create a terminal.
@@ -51,11 +74,12 @@ class TerminalSpec:
     ``argv`` runs a program; without it the user's shell runs (``shell``, else
     ``$SHELL``, else ``/bin/sh``) with command detection injected when the shell
     is bash, zsh or fish. ``cwd`` is an absolute path or a ``file://`` URI
-    (default: the home directory). The child's environment is this process's
-    environment plus ``TERM=xterm-256color``, plus (unless ``interactive``) the
-    non-interactive defaults :data:`ahp.pty.environment.NONINTERACTIVE_ENV` (no
-    pagers, no credential prompts), plus ``env``. ``name`` (the initial
-    title) is at most :data:`~ahp.reducers.core.MAX_TITLE` characters.
+    (default: the home directory; a host with a default of its own fills it in).
+    The child's environment is this process's environment plus
+    ``TERM=xterm-256color``, plus (unless ``interactive``) the non-interactive
+    defaults :data:`ahp.pty.environment.NONINTERACTIVE_ENV` (no pagers, no
+    credential prompts), plus ``env``. ``name`` (the initial title) is at most
+    :data:`~ahp.reducers.core.MAX_TITLE` characters.
     """
 
     uri: str

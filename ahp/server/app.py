@@ -46,6 +46,7 @@ import trio
 
 from ahp.engine import Host, open_host
 from ahp.engine.collector import freeze_startup_objects
+from ahp.engine.launch import default_launch_problem
 from ahp.engine.memory import configure_allocator
 from ahp.pty.orphans import adopting_orphans, kill_adopted
 from ahp.pty.reap import kill_session
@@ -325,7 +326,7 @@ async def serve_host(
     if token is not None:
         url += "?" + urlencode({"tkn": token})  # (a token may hold '+', '/', '=')
     state = ServerState(host=host, max_terminals=options.max_terminals)
-    routes = health_routes(ready=lambda: not state.draining)
+    routes = health_routes(ready=lambda: not state.draining, able=_launch_watch(host))
     own_origins: frozenset[str] = frozenset()
     if options.web and port is not None:
         shown = shown_host(options.host)
@@ -429,10 +430,29 @@ async def _start_records(
         raise RecordSetupError(exc.errno, f"cannot create {what}: {exc.strerror or exc}") from exc
 
 
+def _launch_watch(host: Host) -> Callable[[], bool]:
+    """``/readyz``'s ``able``: whether a terminal with the host's defaults can start now
+    (:func:`~ahp.engine.launch.default_launch_problem`); a change is logged once."""
+    seen: list[str | None] = [None]
+
+    def able() -> bool:
+        problem = default_launch_problem(host.shell, host.cwd)
+        if problem != seen[0]:
+            if problem is not None:
+                log.warning("new terminals cannot start: %s (/readyz answers 503)", problem)
+            else:
+                log.info("new terminals can start again")
+            seen[0] = problem
+        return problem is None
+
+    return able
+
+
 async def run_sidecar(
     options: ServeOptions,
     *,
     shell: str | None = None,
+    cwd: str | None = None,
     scrollback: int | None = None,
     user_rc: bool = True,
     on_ready: Callable[[Sidecar], None] | None = None,
@@ -461,7 +481,7 @@ async def run_sidecar(
     stop_on = [s for s in STOP_SIGNALS if s != signal.SIGHUP or not _ignored(s)]
     with trio.open_signal_receiver(*stop_on) as signals:
         # (orphans: reaped while serving, killed at exit, after the terminals: ahp.pty.orphans)
-        async with adopting_orphans(), open_host(shell=shell, user_rc=user_rc, **kwargs) as host:
+        async with adopting_orphans(), open_host(shell=shell, cwd=cwd, user_rc=user_rc, **kwargs) as host:
             async with trio.open_nursery() as nursery:
                 sidecar = await nursery.start(serve_host, host, options)
                 if on_ready is not None:

@@ -205,17 +205,26 @@ class Routes:
         return await handler(request)
 
 
-def health_routes(ready: Callable[[], bool], extra: Mapping[str, Handler] | None = None) -> Routes:
+def health_routes(
+    ready: Callable[[], bool],
+    extra: Mapping[str, Handler] | None = None,
+    *,
+    able: Callable[[], bool] = lambda: True,
+) -> Routes:
     """``/healthz`` (the process answers: 200 ``ok``) and ``/readyz`` (200 ``ready`` while
-    ``ready()``, else 503 ``draining``). Neither needs the token; neither says more."""
+    ``ready()`` and ``able()``; else 503 ``draining`` when not ``ready()``, 503 ``unable``
+    when not ``able()``: a new terminal cannot start, its directory or its shell is
+    gone). Neither needs the token; neither says more."""
 
     async def healthz(request: PlainRequest) -> HttpResponse:
         return HttpResponse.text(200, "ok")
 
     async def readyz(request: PlainRequest) -> HttpResponse:
-        if ready():
-            return HttpResponse.text(200, "ready")
-        return HttpResponse.text(503, "draining")
+        if not ready():
+            return HttpResponse.text(503, "draining")
+        if not able():
+            return HttpResponse.text(503, "unable")
+        return HttpResponse.text(200, "ready")
 
     routes = Routes()
     routes.add("/healthz", healthz)

@@ -62,7 +62,13 @@ class ServerState:
 
     host: Host
     clients: ClientRegistry = attrs.field(factory=ClientRegistry)
-    default_directory: str = attrs.field(factory=lambda: path_to_file_uri(os.path.expanduser("~")))
+    #: Where new terminals start when not told (the host's default, else the home directory).
+    default_directory: str = attrs.field(
+        default=attrs.Factory(
+            lambda self: path_to_file_uri(self.host.cwd or os.path.expanduser("~")),
+            takes_self=True,
+        )
+    )
     #: Terminals hosted at most; ``createTerminal`` past it fails with
     #: :data:`~ahp.server.errors.SERVER_LIMIT`.
     max_terminals: int = DEFAULT_MAX_TERMINALS
