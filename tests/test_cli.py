@@ -34,7 +34,7 @@ from hypothesis import strategies as st
 import ahp
 from ahp.agent import INTERRUPT_GRACE
 from ahp.client.commands.attach import banner
-from ahp.client.commands.common import MAX_ERROR_LINE, REQUEST_TIMEOUT
+from ahp.client.commands.common import MAX_ERROR_LINE, REQUEST_TIMEOUT, SERVER_SHUT_DOWN
 from ahp.client.commands.common import main as cli_main
 from ahp.client.commands.run import (
     HARD_TIMEOUT_MARGIN,
@@ -294,6 +294,8 @@ async def test_serve_on_a_wildcard_prints_a_loopback_url(bind: str, shown: str) 
             assert await proc.wait() == 0
     finally:
         await kill_and_reap(proc)
+
+
 async def test_serve_cwd_is_where_terminals_and_execs_start(tmp_path: Path) -> None:
     """Probe M (finding 7): terminals started in $HOME, and serve had no way to say
     otherwise (the image's shared /workspace was not where commands ran)."""
@@ -934,8 +936,9 @@ async def test_run_that_cannot_reconnect_disposes_its_terminal_or_names_it(
             ), lines
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
 async def test_run_stopped_by_a_signal_interrupts_and_disposes(signum: signal.Signals) -> None:
+    """(Probe M: on SIGINT, ``run`` said nothing on stderr, unlike SIGTERM and SIGHUP.)"""
     async with served() as server:
         host = server.host
         proc = await trio.lowlevel.open_process(
@@ -977,6 +980,44 @@ async def test_run_stopped_by_a_signal_interrupts_and_disposes(signum: signal.Si
     assert err.decode() == f"ahp run: {signum.name}: the command was interrupted\n"
     # What came is kept: printed before the status line, with the interrupt's echo.
     assert out.decode().startswith("begin\n"), out
+
+
+async def test_run_and_exec_say_so_at_once_when_the_server_shuts_down(tmp_path: Path) -> None:
+    """Probe M (finding 5): a server's shutdown (SIGTERM, its drain, the 1001 goodbye,
+    its terminals disposed) was taken for a network drop: ``run`` waited 10 s for a
+    reconnect and 10 s to dispose, then named the terminal as left on the server
+    (wrong: it was disposed); ``exec`` said "connection lost". Both now say the server
+    shut down, in one line, 125."""
+    async with serve_process("--shell", "bash", "--drain-timeout", "1") as (server, url):
+        clients = []
+        try:
+            for name in ("run", "exec"):
+                started = tmp_path / name
+                line = f"touch {started}; sleep 600"
+                words = [line] if name == "run" else ["sh", "-c", line]
+                proc = await trio.lowlevel.open_process(
+                    [sys.executable, "-m", "ahp", name, url, "--", *words],
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.PIPE,
+                    env=_env(),
+                    cwd=str(REPO),
+                )
+                clients.append(proc)
+                with trio.fail_after(PROCESS_TIMEOUT):
+                    while not started.exists():  # noqa: ASYNC110 (a file has no event)
+                        await trio.sleep(0.05)
+            server.send_signal(signal.SIGTERM)
+            with trio.fail_after(PROCESS_TIMEOUT):
+                assert await server.wait() == 0
+                for proc, name in zip(clients, ["run", "exec"], strict=True):
+                    assert proc.stderr is not None
+                    err = b"".join([chunk async for chunk in proc.stderr]).decode()
+                    assert await proc.wait() == 125, err
+                    assert err == f"ahp {name}: {SERVER_SHUT_DOWN}\n"
+        finally:
+            for proc in clients:
+                await kill_and_reap(proc)
 
 
 async def test_run_refuses_piped_input_it_cannot_forward(tmp_path: Path) -> None:
@@ -1370,12 +1411,13 @@ async def test_attach_ends_cleanly_on_remote_exit_sigterm_and_connection_loss(
         await tmux.type("c", restored)
         await tmux.wait("c", lambda s: "tty-2-restored" in s)
 
-        # The server goes away: "connection lost", status 1, restored.
+        # The server goes away (it closes with 1001): said so (probe M, finding 5: it was
+        # "connection lost", as for a network drop), status 1, restored.
         await tmux.type("c", "clear; " + attach_command(server.url, "t4") + "; echo status=$?")
         await tmux.wait("c", lambda s: last_line(s) == "$")
         server.stop.cancel()
         screen = await tmux.wait("c", lambda s: last_line(s) == "local$")
-        assert "ahp attach: connection lost" in screen
+        assert "ahp attach: the server shut down (1001 going away)" in screen
         assert "status=1" in screen
         await tmux.type("c", restored)
         await tmux.wait("c", lambda s: "tty-2-restored" in s)
@@ -1501,7 +1543,7 @@ async def test_watcher_example_exits_when_the_server_goes_away() -> None:
                 server.stop.cancel()
                 err = b"".join([chunk async for chunk in proc.stderr])
                 assert await proc.wait() == 1
-            assert err.decode() == "watcher: the connection was lost\n"
+            assert err.decode() == "watcher: the server shut down (1001 going away)\n"
         finally:
             await kill_and_reap(proc)
 

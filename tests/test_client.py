@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from ahp.client import Client, ClientError, ConnectionLost, RpcError, connect
+from ahp.client import Client, ClientError, ConnectionLost, RpcError, ServerShutDown, connect
 from ahp.protocol import (
     ActionEnvelope,
     ClientClaim,
@@ -227,6 +227,41 @@ async def test_a_connection_lost_for_good_wakes_every_waiter_with_an_error() -> 
                 await client.wait_for(lambda: client.connected)
         assert len(errors) == 3
         assert all("connection was lost" in str(e) for e in errors)
+
+
+@pytest.mark.parametrize("auto_reconnect", [False, True])
+async def test_a_server_that_shuts_down_is_told_from_a_network_drop(auto_reconnect: bool) -> None:
+    """Probe M (finding 5): a server's 1001 ``going away`` (its drain's goodbye) was a
+    plain ``ConnectionLost``, "the connection was lost", as for a network drop; ``run``
+    waited for a reconnect, then named a terminal the server had disposed. It is now
+    :class:`ServerShutDown` (a ``ConnectionLost``), and ``Client.server_shut_down``."""
+    from ahp.server.drain import GOING_AWAY, goodbye
+
+    async with (
+        running_server() as server,
+        connect(server.url, auto_reconnect=auto_reconnect) as client,
+    ):
+        await client.ping()
+        assert (client.server_shut_down, client.server_close) == (False, None)
+        with trio.fail_after(TIMEOUT):
+            await goodbye(server.state)
+            await client.wait_for(lambda: not client.connected)
+            assert (client.server_shut_down, client.server_close) == (True, GOING_AWAY)
+            if not auto_reconnect:
+                with pytest.raises(ServerShutDown, match="server shut down"):
+                    await client.wait_for(lambda: client.connected)
+                with pytest.raises(ServerShutDown):
+                    await client.ping()
+    # A network drop is not one.
+    async with running_server() as server, connect(server.url, auto_reconnect=False) as client:
+        await client.ping()
+        await client.drop_connection()
+        with trio.fail_after(TIMEOUT):
+            await client.wait_for(lambda: not client.connected)
+            with pytest.raises(ConnectionLost, match="connection was lost") as caught:
+                await client.wait_for(lambda: client.connected)
+        assert not isinstance(caught.value, ServerShutDown)
+        assert not client.server_shut_down
 
 
 async def test_a_server_that_never_answers_initialize_is_a_clear_error() -> None:

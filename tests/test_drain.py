@@ -222,7 +222,8 @@ def gone(pid: int) -> bool:
 
 
 async def closed_code(p: Peer) -> tuple[int, list[dict[str, Any]]]:
-    """Read until the server closes; its close code and the actions received before."""
+    """Read until the server closes; its close code and the actions received before
+    (its reason, for the drain's and the shutdown's closes: always ``going away``)."""
     seen: list[dict[str, Any]] = list(p.notes)
     p.notes.clear()
     with trio.fail_after(TIMEOUT):
@@ -232,6 +233,9 @@ async def closed_code(p: Peer) -> tuple[int, list[dict[str, Any]]]:
         except ConnectionClosed as exc:
             assert exc.reason is not None
             code: int = exc.reason.code
+            if code == GOING_AWAY[0]:
+                # Probe M: SIGINT's close said "server going away", the drain's "going away".
+                assert exc.reason.reason == GOING_AWAY[1], exc.reason
             return code, seen
 
 

@@ -12,7 +12,7 @@ from ahp.exports import lazy_exports
 
 if TYPE_CHECKING:
     from ahp.client.connection import Client, connect
-    from ahp.client.errors import ClientError, ConnectionLost, RpcError
+    from ahp.client.errors import ClientError, ConnectionLost, RpcError, ServerShutDown
     from ahp.client.exec import exec_remote
     from ahp.client.fleet import Fleet, HostDown, HostTerminal, connect_many
     from ahp.client.mirror import Mirror
@@ -26,6 +26,7 @@ _EXPORTS = {
     "ClientError": "ahp.client.errors",
     "ConnectionLost": "ahp.client.errors",
     "RpcError": "ahp.client.errors",
+    "ServerShutDown": "ahp.client.errors",
     "exec_remote": "ahp.client.exec",
     "Fleet": "ahp.client.fleet",
     "HostDown": "ahp.client.fleet",
@@ -51,6 +52,7 @@ __all__ = [
     "Mirror",
     "RemoteTerminal",
     "RpcError",
+    "ServerShutDown",
     "connect",
     "connect_many",
     "exec_remote",

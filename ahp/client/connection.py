@@ -52,7 +52,7 @@ from ahp.agent.options import RunChanges, RunOptions
 from ahp.agent.registry import CommandRegistry
 from ahp.agent.screen import ScreenModel
 from ahp.client import remote
-from ahp.client.errors import ClientError, ConnectionLost, RpcError
+from ahp.client.errors import GOING_AWAY, ClientError, ConnectionLost, RpcError, ServerShutDown
 from ahp.client.mirror import Mirror
 from ahp.client.remote import RemoteTerminal
 from ahp.client.session import (
@@ -92,6 +92,7 @@ __all__ = [
     "ClientError",
     "ConnectionLost",
     "RpcError",
+    "ServerShutDown",
     "connect",
     "with_token",
 ]
@@ -166,6 +167,10 @@ class Client:
         self._closing = False
         #: Why the connection is gone for good (no reconnect will follow), else None.
         self._lost: str | None = None
+        #: How the server closed the last connection that ended: its close code and
+        #: reason (1001 ``going away``: it shut down); None when it ended without the
+        #: server's close frame (a network drop), or none ended yet.
+        self.server_close: tuple[int, str] | None = None
         self._nursery: trio.Nursery | None = None
         #: Screen models of :meth:`RemoteTerminal.screen`, per channel.
         self.screen_models: dict[str, ScreenModel] = {}
@@ -252,6 +257,16 @@ class Client:
         return self._transport is not None
 
     @property
+    def server_shut_down(self) -> bool:
+        """The last connection ended because the server shuts down (it closed it with
+        1001 ``going away``), not by a network drop: see :class:`ServerShutDown`."""
+        return self.server_close is not None and self.server_close[0] == GOING_AWAY
+
+    def _gone(self, why: str) -> ConnectionLost:
+        """The error for a connection gone (:class:`ServerShutDown` after a 1001)."""
+        return ServerShutDown(why) if self.server_shut_down else ConnectionLost(why)
+
+    @property
     def lost(self) -> str | None:
         """Why the connection is gone for good (no reconnect will follow), else None."""
         return self._lost
@@ -274,7 +289,7 @@ class Client:
         with trio.fail_after(timeout) if timeout is not None else trio.CancelScope():
             while not predicate():
                 if self._lost is not None:
-                    raise ConnectionLost(self._lost)
+                    raise self._gone(self._lost)
                 await self._changed.park()
 
     def spawn_task(self, fn: Callable[[], Awaitable[None]]) -> None:
@@ -343,7 +358,7 @@ class Client:
             if not self._connected.is_set():
                 raise ConnectionLost(f"the connection has been down for more than {patience:g} s")
         if self._transport is None:
-            raise ConnectionLost(self._lost or "connection closed")
+            raise self._gone(self._lost or "connection closed")
         await trio.lowlevel.checkpoint()
 
     async def request(self, method: str, params: Mapping[str, Any] | None = None) -> Any:
@@ -357,7 +372,7 @@ class Client:
         await self.wait_connected(remote.LOST_AFTER)
         transport = self._transport
         if transport is None:
-            raise ConnectionLost(self._lost or "connection closed")
+            raise self._gone(self._lost or "connection closed")
         msg_id, frame = self.session.request(method, params)
         done = trio.Event()
         slot: list[Answer | ConnectionLost] = []
@@ -540,7 +555,7 @@ class Client:
         self.session.lost()
         for done, slot in self._waiting.values():
             if not done.is_set():
-                slot.append(ConnectionLost("connection lost before the answer"))
+                slot.append(self._gone("connection lost before the answer"))
                 done.set()
 
     async def _run(self, nursery: trio.Nursery, first: Transport) -> None:
@@ -551,8 +566,14 @@ class Client:
             try:
                 while True:
                     self._handle(await transport.receive())
-            except ConnectionClosed:
-                pass
+            except ConnectionClosed as exc:
+                close = exc.reason
+                # (Without the server's close frame the code is 1006, abnormal closure.)
+                self.server_close = (
+                    (close.code, close.reason or "")
+                    if close is not None and close.code != 1006
+                    else None
+                )
             self._connected = trio.Event()
             self._transport = None
             self.dropped_at = trio.current_time()
@@ -560,7 +581,13 @@ class Client:
             self._fail_waiting()
             self._notify()  # (connected is False now)
             if self._closing or not self.auto_reconnect:
-                self._lost = "the client closed" if self._closing else "the connection was lost"
+                self._lost = (
+                    "the client closed"
+                    if self._closing
+                    else "the server shut down (1001 going away)"
+                    if self.server_shut_down
+                    else "the connection was lost"
+                )
                 self._connected.set()  # requests now fail at once (no connection is coming)
                 self._notify()  # waiters: ConnectionLost (see wait_for)
                 self._tell_connection("gone")

@@ -10,7 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["ClientError", "ConnectionLost", "RpcError"]
+__all__ = ["GOING_AWAY", "ClientError", "ConnectionLost", "RpcError", "ServerShutDown"]
+
+#: The close code of a server that shuts down (``serve`` on SIGTERM or SIGINT, after its
+#: drain): it ends its terminals, and the commands in them.
+GOING_AWAY = 1001
 
 
 class ClientError(Exception):
@@ -19,6 +23,12 @@ class ClientError(Exception):
 
 class ConnectionLost(ClientError):
     """The connection dropped before a request was answered."""
+
+
+class ServerShutDown(ConnectionLost):
+    """A :class:`ConnectionLost` whose connection the server closed because it shuts
+    down (close code :data:`GOING_AWAY`, 1001), not a network drop: ``serve`` disposes
+    every terminal then, so a command that ran there was ended."""
 
 
 class RpcError(ClientError):

@@ -481,7 +481,10 @@ async def run_sidecar(
     stop_on = [s for s in STOP_SIGNALS if s != signal.SIGHUP or not _ignored(s)]
     with trio.open_signal_receiver(*stop_on) as signals:
         # (orphans: reaped while serving, killed at exit, after the terminals: ahp.pty.orphans)
-        async with adopting_orphans(), open_host(shell=shell, cwd=cwd, user_rc=user_rc, **kwargs) as host:
+        async with (
+            adopting_orphans(),
+            open_host(shell=shell, cwd=cwd, user_rc=user_rc, **kwargs) as host,
+        ):
             async with trio.open_nursery() as nursery:
                 sidecar = await nursery.start(serve_host, host, options)
                 if on_ready is not None:

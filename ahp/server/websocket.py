@@ -92,6 +92,7 @@ from ahp.server.admission import (
 )
 from ahp.server.connection import REPLACED_CLOSE
 from ahp.server.download import FileBody
+from ahp.server.drain import GOING_AWAY
 from ahp.server.http import HttpResponse, PlainRequest, Routes
 from ahp.server.inbound import InboundBudget
 from ahp.server.session import Session
@@ -624,7 +625,8 @@ async def _serve_one(
         audit.connection(request.remote, accepted=True, path=path, read_only=read_only)
     connection_id = state.wire_log.connection_id() if state.wire_log is not None else ""
     writer = ConnectionWriter(ws, outbox, session, connection_id)
-    close_code, close_reason = 1001, "server going away"
+    # (Serving stops: the drain's goodbye, or SIGINT's shutdown: one code, one reason.)
+    close_code, close_reason = GOING_AWAY
     if state.going_away is not None:
         # The drain said goodbye already (ahp.server.drain): no new conversation.
         session.close_request = state.going_away

@@ -23,7 +23,8 @@ before anything exists on the server); an existing terminal may be fed from a pi
 
 Ending: **Ctrl-]** detaches and leaves the remote terminal running. Attach also
 ends when the remote process exits (exit status: its exit code), when the
-terminal is disposed or the connection is lost (status 1), at end of input, and
+terminal is disposed or the connection is lost (status 1; a server that shuts down,
+closing with 1001, is said to have), at end of input, and
 on SIGTERM/SIGHUP (status 128 + signal). On every path the local terminal is
 restored (termios mode, blocking mode, cursor/paste/mouse modes the remote
 program may have switched on) before the one-line reason is printed on stderr.
@@ -362,7 +363,9 @@ async def _session(
 
                     await client.wait_for(lambda: listed() or not client.connected)
                     await client.wait_for(lambda: not listed() or not client.connected)
-                    if not client.connected:
+                    if not client.connected and client.server_shut_down:
+                        finish(1, "the server shut down (1001 going away)")
+                    elif not client.connected:
                         finish(1, "connection lost")
                     else:
                         finish(1, f"{uri} was disposed")

@@ -11,8 +11,9 @@ reconnects for a bounded time to follow it, and to dispose a terminal it created
 
 Errors: :func:`main` runs a command under ``trio.run`` and turns every failure a
 person can cause — a malformed URL, an unreachable or refusing server, an
-unknown terminal, a lost connection — into one line on stderr and the command's
-failure status. Trio nurseries raise exception groups (strict mode), so the
+unknown terminal, a lost connection, a server that shut down (1001: its terminals
+are ended, so no reconnect is waited for) — into one line on stderr and the
+command's failure status. Trio nurseries raise exception groups (strict mode), so the
 leaves of a group are examined, never its repr. Anything else is a bug and keeps
 its traceback.
 
@@ -46,6 +47,7 @@ __all__ = [
     "CONNECT_TIMEOUT",
     "MAX_ERROR_LINE",
     "REQUEST_TIMEOUT",
+    "SERVER_SHUT_DOWN",
     "CommandFailed",
     "add_connection_arguments",
     "add_hosts_argument",
@@ -70,6 +72,13 @@ REQUEST_TIMEOUT: Final = 30.0
 _URL_HINT: Final = (
     "expected ws://HOST:PORT/?tkn=TOKEN or ws+unix://PATH:/?tkn=TOKEN, as printed by "
     "`python -m ahp serve`"
+)
+
+
+#: The line for a server that closed the connection with 1001 ``going away``: ``serve``
+#: shutting down (SIGTERM after its drain, SIGINT) ends its terminals and their commands.
+SERVER_SHUT_DOWN: Final = (
+    "the server shut down (1001 going away): it ended its terminals, and the command in them"
 )
 
 
@@ -172,12 +181,14 @@ def _leaves(exc: BaseException) -> list[BaseException]:
 
 def _describe(exc: BaseException) -> str | None:
     """The one line for an exception a person can cause, or None (a bug: re-raise)."""
-    from ahp.client.connection import ClientError, ConnectionLost, RpcError
+    from ahp.client.connection import ClientError, ConnectionLost, RpcError, ServerShutDown
     from ahp.protocol.codec import ProtocolError
     from ahp.ws import ConnectionClosed
 
     if isinstance(exc, CommandFailed):
         return str(exc)
+    if isinstance(exc, ServerShutDown):
+        return SERVER_SHUT_DOWN
     if isinstance(exc, ConnectionLost):
         return f"connection lost: {exc}"
     if isinstance(exc, RpcError):

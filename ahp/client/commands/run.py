@@ -12,8 +12,9 @@ when ``--timeout`` expired and the command was interrupted; :data:`FAILED`
 (125) when ``run`` itself failed (bad URL, refused token, unknown terminal, lost
 connection, exit code unknown, the ``--terminal`` busy with another command:
 refused, nothing typed) — with one line on stderr; 128 + N when signal N
-(SIGTERM, SIGHUP; Ctrl-C gives 130) stopped ``run``: the command is interrupted
-and a terminal created for it is disposed first, as on Ctrl-C.
+(SIGINT, that is Ctrl-C: 130; SIGTERM, SIGHUP) stopped ``run``: the command is
+interrupted and a terminal created for it is disposed first, and one line on
+stderr names the signal.
 
 Output: the rendered output (progress bars as their last state, cursor moves
 applied, no escapes) is printed as it comes, a line once it is done changing
@@ -35,7 +36,10 @@ reconnect answered by a snapshot). When no reconnect succeeds within
 :data:`RECONNECT_WINDOW` seconds, ``run`` gives up (125, "connection lost while
 the command ran"); a terminal it created is then disposed over the next
 connection that succeeds within :data:`DISPOSE_TIMEOUT`, or, failing that, named
-on stderr as left on the server (with the ``rm`` command that closes it).
+on stderr as left on the server (with the ``rm`` command that closes it). A server
+that shuts down (it closes the connection with 1001 ``going away``, and ends every
+terminal) is no network drop: ``run`` says so and exits 125 at once, waiting for no
+reconnect.
 
 Input: the command reads from its terminal, not from ``run``'s standard input,
 which is not forwarded. So that ``echo data | ahp run URL -- cat`` does not wait
@@ -72,6 +76,7 @@ from ahp.agent import (
 from ahp.agent.budget import RETAINED_OUTPUT_BYTES
 from ahp.agent.surface import CANCEL_INTERRUPT_TIMEOUT
 from ahp.client.commands.common import (
+    SERVER_SHUT_DOWN,
     CommandFailed,
     main,
     open_client,
@@ -125,8 +130,9 @@ TAIL_BYTES: Final = 64 * 1024
 #: Seconds between looks at the output when none arrives (a line can settle without
 #: new output: the command ended, or the cursor moved on).
 STREAM_POLL: Final = 0.5
-#: Signals that stop ``run`` the way Ctrl-C does (command interrupted, terminal disposed).
-STOP_SIGNALS: Final = (signal.SIGTERM, signal.SIGHUP)
+#: Signals that stop ``run`` (command interrupted, terminal disposed, one line on stderr
+#: naming the signal): Ctrl-C's too, which said nothing (probe M).
+STOP_SIGNALS: Final = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 STDIN_REFUSED: Final = (
     "standard input is not forwarded (the command reads from its remote terminal): "
     "put the data in the command line, or run with < /dev/null"
@@ -512,6 +518,9 @@ def run(args: argparse.Namespace) -> int:
                         # over the new connection. One that does not come back ends it.
                         while True:
                             await client.wait_for(lambda: not client.connected)
+                            if client.server_shut_down:
+                                # (1001: it ends its terminals; no reconnect brings it back.)
+                                raise CommandFailed(SERVER_SHUT_DOWN)
                             with trio.move_on_after(RECONNECT_WINDOW):
                                 await client.wait_for(lambda: client.connected)
                                 continue
@@ -563,6 +572,8 @@ def run(args: argparse.Namespace) -> int:
         from ahp.client.connection import ClientError, ConnectionLost, RpcError
         from ahp.protocol.jsonrpc import ErrorCode
 
+        if client.server_shut_down and not client.connected:
+            return  # (it ends every terminal as it shuts down)
         why = ""
         with trio.move_on_after(DISPOSE_TIMEOUT) as waited:
             while True:
