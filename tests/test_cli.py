@@ -1020,6 +1020,16 @@ async def test_run_and_exec_say_so_at_once_when_the_server_shuts_down(tmp_path: 
                 await kill_and_reap(proc)
 
 
+async def test_run_refuses_a_control_character_in_one_line() -> None:
+    # A command is text for the shell (ahp.agent.line): the CLI printed a traceback.
+    async with served() as server:
+        done = await cli("run", server.url, "--", "echo a\x1bb")
+        assert done.returncode == 125, done
+        assert done.stderr.startswith("ahp run: the command holds the control character"), done
+        assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done
+        assert not server.host.terminals  # (refused before anything was created)
+
+
 async def test_run_refuses_piped_input_it_cannot_forward(tmp_path: Path) -> None:
     data = tmp_path / "input"
     data.write_text("abc\n")

@@ -68,12 +68,14 @@ from ahp.agent import (
     DEFAULT_MAX_OUTPUT,
     INTERRUPT_GRACE,
     CommandHandle,
+    CommandLineError,
     CommandResult,
     RunOptions,
     TerminalExitedError,
     run_command,
 )
 from ahp.agent.budget import RETAINED_OUTPUT_BYTES
+from ahp.agent.line import command_text
 from ahp.agent.surface import CANCEL_INTERRUPT_TIMEOUT
 from ahp.client.commands.common import (
     SERVER_SHUT_DOWN,
@@ -411,6 +413,10 @@ def run(args: argparse.Namespace) -> int:
         from ahp.pty.localtty import pending_input
 
         line = command_line(words)
+        try:
+            command_text(line)  # (a control character: refused before connecting)
+        except CommandLineError as exc:
+            raise CommandFailed(str(exc)) from None
         if args.timeout is not None and not 0 < args.timeout < math.inf:  # (nan, inf)
             raise CommandFailed("--timeout must be a positive, finite number of seconds")
         args.max_output_bytes = output_limit(args.max_output_bytes)
