@@ -16,11 +16,13 @@ from typing import Any
 import pytest
 import trio
 
+from ahp.client import Client, connect
 from ahp.engine import open_host
-from ahp.mcp.backend import HostBackend
+from ahp.mcp.backend import ClientBackend, HostBackend
 from ahp.mcp.output import ToolOutput
 from ahp.mcp.render import terminal_uri
 from ahp.mcp.toolbox import Toolbox
+from ahp.server import ServeOptions, serve_host
 
 #: Generous bound for one tool call on a loaded machine.
 TIMEOUT = 60.0
@@ -224,3 +226,39 @@ async def test_a_busy_terminal_error_names_what_to_wait_for(tmp_path: Path) -> N
         assert busy.is_error and "another call is starting a command there" in busy.text
         assert "wait_command" not in busy.text, busy.text
         box._starting.discard(terminal_uri("x"))
+
+
+@pytest.mark.parametrize("remote", [False, True], ids=["local", "remote"])
+@pytest.mark.parametrize("delay", ["0", "0.1", "0.4"])
+async def test_a_shell_that_exits_at_start_up_is_said_so_without_a_traceback(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, delay: str, remote: bool
+) -> None:
+    # The shell exits while the command is being started (probe M): depending on the
+    # moment, the answer was "run_command failed: the terminal's process has exited"
+    # with a traceback logged. Now: a tool error saying so, or the shell's exit as the
+    # command's end; never a "failed" with a traceback.
+    script = tmp_path / "dies"
+    script.write_text(f"#!/bin/sh\nsleep {delay}\nexit 3\n")
+    script.chmod(0o755)
+    caplog.set_level(logging.WARNING)
+    async with open_host(shell=str(script)) as host, trio.open_nursery() as nursery:
+        if remote:
+            sidecar = await nursery.start(serve_host, host, ServeOptions(port=0))
+            client = await nursery.start(_connected, sidecar.url)
+            box = Toolbox(ClientBackend(client), default_cwd=str(tmp_path))
+        else:
+            box = Toolbox(HostBackend(host), default_cwd=str(tmp_path))
+        with trio.fail_after(TIMEOUT):
+            for _ in range(3):
+                out = await box.call("run_command", {"command": "echo never"})
+                assert "failed:" not in out.text, out.text
+                assert "exited" in out.text or "EXITED" in out.text, out.text
+                assert "never\n" not in out.text.replace("$ echo never", ""), out.text
+        nursery.cancel_scope.cancel()
+    assert not [r for r in caplog.records if r.exc_info], [r.getMessage() for r in caplog.records]
+
+
+async def _connected(url: str, task_status: trio.TaskStatus[Client]) -> None:
+    async with connect(url) as client:
+        task_status.started(client)
+        await trio.sleep_forever()

@@ -49,6 +49,8 @@ import trio
 
 from ahp.agent.collector import INTERRUPT_GRACE, KILL_WAIT
 from ahp.agent.line import CommandLineError, command_text
+from ahp.agent.start import TerminalExitedError
+from ahp.client.errors import ConnectionLost
 from ahp.engine.exec import exec_command
 from ahp.mcp.backend import Backend, ClientBackend, HostBackend, NoSuchTerminal
 from ahp.mcp.contract import AgentTerminal, Result, ScreenView
@@ -183,6 +185,16 @@ class Toolbox:
                 f"no terminal {display_name(str(exc))!r}; list_terminals shows the terminals",
                 is_error=True,
             )
+        except TerminalExitedError:
+            # (Its shell exited while the command was being started: nothing ran.)
+            return ToolOutput(
+                f"{name}: the terminal's shell exited before the command started; nothing "
+                "ran (the next run_command in it starts a new shell)",
+                is_error=True,
+            )
+        except ConnectionLost as exc:  # (--connect: the sidecar went away; said, no traceback)
+            log.warning("tool %s: %s", name, exc)
+            return ToolOutput(f"{name} failed: {exc}", is_error=True)
         except Exception as exc:
             log.exception("tool %s failed", name)
             return ToolOutput(f"{name} failed: {_describe(exc)}", is_error=True)
@@ -395,13 +407,16 @@ class Toolbox:
         self._reserve(uri)  # (no checkpoint since the pick)
         with self._released_on_error(uri):
             line = command
-            if self._exited(uri):
-                # Its shell is gone (``exit``, a crash): replace it by a fresh one.
+            replaced = self._exited(uri)
+            if replaced:
+                # Its shell is gone (``exit``, a crash): replace it by a fresh one. (Closed,
+                # it is gone, whatever a sidecar's catalogue or our mirror says for a moment:
+                # subscribing to it then failed, "Resource not found".)
                 await self.backend.close(uri)
                 self.commands.forget_terminal(uri)
                 self._screens.pop(uri, None)
                 self._typed_into.pop(uri, None)
-            if not self.backend.exists(uri):
+            if replaced or not self.backend.exists(uri):
                 await self._create(uri, cwd=cwd, cols=DEFAULT_COLS, rows=DEFAULT_ROWS)
             else:
                 # (A command typed by someone else: run() refuses it below, naming it; a
