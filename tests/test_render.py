@@ -359,8 +359,9 @@ def test_budget_tail_is_the_true_end(
     lines: list[str], head: int, tail: int, live: int, retain: int
 ) -> None:
     """Head, marker, tail: the tail is the output's last bytes, as many as fit (whole
-    lines, or the end of one larger than the tail, or the rest of the line the head
-    cut), never overlapping the head; a line shown in part is not counted omitted."""
+    lines, then the end of the first that does not fit whole, wherever it is, or the
+    rest of the line the head cut), never overlapping the head; a line shown in part
+    is not counted omitted."""
     retain = max(retain, tail)
     budget = OutputBudget(head, tail, retain_bytes=retain)
     finished, still = lines[: len(lines) - live], lines[len(lines) - live :]
@@ -381,18 +382,50 @@ def test_budget_tail_is_the_true_end(
     assert head_text.encode() in (whole[:head_end], whole[:head_end] + b"\n")
     if budget.dropped_bytes:
         return  # (older lines dropped: the head may end anywhere before the retained ones)
-    assert shown_tail or tail == 0  # (a line larger than the tail shows its end)
-    if start == 0 or whole[start - 1 : start] == b"\n":  # the tail is whole lines
-        previous = whole.rfind(b"\n", 0, start - 1) + 1  # the line before it starts here
-        assert len(whole) - max(previous, head_end) > tail  # ... and did not fit
-    else:  # the end of one line, larger than the tail (or its rest than the room)
-        assert shown_tail.count(b"\n") == 1 and len(shown_tail) > tail - 4
+    # Maximal: every byte after the head up to the budget, but for the bytes of a
+    # character the cut would split (a line in the middle larger than the room left
+    # shows its end too: it was dropped whole, probe N finding 4).
+    want = min(tail, len(whole) - head_end)
+    assert len(shown_tail) <= want
+    assert all(0x80 <= byte < 0xC0 for byte in whole[len(whole) - want : start]), (
+        want,
+        len(shown_tail),
+    )
     # Lines: each shown in part counted once, none shown counted omitted.
     head_cut = whole[head_end - 1 : head_end] not in (b"\n", b"")
     first = whole.count(b"\n", 0, head_end) + head_cut
     last = whole.count(b"\n", start)
     cut_across = head_cut and whole.count(b"\n", head_end, start) == 0  # one line, both
     assert out.omitted_lines == len(lines) - first - last + (1 if cut_across else 0)
+
+
+@pytest.mark.parametrize(
+    "lines",
+    [
+        ["S" + "H" * 70000 + "ENDOFLONG", "DONE"],  # its start in the head, its end in the tail
+        ["first", "H" * 70000 + "ENDOFLONG", "DONE"],  # its end in the tail only
+        ["first", "é" * 40000 + "ENDOFLONG", "x" * 100, "DONE"],  # cut at a character
+    ],
+)
+def test_budget_a_long_line_before_the_last_shows_its_end(lines: list[str]) -> None:
+    """A line larger than the room left in the tail, not the last one: the tail holds
+    its end, as much as fits (it showed only the lines after it: probe N finding 4)."""
+    for live in range(3):
+        budget = OutputBudget()
+        for line in lines[: len(lines) - live]:
+            budget.add(line)
+        out = budget.render(lines[len(lines) - live :])
+        head_text, marker, tail_text = _split(out.text, out.omitted_bytes, out.omitted_lines)
+        whole = "".join(line + "\n" for line in lines).encode()
+        assert (
+            head_text.startswith(lines[0][:5])
+            and marker
+            and "ENDOFLONG\n" in tail_text
+            and tail_text.endswith("\nDONE\n")
+        )
+        assert whole.endswith(tail_text.encode())
+        assert 48 * 1024 - 4 < len(tail_text.encode()) <= 48 * 1024
+        assert out.omitted_lines == 0  # (the long line is shown in part)
 
 
 def test_budget_one_long_line_keeps_its_end() -> None:

@@ -8,13 +8,14 @@ lines lie between them, and keeps the whole output (up to
 :data:`RETAINED_OUTPUT_BYTES`) so that it can be read later.
 
 Units: a line counts as its UTF-8 bytes plus one for its newline; the output text
-is every line followed by ``\\n``. Only whole lines are kept, except when a single
-line is larger than the head (its start is kept) or than the tail (its end is
-kept): such a line is *partly shown* and not counted in ``omitted_lines``;
-``omitted_bytes`` counts every byte not shown. The tail is always the true end of
-the output: the last lines that fit in ``tail_bytes`` (or the end of the last one),
-also when the line whose start the head shows is the last one (its end is then in
-the tail too: one line shown in part, not counted twice).
+is every line followed by ``\\n``. The head keeps whole lines, or the start of the
+first line when that one alone is larger than the head. The tail is always the true
+end of the output, as much of it as fits in ``tail_bytes``: walking back from the
+newest line, whole lines while they fit, then the end of the first line that does
+not (wherever it is; cut at a character boundary, never a byte the head shows),
+also when that is the line whose start the head shows (one line shown in part, not
+counted twice). A line cut so is *partly shown* and not counted in
+``omitted_lines``; ``omitted_bytes`` counts every byte not shown.
 
 A line is what the renderer hands on (:class:`~ahp.agent.render.LineRenderer`): a
 logical line longer than :data:`~ahp.agent.render.MAX_JOINED_LINE` (1 MiB) comes in
@@ -73,7 +74,8 @@ def _cut_tail(line: str, limit: int) -> str:
 
 def omission_marker(omitted_bytes: int, omitted_lines: int) -> str:
     """The line put between head and tail. With no whole line omitted, the bytes are
-    the middle of the lines shown in part (one line larger than head and tail)."""
+    missing from the line(s) shown in part: the head's last, whose start it shows, and
+    the tail's first, whose end it shows (one line, or two next to each other)."""
     if omitted_lines == 0:
         return f"[... {omitted_bytes} bytes omitted from a line shown in part ...]"
     lines = "1 line" if omitted_lines == 1 else f"{omitted_lines} lines"
@@ -313,10 +315,14 @@ class OutputBudget:
             reversed(list(zip(live[live_start:], live_sizes[live_start:], strict=True))),
             itertools.islice(self._retained.newest(), after_head),
         )
+        # Whole lines while they fit; the first that does not is cut to the end that fits
+        # (wherever it is: the tail is the output's last bytes, as many as fit).
         for index, (line, size) in enumerate(newest_first):
             room = self.tail_bytes - tail_size
+            if room <= 0:
+                break
             if rest >= 0 and index == walked - 1:  # the line the head cut: its rest at most
-                if rest > 0 and room > 0 and (rest <= room or not tail):
+                if rest > 0:
                     part = _cut_tail(line + "\n", min(rest, room))
                     tail.append(part)
                     tail_size += len(part.encode("utf-8", "surrogatepass"))
@@ -327,11 +333,10 @@ class OutputBudget:
                 tail_size += size
                 tail_whole += 1
                 continue
-            if not tail and self.tail_bytes > 0:
-                part = _cut_tail(line + "\n", self.tail_bytes)
-                tail.append(part)
-                tail_size = len(part.encode("utf-8", "surrogatepass"))
-                tail_cut = True
+            part = _cut_tail(line + "\n", room)  # (never empty: it ends with the newline)
+            tail.append(part)
+            tail_size += len(part.encode("utf-8", "surrogatepass"))
+            tail_cut = True
             break
         tail.reverse()
         # Lines shown in part: the head's cut line, the tail's first line when cut (the
