@@ -73,3 +73,17 @@ async def test_a_directory_named_with_a_newline_is_the_cwd(name: str, tmp_path: 
     assert result.exit_code == 0, result
     assert term.state.cwd == (home / "new\nline").as_uri()
     assert term.state.cwd.endswith("/new%0Aline")
+
+
+@pytest.mark.parametrize("name", SHELLS)
+async def test_a_directory_name_ending_in_newlines_is_the_cwd(name: str, tmp_path: Path) -> None:
+    """fish reported a directory named ``trail\\n`` as ``trail`` (its escape trimmed
+    trailing newlines: probe N finding 7); bash and zsh had it right."""
+    home = tmp_path / "home"
+    (home / "trail\n\n").mkdir(parents=True)
+    async with terminal(name, home) as term:
+        with trio.fail_after(TIMEOUT):
+            result = await term.run("cd trail*")
+    assert result.exit_code == 0, result
+    assert term.state.cwd == (home / "trail\n\n").as_uri()
+    assert term.state.cwd.endswith("/trail%0A%0A")

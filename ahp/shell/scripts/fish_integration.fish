@@ -40,13 +40,15 @@ end
 set -e __ahp_i
 
 # Print $argv[1] escaped for an OSC 633 payload: \ -> \\, ; -> \x3b, control chars -> \xNN.
+# (A "." rides at the end until the newlines are escaped: `string collect` trims trailing
+# newlines, and without it a directory named "trail\n" was reported as "trail".)
 function __ahp_escape
-    set -l s (string replace --all -- '\\' '\\\\' "$argv[1]" | string collect)
+    set -l s (string replace --all -- '\\' '\\\\' "$argv[1]." | string collect)
     set s (string replace --all -- ';' '\\x3b' "$s" | string collect)
     for i in (seq 31)
         set s (string replace --all -- $__ahp_cc[$i] $__ahp_ce[$i] "$s" | string collect)
     end
-    printf '%s' "$s"
+    printf '%s' (string replace --regex -- '\.$' '' "$s")
 end
 
 # C as late as fish lets us: fish runs fish_preexec handlers in the order they were defined, and
