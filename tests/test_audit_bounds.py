@@ -6,6 +6,7 @@ from both logs in every escaped form; credentials the server echoes redacted."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -265,3 +266,29 @@ async def test_both_tokens_are_scrubbed_in_every_escaped_form(tmp_path: Path) ->
     for blob in blobs:
         assert b"secret-9876" not in blob and b"only-5555" not in blob
     assert REDACTED in blobs[0] and all(REDACTED in b for b in blobs[1:])
+
+
+async def test_a_token_in_a_clients_ascii_escaping_is_scrubbed(tmp_path: Path) -> None:
+    """Probe N, finding 9: a token holding other than ASCII letters, written in a frame
+    that is not JSON the way most JSON encoders write it (``\\u00f6``, ``\\/``), was not
+    found by the scrubber (it knew only orjson's escaping, which keeps ``ö`` and ``/``)."""
+    token = "tök/en\u2028€-secret-7777"
+    read = "rö/ad-secret-8888"
+    directory = tmp_path / "wire"
+    options = ServeOptions(port=0, token=token, read_token=read, wire_log=str(directory))
+    async with running_server(options) as server:
+        async with peer(server.url) as p:
+            await p.initialize("c1")
+            for secret in (token, read):
+                escaped = json.dumps(secret)[1:-1]  # (ASCII only: \u00f6, \u2028 ...)
+                for form in (escaped, escaped.replace("/", "\\/")):
+                    await p.send('{"not json" "' + form + '"')
+                    assert (await p.response(None))["error"]["code"] == -32700
+        wire = server.state.wire_log
+        assert wire is not None
+        await drained(wire.sink)
+    [path] = listing(directory)
+    blob = path.read_bytes()
+    assert b"secret-7777" not in blob and b"secret-8888" not in blob
+    frames = [x for x in read_lines([path]) if x["_ahpLog"]["dir"] == "c2s"]
+    assert sum(REDACTED.decode() in str(x) for x in frames) == 4

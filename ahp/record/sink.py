@@ -24,7 +24,8 @@ Redaction: ``redact`` (the server's tokens, for instance) is replaced by
 ``<redacted>`` in every byte written, whatever the line's producer put in it: as
 it is, and as it appears inside a JSON string, once and twice escaped (a token
 holding ``"`` or ``\\`` is ``Tok\\"en`` in a line, and ``Tok\\\\\\"en`` in a
-frame logged as a string; :func:`secret_forms`).
+frame logged as a string; a client's ASCII-only escaping, ``\\u00f6`` and ``\\/``, too:
+:func:`secret_forms`).
 
 Failures: a write that fails (disk full, file removed) is logged once per kind
 and its lines are counted as dropped; the sink keeps going. Cancellation: on
@@ -40,6 +41,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import json
 from collections import deque
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -97,20 +99,28 @@ T = TypeVar("T")
 
 def secret_forms(secrets: Sequence[str]) -> list[bytes]:
     """Every byte string under which ``secrets`` may appear in a JSON line: as they
-    are, and JSON-escaped once and twice (orjson's escaping, which every line and
-    frame written is encoded with: ``"``, ``\\`` and control characters escaped, other
-    characters as UTF-8), longest first (so a secret inside another is not replaced
-    first, leaving the rest of the longer one behind)."""
+    are, and JSON-escaped once and twice, longest first (so a secret inside another is
+    not replaced first, leaving the rest of the longer one behind).
+
+    The escapings: orjson's, which every line and frame written is encoded with
+    (``"``, ``\\`` and control characters escaped, other characters as UTF-8), and a
+    client's, which a frame that is not JSON is logged as it came in (a string, so
+    escaped once more): ASCII-only (other characters as ``\\uXXXX``, Python's
+    ``json.dumps``, lowercase hex), each also with ``/`` as ``\\/``. (Other spellings,
+    such as uppercase hex or needless escapes of ASCII letters, are not found.)"""
     forms: set[bytes] = set()
     for secret in secrets:
         if not secret:
             continue
         forms.add(secret.encode("utf-8", "surrogatepass"))
+        ones: set[bytes] = {json.dumps(secret, ensure_ascii=True)[1:-1].encode()}
         try:
-            once = orjson.dumps(secret)[1:-1]
-        except orjson.JSONEncodeError:  # (a lone surrogate: no JSON line can hold it)
-            continue
-        forms.update((once, orjson.dumps(once.decode())[1:-1]))
+            ones.add(orjson.dumps(secret)[1:-1])
+        except orjson.JSONEncodeError:  # (a lone surrogate: only as an ASCII escape)
+            pass
+        ones.update([once.replace(b"/", b"\\/") for once in ones])
+        for once in ones:
+            forms.update((once, orjson.dumps(once.decode())[1:-1]))
     return sorted(forms, key=len, reverse=True)
 
 
