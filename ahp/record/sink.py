@@ -39,9 +39,9 @@ Ownership: the sink owns its file descriptor (opened and closed by :meth:`run`).
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
-import json
 from collections import deque
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -114,10 +114,8 @@ def secret_forms(secrets: Sequence[str]) -> list[bytes]:
             continue
         forms.add(secret.encode("utf-8", "surrogatepass"))
         ones: set[bytes] = {json.dumps(secret, ensure_ascii=True)[1:-1].encode()}
-        try:
+        with contextlib.suppress(orjson.JSONEncodeError):  # (a lone surrogate: ASCII only)
             ones.add(orjson.dumps(secret)[1:-1])
-        except orjson.JSONEncodeError:  # (a lone surrogate: only as an ASCII escape)
-            pass
         ones.update([once.replace(b"/", b"\\/") for once in ones])
         for once in ones:
             forms.update((once, orjson.dumps(once.decode())[1:-1]))
