@@ -87,3 +87,30 @@ async def test_a_directory_name_ending_in_newlines_is_the_cwd(name: str, tmp_pat
     assert result.exit_code == 0, result
     assert term.state.cwd == (home / "trail\n\n").as_uri()
     assert term.state.cwd.endswith("/trail%0A%0A")
+
+
+NOTHING = {
+    "bash": ["", "   ", " \t ", "\r", "# a comment"],
+    "zsh": ["", "   ", " \t ", "\r"],  # (``#`` is a command without interactive_comments)
+    "fish": ["", "\r"],  # (fish refuses a TAB, and reports a blank or comment line run: 0)
+}
+
+
+@pytest.mark.parametrize("name", SHELLS)
+async def test_a_line_that_runs_nothing_is_not_called_a_syntax_error(
+    name: str, tmp_path: Path
+) -> None:
+    """An empty, blank or comment line the shell does not run is "not run" with no
+    exit code, and its note says why, not "a syntax error?" (probe N finding 10); a
+    syntax error keeps its note."""
+    async with terminal(name, tmp_path / "home") as term:
+        with trio.fail_after(TIMEOUT * 3):
+            nothing = [await term.run(line) for line in NOTHING[name]]
+            error = await term.run("echo $((1+2))" if name == "fish" else "fi")
+            after = await term.run("echo next")
+    for result in nothing:
+        assert result.exit_code is None, result
+        assert result.note.startswith("not run: the line runs nothing"), result
+    assert error.exit_code is None and "not run" in error.note, error
+    assert "syntax error" in error.note, error
+    assert (after.output, after.exit_code) == ("next\n", 0)

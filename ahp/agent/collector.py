@@ -153,6 +153,13 @@ def _fish(evidence: InputEvidence) -> bool:
     return bool(evidence.programs) and program_name(evidence.programs[0]).lstrip("-") == "fish"
 
 
+def _runs_nothing(line: str) -> bool:
+    """The command line is empty, blank or one comment: no shell runs anything for it
+    (its "not run" is no syntax error)."""
+    text = line.strip()
+    return not text or (text.startswith("#") and len(text.splitlines()) == 1)
+
+
 def _no_exit_code(exit_code: int | None) -> str:
     """The note for a detected command's reported end (none when it has an exit code)."""
     if exit_code is not None:
@@ -500,12 +507,15 @@ class Collector:
                 return
             if asked or pre.back_at_prompt():
                 record.output(pre.said())
-                why = (
-                    "it was interrupted before the shell started it"
-                    if asked
-                    else "the shell is back at its prompt without running it (the output "
-                    "says why: a syntax error?)"
-                )
+                if asked:
+                    why = "it was interrupted before the shell started it"
+                elif _runs_nothing(record.command_line):
+                    why = "the line runs nothing (empty, blank or a comment)"
+                else:
+                    why = (
+                        "the shell is back at its prompt without running it (the output "
+                        "says why: a syntax error?)"
+                    )
                 await self._end(Event.ENDED, note=f"not run: {why}; no exit code")
                 if self.scope is not None:
                     self.scope.cancel()  # the follower waits for a start that will not come
