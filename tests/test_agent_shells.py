@@ -8,6 +8,7 @@ each on a real shell in a real pty, in-process.
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -114,3 +115,19 @@ async def test_a_line_that_runs_nothing_is_not_called_a_syntax_error(
     assert error.exit_code is None and "not run" in error.note, error
     assert "syntax error" in error.note, error
     assert (after.output, after.exit_code) == ("next\n", 0)
+
+
+@pytest.mark.parametrize("name", SHELLS)
+async def test_a_directory_named_with_a_byte_not_utf8_is_the_cwd(name: str, tmp_path: Path) -> None:
+    """A directory whose name holds a byte that is not UTF-8 is the cwd as it is:
+    ``%FF`` in the URI, not U+FFFD's ``%EF%BF%BD``, which names a directory that does
+    not exist (probe N finding 8)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    os.mkdir(os.fsencode(home) + b"/bad\xffx")
+    async with terminal(name, home) as term:
+        with trio.fail_after(TIMEOUT):
+            result = await term.run("cd bad*x")
+    assert result.exit_code == 0, result
+    assert term.state.cwd == (home / os.fsdecode(b"bad\xffx")).as_uri()
+    assert term.state.cwd.endswith("/bad%FFx")

@@ -383,6 +383,12 @@ def test_full_command_cycle() -> None:
         # believes it only when signed); a NUL is in no path.
         (b"633;P;Cwd=/a\\x0ab", CwdReported("file:///a%0Ab", shell_integration=True)),
         (b"633;P;Cwd=/a\\x1b[31m", CwdReported("file:///a%1B%5B31m", shell_integration=True)),
+        # A byte that is not UTF-8 is the byte, not U+FFFD (probe N finding 8); elsewhere
+        # than in a path it is U+FFFD.
+        (b"633;P;Cwd=/bad\xffx", CwdReported("file:///bad%FFx", shell_integration=True)),
+        (b"633;P;Cwd=/bad\\xffx", CwdReported("file:///bad%FFx", shell_integration=True)),
+        (b"633;P;K\xff=v\xff", Property("K\ufffd", "v\ufffd")),
+        (b"633;E;a\xff", CommandLine("a\ufffd", None)),
         (b"133;A", PromptStart()),
         (b"133;A;cl=m;aid=3", PromptStart()),
         (b"133;B", PromptEnd()),

@@ -453,12 +453,18 @@ def _parse_633(rest: bytes) -> Event | None:
         # (A value's own ";" is escaped, "\x3b": the first raw one starts the nonce.)
         raw, sep, signed = args.partition(b";")
         signer = _nonce(signed) if sep else None
-        key, eq, value = unescape_value(raw).partition("=")
+        # (A byte that is not UTF-8 stays itself, as a lone surrogate, until the cwd's
+        # URI writes it %XX: a directory named so is reported as it is.)
+        key, eq, value = unescape_value(raw, errors="surrogateescape").partition("=")
         if not eq:
             return None
         if key == "Cwd":
             uri = _path_uri(value, controls=True)
             return None if uri is None else CwdReported(uri, shell_integration=True, nonce=signer)
+        key, value = (
+            text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+            for text in (key, value)
+        )
         return Property(key, value, nonce=signer)
     return None  # F, G, H, ...: swallowed
 
@@ -474,16 +480,16 @@ def _parse_exit_code(args: bytes) -> int | None:
     return int(field)
 
 
-def unescape_value(raw: bytes) -> str:
+def unescape_value(raw: bytes, *, errors: str = "replace") -> str:
     """Undo the shell-integration escaping of ``633;E`` / ``633;P`` values.
 
     ``\\\\`` becomes ``\\`` and ``\\xNN`` (two hex digits, any case) the byte
     ``0xNN``; any other backslash is kept as is. The bytes are then decoded as
-    UTF-8 with replacement.
+    UTF-8 with ``errors`` (replacement; ``"surrogateescape"`` for a path).
     """
     if b"\\" in raw:
         raw = _ESCAPED.sub(_unescape_match, raw)
-    return raw.decode("utf-8", "replace")
+    return raw.decode("utf-8", errors)
 
 
 def _unescape_match(m: re.Match[bytes]) -> bytes:
