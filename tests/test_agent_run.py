@@ -467,12 +467,14 @@ async def test_output_over_the_budget(mode: str) -> None:
             await handle.wait()
     lines = [f"{i}\n" for i in range(1, 20001)]
     head = "".join(lines[:13])  # 1..9: 18 bytes, 10..13: 12 bytes
-    tail = "".join(lines[-6:])  # 6 bytes each: 36 <= 40
+    # 6 bytes each: 36 <= 40, and the end of the line before, as much as fits (shown in
+    # part: not counted omitted).
+    tail = "994\n" + "".join(lines[-6:])
     total = sum(len(x) for x in lines)
     omitted = total - len(head) - len(tail)
     assert result.truncated
-    assert (result.omitted_bytes, result.omitted_lines) == (omitted, 20000 - 13 - 6)
-    assert result.output == head + omission_marker(omitted, 20000 - 19) + "\n" + tail
+    assert (result.omitted_bytes, result.omitted_lines) == (omitted, 20000 - 13 - 7)
+    assert result.output == head + omission_marker(omitted, 20000 - 20) + "\n" + tail
     # The whole output stays readable through the handle.
     assert handle.output() == "".join(lines)
 
