@@ -1347,3 +1347,73 @@ async def test_a_cancelled_run_kills_a_command_that_ignores_ctrl_c(mode: str) ->
     assert final.status == "killed" and final.exit_code == 137, final
     assert "cancelled" in final.note and "SIGKILL" in final.note, final.note
     assert (after.status, after.output) == ("finished", "next\n"), after
+
+
+#: Cancel delays of a run cancelled as it starts: before any key is typed, while the
+#: keys are on their way, and once the shell may have started the command.
+START_CANCEL_DELAYS = (0.0, 0.001, 0.002, 0.005, 0.02)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("shell", SHELLS)
+async def test_a_run_cancelled_as_it_starts_leaves_the_next_run_its_own_result(
+    mode: str, shell: str
+) -> None:
+    """probe N, findings 2 and 5: a run cancelled 0-20 ms after it starts, then
+    ``run("echo after")``. The next run's follower, opened before it waited for the
+    cancelled command's end, took that command's start and end (exit 130, ``^C``) for
+    its own, and ``echo after`` ran untracked; a cancellation while the keys were
+    typed left them typed by no registered command; fish, interrupted while it draws
+    its prompt, drops the line silently, and the next run was refused busy (the
+    command ended just after the wait for an ending holder)."""
+    rounds = 2 if mode == "local" else 1
+    async with AsyncExitStack() as stack:
+        if mode == "local":
+            host = await stack.enter_async_context(ahp.open_host())
+            term: Any = await host.create_terminal(shell=shell, cwd="/tmp")
+        else:
+            server = await stack.enter_async_context(running_server(shell=shell))
+            client = await stack.enter_async_context(connect(server.url))
+            await client.create_terminal("ahp-terminal:/cancel", cwd="/tmp")
+            term = client.terminal("ahp-terminal:/cancel")
+            with trio.move_on_after(TIMEOUT):
+                await client.wait_for(lambda: term.state.supportsCommandDetection is not None)
+        with trio.fail_after(TIMEOUT):
+            warm = await term.run("echo warm")
+        assert warm.output == "warm\n", warm
+        for i in range(rounds):
+            for delay in START_CANCEL_DELAYS:
+                with trio.fail_after(TIMEOUT):
+                    with trio.move_on_after(delay):
+                        await term.run("sleep 1; echo slept")
+                    after = await term.run(f"echo after{i}")
+                assert (after.status, after.exit_code, after.output) == (
+                    "finished",
+                    0,
+                    f"after{i}\n",
+                ), (delay, after)
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_the_next_run_waits_for_the_kill_of_a_cancelled_run(mode: str) -> None:
+    """probe N, finding 6: ``run`` right after a cancelled run of a command that ignores
+    its Ctrl-C gave that holder ``INTERRUPT_GRACE`` to end, exactly when its collector
+    kills it: refused busy just as the kill landed. It gives it ``ENDING_WAIT``
+    (``INTERRUPT_GRACE + KILL_WAIT``), as the MCP ``run_command`` does."""
+    async with terminal(mode) as term:
+        with trio.fail_after(TIMEOUT):
+            async with trio.open_nursery() as nursery:
+
+                async def run() -> None:
+                    await term.run("trap '' INT; echo st''arted; sleep 60")
+
+                nursery.start_soon(run)
+                if mode == "local":
+                    await wait_for_text(term, "started")
+                else:
+                    await term.client.wait_for(lambda: "started" in term.state.text())
+                nursery.cancel_scope.cancel()
+            after = await term.run("echo after")
+            cancelled = term.commands.all()[-2].result()
+    assert (after.status, after.output) == ("finished", "after\n"), after
+    assert cancelled.status == "killed", cancelled

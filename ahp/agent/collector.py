@@ -83,6 +83,7 @@ from ahp.agent.evidence import (
 )
 from ahp.agent.holding import (
     INTERRUPT_GRACE,
+    KILL_WAIT,
     replaced_by,
 )
 from ahp.agent.machine import INPUT_POLL, MAX_INPUT_POLL
@@ -113,9 +114,6 @@ __all__ = [
 
 log = logging.getLogger("ahp.agent")
 
-#: After a timed-out command that ignored its Ctrl-C was killed, how long ``run`` waits
-#: for its end (the kill's delivery, the shell's report) before returning it ``running``.
-KILL_WAIT: Final = 2.0
 #: Bound on giving a claim back (and on closing a follower) at the end.
 CLAIM_TIMEOUT: Final = 5.0
 #: The end of the terminal's text read for the prompt a command is typed at.
@@ -390,7 +388,11 @@ class Collector:
                     return
                 continue
             action = item.action
-            if isinstance(action, TerminalCommandExecuted) and self.command_id is None:
+            if (
+                isinstance(action, TerminalCommandExecuted)
+                and self.command_id is None
+                and action.commandId not in self.known  # (an earlier command's)
+            ):
                 self.command_id = action.commandId
                 record.apply(Event.EXECUTING)
             elif isinstance(action, TerminalData):

@@ -3,7 +3,7 @@
 Why a module of its own: a command is never typed into a busy terminal
 (:func:`ahp.agent.start.start_command` asks first), and what counts as busy has
 several sources that change as the agent layer learns about programs: a command of
-this surface not over yet (one that is ending gets :data:`INTERRUPT_GRACE` first), a
+this surface not over yet (one that is ending gets :data:`ENDING_WAIT` first), a
 command the shell reports running, a foreground job other than the shell (without
 detection), and not a command that replaced the shell by another shell now at its
 prompt (``exec bash``: command detection is lost, markers from then on). Those rules
@@ -26,16 +26,25 @@ from ahp.agent.port import TerminalPort
 from ahp.protocol.state import CommandPart, TerminalState
 
 __all__ = [
+    "ENDING_WAIT",
     "INTERRUPT_GRACE",
+    "KILL_WAIT",
     "before_prompt",
     "holder_of",
     "refusal_note",
     "replaced_by",
 ]
 
-#: How long to wait for the shell to report an interrupted command's end (and for a
-#: holder that is ending to end before a new command is refused).
+#: How long to wait for the shell to report an interrupted command's end; a command
+#: that ignored its Ctrl-C this long (a timeout's, a cancelled run's) is killed.
 INTERRUPT_GRACE: Final = 5.0
+#: After such a command was killed, how long ``run`` waits for its end (the kill's
+#: delivery, the shell's report) before returning it ``running``.
+KILL_WAIT: Final = 2.0
+#: How long a holder that is ending (interrupted, timed out, killed, its run
+#: cancelled) is given to end before a new command is refused: its Ctrl-C's grace,
+#: then its kill's (one rule for every surface: ``run``, the MCP ``run_command``).
+ENDING_WAIT: Final = INTERRUPT_GRACE + KILL_WAIT
 
 
 def _last_command(state: TerminalState) -> CommandPart | None:
@@ -60,7 +69,7 @@ async def holder_of(port: TerminalPort, *, detected: bool) -> Holder | None:
     ``detected``: the shell has command detection (else its foreground is asked)."""
     running = port.commands.running()
     if running is not None and _ending(running):
-        with trio.move_on_after(INTERRUPT_GRACE):
+        with trio.move_on_after(ENDING_WAIT):
             await running.wait_done()
         running = port.commands.running()
     if running is not None:

@@ -12,8 +12,8 @@ when the processes can be seen) a foreground job other than the shell. If one do
 the command is not typed: its handle is over at once with status ``refused``, the
 holder named in ``result.holder`` and ``result.note`` saying how to answer it
 (``send_input``) or stop it (``interrupt``). A holder that is already ending
-(interrupted, timed out, killed) is given
-:data:`~ahp.agent.holding.INTERRUPT_GRACE` to end first. One start at a time per
+(interrupted, timed out, killed, its run cancelled) is given
+:data:`~ahp.agent.holding.ENDING_WAIT` to end first. One start at a time per
 terminal (per client, remotely): :attr:`CommandRegistry.starting
 <ahp.agent.registry.CommandRegistry.starting>`.
 
@@ -29,9 +29,17 @@ before the typing: :class:`TerminalExitedError`, nothing typed. An exit after th
 typing is the collector's: the command's status is ``shell_exited``, without an exit
 code when the shell had not started it (its note says it did not run).
 
-Cancellation: cancelling :func:`start_command` before the command was typed
-leaves nothing behind (the follower closed, the claim given back); once typed,
-the command belongs to its collector, in the terminal owner's nursery.
+Cancellation: cancelling :func:`start_command` before the command is typed
+leaves nothing behind (the follower closed, the claim given back). Typing and
+registering the command are shielded from cancellation (bounded by
+:data:`TYPE_TIMEOUT`): keys that may have reached the shell always belong to a
+registered command, followed by its collector in the terminal owner's nursery, so
+that its end is attributed to it and the next command waits for it (a cancelled
+``run`` then interrupts it; a cancelled ``start`` may return its handle).
+
+The follower the collector reads is opened just before the typing, and the shell's
+command parts known then are not this command's: what an ending holder printed and
+reported while this start waited for it is not taken for this command's start.
 """
 
 from __future__ import annotations
@@ -76,6 +84,11 @@ class TerminalExitedError(RuntimeError):
     def __init__(self) -> None:
         super().__init__("the terminal's process has exited")
 
+
+#: Bound on typing a command (shielded from cancellation): longer (a remote
+#: connection being re-established), the typing is abandoned and the command
+#: registered all the same (its keys may have been sent); its collector follows it.
+TYPE_TIMEOUT: Final = 10.0
 
 #: Looks at the terminal's processes for the name of the shell reading it (a shell
 #: drawing its prompt reads nothing yet), and the pause between two looks.
@@ -203,12 +216,25 @@ async def _start(port: TerminalPort, command_line: str, options: RunOptions) -> 
         processes = port.processes
         if processes is not None:
             record.job_mark = await processes.job_mark()
-        known = frozenset(p.commandId for p in port.state.content if isinstance(p, CommandPart))
+        # A fresh follower, from now: what the old one queued meanwhile (the end of a
+        # holder waited for, its prompt) is not this command's, nor its start.
+        with trio.CancelScope(shield=True):  # (closed once: cancelled, the finally closes)
+            await close_follower(stream)
+        stream = port.follow()
+        first = await stream.__anext__()
+        assert isinstance(first, Snapshot)
+        assert isinstance(first.state, TerminalState)
+        known = frozenset(p.commandId for p in first.state.content if isinstance(p, CommandPart))
         record.started = time.monotonic()
         prompt = screen_line(port.state.tail(PROMPT_LOOKBACK))
         if port.ended:  # (an exit seen by now is not in the stream any more)
             raise TerminalExitedError
-        await port.send_input(keys)
+        # Typing and registering, shielded from cancellation (bounded: typing is quick):
+        # keys that may have reached the shell belong to a registered command, whose
+        # collector attributes its end to it and which the caller's cancellation
+        # interrupts (see the module doc).
+        with trio.CancelScope(shield=True), trio.move_on_after(TYPE_TIMEOUT):
+            await port.send_input(keys)
         collector = Collector(
             record,
             port,

@@ -17,7 +17,11 @@ Cancelling a ``run`` call interrupts the command (the ``\\x03`` is sent
 shielded, bounded by :data:`CANCEL_INTERRUPT_TIMEOUT`) and re-raises; a command
 that ignores the Ctrl-C for :data:`~ahp.agent.collector.INTERRUPT_GRACE` is then
 killed as a timeout's is, by its collector in the terminal owner's nursery (the
-cancelled caller does not wait for that), status ``killed``.
+cancelled caller does not wait for that), status ``killed``. A ``run`` cancelled
+while it types still registers the command (its keys may have reached the shell:
+see :mod:`ahp.agent.start`) and interrupts it so; the next ``run`` waits for an
+ending command :data:`~ahp.agent.holding.ENDING_WAIT` (its Ctrl-C's grace, then its
+kill's) before it is refused.
 """
 
 from __future__ import annotations

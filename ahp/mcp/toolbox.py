@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any, Final
 import attrs
 import trio
 
-from ahp.agent.collector import INTERRUPT_GRACE, KILL_WAIT
+from ahp.agent.holding import ENDING_WAIT
 from ahp.agent.line import CommandLineError, command_text
 from ahp.agent.start import TerminalExitedError
 from ahp.client.errors import ConnectionLost
@@ -482,9 +482,9 @@ class Toolbox:
         running = self.commands.running_in(uri)
         if running is None or running.command_id not in self._cancelled:
             return
-        with trio.move_on_after(INTERRUPT_GRACE + KILL_WAIT):
+        with trio.move_on_after(ENDING_WAIT):
             while not running.done:
-                await running.wait(timeout=INTERRUPT_GRACE + KILL_WAIT)
+                await running.wait(timeout=ENDING_WAIT)
         if running.done:
             self._cancelled.discard(running.command_id)
 
