@@ -979,6 +979,74 @@ async def test_a_command_of_several_lines_is_one_command(mode: str, shell: str) 
     assert (after.status, after.output, after.exit_code) == ("finished", "next\n", 0)
 
 
+PASTE_SHELLS = [s for s in SHELLS if not s.endswith("bash")]
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("shell", PASTE_SHELLS)
+async def test_a_syntax_error_in_a_command_of_several_lines_runs_none(
+    mode: str, shell: str, tmp_path: Path
+) -> None:
+    """Probe N: typed line by line in ``{ … }``, a first line zsh cannot parse dropped
+    the group and the later lines ran as commands of their own (``touch`` ran, the
+    run was ``finished`` with exit code 0, the next run refused busy); in fish the
+    refused first line kept the later keys (``echo price $echo HOME``). Pasted as one,
+    the shell parses every line first: a syntax error on any line, nothing runs."""
+    marker = tmp_path / "ran"
+    lines = ["echo one )\necho two\ntouch {m}", "echo one\necho two )\ntouch {m}"]
+    if shell.endswith("fish"):
+        lines.append("echo price $\necho HOME\ntouch {m}")
+    async with terminal(mode, shell, cwd="/tmp") as term:
+        with trio.fail_after(3 * TIMEOUT):
+            results = [await term.run(line.format(m=marker)) for line in lines]
+            after = await term.run("echo next")
+            heredoc = await term.run(
+                "echo a\nfalse"
+                if shell.endswith("fish")
+                else "cat <<EOF | wc -c\nhel\tlo\nEOF\n(exit 4)"
+            )
+            quote = await term.run("echo 'abc\necho def")
+            assert quote.status == "waiting_for_input", quote
+            assert quote.handle is not None and quote.handle.input_evidence is not None
+            assert quote.handle.input_evidence.continuation
+            assert quote.handle.input_evidence.group_end == ""
+            await quote.handle.send_input("ghi'\r")
+            done = await quote.handle.wait()
+    for result in results:
+        assert (result.status, result.exit_code) == ("finished", None), result
+        assert "not run" in result.note, result
+        assert "two" not in result.output.replace("echo two", ""), result
+    assert not marker.exists()
+    assert (after.status, after.output, after.exit_code) == ("finished", "next\n", 0), after
+    if shell.endswith("fish"):
+        assert (heredoc.output, heredoc.exit_code) == ("a\n", 1), heredoc
+    else:
+        assert (heredoc.output, heredoc.exit_code) == ("7\n", 4), (
+            heredoc
+        )  # (the TAB is one character)
+    assert (done.status, done.exit_code) == ("finished", 0), done
+    assert done.output == "abc\necho def\nghi\n", done
+
+
+async def test_a_command_of_several_lines_without_bracketed_paste_is_grouped() -> None:
+    """zsh with ``unset zle_bracketed_paste`` (it does not switch the mode on): a paste
+    would be keys, so the lines are typed grouped, as before (and as in bash)."""
+    zsh = shutil.which("zsh")
+    if zsh is None:
+        pytest.skip("zsh is not installed")
+    async with terminal("local", zsh, cwd="/tmp") as term:
+        with trio.fail_after(TIMEOUT):
+            await term.run("unset zle_bracketed_paste")
+            several = await term.run("echo one\n(exit 3)")
+            unfinished = await term.run("cat <<EOF\nhello")
+            assert unfinished.handle is not None and unfinished.handle.input_evidence is not None
+            assert unfinished.handle.input_evidence.group_end == "}"
+            await unfinished.handle.send_input("EOF\r}\r")
+            done = await unfinished.handle.wait()
+    assert (several.status, several.output, several.exit_code) == ("finished", "one\n", 3)
+    assert (done.status, done.exit_code, done.output) == ("finished", 0, "hello\n}\n"), done
+
+
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("shell", [*SHELLS, "/bin/sh"])
 async def test_a_command_is_text_for_the_shell(mode: str, shell: str) -> None:

@@ -11,7 +11,9 @@ key no caller of ``run`` means (``echo a\\x03echo b`` ran ``cho b``). So
 control characters, naming the first (keys go in with ``send_input``), and
 :func:`keystrokes` types the text: line ends as Enter, a TAB quoted with Ctrl-V (the
 ``quoted-insert`` of readline and zle, the tty's ``lnext`` for a shell without a line
-editor); fish has no such key, so a TAB in a command for fish is refused.
+editor); fish has no such key, so a TAB in a command for fish is refused. A command of
+several lines for zsh or fish goes in as one bracketed paste (line ends and zsh's TABs
+are text there), then one Enter.
 
 Pure: no I/O.
 """
@@ -21,7 +23,11 @@ from __future__ import annotations
 import re
 from typing import Final
 
-__all__ = ["CommandLineError", "command_text", "keystrokes"]
+__all__ = ["PASTE_OFF", "PASTE_ON", "CommandLineError", "command_text", "keystrokes", "paste_on"]
+
+#: What a shell prints to switch bracketed paste on (at its prompt) and off (to run).
+PASTE_ON: Final = "\x1b[?2004h"
+PASTE_OFF: Final = "\x1b[?2004l"
 
 #: Characters a command line may not hold: C0 controls but TAB and the line ends, and DEL.
 _CONTROL: Final = re.compile(r"[\x00-\x08\x0b-\x0c\x0e-\x1f\x7f]")
@@ -61,13 +67,26 @@ def command_text(command_line: str) -> str:
     return text
 
 
-def keystrokes(typed: str, *, fish: bool = False) -> str:
+def paste_on(tail: str) -> bool:
+    """``tail`` (the end of the terminal's text, escapes kept) shows bracketed paste on:
+    the last switch of it printed is :data:`PASTE_ON` (the shell's line editor reads
+    at its prompt with it)."""
+    return tail.rfind(PASTE_ON) > tail.rfind(PASTE_OFF)
+
+
+def keystrokes(typed: str, *, fish: bool = False, paste: bool = False) -> str:
     """The keys that type ``typed`` (a :func:`command_text`, wrapped or grouped) and
     press Enter: each line end an Enter (``\\r``), each TAB quoted with Ctrl-V.
 
+    ``paste``: ``typed`` goes in as one bracketed paste (``ESC[200~`` … ``ESC[201~``),
+    then one Enter: the line editor inserts the text as it is (line ends and zsh's TABs
+    are text, not keys: no Ctrl-V, which a paste would insert as it is) and the Enter
+    hands the shell the whole of it, to parse before it runs any of it (see
+    :func:`ahp.agent.markers.group`).
+
     Raises:
         CommandLineError: a TAB in a command for fish (its editor completes on TAB and
-            has no key that inserts one).
+            has no key that inserts one; from a paste, fish 3.6 drops it).
     """
     if "\t" in typed:
         if fish:
@@ -76,5 +95,8 @@ def keystrokes(typed: str, *, fish: bool = False) -> str:
                 "has no key that inserts one; nothing was typed. Use spaces, or \\t in "
                 "printf or echo -e"
             )
-        typed = typed.replace("\t", "\x16\t")
+        if not paste:
+            typed = typed.replace("\t", "\x16\t")
+    if paste:
+        return f"\x1b[200~{typed}\x1b[201~\r"
     return typed.replace("\n", "\r") + "\r"

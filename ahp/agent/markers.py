@@ -55,6 +55,13 @@ def group(command_line: str, *, fish: bool = False) -> str:
     reported once, with the last one's exit status, in the same shell (``cd`` and
     variables persist, ``exit`` exits). One line is left as it is; trailing line
     ends are dropped.
+
+    Where the shell takes a bracketed paste as one buffer (zsh with it on, fish:
+    :func:`ahp.agent.start._pastes`), the lines are pasted instead, ungrouped. The
+    group is typed line by line: a line the shell cannot parse drops the unfinished
+    group, and the shell reads the later lines as commands of their own (bash: they
+    run, untracked; the first one's end was taken for the command's). bash parses a
+    pasted buffer line by line as well, so it keeps the group, and this limit.
     """
     body = command_line.rstrip("\r\n")
     if "\n" not in body:

@@ -19,7 +19,7 @@ terminal (per client, remotely): :attr:`CommandRegistry.starting
 
 Which way: with the terminal's command detection when the shell reports commands
 with marks the host signed; else wrapped in markers (:mod:`ahp.agent.markers`), in
-fish's syntax when the shell is fish (:func:`_is_fish`).
+fish's syntax when the shell is fish (:func:`_shell_name`).
 
 A terminal that exits while a command is being started (a shell that exits at
 once, or after a while, before its first prompt): every wait of the start (the
@@ -60,7 +60,7 @@ from ahp.agent.collector import (
 from ahp.agent.command import CommandHandle
 from ahp.agent.evidence import editor_reads
 from ahp.agent.holding import INTERRUPT_GRACE, before_prompt, holder_of, refusal_note
-from ahp.agent.line import command_text, keystrokes
+from ahp.agent.line import command_text, keystrokes, paste_on
 from ahp.agent.markers import Markers, group, wrap
 from ahp.agent.options import RunOptions
 from ahp.agent.port import TerminalPort
@@ -97,10 +97,10 @@ SHELL_LOOKS: Final = 10
 SHELL_LOOK_PAUSE: Final = 0.05
 
 
-async def _is_fish(port: TerminalPort) -> bool:
-    """Whether the terminal's shell is fish (else a POSIX-like shell is assumed, as
-    when nothing can be seen: a remote server without the process extension): the
-    shell a command put in its place (``exec fish``), else the terminal's program."""
+async def _shell_name(port: TerminalPort) -> str | None:
+    """The name of the terminal's shell (``None``: not seen; a POSIX-like shell is then
+    assumed, as for a remote server without the process extension): the shell a
+    command put in its place (``exec fish``), else the terminal's program."""
     name = port.commands.replaced_by or port.shell_name
     if name is None and port.processes is not None:
         for _ in range(SHELL_LOOKS):
@@ -110,7 +110,19 @@ async def _is_fish(port: TerminalPort) -> bool:
             await trio.sleep(SHELL_LOOK_PAUSE)
         if status is not None and status.programs:
             name = status.programs[0].split(" ", 1)[0].rsplit("/", 1)[-1]
-    return name is not None and name.lstrip("-") == "fish"
+    return name.lstrip("-") if name is not None else None
+
+
+def _pastes(shell: str | None, tail: str) -> bool:
+    """A command of several lines goes to ``shell`` as one bracketed paste (``tail``: the
+    end of the terminal's text, escapes kept). zsh and fish parse a pasted buffer as a
+    whole before they run any of it (a syntax error anywhere: nothing runs); bash
+    parses it line by line, as typed (a syntax error drops that line only, the later
+    ones run), so bash gets the group. zsh: when its editor switched bracketed paste
+    on (``zle_bracketed_paste`` unset: not). fish binds the paste's start and end
+    itself in every preset key mode, whether or not it switched the mode on (it does
+    not with ``--no-config``)."""
+    return shell == "fish" or (shell == "zsh" and paste_on(tail))
 
 
 async def start_command(
@@ -200,16 +212,23 @@ async def _start(port: TerminalPort, command_line: str, options: RunOptions) -> 
         if detected and before_prompt(port.state):
             await _prompt_drawn(port, stream)
         token = secrets.token_hex(8)
-        fish = False
+        shell = None
         if not detected or "\n" in command_line.rstrip("\n") or "\t" in command_line:
-            fish = await _is_fish(port)
+            shell = await _shell_name(port)
+        fish = shell == "fish"
+        paste = False
         if not detected:
             typed = wrap(command_line, token, fish=fish)
         else:
             typed = group(command_line, fish=fish)
             if typed != command_line.rstrip("\n"):
-                record.group_end = "end" if fish else "}"
-        keys = keystrokes(typed, fish=fish)  # (refused before the claim: nothing done yet)
+                # Several lines: pasted as one, where the shell parses them as a whole.
+                paste = _pastes(shell, port.state.tail(PROMPT_LOOKBACK))
+                if paste:
+                    typed = command_line.rstrip("\n")
+                else:
+                    record.group_end = "end" if fish else "}"
+        keys = keystrokes(typed, fish=fish, paste=paste)  # (refused before the claim)
         if claim is not None:
             claimed = True
             await port.set_claim(claim)
