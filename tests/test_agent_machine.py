@@ -24,7 +24,7 @@ from ahp.agent.evidence import (
     program_name,
     prompt_unseen,
 )
-from ahp.agent.line import CommandLineError, command_text, keystrokes, paste_on
+from ahp.agent.line import CommandLineError, command_text, keystrokes
 from ahp.agent.machine import INPUT_POLL, MAX_INPUT_POLL, CommandMachine, IllegalEvent
 from ahp.agent.options import RunChanges, RunOptions
 from ahp.agent.registry import CommandRegistry
@@ -244,9 +244,6 @@ def test_a_pasted_command_is_one_paste_and_one_enter() -> None:
     assert keystrokes("a\nc", fish=True, paste=True) == "\x1b[200~a\nc\x1b[201~\r"
     with pytest.raises(CommandLineError, match="fish"):
         keystrokes("a\tb\nc", fish=True, paste=True)
-    assert paste_on("\x1b[?2004l\rout\r\n\x1b[?2004h$ ")
-    assert not paste_on("\x1b[?2004h$ x\r\n\x1b[?2004l\rout")
-    assert not paste_on("$ ")
 
 
 @given(st.text())

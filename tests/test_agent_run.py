@@ -1028,23 +1028,47 @@ async def test_a_syntax_error_in_a_command_of_several_lines_runs_none(
     assert done.output == "abc\necho def\nghi\n", done
 
 
-async def test_a_command_of_several_lines_without_bracketed_paste_is_grouped() -> None:
-    """zsh with ``unset zle_bracketed_paste`` (it does not switch the mode on): a paste
-    would be keys, so the lines are typed grouped, as before (and as in bash)."""
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_group_bash_drops_is_not_reported_as_run(mode: str, tmp_path: Path) -> None:
+    """Probe N, bash: typed in ``{ … }`` line by line (bash parses a paste line by line
+    too), a line bash cannot parse drops the group and it runs the later lines as
+    commands of their own. That was reported ``finished``, exit code 0, the output of
+    the first later line alone, and the next run was refused busy. Now the command is
+    not run as one, with no exit code, bash's message and the later lines it ran as its
+    output, and it ends once bash is back at its prompt (the next command runs)."""
+    marker = tmp_path / "ran"
+    async with terminal(mode, cwd="/tmp") as term:
+        with trio.fail_after(3 * TIMEOUT):
+            first = await term.run(f"echo one )\necho two\ntouch {marker}")
+            after = await term.run("echo next")
+            later = await term.run("echo a\necho b )\necho c")
+            good = await term.run("echo a\n(exit 3)")
+    for result, ran in ((first, "echo two\ntwo\n"), (later, "echo c\nc\n")):
+        assert (result.status, result.exit_code) == ("finished", None), result
+        assert result.note.startswith("not run as one command"), result
+        assert "syntax error" in result.output and ran in result.output, result
+    assert "one\n" not in first.output and "a\n" not in later.output
+    assert marker.exists()  # (the limit: bash ran the later lines)
+    assert (after.status, after.output, after.exit_code) == ("finished", "next\n", 0), after
+    assert (good.status, good.output, good.exit_code) == ("finished", "a\n", 3), good
+
+
+async def test_zsh_takes_a_paste_without_its_bracketed_paste_mode(tmp_path: Path) -> None:
+    """zsh with ``unset zle_bracketed_paste`` does not switch the terminal's mode on, but
+    its key maps still bind the paste's keys: the lines are still pasted, parsed as a
+    whole (a syntax error: nothing runs)."""
     zsh = shutil.which("zsh")
     if zsh is None:
         pytest.skip("zsh is not installed")
+    marker = tmp_path / "ran"
     async with terminal("local", zsh, cwd="/tmp") as term:
         with trio.fail_after(TIMEOUT):
             await term.run("unset zle_bracketed_paste")
+            refused = await term.run(f"echo one\necho two )\ntouch {marker}")
             several = await term.run("echo one\n(exit 3)")
-            unfinished = await term.run("cat <<EOF\nhello")
-            assert unfinished.handle is not None and unfinished.handle.input_evidence is not None
-            assert unfinished.handle.input_evidence.group_end == "}"
-            await unfinished.handle.send_input("EOF\r}\r")
-            done = await unfinished.handle.wait()
+    assert (refused.status, refused.exit_code) == ("finished", None), refused
+    assert "not run" in refused.note and not marker.exists(), refused
     assert (several.status, several.output, several.exit_code) == ("finished", "one\n", 3)
-    assert (done.status, done.exit_code, done.output) == ("finished", 0, "hello\n}\n"), done
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -213,6 +213,9 @@ class Collector:
     marks_lost: bool = False
     #: Something was printed after a Ctrl-C (any: :attr:`after_ask` is reset on a resend).
     said_after_ask: bool = False
+    #: Detected mode: the shell dropped the group the command's lines were typed in and
+    #: runs the later lines as commands of their own (:meth:`_group_dropped`).
+    group_dropped: bool = False
 
     async def run(self) -> None:
         record = self.record
@@ -393,6 +396,10 @@ class Collector:
                 and self.command_id is None
                 and action.commandId not in self.known  # (an earlier command's)
             ):
+                if self.group_dropped or self._group_dropped(action.commandLine):
+                    # Not this command's start: it ends back at the prompt (_watch_start).
+                    self.group_dropped = True
+                    continue
                 self.command_id = action.commandId
                 record.apply(Event.EXECUTING)
             elif isinstance(action, TerminalData):
@@ -417,6 +424,18 @@ class Collector:
             elif isinstance(action, TerminalExited):
                 await self._end(Event.SHELL_EXITED, exit_code=action.exitCode)
                 return
+
+    def _group_dropped(self, command_line: str) -> bool:
+        """A command typed grouped line by line (:func:`ahp.agent.markers.group`) that
+        the shell starts as another line (``command_line`` is not the group's) after it
+        drew its prompt again (:meth:`PreStart.prompt_again`): a line it could not parse
+        dropped the group, and a later line runs as a command of its own (bash; the
+        known limit of the group). Both are needed: bash reports a line kept out of its
+        history by its first simple command, not the group."""
+        pre = self.pre_start
+        if not self.record.group_end or pre is None or not command_line:
+            return False
+        return not command_line.startswith("{") and pre.prompt_again()
 
     async def _detection_lost(self, known: frozenset[str] | None, why: str) -> None:
         """End the command: its shell reports no end of it (``why``); later commands
@@ -508,17 +527,24 @@ class Collector:
                 await self._clear_kept_line(pre, kept)
                 return
             if asked or pre.back_at_prompt():
-                record.output(pre.said())
-                if asked:
-                    why = "it was interrupted before the shell started it"
+                record.output(pre.after_first() if self.group_dropped else pre.said())
+                if self.group_dropped:
+                    why = (
+                        "not run as one command: the shell could not parse one of its lines "
+                        "(the output says why) and dropped the group they were typed in (bash "
+                        "reads them one by one); it ran the lines after that one as commands "
+                        "of their own (the output shows them)"
+                    )
+                elif asked:
+                    why = "not run: it was interrupted before the shell started it"
                 elif _runs_nothing(record.command_line):
-                    why = "the line runs nothing (empty, blank or a comment)"
+                    why = "not run: the line runs nothing (empty, blank or a comment)"
                 else:
                     why = (
-                        "the shell is back at its prompt without running it (the output "
-                        "says why: a syntax error?)"
+                        "not run: the shell is back at its prompt without running it (the "
+                        "output says why: a syntax error?)"
                     )
-                await self._end(Event.ENDED, note=f"not run: {why}; no exit code")
+                await self._end(Event.ENDED, note=f"{why}; no exit code")
                 if self.scope is not None:
                     self.scope.cancel()  # the follower waits for a start that will not come
                 return

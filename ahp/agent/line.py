@@ -23,11 +23,7 @@ from __future__ import annotations
 import re
 from typing import Final
 
-__all__ = ["PASTE_OFF", "PASTE_ON", "CommandLineError", "command_text", "keystrokes", "paste_on"]
-
-#: What a shell prints to switch bracketed paste on (at its prompt) and off (to run).
-PASTE_ON: Final = "\x1b[?2004h"
-PASTE_OFF: Final = "\x1b[?2004l"
+__all__ = ["CommandLineError", "command_text", "keystrokes"]
 
 #: Characters a command line may not hold: C0 controls but TAB and the line ends, and DEL.
 _CONTROL: Final = re.compile(r"[\x00-\x08\x0b-\x0c\x0e-\x1f\x7f]")
@@ -65,13 +61,6 @@ def command_text(command_line: str) -> str:
             "(printf '\\033'), and send keys with send_input"
         )
     return text
-
-
-def paste_on(tail: str) -> bool:
-    """``tail`` (the end of the terminal's text, escapes kept) shows bracketed paste on:
-    the last switch of it printed is :data:`PASTE_ON` (the shell's line editor reads
-    at its prompt with it)."""
-    return tail.rfind(PASTE_ON) > tail.rfind(PASTE_OFF)
 
 
 def keystrokes(typed: str, *, fish: bool = False, paste: bool = False) -> str:

@@ -145,6 +145,24 @@ class PreStart:
         said = self._text.split("\n")[self.typed_lines : -1]
         return "".join(line + "\n" for line in said)
 
+    def prompt_again(self) -> bool:
+        """The prompt the command was typed at was drawn again after the echo's first
+        line: the shell dropped what it had read and reads on (bash after a line it
+        cannot parse in a group typed line by line: :func:`ahp.agent.markers.group`)."""
+        if not self.prompt:
+            return False
+        for line in self._text.split("\n")[1:]:
+            for drawn in strip_escapes(line).split("\r"):
+                if drawn.strip().startswith(self.prompt):
+                    return True
+        return False
+
+    def after_first(self) -> str:
+        """What the terminal printed after the echo's first line, up to the last line
+        (the prompt): a dropped group's error, then its later lines as they ran (echo
+        and output; VT text)."""
+        return "".join(line + "\n" for line in self._text.split("\n")[1:-1])
+
     def said_kept(self) -> str:
         """What the shell printed between the echo of the typed line and the prompt it
         drew again with the line it kept (:meth:`kept_line`; VT text: fish's error and

@@ -60,7 +60,7 @@ from ahp.agent.collector import (
 from ahp.agent.command import CommandHandle
 from ahp.agent.evidence import editor_reads
 from ahp.agent.holding import INTERRUPT_GRACE, before_prompt, holder_of, refusal_note
-from ahp.agent.line import command_text, keystrokes, paste_on
+from ahp.agent.line import command_text, keystrokes
 from ahp.agent.markers import Markers, group, wrap
 from ahp.agent.options import RunOptions
 from ahp.agent.port import TerminalPort
@@ -113,16 +113,16 @@ async def _shell_name(port: TerminalPort) -> str | None:
     return name.lstrip("-") if name is not None else None
 
 
-def _pastes(shell: str | None, tail: str) -> bool:
-    """A command of several lines goes to ``shell`` as one bracketed paste (``tail``: the
-    end of the terminal's text, escapes kept). zsh and fish parse a pasted buffer as a
-    whole before they run any of it (a syntax error anywhere: nothing runs); bash
-    parses it line by line, as typed (a syntax error drops that line only, the later
-    ones run), so bash gets the group. zsh: when its editor switched bracketed paste
-    on (``zle_bracketed_paste`` unset: not). fish binds the paste's start and end
-    itself in every preset key mode, whether or not it switched the mode on (it does
-    not with ``--no-config``)."""
-    return shell == "fish" or (shell == "zsh" and paste_on(tail))
+def _pastes(shell: str | None) -> bool:
+    """A command of several lines goes to ``shell`` as one bracketed paste. zsh and fish
+    parse a pasted buffer as a whole before they run any of it (a syntax error
+    anywhere: nothing runs); bash parses it line by line, as typed (a syntax error
+    drops that line only, the later ones run), so bash gets the group. zsh and fish
+    bind the paste's start and end in their default key maps whether or not they
+    switch the terminal's mode on (zsh with ``zle_bracketed_paste`` unset, fish with
+    ``--no-config``), and keys typed before the editor reads (its prompt not drawn
+    yet) wait for it in the tty."""
+    return shell in ("zsh", "fish")
 
 
 async def start_command(
@@ -223,7 +223,7 @@ async def _start(port: TerminalPort, command_line: str, options: RunOptions) -> 
             typed = group(command_line, fish=fish)
             if typed != command_line.rstrip("\n"):
                 # Several lines: pasted as one, where the shell parses them as a whole.
-                paste = _pastes(shell, port.state.tail(PROMPT_LOOKBACK))
+                paste = _pastes(shell)
                 if paste:
                     typed = command_line.rstrip("\n")
                 else:
