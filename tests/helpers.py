@@ -80,3 +80,16 @@ async def kill_and_reap(proc: trio.Process) -> None:
             await proc.wait()
         if proc.stdout is not None:
             await proc.stdout.aclose()
+
+
+async def first_line(proc: trio.Process, timeout: float = TIMEOUT) -> bytes:
+    """What ``proc`` printed on stdout up to its first newline (a server's URL), read in
+    chunks (so it may hold more after it); fails if stdout ends first or ``timeout`` passes."""
+    assert proc.stdout is not None
+    line = b""
+    with trio.fail_after(timeout):
+        while not line.endswith(b"\n"):
+            chunk = await proc.stdout.receive_some(4096)
+            assert chunk, line
+            line += chunk
+    return line

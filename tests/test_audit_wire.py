@@ -31,7 +31,7 @@ from ahp.record.recorder import DISPOSED_MARKER, STOPPED_MARKER
 from ahp.record.sink import REDACTED, make_private_dirs
 from ahp.record.wirelog import WireLog
 from ahp.server import ServeOptions
-from tests.helpers import TIMEOUT, kill_and_reap, wait_for_text
+from tests.helpers import TIMEOUT, first_line, kill_and_reap, wait_for_text
 from tests.wire import TOKEN, peer, running_server, upgrade_status_line
 
 REPO = Path(__file__).resolve().parents[1]
@@ -319,13 +319,7 @@ async def test_serve_flags_write_all_three(tmp_path: Path) -> None:
         env=env,
     )
     try:
-        assert proc.stdout is not None
-        line = b""
-        with trio.fail_after(TIMEOUT):
-            while not line.endswith(b"\n"):
-                chunk = await proc.stdout.receive_some(4096)
-                assert chunk, line
-                line += chunk
+        line = await first_line(proc, TIMEOUT)
         url = line.decode().strip()
         with trio.fail_after(TIMEOUT):
             done = await trio.run_process(

@@ -48,7 +48,7 @@ from ahp.engine import Host
 from ahp.server import ServeOptions, serve_host
 from ahp.server.app import SERVE_CHILD_NICE
 from ahp.server.session import ServerState
-from tests.helpers import TIMEOUT, kill_and_reap, wait_for_text
+from tests.helpers import TIMEOUT, first_line, kill_and_reap, wait_for_text
 
 REPO = Path(__file__).resolve().parents[1]
 ENV = {"PYTHONPATH": str(REPO)}
@@ -145,13 +145,7 @@ async def serve_process(
             cwd=str(REPO),
         )
     try:
-        assert proc.stdout is not None
-        line = b""
-        with trio.fail_after(TIMEOUT):
-            while not line.endswith(b"\n"):
-                chunk = await proc.stdout.receive_some(4096)
-                assert chunk, line
-                line += chunk
+        line = await first_line(proc, TIMEOUT)
         yield proc, line.decode().strip()
     finally:
         await kill_and_reap(proc)
@@ -242,13 +236,7 @@ async def test_serve_shell_by_name_is_found_on_path_and_niced(nice: int | None) 
         cwd=str(REPO),
     )
     try:
-        assert proc.stdout is not None
-        line = b""
-        with trio.fail_after(TIMEOUT):
-            while not line.endswith(b"\n"):
-                chunk = await proc.stdout.receive_some(4096)
-                assert chunk, line
-                line += chunk
+        line = await first_line(proc, TIMEOUT)
         done = await cli(
             "run", line.decode().strip(), "--", "echo $0; awk '{print $19}' /proc/self/stat"
         )
@@ -278,13 +266,7 @@ async def test_serve_on_a_wildcard_prints_a_loopback_url(bind: str, shown: str) 
         cwd=str(REPO),
     )
     try:
-        assert proc.stdout is not None
-        line = b""
-        with trio.fail_after(PROCESS_TIMEOUT):
-            while not line.endswith(b"\n"):
-                chunk = await proc.stdout.receive_some(4096)
-                assert chunk, line
-                line += chunk
+        line = await first_line(proc, PROCESS_TIMEOUT)
         url = line.decode().strip()
         assert url.startswith(f"ws://{shown}:"), url
         done = await cli("ls", url)

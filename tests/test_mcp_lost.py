@@ -31,7 +31,7 @@ from ahp.client import ConnectionLost, connect
 from ahp.mcp.backend import ClientBackend
 from ahp.mcp.output import ToolOutput
 from ahp.mcp.toolbox import Toolbox
-from tests.helpers import TIMEOUT, kill_and_reap
+from tests.helpers import TIMEOUT, first_line, kill_and_reap
 
 ROOT = Path(__file__).resolve().parents[1]
 #: The patience the tests give a reconnect (the real one is 30 s).
@@ -50,13 +50,7 @@ async def sidecar(tmp_path: Path, name: str = "serve") -> AsyncIterator[tuple[tr
             cwd=str(tmp_path),
         )
     try:
-        assert proc.stdout is not None
-        line = b""
-        with trio.fail_after(TIMEOUT):
-            while not line.endswith(b"\n"):
-                chunk = await proc.stdout.receive_some(4096)
-                assert chunk, line
-                line += chunk
+        line = await first_line(proc, TIMEOUT)
         yield proc, line.decode().strip()
     finally:
         if proc.returncode is None:

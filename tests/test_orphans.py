@@ -24,7 +24,7 @@ import trio
 
 from ahp.pty import orphans
 from ahp.pty.process import own_child
-from tests.helpers import TIMEOUT, stat_fields
+from tests.helpers import TIMEOUT, first_line, stat_fields
 from tests.test_cli import PROCESS_TIMEOUT, _env, cli
 from tests.test_pty import make_spec
 
@@ -82,13 +82,7 @@ async def _serve(
         cwd=str(REPO),
     )
     try:
-        assert proc.stdout is not None
-        line = b""
-        with trio.fail_after(PROCESS_TIMEOUT):
-            while not line.endswith(b"\n"):
-                chunk = await proc.stdout.receive_some(4096)
-                assert chunk, line
-                line += chunk
+        line = await first_line(proc, PROCESS_TIMEOUT)
         yield proc, line.decode().split()[0]
     finally:
         with trio.CancelScope(shield=True):
