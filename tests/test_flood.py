@@ -336,9 +336,12 @@ async def test_a_large_identity_or_config_costs_its_sender_not_root_subscribers(
 
 
 #: A program that reads nothing (raw mode, no echo) until ``$1`` exists, then all of it.
+#: One job that reads nothing until ``flag`` exists: a program of its own, never the
+#: shell (a loop run by the interactive shell put the shell in the foreground between two
+#: ``sleep``s, and a status taken then said so: failed CI once).
 _DEAF_UNTIL: Final = (
     "stty raw -echo; printf 'DEAF-%s\\n' NOW; "
-    "while [ ! -e {flag} ]; do sleep 0.05; done; exec cat > /dev/null\r"
+    "sh -c 'while [ ! -e {flag} ]; do sleep 0.05; done; exec cat > /dev/null'\r"
 )
 
 
