@@ -162,7 +162,14 @@ async def test_detached_processes_do_not_outlive_the_server() -> None:
     """``setsid cmd &`` and ``(setsid cmd &)`` from a terminal are killed when the server
     exits after SIGTERM (probe M: they ran on)."""
     async with _serve("--port", "0", "--drain-timeout", "1") as (proc, url):
-        script = "setsid sleep 1103 & (setsid sleep 1104 &); echo started"
+        # (Until both are sessions of their own, sid == pid: `run` disposes its terminal at
+        # once, and a sleep not yet past its setsid died with the terminal's session.)
+        script = (
+            "setsid sleep 1103 & (setsid sleep 1104 &); for i in $(seq 200); do n=0;"
+            " for p in $(pgrep -f '^sleep 110[34]$'); do"
+            ' [ "$(ps -o sid= -p $p | tr -d " ")" = "$p" ] && n=$((n+1)); done;'
+            " [ $n = 2 ] && break; sleep 0.05; done; echo started"
+        )
         done = await cli("run", url, "--", script)
         assert done.returncode == 0, done
         found: list[int] = []
