@@ -229,6 +229,9 @@ async def adopting_orphans() -> AsyncIterator[None]:
             finally:
                 nursery.cancel_scope.cancel()
     finally:
-        kill_adopted()
+        # (Blocking /proc scans and waits of up to KILL_WAIT: in a worker thread, not on
+        # the loop, shielded so that a cancelled exit still sweeps.)
+        with trio.CancelScope(shield=True):
+            await trio.to_thread.run_sync(kill_adopted)
         if not was_subreaper:
             set_subreaper(False)
