@@ -23,7 +23,8 @@ tasks and the bounds. See ``child.py`` for the Linux pty EOF/EIO facts.
 
 from ahp.pty.child import DEFAULT_GRACE, SIGTERM_GRACE, WRITE_CHUNK, Child, ChildGone
 from ahp.pty.launch import spawn
-from ahp.pty.reap import kill_session, session_members
+from ahp.pty.procfs import session_members
+from ahp.pty.reap import kill_session
 from ahp.pty.spec import SpawnError, SpawnSpec
 
 __all__ = [

@@ -21,8 +21,8 @@ reaps one the peek finds and keeps its status). Our children are forked from the
 loop's thread, and this runs there too, so a child cannot exit between its fork
 and its listing. At most :data:`REAP_BATCH` orphans are reaped per round, with a
 checkpoint between rounds. When ``serve`` exits, :func:`kill_adopted` stops and
-kills every descendant left (none of ours is: every terminal is disposed first)
-and reaps what it adopted.
+kills every descendant left (none of ours is: every terminal is disposed first;
+:func:`ahp.pty.procfs.descendants` finds them) and reaps what it adopted.
 
 Limits: which terminal an adopted orphan came from is lost when it is reparented
 (a ``setsid`` daemon has a session of its own too), so it is not killed when that
@@ -46,6 +46,7 @@ from typing import Final
 import trio
 
 from ahp.pty.process import own_child
+from ahp.pty.procfs import descendants
 
 __all__ = [
     "REAP_BATCH",
@@ -138,34 +139,6 @@ async def reap_orphans(*, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_
             reaped, complete = reap_zombies()
             if reaped:
                 log.debug("reaped %d orphan(s)", reaped)
-
-
-def descendants(root: int) -> list[int]:
-    """Pids of every live process below ``root`` (from ``/proc``; zombies left out),
-    parents before their children."""
-    children: dict[int, list[int]] = {}
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return []
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        fields = stat.rsplit(b")", 1)[-1].split()  # state ppid ...; comm may hold ')'
-        if len(fields) > 1 and fields[0] not in (b"Z", b"X"):
-            children.setdefault(int(fields[1]), []).append(int(entry))
-    found: list[int] = []
-    stack = [root]
-    while stack:
-        for pid in children.get(stack.pop(), ()):
-            found.append(pid)
-            stack.append(pid)
-    return found
 
 
 def kill_adopted(*, wait: float = KILL_WAIT) -> int:

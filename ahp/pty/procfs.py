@@ -13,7 +13,10 @@ another program keeps the shell's pid, under another command line
 (:func:`replaced`, :attr:`TtyStatus.shell_replaced`).
 
 The same scan finds what a command left behind: processes of the terminal's
-session (the shell is its leader) other than the shell.
+session (the shell is its leader) other than the shell. It is the one scan of
+``/proc`` in :mod:`ahp.pty`: a session's members (:func:`session_members`, what
+:mod:`ahp.pty.reap` sweeps) and a process's descendants (:func:`descendants`, what
+:mod:`ahp.pty.orphans` kills at exit) are read from it too.
 
 Everything here is synchronous and cheap (a few small ``/proc`` reads per
 process of the session); missing files (a process that just exited, another
@@ -38,8 +41,10 @@ __all__ = [
     "TtyStatus",
     "process_info",
     "replaced",
+    "session_members",
     "JobMark",
     "children",
+    "descendants",
     "job_mark",
     "jobs_since",
     "tty_status",
@@ -96,6 +101,7 @@ class ProcessInfo:
 
     pid: int
     state: str
+    ppid: int
     pgrp: int
     session: int
     tty_nr: int
@@ -127,6 +133,7 @@ def process_info(pid: int) -> ProcessInfo | None:
         return ProcessInfo(
             pid=pid,
             state=fields[0].decode(),
+            ppid=int(fields[1]),
             pgrp=int(fields[2]),
             session=int(fields[3]),
             tty_nr=int(fields[4]),
@@ -146,6 +153,7 @@ def command_line(pid: int) -> str:
 
 
 def _all_processes() -> list[ProcessInfo]:
+    """Every process in ``/proc`` (zombies included; none without procfs): the scan."""
     try:
         names = os.listdir("/proc")
     except OSError:
@@ -157,6 +165,32 @@ def _all_processes() -> list[ProcessInfo]:
             if info is not None:
                 infos.append(info)
     return infos
+
+
+def session_members(sid: int) -> list[int]:
+    """Pids of the live (not zombie) processes whose session id is ``sid``."""
+    return [info.pid for info in _all_processes() if info.session == sid and _live(info)]
+
+
+def descendants(root: int) -> list[int]:
+    """Pids of every live process below ``root`` (zombies left out), parents before
+    their children."""
+    below: dict[int, list[int]] = {}
+    for info in _all_processes():
+        if _live(info):
+            below.setdefault(info.ppid, []).append(info.pid)
+    found: list[int] = []
+    stack = [root]
+    while stack:
+        for pid in below.get(stack.pop(), ()):
+            found.append(pid)
+            stack.append(pid)
+    return found
+
+
+def _live(info: ProcessInfo) -> bool:
+    """Not a zombie, not dead (``Z``, ``X``)."""
+    return info.state not in ("Z", "X")
 
 
 @attrs.frozen

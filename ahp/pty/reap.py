@@ -7,7 +7,8 @@ the same session, and a non-interactive ``sh -c 'x &'`` leaves ``x`` behind in
 the group of a command that has finished. Such processes keep the pty open and
 would outlive the disposed terminal as orphans. Every process whose session id
 is the terminal's pid belongs to that terminal; after the leader has been
-terminated and reaped, :func:`kill_session` stops and kills whatever is left.
+terminated and reaped, :func:`kill_session` stops and kills whatever is left
+(found by :mod:`ahp.pty.procfs`'s scan, :func:`~ahp.pty.procfs.session_members`).
 
 Killing is paced: a thousand processes killed at once exit at once, and the
 kernel's exit work (serialised on its task list, interrupts off) then takes both
@@ -33,6 +34,8 @@ import signal
 import time
 from typing import Final
 
+from ahp.pty.procfs import session_members
+
 __all__ = ["kill_session", "session_members"]
 
 log = logging.getLogger("ahp.pty")
@@ -43,28 +46,6 @@ KILL_ROUNDS: Final = 10
 KILL_BATCH: Final = 16
 #: Seconds slept after each batch of :data:`KILL_BATCH` kills.
 KILL_PAUSE: Final = 0.002
-
-
-def session_members(sid: int) -> list[int]:
-    """Pids of the live (not zombie) processes whose session id is ``sid``."""
-    members = []
-    try:
-        entries = os.listdir("/proc")
-    except OSError:  # no procfs: nothing to sweep
-        return []
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        # pid (comm) state ppid pgrp session ...; comm may contain spaces and ')'.
-        fields = stat.rsplit(b")", 1)[-1].split()
-        if len(fields) > 3 and int(fields[3]) == sid and fields[0] not in (b"Z", b"X"):
-            members.append(int(entry))
-    return members
 
 
 def kill_session(sid: int, *, paced: bool = True) -> int:
