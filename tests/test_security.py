@@ -88,7 +88,7 @@ async def test_tokens_are_compared_in_constant_time(monkeypatch: pytest.MonkeyPa
         calls.append((a, b))
         return original(a, b)
 
-    monkeypatch.setattr("ahp.server.websocket.hmac.compare_digest", spy)  # the transport's
+    monkeypatch.setattr("ahp.server.gate.hmac.compare_digest", spy)  # the gate's
     async with running_server() as server:
         assert server.port is not None
         assert await upgrade_status(server.port, "/?tkn=wrong-token", {}) == 403

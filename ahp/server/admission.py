@@ -28,7 +28,7 @@ terminal's pty fails with ``EMFILE``, and the accept loop logs a traceback every
 A plain request (the viewer page, its files, a probe) leaves the pending ones once
 it is read and answered: its answer is then sent after the phase, under a progress
 rule (the client must take a piece of it every so often,
-:mod:`ahp.server.websocket`), so a page loads over a slow link, and under a flood of
+:mod:`ahp.server.plain`), so a page loads over a slow link, and under a flood of
 half-sent requests, whatever the phase's deadline. Those sends hold fds past the
 phase, so they have a bound of their own (:class:`PlainSends`): at most
 :func:`plain_send_limit` at once (a sixteenth of the fds, 8 to 64: 64 under 1024),

@@ -53,13 +53,14 @@ from ahp.pty.reap import kill_session
 from ahp.record import RecordOptions, record_host
 from ahp.record.audit import AuditLog
 from ahp.record.wirelog import WireLog
+from ahp.server.config import ServerConfig
 from ahp.server.drain import DEFAULT_DRAIN_TIMEOUT, drain
 from ahp.server.http import health_routes
 from ahp.server.listeners import open_listeners, socket_identity
 from ahp.server.scrub import scrub_start_environment
 from ahp.server.state import DEFAULT_MAX_TERMINALS, ServerState
 from ahp.server.web import web_routes
-from ahp.server.websocket import ServerConfig, serve_connections
+from ahp.server.websocket import serve_connections
 
 __all__ = [
     "DEFAULT_PORT",

@@ -19,7 +19,7 @@ new one, so no idle keep-alive connection holds a place.
 Security: every answer carries ``X-Content-Type-Options: nosniff``,
 ``Referrer-Policy: no-referrer`` and ``Cache-Control: no-store`` unless the
 route sets its own; the Host check (DNS rebinding) applies to plain requests as
-to upgrades (:func:`ahp.server.websocket.check_plain`); the token is never
+to upgrades (:func:`ahp.server.gate.check_host`); the token is never
 required by ``/healthz`` and ``/readyz``, which reveal nothing but a word.
 """
 
@@ -124,11 +124,11 @@ class HttpResponse:
     headers: tuple[tuple[str, str], ...] = ()
     #: A body sent from a file after the head, instead of ``body`` (its length is the
     #: ``Content-Length``). The answer owns it: whoever takes the answer closes it
-    #: (:meth:`FileBody.close`), sent or not (:func:`ahp.server.websocket._answer_plain`).
+    #: (:meth:`FileBody.close`), sent or not (:func:`ahp.server.plain.answer_plain`).
     streamed: FileBody | None = None
     #: Why the request's token was refused (a 401 of a route that needs one), for the
     #: rate-limited log and the audit log, like a refused upgrade's reason
-    #: (:func:`ahp.server.websocket._answer_plain`); None for every other answer.
+    #: (:func:`ahp.server.plain.answer_plain`); None for every other answer.
     refused: str | None = None
 
     @classmethod

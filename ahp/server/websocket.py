@@ -40,7 +40,9 @@ The upgrade is refused with HTTP 403 before any protocol work when the token is
 missing or wrong (compared in constant time), when the request carries an
 ``Origin`` that is not allow-listed (cross-site WebSocket hijacking), or when
 the server is bound to loopback and ``Host`` names something else (DNS
-rebinding); a malformed one gets 400 (:func:`~ahp.server.upgrade.read_upgrade`).
+rebinding): the checks are :mod:`ahp.server.gate`'s; a malformed one gets 400
+(:func:`~ahp.server.upgrade.read_upgrade`). A request without an upgrade is answered
+by :mod:`ahp.server.plain`.
 The token is never logged. Until authenticated, a connection is one of at most
 ``max_pending`` and has one deadline for the whole phase (a plain request's reading
 and answering too; its answer is sent after the phase, for as long as the client keeps
@@ -63,22 +65,18 @@ of a message would pass that budget, the connections that rank above its sender
 from __future__ import annotations
 
 import contextlib
-import hmac
 import logging
 import math
-import re
 import sys
 from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any, Final
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import urlsplit
 
-import attrs
 import trio
 
 from ahp.engine import Outbox
 from ahp.record.audit import QUOTA, AuditLog
-from ahp.server import download
 from ahp.server.admission import (
     BudgetTicket,
     ConnectionBudget,
@@ -90,20 +88,20 @@ from ahp.server.admission import (
     plain_send_limit,
     serve_listener,
 )
+from ahp.server.config import MAX_MESSAGE_SIZE, OUTBOX_BYTES, ServerConfig
 from ahp.server.connection import REPLACED_CLOSE
-from ahp.server.download import FileBody
 from ahp.server.drain import GOING_AWAY
-from ahp.server.http import HttpResponse, PlainRequest, Routes
+from ahp.server.gate import AUDIT_REASON, admit_upgrade, answer_protocol
+from ahp.server.http import PlainRequest
 from ahp.server.inbound import InboundBudget
+from ahp.server.plain import PlainAnswer, answer_plain
 from ahp.server.session import Session
 from ahp.server.state import ServerState
-from ahp.server.upgrade import HANDSHAKE_TIMEOUT, UpgradeRequest, read_upgrade, reject
-from ahp.server.web import BEARER_PROTOCOL_PREFIX
+from ahp.server.upgrade import UpgradeRequest, read_upgrade, reject
 from ahp.server.writer import OVERFLOW_CLOSE, ConnectionWriter
 from ahp.server.wsconn import (
     BUSY_REASON,
     GAVE_WAY_REASON,
-    MESSAGE_DEADLINE,
     TRY_AGAIN,
     ConnectionClosed,
     ServerWebSocket,
@@ -111,28 +109,18 @@ from ahp.server.wsconn import (
 )
 
 __all__ = [
+    # (ServerConfig and its defaults live in ahp.server.config; named here too, where
+    # the tests, benchmarks and docs take them from.)
     "MAX_MESSAGE_SIZE",
     "OUTBOX_BYTES",
     "ServerConfig",
-    "admit_upgrade",
-    "check_upgrade",
     "serve_connections",
 ]
 
 log = logging.getLogger("ahp.server")
 
-#: Largest inbound message accepted; larger ones close the connection with 1009. It
-#: bounds how long one frame holds the event loop (reading, UTF-8 and JSON decoding cost
-#: ~5 ms per MiB here): at 16 MiB, frames at the bounds delayed another client's echo by
-#: up to ~60 ms; at 8 MiB, half that (benchmarks/bench_edges.py, docs/threat-model.md).
-MAX_MESSAGE_SIZE: Final = 8 * 1024 * 1024
 #: Inbound frames from this size on are checked, then decoded, with a checkpoint between.
 LARGE_FRAME: Final = 1024 * 1024
-#: Outbound bytes queued per connection before it is closed with 1013.
-OUTBOX_BYTES: Final = 16 * 1024 * 1024
-#: Seconds an overflowed connection gets to finish the write in flight and the close
-#: handshake (1013); a client that reads nothing at all is then dropped without one.
-STALL_GRACE: Final = 1.0
 #: Seconds the answers queued before a peer's half-close (EOF) get to be written.
 EOF_FLUSH: Final = 5.0
 #: Seconds the close handshake may take when the server closes a connection.
@@ -148,124 +136,6 @@ BUDGET_CLOSE: Final = (1013, "connection limit reached")
 #: the socket early loses the peer nothing; a peer that answers on loopback or a LAN
 #: answers well within this.
 EVICTED_CLOSE_TIMEOUT: Final = 0.1
-#: An HTTP token (RFC 9110, ``tchar``): what a subprotocol's name must be.
-_TOKEN: Final = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
-#: Longest refusal reason written to the audit log (characters).
-_AUDIT_REASON: Final = 200
-LOOPBACK_NAMES: Final = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})
-
-
-@attrs.frozen
-class ServerConfig:
-    token: str | None
-    allow_origins: frozenset[str] = frozenset()
-    #: Names accepted in ``Host`` when bound to loopback (empty: no check, e.g. Unix socket).
-    allowed_hosts: frozenset[str] = frozenset()
-    max_message_size: int = MAX_MESSAGE_SIZE
-    #: Seconds one inbound message may take (:data:`ahp.server.wsconn.MESSAGE_DEADLINE`).
-    message_deadline: float = MESSAGE_DEADLINE
-    outbox_bytes: int = OUTBOX_BYTES
-    stall_grace: float = STALL_GRACE
-    #: Seconds a peer gets, from its connect, to be authenticated and answered (the
-    #: upgrade request, the checks, the 101 or the refusal) before it is dropped.
-    handshake_timeout: float = HANDSHAKE_TIMEOUT
-    #: Unauthenticated connections held at most (None: from ``RLIMIT_NOFILE``, see
-    #: :func:`ahp.server.admission.pending_limit`); the oldest is dropped for a new one.
-    max_pending: int | None = None
-    #: Authenticated connections held at most (None: from ``RLIMIT_NOFILE``, see
-    #: :func:`ahp.server.admission.connection_limit`), and from one peer address (None:
-    #: half of those); past either, the longest-idle one is closed (BUDGET_CLOSE).
-    max_connections: int | None = None
-    max_connections_per_peer: int | None = None
-    #: Plain answers (the page, its files) sent at once after the unauthenticated phase
-    #: (None: from ``RLIMIT_NOFILE``, see :func:`ahp.server.admission.plain_send_limit`),
-    #: and from one peer address (None: half of those); past either, an answer is sent
-    #: within the phase, under its deadline.
-    max_plain_sends: int | None = None
-    max_plain_sends_per_peer: int | None = None
-    #: Plain HTTP requests (no upgrade) on the same port: health probes, pages
-    #: (:mod:`ahp.server.http`); None answers every one 404.
-    routes: Routes | None = None
-    #: A second token that admits read-only connections (watch only: every dispatch,
-    #: create, dispose and process request is refused; see :class:`Session`).
-    read_token: str | None = None
-    #: The server's own page origins (``http://127.0.0.1:PORT`` …), accepted in
-    #: ``Origin`` besides ``allow_origins``: the viewer page's WebSocket. Only exact
-    #: loopback origins of this port are put here, and the Host check still applies, so
-    #: a rebound name (``http://evil.example:PORT``) is refused as before.
-    own_origins: frozenset[str] = frozenset()
-
-
-def check_host(host: str | None, config: ServerConfig) -> str | None:
-    """Why ``host`` (the request's ``Host``) is refused (DNS rebinding), or None."""
-    if not config.allowed_hosts:
-        return None
-    if host is None:
-        return "missing Host header"
-    name, colon, port = host.rpartition(":") if not host.endswith("]") else ("", "", "")
-    if not colon:
-        name = host
-    elif not (port.isascii() and port.isdigit() and int(port) <= 65535):
-        return "unexpected Host header"  # (127.0.0.1:abc, :PORT@evil.test: not a port)
-    if host.lower() not in config.allowed_hosts and name.lower() not in config.allowed_hosts:
-        return "unexpected Host header"
-    return None
-
-
-def check_upgrade(request: UpgradeRequest, config: ServerConfig) -> str | None:
-    """Why the upgrade must be refused, or None to accept it."""
-    return admit_upgrade(request, config)[0]
-
-
-def offered_token(request: UpgradeRequest) -> str:
-    """The token the upgrade offers: ``Authorization: Bearer``, else a subprotocol offer
-    ``ahp-terminals.bearer.<token>`` (what a browser page can send), else the ``tkn``
-    query parameter; "" when none."""
-    auth = request.header(b"authorization")
-    if auth is not None and auth.lower().startswith("bearer "):
-        return auth[7:].strip()
-    for offer in request.subprotocols:
-        if offer.startswith(BEARER_PROTOCOL_PREFIX):
-            return offer[len(BEARER_PROTOCOL_PREFIX) :]
-    query = parse_qs(urlsplit(request.target).query)
-    return (query.get("tkn") or [""])[0]
-
-
-def admit_upgrade(request: UpgradeRequest, config: ServerConfig) -> tuple[str | None, bool]:
-    """(why the upgrade is refused or None, whether it is a read-only connection)."""
-    origin = request.header(b"origin")
-    if (
-        origin is not None
-        and origin not in config.allow_origins
-        and origin not in config.own_origins
-    ):
-        return "origin not allowed", False
-    refusal = check_host(request.host, config)
-    if refusal is not None:
-        return refusal, False
-    if config.token is None:
-        return None, False
-    offered = offered_token(request).encode()
-    # Both comparisons always run (constant time whichever token was offered).
-    full = hmac.compare_digest(offered, config.token.encode())
-    read = config.read_token is not None and hmac.compare_digest(
-        offered, config.read_token.encode()
-    )
-    if full:
-        return None, False
-    if read:
-        return None, True
-    return "missing or wrong token", False
-
-
-def _answer_protocol(offers: Sequence[str]) -> str | None:
-    """The subprotocol answered: the first offer that carries no token (AHP names none;
-    clients may offer some and insist on one back) and is an HTTP token (an empty or
-    malformed offer, ``,,, ;;``, is never answered)."""
-    return next(
-        (o for o in offers if not o.startswith(BEARER_PROTOCOL_PREFIX) and _TOKEN.fullmatch(o)),
-        None,
-    )
 
 
 class _Link:
@@ -354,145 +224,6 @@ async def _reader(
             await session.outbox.wait_responses_below(config.outbox_bytes)
 
 
-def _refused_plain(
-    request: PlainRequest, refusal: str, notes: RateLimitedLog, audit: AuditLog | None
-) -> None:
-    """Log (rate-limited) and audit a plain request refused for its Host or its token,
-    as a refused upgrade is (the path only: the query may hold a token)."""
-    notes.log(
-        "refused",
-        logging.WARNING,
-        "refused request from %s to %s: %s",
-        request.remote,
-        request.path[:_AUDIT_REASON],
-        refusal,
-    )
-    if audit is not None:
-        audit.connection(request.remote, accepted=False, reason=refusal, path=request.path)
-
-
-class _PlainAnswer:
-    """A plain request's answer, built and not yet sent: its head, its in-memory body
-    (not copied: an asset's is the cached file) and its streamed body (a recording's
-    open file), which this answer owns until :meth:`close` (idempotent; whoever holds
-    the answer calls it, sent or not)."""
-
-    def __init__(self, response: HttpResponse, request: PlainRequest) -> None:
-        head_only = request.method == "HEAD"
-        self.head, self.body = response.parts(head_only=head_only)
-        self.streamed: FileBody | None = response.streamed
-        self.peer = _peer_address(request.remote)
-        if head_only:
-            self.close()
-
-    @property
-    def length(self) -> int:
-        return len(self.head) + len(self.body)
-
-    def close(self) -> None:
-        streamed, self.streamed = self.streamed, None
-        if streamed is not None:
-            streamed.close()
-
-    async def send_at_once(self, stream: trio.abc.Stream) -> None:
-        """Send the in-memory answer in one write, under the caller's deadline (the
-        unauthenticated phase's: no place after it was free). A streamed body is never
-        sent this way (its answer holds a place among the downloads instead)."""
-        assert self.streamed is None
-        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-            await stream.send_all(self.head)  # (two writes: the body is not copied)
-            if self.body:
-                await stream.send_all(self.body)
-
-    async def send(self, stream: trio.abc.Stream, notes: RateLimitedLog) -> None:
-        """Send the whole answer, after the unauthenticated phase: no deadline but the
-        progress rule of :mod:`ahp.server.download` (a :data:`DOWNLOAD_PIECE` taken at
-        least every :data:`DOWNLOAD_IDLE` seconds, else the connection is closed); then
-        close the streamed body. The caller closes the connection."""
-        try:
-            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-                for part in (self.head, self.body):
-                    if not await _send_paced(stream, part):
-                        notes.log(
-                            "download",
-                            logging.INFO,
-                            "closed an answer to %s after part of its %d bytes: %s",
-                            self.peer,
-                            self.length,
-                            "the client took nothing",
-                        )
-                        return
-                if self.streamed is not None:
-                    await _send_download(stream, self.streamed, notes)
-        finally:
-            self.close()
-
-
-def _peer_address(remote: str) -> str:
-    """The address of a ``host:port`` peer (the key of per-peer bounds)."""
-    return remote.rsplit(":", 1)[0] if ":" in remote else remote
-
-
-async def _send_paced(stream: trio.abc.Stream, data: bytes) -> bool:
-    """Send ``data`` a :data:`~ahp.server.download.DOWNLOAD_PIECE` at a time, each within
-    :data:`~ahp.server.download.DOWNLOAD_IDLE` seconds; False when one was not taken in
-    time (the rest is not sent)."""
-    with memoryview(data) as view:
-        for start in range(0, len(view), download.DOWNLOAD_PIECE):
-            with trio.move_on_after(download.DOWNLOAD_IDLE) as idle:
-                await stream.send_all(view[start : start + download.DOWNLOAD_PIECE])
-            if idle.cancelled_caught:
-                return False
-    return True
-
-
-async def _answer_plain(
-    request: PlainRequest,
-    config: ServerConfig,
-    notes: RateLimitedLog,
-    audit: AuditLog | None = None,
-) -> _PlainAnswer:
-    """The answer to a request without an upgrade (:mod:`ahp.server.http`), not sent:
-    the caller owns it (:meth:`_PlainAnswer.close`). A refusal (the Host, a route's
-    token check: :attr:`HttpResponse.refused`) is logged and audited like a refused
-    upgrade's."""
-    refusal = check_host(request.host, config)
-    if refusal is not None:
-        _refused_plain(request, refusal, notes, audit)
-        response = HttpResponse.text(403, refusal)
-    elif config.routes is None:
-        response = HttpResponse.text(404, "not found")
-    else:
-        try:
-            response = await config.routes.answer(request)
-        except Exception:
-            log.exception("answering %s %s failed", request.method, request.path)
-            response = HttpResponse.text(500, "internal error")
-        if response.refused is not None:
-            _refused_plain(request, response.refused, notes, audit)
-    # (No checkpoint from the route's answer to its taker: a streamed body is closed.)
-    return _PlainAnswer(response, request)
-
-
-async def _send_download(stream: trio.abc.Stream, body: FileBody, notes: RateLimitedLog) -> None:
-    """Send a streamed answer's body (its head is out) and close it; the caller closes
-    the connection. No deadline but the progress rule of :mod:`ahp.server.download`."""
-    try:
-        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-            why = await body.send(stream)
-            if why is not None:
-                notes.log(
-                    "download",
-                    logging.INFO,
-                    "closed a download after %d of %d bytes: %s",
-                    body.sent,
-                    body.length,
-                    "the client took nothing" if why == "idle" else "the file shrank",
-                )
-    finally:
-        body.close()
-
-
 async def _authenticate(
     stream: trio.abc.Stream,
     config: ServerConfig,
@@ -500,16 +231,16 @@ async def _authenticate(
     audit: AuditLog | None = None,
     *,
     budget: InboundBudget | None = None,
-) -> tuple[ServerWebSocket, UpgradeRequest, bool] | _PlainAnswer | None:
+) -> tuple[ServerWebSocket, UpgradeRequest, bool] | PlainAnswer | None:
     """Read and check the upgrade; the accepted connection, with whether it is
     read-only; or a plain request's answer, still to send (the caller owns it:
-    :func:`_answer_plain`); or None (answered and closed: malformed, refused, or the
-    peer left)."""
+    :func:`~ahp.server.plain.answer_plain`); or None (answered and closed: malformed,
+    refused, or the peer left)."""
     upgrade = await read_upgrade(stream, timeout=math.inf, note=_note_info(notes, audit))
     if upgrade is None:
         return None
     if isinstance(upgrade, PlainRequest):
-        return await _answer_plain(upgrade, config, notes, audit)
+        return await answer_plain(upgrade, config, notes, audit)
     wsproto_conn, request = upgrade
     refusal, read_only = admit_upgrade(request, config)
     # A peer may hang up during the upgrade (even before our 403 body is out): that
@@ -528,7 +259,7 @@ async def _authenticate(
             stream,
             wsproto_conn,
             max_message_size=config.max_message_size,
-            subprotocol=_answer_protocol(request.subprotocols),
+            subprotocol=answer_protocol(request.subprotocols),
             early_data=request.early_data,
             budget=budget,
             message_deadline=config.message_deadline,
@@ -545,7 +276,7 @@ def _note_info(notes: RateLimitedLog, audit: AuditLog | None = None) -> Callable
             # read_upgrade's notes: (remote, why) for a malformed request, (remote,) for
             # a timeout. Every such peer is refused (400, or dropped).
             why = f"{kind}: {args[1]}" if len(args) > 1 else kind
-            audit.connection(str(args[0]), accepted=False, reason=why[:_AUDIT_REASON])
+            audit.connection(str(args[0]), accepted=False, reason=why[:AUDIT_REASON])
 
     return note
 
@@ -565,12 +296,12 @@ async def _serve_one(
     # whole phase has one deadline; a newer connection may evict it (see admission).
     scope = trio.move_on_after(config.handshake_timeout)
     pending.admit(scope)
-    outcome: tuple[ServerWebSocket, UpgradeRequest, bool] | _PlainAnswer | None = None
+    outcome: tuple[ServerWebSocket, UpgradeRequest, bool] | PlainAnswer | None = None
     placed = False
     try:
         with scope:
             outcome = await _authenticate(stream, config, notes, state.audit, budget=budget)
-            if isinstance(outcome, _PlainAnswer) and outcome.streamed is None:
+            if isinstance(outcome, PlainAnswer) and outcome.streamed is None:
                 # A plain answer (the page, an asset) is sent after the phase, for as
                 # long as the client takes it, if it gets a place among those sends;
                 # else within the phase, as an unauthenticated connection (admission).
@@ -587,7 +318,7 @@ async def _serve_one(
                     await answer.send_at_once(stream)
     finally:
         pending.release(scope)
-    if isinstance(outcome, _PlainAnswer):
+    if isinstance(outcome, PlainAnswer):
         # Read and answered (no checkpoint since: nothing cancelled it): no longer a
         # pending connection nor under the phase's deadline, the answer may take as
         # long as the client keeps taking it (a recording's as a download,
