@@ -13,7 +13,8 @@ Each module holds one (``docs/agent.md`` is the guide):
 * :mod:`~ahp.agent.port` — :class:`TerminalPort`, what the layer needs from a
   terminal (the in-process and the remote terminal implement it);
 * :mod:`~ahp.agent.start` — typing a command (or refusing to, when the terminal
-  is busy); :mod:`~ahp.agent.collector` — following it to its end;
+  is busy); :mod:`~ahp.agent.collector` — following it to its end
+  (:mod:`~ahp.agent.interrupt` — whether the shell took a Ctrl-C);
   :mod:`~ahp.agent.markers` — the fallback's markers for shells without command
   detection; :mod:`~ahp.agent.line` — a command line as text (line ends, control
   characters);

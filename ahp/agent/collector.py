@@ -33,7 +33,8 @@ and a prompt), the command is over (``finished``, no exit code, a note saying co
 detection was lost); later commands use markers until the shell reports an end again
 (:meth:`~ahp.agent.registry.CommandRegistry.detection_back`). A prompt never seen (bash's
 stderr off the terminal: :func:`~ahp.agent.evidence.prompt_unseen`) takes a Ctrl-C
-first, then quiet with nothing printed since (``Collector._took_unseen_interrupt``).
+first, then quiet with nothing printed since (:meth:`InterruptAnswer.took_unseen
+<ahp.agent.interrupt.InterruptAnswer.took_unseen>`).
 Markers are typed in fish's syntax when the shell there is fish.
 
 Marks nobody signed: in a terminal whose shell the host did not inject its integration
@@ -86,11 +87,12 @@ from ahp.agent.holding import (
     KILL_WAIT,
     replaced_by,
 )
+from ahp.agent.interrupt import TAKE_WAIT, InterruptAnswer
 from ahp.agent.machine import INPUT_POLL, MAX_INPUT_POLL
 from ahp.agent.markers import MARKER_LOOKBACK, MARKER_TAIL, Markers
 from ahp.agent.occupants import BackgroundProcess
 from ahp.agent.port import TerminalPort
-from ahp.agent.prestart import MAX_PRE_START, PreStart, prompt_after, screen_line
+from ahp.agent.prestart import PreStart, prompt_after, screen_line
 from ahp.agent.record import CommandRecord
 from ahp.agent.status import Event
 from ahp.protocol.actions import (
@@ -120,18 +122,6 @@ CLAIM_TIMEOUT: Final = 5.0
 PROMPT_LOOKBACK: Final = 4096
 #: Bound on closing the follower at the end.
 CLOSE_TIMEOUT: Final = 1.0
-#: After a Ctrl-C, how long the shell may be seen reading in quiet without having
-#: shown that it took it (a new line and a prompt) before the command is ended
-#: anyway: a shell that ignores SIGINT, or a prompt that looks like none.
-TAKE_WAIT: Final = 3.0
-#: How many more Ctrl-Cs a shell seen reading, that has not shown it took the first,
-#: is sent (see ``Collector._took_interrupt``).
-INTERRUPT_RESENDS: Final = 2
-#: A shell that said nothing at all after a Ctrl-C and has read in quiet this long is
-#: sent another too (bash can hold one without a word); long enough that an answer
-#: still on its way is not taken for the answer to the next one.
-SILENT_RESEND_AFTER: Final = 1.0
-
 #: Ends after which the claim found is given back (the terminal is still there).
 _GIVE_BACK: Final = frozenset({Event.ENDED, Event.FAILED})
 
@@ -192,14 +182,6 @@ class Collector:
     pre_start: PreStart | None = None
     #: Set when pre-start output arrives (replaced by the watcher once seen).
     pre_activity: trio.Event = attrs.Factory(trio.Event)
-    #: What the terminal printed after the latest Ctrl-C, before the command's start
-    #: (its tail): whether the shell took it (``_took_interrupt``).
-    after_ask: str = ""
-    #: When the shell was first seen reading in quiet after a Ctrl-C it has not shown
-    #: it took (``None``: not so at the last look).
-    untaken: float | None = None
-    #: Ctrl-Cs sent again because the shell had not shown it took the first.
-    resent: int = 0
     #: The timeout's Ctrl-C was ignored for :data:`INTERRUPT_GRACE`: the command was killed.
     escalated: bool = False
     #: Detected mode: the command line of the interactive shell that replaced the
@@ -211,11 +193,14 @@ class Collector:
     #: Detected mode, the command started: the shell was seen back at its prompt
     #: (twice, nothing printed between) without reporting the command's end.
     marks_lost: bool = False
-    #: Something was printed after a Ctrl-C (any: :attr:`after_ask` is reset on a resend).
-    said_after_ask: bool = False
     #: Detected mode: the shell dropped the group the command's lines were typed in and
     #: runs the later lines as commands of their own (:meth:`_group_dropped`).
     group_dropped: bool = False
+    #: The shell's answer to the Ctrl-Cs sent before the command's end (whether it
+    #: took them).
+    interrupt: InterruptAnswer = attrs.field(
+        default=attrs.Factory(lambda self: InterruptAnswer(self.port), takes_self=True)
+    )
 
     async def run(self) -> None:
         record = self.record
@@ -406,11 +391,11 @@ class Collector:
                 if self.command_id is not None:
                     record.output(action.data)
                     if record.machine.asked:
-                        self._after_ask(action.data)
+                        self.interrupt.heard(action.data)
                 elif self.pre_start is not None:
                     self.pre_start.feed(action.data)
                     if record.machine.asked:
-                        self._after_ask(action.data)
+                        self.interrupt.heard(action.data)
                     self.pre_activity.set()
             elif (
                 isinstance(action, TerminalCommandFinished) and action.commandId == self.command_id
@@ -474,7 +459,7 @@ class Collector:
             if not isinstance(action, TerminalData):
                 continue
             if record.machine.asked:
-                self._after_ask(action.data)
+                self.interrupt.heard(action.data)
             text = markers.feed(action.data)
             if markers.started and not record.machine.executing:
                 record.apply(Event.EXECUTING)
@@ -505,21 +490,21 @@ class Collector:
             with trio.move_on_after(pause):
                 await self.pre_activity.wait()
             if pre.count != count:
-                seen = self.untaken = None
+                seen = self.interrupt.untaken = None
                 pause = self.record.machine.input_quiet
                 continue
             reading = await self._shell_reads(pre)
             if self.command_id is not None or self._over():
                 return
             if not reading or pre.count != count:
-                seen = self.untaken = None
+                seen = self.interrupt.untaken = None
                 pause = min(pause * 2, MAX_INPUT_POLL)
                 continue
             if seen != count:
                 seen, pause = count, INPUT_POLL  # a second look, nothing printed between
                 continue
             asked = bool(record.machine.asked)
-            if asked and not await self._took_interrupt(pre.prompt):
+            if asked and not await self.interrupt.took(pre.prompt):
                 pause = INPUT_POLL
                 continue
             kept = pre.kept_line() if not asked and _fish(reading) else None
@@ -667,49 +652,7 @@ class Collector:
             if evidence is not None:
                 record.apply(Event.INPUT_SEEN, evidence=evidence)
             else:
-                machine.looked(trio.current_time(), steady=self.untaken is not None)
-
-    def _after_ask(self, data: str) -> None:
-        """Output that arrived after the (latest) Ctrl-C, before the command's start
-        (its tail): the shell's answer to it."""
-        self.after_ask = (self.after_ask + data[-MAX_PRE_START:])[-MAX_PRE_START:]
-        if data:
-            self.said_after_ask = True
-
-    async def _took_interrupt(self, prompt: str) -> bool:
-        """The shell, seen reading in quiet after a Ctrl-C, took it: its answer (the
-        output since the latest Ctrl-C) starts a new line and ends at ``prompt`` or
-        one like it (:func:`~ahp.agent.prestart.prompt_after`); or it has read in
-        quiet for :data:`TAKE_WAIT` since without one (it ignores SIGINT; its prompt
-        looks like none; it held every Ctrl-C resent).
-
-        Until then the Ctrl-C may still be on its way (the kernel's buffer, a shell
-        not yet scheduled), or held: bash, interrupted at its first prompt while its
-        line editor is not blocked reading, echoes ``^C``, redraws the line and
-        keeps the interrupt pending until the next key, which it then drops with
-        whatever it had read (the command typed next would lose its first keys).
-        A shell that answered so (output, but no new prompt) and reads in quiet is
-        sent one more Ctrl-C, at most :data:`INTERRUPT_RESENDS` times: bash takes
-        both at once, and a Ctrl-C at a shell's own prompt only drops the line it
-        interrupted. A shell that said nothing is resent one only after
-        :data:`SILENT_RESEND_AFTER` of quiet reading (bash can hold one without a
-        word), so that an answer still on its way is not taken for the answer to the
-        next one: a Ctrl-C in flight when the next command is typed is the very
-        hazard. The answer to a resent one is looked for from scratch."""
-        answer = self.after_ask
-        if prompt_after(answer, prompt):
-            return True
-        now = trio.current_time()
-        if self.untaken is None:
-            self.untaken = now
-        quiet = now - self.untaken
-        if self.resent < INTERRUPT_RESENDS and (answer or quiet >= SILENT_RESEND_AFTER):
-            self.resent += 1
-            self.after_ask = ""
-            self.untaken = None
-            await self.port.send_input("\x03")
-            return False
-        return quiet >= TAKE_WAIT
+                machine.looked(trio.current_time(), steady=self.interrupt.untaken is not None)
 
     def _over(self) -> bool:
         return self.record.machine.done
@@ -756,30 +699,7 @@ class Collector:
     def _prompt_seen(self) -> bool:
         """The shell answered the (latest) Ctrl-C with a new line and a prompt."""
         pre = self.pre_start
-        return pre is not None and prompt_after(self.after_ask, pre.prompt)
-
-    async def _took_unseen_interrupt(self) -> bool:
-        """Detected mode, the command started, a Ctrl-C sent, and the shell's prompt
-        never seen (:func:`~ahp.agent.evidence.prompt_unseen`: bash's stderr is not
-        the terminal): its line editor reads in quiet, nothing at all printed since
-        the Ctrl-C, for :data:`SILENT_RESEND_AFTER`; then it is sent one more Ctrl-C
-        (a Ctrl-C bash held, see :meth:`_took_interrupt`, is taken with it: the next
-        command keeps its first keys), and after as long again in quiet, it took
-        them. Anything printed since the Ctrl-C (a trap's words: ``trap 'echo hi'
-        INT`` keeps a ``read`` reading) and this never concludes."""
-        if self.said_after_ask:
-            return False
-        now = trio.current_time()
-        if self.untaken is None:
-            self.untaken = now
-        if now - self.untaken < SILENT_RESEND_AFTER:
-            return False
-        if self.resent < 1:
-            self.resent += 1
-            self.untaken = None
-            await self.port.send_input("\x03")
-            return False
-        return True
+        return pre is not None and self.interrupt.prompt_seen(pre.prompt)
 
     def _screen_says_input(self) -> bool:
         """A full-screen program (it reads keys), or a prompt-like last line."""
@@ -819,9 +739,9 @@ class Collector:
                 # A second look with nothing in between: not a command on its way out.
                 seen, self.shell_read_seen = self.shell_read_seen, self.record.activity
                 if seen is not self.record.activity:
-                    self.untaken = None
+                    self.interrupt.untaken = None
                 elif self.record.machine.asked and not self._prompt_seen():
-                    self.marks_lost = await self._took_unseen_interrupt()
+                    self.marks_lost = await self.interrupt.took_unseen()
                 else:
                     self.marks_lost = True
                 return None
@@ -836,13 +756,13 @@ class Collector:
                 # nothing in between tells them apart.
                 seen, self.shell_read_seen = self.shell_read_seen, self.record.activity
                 if seen is not self.record.activity:
-                    self.untaken = None
+                    self.interrupt.untaken = None
                     return None
                 if self.markers is not None and self.record.machine.asked:
                     # Interrupted in a shell without detection: an interactive shell
                     # drops the rest of the line, end marker included; it is back at
                     # its prompt once it has shown it took the Ctrl-C.
-                    self.back_at_prompt = await self._took_interrupt("")
+                    self.back_at_prompt = await self.interrupt.took("")
                     return None
             return attrs.evolve(evidence, full_screen=full_screen)
         # Nothing to see (a remote server without the extension, no pty): quiet, and
