@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import functools
+import logging
 import socket
 import struct
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
@@ -21,6 +24,7 @@ from ahp.protocol import (
     TerminalTitleChanged,
 )
 from ahp.server import ServeOptions
+from ahp.server.app import Sidecar
 from tests.helpers import TIMEOUT
 from tests.wire import TOKEN, running_server
 
@@ -373,3 +377,140 @@ async def test_an_error_of_the_block_leaves_connect_bare_while_it_is_cancelled()
                 raise
         assert outer.cancelled_caught
         assert [type(e) for e in seen] == [trio.Cancelled], seen
+
+
+class PacedProxy:
+    """A TCP proxy to a server on 127.0.0.1: client-to-server bytes go as they come;
+    server-to-client bytes go :data:`PACE_CHUNK` at most every :data:`PACE` seconds
+    while ``paced`` (a slow link). While ``closed``, a connection is closed at once (a
+    server that is down). ``silent_after``: a new connection's server-to-client bytes
+    stop after that many (a server that froze mid-answer), for that connection only."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.paced = False
+        self.closed = False
+        self.silent_after: int | None = None
+        #: Connections accepted while open.
+        self.connections = 0
+
+    async def handle(self, downstream: trio.SocketStream) -> None:
+        if self.closed:
+            await downstream.aclose()
+            return
+        self.connections += 1
+        silent_after, self.silent_after = self.silent_after, None
+        upstream = await trio.open_tcp_stream("127.0.0.1", self.port)
+        async with downstream, upstream, trio.open_nursery() as nursery:
+
+            async def forward(
+                source: trio.SocketStream, sink: trio.SocketStream, down: bool
+            ) -> None:
+                sent = 0
+                try:
+                    while data := await source.receive_some(PACE_CHUNK):
+                        if down and silent_after is not None:
+                            data = data[: max(silent_after - sent, 0)]
+                            if not data:
+                                await trio.sleep_forever()  # (silent, the socket open)
+                        await sink.send_all(data)
+                        sent += len(data)
+                        if down and self.paced:
+                            await trio.sleep(PACE)
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    pass
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(forward, upstream, downstream, True)
+            nursery.start_soon(forward, downstream, upstream, False)
+
+
+#: The slow link of :class:`PacedProxy`: 16 KiB every 20 ms at most (800 KiB/s).
+PACE_CHUNK = 16 * 1024
+PACE = 0.02
+
+
+@asynccontextmanager
+async def paced_proxy(port: int | None) -> AsyncIterator[tuple[PacedProxy, int]]:
+    """A :class:`PacedProxy` to ``port`` and the port it listens on."""
+    assert port is not None
+    proxy = PacedProxy(port)
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(
+            functools.partial(trio.serve_tcp, proxy.handle, 0, host="127.0.0.1")
+        )
+        yield proxy, listeners[0].socket.getsockname()[1]
+        nursery.cancel_scope.cancel()
+
+
+async def _missed_output(
+    server: Sidecar, client: Client, proxy: PacedProxy, size: int
+) -> TerminalState:
+    """Drop ``client`` (kept away by ``proxy``), print ``size`` bytes or so in its T1
+    meanwhile, and let it reconnect; the host's terminal state once the output ended."""
+    host_term = server.state.host.get(T1)
+    proxy.closed = True  # (each reconnect attempt fails at once meanwhile)
+    await client.drop_connection()
+    with trio.fail_after(TIMEOUT):
+        await client.wait_for(lambda: not client.connected)
+    lines = size // 8
+    await host_term.send_input(f"seq 1000000 {1000000 + lines}; echo END-$((40+2))\r")
+    with trio.fail_after(TIMEOUT):
+        while "END-42\r\n" not in host_term.state.tail(64):  # noqa: ASYNC110
+            await trio.sleep(0.05)
+    assert host_term.scrollback_bytes > size * 9 // 10
+    proxy.closed = False
+    return host_term.state
+
+
+async def test_a_reconnect_whose_answer_outlasts_connect_timeout_still_succeeds() -> None:
+    """The reconnect answer carries what the client missed (here ~4 MB of output): on
+    a slow link (800 KiB/s) it takes ~5 s to arrive. The handshake was cut at
+    ``connect_timeout`` (2 s here) in all, every attempt, and the client started over
+    for ever (a clean-clone CI run saw the 100 MB test never reconnect); now only
+    ``connect_timeout`` seconds with nothing arriving end it."""
+    scrollback = 16 * 1024 * 1024
+    async with (
+        running_server(scrollback=scrollback) as server,
+        paced_proxy(server.port) as (proxy, port),
+    ):
+        url = f"ws://127.0.0.1:{port}/?tkn={TOKEN}"
+        async with connect(url, scrollback=scrollback, connect_timeout=2.0) as client:
+            await client.create_terminal(T1)
+            term = client.terminal(T1)
+            with trio.fail_after(TIMEOUT):
+                await client.wait_for(lambda: "$ " in term.state.text())
+            await _missed_output(server, client, proxy, 4_000_000)
+            proxy.paced = True
+            host_term = server.state.host.get(T1)
+            with trio.fail_after(3 * TIMEOUT):
+                await client.wait_for(lambda: client.reconnects >= 1)
+                await client.wait_for(lambda: "END-42\r\n" in term.state.tail(64))
+                await client.wait_for(lambda: client.last_seen_seq >= server.state.host.hub.seq)
+            assert term.state == host_term.state  # (no checkpoint since the last wait)
+        assert term.state.text().count("\r\n1000001\r\n") == 1
+
+
+async def test_a_server_silent_mid_answer_still_fails_the_reconnect_attempt(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A server that stops sending in the middle of the reconnect answer (frozen, its
+    connection open) fails that attempt ``connect_timeout`` after the last byte; the
+    next attempt, answered, reconnects."""
+    caplog.set_level(logging.INFO, logger="ahp.client")
+    async with running_server() as server, paced_proxy(server.port) as (proxy, port):
+        url = f"ws://127.0.0.1:{port}/?tkn={TOKEN}"
+        async with connect(url, connect_timeout=1.0) as client:
+            await client.create_terminal(T1)
+            term = client.terminal(T1)
+            with trio.fail_after(TIMEOUT):
+                await client.wait_for(lambda: "$ " in term.state.text())
+            proxy.silent_after = 64 * 1024  # (the upgrade's answer, then part of the reply)
+            await _missed_output(server, client, proxy, 1_000_000)
+            connections = proxy.connections
+            with trio.fail_after(TIMEOUT):
+                await client.wait_for(lambda: client.reconnects >= 1)
+                await client.wait_for(lambda: "END-42\r\n" in term.state.tail(64))
+            assert proxy.connections >= connections + 2  # the silent one, then another
+        failed = [r.getMessage() for r in caplog.records if "reconnect attempt" in r.getMessage()]
+        assert any("nothing arrived for 1 s" in m for m in failed), failed

@@ -41,7 +41,7 @@ import math
 import secrets
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AbstractContextManager, asynccontextmanager
 from typing import Any, Final, Unpack
 from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
 
@@ -83,6 +83,7 @@ from ahp.version import __version__
 
 __all__ = [
     "CONNECT_TIMEOUT",
+    "HANDSHAKE_LIMIT",
     "MALFORMED_SHOWN",
     "MAX_MESSAGE_SIZE",
     "PROTOCOL_VERSIONS",
@@ -101,6 +102,11 @@ log = logging.getLogger("ahp.client")
 
 #: Characters of a refused frame's reason kept for the error that ends a wait.
 MALFORMED_SHOWN: Final = 200
+#: Seconds a handshake (``initialize``, ``reconnect``) may take in all, however steadily
+#: its answer arrives: past ``connect_timeout`` seconds with nothing arriving it fails
+#: sooner. The answer may hold every subscribed terminal's scrollback (tens of MB), so
+#: this is long; it stops a peer that trickles bytes from holding a connect for ever.
+HANDSHAKE_LIMIT: Final = 600.0
 
 
 def with_token(url: str, token: str | None) -> str:
@@ -507,6 +513,14 @@ class Client:
             nursery, self.url, ssl_context=self.ssl_context, connect_timeout=self.connect_timeout
         )
 
+    def _patience(self, transport: Transport) -> AbstractContextManager[object]:
+        """A handshake's bound on ``transport``: it fails (:class:`trio.TooSlowError`)
+        once nothing has arrived for :attr:`connect_timeout` seconds, or after
+        :data:`HANDSHAKE_LIMIT` in all (see :meth:`Transport.patience`)."""
+        return transport.patience(
+            self.connect_timeout, limit=max(HANDSHAKE_LIMIT, self.connect_timeout)
+        )
+
     async def _call_on(self, transport: Transport, msg_id: int, frame: str) -> Any:
         """A handshake request on ``transport`` before the reader runs (envelopes that
         arrive first are applied); its result, or :class:`RpcError`."""
@@ -603,7 +617,7 @@ class Client:
             try:
                 transport = await self._open(nursery)
                 try:
-                    with trio.fail_after(self.connect_timeout):
+                    with self._patience(transport):
                         await self._reconnect_on(transport)
                 except _Forgotten:
                     # (Its record expired: a disconnection longer than its grace.) The
@@ -611,7 +625,7 @@ class Client:
                     log.info("server forgot this client: initializing afresh")
                     transport.release()
                     transport = await self._open(nursery)
-                    with trio.fail_after(self.connect_timeout):
+                    with self._patience(transport):
                         await self._initialize(transport, self.session.resubscriptions())
             except (ClientError, ConnectionClosed, trio.TooSlowError) as exc:
                 if transport is not None:
@@ -660,8 +674,12 @@ async def connect(
 
     ``url`` is ``ws://``, ``wss://`` (verified with ``ssl_context``, by default the
     system's CAs) or ``ws+unix://PATH:/``; opening it (TCP, TLS, the upgrade) may
-    take ``connect_timeout`` seconds and ``initialize`` as long again, each
-    reconnect too; every later request ``request_timeout`` seconds (None: unbounded, the
+    take ``connect_timeout`` seconds, each reconnect's too. The handshake after it
+    (``initialize``; a reconnect's ``reconnect``, whose answer may hold every
+    subscribed terminal's scrollback) is bounded by progress, not total time: it fails
+    once nothing has arrived for ``connect_timeout`` seconds, and however steadily its
+    answer arrives it ends after :data:`HANDSHAKE_LIMIT` (600 s) at most. Every later
+    request may wait ``request_timeout`` seconds (None: unbounded, the
     caller's cancel scope decides). While the connection is down and a reconnect goes
     on, requests and actions wait for it at most :data:`~ahp.client.remote.LOST_AFTER`
     (30 s) after the drop, then raise :class:`ConnectionLost`. Raises :class:`ClientError` with one
@@ -688,7 +706,7 @@ async def connect(
             try:
                 transport = await client._open(nursery)
                 try:
-                    with trio.fail_after(connect_timeout):
+                    with client._patience(transport):
                         await client._initialize(transport, ())
                 except RpcError as exc:
                     transport.release()
@@ -700,7 +718,7 @@ async def connect(
                     log.info("the host refused %s: offering %s", offered, client.protocol_versions)
                     transport = await client._open(nursery)
                     try:
-                        with trio.fail_after(connect_timeout):
+                        with client._patience(transport):
                             await client._initialize(transport, ())
                     except BaseException:
                         transport.release()
@@ -713,10 +731,10 @@ async def connect(
                 setup_error = exc
             except ConnectionClosed as exc:
                 setup_error = ClientError(f"the server closed the connection: {exc.reason}")
-            except trio.TooSlowError:
+            except trio.TooSlowError as exc:
                 came = client.last_malformed
                 setup_error = ClientError(
-                    f"no answer to initialize within {connect_timeout:g} s"
+                    f"no answer to initialize: {exc}"
                     + (f" (the server sent what could not be read: {came})" if came else "")
                 )
             else:

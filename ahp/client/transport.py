@@ -15,6 +15,12 @@ the close handshake gets :data:`CLOSE_TIMEOUT` seconds, then the stream is
 closed. :meth:`Transport.abort` closes the stream at once, without a handshake
 (what a network failure looks like to the server).
 
+Patience: a handshake whose answer is large (a reconnect's replay or snapshots: up
+to the whole scrollback of every subscribed terminal) may take longer than any
+fixed timeout on a slow link, yet a server that has gone silent must still end
+it. :meth:`Transport.patience` is a deadline about progress: it ends a wait when
+nothing has arrived for a number of seconds; every chunk read moves it forward.
+
 The upgrade: trio-websocket waits for the server's answer to its upgrade request
 until the caller's timeout even when the server has closed the connection (EOF or
 a reset before any answer): a peer that accepts and closes at once (a server going
@@ -29,7 +35,10 @@ Buffering: trio-websocket's one-message queue and a receive buffer of
 
 from __future__ import annotations
 
+import math
 import ssl
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Final
 from urllib.parse import SplitResult, urlsplit
 
@@ -50,6 +59,7 @@ __all__ = [
     "MAX_MESSAGE_SIZE",
     "RECEIVE_BUFFER",
     "ConnectionClosed",
+    "Patience",
     "Transport",
     "open_transport",
 ]
@@ -69,14 +79,64 @@ def _first_leaf(exc: BaseException) -> BaseException:
     return exc
 
 
+class Patience:
+    """A cancel scope whose deadline is ``seconds`` after the last chunk read (see
+    :meth:`Transport.patience`), never past ``limit`` (Trio time)."""
+
+    __slots__ = ("limit", "scope", "seconds")
+
+    def __init__(self, seconds: float, limit: float) -> None:
+        self.seconds = seconds
+        self.limit = limit
+        self.scope = trio.CancelScope()
+        self.progress()
+
+    def progress(self) -> None:
+        """Bytes arrived: the deadline moves to ``seconds`` from now (up to ``limit``)."""
+        self.scope.deadline = min(trio.current_time() + self.seconds, self.limit)
+
+
 class Transport:
     """One open WebSocket connection (see the module docstring for its task)."""
 
-    def __init__(self, ws: WebSocketConnection, stream: trio.abc.Stream) -> None:
+    def __init__(
+        self, ws: WebSocketConnection, stream: trio.abc.Stream, watched: WatchedStream
+    ) -> None:
         self.ws = ws
         self.stream = stream
+        #: ``stream`` as trio-websocket reads it (every chunk read passes through it).
+        self.watched = watched
         self._released = trio.Event()
         self._finished = trio.Event()
+
+    @contextmanager
+    def patience(self, seconds: float, *, limit: float = math.inf) -> Iterator[Patience]:
+        """Run the block until nothing has arrived on this connection for ``seconds``
+        (each chunk trio-websocket reads moves the deadline to ``seconds`` after it),
+        or ``limit`` seconds have passed in all; then cancel it and raise
+        :class:`trio.TooSlowError`, whose message says which.
+
+        What it bounds: a silent peer (a frozen or vanished server, a link that
+        stopped) ends the block ``seconds`` after the last byte. What it does not: a
+        peer that keeps sending — however slowly — holds the block until ``limit``
+        (the caller's cap). The time the block itself spends on the CPU without a
+        checkpoint counts as silence (no chunk is read meanwhile). One patience per
+        connection at a time (a nested one raises :class:`RuntimeError`)."""
+        watched = self.watched
+        if watched.patience is not None:
+            raise RuntimeError("this connection already waits with patience")
+        now = trio.current_time()
+        patience = Patience(seconds, now + limit)
+        watched.patience = patience
+        try:
+            with patience.scope:
+                yield patience
+        finally:
+            watched.patience = None
+        if patience.scope.cancelled_caught:
+            if trio.current_time() >= patience.limit:
+                raise trio.TooSlowError(f"not done within {limit:g} s")
+            raise trio.TooSlowError(f"nothing arrived for {seconds:g} s")
 
     async def send(self, text: str) -> None:
         """Send one text message; raises :class:`ConnectionClosed`."""
@@ -116,12 +176,15 @@ Stream = trio.SocketStream | trio.SSLStream[trio.SocketStream]
 
 class WatchedStream(trio.abc.Stream):
     """``stream`` as it is, and :attr:`ended` set once the peer ended it (EOF, or
-    a send or receive found it broken: a reset). One call of indirection per send and
-    receive; no buffering."""
+    a send or receive found it broken: a reset); a chunk received moves the
+    :attr:`patience` in force forward. One call of indirection per send and
+    receive, one attribute test per chunk received; no buffering."""
 
     def __init__(self, stream: Stream) -> None:
         self.stream = stream
         self.ended = trio.Event()
+        #: The :meth:`Transport.patience` in force, if any.
+        self.patience: Patience | None = None
 
     async def send_all(self, data: bytes | bytearray | memoryview) -> None:
         try:
@@ -141,6 +204,8 @@ class WatchedStream(trio.abc.Stream):
             raise
         if not data:
             self.ended.set()
+        elif self.patience is not None:
+            self.patience.progress()
         return data
 
     async def aclose(self) -> None:
@@ -236,8 +301,9 @@ async def _hold_connection(
             # We open the stream ourselves so that a refused handshake closes it.
             with trio.fail_after(connect_timeout):
                 stream, host_header, target = await open_stream(parts, ssl_context)
-                ws = await _upgrade(inner, WatchedStream(stream), host_header, target)
-            transport = Transport(ws, stream)
+                watched = WatchedStream(stream)
+                ws = await _upgrade(inner, watched, host_header, target)
+            transport = Transport(ws, stream, watched)
             started = True
             task_status.started(transport)
             try:
