@@ -10,6 +10,9 @@ connection with no bound (``Client.request`` and ``_send``), so creating or
 closing a terminal over a lost sidecar never answered; and the toolbox held
 its setup lock across that wait, so every later ``run_command`` and
 ``create_terminal`` hung behind it, on terminals that had nothing to do with it.
+And a sidecar that stayed connected but answered nothing (SIGSTOP) held a create,
+a close or a new terminal's setup for ever: ``mcp --connect`` now bounds every
+request by ``REQUEST_TIMEOUT`` (shortened here too).
 """
 
 from __future__ import annotations
@@ -167,3 +170,53 @@ async def test_a_setup_that_waits_on_a_sidecar_holds_up_no_other_call(tmp_path: 
             assert again.is_error and "busy" in again.text, again.text
             nursery.cancel_scope.cancel()
         proc_b.send_signal(signal.SIGCONT)
+
+
+@pytest.mark.parametrize("hosts", ["one", "fleet"])
+async def test_every_tool_call_is_answered_when_the_sidecar_is_frozen(
+    hosts: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sidecar that is up but frozen (SIGSTOP: its connection stays open, nothing is
+    answered): create_terminal, run_command in a new terminal and close_terminal waited
+    for their answers for ever (the client bounds a request only when asked to). Now
+    ``mcp --connect`` bounds each request by REQUEST_TIMEOUT (patched small here): each
+    call is a tool error naming the sidecar, and once it runs again the next call works.
+    ``fleet``: the same through ``--connect`` given several times (one host here)."""
+    from ahp.mcp.server import McpOptions, open_backend
+
+    monkeypatch.setattr("ahp.mcp.server.REQUEST_TIMEOUT", PATIENCE)
+    async with sidecar(tmp_path) as (proc, url):
+        options = McpOptions(connect=url) if hosts == "one" else McpOptions(connect_many=(url,))
+        async with open_backend(options) as backend:
+            await _frozen_then_back(Toolbox(backend), proc, url, pty_false=hosts == "one")
+
+
+async def _frozen_then_back(box: Toolbox, proc: trio.Process, url: str, *, pty_false: bool) -> None:
+    """A run, the sidecar stopped, calls that need its answers, then it runs again
+    (``pty_false``: a ``pty: false`` run among the calls; one sidecar only)."""
+    from ahp.client.connection import without_token
+
+    up = await _call(box, "run_command", command="echo up-$((6*7))")
+    assert not up.is_error and "up-42" in up.text, up.text
+    said = f"the sidecar at {without_token(url)} did not answer within {PATIENCE:g} s"
+    proc.send_signal(signal.SIGSTOP)
+    calls: list[tuple[str, dict[str, Any]]] = [
+        ("create_terminal", {"terminal": "n"}),
+        ("run_command", {"command": "echo x", "terminal": "brandnew"}),
+        ("close_terminal", {"terminal": "main"}),
+    ]
+    if pty_false:
+        calls.append(("run_command", {"command": "echo y", "pty": False}))
+    try:
+        for name, arguments in calls:
+            answer = await _call(box, name, **arguments)
+            assert answer.is_error and said in answer.text, (name, answer.text)
+            assert "tkn=" not in answer.text
+    finally:
+        proc.send_signal(signal.SIGCONT)
+    # The sidecar did it all once it ran again; the tools work on.
+    with trio.fail_after(TIMEOUT):
+        while not box.backend.exists("ahp-terminal:/brandnew"):  # noqa: ASYNC110
+            await trio.sleep(0.05)
+    back = await _call(box, "run_command", command="echo back-$((6*7))", terminal="brandnew")
+    assert not back.is_error and "back-42" in back.text, back.text

@@ -12,7 +12,7 @@ from ahp.exports import lazy_exports
 
 if TYPE_CHECKING:
     from ahp.client.connection import Client, connect
-    from ahp.client.errors import ClientError, ConnectionLost, RpcError, ServerShutDown
+    from ahp.client.errors import ClientError, ConnectionLost, NoAnswer, RpcError, ServerShutDown
     from ahp.client.exec import exec_remote
     from ahp.client.fleet import Fleet, HostDown, HostTerminal, connect_many
     from ahp.client.mirror import Mirror
@@ -25,6 +25,7 @@ _EXPORTS = {
     "connect": "ahp.client.connection",
     "ClientError": "ahp.client.errors",
     "ConnectionLost": "ahp.client.errors",
+    "NoAnswer": "ahp.client.errors",
     "RpcError": "ahp.client.errors",
     "ServerShutDown": "ahp.client.errors",
     "exec_remote": "ahp.client.exec",
@@ -50,6 +51,7 @@ __all__ = [
     "HostDown",
     "HostTerminal",
     "Mirror",
+    "NoAnswer",
     "RemoteTerminal",
     "RpcError",
     "ServerShutDown",

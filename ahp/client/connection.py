@@ -52,7 +52,14 @@ from ahp.agent.options import RunChanges, RunOptions
 from ahp.agent.registry import CommandRegistry
 from ahp.agent.screen import ScreenModel
 from ahp.client import remote
-from ahp.client.errors import GOING_AWAY, ClientError, ConnectionLost, RpcError, ServerShutDown
+from ahp.client.errors import (
+    GOING_AWAY,
+    ClientError,
+    ConnectionLost,
+    NoAnswer,
+    RpcError,
+    ServerShutDown,
+)
 from ahp.client.mirror import Mirror
 from ahp.client.remote import RemoteTerminal
 from ahp.client.session import (
@@ -92,10 +99,12 @@ __all__ = [
     "Client",
     "ClientError",
     "ConnectionLost",
+    "NoAnswer",
     "RpcError",
     "ServerShutDown",
     "connect",
     "with_token",
+    "without_token",
 ]
 
 log = logging.getLogger("ahp.client")
@@ -107,6 +116,15 @@ MALFORMED_SHOWN: Final = 200
 #: sooner. The answer may hold every subscribed terminal's scrollback (tens of MB), so
 #: this is long; it stops a peer that trickles bytes from holding a connect for ever.
 HANDSHAKE_LIMIT: Final = 600.0
+
+
+def without_token(url: str) -> str:
+    """``url`` without the ``tkn`` of its query (safe to show)."""
+    parts = urlsplit(url)
+    query = "&".join(
+        f"{k}={v}" for k, values in parse_qs(parts.query).items() if k != "tkn" for v in values
+    )
+    return urlunsplit(parts._replace(query=query))
 
 
 def with_token(url: str, token: str | None) -> str:
@@ -148,7 +166,7 @@ class Client:
         #: :data:`MALFORMED_SHOWN`): an error that ends a wait says what came instead.
         self.last_malformed: str | None = None
         #: Seconds a request may wait for its answer (None: as long as the caller's
-        #: cancel scope lets it); past it :meth:`request` raises :class:`ClientError`.
+        #: cancel scope lets it); past it :meth:`request` raises :class:`NoAnswer`.
         self.request_timeout = request_timeout
         #: The protocol side (ids, mirrors, handshake, decisions).
         self.session = ClientSession(
@@ -373,8 +391,8 @@ class Client:
         During a reconnect it waits for the connection until
         :data:`~ahp.client.remote.LOST_AFTER` after the drop (:class:`ConnectionLost`
         then, nothing sent); the answer itself is waited for :attr:`request_timeout`
-        (:class:`ClientError` past it), unless the connection drops first
-        (:class:`ConnectionLost`)."""
+        (:class:`NoAnswer`, a :class:`ClientError`, past it: the connection stays as it
+        is), unless the connection drops first (:class:`ConnectionLost`)."""
         await self.wait_connected(remote.LOST_AFTER)
         transport = self._transport
         if transport is None:
@@ -383,16 +401,16 @@ class Client:
         done = trio.Event()
         slot: list[Answer | ConnectionLost] = []
         self._waiting[msg_id] = (done, slot)
-        timeout = self.request_timeout
+        timeout = math.inf if self.request_timeout is None else self.request_timeout
         try:
-            with trio.fail_after(math.inf if timeout is None else timeout):
+            with trio.fail_after(timeout):
                 try:
                     await transport.send(frame)
                 except ConnectionClosed:
                     raise ConnectionLost("connection closed") from None
                 await done.wait()
         except trio.TooSlowError:
-            raise ClientError(f"no answer to {method!r} within {timeout:g} s") from None
+            raise NoAnswer(method, timeout, without_token(self.url)) from None
         finally:
             self._waiting.pop(msg_id, None)
             self.session.awaiting.discard(msg_id)

@@ -29,12 +29,12 @@ import logging
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, Final
-from urllib.parse import parse_qs, urlsplit, urlunsplit
+from urllib.parse import parse_qs, urlsplit
 
 import attrs
 import trio
 
-from ahp.client.connection import CONNECT_TIMEOUT, Client, connect
+from ahp.client.connection import CONNECT_TIMEOUT, Client, connect, without_token
 from ahp.client.errors import ClientError, ConnectionLost
 from ahp.client.remote import RemoteTerminal
 from ahp.protocol.state import TerminalInfo
@@ -72,14 +72,6 @@ def host_label(url: str) -> str:
     if parts.scheme == "ws+unix":
         return (parts.netloc or parts.path).partition(":")[0]
     return parts.netloc.rpartition("@")[2].lower()
-
-
-def _without_token(url: str) -> str:
-    parts = urlsplit(url)
-    query = "&".join(
-        f"{k}={v}" for k, values in parse_qs(parts.query).items() if k != "tkn" for v in values
-    )
-    return urlunsplit(parts._replace(query=query))
 
 
 def split_hosts(text: str) -> list[str]:
@@ -248,7 +240,7 @@ async def connect_many(
         label = host_label(url)
         if any(link.label == label for link in links):
             raise ValueError(f"two URLs name the host {label!r}")
-        links.append(HostLink(label=label, url=_without_token(url)))
+        links.append(HostLink(label=label, url=without_token(url)))
     fleet = Fleet(links)
     kwargs = {
         "auto_reconnect": auto_reconnect,

@@ -83,6 +83,13 @@ log = logging.getLogger("ahp.mcp")
 
 #: Seconds allowed to reach a sidecar for ``--connect`` (TCP, upgrade, initialize).
 CONNECT_TIMEOUT: Final = 15.0
+#: Seconds a request to a ``--connect`` sidecar waits for its answer (create, dispose,
+#: subscribe, ``pty: false`` runs): a sidecar that is up but frozen (stopped, its
+#: connection open) held the tool call for ever; past it the call is a tool error and the
+#: next call may try again. As long as ``LOST_AFTER``, the patience for a sidecar that
+#: went away. A subscribe whose snapshot (a terminal's whole scrollback) takes longer to
+#: arrive fails too: 4 MiB, the default scrollback, needs 140 KiB/s.
+REQUEST_TIMEOUT: Final = 30.0
 
 #: Seconds between progress notifications during a long tool call.
 PROGRESS_INTERVAL: Final = 3.0
@@ -360,7 +367,10 @@ async def open_backend(options: McpOptions) -> AsyncIterator[Backend]:
         from ahp.mcp.fleet import FleetBackend
 
         async with connect_many(
-            options.connect_many, token=options.token, connect_timeout=CONNECT_TIMEOUT
+            options.connect_many,
+            token=options.token,
+            connect_timeout=CONNECT_TIMEOUT,
+            request_timeout=REQUEST_TIMEOUT,
         ) as fleet:
             yield FleetBackend(fleet)
         return
@@ -368,7 +378,10 @@ async def open_backend(options: McpOptions) -> AsyncIterator[Backend]:
         from ahp.client.connection import connect
 
         async with connect(
-            options.connect, token=options.token, connect_timeout=CONNECT_TIMEOUT
+            options.connect,
+            token=options.token,
+            connect_timeout=CONNECT_TIMEOUT,
+            request_timeout=REQUEST_TIMEOUT,
         ) as client:
             yield ClientBackend(client)
         return

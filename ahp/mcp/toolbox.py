@@ -50,7 +50,7 @@ import trio
 from ahp.agent.holding import ENDING_WAIT
 from ahp.agent.line import CommandLineError, command_text
 from ahp.agent.start import TerminalExitedError
-from ahp.client.errors import ConnectionLost
+from ahp.client.errors import ConnectionLost, NoAnswer
 from ahp.engine.exec import exec_command
 from ahp.mcp.backend import Backend, ClientBackend, HostBackend, NoSuchTerminal
 from ahp.mcp.contract import AgentTerminal, Result, ScreenView
@@ -195,6 +195,9 @@ class Toolbox:
         except ConnectionLost as exc:  # (--connect: the sidecar went away; said, no traceback)
             log.warning("tool %s: %s", name, exc)
             return ToolOutput(f"{name} failed: {exc}", is_error=True)
+        except NoAnswer as exc:  # (--connect: the sidecar is up but frozen or overloaded)
+            log.warning("tool %s: %s", name, exc)
+            return ToolOutput(f"{name} failed: {_describe(exc)}", is_error=True)
         except Exception as exc:
             log.exception("tool %s failed", name)
             return ToolOutput(f"{name} failed: {_describe(exc)}", is_error=True)
@@ -762,4 +765,10 @@ def _describe(exc: BaseException) -> str:
     """One line for an exception (the first leaf of a group)."""
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]
+    if isinstance(exc, NoAnswer):
+        return (
+            f"the sidecar at {exc.where} did not answer within {exc.seconds:g} s ({exc.method}): "
+            "it may be stopped or overloaded, and whether it did what was asked is not known "
+            "(list_terminals shows its terminals); the next call tries again"
+        )
     return str(exc) or type(exc).__name__
