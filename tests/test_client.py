@@ -6,14 +6,22 @@ import functools
 import logging
 import socket
 import struct
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
 import trio
 
-from ahp.client import Client, ClientError, ConnectionLost, RpcError, ServerShutDown, connect
+from ahp.client import (
+    Client,
+    ClientError,
+    ConnectionLost,
+    RemoteTerminal,
+    RpcError,
+    ServerShutDown,
+    connect,
+)
 from ahp.protocol import (
     ActionEnvelope,
     ClientClaim,
@@ -23,12 +31,13 @@ from ahp.protocol import (
     TerminalState,
     TerminalTitleChanged,
 )
-from ahp.server import ServeOptions
+from ahp.server import ServeOptions, handshake
 from ahp.server.app import Sidecar
 from tests.helpers import TIMEOUT
 from tests.wire import TOKEN, running_server
 
 T1 = "ahp-terminal:/t1"
+T2 = "ahp-terminal:/t2"
 
 
 async def test_connect_mirror_and_catalogue() -> None:
@@ -514,3 +523,52 @@ async def test_a_server_silent_mid_answer_still_fails_the_reconnect_attempt(
             assert proxy.connections >= connections + 2  # the silent one, then another
         failed = [r.getMessage() for r in caplog.records if "reconnect attempt" in r.getMessage()]
         assert any("nothing arrived for 1 s" in m for m in failed), failed
+
+
+def _shows(term: RemoteTerminal, text: str) -> Callable[[], bool]:
+    """A predicate: ``term``'s mirror holds ``text``."""
+    return lambda: text in term.state.text()
+
+
+@pytest.mark.parametrize("why", ["replay log outrun", "client forgotten"])
+async def test_snapshots_more_than_one_answer_carries_are_subscribed_one_by_one(
+    why: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reconnect (or, for a client the server forgot, the fresh ``initialize``) whose
+    snapshots hold more scrollback than one answer carries is refused (-32000,
+    ``data.limit``: ``MAX_ANSWER_SCROLLBACK``): the client asked the same again for ever
+    and never reconnected (a clean-clone CI run's 100 MB test, refused at 56-73 MB).
+    Now it resumes the root channel alone and subscribes each terminal by itself: both
+    mirrors come back equal to the host's, and both keep following."""
+    monkeypatch.setattr(handshake, "MAX_ANSWER_SCROLLBACK", 64 * 1024)
+    scrollback = 16 * 1024 * 1024
+    async with (
+        running_server(scrollback=scrollback) as server,
+        paced_proxy(server.port) as (proxy, port),
+    ):
+        url = f"ws://127.0.0.1:{port}/?tkn={TOKEN}"
+        async with connect(url, scrollback=scrollback) as client:
+            for channel in (T1, T2):
+                await client.create_terminal(channel)
+                with trio.fail_after(TIMEOUT):
+                    await client.wait_for(_shows(client.terminal(channel), "$ "))
+            t2 = client.terminal(T2)
+            await t2.send_input("seq 100000 120000\r")  # (T2 alone is past the limit too)
+            with trio.fail_after(TIMEOUT):
+                await client.wait_for(lambda: "120000\r\n" in t2.state.tail(64))
+            if why == "client forgotten":
+                server.state.clients.grace = 0.0  # every disconnected record expires at once
+                missed = 200_000
+            else:
+                missed = 9_000_000  # (past the replay log's 8 MiB: snapshots, not a replay)
+            await _missed_output(server, client, proxy, missed)
+            host = server.state.host
+            with trio.fail_after(3 * TIMEOUT):
+                await client.wait_for(lambda: client.reconnects >= 1)
+                await client.wait_for(lambda: client.last_seen_seq >= host.hub.seq)
+            assert client.terminal(T1).state == host.get(T1).state
+            assert t2.state == host.get(T2).state
+            with trio.fail_after(TIMEOUT):
+                for channel in (T1, T2):
+                    await client.terminal(channel).send_input("echo after-$((40+2))\r")
+                    await client.wait_for(_shows(client.terminal(channel), "after-42\r\n"))

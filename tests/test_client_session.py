@@ -26,6 +26,7 @@ from ahp.client.session import (
     Applied,
     ClientSession,
     Ignored,
+    answer_too_large,
     reconnect_delay,
 )
 from ahp.protocol.actions import (
@@ -221,6 +222,37 @@ def test_refusals_become_decisions() -> None:
     legacy = ClientSession("me")
     initialized(legacy, "0.5.0")
     assert legacy.retry_reconnect(bad_form) == "fail"  # a 0.5 host has no form B
+
+
+def test_snapshots_too_large_for_one_answer_are_set_aside_until_subscribed() -> None:
+    """A handshake refused as more than one answer carries: the terminals are left out
+    of every ``reconnect`` (their mirrors are kept, behind the connection's cursor)
+    until each one's ``subscribe`` is answered; a -32000 without ``data.limit`` is
+    not that refusal."""
+    session = ClientSession("me")
+    initialized(session, "1.0.0", T1, T2)
+    plain = JsonRpcErrorObject(code=-32000, message="server error")
+    assert not answer_too_large(plain) and session.retry_reconnect(plain) == "fail"
+    too_large = JsonRpcErrorObject(code=-32000, message="too large", data={"limit": 1024})
+    assert answer_too_large(too_large)
+    assert session.retry_reconnect(too_large) == "one by one"
+    assert session.aside() == [T1, T2]
+    assert session.retry_reconnect(too_large) == "fail"  # (nothing more to set aside)
+    _, frame = session.reconnect_request()
+    assert orjson.loads(frame)["params"]["subscriptions"] == [ROOT_URI]
+    session.reconnected({"type": "snapshot", "snapshots": [snapshot(ROOT_URI, 30)]})
+    assert set(session.mirrors) == {ROOT_URI, T1, T2}  # (set aside, not dropped)
+    assert session.last_seen_seq == 30
+    msg_id, _ = session.request("subscribe", {"channel": T1})
+    event = session.receive(answer(msg_id, {"snapshot": snapshot(T1, 31)}))
+    assert isinstance(event, Answer)
+    session.subscribed(event.result)
+    assert session.aside() == [T2] and session.mirrors[T1].from_seq == 31
+    assert session.last_seen_seq == 31
+    _, frame = session.reconnect_request()  # (a drop before T2's answer: T2 stays aside)
+    assert orjson.loads(frame)["params"]["subscriptions"] == [ROOT_URI, T1]
+    session.disposed(T2)  # (gone while away: -32008 to its subscribe)
+    assert session.aside() == [] and set(session.mirrors) == {ROOT_URI, T1}
 
 
 def test_a_lost_connection_returns_every_unanswered_id() -> None:

@@ -70,6 +70,7 @@ from ahp.client.session import (
     ClientSession,
     Ignored,
     ReconnectForm,
+    answer_too_large,
     reconnect_delay,
 )
 from ahp.client.transport import (
@@ -82,7 +83,7 @@ from ahp.client.transport import (
 )
 from ahp.protocol.actions import ActionEnvelope, StateAction, TerminalInput
 from ahp.protocol.dialect import Dialect
-from ahp.protocol.jsonrpc import JsonRpcErrorObject
+from ahp.protocol.jsonrpc import ErrorCode, JsonRpcErrorObject
 from ahp.protocol.state import ROOT_URI, ChannelState, RootState, TerminalState
 from ahp.reducers import DEFAULT_SCROLLBACK
 from ahp.unwrap import BlockError
@@ -432,20 +433,25 @@ class Client:
 
         Envelopes the host publishes right after its answer may be read before this
         call resumes: the session keeps them and applies them after the snapshot."""
+        await self._subscribe_by(channel, lambda: self.request("subscribe", {"channel": channel}))
+        self._notify()
+        return self.state(channel)
+
+    async def _subscribe_by(self, channel: str, ask: Callable[[], Awaitable[Any]]) -> None:
+        """Subscribe ``channel`` with ``ask`` (which sends the request and returns its
+        result), again while envelopes overflowed what the session keeps meanwhile."""
         while True:
             self.session.subscribing(channel)
             try:
-                result = await self.request("subscribe", {"channel": channel})
+                result = await ask()
             except BaseException:
                 self.session.subscribe_failed(channel)
                 raise
             overflowed = self.session.needs_resubscribe(channel)
             self.session.subscribed(result)
             if not overflowed:
-                break
+                return
             self.session.subscribe_failed(channel)
-        self._notify()
-        return self.state(channel)
 
     async def unsubscribe(self, channel: str) -> None:
         await self._send(self.session.unsubscribe(channel))
@@ -577,11 +583,49 @@ class Client:
                     continue
                 if step == "initialize":
                     raise _Forgotten from None
+                if step == "one by one":
+                    log.info(
+                        "the host refused a reconnect too large to answer at once: "
+                        "resuming the root channel, then subscribing one by one"
+                    )
+                    continue
                 raise
             for envelope in self.session.reconnected(result):
                 self._applied(envelope)
+            await self._subscribe_aside(transport)
             self._notify()
             return
+
+    async def _initialize_afresh(self, transport: Transport) -> None:
+        """``initialize`` with the subscriptions a forgetful host dropped; when they are
+        more than one answer carries, with none, then subscribed one by one."""
+        channels = self.session.resubscriptions()
+        try:
+            await self._initialize(transport, channels)
+        except RpcError as exc:
+            refusal = JsonRpcErrorObject(code=exc.code, message=exc.message, data=exc.data)
+            if not answer_too_large(refusal):
+                raise
+            self.session.set_aside(channels)
+            await self._initialize(transport, ())
+        await self._subscribe_aside(transport)
+
+    async def _subscribe_aside(self, transport: Transport) -> None:
+        """Subscribe, one request at a time on ``transport`` (before the reader runs),
+        the channels the session set aside (see :meth:`ClientSession.set_aside`); one
+        that is gone (-32008) is dropped, as a reconnect's ``missing`` channel is."""
+        for channel in self.session.aside():
+
+            async def ask(channel: str = channel) -> Any:
+                msg_id, frame = self.session.request("subscribe", {"channel": channel})
+                return await self._call_on(transport, msg_id, frame)
+
+            try:
+                await self._subscribe_by(channel, ask)
+            except RpcError as exc:
+                if exc.code != ErrorCode.NOT_FOUND:
+                    raise
+                self.session.disposed(channel)
 
     def _fail_waiting(self) -> None:
         self.session.lost()
@@ -644,7 +688,7 @@ class Client:
                     transport.release()
                     transport = await self._open(nursery)
                     with self._patience(transport):
-                        await self._initialize(transport, self.session.resubscriptions())
+                        await self._initialize_afresh(transport)
             except (ClientError, ConnectionClosed, trio.TooSlowError) as exc:
                 if transport is not None:
                     transport.release()

@@ -20,8 +20,11 @@ offer (``-32005``) is asked again with the 0.5 family alone
 (:meth:`ClientSession.retry_initialize`); a 1.x host that refuses a form A
 ``reconnect`` (``-32602``) is asked with per-channel cursors, and a host that
 forgot this client (``-32008``) gets a fresh ``initialize`` with the same
-subscriptions (:meth:`ClientSession.retry_reconnect`); a reconnect attempt
-waits :func:`reconnect_delay`.
+subscriptions (:meth:`ClientSession.retry_reconnect`); a host that refuses a
+handshake because the snapshots asked for are more than one answer carries
+(:func:`answer_too_large`) is asked again with the root channel alone, and the
+terminals are then subscribed one by one (:meth:`ClientSession.set_aside`); a
+reconnect attempt waits :func:`reconnect_delay`.
 
 Buffering: none of its own. Every mirror is bounded by its scrollback
 (:class:`~ahp.client.mirror.Mirror`); the set of requests awaiting an answer is
@@ -76,6 +79,7 @@ __all__ = [
     "Inbound",
     "ReconnectForm",
     "ReconnectStep",
+    "answer_too_large",
     "reconnect_delay",
 ]
 
@@ -89,6 +93,8 @@ RECONNECT_DELAYS: Final = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0)
 MAX_EARLY_ENVELOPES: Final = 4096
 #: ``reconnect`` error: the host no longer knows this client (its record expired).
 CLIENT_FORGOTTEN: Final = ErrorCode.NOT_FOUND
+#: Handshake error (with ``data.limit``): the snapshots asked for exceed one answer.
+ANSWER_TOO_LARGE: Final = -32000
 
 
 def reconnect_delay(attempt: int) -> float:
@@ -122,7 +128,18 @@ class Ignored:
 Inbound = Answer | Applied | Ignored
 #: What to do after a refused ``reconnect``: ask again with per-channel cursors,
 #: ``initialize`` afresh with the same subscriptions, or give up on this attempt.
-ReconnectStep = Literal["cursors", "initialize", "fail"]
+ReconnectStep = Literal["cursors", "initialize", "one by one", "fail"]
+
+
+def answer_too_large(error: JsonRpcErrorObject) -> bool:
+    """Whether a refused ``initialize`` or ``reconnect`` says that the snapshots asked for
+    are more than one answer carries (this host's ``-32000`` with ``data.limit``: see
+    :data:`ahp.server.handshake.MAX_ANSWER_SCROLLBACK`); asked one by one, they are not."""
+    return (
+        error.code == ANSWER_TOO_LARGE
+        and isinstance(error.data, dict)
+        and isinstance(error.data.get("limit"), int)
+    )
 
 
 class ClientSession:
@@ -164,6 +181,9 @@ class ClientSession:
         self.awaiting: set[int] = set()
         #: The channels of the mirrors a forgetful host dropped (see :meth:`retry_reconnect`).
         self._resubscribe: list[str] = []
+        #: Channels to subscribe one by one after the handshake (:meth:`set_aside`), in order;
+        #: left out of every ``reconnect`` until their ``subscribe`` is answered.
+        self._aside: dict[str, None] = {}
         #: Envelopes of channels with a ``subscribe`` in flight, by channel;
         #: None once more than MAX_EARLY_ENVELOPES came (the subscribe must be asked again).
         self._early: dict[str, list[ActionEnvelope] | None] = {}
@@ -198,6 +218,7 @@ class ClientSession:
 
     def unsubscribe(self, channel: str) -> str:
         self.mirrors.pop(channel, None)
+        self._aside.pop(channel, None)
         return self.notification("unsubscribe", {"channel": channel})
 
     def initialize_request(self, subscriptions: Sequence[str] = (ROOT_URI,)) -> tuple[int, str]:
@@ -217,13 +238,15 @@ class ClientSession:
         )
 
     def reconnect_request(self) -> tuple[int, str]:
-        """``reconnect`` in :attr:`reconnect_form` from the mirrors' cursors."""
+        """``reconnect`` in :attr:`reconnect_form` from the mirrors' cursors (the channels
+        set aside left out: their mirrors are behind the connection's cursor)."""
+        resumed = {c: m for c, m in self.mirrors.items() if c not in self._aside}
         if self.reconnect_form == "cursors":
             params: dict[str, Any] = {
                 "channel": ROOT_URI,
                 "clientId": self.client_id,
                 "subscriptions": [
-                    {"channel": c, "lastSeenServerSeq": m.last_seq} for c, m in self.mirrors.items()
+                    {"channel": c, "lastSeenServerSeq": m.last_seq} for c, m in resumed.items()
                 ],
             }
         else:
@@ -231,7 +254,7 @@ class ClientSession:
                 "channel": ROOT_URI,
                 "clientId": self.client_id,
                 "lastSeenServerSeq": self.last_seen_seq,
-                "subscriptions": list(self.mirrors),
+                "subscriptions": list(resumed),
             }
         if self.resume_token is not None:
             params["_meta"] = {RESUME_META: self.resume_token}
@@ -290,6 +313,9 @@ class ClientSession:
     def install(self, snapshot: Snapshot) -> bool:
         """Start (or reset) the mirror of the snapshot's channel; False for a channel
         of a kind this client cannot mirror (kept out)."""
+        # (Everything the host published before the snapshot has reached this client:
+        # the snapshot holds its channel's, and other channels' came first on the link.)
+        self.last_seen_seq = max(self.last_seen_seq, snapshot.fromSeq)
         state = snapshot.state
         if isinstance(state, OpaqueState):
             return False
@@ -349,7 +375,7 @@ class ClientSession:
             snapshots = structure(result, ReconnectSnapshot).snapshots
             kept = {s.resource for s in snapshots}
             for channel in list(self.mirrors):
-                if channel not in kept:
+                if channel not in kept and channel not in self._aside:
                     del self.mirrors[channel]
             for snapshot in snapshots:
                 self.install(snapshot)
@@ -367,6 +393,7 @@ class ClientSession:
         if snapshot is None:
             raise ProtocolError("a subscribe result without a snapshot")
         early = self._early.pop(snapshot.resource, [])
+        self._aside.pop(snapshot.resource, None)
         if not self.install(snapshot):
             return None
         mirror = self.mirrors[snapshot.resource]
@@ -381,6 +408,7 @@ class ClientSession:
 
     def disposed(self, channel: str) -> None:
         self.mirrors.pop(channel, None)
+        self._aside.pop(channel, None)
 
     # -- decisions -----------------------------------------------------------------------------
 
@@ -408,12 +436,28 @@ class ClientSession:
         if error.code == CLIENT_FORGOTTEN:
             self._resubscribe = list(self.mirrors)
             self.mirrors.clear()
+            self._aside.clear()
             return "initialize"
+        if answer_too_large(error):
+            rest = [c for c in self.mirrors if c != ROOT_URI and c not in self._aside]
+            if rest:
+                self.set_aside(rest)
+                return "one by one"
         return "fail"
 
     def resubscriptions(self) -> list[str]:
         """The channels to ask for in the fresh ``initialize`` after ``"initialize"``."""
         return list(self._resubscribe)
+
+    def set_aside(self, channels: Sequence[str]) -> None:
+        """Subscribe ``channels`` one by one once the handshake is answered (:meth:`aside`):
+        every ``reconnect`` leaves them out until then, so a connection that drops
+        between two of them resumes none of them from a cursor their mirrors are behind."""
+        self._aside.update(dict.fromkeys(channels))
+
+    def aside(self) -> list[str]:
+        """The channels set aside and not subscribed yet, in order."""
+        return list(self._aside)
 
     def lost(self) -> list[int]:
         """The connection is gone: the ids of the requests that will never be answered
