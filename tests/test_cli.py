@@ -680,6 +680,17 @@ async def test_run_says_when_it_truncates_and_counts_what_it_prints(count: int) 
     )
 
 
+async def test_run_says_nothing_when_all_of_the_output_was_printed() -> None:
+    """Regression (probe P): output past the head (``limit - tail``) that fits in the
+    tail is all printed at the end; ``run`` said "output truncated: 0 bytes in 0 lines
+    dropped" all the same."""
+    async with served() as server:
+        done = await cli("run", server.url, "--max-output-bytes", "100", "--", "seq 1 20")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "".join(f"{n}\n" for n in range(1, 21))  # 51 bytes: 48 + 3
+    assert done.stderr == ""
+
+
 async def test_run_prints_a_progress_bar_once_it_settled() -> None:
     bar = "for p in 10 40 70 100; do printf '%s%%\\r' $p; sleep 0.1; done; echo; echo next"
     async with served() as server:
@@ -838,7 +849,10 @@ def _printed_line_by_line(feeds: list[str], limit: int) -> tuple[str, int, int, 
         while sum(len(x.encode("utf-8", "surrogatepass")) for x in tail) > tail_limit:
             tail.pop(0)
     text = "".join(head + tail)
-    return text, len(text.encode("utf-8", "surrogatepass")), len(head) + len(tail), holding
+    # Truncated: something was dropped (held back past the head and then printed in the
+    # tail is not dropped).
+    dropped = text != "".join(feeds)
+    return text, len(text.encode("utf-8", "surrogatepass")), len(head) + len(tail), dropped
 
 
 @settings(max_examples=300, deadline=None)

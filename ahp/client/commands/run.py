@@ -20,9 +20,11 @@ Output: the rendered output (progress bars as their last state, cursor moves
 applied, no escapes) is printed as it comes, a line once it is done changing
 (:meth:`~ahp.agent.CommandHandle.read_settled`: a progress bar settles before it
 is printed), at most ``--max-output-bytes`` bytes in whole lines: the first ones
-as they come, and, when there is more than the limit, the most recent
-:data:`TAIL_BYTES` at most (held back, printed at the end). When output was
-dropped, one line on stderr says exactly how many bytes and lines. On Ctrl-C,
+as they come, up to the limit less the tail, and, when there is more, the most
+recent ones within the tail, half the limit and :data:`TAIL_BYTES` at most (held
+back, printed at the end): the head and the tail, as the agent layer's output
+budget keeps them (:mod:`ahp.agent.budget`), not the last N bytes. When output was
+dropped between them, one line on stderr says exactly how many bytes and lines. On Ctrl-C,
 SIGTERM or SIGHUP the command is interrupted and what it printed until then is
 printed before the status line. ``--json`` prints the whole result at the end
 instead (its ``output``: the last ``--max-output-bytes`` bytes; the command's
@@ -176,9 +178,12 @@ def _add_options(p: argparse.ArgumentParser) -> None:
         type=int,
         default=DEFAULT_MAX_OUTPUT,
         metavar="N",
-        help=f"print at most the last N bytes of output, in whole lines, counted as "
-        f"printed (default {DEFAULT_MAX_OUTPUT}; at most {MAX_PRINTED}, the output a "
-        f"command keeps; 0 means that bound); a line on stderr says when output was dropped",
+        help=f"print at most N bytes of output, in whole lines, counted as printed: the "
+        f"first lines as they come, and when there is more than fits, the last ones, at "
+        f"most N/2 bytes and {TAIL_BYTES}, at the end; the lines between are dropped and a "
+        f"line on stderr says how many (--json: its output is the last N bytes) (default "
+        f"{DEFAULT_MAX_OUTPUT}; at most {MAX_PRINTED}, the output a command keeps; 0 means "
+        f"that bound)",
     )
     p.add_argument(
         "--json",
@@ -309,6 +314,8 @@ class OutputPrinter:
     write: Callable[[str], None]
     printed_bytes: int = 0
     printed_lines: int = 0
+    #: Bytes fed so far (UTF-8, as printed).
+    fed_bytes: int = 0
     _tail: collections.deque[tuple[str, int]] = attrs.field(factory=collections.deque)
     _tail_size: int = 0
     _holding: bool = False
@@ -319,8 +326,11 @@ class OutputPrinter:
 
     @property
     def truncated(self) -> bool:
-        """Whether lines were held back (the output reached the limit)."""
-        return self._holding
+        """Whether output was dropped: fed and neither printed nor held in the tail.
+        (Output past ``limit - tail`` is held back, but when it all fits in the tail
+        it is all printed: nothing was dropped, and ``run`` says nothing; probe P: it
+        said "0 bytes in 0 lines dropped".)"""
+        return self.printed_bytes + self._tail_size < self.fed_bytes
 
     def feed(self, text: str) -> None:
         """Lines (each ending in ``\n``) that are done changing.
@@ -330,6 +340,7 @@ class OutputPrinter:
         :attr:`tail_limit` characters' worth at the end of ``text``): a flood of short
         lines costs no Python loop over every line (it held ``run``'s reader).
         """
+        self.fed_bytes += len(text.encode("utf-8", "surrogatepass"))
         if not self._holding:
             text = self._feed_head(text)
         if text:
