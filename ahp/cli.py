@@ -1,4 +1,5 @@
-"""The command line: ``python -m ahp <subcommand>`` (also ``ahp-terminals``).
+"""The command line: ``ahp-terminals <subcommand>`` (also ``python -m ahp``, with the
+Python that has the package installed).
 
 Why a thin module: each subcommand lives next to the layer it drives; this file
 parses arguments and hands over, importing the heavy parts lazily so that
@@ -284,7 +285,7 @@ def terminal_defaults(
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m ahp",
+        prog="ahp-terminals",
         description="Host terminals for AI agents over the Agent Host Protocol (AHP).",
     )
     parser.add_argument("--version", action="version", version=f"ahp-terminals {__version__}")

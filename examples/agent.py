@@ -4,18 +4,22 @@ The host is embedded (no separate server): the agent runs commands with
 ``term.run()`` in-process while the same host is served over WebSocket, so a
 person can ``attach`` to the agent's terminal, see what it did and type into it.
 
-    python examples/agent.py              # prints its URL; then, in another terminal:
-    python -m ahp attach 'ws://127.0.0.1:PORT/?tkn=...' agent
-    python examples/agent.py --exit       # run the commands and exit (used by the tests)
+From the checkout, with the venv of the README's set-up:
+
+    .venv/bin/python examples/agent.py          # prints its URL; then, in another terminal:
+    .venv/bin/ahp-terminals attach 'ws://127.0.0.1:PORT/?tkn=...' agent
+    .venv/bin/python examples/agent.py --exit   # run the commands and exit (used by the tests)
 
 While a command runs the terminal carries a session claim naming the tool call
-(``python -m ahp ls`` shows it); the previous claim is restored afterwards.
+(``ahp-terminals ls URL`` shows it); the previous claim is restored afterwards.
 """
 
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
+from pathlib import Path
 
 import trio
 
@@ -29,11 +33,21 @@ COMMANDS = [
 ]
 
 
+def ahp_terminals() -> str:
+    """The ``ahp-terminals`` command that works here, as a shell word: the console script
+    beside this Python (a venv that is not activated is not on ``PATH``), else this
+    Python with ``-m ahp``."""
+    script = Path(sys.executable).with_name("ahp-terminals")
+    if script.is_file():
+        return shlex.quote(str(script))
+    return f"{shlex.quote(sys.executable)} -m ahp"
+
+
 async def main(port: int, exit_after: bool) -> None:
     async with ahp.open_host() as host, trio.open_nursery() as nursery:
         sidecar = await nursery.start(ahp.serve_host, host, ahp.ServeOptions(port=port))
         print(f"serving {sidecar.url}", flush=True)
-        print(f"attach with: python -m ahp attach '{sidecar.url}' agent", flush=True)
+        print(f"attach with: {ahp_terminals()} attach '{sidecar.url}' agent", flush=True)
         term = await host.create_terminal("ahp-terminal:/agent", name="agent")
         found = term.state.claim
         for i, command in enumerate(COMMANDS, 1):

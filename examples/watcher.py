@@ -1,7 +1,9 @@
 """Print every finished command of every terminal of a server: exit code and duration.
 
-    python examples/watcher.py 'ws://127.0.0.1:8765/?tkn=...'
-    python examples/watcher.py URL --count 2    # exit after two commands (used by the tests)
+    .venv/bin/python examples/watcher.py 'ws://127.0.0.1:8765/?tkn=...'
+    .venv/bin/python examples/watcher.py URL --count 2    # exit after two commands (the tests)
+
+(from the checkout, with the venv of the README's set-up).
 
 It exits (status 1, one line on stderr) when the server goes away. It connects
 with the Trio client, subscribes to every terminal in the catalogue

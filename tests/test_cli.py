@@ -317,7 +317,7 @@ async def test_serve_falls_back_when_the_environment_s_shell_or_home_is_unusable
 async def test_no_command_prints_usage_and_exits_2() -> None:
     done = await cli()
     assert done.returncode == 2
-    assert done.stderr.startswith("usage: python -m ahp") and "serve" in done.stderr
+    assert done.stderr.startswith("usage: ahp-terminals") and "serve" in done.stderr
     assert done.stdout == ""
 
 
@@ -1465,7 +1465,13 @@ async def test_agent_example_runs_its_commands() -> None:
     out = done.stdout.decode()
     assert done.returncode == 0, done.stderr.decode()
     assert out.startswith("serving ws://127.0.0.1:")
-    assert "python -m ahp attach 'ws://" in out and "' agent" in out
+    # The attach line is a command that works here (probe P: it said `python -m ahp`,
+    # which the system's Python does not have): this venv's console script.
+    attach = next(line for line in out.splitlines() if line.startswith("attach with: "))
+    words = shlex.split(attach.removeprefix("attach with: "))
+    assert words[0] == str(Path(sys.executable).with_name("ahp-terminals")), attach
+    assert os.access(words[0], os.X_OK) and words[1] == "attach", attach
+    assert words[2].startswith("ws://127.0.0.1:") and words[3:] == ["agent"], attach
     assert "$ echo hello from the agent\nhello from the agent\n-> exit 0 in " in out
     assert "$ (exit 3)\n-> exit 3 in " in out
     # Issue 20, defect 5: each run gave back the claim the previous one had not yet.

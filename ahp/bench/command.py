@@ -1,4 +1,4 @@
-"""``python -m ahp bench``: the command line of the benchmark.
+"""``ahp-terminals bench``: the command line of the benchmark.
 
 Why here and not in :mod:`ahp.cli`: the CLI only registers subcommands
 (``add_parser``/``run``) and imports this module to build its parser, so the
@@ -107,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"ahp bench: --idle-count must be 1..{MAX_ECHO_COUNT}", file=sys.stderr)
         return 2
     argv = sys.argv[1:] if sys.argv and sys.argv[0].endswith("__main__.py") else None
-    shown = "python -m ahp " + (shlex.join(argv) if argv else _describe(args))
+    shown = "ahp-terminals " + (shlex.join(argv) if argv else _describe(args))
     config = Config(
         size_mb=args.size_mb,
         runs=args.runs,

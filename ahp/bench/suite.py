@@ -87,7 +87,7 @@ class Config:
     #: Terminals streaming at once in the many-terminals section (0: skip it); each
     #: streams ``size_mb / many`` MB (at least 1 MB), so the section moves ``size_mb``.
     many: int = 16
-    command: str = "python -m ahp bench"
+    command: str = "ahp-terminals bench"
 
 
 # -- throughput -------------------------------------------------------------------------------

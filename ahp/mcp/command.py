@@ -1,4 +1,4 @@
-"""``python -m ahp mcp``: the MCP server's command line.
+"""``ahp-terminals mcp``: the MCP server's command line.
 
 Why a module of its own: the subcommand registers itself like the client's
 commands (``add_parser`` + ``run``, listed in ``ahp.cli``), and the MCP SDK is
@@ -39,8 +39,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
             "An MCP server on stdin/stdout whose tools run commands in terminals: run, read "
             "new output, wait, send input and keys, interrupt, kill, list, screen, create, "
             "close. By default it hosts its own terminals; --serve also serves them over AHP "
-            "so a person can `python -m ahp attach` and watch; --connect drives the terminals "
-            "of a running `python -m ahp serve` instead. Logs go to stderr."
+            "so a person can `ahp-terminals attach` and watch; --connect drives the terminals "
+            "of a running `ahp-terminals serve` instead. Logs go to stderr."
         ),
     )
     source = p.add_mutually_exclusive_group()

@@ -1,4 +1,4 @@
-"""``python -m ahp attach URL TERMINAL``: use a remote terminal from this one, like ``tmux attach``.
+"""``ahp-terminals attach URL TERMINAL``: use a remote terminal from this one, like ``tmux attach``.
 
 (Or ``attach HOST/NAME`` with ``--host URL`` repeated or ``$AHP_HOSTS``: the
 terminal NAME of that host, as ``ls --host ...`` lists them.)
@@ -30,7 +30,7 @@ restored (termios mode, blocking mode, cursor/paste/mouse modes the remote
 program may have switched on) before the one-line reason is printed on stderr.
 
 Shell: AHP's ``createTerminal`` carries no shell, so a terminal created over the
-wire runs the *server's* shell (``python -m ahp serve --shell PATH``).
+wire runs the *server's* shell (``ahp-terminals serve --shell PATH``).
 ``--shell`` exists to say exactly that instead of silently ignoring it.
 
 Buffering: output reaches stdout through :meth:`RemoteTerminal.follow`, which
@@ -91,7 +91,7 @@ RESET_MODES: Final = (
 LEAVE_ALT_SCREEN: Final = "\x1b[?1049l"
 SHELL_UNSUPPORTED: Final = (
     "--shell cannot be sent over AHP (createTerminal has no shell parameter): new terminals "
-    "run the server's shell; start the server with `python -m ahp serve --shell PATH`"
+    "run the server's shell; start the server with `ahp-terminals serve --shell PATH`"
 )
 _ALT_SCREEN: Final = re.compile(r"\x1b\[\?(?:1049|1047|47)([hl])")
 
@@ -133,7 +133,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "--shell",
         metavar="PATH",
         help="not available over the wire: AHP's createTerminal has no shell parameter, so "
-        "new terminals run the server's shell (`python -m ahp serve --shell PATH`); "
+        "new terminals run the server's shell (`ahp-terminals serve --shell PATH`); "
         "giving --shell stops with this explanation",
     )
     p.set_defaults(handler=run)

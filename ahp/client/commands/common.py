@@ -71,7 +71,7 @@ MAX_ERROR_LINE: Final = 2000
 REQUEST_TIMEOUT: Final = 30.0
 _URL_HINT: Final = (
     "expected ws://HOST:PORT/?tkn=TOKEN or ws+unix://PATH:/?tkn=TOKEN, as printed by "
-    "`python -m ahp serve`"
+    "`ahp-terminals serve`"
 )
 
 
@@ -92,7 +92,7 @@ def add_connection_arguments(p: argparse.ArgumentParser, *, optional: bool = Fal
         "url",
         metavar="URL",
         nargs="?" if optional else None,
-        help="the server's URL, as printed by `ahp serve`",
+        help="the server's URL, as printed by `ahp-terminals serve`",
     )
     p.add_argument(
         "--token",

@@ -1,4 +1,4 @@
-"""``python -m ahp exec URL -- ARGV…``: one command on the server, without a terminal.
+"""``ahp-terminals exec URL -- ARGV…``: one command on the server, without a terminal.
 
 The server runs it through ``x-ahp-terminals/exec`` (:func:`ahp.client.exec.exec_remote`):
 stdin is ``/dev/null`` (it cannot wait on a prompt), stdout and stderr are kept apart
@@ -91,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
         from ahp.client.exec import exec_remote
 
         if not words:
-            raise CommandFailed("no command given (usage: ahp exec URL -- ARGV...)")
+            raise CommandFailed("no command given (usage: ahp-terminals exec URL -- ARGV...)")
         if args.timeout is not None and not 0 < args.timeout < math.inf:  # (nan, inf)
             raise CommandFailed("--timeout must be a positive, finite number of seconds")
         url, token = resolve_target(args.url, args.token)

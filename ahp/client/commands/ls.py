@@ -1,4 +1,4 @@
-"""``python -m ahp ls URL``: the server's terminal catalogue, as a table or JSON.
+"""``ahp-terminals ls URL``: the server's terminal catalogue, as a table or JSON.
 
 With ``--host URL`` (repeatable) or ``$AHP_HOSTS``, the catalogues of several
 servers at once (:func:`ahp.client.connect_many`), with a HOST column (the

@@ -1,4 +1,4 @@
-"""``python -m ahp rm URL TERMINAL…``: close terminals (``disposeTerminal``), like ``docker rm``.
+"""``ahp-terminals rm URL TERMINAL…``: close terminals (``disposeTerminal``), like ``docker rm``.
 
 Why a command: without it, a terminal left by an agent or by ``attach`` could
 only be closed from a program or by stopping the server. Disposing ends the

@@ -1,4 +1,4 @@
-"""``python -m ahp run URL -- COMMAND…``: one command in a remote terminal, like ``ssh host cmd``.
+"""``ahp-terminals run URL -- COMMAND…``: one command in a remote terminal, like ``ssh host cmd``.
 
 The command runs in a new terminal (created for it and disposed afterwards) or,
 with ``--terminal NAME``, in an existing one (left running). It is typed into
@@ -44,7 +44,7 @@ terminal) is no network drop: ``run`` says so and exits 125 at once, waiting for
 reconnect.
 
 Input: the command reads from its terminal, not from ``run``'s standard input,
-which is not forwarded. So that ``echo data | ahp run URL -- cat`` does not wait
+which is not forwarded. So that ``echo data | ahp-terminals run URL -- cat`` does not wait
 forever, ``run`` refuses (status 125, before connecting) when its standard
 input is a pipe, socket or file with data in it.
 """
@@ -223,7 +223,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
             "interrupted and a terminal created for it disposed)."
         ),
     )
-    p.add_argument("url", metavar="URL", help="the server's URL, as printed by `ahp serve`")
+    p.add_argument(
+        "url", metavar="URL", help="the server's URL, as printed by `ahp-terminals serve`"
+    )
     _add_options(p)
     p.add_argument(
         "command",
@@ -256,7 +258,7 @@ def split_options(words: list[str]) -> tuple[list[str], list[str]]:
 def _parse_late_options(args: argparse.Namespace) -> list[str]:
     late, words = split_options(list(args.command))
     if late:
-        parser = argparse.ArgumentParser(prog="python -m ahp run", add_help=False)
+        parser = argparse.ArgumentParser(prog="ahp-terminals run", add_help=False)
         _add_options(parser)
         parser.parse_args(late, namespace=args)
     return words
@@ -265,7 +267,7 @@ def _parse_late_options(args: argparse.Namespace) -> list[str]:
 def command_line(words: list[str]) -> str:
     """One argument is a shell command line as is; several are shell-quoted and joined."""
     if not words:
-        raise CommandFailed("no command given (usage: ahp run URL -- COMMAND...)")
+        raise CommandFailed("no command given (usage: ahp-terminals run URL -- COMMAND...)")
     return words[0] if len(words) == 1 else shlex.join(words)
 
 
@@ -511,7 +513,7 @@ def run(args: argparse.Namespace) -> int:
                 await client.subscribe(uri)
             except RpcError as exc:
                 if exc.code == ErrorCode.NOT_FOUND:
-                    raise CommandFailed(f"no terminal {uri} (see `python -m ahp ls URL`)") from None
+                    raise CommandFailed(f"no terminal {uri} (see `ahp-terminals ls URL`)") from None
                 raise
             if client.terminal_state(uri).exited:
                 raise CommandFailed(_exited_line(client, uri))
