@@ -137,7 +137,9 @@ def _serve_terminals(g: argparse._ArgumentGroup) -> None:
         action="store_true",
         help="start shells without the user's startup files (~/.bashrc, ~/.profile, "
         "~/.zshrc, config.fish): commands see this process's environment, e.g. a venv's "
-        "python first on PATH; command detection still loads",
+        "python first on PATH; command detection still loads. The system-wide files are "
+        "still read (bash: /etc/bash.bashrc, read with the file that loads command "
+        "detection; zsh: /etc/zsh/zshenv and the like); fish reads none (--no-config)",
     )
     g.add_argument(
         "--scrollback",

@@ -33,7 +33,7 @@ import {
 const here = dirname(fileURLToPath(import.meta.url));
 const vectors = join(here, "..", "fixtures", "ahp", "reducers");
 
-// The 0.5 vectors say exitCode where 1.x says lifecycle: the one difference (ahp-1x.md).
+// The 0.5 vectors say exitCode where 1.x says lifecycle: the one difference (docs/protocol.md, the dialects).
 function as1x(state) {
   if (state === undefined || !("content" in state)) return state;
   const out = { ...state };
