@@ -331,7 +331,7 @@ async def test_task_failure_ends_only_that_terminal() -> None:
         def explode(*args: object, **kwargs: object) -> None:
             raise Exploding("boom")
 
-        bad._apply = explode  # type: ignore[method-assign]
+        bad._reducer._apply = explode  # type: ignore[method-assign]
         await bad.send_input("x")
         with trio.fail_after(TIMEOUT):
             await bad.closed.wait()

@@ -49,8 +49,8 @@ _DIGEST_LINE = re.compile(r"digest ([0-9a-f]{64})")
 
 
 def _task() -> str:
-    """The running Trio task's function name (``_reducer_task``, ``write_task``...)."""
-    return trio.lowlevel.current_task().name.rsplit(".", 1)[-1]
+    """The running Trio task's function, with its class (``Reduce.task``...)."""
+    return ".".join(trio.lowlevel.current_task().name.rsplit(".", 2)[-2:])
 
 
 async def test_each_stage_s_work_is_done_by_its_own_task(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -99,10 +99,10 @@ async def test_each_stage_s_work_is_done_by_its_own_task(monkeypatch: pytest.Mon
             await wait_for_state(term, lambda s: s.text().count("P" * 3000) >= 2)
         recorded = {kind: set(tasks) for kind, tasks in seen.items()}
     assert recorded == {
-        "read": {"read_task"},
-        "parse": {"_parse_task"},
-        "apply": {"_reducer_task"},
-        "write": {"write_task"},
+        "read": {"PtyRead.read_task"},
+        "parse": {"Terminal._parse_task"},
+        "apply": {"Reduce.task"},
+        "write": {"InputWrite.write_task"},
     }
 
 

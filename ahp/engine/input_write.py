@@ -5,7 +5,8 @@ that may not take it. What the reducer accepted waits here for the pty; the byte
 pending bound what a sender may push (:data:`INPUT_PACE`), and a sender must still be
 able to stop waiting when the program reads nothing at all (:data:`INPUT_STALL`). Those
 rules, the channel to the input-write task and the task itself are one concept, kept
-apart from the output stages of :mod:`ahp.engine.terminal`, which drives it:
+apart from the output stages (:mod:`ahp.engine.terminal` runs the task,
+:mod:`ahp.engine.reduce` feeds it):
 
 * the reducer task asks :meth:`InputWrite.refusal` about a client's accepted input and
   hands the bytes on with :meth:`InputWrite.queue` (never waiting: a full channel is a

@@ -22,21 +22,19 @@ that owns one job, and the state has exactly one writer, the reducer task::
   cwd reports, in turns that never hold the loop for long; when the reader's
   channel ends it flushes the parser and tells the reducer that the output ended.
   Its rules are :mod:`ahp.engine.parse`'s.
-* **reducer** drives a :class:`~ahp.reducers.TerminalCore` (state, claim and
-  rejection rules, healing values, scrollback, catalogue changes): it applies
-  parsed output, client and library actions (:meth:`Terminal.dispatch`) and the
-  exit, publishes every applied action through the hub, sends accepted input on
-  to the input-write task and resizes the pty. ``terminal/exited`` is applied
-  once both the output ended and the exit watcher reported the exit code, so
-  every byte the process wrote is published before it. After each batch it tells
-  the host when the catalogue entry changed (at most once per batch).
+* **reducer** is the only writer of the state: it applies parsed output, client and
+  library actions (:meth:`Terminal.dispatch`) and the exit, publishes every applied
+  action through the hub, sends accepted input on to the input-write task and
+  resizes the pty; ``terminal/exited`` comes after every byte of output. After each
+  batch it tells the host when the catalogue entry changed (at most once per batch).
+  Its rules are :mod:`ahp.engine.reduce`'s.
 * **input-write** writes input to the pty in order, without blocking the loop
   (:meth:`ahp.pty.Child.write`, in slices); it, the input pending and its pace are
   :mod:`ahp.engine.input_write`'s.
 * **exit watcher** waits for the process, then tells the reader (stop lingering)
   and the reducer (the exit code).
 
-Every channel is bounded (:data:`PARSE_QUEUE`, :data:`REDUCER_QUEUE`,
+Every channel is bounded (:data:`PARSE_QUEUE`, :data:`~ahp.engine.reduce.REDUCER_QUEUE`,
 :data:`~ahp.engine.input_write.INPUT_QUEUE`). A full channel is the backpressure:
 when the parse or reducer task cannot keep up, the reader waits, the kernel's pty
 buffer fills and the child blocks in ``write``; a caller of :meth:`Terminal.dispatch`
@@ -44,10 +42,8 @@ waits for room too, and a caller dispatching input waits while more than
 :data:`~ahp.engine.input_write.INPUT_PACE` bytes of input are pending for the pty (a
 client only until the pty has taken nothing for
 :data:`~ahp.engine.input_write.INPUT_STALL`; its input past the pace is rejected while
-that lasts). The reducer never waits on anyone: it publishes into bounded
-outboxes that decide for themselves (merge, resynchronise, overflow; see
-:mod:`ahp.engine.outbox`), and input beyond the input channel's bound (or
-:data:`~ahp.reducers.core.MAX_PENDING_INPUT` bytes) is rejected, not queued.
+that lasts). The reducer never waits on anyone (outboxes decide for themselves,
+input past its bounds is rejected: :mod:`ahp.engine.reduce`).
 
 Batching: each hop between tasks costs a pass of the scheduler, so every task
 first drains what is already waiting in its channel (``receive_nowait``, which
@@ -88,7 +84,7 @@ import logging
 import os
 import signal
 import weakref
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Final
 
@@ -99,30 +95,29 @@ from ahp.agent.screen import Screen, ScreenModel
 from ahp.agent.surface import CommandSurface
 from ahp.engine.channels import hand_on
 from ahp.engine.hub import Hub
-from ahp.engine.input_write import INPUT_PACE, INPUT_QUEUE, InputWrite
+from ahp.engine.input_write import INPUT_PACE, InputWrite
 from ahp.engine.launch import Launch, TerminalSpec
 from ahp.engine.launch import discard as discard_launch
 from ahp.engine.outbox import Outbox
 from ahp.engine.parse import PARSE_PLAIN, Parse
 from ahp.engine.port import LocalPort
 from ahp.engine.pty_read import EXIT_LINGER, READ_BATCH, PtyRead
+from ahp.engine.reduce import OUTPUT_ENDED, REDUCER_QUEUE, ClientAction, ProcessExited, Reduce
 from ahp.engine.subscription import Subscription
 from ahp.protocol.actions import (
     ActionOrigin,
     StateAction,
-    TerminalCommandFinished,
     TerminalExited,
     TerminalInput,
     TerminalResized,
-    action_type,
 )
-from ahp.protocol.state import CommandPart, Snapshot, TerminalInfo, TerminalState
+from ahp.protocol.state import Snapshot, TerminalInfo, TerminalState
 from ahp.pty import Child, kill_session, procfs, spawn
 from ahp.pty.child import AUTOGROUP_POLL, AUTOGROUP_WAIT
 from ahp.pty.jobs import Jobs
 from ahp.pty.spec import DisposedWhileStarting
-from ahp.reducers import Accepted, Rejected, TerminalCore, Verdict
-from ahp.reducers.core import MAX_DIMENSION, MAX_PENDING_INPUT, rejected_echo
+from ahp.reducers import TerminalCore
+from ahp.reducers.core import MAX_DIMENSION, MAX_PENDING_INPUT
 from ahp.reducers.policy import Change
 
 __all__ = [
@@ -141,47 +136,6 @@ log = logging.getLogger("ahp.engine")
 
 #: Batches queued from pty-read to parse (at most READ_BATCH bytes each).
 PARSE_QUEUE: Final = 4
-#: Items queued for the reducer: parsed batches, client and library actions, the exit.
-REDUCER_QUEUE: Final = 64
-
-
-class _ClientAction:
-    """A client's or the library's action on its way to the reducer; ``decided`` (if
-    any) is set once the reducer has accepted or rejected it, or the terminal closed."""
-
-    __slots__ = ("action", "decided", "origin", "sender")
-
-    def __init__(
-        self,
-        action: StateAction,
-        origin: ActionOrigin | None,
-        sender: Outbox | None,
-        decided: trio.Event | None = None,
-    ) -> None:
-        self.action = action
-        self.origin = origin
-        self.sender = sender
-        #: Set once the action was applied or rejected and the catalogue told.
-        self.decided = decided
-
-
-class _OutputEnded:
-    """The parse task's last item: every byte of output has been parsed."""
-
-
-class _ProcessExited:
-    """The exit watcher's item: the process's exit code (None: killed by a signal)."""
-
-    __slots__ = ("code",)
-
-    def __init__(self, code: int | None) -> None:
-        self.code = code
-
-
-_OUTPUT_ENDED: Final = _OutputEnded()
-
-#: What the reducer receives: a parsed batch, an action to decide on, or an end.
-_ReducerItem = Sequence[StateAction] | _ClientAction | _OutputEnded | _ProcessExited
 
 
 class Terminal(CommandSurface):
@@ -219,6 +173,8 @@ class Terminal(CommandSurface):
         self._child: Child | None = None
         self._launch = launch
         self.nonce = nonce
+        #: The state: written by the reducer stage alone (and by :meth:`lifetime` once
+        #: the stage is gone), read here.
         self._core = TerminalCore(
             TerminalState(
                 title=launch.title,
@@ -234,29 +190,23 @@ class Terminal(CommandSurface):
             use_pty=spec.use_pty,
             takes_input=not spec.stdin_closed,
         )
-        self._to_reducer, self._reducer_inbox = trio.open_memory_channel[_ReducerItem](
-            REDUCER_QUEUE
-        )
         #: Whether dispatched actions are taken: from the start of the tasks until the
         #: reducer ends.
         self._accepting = False
         #: The input side: pending bytes, their pace, the input-write task.
         self._input = InputWrite(spec.uri)
-        self._output_ended = False
-        self._exit_code: _ProcessExited | None = None
+        self.exited = trio.Event()
+        #: The reducer stage (it sets :attr:`exited`), and its inbox's sending end.
+        self._reducer = Reduce(spec.uri, self._core, hub, self._input, self.exited)
+        self._to_reducer = self._reducer.to_reducer
         self._cancel_scope = trio.CancelScope()
         self._tasks: trio.Nursery | None = None  # command collectors (ahp.agent)
         self._jobs: Jobs | None = None
         self._screen: ScreenModel | None = None
         #: Recent commands by id (:attr:`commands`, :meth:`command`).
         self._commands = CommandRegistry()
-        self.exited = trio.Event()
         self.closed = trio.Event()
         self.failure: BaseException | None = None
-        #: Inputs accepted for the pty (each a write): :mod:`ahp.engine.priority` tells
-        #: interactive terminals by it.
-        self.inputs = 0
-        self.reducer_batches = 0
         #: Which terminal of its host this is (set at creation, counted from 1): a URI
         #: disposed and created again is another generation.
         self.generation = 0
@@ -266,6 +216,17 @@ class Terminal(CommandSurface):
         self._group_nice_set = 0
 
     # -- public view -------------------------------------------------------------------------
+
+    @property
+    def inputs(self) -> int:
+        """Inputs accepted for the pty (each a write): :mod:`ahp.engine.priority` tells
+        interactive terminals by it."""
+        return self._reducer.inputs
+
+    @property
+    def reducer_batches(self) -> int:
+        """Steps of the reducer task, each a batch of what was waiting (a figure for tests)."""
+        return self._reducer.batches
 
     @property
     def read_batches(self) -> int:
@@ -435,10 +396,10 @@ class Terminal(CommandSurface):
         if self._accepting:
             decided = trio.Event() if wait else None
             try:
-                await hand_on(self._to_reducer, _ClientAction(action, origin, sender, decided))
+                await hand_on(self._to_reducer, ClientAction(action, origin, sender, decided))
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 # The reducer ended meanwhile: the terminal is closing.
-                self._refuse_closing(action, origin, sender)
+                self._reducer.refuse_closing(action, origin, sender)
             else:
                 if action.__class__ is TerminalInput and self._input.pending > INPUT_PACE:
                     await self._input.wait_room(stall=origin is not None)
@@ -458,7 +419,7 @@ class Terminal(CommandSurface):
                     await decided.wait()
                     nursery.cancel_scope.cancel()
                 return
-        self._refuse_closing(action, origin, sender)
+        self._reducer.refuse_closing(action, origin, sender)
         await trio.lowlevel.checkpoint()
 
     async def send_input(self, data: str | bytes) -> None:
@@ -595,7 +556,7 @@ class Terminal(CommandSurface):
             self._accepting = False
             self._tasks = None
             self._jobs = None  # (it refers back to this terminal: no cycle outlives it)
-            self._forget_queued()
+            self._reducer.forget_queued()  # (callers may wait for a verdict)
             if child is not None:
                 with trio.CancelScope(shield=True):
                     await child.terminate(spec.grace)
@@ -618,7 +579,13 @@ class Terminal(CommandSurface):
         writer_inbox = self._input.open(child)
         async with trio.open_nursery() as nursery:
             self._tasks = nursery
-            nursery.start_soon(self._reducer_task, self._reducer_inbox)
+            on_input = self._on_input  # (the stage holds these only while its task runs)
+            nursery.start_soon(
+                self._reducer.task,
+                child,
+                partial(self._on_info_changed, self),
+                None if on_input is None else partial(on_input, self),
+            )
             nursery.start_soon(self._parse_task, parse_inbox)
             if child.error_fd >= 0:  # stderr apart: its own read task, into the same parse
                 nursery.start_soon(self._read.read_task, child, to_parse.clone(), True)
@@ -673,30 +640,6 @@ class Terminal(CommandSurface):
         """Disposal has started (or the terminal's tasks have ended)."""
         return self._cancel_scope.cancel_called or self.closed.is_set()
 
-    def _forget_queued(self) -> None:
-        """The reducer is gone: release whoever waits for a verdict on a queued action,
-        and close the channel (callers waiting for room give up)."""
-        inbox = self._reducer_inbox
-        while True:
-            try:
-                item = inbox.receive_nowait()
-            except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
-                break
-            if isinstance(item, _ClientAction):
-                self._refuse_closing(item.action, item.origin, item.sender)
-                if item.decided is not None:
-                    item.decided.set()
-        inbox.close()
-
-    def _refuse_closing(
-        self, action: StateAction, origin: ActionOrigin | None, sender: Outbox | None
-    ) -> None:
-        """A client's action that reached a closing terminal: rejected to its sender
-        (a client waiting for its echo must get an answer), never silently dropped."""
-        if origin is not None:
-            reason = "the terminal is not running (starting, or closing)"
-            self._hub.reject(sender, self.uri, rejected_echo(action), origin, reason)
-
     def close(self) -> None:
         """Start disposal: cancel the tasks; :meth:`lifetime` then terminates and reaps."""
         self._cancel_scope.cancel()
@@ -707,117 +650,11 @@ class Terminal(CommandSurface):
         """The parse stage (:meth:`ahp.engine.parse.Parse.task`) until the readers'
         channel ends, then the end of the output for the reducer."""
         await self._parse.task(inbox, partial(hand_on, self._to_reducer))
-        await hand_on(self._to_reducer, _OUTPUT_ENDED)
+        await hand_on(self._to_reducer, OUTPUT_ENDED)
 
     # -- exit watcher ------------------------------------------------------------------------
 
     async def _exit_task(self, child: Child) -> None:
         code = await child.wait()
         self._read.process_exited()  # each reader lingers for what is left, then ends
-        await hand_on(self._to_reducer, _ProcessExited(code))
-
-    # -- reducer -------------------------------------------------------------------------------
-
-    async def _reducer_task(self, inbox: trio.MemoryReceiveChannel[_ReducerItem]) -> None:
-        """The only writer of the state: apply everything waiting, then tell the host
-        once if the catalogue entry changed."""
-        core = self._core
-        # (The inbox is closed by lifetime's finally, after what is still queued has been
-        # released: callers may be waiting for a verdict.)
-        while True:
-            try:
-                item = inbox.receive_nowait()
-            except trio.WouldBlock:
-                item = await inbox.receive()
-            self.reducer_batches += 1
-            decided: list[trio.Event] | None = None
-            try:
-                while True:
-                    self._reduce(item)
-                    if item.__class__ is _ClientAction:
-                        assert isinstance(item, _ClientAction)
-                        if item.decided is not None:
-                            decided = [*(decided or ()), item.decided]
-                    try:
-                        item = inbox.receive_nowait()
-                    except trio.WouldBlock:
-                        break
-                if core.info_changed:
-                    core.info_changed = False
-                    self._on_info_changed(self)
-            finally:
-                # Verdicts are given once the batch is applied and the catalogue told.
-                for event in decided or ():
-                    event.set()
-
-    def _reduce(self, item: _ReducerItem) -> None:
-        cls = item.__class__
-        if cls is _ClientAction:
-            assert isinstance(item, _ClientAction)
-            self._client_action(item.action, item.origin, item.sender)
-        elif cls is _ProcessExited:
-            assert isinstance(item, _ProcessExited)
-            self._exit_code = item
-            self._maybe_exited()
-        elif cls is _OutputEnded:
-            self._output_ended = True
-            self._maybe_exited()
-        else:
-            assert not isinstance(item, _ClientAction | _ProcessExited | _OutputEnded)
-            for action in item:
-                self._apply(action)
-
-    def _apply(self, action: StateAction, origin: ActionOrigin | None = None) -> None:
-        """Apply an action to the state and publish it (the reducer task only)."""
-        self._hub.publish(self.uri, self._core.apply(action), origin)
-
-    def _maybe_exited(self) -> None:
-        """Apply ``terminal/exited`` once the output ended and the exit code is known."""
-        if self._output_ended and self._exit_code is not None and not self.exited.is_set():
-            code = self._exit_code.code
-            self._apply(TerminalExited(exitCode=code))
-            content = self.state.content
-            if content and isinstance(last := content[-1], CommandPart) and not last.isComplete:
-                # The shell exited inside the command (``echo bye; exit 7``): it ends with
-                # the shell's code; left open, every client's view held it running for good.
-                self._apply(TerminalCommandFinished(commandId=last.commandId, exitCode=code))
-            self.exited.set()
-
-    def _client_action(
-        self, action: StateAction, origin: ActionOrigin | None, sender: Outbox | None
-    ) -> None:
-        inputs = self._input
-        verdict: Verdict = self._core.decide(action, origin, pending_input=inputs.pending)
-        if (
-            verdict.__class__ is Accepted
-            and verdict.write is not None
-            and origin is not None
-            and inputs.stall_mark is not None  # (the keystroke's path: one test)
-            and (stalled := inputs.refusal(len(verdict.write))) is not None
-        ):
-            verdict = Rejected(stalled)
-        if verdict.__class__ is Rejected:
-            assert isinstance(verdict, Rejected)
-            if origin is None:  # an in-process caller: nobody to echo to
-                log.info(
-                    "terminal %s: %s rejected: %s", self.uri, action_type(action), verdict.reason
-                )
-                return
-            self._hub.reject(sender, self.uri, rejected_echo(action), origin, verdict.reason)
-            if verdict.heal is not None:
-                # Some clients' mirrors apply even rejected echoes: send them the true value.
-                self._hub.send_to(sender, self.uri, verdict.heal)
-            return
-        assert not isinstance(verdict, Rejected)
-        if verdict.write and not inputs.gone:
-            if not inputs.queue(verdict.write):
-                if origin is not None:
-                    reason = f"input queue full ({INPUT_QUEUE} writes pending)"
-                    self._hub.reject(sender, self.uri, action, origin, reason)
-                return
-            self.inputs += 1
-            if self._on_input is not None:
-                self._on_input(self)
-        if verdict.resize is not None and self._child is not None:
-            self._child.resize(*verdict.resize)
-        self._apply(verdict.action, origin)
+        await hand_on(self._to_reducer, ProcessExited(code))

@@ -1,6 +1,6 @@
 """The terminal core: the reducer stage's state and rules, sans I/O.
 
-Why: the reducer task of a terminal (:mod:`ahp.engine.terminal`) is the only
+Why: the reducer task of a terminal (:mod:`ahp.engine.reduce`) is the only
 writer of its state, but *what* it writes — which client action is accepted,
 which is rejected and with which healing value, how scrollback is bounded,
 when the root catalogue must be told — is policy that must be testable without
