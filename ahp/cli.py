@@ -2,10 +2,11 @@
 Python that has the package installed).
 
 Why a thin module: each subcommand lives next to the layer it drives; this file
-parses arguments and hands over, importing the heavy parts lazily so that
-``--help`` stays fast. Errors a person can cause (an unreachable URL, a wrong
-token, a busy port) are reported as one line on stderr with a non-zero exit,
-never as a traceback.
+parses arguments and hands over, importing the heavy parts lazily: ``--help`` imports
+none of them, and a subcommand only its own (a client command does not import the
+server). Errors a person can cause (an unreachable URL, a wrong token, a busy
+port) are reported as one line on stderr with a non-zero exit, never as a
+traceback.
 """
 
 from __future__ import annotations
@@ -46,10 +47,10 @@ def _nice_option(p: argparse._ActionsContainer, flag: str, default: int, help: s
     )
 
 
-def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser], help: str) -> None:
     p = sub.add_parser(
         "serve",
-        help="run the sidecar: host terminals for AHP clients over WebSocket",
+        help=help,
         description=(
             "Host terminals over the Agent Host Protocol. Prints one line with the connect "
             "URL (including the token) on stdout when ready; on a terminal, also the "
@@ -285,31 +286,74 @@ def terminal_defaults(
     return shell, cwd, warnings
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The command line's parser: every subcommand whole, or, given the ``command`` about
+    to run, that one whole and the others by name and help line alone (each whole one
+    imports its module: the server, the client, MCP; a client command then starts in
+    about half the time)."""
     parser = argparse.ArgumentParser(
         prog="ahp-terminals",
         description="Host terminals for AI agents over the Agent Host Protocol (AHP).",
     )
     parser.add_argument("--version", action="version", version=f"ahp-terminals {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    _add_serve(sub)
-    for module in _COMMAND_MODULES:
-        importlib.import_module(module).add_parser(sub)
+    for name, module, help in _COMMANDS:
+        if command is not None and name != command:
+            sub.add_parser(name, help=help)
+        elif module is None:
+            _add_serve(sub, help)
+        else:
+            importlib.import_module(module).add_parser(sub, help)
     return parser
 
 
-#: Modules that contribute subcommands: each has ``add_parser(sub)`` which registers
-#: its parser with ``set_defaults(handler=run)``, and ``run(args) -> int``.
-_COMMAND_MODULES: tuple[str, ...] = (
-    "ahp.bench.command",
-    "ahp.client.commands.attach",
-    "ahp.client.commands.exec",
-    "ahp.client.commands.ls",
-    "ahp.client.commands.run",
-    "ahp.client.commands.rm",
-    "ahp.mcp.command",
-    "ahp.record.play",
+#: The subcommands, in the order ``--help`` lists them: name, the module that adds its
+#: parser (``add_parser(sub, help)``, registering ``set_defaults(handler=run)``; its
+#: ``run(args) -> int``; None: ``serve``, here) and its help line.
+_COMMANDS: Final[tuple[tuple[str, str | None, str], ...]] = (
+    ("serve", None, "run the sidecar: host terminals for AHP clients over WebSocket"),
+    (
+        "bench",
+        "ahp.bench.command",
+        "measure throughput, echo latency and memory against the pty and peers",
+    ),
+    (
+        "attach",
+        "ahp.client.commands.attach",
+        "attach this terminal to a remote terminal (detach with Ctrl-])",
+    ),
+    (
+        "exec",
+        "ahp.client.commands.exec",
+        "run one command on the server without a terminal (stdin closed)",
+    ),
+    ("ls", "ahp.client.commands.ls", "list the terminals of a server"),
+    (
+        "run",
+        "ahp.client.commands.run",
+        "run one command in a remote terminal and print its output",
+    ),
+    ("rm", "ahp.client.commands.rm", "close terminals of a server (their processes are ended)"),
+    (
+        "mcp",
+        "ahp.mcp.command",
+        "serve terminals as MCP tools on stdio (for Claude Code, Codex, Cursor, …)",
+    ),
+    (
+        "play",
+        "ahp.record.play",
+        "replay a terminal recording (asciicast v3, as serve --record writes)",
+    ),
 )
+
+
+def _command_in(argv: Sequence[str]) -> str | None:
+    """The subcommand ``argv`` names (its first word that is not an option), if known."""
+    names = {name for name, _, _ in _COMMANDS}
+    for word in argv:
+        if not word.startswith("-"):
+            return word if word in names else None
+    return None
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -471,8 +515,9 @@ def _leaves(exc: BaseException) -> list[BaseException]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    words = sys.argv[1:] if argv is None else argv
+    parser = build_parser(_command_in(words) or "")
+    args = parser.parse_args(words)
     if args.command is None:
         parser.print_help(sys.stderr)
         return USAGE

@@ -1651,3 +1651,40 @@ async def test_attach_with_the_read_only_token_says_it_only_watches(tmp_path: Pa
         "[ahp attach: watching ahp-terminal:/w (read-only token: keystrokes are not sent); "
         "Ctrl-] detaches]"
     )
+
+
+_IMPORTED = """
+import sys
+from ahp.cli import main
+try:
+    main(sys.argv[1:])
+except SystemExit:
+    pass
+print(" ".join(sorted(m for m in sys.modules if m.startswith(("ahp", "trio")))))
+"""
+
+
+@pytest.mark.parametrize(
+    ("argv", "absent"),
+    [
+        (["--help"], ("trio", "ahp.server", "ahp.client", "ahp.mcp", "ahp.engine")),
+        (["ls", "--help"], ("ahp.server", "ahp.mcp", "ahp.engine.host", "ahp.bench")),
+        (["run", "--help"], ("ahp.server", "ahp.mcp", "ahp.engine.host", "ahp.bench")),
+        (["play", "--help"], ("trio", "ahp.server", "ahp.client")),
+    ],
+)
+def test_a_subcommand_imports_only_its_own_layer(argv: list[str], absent: tuple[str, ...]) -> None:
+    """Every subcommand's parser was built for every run, importing the server, the
+    client, MCP and the bench (0.35 s before a client command did anything); now only
+    the subcommand's own module is imported ("--help" imports none)."""
+    done = subprocess.run(
+        [sys.executable, "-c", _IMPORTED, *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    modules = set(done.stdout.split())
+    assert "ahp.cli" in modules
+    for prefix in absent:
+        assert not any(m == prefix or m.startswith(prefix + ".") for m in modules), (prefix, done)

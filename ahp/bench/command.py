@@ -20,10 +20,10 @@ __all__ = ["add_parser", "run"]
 MAX_ECHO_COUNT = 4000
 
 
-def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], help: str) -> None:
     p = sub.add_parser(
         "bench",
-        help="measure throughput, echo latency and memory against the pty and peers",
+        help=help,
         description=(
             "Run the benchmark in one process tree on this machine: a bare pty reader "
             "(the ceiling), the engine in-process, the sidecar over loopback WebSocket "

@@ -31,10 +31,10 @@ __all__ = ["add_parser", "run"]
 INSTALL_HINT: Final = "pip install '.[mcp]' in the ahp-terminals checkout (or pip install mcp)"
 
 
-def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], help: str) -> None:
     p = sub.add_parser(
         "mcp",
-        help="serve terminals as MCP tools on stdio (for Claude Code, Codex, Cursor, …)",
+        help=help,
         description=(
             "An MCP server on stdin/stdout whose tools run commands in terminals: run, read "
             "new output, wait, send input and keys, interrupt, kill, list, screen, create, "

@@ -129,10 +129,10 @@ def play(
     return None
 
 
-def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], help: str) -> None:
     p = sub.add_parser(
         "play",
-        help="replay a terminal recording (asciicast v3, as serve --record writes)",
+        help=help,
         description=(
             "Replay an asciicast recording in this terminal: output as it was written, "
             "with its timing. Exits 0 at the end, 1 if the file cannot be read or a line "

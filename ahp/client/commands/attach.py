@@ -96,10 +96,10 @@ SHELL_UNSUPPORTED: Final = (
 _ALT_SCREEN: Final = re.compile(r"\x1b\[\?(?:1049|1047|47)([hl])")
 
 
-def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], help: str) -> None:
     p = sub.add_parser(
         "attach",
-        help="attach this terminal to a remote terminal (detach with Ctrl-])",
+        help=help,
         description=(
             "Attach this terminal to a remote terminal (with --create, creating it if it does "
             "not exist): shows its history, then forwards keystrokes and output and follows "

@@ -49,10 +49,10 @@ FAILED: Final = 125
 STOP_SIGNALS: Final = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
-def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], help: str) -> None:
     p = sub.add_parser(
         "exec",
-        help="run one command on the server without a terminal (stdin closed)",
+        help=help,
         usage="%(prog)s URL [options] -- ARGV...",
         description=(
             "Run one command on the server without a terminal: stdin is /dev/null, its "

@@ -33,10 +33,10 @@ from ahp.protocol.state import ClientClaim, TerminalClaim, TerminalInfo
 __all__ = ["add_parser", "claim_text", "format_table", "run", "to_json"]
 
 
-def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], help: str) -> None:
     p = sub.add_parser(
         "ls",
-        help="list the terminals of a server",
+        help=help,
         description=(
             "List the server's terminals: URI, title, claim (client:ID, session:ID, or - "
             "when unclaimed) and status (running, or exited N). A client's claim is "

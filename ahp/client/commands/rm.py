@@ -29,10 +29,10 @@ from ahp.client.commands.common import (
 __all__ = ["add_parser", "run"]
 
 
-def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], help: str) -> None:
     p = sub.add_parser(
         "rm",
-        help="close terminals of a server (their processes are ended)",
+        help=help,
         description=(
             "Close terminals: each one's process is ended (hang-up, then killed after a "
             "grace period) and it leaves the catalogue. Prints one line per terminal "

@@ -206,10 +206,10 @@ _OPTIONS: Final = {
 }
 
 
-def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], help: str) -> None:
     p = sub.add_parser(
         "run",
-        help="run one command in a remote terminal and print its output",
+        help=help,
         usage="%(prog)s [options] URL [options] -- COMMAND...",
         description=(
             "Run one command in a new terminal (disposed afterwards) or in an existing one "
