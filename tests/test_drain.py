@@ -28,6 +28,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ahp.engine import Outbox, open_host
+from ahp.protocol.actions import TerminalInput
 from ahp.protocol.state import ClientClaim, CommandPart, TerminalState, UnclassifiedPart
 from ahp.server.app import MAX_TOKEN_FILE, TokenFileError, read_token_file
 from ahp.server.drain import (
@@ -466,3 +467,78 @@ async def test_a_mark_printed_in_a_shell_without_integration_holds_no_drain() ->
             while busy_terminals(state):  # noqa: ASYNC110 (the printf job, until it exits)
                 await trio.sleep(0.05)
         assert command_in_progress(term.state)
+
+
+async def test_a_line_typed_before_the_shell_takes_it_up_holds_the_drain() -> None:
+    # Probe P: a command typed just before SIGTERM, not started yet (no commandExecuted
+    # mark parsed), held nothing: the drain said goodbye and the command was ended.
+    # The shell is stopped while the line is typed, so it cannot take it up meanwhile.
+    async with open_host() as host:
+        state = ServerState(host=host)
+        term = await host.create_terminal("ahp-terminal:/typed", shell="bash")
+        await wait_for_state(term, lambda s: bool(s.supportsCommandDetection))
+        assert term.integrated and busy_terminals(state) == []
+        pid = term.pid
+        assert pid is not None
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            await term.dispatch(TerminalInput(data="true\r"), wait=True)
+            assert busy_terminals(state) == ["ahp-terminal:/typed"]
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        # The shell runs it and shows its next prompt: the drain is held no more.
+        with trio.fail_after(TIMEOUT):
+            while busy_terminals(state):  # noqa: ASYNC110 (the drain polls the same way)
+                await trio.sleep(0.05)
+        await term.dispatch(TerminalInput(data="x"), wait=True)  # no line end: holds nothing
+        assert busy_terminals(state) == []
+
+
+async def test_run_reports_a_command_that_finishes_during_the_drain_as_finished(
+    tmp_path: Path,
+) -> None:
+    # Probe P: `run` while serve drained after SIGTERM: a command that finished within
+    # the drain timeout was reported as ended by the shutdown (exit 125), or run waited
+    # 10 s more and advised an `rm` on a server already gone, depending on whether the
+    # goodbye or run's dispose of its terminal came first. Several runs whose commands
+    # end at the same moment (a file the test creates): each races the goodbye.
+    go = tmp_path / "go"
+    count = 6
+    async with sidecar(tmp_path, "--drain-timeout", "60") as served:
+        runs: list[trio.Process] = []
+        outs: list[tuple[Path, Path]] = []
+        try:
+            for i in range(count):
+                ready = tmp_path / f"ready-{i}"
+                command = (
+                    f"touch {ready}; while [ ! -e {go} ]; do sleep 0.05; done; "
+                    f"echo finished-{i}; sh -c 'exit 3'"
+                )
+                out, err = tmp_path / f"out-{i}", tmp_path / f"err-{i}"
+                with open(out, "wb") as o, open(err, "wb") as e:  # noqa: ASYNC230
+                    runs.append(
+                        await trio.lowlevel.open_process(
+                            [sys.executable, "-m", "ahp", "run", served.url, "--", command],
+                            stdin=subprocess.DEVNULL,
+                            stdout=o,
+                            stderr=e,
+                            env=_env({}),
+                            cwd=str(REPO),
+                        )
+                    )
+                outs.append((out, err))
+            with trio.fail_after(TIMEOUT * 3):
+                for i in range(count):
+                    while not (tmp_path / f"ready-{i}").exists():  # noqa: ASYNC110
+                        await trio.sleep(0.05)
+            served.proc.send_signal(signal.SIGTERM)
+            await wait_for_status(served.port, "/readyz", 503)
+            go.touch()
+            with trio.fail_after(TIMEOUT * 2):
+                codes = [await run.wait() for run in runs]
+                assert await served.proc.wait() == 0
+        finally:
+            for run in runs:
+                await kill_and_reap(run)
+    for i, ((out, err), code) in enumerate(zip(outs, codes, strict=True)):
+        assert (code, out.read_text(), err.read_text()) == (3, f"finished-{i}\n", "")

@@ -107,6 +107,12 @@ class Parse:
         #: The most bytes the task fed its parser in one step (<= PARSE_CHUNK, or
         #: PARSE_PLAIN for plain text); a figure for tests.
         self.largest_feed = 0
+        self._parser: OutputParser | None = None
+
+    @property
+    def prompts(self) -> int:
+        """Prompt starts parsed so far (0 before the task started)."""
+        return 0 if self._parser is None else self._parser.prompts
 
     async def task(self, inbox: trio.MemoryReceiveChannel[bytes], to_reducer: ToReducer) -> None:
         """Bytes in, actions out: feed every batch waiting to the parser at once, until
@@ -117,6 +123,7 @@ class Parse:
             last_titles=True,  # (compact() drops all but the last of a feed anyway)
             hostname=socket.gethostname(),  # (an OSC 7 naming another host is no cwd here)
         )
+        self._parser = parser
         slow = False  # the last feed was slow: feed in slices (see PARSE_SLICE)
         async with inbox:
             while True:

@@ -48,6 +48,7 @@ import trio
 from ahp.engine.hub import Hub
 from ahp.engine.input_write import INPUT_QUEUE, InputWrite
 from ahp.engine.outbox import Outbox
+from ahp.engine.parse import Parse
 from ahp.protocol.actions import (
     ActionOrigin,
     StateAction,
@@ -124,12 +125,22 @@ class Reduce:
         hub: where every applied action is published.
         inputs: the terminal's input-write stage, which takes the accepted input.
         exited: set once ``terminal/exited`` is applied and published.
+        parse: the terminal's parse stage, whose count of prompts is noted when a line
+            end is typed (:attr:`line_typed_at`).
     """
 
     def __init__(
-        self, uri: str, core: TerminalCore, hub: Hub, inputs: InputWrite, exited: trio.Event
+        self,
+        uri: str,
+        core: TerminalCore,
+        hub: Hub,
+        inputs: InputWrite,
+        exited: trio.Event,
+        *,
+        parse: Parse,
     ) -> None:
         self.uri = uri
+        self._parse = parse
         self._core = core
         self._hub = hub
         self._input = inputs
@@ -144,6 +155,9 @@ class Reduce:
         self._exit_code: ProcessExited | None = None
         #: Inputs accepted for the pty (each a write).
         self.inputs = 0
+        #: Prompt starts parsed when a line end was last typed (None: none typed); see
+        #: :attr:`ahp.engine.Terminal.line_pending`.
+        self.line_typed_at: int | None = None
         #: Task steps, each a batch of everything that was waiting (a figure for tests).
         self.batches = 0
 
@@ -259,6 +273,9 @@ class Reduce:
                     self._hub.reject(sender, self.uri, action, origin, reason)
                 return
             self.inputs += 1
+            write = verdict.write
+            if b"\r" in write or b"\n" in write:
+                self.line_typed_at = self._parse.prompts
             if self._on_input is not None:
                 self._on_input()
         if verdict.resize is not None and self._child is not None:

@@ -197,7 +197,9 @@ class Terminal(CommandSurface):
         self._input = InputWrite(spec.uri)
         self.exited = trio.Event()
         #: The reducer stage (it sets :attr:`exited`), and its inbox's sending end.
-        self._reducer = Reduce(spec.uri, self._core, hub, self._input, self.exited)
+        self._reducer = Reduce(
+            spec.uri, self._core, hub, self._input, self.exited, parse=self._parse
+        )
         self._to_reducer = self._reducer.to_reducer
         self._cancel_scope = trio.CancelScope()
         self._tasks: trio.Nursery | None = None  # command collectors (ahp.agent)
@@ -334,6 +336,16 @@ class Terminal(CommandSurface):
     def integrated(self) -> bool:
         """Whether command detection was injected into the shell."""
         return self._launch.integrated
+
+    @property
+    def line_pending(self) -> bool:
+        """A line end was typed and no prompt has started since: the shell has a
+        command line it has not run yet (or is running it before its
+        ``commandExecuted`` mark is parsed). Meaningful with :attr:`integrated` only (the
+        prompts are its marks); a drain waits for such a terminal
+        (:func:`ahp.server.drain.busy_terminals`)."""
+        typed_at = self._reducer.line_typed_at
+        return typed_at is not None and typed_at == self._parse.prompts
 
     @property
     def program_name(self) -> str:

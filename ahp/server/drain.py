@@ -11,7 +11,9 @@ the sidecar killed with its children orphaned. So a drain:
 2. waits until no terminal has a command in progress, for ``timeout`` seconds at
    most (:func:`busy_terminals`: a detected command in a shell the host injected
    its integration into (elsewhere the marks may be any program's output: a stray
-   ``OSC 133;C`` opens a command no shell will end), a foreground job, or a running
+   ``OSC 133;C`` opens a command no shell will end) or a line typed into such a shell
+   that no prompt followed yet (a command typed just before the drain, not started
+   yet), a foreground job, or a running
    ``x-ahp-terminals/exec`` command; an idle shell does not hold it), then up to
    :data:`EXEC_FETCH_GRACE` more while an exec that ended has a result no client fetched;
 3. says goodbye: every connection sends what is queued for it (so a
@@ -94,15 +96,19 @@ def _foreground_job(terminal: Terminal) -> bool:
 def busy_terminals(state: ServerState) -> list[str]:
     """URIs of the terminals that hold a drain: their process runs, and it is a
     command itself (a terminal without a pty: an ``x-ahp-terminals/exec`` command),
-    or a detected command is in progress, or a job other than the shell is in the
-    foreground."""
+    or a detected command is in progress or typed and not started yet
+    (:attr:`Terminal.line_pending <ahp.engine.Terminal.line_pending>`), or a job
+    other than the shell is in the foreground."""
     return [
         uri
         for uri, terminal in state.host.terminals.items()
         if terminal.running
         and (
             not terminal.spec.use_pty
-            or (terminal.integrated and command_in_progress(terminal.state))
+            or (
+                terminal.integrated
+                and (command_in_progress(terminal.state) or terminal.line_pending)
+            )
             or _foreground_job(terminal)
         )
     ]

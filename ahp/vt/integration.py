@@ -105,6 +105,10 @@ class CommandTracker:
         self._running_since = 0.0
         self._last_cwd: str | None = None
         self._last_title: str | None = None
+        #: Prompt starts seen (marks of the kind trusted here): a drain tells from it
+        #: whether a line typed into the shell has been taken up yet
+        #: (:attr:`ahp.engine.Terminal.line_pending`).
+        self.prompts = 0
 
     @property
     def detection_available(self) -> bool:
@@ -172,6 +176,8 @@ class CommandTracker:
                     )
                 )
                 self._command_line = None
+            case PromptStart():
+                self.prompts += 1
             case CommandFinished(exit_code=code):
                 if self._running_id is not None:
                     duration = max(0, round(mono_ms - self._running_since))
@@ -182,7 +188,7 @@ class CommandTracker:
                     )
                     self._running_id = None
             case _:
-                pass  # PromptStart, PromptEnd, Property: detection only
+                pass  # PromptEnd, Property: detection only
         return actions
 
     def _announce(self, event: Event) -> list[TerminalAction]:

@@ -90,6 +90,11 @@ class OutputParser:
         self._tracker = CommandTracker(nonce=nonce, osc133=nonce is None)
         self.closed = False
 
+    @property
+    def prompts(self) -> int:
+        """Prompt starts seen so far (shell-integration marks trusted here)."""
+        return self._tracker.prompts
+
     def feed(self, data: bytes, *, wall_ms: int, mono_ms: float) -> Sequence[StateAction]:
         """The actions that ``data`` (the next bytes of output) completes, in order.
 

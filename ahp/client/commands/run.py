@@ -41,7 +41,9 @@ connection that succeeds within :data:`DISPOSE_TIMEOUT`, or, failing that, named
 on stderr as left on the server (with the ``rm`` command that closes it). A server
 that shuts down (it closes the connection with 1001 ``going away``, and ends every
 terminal) is no network drop: ``run`` says so and exits 125 at once, waiting for no
-reconnect.
+reconnect — unless the command's end came before the close (a SIGTERM drain waits for
+running commands, then says goodbye after what is queued): that is reported as usual,
+and the terminal, which the server ends, is not disposed.
 
 Input: the command reads from its terminal, not from ``run``'s standard input,
 which is not forwarded. So that ``echo data | ahp-terminals run URL -- cat`` does not wait
@@ -61,7 +63,7 @@ import shlex
 import signal
 import sys
 from collections.abc import AsyncIterator, Callable
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Literal
 
 import attrs
 import trio
@@ -88,6 +90,7 @@ from ahp.client.commands.common import (
     resolve_target,
     terminal_uri,
 )
+from ahp.protocol.state import CommandPart
 
 if TYPE_CHECKING:
     from ahp.client.connection import Client
@@ -137,6 +140,11 @@ STREAM_POLL: Final = 0.5
 #: Signals that stop ``run`` (command interrupted, terminal disposed, one line on stderr
 #: naming the signal): Ctrl-C's too, which said nothing (probe M).
 STOP_SIGNALS: Final = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+#: The line for a server that shut down (1001) before the command started (a drain
+#: waits for commands typed, not for those still to be typed).
+SHUT_DOWN_BEFORE: Final = (
+    "the server shut down (1001 going away) before the command started (it ended its terminals)"
+)
 STDIN_REFUSED: Final = (
     "standard input is not forwarded (the command reads from its remote terminal): "
     "put the data in the command line, or run with < /dev/null"
@@ -525,6 +533,7 @@ def run(args: argparse.Namespace) -> int:
         result: CommandResult | None = None
         stopped_by: int | None = None
         nonlocal exited
+        before = _last_command_id(client, uri)
         hard = math.inf
         if args.timeout is not None:
             hard = trio.current_time() + args.timeout + INTERRUPT_GRACE + HARD_TIMEOUT_MARGIN
@@ -539,7 +548,14 @@ def run(args: argparse.Namespace) -> int:
                             await client.wait_for(lambda: not client.connected)
                             if client.server_shut_down:
                                 # (1001: it ends its terminals; no reconnect brings it back.)
-                                raise CommandFailed(SERVER_SHUT_DOWN)
+                                seen = _command_seen(client, uri, before)
+                                if seen == "ended":
+                                    # The command's end came before the close (a drain
+                                    # waits for it): its result follows, as usual.
+                                    return
+                                raise CommandFailed(
+                                    SERVER_SHUT_DOWN if seen == "running" else SHUT_DOWN_BEFORE
+                                )
                             with trio.move_on_after(RECONNECT_WINDOW):
                                 await client.wait_for(lambda: client.connected)
                                 continue
@@ -575,6 +591,8 @@ def run(args: argparse.Namespace) -> int:
                     except TerminalExitedError:
                         # (Its shell exited at start-up: nothing was typed.)
                         raise CommandFailed(_exited_line(client, uri)) from None
+                    if result.status == "lost" and client.server_shut_down:
+                        raise CommandFailed(SERVER_SHUT_DOWN)
                     if result.shell_exited and result.exit_code is None:
                         exited = _exited_line(client, uri)
                     nursery.cancel_scope.cancel()
@@ -603,6 +621,8 @@ def run(args: argparse.Namespace) -> int:
                         return  # (gone already)
                     why = f"the server refused: {exc.message}"
                 except ConnectionLost as exc:
+                    if client.server_shut_down:
+                        return  # (it ends every terminal as it shuts down: a drain's goodbye)
                     why = str(exc)
                     if client.lost is None:
                         # Dropped before the answer: ask again over the next connection.
@@ -624,6 +644,41 @@ def run(args: argparse.Namespace) -> int:
         )
 
     return main("ahp run", body, failure=FAILED)
+
+
+def _last_command_id(client: Client, uri: str) -> str | None:
+    """The id of the last command in the mirror of ``uri`` (None: none, or not mirrored)."""
+    try:
+        content = client.terminal_state(uri).content
+    except KeyError:
+        return None
+    for part in reversed(content):
+        if isinstance(part, CommandPart):
+            return part.commandId
+    return None
+
+
+def _command_seen(
+    client: Client, uri: str, before: str | None
+) -> Literal["ended", "running", "not started"]:
+    """What the mirror of ``uri`` shows, as the connection closed, of the command
+    ``run`` typed (a command after ``before``, the last one before it was typed):
+    ``ended`` (it finished, or the terminal's process exited: the command ended the
+    shell), ``running``, or ``not started`` (no such command yet). What arrived
+    before the close is all in the mirror already, so the command's handle reaches
+    the same end from the envelopes queued for it."""
+    try:
+        state = client.terminal_state(uri)
+    except KeyError:
+        return "not started"
+    if state.exited:
+        return "ended"
+    for part in reversed(state.content):
+        if isinstance(part, CommandPart):
+            if part.commandId == before:
+                break
+            return "ended" if part.isComplete else "running"
+    return "not started"
 
 
 def _exited_line(client: Client, uri: str) -> str:
