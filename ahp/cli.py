@@ -378,6 +378,14 @@ def _serve(args: argparse.Namespace) -> int:
     except TokenFileError as exc:
         print(f"ahp serve: {exc}", file=sys.stderr)
         return USAGE
+    read_token = args.read_token or os.environ.get("AHP_READ_TOKEN") or None
+    if read_token is not None and read_token == (args.token or env_token):
+        print(
+            "ahp serve: the read-only token must differ from the token "
+            "(--read-token or $AHP_READ_TOKEN equals --token, $AHP_TOKEN or the token file's)",
+            file=sys.stderr,
+        )
+        return USAGE
     if args.tls_key and not args.tls_cert:
         print("ahp serve: --tls-key needs --tls-cert", file=sys.stderr)
         return USAGE

@@ -223,6 +223,27 @@ async def test_serve_refuses_bad_options_before_listening(args: list[str], messa
     assert done.stdout == ""  # no URL: it never listened
 
 
+@pytest.mark.parametrize(
+    ("args", "env"),
+    [
+        (["--token", "same", "--read-token", "same"], {}),
+        ([], {"AHP_TOKEN": "same", "AHP_READ_TOKEN": "same"}),
+        (["--token", "same"], {"AHP_READ_TOKEN": "same"}),
+    ],
+    ids=["options", "environment", "mixed"],
+)
+async def test_serve_refuses_a_read_only_token_equal_to_the_token_in_one_line(
+    args: list[str], env: dict[str, str]
+) -> None:
+    # Probe P: a 56-line traceback (exit 1), where every other bad start-up input is
+    # one line and exit 2.
+    done = await cli("serve", "--port", "0", *args, env=env)
+    assert one_line_error(done).startswith(
+        "ahp serve: the read-only token must differ from the token"
+    )
+    assert done.returncode == 2 and done.stdout == ""
+
+
 @pytest.mark.parametrize("nice", [None, 0, 3], ids=["default", "0", "3"])
 async def test_serve_shell_by_name_is_found_on_path_and_niced(nice: int | None) -> None:
     """``--shell bash`` is found on PATH; the terminals' programs run at niceness
