@@ -1709,3 +1709,28 @@ def test_a_subcommand_imports_only_its_own_layer(argv: list[str], absent: tuple[
     assert "ahp.cli" in modules
     for prefix in absent:
         assert not any(m == prefix or m.startswith(prefix + ".") for m in modules), (prefix, done)
+
+
+async def test_the_clients_take_the_token_from_the_token_file(tmp_path: Path) -> None:
+    # Probe P: serve read $AHP_TOKEN_FILE, the clients did not (HTTP 403). Their order
+    # is serve's: --token (or the URL's tkn), then the file, then $AHP_TOKEN.
+    secret = tmp_path / "token"
+    async with served() as server:
+        secret.write_text(server.token + "\n")
+        by_file = {"AHP_TOKEN_FILE": str(secret)}
+        ran = await cli("run", server.bare_url, "--", "echo file", env=by_file)
+        listed = await cli("ls", server.bare_url, env=by_file)
+        many = await cli("ls", "--host", server.bare_url, env=by_file)
+        # --token wins over the file, and so does the URL's tkn.
+        secret.write_text("wrong-token")
+        by_option = await cli("ls", server.bare_url, "--token", server.token, env=by_file)
+        by_url = await cli("ls", server.url, env=by_file)
+        refused = await cli("ls", server.bare_url, env=by_file)
+        both = await cli("ls", server.bare_url, env={**by_file, "AHP_TOKEN": server.token})
+        missing = await cli("ls", server.bare_url, env={"AHP_TOKEN_FILE": str(tmp_path / "no")})
+    assert (ran.returncode, ran.stdout) == (0, "file\n"), ran.stderr
+    assert listed.returncode == 0 and many.returncode == 0, (listed.stderr, many.stderr)
+    assert by_option.returncode == 0 and by_url.returncode == 0, by_option.stderr
+    assert "$AHP_TOKEN_FILE" in one_line_error(refused)  # (the 403's hint names it)
+    assert one_line_error(both) == "ahp ls: AHP_TOKEN and AHP_TOKEN_FILE are both set: set one"
+    assert one_line_error(missing).startswith("ahp ls: cannot read AHP_TOKEN_FILE ")

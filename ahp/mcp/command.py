@@ -59,7 +59,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], help: s
     )
     p.add_argument(
         "--token",
-        help="AHP token: for --connect (default: the URL's tkn, else $AHP_TOKEN) or for "
+        help="AHP token: for --connect (default: the URL's tkn, else the content of the file "
+        "$AHP_TOKEN_FILE names, else $AHP_TOKEN) or for "
         "--serve (default: $AHP_TOKEN, else random)",
     )
     p.add_argument("--host", default="127.0.0.1", help="--serve: address to bind (127.0.0.1)")
@@ -98,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"ahp mcp: the MCP SDK is not installed: {INSTALL_HINT}", file=sys.stderr)
         return 2
     configure_logging(args.log_level, "%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from ahp.client.commands.common import main, resolve_target
+    from ahp.client.commands.common import environment_token, main, resolve_target
     from ahp.mcp.server import McpOptions, run_mcp
     from ahp.server.app import ServeOptions, Sidecar
 
@@ -116,7 +117,10 @@ def run(args: argparse.Namespace) -> int:
         if args.connect is not None and len(args.connect) > 1:
             urls = tuple(resolve_target(u, None)[0] for u in args.connect)
             options = McpOptions(
-                connect_many=urls, token=args.token, cwd=cwd, structured=args.structured
+                connect_many=urls,
+                token=args.token or environment_token(),
+                cwd=cwd,
+                structured=args.structured,
             )
         elif args.connect is not None:
             url, token = resolve_target(args.connect[0], args.token)

@@ -1,10 +1,12 @@
 """What ``attach``, ``ls`` and ``run`` share: URL, token, connecting, one-line errors.
 
-Token precedence: ``--token``, else the URL's ``tkn`` query parameter, else
-``$AHP_TOKEN``. Connecting is bounded by :data:`CONNECT_TIMEOUT` (an
-unreachable address that drops packets would otherwise hang), and the client is
-opened without automatic reconnect: a person's command reports a lost
-connection instead of waiting for a server that may never come back. ``run`` is
+Token precedence: ``--token``, else the URL's ``tkn`` query parameter, else the
+content of the file ``$AHP_TOKEN_FILE`` names, else ``$AHP_TOKEN`` (as ``serve``
+takes its token: a file and ``$AHP_TOKEN`` both set is refused, and the file is read
+by the same rules, :func:`ahp.server.app.read_token_file`). Connecting is bounded by
+:data:`CONNECT_TIMEOUT` (an unreachable address that drops packets would otherwise
+hang), and the client is opened without automatic reconnect: a person's command
+reports a lost connection instead of waiting for a server that may never come back. ``run`` is
 the exception (``open_client(..., reconnect=True)``): a command it started runs
 on in the remote terminal whatever happens to the connection, so ``run``
 reconnects for a bounded time to follow it, and to dispose a terminal it created.
@@ -50,6 +52,7 @@ __all__ = [
     "SERVER_SHUT_DOWN",
     "CommandFailed",
     "add_connection_arguments",
+    "environment_token",
     "add_hosts_argument",
     "hosts_from",
     "main",
@@ -96,7 +99,8 @@ def add_connection_arguments(p: argparse.ArgumentParser, *, optional: bool = Fal
     )
     p.add_argument(
         "--token",
-        help="access token (default: the URL's tkn parameter, else $AHP_TOKEN)",
+        help="access token (default: the URL's tkn parameter, else the content of the file "
+        "$AHP_TOKEN_FILE names, else $AHP_TOKEN)",
     )
 
 
@@ -142,7 +146,24 @@ def resolve_target(url: str, token: str | None) -> tuple[str, str | None]:
     if _url_problem(url) is not None:
         raise CommandFailed(f"malformed URL {url!r}: {_URL_HINT}")
     in_url = parse_qs(urlsplit(url).query).get("tkn", [""])[0]
-    return url, token or in_url or os.environ.get("AHP_TOKEN") or None
+    return url, token or in_url or environment_token()
+
+
+def environment_token() -> str | None:
+    """The token in the file ``$AHP_TOKEN_FILE`` names, else ``$AHP_TOKEN``, else None
+    (``serve``'s order). Raises :class:`CommandFailed` when both are set or the file
+    cannot serve (one line, never the file's content)."""
+    path = os.environ.get("AHP_TOKEN_FILE")
+    if not path:
+        return os.environ.get("AHP_TOKEN") or None
+    from ahp.server.app import TokenFileError, read_token_file
+
+    if os.environ.get("AHP_TOKEN"):
+        raise CommandFailed("AHP_TOKEN and AHP_TOKEN_FILE are both set: set one")
+    try:
+        return read_token_file(path)
+    except TokenFileError as exc:
+        raise CommandFailed(str(exc)) from None
 
 
 def terminal_uri(name: str) -> str:
@@ -196,7 +217,7 @@ def _describe(exc: BaseException) -> str | None:
     if isinstance(exc, ClientError):
         text = str(exc)
         if "HTTP 403" in text:
-            text += " (check --token, the URL's tkn or $AHP_TOKEN)"
+            text += " (check --token, the URL's tkn, $AHP_TOKEN_FILE or $AHP_TOKEN)"
         return text
     if isinstance(exc, ConnectionClosed):
         return "the server closed the connection"

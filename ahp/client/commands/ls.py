@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 from typing import Any
 
 from ahp.client.commands.common import (
     CommandFailed,
     add_connection_arguments,
     add_hosts_argument,
+    environment_token,
     hosts_from,
     main,
     open_client,
@@ -159,8 +159,13 @@ def run(args: argparse.Namespace) -> int:
         problem = _hosts_problem(urls)
         if problem is not None:
             return main("ahp ls", _fail(CommandFailed(problem)))
-        # (A URL's own tkn is used for it; the others get --token, else $AHP_TOKEN.)
-        return _list_hosts(urls, args.token or os.environ.get("AHP_TOKEN"), args.json)
+        # (A URL's own tkn is used for it; the others get --token, else the token
+        # file's, else $AHP_TOKEN.)
+        try:
+            token = args.token or environment_token()
+        except CommandFailed as exc:
+            return main("ahp ls", _fail(exc))
+        return _list_hosts(urls, token, args.json)
 
     async def body() -> int:
         url, token = resolve_target(args.url, args.token)

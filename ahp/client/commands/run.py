@@ -168,7 +168,8 @@ def output_limit(value: int) -> int:
 def _add_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--token",
-        help="access token (default: the URL's tkn parameter, else $AHP_TOKEN)",
+        help="access token (default: the URL's tkn parameter, else the content of the file "
+        "$AHP_TOKEN_FILE names, else $AHP_TOKEN)",
     )
     p.add_argument(
         "--terminal",
