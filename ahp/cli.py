@@ -18,6 +18,7 @@ import os
 import shlex
 import shutil
 import socket
+import stat
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
@@ -443,8 +444,14 @@ def _serve(args: argparse.Namespace) -> int:
         listening = True
         if sys.stdout.isatty():
             print(ready_lines(sidecar, with_tokens=not from_file), flush=True)
-        else:  # the one line programs read
+        elif from_file or not _regular_file(sys.stdout):
+            # The one line programs read (a pipe, a socket: a program, a container's log).
             print(sidecar.url.split("?", 1)[0] if from_file else sidecar.url, flush=True)
+        else:
+            # Into a file (nohup, `> log`): that line, then the page's URLs (the read-only
+            # token was printed nowhere). Stdout only: the logs on stderr stay token-free.
+            rest = ready_lines(sidecar, quote=False).split("\n")[1:]
+            print("\n".join([sidecar.url, *rest]), flush=True)
         shown = args.unix or f"{args.host}:{sidecar.port}"
         logging.getLogger("ahp.server").info("listening on %s", shown)
 
@@ -477,19 +484,31 @@ def _serve(args: argparse.Namespace) -> int:
         return 1
 
 
-def ready_lines(sidecar: Any, *, with_tokens: bool = True) -> str:
-    """What ``serve`` shows a person when ready: the URLs, each quoted for shells (a
-    ``?`` unquoted is a glob in zsh). Without the tokens (a token from a file is never
-    printed), the URLs are bare and the read-only one is left out."""
+def _regular_file(stream: Any) -> bool:
+    """Whether ``stream`` writes to a regular file (not a pipe, socket or terminal)."""
+    try:
+        return stat.S_ISREG(os.fstat(stream.fileno()).st_mode)
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def ready_lines(sidecar: Any, *, with_tokens: bool = True, quote: bool = True) -> str:
+    """What ``serve`` shows when ready: the URLs, each quoted for shells (a ``?``
+    unquoted is a glob in zsh) unless ``quote`` is false. Without the tokens (a token
+    from a file is never printed), the connect and viewer URLs are bare (the viewer's
+    line says to add the token); the read-only URL is printed all the same (its token
+    is not the file's: a person has no other way to learn a random one)."""
     url, page = sidecar.url, sidecar.page_url
+    shown = shlex.quote if quote else str
     if not with_tokens:
         url = url.split("?", 1)[0]
         page = page.split("#", 1)[0] if page is not None else None
-    lines = [f"connect:   {shlex.quote(url)}"]
+    lines = [f"connect:   {shown(url)}"]
     if page is not None:
-        lines.append(f"viewer:    {shlex.quote(page)}")
-    if with_tokens and sidecar.read_only_url is not None:
-        lines.append(f"read-only: {shlex.quote(sidecar.read_only_url)}")
+        add = "" if with_tokens else "  (add #tkn= and the token in $AHP_TOKEN_FILE)"
+        lines.append(f"viewer:    {shown(page)}{add}")
+    if sidecar.read_only_url is not None:
+        lines.append(f"read-only: {shown(sidecar.read_only_url)}")
     return "\n".join(lines)
 
 

@@ -640,7 +640,21 @@ async def test_a_page_with_a_refused_token_says_so(chromium: ChromiumProcess) ->
             "(() => { const t = document.getElementById('connection').textContent;"
             " return t.startsWith('refused') && t; })()"
         )
-        assert badge == "refused: this server does not accept the page's token"
+        assert badge == (
+            "refused: this server does not accept the page's token (#tkn= or #ro= in its address)"
+        )
+        # Probe P: the bare page URL (serve with $AHP_TOKEN_FILE prints it) said the same,
+        # though the page had no token; it now says what to add.
+        bare = await browser.new_page()
+        await bare.goto(s.sidecar.page_url.split("#", 1)[0])
+        badge = await bare.wait_for(
+            "(() => { const t = document.getElementById('connection').textContent;"
+            " return t.startsWith('refused') && t; })()"
+        )
+        assert badge == (
+            "refused: this page has no token: "
+            "add #tkn=TOKEN (or #ro=READ-ONLY-TOKEN) to its address"
+        )
         # The page's own token is told apart, full or read-only, by the same endpoint.
         for url, kind in ((s.sidecar.page_url, "full"), (s.sidecar.read_only_url, "read-only")):
             good = await browser.new_page()

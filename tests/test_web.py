@@ -463,3 +463,92 @@ async def test_serve_on_a_terminal_prints_the_three_urls_quoted_for_shells() -> 
         if proc.returncode is None:
             proc.kill()
             await proc.wait()
+
+
+async def _serve_lines(
+    env: dict[str, str], count: int, *, tty: bool, tmp_path: Path | None = None
+) -> list[str]:
+    """The first ``count`` lines ``serve`` prints with ``env``, stdout a pty, or a file
+    in ``tmp_path`` (read back through a pipe-like loop)."""
+    if not tty:
+        assert tmp_path is not None
+        return await _serve_into_file(env, count, tmp_path)
+    master, slave = os.openpty()
+    full = {k: v for k, v in os.environ.items() if not k.startswith("AHP_")}
+    proc = await trio.lowlevel.open_process(
+        [sys.executable, "-m", "ahp", "serve", "--port", "0", "--log-level", "warning"],
+        stdout=slave,
+        stderr=subprocess.DEVNULL,
+        stdin=subprocess.DEVNULL,
+        env={**full, "PYTHONPATH": str(REPO), **env},
+        cwd=str(REPO),
+    )
+    os.close(slave)
+    try:
+        out = b""
+        async with trio.lowlevel.FdStream(master) as stream:
+            with trio.fail_after(TIMEOUT):
+                while out.count(b"\n") < count:
+                    chunk = await stream.receive_some(4096)
+                    assert chunk, out
+                    out += chunk
+        return out.decode().replace("\r", "").splitlines()
+    finally:
+        proc.send_signal(signal.SIGINT)
+        with trio.fail_after(TIMEOUT):
+            await proc.wait()
+
+
+async def _serve_into_file(env: dict[str, str], count: int, tmp_path: Path) -> list[str]:
+    out = tmp_path / "serve.out"
+    full = {k: v for k, v in os.environ.items() if not k.startswith("AHP_")}
+    with open(out, "wb") as f:  # noqa: ASYNC230 (a local file, before the process runs)
+        proc = await trio.lowlevel.open_process(
+            [sys.executable, "-m", "ahp", "serve", "--port", "0", "--log-level", "warning"],
+            stdout=f,
+            stderr=subprocess.DEVNULL,
+            stdin=subprocess.DEVNULL,
+            env={**full, "PYTHONPATH": str(REPO), **env},
+            cwd=str(REPO),
+        )
+    try:
+        with trio.fail_after(TIMEOUT):
+            while out.read_text().count("\n") < count:  # noqa: ASYNC110 (a file: polled)
+                await trio.sleep(0.05)
+        return out.read_text().splitlines()
+    finally:
+        proc.send_signal(signal.SIGINT)
+        with trio.fail_after(TIMEOUT):
+            await proc.wait()
+
+
+async def test_serve_into_a_file_prints_the_page_urls_after_the_first_line(
+    tmp_path: Path,
+) -> None:
+    # Probe P: under nohup or into a log file the read-only token was printed nowhere.
+    # The first line stays the one programs read; the page's URLs follow, on stdout only,
+    # and only into a file (a pipe, which a program reads, still gets the one line).
+    lines = await _serve_lines(
+        {"AHP_TOKEN": TOKEN, "AHP_READ_TOKEN": READ}, 3, tty=False, tmp_path=tmp_path
+    )
+    port = re.search(r":(\d+)/", lines[0]).group(1)  # type: ignore[union-attr]
+    assert lines == [
+        f"ws://127.0.0.1:{port}/?tkn={TOKEN}",
+        f"viewer:    http://127.0.0.1:{port}/#tkn={TOKEN}",
+        f"read-only: http://127.0.0.1:{port}/#ro={READ}",
+    ]
+
+
+async def test_serve_with_a_token_file_shows_a_person_the_read_only_url(tmp_path: Path) -> None:
+    # Probe P: with $AHP_TOKEN_FILE the random read-only token was printed nowhere, and
+    # nothing said to add the token to the bare viewer URL.
+    secret = tmp_path / "token"
+    secret.write_text(TOKEN)
+    lines = await _serve_lines({"AHP_TOKEN_FILE": str(secret)}, 3, tty=True)
+    port = re.search(r":(\d+)/", lines[0]).group(1)  # type: ignore[union-attr]
+    assert lines[:2] == [
+        f"connect:   ws://127.0.0.1:{port}/",
+        f"viewer:    http://127.0.0.1:{port}/  (add #tkn= and the token in $AHP_TOKEN_FILE)",
+    ]
+    assert re.fullmatch(rf"read-only: 'http://127\.0\.0\.1:{port}/#ro=[\w-]+'", lines[2])
+    assert TOKEN not in "".join(lines)

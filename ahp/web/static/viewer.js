@@ -451,8 +451,15 @@ function setConnection(status) {
   badge.textContent = status === "open" ? "live" : status === "connecting" ? "connecting…" : "disconnected: reconnecting";
   badge.className = `badge ${status}`;
   if (status === "open") ui.opened = true;
-  else if (ui.tokenRefused && !ui.opened) badge.textContent = "refused: this server does not accept the page's token";
+  else if (ui.tokenRefused && !ui.opened) badge.textContent = refusedText();
   else if (status === "closed" && !ui.opened) checkToken();
+}
+
+/** The badge of a refused page: a page opened without a token (the bare URL serve
+ * prints when its token comes from $AHP_TOKEN_FILE) is told what to add. */
+function refusedText() {
+  if (!access.token) return "refused: this page has no token: add #tkn=TOKEN (or #ro=READ-ONLY-TOKEN) to its address";
+  return "refused: this server does not accept the page's token (#tkn= or #ro= in its address)";
 }
 
 /** A page whose socket never opened asks the server whether it takes the page's token
@@ -468,7 +475,7 @@ async function checkToken() {
     });
     if (answer.status === 401 && !ui.opened) {
       const badge = $("connection");
-      badge.textContent = "refused: this server does not accept the page's token";
+      badge.textContent = refusedText();
       badge.className = "badge closed";
       ui.tokenRefused = true;
     }
