@@ -39,7 +39,13 @@ from ahp.mcp.stdio import EOF_GRACE, StdoutWriter
 from tests.helpers import TIMEOUT, kill_and_reap, stat_fields
 
 ROOT = Path(__file__).resolve().parents[1]
-ENV = {**os.environ, "PYTHONPATH": str(ROOT), "SHELL": "/bin/bash"}
+
+
+def _env() -> dict[str, str]:
+    """The MCP server's environment: the test's (its hermetic HOME: read at call time,
+    not at import, which came before conftest's fixture and gave the machine's own
+    ~/.bashrc to every shell), this checkout first on the path."""
+    return {**os.environ, "PYTHONPATH": str(ROOT), "SHELL": "/bin/bash"}
 
 
 def _line(message: dict[str, Any]) -> bytes:
@@ -101,7 +107,7 @@ async def test_the_server_ends_while_the_client_does_not_read_its_answers(
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=errlog,
-            env=ENV,
+            env=_env(),
             cwd=str(tmp_path),
         )
     assert proc.stdin is not None and proc.stdout is not None
@@ -149,7 +155,7 @@ async def _piped(tmp_path: Path, script: bytes) -> tuple[int, dict[Any, dict[str
             capture_stdout=True,
             capture_stderr=True,
             check=False,
-            env=ENV,
+            env=_env(),
             cwd=str(tmp_path),
         )
     assert b"Traceback" not in done.stderr, done.stderr.decode()
