@@ -278,3 +278,36 @@ def test_the_chart_labels_every_peer_on_two_short_lines() -> None:
         "floor-\nstate",
     ]
     assert [name for name, _ in latency][3:] == ["floor-\nstate"]
+
+
+def test_the_many_terminals_goal_carries_the_machines_budget() -> None:
+    """The many-terminals goal says what the machine leaves a server at the goal's rate,
+    from the run's own figures: the rest of the run's CPU per MB (busy cores minus the
+    server's, over the rate; the least of every server's run), the cores that leaves at
+    the goal's rate, hence the most a server may cost per 100 MB, and each server's cost
+    beside it; a run without the figures carries none."""
+    from ahp.bench.targets import evaluate
+
+    def many(rate: float, busy: float, server: float) -> dict[str, object]:
+        return {
+            "aggregate_throughput": _figure(rate),
+            "machine_busy_cores": _figure(busy),
+            "server_cpu_cores": _figure(server),
+        }
+
+    results = {
+        "machine": {"cores": 2, "cores_usable": 2},
+        # ttyd: rest (1.8 - 0.3) / 60 = 2.5 CPU-s per 100 MB; ours: (1.4 - 0.6) / 40 = 2.0.
+        "many": {"ours": many(40.0, 1.4, 0.6), "ttyd": many(60.0, 1.8, 0.3)},
+    }
+    target = {t.key: t for t in evaluate(results)}["many_vs_ttyd"]
+    assert target.value == pytest.approx(40 / 60)
+    # At 1.5 x 60 = 90 MB/s the rest takes 2.0 x 0.9 = 1.8 cores: 0.2 left, 0.22 per 100 MB.
+    assert target.bound is not None
+    assert "at the goal's 90.0 MB/s" in target.bound
+    assert "at least 2.00 CPU-s per 100 MB (the least of 2 runs) = 1.80 of 2 cores" in target.bound
+    assert "a server may cost 0.22 CPU-s per 100 MB at most" in target.bound
+    assert target.bound.endswith("measured: ttyd 0.50 (over), ours 1.50 (over)")
+    assert target.to_json()["bound"] == target.bound
+    del results["machine"]
+    assert {t.key: t for t in evaluate(results)}["many_vs_ttyd"].bound is None

@@ -420,6 +420,8 @@ def render_table(results: dict[str, Any], targets: list[Target]) -> str:
         lines.append(f"  [{verdict}] {t.description}: {shown}")
         if t.floors:
             lines.append(f"           {_floors_text(t)}")
+        if t.bound:
+            lines.append(f"           {t.bound}")
     return "\n".join(lines)
 
 
