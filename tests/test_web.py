@@ -465,6 +465,20 @@ async def test_serve_on_a_terminal_prints_the_three_urls_quoted_for_shells() -> 
             await proc.wait()
 
 
+async def _open_serve(env: dict[str, str], stdout: int) -> trio.Process:
+    """``serve`` on any free port, printing to ``stdout`` (a descriptor), with this
+    environment but its ``AHP_`` variables replaced by ``env``."""
+    full = {k: v for k, v in os.environ.items() if not k.startswith("AHP_")}
+    return await trio.lowlevel.open_process(
+        [sys.executable, "-m", "ahp", "serve", "--port", "0", "--log-level", "warning"],
+        stdout=stdout,
+        stderr=subprocess.DEVNULL,
+        stdin=subprocess.DEVNULL,
+        env={**full, "PYTHONPATH": str(REPO), **env},
+        cwd=str(REPO),
+    )
+
+
 async def _serve_lines(
     env: dict[str, str], count: int, *, tty: bool, tmp_path: Path | None = None
 ) -> list[str]:
@@ -474,15 +488,7 @@ async def _serve_lines(
         assert tmp_path is not None
         return await _serve_into_file(env, count, tmp_path)
     master, slave = os.openpty()
-    full = {k: v for k, v in os.environ.items() if not k.startswith("AHP_")}
-    proc = await trio.lowlevel.open_process(
-        [sys.executable, "-m", "ahp", "serve", "--port", "0", "--log-level", "warning"],
-        stdout=slave,
-        stderr=subprocess.DEVNULL,
-        stdin=subprocess.DEVNULL,
-        env={**full, "PYTHONPATH": str(REPO), **env},
-        cwd=str(REPO),
-    )
+    proc = await _open_serve(env, slave)
     os.close(slave)
     try:
         out = b""
@@ -501,16 +507,8 @@ async def _serve_lines(
 
 async def _serve_into_file(env: dict[str, str], count: int, tmp_path: Path) -> list[str]:
     out = tmp_path / "serve.out"
-    full = {k: v for k, v in os.environ.items() if not k.startswith("AHP_")}
     with open(out, "wb") as f:  # noqa: ASYNC230 (a local file, before the process runs)
-        proc = await trio.lowlevel.open_process(
-            [sys.executable, "-m", "ahp", "serve", "--port", "0", "--log-level", "warning"],
-            stdout=f,
-            stderr=subprocess.DEVNULL,
-            stdin=subprocess.DEVNULL,
-            env={**full, "PYTHONPATH": str(REPO), **env},
-            cwd=str(REPO),
-        )
+        proc = await _open_serve(env, f.fileno())
     try:
         with trio.fail_after(TIMEOUT):
             while out.read_text().count("\n") < count:  # noqa: ASYNC110 (a file: polled)
