@@ -30,7 +30,6 @@ from hypothesis import strategies as st
 from ahp.engine import Outbox, open_host
 from ahp.protocol.actions import TerminalInput
 from ahp.protocol.state import ClientClaim, CommandPart, TerminalState, UnclassifiedPart
-from ahp.server.app import MAX_TOKEN_FILE, TokenFileError, read_token_file
 from ahp.server.drain import (
     GOING_AWAY,
     GOODBYE_TIMEOUT,
@@ -39,6 +38,7 @@ from ahp.server.drain import (
     drain,
 )
 from ahp.server.session import ServerState, Session
+from ahp.tokenfile import MAX_TOKEN_FILE, TokenFileError, read_token_file
 from ahp.ws import ConnectionClosed
 from tests.helpers import TIMEOUT, kill_and_reap, stat_fields, wait_for_state
 from tests.wire import Peer, peer, running_server

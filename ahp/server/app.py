@@ -61,6 +61,7 @@ from ahp.server.scrub import scrub_start_environment
 from ahp.server.state import DEFAULT_MAX_TERMINALS, ServerState
 from ahp.server.web import web_routes
 from ahp.server.websocket import serve_connections
+from ahp.tokenfile import MAX_TOKEN_FILE, TokenFileError, read_token_file
 
 __all__ = [
     "DEFAULT_PORT",
@@ -100,43 +101,6 @@ WILDCARDS: Final = frozenset({"", "0.0.0.0", "::"})
 #: they get in any other terminal whenever the machine is contended. The user's
 #: programs are the point of a terminal host: lowering them is the operator's choice.
 SERVE_CHILD_NICE: Final = 0
-#: Largest token file read (``$AHP_TOKEN_FILE``); a token is a line, not a document.
-MAX_TOKEN_FILE: Final = 4096
-
-
-class TokenFileError(Exception):
-    """``$AHP_TOKEN_FILE`` names a file that cannot serve as the token (one line,
-    without the file's content)."""
-
-
-def read_token_file(path: str) -> str:
-    """The token in ``path``: its content without surrounding whitespace. Raises
-    :class:`TokenFileError` when it is unreadable, empty, larger than
-    :data:`MAX_TOKEN_FILE` bytes, not UTF-8, or holds whitespace or control
-    characters inside (a token travels in a URL query). The content is never
-    part of a message."""
-    try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_TOKEN_FILE + 1)
-    except OSError as exc:
-        raise TokenFileError(
-            f"cannot read AHP_TOKEN_FILE {path!r}: {exc.strerror or exc}"
-        ) from None
-    if len(data) > MAX_TOKEN_FILE:
-        raise TokenFileError(f"AHP_TOKEN_FILE {path!r} is larger than {MAX_TOKEN_FILE} bytes")
-    try:
-        token = data.decode("utf-8").strip()
-    except UnicodeDecodeError:
-        raise TokenFileError(f"AHP_TOKEN_FILE {path!r} is not UTF-8 text") from None
-    if not token:
-        raise TokenFileError(f"AHP_TOKEN_FILE {path!r} is empty")
-    if any(c.isspace() or not c.isprintable() for c in token):
-        raise TokenFileError(
-            f"AHP_TOKEN_FILE {path!r} must hold one token: no spaces or control characters"
-        )
-    return token
-
-
 #: The environment variables that carry a token (removed, and scrubbed from the
 #: start-up block: :func:`run_sidecar`).
 TOKEN_VARIABLES: Final = ("AHP_TOKEN", "AHP_READ_TOKEN")

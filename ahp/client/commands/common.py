@@ -3,7 +3,7 @@
 Token precedence: ``--token``, else the URL's ``tkn`` query parameter, else the
 content of the file ``$AHP_TOKEN_FILE`` names, else ``$AHP_TOKEN`` (as ``serve``
 takes its token: a file and ``$AHP_TOKEN`` both set is refused, and the file is read
-by the same rules, :func:`ahp.server.app.read_token_file`). Connecting is bounded by
+by the same rules, :func:`ahp.tokenfile.read_token_file`). Connecting is bounded by
 :data:`CONNECT_TIMEOUT` (an unreachable address that drops packets would otherwise
 hang), and the client is opened without automatic reconnect: a person's command
 reports a lost connection instead of waiting for a server that may never come back. ``run`` is
@@ -156,7 +156,7 @@ def environment_token() -> str | None:
     path = os.environ.get("AHP_TOKEN_FILE")
     if not path:
         return os.environ.get("AHP_TOKEN") or None
-    from ahp.server.app import TokenFileError, read_token_file
+    from ahp.tokenfile import TokenFileError, read_token_file
 
     if os.environ.get("AHP_TOKEN"):
         raise CommandFailed("AHP_TOKEN and AHP_TOKEN_FILE are both set: set one")

@@ -1,0 +1,50 @@
+"""A token kept in a file (``$AHP_TOKEN_FILE``): read by one rule on both sides.
+
+Why a module of its own: ``serve`` reads its token from the file a mounted secret
+names, and the CLI clients read theirs from the same variable (one set-up serves
+both); the rule — one line of printable text, bounded, its content never in a
+message — belongs to neither layer, so the server and the client import it from
+here (the client must not import the server). It reads one file, nothing else.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+__all__ = ["MAX_TOKEN_FILE", "TokenFileError", "read_token_file"]
+
+#: Largest token file read (``$AHP_TOKEN_FILE``); a token is a line, not a document.
+MAX_TOKEN_FILE: Final = 4096
+
+
+class TokenFileError(Exception):
+    """``$AHP_TOKEN_FILE`` names a file that cannot serve as the token (one line,
+    without the file's content)."""
+
+
+def read_token_file(path: str) -> str:
+    """The token in ``path``: its content without surrounding whitespace. Raises
+    :class:`TokenFileError` when it is unreadable, empty, larger than
+    :data:`MAX_TOKEN_FILE` bytes, not UTF-8, or holds whitespace or control
+    characters inside (a token travels in a URL query). The content is never
+    part of a message."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_TOKEN_FILE + 1)
+    except OSError as exc:
+        raise TokenFileError(
+            f"cannot read AHP_TOKEN_FILE {path!r}: {exc.strerror or exc}"
+        ) from None
+    if len(data) > MAX_TOKEN_FILE:
+        raise TokenFileError(f"AHP_TOKEN_FILE {path!r} is larger than {MAX_TOKEN_FILE} bytes")
+    try:
+        token = data.decode("utf-8").strip()
+    except UnicodeDecodeError:
+        raise TokenFileError(f"AHP_TOKEN_FILE {path!r} is not UTF-8 text") from None
+    if not token:
+        raise TokenFileError(f"AHP_TOKEN_FILE {path!r} is empty")
+    if any(c.isspace() or not c.isprintable() for c in token):
+        raise TokenFileError(
+            f"AHP_TOKEN_FILE {path!r} must hold one token: no spaces or control characters"
+        )
+    return token
