@@ -12,6 +12,7 @@ traceback.
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import logging
 import os
@@ -364,6 +365,7 @@ def _serve(args: argparse.Namespace) -> int:
     from ahp.server.app import (
         ServeOptions,
         Sidecar,
+        TLSSetupError,
         TokenFileError,
         run_sidecar,
         take_environment_token,
@@ -398,8 +400,8 @@ def _serve(args: argparse.Namespace) -> int:
         return USAGE
     try:
         tls = tls_context(args.tls_cert, args.tls_key) if args.tls_cert else None
-    except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
-        print(f"ahp serve: cannot load the TLS certificate: {exc}", file=sys.stderr)
+    except TLSSetupError as exc:  # (names the file and the reason)
+        print(f"ahp serve: {exc}", file=sys.stderr)
         return USAGE
     if args.unix is None:
         problem = _address_problem(args.host)
@@ -480,6 +482,11 @@ def _serve(args: argparse.Namespace) -> int:
         if listening or type(failure).__name__ == "RecordSetupError":
             print(f"ahp serve: {why}", file=sys.stderr)
         else:
+            if failure.errno == errno.EADDRINUSE and args.unix is None:
+                why += (
+                    " (another program, perhaps another `ahp-terminals serve`, listens there): "
+                    "choose another --port, or --port 0 for any free one"
+                )
             print(f"ahp serve: cannot listen on {where}: {why}", file=sys.stderr)
         return 1
 

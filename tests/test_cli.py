@@ -177,8 +177,11 @@ async def test_serve_start_up_failures_are_one_line(tmp_path: Path) -> None:
         busy.listen(1)
         port = str(busy.getsockname()[1])
         done = await cli("serve", "--port", port)
+        # (What to do, said: another serve may hold it, --port 0 takes any free port.)
         assert one_line_error(done) == (
-            f"ahp serve: cannot listen on 127.0.0.1:{port}: Address already in use"
+            f"ahp serve: cannot listen on 127.0.0.1:{port}: Address already in use (another "
+            "program, perhaps another `ahp-terminals serve`, listens there): choose another "
+            "--port, or --port 0 for any free one"
         )
         assert done.returncode == 1
     missing = tmp_path / "no-such-dir" / "ahp.sock"
@@ -1122,7 +1125,7 @@ async def test_bad_inputs_give_one_line_and_a_non_zero_exit() -> None:
             ),
             "ls malformed": (("ls", "localhost:8765"), "malformed URL"),
             "run malformed": (("run", "ws://host:port/", "--", "true"), "malformed URL"),
-            "attach malformed": (("attach", "http://x/", "t1"), "malformed URL"),
+            "attach malformed": (("attach", "ws://", "t1"), "malformed URL"),
             "run no command": (("run", server.url), "no command"),
             "run --timeout nan": (
                 ("run", server.url, "--timeout", "nan", "--", "true"),
@@ -1171,6 +1174,99 @@ async def test_bad_inputs_give_one_line_and_a_non_zero_exit() -> None:
         assert done.returncode == expected_code, (name, done.returncode)
     # The token is never echoed in an error.
     assert all("test-token" not in r.stderr for r in results.values())
+
+
+#: The viewer page's address where a command's URL belongs (probe P: "malformed URL"
+#: only), and what it should have been: (pasted, the URL named, how to make it).
+VIEWER_ADDRESSES = [
+    (
+        "http://127.0.0.1:8765/#tkn=secret-token",
+        "ws://127.0.0.1:8765/?tkn=TOKEN",
+        "ws:// for http://, ?tkn= for #tkn=",
+    ),
+    (  # the address bar, once the page took the token out of it
+        "http://127.0.0.1:8765/",
+        "ws://127.0.0.1:8765/?tkn=TOKEN",
+        "ws:// for http:// and ?tkn=TOKEN added",
+    ),
+    (
+        "https://box.example:9000/#ro=secret-token",
+        "wss://box.example:9000/?tkn=READ-ONLY-TOKEN",
+        "wss:// for https://, ?tkn= for #ro=; it only watches",
+    ),
+]
+
+
+async def test_a_url_a_command_cannot_use_says_which_url_to_give() -> None:
+    commands = {
+        "run": ("--", "true"),
+        "exec": ("--", "true"),
+        "ls": (),
+        "rm": ("t1",),
+        "attach": ("t1",),
+    }
+    cases: dict[tuple[str, str], tuple[str, ...]] = {}
+    for pasted, _, _ in VIEWER_ADDRESSES:
+        for command, rest in commands.items():
+            cases[(command, pasted)] = (command, pasted, *rest)
+    cases[("ls --host", VIEWER_ADDRESSES[0][0])] = ("ls", "--host", VIEWER_ADDRESSES[0][0])
+    cases[("ls", "localhost:8765")] = ("ls", "localhost:8765")
+    results: dict[tuple[str, str], subprocess.CompletedProcess[str]] = {}
+    limit = trio.CapacityLimiter(4)
+
+    async def one(key: tuple[str, str], args: tuple[str, ...]) -> None:
+        async with limit:
+            results[key] = await cli(*args, timeout=3 * TIMEOUT)
+
+    async with trio.open_nursery() as nursery:
+        for key, args in cases.items():
+            nursery.start_soon(one, key, args)
+    for pasted, wanted, how in VIEWER_ADDRESSES:
+        for command in [*commands, "ls --host"]:
+            done = results.get((command, pasted))
+            if done is None:
+                continue
+            line = one_line_error(done)
+            assert done.returncode == (125 if command in ("run", "exec") else 1), done
+            shown = pasted.replace("secret-token", "…")
+            assert line == (
+                f"ahp {command.split()[0]}: {shown!r} is the viewer page's address; this "
+                "command takes the connect URL, the first line `ahp-terminals serve` prints: "
+                f"{wanted} (the page's address with {how})"
+            ), line
+            assert "secret-token" not in done.stderr  # a token is never repeated
+    line = one_line_error(results[("ls", "localhost:8765")])
+    assert line == (
+        "ahp ls: malformed URL 'localhost:8765': give the connect URL, the first line "
+        "`ahp-terminals serve` prints: ws://HOST:PORT/?tkn=TOKEN (wss:// with --tls-cert, "
+        "ws+unix://PATH:/?tkn=TOKEN with --unix)"
+    )
+
+
+async def test_nothing_listening_asks_whether_serve_runs_there(tmp_path: Path) -> None:
+    # Probe P: "cannot connect to ws://127.0.0.1:8766: all attempts to connect to
+    # 127.0.0.1:8766 failed", and nothing said what to check.
+    port = free_port()
+    socket_path = tmp_path / "gone.sock"
+    done = {
+        "tcp": await cli("ls", f"ws://127.0.0.1:{port}/?tkn=x"),
+        "wss": await cli("run", f"wss://127.0.0.1:{port}/?tkn=x", "--", "true"),
+        "unix": await cli("attach", f"ws+unix://{socket_path}:/?tkn=x", "t1"),
+    }
+    assert one_line_error(done["tcp"]) == (
+        f"ahp ls: cannot connect to ws://127.0.0.1:{port}: connection refused: is "
+        f"`ahp-terminals serve` running at 127.0.0.1:{port}?"
+    )
+    # (wss:// was refused as a malformed URL by every command, though serve --tls-cert
+    # prints it and the library connects to it.)
+    assert one_line_error(done["wss"]) == (
+        f"ahp run: cannot connect to wss://127.0.0.1:{port}: connection refused: is "
+        f"`ahp-terminals serve` running at 127.0.0.1:{port}?"
+    )
+    assert one_line_error(done["unix"]) == (
+        f"ahp attach: cannot connect to ws+unix://{socket_path}:/: No such file or "
+        f"directory: is `ahp-terminals serve --unix {socket_path}` running?"
+    )
 
 
 # -- attach, in tmux ---------------------------------------------------------------------------

@@ -372,6 +372,7 @@ async def test_play_cli_fails_in_one_line_on_endless_lines_absurd_pauses_and_no_
         "big": f"exec {play} {big}",
         "tiny speed": f"exec {play} {small} --speed 1e-300",
         "no stdout": f"exec {play} {small} >&-",
+        "full": f"exec {play} {small} > /dev/full",
         "markers": f"exec {play} {mark} --markers --speed 1000",
     }
     done: dict[str, subprocess.CompletedProcess[bytes]] = {}
@@ -395,6 +396,8 @@ async def test_play_cli_fails_in_one_line_on_endless_lines_absurd_pauses_and_no_
         "big": (b"a", "big20.cast: line 3: a pause of 1e+20 seconds, longer than 86400 s"),
         "tiny speed": (b"", "small.cast: line 2: a pause of 5e+299 seconds at speed 1e-300"),
         "no stdout": (b"", "ahp play: standard output is closed"),
+        # (It said "cannot read small.cast: No space left on device": a write failed.)
+        "full": (b"", "ahp play: cannot write to standard output: No space left on device"),
     }
     for name, (stdout, message) in expected.items():
         result = done[name]

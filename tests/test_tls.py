@@ -8,6 +8,7 @@ client knocking on the TLS port changes nothing for the others.
 
 from __future__ import annotations
 
+import os
 import ssl
 import subprocess
 import sys
@@ -24,6 +25,7 @@ from tests.test_security import serve_subprocess
 from tests.wire import TOKEN, running_server
 
 T1 = "ahp-terminal:/t1"
+REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
@@ -95,3 +97,65 @@ def test_serve_tls_option_errors(args: list[str], message: str, tmp_path: Path) 
         check=False,
     )
     assert done.returncode == 2 and message in done.stderr, done.stderr
+
+
+def test_a_certificate_that_cannot_be_loaded_is_named_with_the_reason(
+    ca: trustme.CA, tmp_path: Path
+) -> None:
+    """Probe P: a missing file was "cannot load the TLS certificate: [Errno 2] No such
+    file or directory" (which file?), a file without its key "[SSL] PEM lib (_ssl.c:3905)";
+    an encrypted key made OpenSSL prompt for its password on the terminal."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    issued = ca.issue_cert("127.0.0.1")
+    cert, key, other_key = tmp_path / "cert.pem", tmp_path / "key.pem", tmp_path / "other.pem"
+    issued.cert_chain_pems[0].write_to_path(str(cert))
+    issued.private_key_pem.write_to_path(str(key))
+    ca.issue_cert("other").private_key_pem.write_to_path(str(other_key))
+    junk = tmp_path / "junk.pem"
+    junk.write_text("not a certificate\n")
+    encrypted = tmp_path / "encrypted.pem"
+    encrypted.write_bytes(
+        ec.generate_private_key(ec.SECP256R1()).private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.BestAvailableEncryption(b"password"),
+        )
+    )
+    missing = tmp_path / "missing.pem"
+    cases = [
+        ([missing], f"cannot load the TLS certificate '{missing}': No such file or directory"),
+        ([tmp_path], f"cannot load the TLS certificate '{tmp_path}': Is a directory"),
+        ([junk], f"cannot load the TLS certificate '{junk}': no PEM certificate in it"),
+        (
+            [cert],
+            f"cannot load the TLS certificate '{cert}': no PEM private key in it (add the key "
+            "to the file, or give its file with --tls-key)",
+        ),
+        ([cert, missing], f"cannot load the TLS key '{missing}': No such file or directory"),
+        ([cert, junk], f"cannot load the TLS key '{junk}': no PEM private key in it"),
+        (
+            [cert, other_key],
+            f"the TLS key '{other_key}' is not the key of the certificate '{cert}'",
+        ),
+        (
+            [cert, encrypted],
+            f"the TLS key '{encrypted}' is encrypted: give it unencrypted (readable by this "
+            "user only)",
+        ),
+    ]
+    for files, message in cases:
+        args = ["--tls-cert", str(files[0])] + (["--tls-key", str(files[1])] if files[1:] else [])
+        done = subprocess.run(
+            [sys.executable, "-m", "ahp", "serve", "--port", "0", *args],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            timeout=TIMEOUT,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+            check=False,
+        )
+        assert (done.returncode, done.stdout) == (2, ""), done
+        assert done.stderr.splitlines() == [f"ahp serve: {message}"], done.stderr

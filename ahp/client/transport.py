@@ -345,6 +345,41 @@ async def _hold_connection(
             why = f"no answer within {connect_timeout:g} s"
         elif isinstance(leaf, trio.BrokenResourceError):
             why = str(leaf.__cause__ or leaf)
+        elif _nobody_listening(leaf):
+            why = _nobody_listening_line(parts, leaf)
         else:
             why = str(leaf)
         raise ClientError(f"cannot connect to {where}: {why}") from None
+
+
+def _nobody_listening(exc: BaseException) -> bool:
+    """Whether a failed connect says that nothing listens at the address: refused (by
+    every address a name resolved to), or a Unix socket path that does not exist."""
+    if isinstance(exc, ConnectionRefusedError | FileNotFoundError):
+        return True
+    # trio.open_tcp_stream: OSError("all attempts to connect to H:P failed") from a
+    # group of the attempts' own errors.
+    cause = exc.__cause__
+    if isinstance(cause, BaseExceptionGroup):
+        attempts = _leaves(cause)
+        return bool(attempts) and all(isinstance(e, ConnectionRefusedError) for e in attempts)
+    return False
+
+
+def _nobody_listening_line(parts: SplitResult, exc: BaseException) -> str:
+    """The reason, and what to check: the server may not run, or not there."""
+    if parts.scheme == "ws+unix":
+        path = (parts.netloc or parts.path).partition(":")[0]
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        return f"{reason}: is `ahp-terminals serve --unix {path}` running?"
+    port = parts.port or (443 if parts.scheme == "wss" else 80)
+    host = parts.netloc.rpartition("@")[2]
+    if parts.port:
+        host = host.rsplit(":", 1)[0]
+    return f"connection refused: is `ahp-terminals serve` running at {host}:{port}?"
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
+    return [exc]

@@ -22,6 +22,7 @@ which ``--idle-time-limit`` caps.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -158,6 +159,33 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], help: s
     p.set_defaults(handler=run)
 
 
+class _ReadFailed(Exception):
+    """Reading the recording failed (``error``): told apart from a failed write."""
+
+    def __init__(self, error: OSError) -> None:
+        super().__init__(error)
+        self.error = error
+
+
+def _reading(f: BinaryIO) -> Iterator[bytes]:
+    """:func:`read_lines` of ``f``, its read errors raised as :class:`_ReadFailed`
+    (an error writing the output does not pass through here)."""
+    try:
+        yield from read_lines(f)
+    except OSError as exc:
+        raise _ReadFailed(exc) from exc
+
+
+def _discard_stdout() -> None:
+    """Point standard output at ``/dev/null``: what is buffered for it is dropped, and
+    the interpreter's last flush at exit does not fail a second time."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    finally:
+        os.close(devnull)
+
+
 def run(args: argparse.Namespace) -> int:
     if sys.stdout is None:  # (started with standard output closed: ``>&-``)
         print("ahp play: standard output is closed: nowhere to play to", file=sys.stderr)
@@ -165,7 +193,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         with open(args.file, "rb") as f:
             play(
-                read_lines(f),
+                _reading(f),
                 sys.stdout.buffer,
                 speed=args.speed,
                 idle_time_limit=args.idle_time_limit,
@@ -173,8 +201,19 @@ def run(args: argparse.Namespace) -> int:
             )
     except BrokenPipeError:
         raise  # the reader of standard output is gone: the command line says nothing
-    except OSError as exc:
+    except _ReadFailed as failed:
+        exc = failed.error
         print(f"ahp play: cannot read {args.file}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        if exc.filename is not None:  # (opening the file)
+            print(f"ahp play: cannot read {args.file}: {exc.strerror or exc}", file=sys.stderr)
+        else:  # (writing: /dev/full, a disk that filled up, a terminal gone)
+            _discard_stdout()
+            print(
+                f"ahp play: cannot write to standard output: {exc.strerror or exc}",
+                file=sys.stderr,
+            )
         return 1
     except RecordingError as exc:
         sys.stdout.flush()

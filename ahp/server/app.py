@@ -71,6 +71,7 @@ __all__ = [
     "MAX_TOKEN_FILE",
     "ServeOptions",
     "Sidecar",
+    "TLSSetupError",
     "TokenFileError",
     "is_loopback",
     "prepare_server_process",
@@ -176,11 +177,65 @@ class ServeOptions:
     drain_timeout: float = DEFAULT_DRAIN_TIMEOUT
 
 
+class TLSSetupError(ValueError):
+    """``--tls-cert`` / ``--tls-key`` cannot be used: one line naming the file and why."""
+
+
+class _EncryptedKey(Exception):
+    """The private key asks for a password (OpenSSL would prompt on the terminal)."""
+
+
+def _no_password() -> str:
+    raise _EncryptedKey
+
+
+#: Bytes of a certificate or key file read to say why loading it failed.
+_PEM_SNIFF: Final = 1 << 20
+
+
 def tls_context(cert: str, key: str | None = None) -> ssl.SSLContext:
-    """A server TLS context from a PEM certificate chain and its key (``--tls-cert``)."""
+    """A server TLS context from a PEM certificate chain and its key (``--tls-cert``,
+    ``--tls-key``; without a key file the key is in ``cert``). Raises
+    :class:`TLSSetupError` naming the file and the reason: missing or unreadable, no
+    certificate or no private key in it, an encrypted key (never prompted for: a
+    server's start must not wait on a terminal), a key that does not match."""
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.load_cert_chain(cert, key)
+    try:
+        context.load_cert_chain(cert, key, password=_no_password)
+    except _EncryptedKey:
+        which = f"the TLS key {key!r}" if key else f"the private key in {cert!r}"
+        raise TLSSetupError(
+            f"{which} is encrypted: give it unencrypted (readable by this user only)"
+        ) from None
+    except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
+        raise TLSSetupError(_tls_problem(cert, key, exc)) from None
     return context
+
+
+def _tls_problem(cert: str, key: str | None, exc: Exception) -> str:
+    """Why ``load_cert_chain(cert, key)`` failed with ``exc``, said of a file."""
+    contents: dict[str, bytes] = {}
+    for what, path in (("certificate", cert), ("key", key)):
+        if path is None:
+            continue
+        try:
+            with open(path, "rb") as f:
+                contents[what] = f.read(_PEM_SNIFF)
+        except OSError as error:
+            return f"cannot load the TLS {what} {path!r}: {error.strerror or error}"
+    if b"-----BEGIN CERTIFICATE-----" not in contents["certificate"]:
+        return f"cannot load the TLS certificate {cert!r}: no PEM certificate in it"
+    if b"PRIVATE KEY-----" not in contents.get("key", contents["certificate"]):
+        if key is not None:
+            return f"cannot load the TLS key {key!r}: no PEM private key in it"
+        return (
+            f"cannot load the TLS certificate {cert!r}: no PEM private key in it (add the key "
+            "to the file, or give its file with --tls-key)"
+        )
+    if isinstance(exc, ssl.SSLError) and exc.reason == "KEY_VALUES_MISMATCH":
+        return f"the TLS key {key or cert!r} is not the key of the certificate {cert!r}"
+    with_key = f" with the key {key!r}" if key is not None else ""
+    return f"cannot load the TLS certificate {cert!r}{with_key}: {exc}"
 
 
 @attrs.frozen

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -47,6 +48,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CONNECT_TIMEOUT",
+    "CONNECT_URL_HINT",
     "MAX_ERROR_LINE",
     "REQUEST_TIMEOUT",
     "SERVER_SHUT_DOWN",
@@ -55,6 +57,7 @@ __all__ = [
     "environment_token",
     "add_hosts_argument",
     "hosts_from",
+    "malformed_url",
     "main",
     "open_client",
     "printable",
@@ -72,9 +75,10 @@ MAX_ERROR_LINE: Final = 2000
 #: an error instead of holding it forever. Waiting for a command to finish is not a
 #: request and is not bounded by this.
 REQUEST_TIMEOUT: Final = 30.0
-_URL_HINT: Final = (
-    "expected ws://HOST:PORT/?tkn=TOKEN or ws+unix://PATH:/?tkn=TOKEN, as printed by "
-    "`ahp-terminals serve`"
+#: What a command's URL is, said after a URL it cannot use.
+CONNECT_URL_HINT: Final = (
+    "give the connect URL, the first line `ahp-terminals serve` prints: "
+    "ws://HOST:PORT/?tkn=TOKEN (wss:// with --tls-cert, ws+unix://PATH:/?tkn=TOKEN with --unix)"
 )
 
 
@@ -123,7 +127,7 @@ def hosts_from(args: argparse.Namespace) -> list[str]:
     urls = list(args.hosts) or split_hosts(os.environ.get("AHP_HOSTS", ""))
     for url in urls:
         if _url_problem(url) is not None:
-            raise CommandFailed(f"malformed URL {url!r}: {_URL_HINT}")
+            raise malformed_url(url)
     return urls
 
 
@@ -134,7 +138,7 @@ def _url_problem(url: str) -> str | None:
         port_ok = parts.port is None or parts.port >= 0  # raises ValueError when malformed
     except ValueError:
         return "bad port"
-    if parts.scheme == "ws":
+    if parts.scheme in ("ws", "wss"):
         return None if parts.hostname and port_ok else "no host"
     if parts.scheme == "ws+unix":
         return None if parts.netloc.partition(":")[0] or parts.path else "no socket path"
@@ -144,9 +148,41 @@ def _url_problem(url: str) -> str | None:
 def resolve_target(url: str, token: str | None) -> tuple[str, str | None]:
     """Check ``url`` and pick the token: ``(url, token)``; :class:`CommandFailed` if malformed."""
     if _url_problem(url) is not None:
-        raise CommandFailed(f"malformed URL {url!r}: {_URL_HINT}")
+        raise malformed_url(url)
     in_url = parse_qs(urlsplit(url).query).get("tkn", [""])[0]
     return url, token or in_url or environment_token()
+
+
+_TOKEN_IN_URL: Final = re.compile(r"(?i)\b(tkn|ro)=[^&#\s]*")
+
+
+def malformed_url(url: str) -> CommandFailed:
+    """The one line for a URL a command cannot use: the URL it takes (the connect URL
+    ``serve`` prints first) and, for the viewer page's address (``http://HOST:PORT/``,
+    with ``#tkn=`` or ``#ro=``, as ``serve`` prints it or the address bar shows it), how
+    to make that URL from it. A token in ``url`` is shown as ``…``: an error line goes
+    to logs and screens."""
+    shown = _TOKEN_IN_URL.sub(r"\1=…", url)
+    try:
+        parts = urlsplit(url)
+        viewer = parts.scheme.lower() in ("http", "https") and bool(parts.hostname)
+    except ValueError:
+        viewer = False
+    if not viewer:
+        return CommandFailed(f"malformed URL {shown!r}: {CONNECT_URL_HINT}")
+    host = parts.netloc.rpartition("@")[2]
+    ws = "wss" if parts.scheme.lower() == "https" else "ws"
+    fragment = parse_qs(parts.fragment)
+    token, how = "TOKEN", " and ?tkn=TOKEN added"
+    if "tkn" in fragment:
+        how = ", ?tkn= for #tkn="
+    elif "ro" in fragment:  # (the read-only token: such a client only watches)
+        token, how = "READ-ONLY-TOKEN", ", ?tkn= for #ro=; it only watches"
+    return CommandFailed(
+        f"{shown!r} is the viewer page's address; this command takes the connect URL, the "
+        f"first line `ahp-terminals serve` prints: {ws}://{host}/?tkn={token} (the page's "
+        f"address with {ws}:// for {parts.scheme}://{how})"
+    )
 
 
 def environment_token() -> str | None:
