@@ -233,6 +233,63 @@ async def test_attach_host_slash_name_picks_the_host() -> None:
         assert "is not one of the hosts" in wrong.stderr and "Traceback" not in wrong.stderr
 
 
+async def test_attach_a_name_alone_is_found_among_the_hosts() -> None:
+    """Probe P: ``attach --host URL demo`` said "'demo' is not HOST/NAME", though
+    docs/cli.md says ``--host`` finds the terminal. A name alone is the only host's, or
+    the one host's of several that has it; when several or none have it, one line says
+    which hosts and what to type, and nothing is created."""
+    async with in_process_hosts(2) as hosts:
+        (first, first_car), (second, second_car) = hosts
+        bare = [first_car.url.split("?", 1)[0], second_car.url.split("?", 1)[0]]
+        labels = [host_label(u) for u in bare]
+        await second.get(T1).send_input("echo marker-in-t1\r")
+        await wait_for_text(second.get(T1), "marker-in-t1")
+        solo = await second.create_terminal("ahp-terminal:/solo")
+        await solo.send_input("echo marker-in-solo\r")
+        await wait_for_text(solo, "marker-in-solo")
+        token = {"AHP_TOKEN": TOKEN}
+        both = ("--host", bare[0], "--host", bare[1])
+        # stdin is /dev/null: attach shows the history, then the end of input detaches.
+        done = {
+            "one host": await cli("attach", "--host", bare[1], "t1", env=token),
+            "one host, a URI": await cli("attach", "--host", bare[1], T1, env=token),
+            "the one that has it": await cli("attach", *both, "solo", env=token),
+            "$AHP_HOSTS": await cli("attach", "solo", env={**token, "AHP_HOSTS": ",".join(bare)}),
+            "several have it": await cli("attach", *both, "t1", env=token),
+            "none has it": await cli("attach", *both, "nope", env=token),
+            "none, --create": await cli("attach", *both, "nope", "--create", env=token),
+            "no hosts": await cli("attach", "t1", env=token),
+        }
+        assert set(first.terminals) == {T1}  # nothing was created
+        assert set(second.terminals) == {T1, "ahp-terminal:/solo"}
+    for name, marker in [
+        ("one host", "marker-in-t1"),
+        ("one host, a URI", "marker-in-t1"),
+        ("the one that has it", "marker-in-solo"),
+        ("$AHP_HOSTS", "marker-in-solo"),
+    ]:
+        assert done[name].returncode == 0 and marker in done[name].stdout, (name, done[name])
+    expected = {
+        "several have it": (
+            f"ahp-terminal:/t1 is on several hosts ({labels[0]}, {labels[1]}): say which, as "
+            f"HOST/NAME: {labels[0]}/t1"
+        ),
+        "none has it": f"no terminal ahp-terminal:/nope on the hosts ({labels[0]}, {labels[1]})",
+        "none, --create": (
+            f"no terminal ahp-terminal:/nope on the hosts ({labels[0]}, {labels[1]}); --create "
+            f"needs the host: HOST/nope (hosts: {labels[0]}, {labels[1]})"
+        ),
+        "no hosts": (
+            "no URL given: attach URL t1 (the URL `ahp-terminals serve` prints first), or give "
+            "the hosts with --host URL or $AHP_HOSTS"
+        ),
+    }
+    for name, message in expected.items():
+        result = done[name]
+        assert result.returncode == 1 and "Traceback" not in result.stderr, (name, result)
+        assert result.stderr.splitlines() == [f"ahp attach: {message}"], (name, result.stderr)
+
+
 async def test_mcp_over_two_hosts(tmp_path: Path) -> None:
     from tests.test_mcp import _text, mcp_session, terminal_rows
 

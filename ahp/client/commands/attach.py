@@ -1,7 +1,11 @@
 """``ahp-terminals attach URL TERMINAL``: use a remote terminal from this one, like ``tmux attach``.
 
-(Or ``attach HOST/NAME`` with ``--host URL`` repeated or ``$AHP_HOSTS``: the
-terminal NAME of that host, as ``ls --host ...`` lists them.)
+Without a URL, the hosts are ``--host URL`` (repeated) or ``$AHP_HOSTS``:
+``attach NAME`` is NAME on the only host, or on the one host of several whose
+catalogue lists it (several or none: one line naming the hosts and what to type);
+``attach HOST/NAME`` is NAME on that host, as ``ls --host ...`` lists them (a
+TERMINAL holding a ``/`` is always HOST/NAME: a typo in a host's name never makes
+a terminal elsewhere).
 
 What happens: the terminal is subscribed (with ``--create``, created first if it does
 not exist, sized like the local window, ``--cwd`` applied; without it, a name that
@@ -58,6 +62,7 @@ from ahp.client.commands.common import (
     CommandFailed,
     add_connection_arguments,
     add_hosts_argument,
+    environment_token,
     hosts_from,
     main,
     open_client,
@@ -67,7 +72,7 @@ from ahp.client.commands.common import (
 )
 from ahp.client.errors import ClientError
 from ahp.protocol.actions import ActionEnvelope, TerminalData, TerminalExited
-from ahp.protocol.state import ClientClaim, Snapshot, TerminalState
+from ahp.protocol.state import TERMINAL_SCHEME, ClientClaim, Snapshot, TerminalState
 from ahp.vt.queries import strip_queries
 
 if TYPE_CHECKING:
@@ -114,8 +119,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], help: s
         "terminal",
         metavar="TERMINAL",
         help="terminal URI (ahp-terminal:/name) or bare name (meaning ahp-terminal:/name); "
-        "without a URL, HOST/NAME: the terminal NAME of the host (host:port, or a host name "
-        "only one of them has) among --host URL / $AHP_HOSTS",
+        "without a URL, among the hosts of --host URL / $AHP_HOSTS: NAME on the only host, "
+        "or on the one that has it; HOST/NAME on that host (host:port, or a host name only "
+        "one of them has)",
     )
     add_hosts_argument(p)
     p.add_argument(
@@ -402,22 +408,71 @@ async def _session(
     return outcome
 
 
-def _target(args: argparse.Namespace) -> tuple[str, str]:
-    """``(URL, terminal)``: as given, or from ``HOST/NAME`` and the hosts (``--host``,
-    ``$AHP_HOSTS``) when no URL is given."""
+async def _target(args: argparse.Namespace) -> tuple[str, str]:
+    """``(URL, terminal)``: as given; else among the hosts (``--host``, ``$AHP_HOSTS``):
+    ``HOST/NAME`` on that host, a bare name (or URI) on the only host, or on the one
+    host of several that has it (:func:`_find_host`)."""
     if args.url is not None:
         return args.url, args.terminal
     from ahp.client.fleet import select_host
 
-    host, slash, name = args.terminal.partition("/")
-    if not slash or not host or not name:
+    urls = list(dict.fromkeys(hosts_from(args)))  # (the same URL twice: one host)
+    name = args.terminal
+    if not urls:
         raise CommandFailed(
-            f"no URL given, and {args.terminal!r} is not HOST/NAME (with --host URL or $AHP_HOSTS)"
+            f"no URL given: attach URL {name} (the URL `ahp-terminals serve` prints first), "
+            "or give the hosts with --host URL or $AHP_HOSTS"
         )
+    if not name.startswith(TERMINAL_SCHEME) and "/" in name:
+        host, _, rest = name.partition("/")
+        if not host or not rest:
+            raise CommandFailed(f"{name!r} is neither a terminal name nor HOST/NAME")
+        try:
+            return select_host(urls, host), rest
+        except LookupError as exc:
+            raise CommandFailed(
+                f"{exc.args[0]} (a TERMINAL with a / is HOST/NAME; a name alone is looked "
+                "for on every host)"
+            ) from None
+    if len(urls) == 1:
+        return urls[0], name
+    return await _find_host(urls, name, args.token, create=args.create)
+
+
+async def _find_host(
+    urls: list[str], name: str, token: str | None, *, create: bool
+) -> tuple[str, str]:
+    """The URL of the one host among ``urls`` whose catalogue has ``name``, and the
+    name. Every host is connected to once, at the same time, and the connections are
+    closed before this returns (attach then opens its own). :class:`CommandFailed`
+    when no host has it, or several do (saying which, and what to type), or the hosts
+    cannot be listed together."""
+    from ahp.client.fleet import connect_many, host_label
+
+    uri = terminal_uri(name)
+    labels = {host_label(url): url for url in urls}
     try:
-        return select_host(hosts_from(args), host), name
-    except LookupError as exc:
-        raise CommandFailed(str(exc.args[0])) from None
+        async with connect_many(
+            urls, token=token or environment_token(), retry=False, auto_reconnect=False
+        ) as fleet:
+            found = [t.host for t in fleet.terminals() if t.uri == uri]
+            down = fleet.down()
+    except ValueError as exc:  # (two URLs of one host; too many hosts)
+        raise CommandFailed(str(exc)) from None
+    short = uri.removeprefix(TERMINAL_SCHEME + "/")
+    if len(found) == 1:
+        return labels[found[0]], name
+    if found:
+        where = ", ".join(found)
+        raise CommandFailed(
+            f"{uri} is on several hosts ({where}): say which, as HOST/NAME: {found[0]}/{short}"
+        )
+    unreachable = f"; not reached: {', '.join(down)}" if down else ""
+    to_create = (
+        f"; --create needs the host: HOST/{short} (hosts: {', '.join(labels)})" if create else ""
+    )
+    searched = ", ".join(label for label in labels if label not in down) or "none"
+    raise CommandFailed(f"no terminal {uri} on the hosts ({searched}){unreachable}{to_create}")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -428,7 +483,7 @@ def run(args: argparse.Namespace) -> int:
 
         if args.shell is not None:
             raise CommandFailed(SHELL_UNSUPPORTED)
-        url_given, name = _target(args)
+        url_given, name = await _target(args)
         uri = terminal_uri(name)
         url, token = resolve_target(url_given, args.token)
         with exit_signal_receiver() as signals:
