@@ -77,6 +77,21 @@ async def test_serve_command_with_a_certificate_file(ca: trustme.CA, tmp_path: P
             await client.create_terminal(T1)
             with trio.fail_after(TIMEOUT):
                 assert (await client.run(T1, "echo ok")).output == "ok\n"
+        # The commands take the wss:// URL serve printed (they refused it as a malformed
+        # URL), verified against $SSL_CERT_FILE as docs/cli.md says.
+        ca_file = tmp_path / "ca.pem"
+        ca.cert_pem.write_to_path(str(ca_file))
+        with trio.fail_after(3 * TIMEOUT):
+            done = await trio.run_process(
+                [sys.executable, "-m", "ahp", "ls", url],
+                capture_stdout=True,
+                capture_stderr=True,
+                stdin=subprocess.DEVNULL,
+                env={**os.environ, "PYTHONPATH": str(REPO), "SSL_CERT_FILE": str(ca_file)},
+                check=False,
+            )
+        assert done.returncode == 0, done.stderr
+        assert T1 in done.stdout.decode()
 
 
 @pytest.mark.parametrize(
