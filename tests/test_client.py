@@ -574,3 +574,49 @@ async def test_snapshots_more_than_one_answer_carries_are_subscribed_one_by_one(
                 for channel in (T1, T2):
                     await client.terminal(channel).send_input("echo after-$((40+2))\r")
                     await client.wait_for(_shows(client.terminal(channel), "after-42\r\n"))
+
+
+async def test_a_server_restarted_on_the_same_address_is_followed_without_a_gap() -> None:
+    """The sidecar is stopped and started again on the same port: its sequence starts
+    again. The client, forgotten, initializes afresh; it kept the old server's higher
+    cursor, so its next reconnect asked the new server for a replay from far ahead and
+    its mirror silently missed what came meanwhile (probe Q). Now its cursor is the new
+    server's, and after a drop while the terminal prints, the mirror is the server's."""
+    stop, stopped = trio.Event(), trio.Event()
+
+    async def first_server(*, task_status: trio.TaskStatus[Sidecar]) -> None:
+        async with running_server() as sidecar:
+            task_status.started(sidecar)
+            await stop.wait()
+        stopped.set()
+
+    async with trio.open_nursery() as nursery:
+        first: Sidecar = await nursery.start(first_server)
+        port = first.port
+        assert port is not None
+        async with connect(first.url) as client:
+            await client.create_terminal(T1)
+            term = client.terminal(T1)
+            await term.send_input("seq 1 1500\r")
+            with trio.fail_after(TIMEOUT):
+                await client.wait_for(lambda: "1500\r\n" in term.state.tail(64))
+            old_cursor = client.last_seen_seq
+            stop.set()  # (the server goes; the client tries to come back)
+            await stopped.wait()
+            async with running_server(ServeOptions(port=port, token=TOKEN)) as second:
+                with trio.fail_after(TIMEOUT):
+                    await client.wait_for(lambda: client.connected and client.reconnects >= 1)
+                assert client.last_seen_seq < old_cursor  # (the new server's sequence)
+                await client.create_terminal(T2)
+                t2 = client.terminal(T2)
+                with trio.fail_after(TIMEOUT):
+                    await client.wait_for(_shows(t2, "$ "))
+                reconnects = client.reconnects
+                host_t2 = second.state.host.get(T2)
+                await client.drop_connection()
+                await host_t2.send_input("seq 100 2600; echo END-$((40+2))\r")
+                with trio.fail_after(TIMEOUT):
+                    await client.wait_for(lambda: client.reconnects > reconnects)
+                    await client.wait_for(_shows(t2, "END-42\r\n"))
+                    await client.wait_for(lambda: client.last_seen_seq >= second.state.host.hub.seq)
+                assert t2.state == host_t2.state

@@ -255,6 +255,23 @@ def test_snapshots_too_large_for_one_answer_are_set_aside_until_subscribed() -> 
     assert session.aside() == [] and set(session.mirrors) == {ROOT_URI, T1}
 
 
+def test_a_fresh_initialize_takes_the_new_hosts_cursor() -> None:
+    """A client whose server restarted on the same address (its sequence starting again)
+    initializes afresh: its cursor is the new server's, not the old one's higher number
+    (a later reconnect asked for a replay from far ahead and the mirror silently missed
+    what came between: probe Q)."""
+    session = ClientSession("me")
+    initialized(session, "1.0.0", T1)
+    session.receive(action_frame(T1, 1488, TerminalData(data="old")))
+    assert session.last_seen_seq == 1488
+    forgotten = JsonRpcErrorObject(code=-32008, message="Reconnect client not found")
+    assert session.retry_reconnect(forgotten) == "initialize"
+    initialized(session, "1.0.0", *session.resubscriptions())  # (the new server: serverSeq 10)
+    assert session.last_seen_seq == 10
+    _, frame = session.reconnect_request()
+    assert orjson.loads(frame)["params"]["lastSeenServerSeq"] == 10
+
+
 def test_a_lost_connection_returns_every_unanswered_id() -> None:
     session = ClientSession("me")
     ids = [session.request("ping")[0] for _ in range(3)]

@@ -222,7 +222,14 @@ class ClientSession:
         return self.notification("unsubscribe", {"channel": channel})
 
     def initialize_request(self, subscriptions: Sequence[str] = (ROOT_URI,)) -> tuple[int, str]:
-        """``initialize``, subscribed to the root channel and ``subscriptions``."""
+        """``initialize``, subscribed to the root channel and ``subscriptions``.
+
+        The connection's cursor starts again from its answer: a fresh ``initialize`` goes
+        to a host that does not know this client (the first connection, one that forgot
+        it, or a server restarted on the same address, whose sequence starts again: a
+        cursor kept from before asked it for a replay from far ahead, and the mirrors
+        silently missed what came between)."""
+        self.last_seen_seq = 0
         return self.request(
             "initialize",
             {
