@@ -201,6 +201,8 @@ class Terminal(CommandSurface):
             spec.uri, self._core, hub, self._input, self.exited, parse=self._parse
         )
         self._to_reducer = self._reducer.to_reducer
+        # (A stream of short reads is one with no input typed in between: pty_read.)
+        self._read.typed = partial(getattr, self._reducer, "inputs")
         self._cancel_scope = trio.CancelScope()
         self._tasks: trio.Nursery | None = None  # command collectors (ahp.agent)
         self._jobs: Jobs | None = None
