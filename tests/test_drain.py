@@ -347,9 +347,49 @@ async def test_a_second_sigterm_ends_the_drain_at_once(tmp_path: Path) -> None:
             served.proc.send_signal(signal.SIGTERM)
             await wait_for_status(served.port, "/readyz", 503)
             served.proc.send_signal(signal.SIGTERM)
+            # Probe Q: the hard exit said no goodbye (the client saw the TCP connection
+            # drop, 1006, as a network failure): it gives the connections their 1001 first.
+            code, _ = await closed_code(p)
+            assert code == 1001
             with trio.fail_after(TIMEOUT):
                 assert await served.proc.wait() == 1
         await wait_gone(pid)
+        assert "again: killing 1 terminal(s)" in served.stderr.read_text()
+
+
+async def test_run_after_a_second_sigterm_says_the_server_shut_down(tmp_path: Path) -> None:
+    # Probe Q: `run` during a drain that a second SIGTERM cut short saw its connection
+    # drop without a close, tried to reconnect for 10 s, waited 10 s more to dispose its
+    # terminal, then advised an `rm` of it on a server that had exited. With the 1001
+    # close it says at once that the server shut down (125), and advises nothing.
+    pidfile = tmp_path / "pid"
+    async with sidecar(tmp_path, "--drain-timeout", "3600") as served:
+        out, err = tmp_path / "out", tmp_path / "err"
+        command = f"sh -c 'echo $$ > {pidfile}; exec sleep 1000'"
+        with open(out, "wb") as o, open(err, "wb") as e:  # noqa: ASYNC230
+            run = await trio.lowlevel.open_process(
+                [sys.executable, "-m", "ahp", "run", served.url, "--", command],
+                stdin=subprocess.DEVNULL,
+                stdout=o,
+                stderr=e,
+                env=_env({}),
+                cwd=str(REPO),
+            )
+        try:
+            pid = await read_pid(pidfile)
+            served.proc.send_signal(signal.SIGTERM)
+            await wait_for_status(served.port, "/readyz", 503)
+            served.proc.send_signal(signal.SIGTERM)
+            with trio.fail_after(TIMEOUT):
+                assert await served.proc.wait() == 1
+                code = await run.wait()
+        finally:
+            await kill_and_reap(run)
+        await wait_gone(pid)
+    said = err.read_text()
+    assert code == 125, said
+    assert "the server shut down" in said and "rm" not in said.split(), said
+    assert "connection lost" not in said, said
 
 
 async def test_sigint_shuts_down_at_once_without_a_drain(tmp_path: Path) -> None:

@@ -21,7 +21,9 @@ and the command line additionally needs signals:
 - Either way the terminals are disposed while the server still runs, so recorders
   (``--record``), the audit log and connected clients see each terminal end.
 - Any signal after the first (during the drain or the disposal) kills every
-  terminal's session and exits 1 at once.
+  terminal's session, gives the open connections :data:`LAST_GOODBYE_TIMEOUT`
+  seconds at most to take their 1001 close (so a client knows the server went away,
+  not that the network dropped), and exits 1.
 
 The token of ``serve`` comes from ``--token``, else ``$AHP_TOKEN_FILE`` (a file
 holding it, e.g. a mounted Kubernetes Secret), else ``$AHP_TOKEN``, else a random
@@ -37,6 +39,7 @@ import os
 import secrets
 import signal
 import ssl
+import threading
 from collections.abc import AsyncIterator, Callable
 from typing import Any, Final, NoReturn
 from urllib.parse import quote, urlencode
@@ -54,7 +57,7 @@ from ahp.record import RecordOptions, record_host
 from ahp.record.audit import AuditLog
 from ahp.record.wirelog import WireLog
 from ahp.server.config import ServerConfig
-from ahp.server.drain import DEFAULT_DRAIN_TIMEOUT, drain
+from ahp.server.drain import DEFAULT_DRAIN_TIMEOUT, drain, goodbye
 from ahp.server.http import health_routes
 from ahp.server.listeners import open_listeners, socket_identity
 from ahp.server.scrub import scrub_start_environment
@@ -91,6 +94,10 @@ DEFAULT_PORT: Final = 8765
 #: ``serve`` runs in closed) shuts down at once, as SIGINT does, unless it was ignored
 #: when ``serve`` started (``nohup``: it stays ignored); others keep their default.
 STOP_SIGNALS: Final = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+#: Seconds a second signal's exit gives the open connections to take their 1001
+#: ``going away`` close (after the terminals are killed, before ``os._exit``): the
+#: operator said "now", so it is short; a connection still writing then is cut.
+LAST_GOODBYE_TIMEOUT: Final = 0.5
 #: Bind addresses that mean every address (of a family; ``""``: of both).
 WILDCARDS: Final = frozenset({"", "0.0.0.0", "::"})
 #: ``serve``'s niceness for the terminals' processes (``--child-nice``): the server's
@@ -531,7 +538,8 @@ async def run_sidecar(
                     async for signum in signals:
                         name = signal.Signals(signum).name
                         if stopping:
-                            _exit_now(sorted({*disposing, *_pids(host)}), name)
+                            pids = sorted({*disposing, *_pids(host)})
+                            await _exit_now_saying_goodbye(sidecar.state, pids, name)
                         stopping = True
                         drain_first = signum == signal.SIGTERM and options.drain_timeout > 0
                         if drain_first:
@@ -569,13 +577,38 @@ def _pids(host: Host) -> list[int]:
     return [t.pid for t in host.terminals.values() if t.pid is not None]
 
 
-def _exit_now(pids: list[int], why: str) -> NoReturn:
-    """Kill these terminals' sessions (no grace any more, but no orphans) and exit 1."""
+def _kill_now(pids: list[int], why: str) -> None:
+    """Kill these terminals' sessions (no grace any more, but no orphans)."""
     log.warning("%s again: killing %d terminal(s) and exiting at once", why, len(pids))
     for pid in pids:
         kill_session(pid, paced=False)
     kill_adopted(wait=0)  # (what detached from the terminals: this process is its subreaper)
+
+
+def _exit_now(pids: list[int], why: str) -> NoReturn:
+    """Kill these terminals' sessions and exit 1 (no connection is left to tell)."""
+    _kill_now(pids, why)
     os._exit(1)
+
+
+async def _exit_now_saying_goodbye(state: ServerState, pids: list[int], why: str) -> NoReturn:
+    """Kill these terminals' sessions, close every open connection with 1001 after
+    what is queued for it (:func:`~ahp.server.drain.goodbye`), waiting
+    :data:`LAST_GOODBYE_TIMEOUT` seconds at most, and exit 1.
+
+    The exit is certain: ``os._exit`` runs after the wait whatever happens to it (a
+    cancellation, an error), and a timer thread runs it too if the loop cannot get
+    back to this task in time (a long synchronous step elsewhere).
+    """
+    _kill_now(pids, why)
+    backstop = threading.Timer(LAST_GOODBYE_TIMEOUT + 1.0, os._exit, (1,))
+    backstop.daemon = True
+    backstop.start()
+    try:
+        with trio.move_on_after(LAST_GOODBYE_TIMEOUT):
+            await goodbye(state, LAST_GOODBYE_TIMEOUT)
+    finally:
+        os._exit(1)
 
 
 async def _exit_on_second_signal(signals: AsyncIterator[int], pids: list[int]) -> None:

@@ -152,14 +152,16 @@ def unfetched_exec_results(state: ServerState) -> list[str]:
     return [uri for uri in state.unfetched_execs if find_exec(state.host, uri) is not None]
 
 
-async def goodbye(state: ServerState) -> None:
+async def goodbye(state: ServerState, timeout: float = GOODBYE_TIMEOUT) -> None:
     """Close every connection with :data:`GOING_AWAY` after what is queued for it,
-    and every later one at once; wait :data:`GOODBYE_TIMEOUT` seconds at most."""
+    and every later one at once; wait ``timeout`` seconds at most (for the connections
+    to leave: a connection still writing then is left as it is; cancelling the wait
+    leaves the closes requested)."""
     state.going_away = GOING_AWAY
     for session in list(state.sessions):
         session.close_request = GOING_AWAY
         session.outbox.close()  # the writer sends what is queued, then closes
-    with trio.move_on_after(GOODBYE_TIMEOUT):
+    with trio.move_on_after(timeout):
         while state.sessions:
             await state.sessions_changed.park()
     if state.sessions:
