@@ -16,6 +16,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -105,6 +106,45 @@ def test_the_token_file_is_read_stripped_and_refused_when_unusable(tmp_path: Pat
     edge = tmp_path / "edge"
     edge.write_text("y" * MAX_TOKEN_FILE)
     assert read_token_file(str(edge)) == "y" * MAX_TOKEN_FILE
+
+
+def test_a_token_file_that_is_not_a_regular_file_is_refused_without_waiting(
+    tmp_path: Path,
+) -> None:
+    # Probe Q: a FIFO with no writer made read_token_file wait in open() for ever (and
+    # with it `serve` and every client). Now it is refused at once, as a directory or a
+    # device is; a symbolic link to a regular file is still followed.
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    outcome: list[BaseException | str] = []
+
+    def read() -> None:
+        try:
+            outcome.append(read_token_file(str(fifo)))
+        except BaseException as exc:  # (handed to the test's thread)
+            outcome.append(exc)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(TIMEOUT)
+    waited = reader.is_alive()
+    if waited:
+        # Let the old code's open() return (a writer came), so no thread is left behind.
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        reader.join(TIMEOUT)
+    assert not waited, f"read_token_file still waited on the FIFO after {TIMEOUT} s"
+    [caught] = outcome
+    assert isinstance(caught, TokenFileError), caught
+    assert "not a regular file (a FIFO)" in str(caught) and str(fifo) in str(caught)
+    with pytest.raises(TokenFileError, match=r"not a regular file \(a character device\)"):
+        read_token_file("/dev/null")
+    with pytest.raises(TokenFileError, match=r"cannot read .*not a regular file \(a directory\)"):
+        read_token_file(str(tmp_path))
+    good = tmp_path / "token"
+    good.write_text("s3cret\n")
+    link = tmp_path / "link"
+    link.symlink_to(good)
+    assert read_token_file(str(link)) == "s3cret"
 
 
 # -- a real sidecar ---------------------------------------------------------------------------
