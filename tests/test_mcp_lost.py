@@ -185,6 +185,8 @@ async def test_every_tool_call_is_answered_when_the_sidecar_is_frozen(
     from ahp.mcp.server import McpOptions, open_backend
 
     monkeypatch.setattr("ahp.mcp.server.REQUEST_TIMEOUT", PATIENCE)
+    # (The process extension's own bound, 10 s, two asks in a run: shortened too.)
+    monkeypatch.setattr("ahp.client.remote.EXTENSION_TIMEOUT", 2 * PATIENCE)
     async with sidecar(tmp_path) as (proc, url):
         options = McpOptions(connect=url) if hosts == "one" else McpOptions(connect_many=(url,))
         async with open_backend(options) as backend:
@@ -200,6 +202,19 @@ async def _frozen_then_back(box: Toolbox, proc: trio.Process, url: str, *, pty_f
     assert not up.is_error and "up-42" in up.text, up.text
     said = f"the sidecar at {without_token(url)} did not answer within {PATIENCE:g} s"
     proc.send_signal(signal.SIGSTOP)
+    # Probe Q: a run in the terminal already there (typing is no request) said
+    # "(no output) STILL RUNNING after 30.0 s ... it keeps running": not known, the
+    # sidecar answered nothing and the line may never have been typed. The answer
+    # says so (the first call of the freeze: no earlier call went unanswered).
+    ran = await _call(box, "run_command", command="echo frozen", yield_after=2 * PATIENCE)
+    said_run = f"the sidecar at {without_token(url)} has answered nothing for"
+    assert ran.is_error and said_run in ran.text, ran.text
+    assert "is not known" in ran.text and "STILL RUNNING" not in ran.text, ran.text
+    # And list_terminals says first that the sidecar is not answering.
+    listed = await _call(box, "list_terminals")
+    assert not listed.is_error, listed.text
+    first = listed.text.splitlines()[0]
+    assert "answered nothing" in first or "not answering" in first, listed.text
     calls: list[tuple[str, dict[str, Any]]] = [
         ("create_terminal", {"terminal": "n"}),
         ("run_command", {"command": "echo x", "terminal": "brandnew"}),

@@ -117,6 +117,9 @@ MALFORMED_SHOWN: Final = 200
 #: sooner. The answer may hold every subscribed terminal's scrollback (tens of MB), so
 #: this is long; it stops a peer that trickles bytes from holding a connect for ever.
 HANDSHAKE_LIMIT: Final = 600.0
+#: Seconds a request must wait without anything arriving from the server before its
+#: missing answer counts as the server not answering (:meth:`Client.unanswered_for`).
+UNANSWERED_AFTER: Final = 1.0
 
 
 def without_token(url: str) -> str:
@@ -184,6 +187,13 @@ class Client:
         self.auto_reconnect = auto_reconnect
         self.reconnects = 0
         self._waiting: dict[int, tuple[trio.Event, list[Answer | ConnectionLost]]] = {}
+        #: When each waiting request was sent (Trio time), by id.
+        self._sent_at: dict[int, float] = {}
+        #: When the last frame arrived on the open connection (Trio time), if any did.
+        self._heard_at: float | None = None
+        #: When the oldest request sent since then that went without an answer (given up,
+        #: or timed out) was sent: the server has been silent since (None: not known so).
+        self._unanswered_since: float | None = None
         self._transport: Transport | None = None
         #: When the connection dropped (Trio time), while a reconnect goes on; else None.
         self.dropped_at: float | None = None
@@ -280,6 +290,21 @@ class Client:
     def connected(self) -> bool:
         """Whether a connection is open now (False between a drop and its reconnect)."""
         return self._transport is not None
+
+    def unanswered_for(self) -> float | None:
+        """Seconds the server has sent nothing while a request waited for its answer,
+        or since a request that went unanswered was sent (timed out, or given up by
+        its caller after :data:`UNANSWERED_AFTER` seconds or more with nothing
+        arriving); None when the server is not known to be silent (anything arriving,
+        or a new connection, ends it). For saying that a sidecar is stopped or
+        overloaded rather than guessing about what it did; it reads state only."""
+        now = trio.current_time()
+        heard = -math.inf if self._heard_at is None else self._heard_at
+        since = self._unanswered_since
+        for sent in self._sent_at.values():
+            if sent > heard and now - sent >= UNANSWERED_AFTER:
+                since = sent if since is None else min(since, sent)
+        return None if since is None or not self.connected else now - since
 
     @property
     def server_shut_down(self) -> bool:
@@ -402,6 +427,7 @@ class Client:
         done = trio.Event()
         slot: list[Answer | ConnectionLost] = []
         self._waiting[msg_id] = (done, slot)
+        sent = self._sent_at[msg_id] = trio.current_time()
         timeout = math.inf if self.request_timeout is None else self.request_timeout
         try:
             with trio.fail_after(timeout):
@@ -414,7 +440,9 @@ class Client:
             raise NoAnswer(method, timeout, without_token(self.url)) from None
         finally:
             self._waiting.pop(msg_id, None)
+            self._sent_at.pop(msg_id, None)
             self.session.awaiting.discard(msg_id)
+            self._note_unanswered(sent, answered=bool(slot))
         answer = slot[0]
         if isinstance(answer, ConnectionLost):
             raise answer
@@ -517,7 +545,19 @@ class Client:
             listener(envelope)
         self._notify()
 
+    def _note_unanswered(self, sent: float, *, answered: bool) -> None:
+        """A request sent at ``sent`` ended: without an answer (and nothing heard since
+        it was sent, for :data:`UNANSWERED_AFTER` seconds or more), the server is
+        silent since then (:meth:`unanswered_for`)."""
+        heard = -math.inf if self._heard_at is None else self._heard_at
+        if answered or heard >= sent or trio.current_time() - sent < UNANSWERED_AFTER:
+            return
+        if self._unanswered_since is None or sent < self._unanswered_since:
+            self._unanswered_since = sent
+
     def _handle(self, frame: str | bytes) -> None:
+        self._heard_at = trio.current_time()
+        self._unanswered_since = None
         event = self.session.receive(frame)
         if isinstance(event, Applied):
             self._applied(event.envelope)
@@ -638,6 +678,8 @@ class Client:
         transport = first
         while True:
             self.dropped_at = None
+            self._heard_at = trio.current_time()  # (the handshake was answered)
+            self._unanswered_since = None
             self._connected.set()
             try:
                 while True:

@@ -23,7 +23,14 @@ if TYPE_CHECKING:
     from ahp.engine import Host
     from ahp.mcp.contract import AgentTerminal
 
-__all__ = ["Backend", "ClientBackend", "HostBackend", "NoSuchTerminal", "connection_down"]
+__all__ = [
+    "Backend",
+    "ClientBackend",
+    "HostBackend",
+    "NoSuchTerminal",
+    "connection_down",
+    "not_answering",
+]
 
 
 class NoSuchTerminal(LookupError):
@@ -52,7 +59,14 @@ class Backend(Protocol):
 
     def connection(self) -> str | None:
         """What is wrong with the way to the terminals, to say before a listing (how
-        long the connection to a sidecar has been down), or None."""
+        long the connection to a sidecar has been down, or that it answers nothing),
+        or None."""
+        ...
+
+    def silent(self, uri: str) -> str | None:
+        """Whether the sidecar of ``uri`` is answering nothing (a request went
+        unanswered and nothing arrived since): says which sidecar and for how long
+        ("the sidecar at URL has answered nothing for N s"), or None."""
         ...
 
 
@@ -94,6 +108,9 @@ class HostBackend:
     def connection(self) -> str | None:
         return None
 
+    def silent(self, uri: str) -> str | None:
+        return None
+
 
 class ClientBackend:
     """Terminals of a sidecar, through a connected :class:`ahp.client.Client`."""
@@ -132,7 +149,16 @@ class ClientBackend:
         return self.client.terminal(uri)
 
     def connection(self) -> str | None:
-        return connection_down(self.client, "the sidecar")
+        down = connection_down(self.client, "the sidecar")
+        if down is None and (silent := not_answering(self.client)) is not None:
+            return (
+                f"{silent} (stopped or overloaded?): the terminals listed are as they were "
+                "then, and calls on it fail after their time"
+            )
+        return down
+
+    def silent(self, uri: str) -> str | None:
+        return not_answering(self.client)
 
 
 def connection_down(client: Client, what: str) -> str | None:
@@ -155,6 +181,18 @@ def connection_down(client: Client, what: str) -> str | None:
         f"terminals listed are as they were when it dropped; calls on them wait for it "
         f"until it has been down {LOST_AFTER:g} s, then fail"
     )
+
+
+def not_answering(client: Client) -> str | None:
+    """The sentence "the sidecar at URL has answered nothing for N s" while
+    ``client``'s server is silent (:meth:`~ahp.client.connection.Client.unanswered_for`),
+    else None."""
+    from ahp.client.connection import without_token
+
+    silent = client.unanswered_for()
+    if silent is None:
+        return None
+    return f"the sidecar at {without_token(client.url)} has answered nothing for {silent:.0f} s"
 
 
 def _name(uri: str) -> str:

@@ -21,7 +21,7 @@ import attrs
 import trio
 
 from ahp.client.fleet import Fleet, HostDown
-from ahp.mcp.backend import NoSuchTerminal
+from ahp.mcp.backend import NoSuchTerminal, not_answering
 from ahp.protocol.state import TERMINAL_SCHEME, TerminalInfo, TerminalState
 
 if TYPE_CHECKING:
@@ -109,4 +109,21 @@ class FleetBackend:
                 else f"for {trio.current_time() - dropped:.0f} s, reconnecting"
             )
             notes.append(f"host {label} is down ({how}): its terminals are not listed")
+        down = self.fleet.down()
+        for label, link in self.fleet.hosts.items():
+            client = link.client
+            if label in down or client is None:
+                continue
+            if (silent := client.unanswered_for()) is not None:
+                notes.append(
+                    f"host {label} is not answering (nothing for {silent:.0f} s; stopped or "
+                    "overloaded?): its terminals are listed as they were"
+                )
         return "; ".join(notes) or None
+
+    def silent(self, uri: str) -> str | None:
+        host, _ = self._split(uri)
+        try:
+            return not_answering(self.fleet.client(host))
+        except HostDown:
+            return None

@@ -476,6 +476,10 @@ class Toolbox:
             consumed=True,
         )
         self.commands.add(tracked)
+        if result.status != "finished" and (silent := self.backend.silent(uri)) is not None:
+            # (--connect: typing is no request, so nothing said it went unanswered; the
+            # "still running" it would say is not known: the line may not have been typed.)
+            raise ToolError(_silent_answer(silent, display_name(uri), result.command_id))
         return self._command_output(result, tracked, Shown.whole(result), first=True)
 
     async def _let_cancelled_end(self, uri: str) -> None:
@@ -759,6 +763,17 @@ class Toolbox:
         self._screens.pop(uri, None)
         self._typed_into.pop(uri, None)
         return ToolOutput(f"closed terminal {display_name(uri)!r}")
+
+
+def _silent_answer(silent: str, terminal: str, command_id: str) -> str:
+    """run_command's answer when the sidecar answered nothing while the command was to
+    run (``silent``: :meth:`Backend.silent <ahp.mcp.backend.Backend.silent>`)."""
+    return (
+        f"{silent} (run_command): it may be stopped or overloaded, and whether the command "
+        f"was typed into terminal {terminal!r} is not known (list_terminals shows its "
+        f'terminals). If it was, it is command_id "{command_id}": wait_command or '
+        "read_output follow it once the sidecar answers again; the next call tries again"
+    )
 
 
 def _describe(exc: BaseException) -> str:
