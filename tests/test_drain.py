@@ -167,6 +167,19 @@ def _env(extra: dict[str, str]) -> dict[str, str]:
     return {**env, "PYTHONPATH": str(REPO), **extra}
 
 
+async def _start_run(url: str, command: str, out: Path, err: Path) -> trio.Process:
+    """``ahp-terminals run URL -- COMMAND`` started, its stdout and stderr into files."""
+    with open(out, "wb") as o, open(err, "wb") as e:  # noqa: ASYNC230 (local files)
+        return await trio.lowlevel.open_process(
+            [sys.executable, "-m", "ahp", "run", url, "--", command],
+            stdin=subprocess.DEVNULL,
+            stdout=o,
+            stderr=e,
+            env=_env({}),
+            cwd=str(REPO),
+        )
+
+
 @asynccontextmanager
 async def sidecar(
     tmp_path: Path, *args: str, env: dict[str, str] | None = None
@@ -406,15 +419,7 @@ async def test_run_after_a_second_sigterm_says_the_server_shut_down(tmp_path: Pa
     async with sidecar(tmp_path, "--drain-timeout", "3600") as served:
         out, err = tmp_path / "out", tmp_path / "err"
         command = f"sh -c 'echo $$ > {pidfile}; exec sleep 1000'"
-        with open(out, "wb") as o, open(err, "wb") as e:  # noqa: ASYNC230
-            run = await trio.lowlevel.open_process(
-                [sys.executable, "-m", "ahp", "run", served.url, "--", command],
-                stdin=subprocess.DEVNULL,
-                stdout=o,
-                stderr=e,
-                env=_env({}),
-                cwd=str(REPO),
-            )
+        run = await _start_run(served.url, command, out, err)
         try:
             pid = await read_pid(pidfile)
             served.proc.send_signal(signal.SIGTERM)
@@ -595,17 +600,7 @@ async def test_run_reports_a_command_that_finishes_during_the_drain_as_finished(
                     f"echo finished-{i}; sh -c 'exit 3'"
                 )
                 out, err = tmp_path / f"out-{i}", tmp_path / f"err-{i}"
-                with open(out, "wb") as o, open(err, "wb") as e:  # noqa: ASYNC230
-                    runs.append(
-                        await trio.lowlevel.open_process(
-                            [sys.executable, "-m", "ahp", "run", served.url, "--", command],
-                            stdin=subprocess.DEVNULL,
-                            stdout=o,
-                            stderr=e,
-                            env=_env({}),
-                            cwd=str(REPO),
-                        )
-                    )
+                runs.append(await _start_run(served.url, command, out, err))
                 outs.append((out, err))
             with trio.fail_after(TIMEOUT * 3):
                 for i in range(count):

@@ -103,15 +103,23 @@ async def test_serve_command_with_a_certificate_file(ca: trustme.CA, tmp_path: P
     ],
 )
 def test_serve_tls_option_errors(args: list[str], message: str, tmp_path: Path) -> None:
-    done = subprocess.run(
+    done = _serve_refused(args, tmp_path)
+    assert done.returncode == 2 and message in done.stderr, done.stderr
+
+
+def _serve_refused(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``serve --port 0 ARGS`` run from ``cwd`` with this checkout's package, to its end
+    (a start-up it refuses ends at once)."""
+    return subprocess.run(
         [sys.executable, "-m", "ahp", "serve", "--port", "0", *args],
         capture_output=True,
         text=True,
-        cwd=tmp_path,
+        cwd=cwd,
         timeout=TIMEOUT,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
         check=False,
     )
-    assert done.returncode == 2 and message in done.stderr, done.stderr
 
 
 def test_a_certificate_that_cannot_be_loaded_is_named_with_the_reason(
@@ -162,15 +170,6 @@ def test_a_certificate_that_cannot_be_loaded_is_named_with_the_reason(
     ]
     for files, message in cases:
         args = ["--tls-cert", str(files[0])] + (["--tls-key", str(files[1])] if files[1:] else [])
-        done = subprocess.run(
-            [sys.executable, "-m", "ahp", "serve", "--port", "0", *args],
-            capture_output=True,
-            text=True,
-            cwd=tmp_path,
-            timeout=TIMEOUT,
-            stdin=subprocess.DEVNULL,
-            env={**os.environ, "PYTHONPATH": str(REPO)},
-            check=False,
-        )
+        done = _serve_refused(args, tmp_path)
         assert (done.returncode, done.stdout) == (2, ""), done
         assert done.stderr.splitlines() == [f"ahp serve: {message}"], done.stderr
