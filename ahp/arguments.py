@@ -13,7 +13,7 @@ import math
 from collections.abc import Callable
 from typing import Final, TypeVar
 
-__all__ = ["MAX_PORT", "above_zero", "number", "port", "positive_int"]
+__all__ = ["MAX_PORT", "above_zero", "number", "port", "positive_int", "token"]
 
 #: Highest TCP port number.
 MAX_PORT: Final = 65535
@@ -56,3 +56,16 @@ def above_zero(most: float = math.inf) -> Callable[[str], float]:
         return value
 
     return check
+
+
+def token(text: str) -> str:
+    """An access token given on the command line: one word of printable characters (it
+    travels in a URL's query), never empty — ``--token "$TOKEN"`` with the variable unset
+    gave an empty one, which quietly became a random token."""
+    if not text:
+        raise argparse.ArgumentTypeError(
+            "empty (an unset variable?): leave the option out for a random token"
+        )
+    if any(c.isspace() or not c.isprintable() for c in text):
+        raise argparse.ArgumentTypeError("must be one token: no spaces or control characters")
+    return text

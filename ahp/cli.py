@@ -80,6 +80,7 @@ def _serve_access(g: argparse._ArgumentGroup) -> None:
     )
     g.add_argument(
         "--token",
+        type=arguments.token,
         help="access token (default: the content of the file $AHP_TOKEN_FILE names, else "
         "$AHP_TOKEN, else a random token; prefer the variables: an argument is visible in ps)",
     )
@@ -110,6 +111,7 @@ def _serve_access(g: argparse._ArgumentGroup) -> None:
     )
     g.add_argument(
         "--read-token",
+        type=arguments.token,
         help="the read-only token, for watching only (default: $AHP_READ_TOKEN, else a "
         "random token)",
     )

@@ -681,3 +681,27 @@ async def test_create_terminal_cwd_uris(cwd: str, ok: bool) -> None:
         else:
             assert answer["error"]["code"] == -32602, answer
             assert answer["error"]["data"] == {"path": "$.params.cwd"}
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "why"),
+    [
+        ("--token", "", "empty (an unset variable?)"),
+        ("--read-token", "", "empty (an unset variable?)"),
+        ("--read-token", "abcdefgh ", "no spaces or control characters"),
+        ("--token", "a\tb", "no spaces or control characters"),
+    ],
+)
+def test_serve_refuses_a_token_that_cannot_serve(
+    option: str, value: str, why: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Probe Q: ``--token ''`` (an unset variable) quietly became a random token, and
+    ``--read-token 'abcdefgh '`` was taken with its space (the token file refuses both);
+    now each is a usage error naming the option, and a good token is taken as it is."""
+    parser = build_parser()
+    with pytest.raises(SystemExit) as exited:
+        parser.parse_args(["serve", option, value])
+    assert exited.value.code == 2
+    error = capsys.readouterr().err.splitlines()[-1]
+    assert f"argument {option}" in error and why in error, error
+    assert parser.parse_args(["serve", option, "s3cret-token"]).token in (None, "s3cret-token")
