@@ -381,35 +381,35 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         env_token = take_environment_token()  # (also out of the terminals' environment)
     except TokenFileError as exc:
-        print(f"ahp serve: {exc}", file=sys.stderr)
+        print(f"ahp-terminals serve: {exc}", file=sys.stderr)
         return USAGE
     read_token = args.read_token or os.environ.get("AHP_READ_TOKEN") or None
     if read_token is not None and read_token == (args.token or env_token):
         print(
-            "ahp serve: the read-only token must differ from the token "
+            "ahp-terminals serve: the read-only token must differ from the token "
             "(--read-token or $AHP_READ_TOKEN equals --token, $AHP_TOKEN or the token file's)",
             file=sys.stderr,
         )
         return USAGE
     if args.tls_key and not args.tls_cert:
-        print("ahp serve: --tls-key needs --tls-cert", file=sys.stderr)
+        print("ahp-terminals serve: --tls-key needs --tls-cert", file=sys.stderr)
         return USAGE
     if args.tls_cert and args.unix:
         print(
-            "ahp serve: --tls-cert is for TCP; a Unix socket is protected by its mode",
+            "ahp-terminals serve: --tls-cert is for TCP; a Unix socket is protected by its mode",
             file=sys.stderr,
         )
         return USAGE
     try:
         tls = tls_context(args.tls_cert, args.tls_key) if args.tls_cert else None
     except TLSSetupError as exc:  # (names the file and the reason)
-        print(f"ahp serve: {exc}", file=sys.stderr)
+        print(f"ahp-terminals serve: {exc}", file=sys.stderr)
         return USAGE
     if args.unix is None:
         problem = _address_problem(args.host)
         if problem is not None:
             # Before anything is logged: the whole failure is this one line.
-            print(f"ahp serve: cannot listen on {args.host}: {problem}", file=sys.stderr)
+            print(f"ahp-terminals serve: cannot listen on {args.host}: {problem}", file=sys.stderr)
             return 1
     try:
         record = RecordOptions(
@@ -417,7 +417,7 @@ def _serve(args: argparse.Namespace) -> int:
             **({"max_bytes": args.record_max_bytes} if args.record_max_bytes else {}),
         )
     except ValueError as exc:
-        print(f"ahp serve: {exc}", file=sys.stderr)
+        print(f"ahp-terminals serve: {exc}", file=sys.stderr)
         return USAGE
     options = ServeOptions(
         host=args.host,
@@ -482,14 +482,14 @@ def _serve(args: argparse.Namespace) -> int:
             raise
         why = failure.strerror or str(failure)
         if listening or type(failure).__name__ == "RecordSetupError":
-            print(f"ahp serve: {why}", file=sys.stderr)
+            print(f"ahp-terminals serve: {why}", file=sys.stderr)
         else:
             if failure.errno == errno.EADDRINUSE and args.unix is None:
                 why += (
                     " (another program, perhaps another `ahp-terminals serve`, listens there): "
                     "choose another --port, or --port 0 for any free one"
                 )
-            print(f"ahp serve: cannot listen on {where}: {why}", file=sys.stderr)
+            print(f"ahp-terminals serve: cannot listen on {where}: {why}", file=sys.stderr)
         return 1
 
 

@@ -441,7 +441,7 @@ async def test_serve_refuses_unusable_log_options_in_one_line(tmp_path: Path) ->
         result = done[name]
         lines = result.stderr.decode().strip().splitlines()
         assert result.returncode == code, (name, result)
-        assert message in lines[-1] and lines[-1].startswith("ahp serve: "), (name, lines)
+        assert message in lines[-1] and lines[-1].startswith("ahp-terminals serve: "), (name, lines)
         assert "Traceback" not in result.stderr.decode(), name
         assert result.stdout == b"", name  # no URL printed: it never served
 

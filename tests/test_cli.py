@@ -179,30 +179,33 @@ async def test_serve_start_up_failures_are_one_line(tmp_path: Path) -> None:
         done = await cli("serve", "--port", port)
         # (What to do, said: another serve may hold it, --port 0 takes any free port.)
         assert one_line_error(done) == (
-            f"ahp serve: cannot listen on 127.0.0.1:{port}: Address already in use (another "
-            "program, perhaps another `ahp-terminals serve`, listens there): choose another "
-            "--port, or --port 0 for any free one"
+            f"ahp-terminals serve: cannot listen on 127.0.0.1:{port}: Address already in use "
+            "(another program, perhaps another `ahp-terminals serve`, listens there): choose "
+            "another --port, or --port 0 for any free one"
         )
         assert done.returncode == 1
     missing = tmp_path / "no-such-dir" / "ahp.sock"
     done = await cli("serve", "--unix", str(missing))
     line = one_line_error(done)
-    assert line == f"ahp serve: cannot listen on {missing}: No such file or directory"
+    assert line == f"ahp-terminals serve: cannot listen on {missing}: No such file or directory"
     # A file that is not a socket is not removed (it was, and replaced by the socket).
     notes = tmp_path / "notes.txt"
     notes.write_text("keep me")
     done = await cli("serve", "--unix", str(notes))
     assert one_line_error(done) == (
-        f"ahp serve: cannot listen on {notes}: it exists and is not a socket (left as it is)"
+        f"ahp-terminals serve: cannot listen on {notes}: it exists and is not a socket "
+        "(left as it is)"
     )
     assert notes.read_text() == "keep me"
     # An address that is not this machine's, a name that does not resolve.
     done = await cli("serve", "--host", "10.255.255.1", "--port", "0")
     assert one_line_error(done) == (
-        "ahp serve: cannot listen on 10.255.255.1: Cannot assign requested address"
+        "ahp-terminals serve: cannot listen on 10.255.255.1: Cannot assign requested address"
     )
     done = await cli("serve", "--host", "no-such-host.invalid")
-    assert one_line_error(done).startswith("ahp serve: cannot listen on no-such-host.invalid: ")
+    assert one_line_error(done).startswith(
+        "ahp-terminals serve: cannot listen on no-such-host.invalid: "
+    )
 
 
 @pytest.mark.parametrize(
@@ -242,7 +245,7 @@ async def test_serve_refuses_a_read_only_token_equal_to_the_token_in_one_line(
     # one line and exit 2.
     done = await cli("serve", "--port", "0", *args, env=env)
     assert one_line_error(done).startswith(
-        "ahp serve: the read-only token must differ from the token"
+        "ahp-terminals serve: the read-only token must differ from the token"
     )
     assert done.returncode == 2 and done.stdout == ""
 
@@ -468,7 +471,7 @@ async def test_rm_closes_terminals_and_reports_unknown_ones() -> None:
         done = await cli("rm", server.url, "a", "ahp-terminal:/b", "nope")
         assert done.returncode == 1
         assert done.stdout == "closed ahp-terminal:/a\nclosed ahp-terminal:/b\n"
-        assert done.stderr == "ahp rm: ahp-terminal:/nope: no such terminal\n"
+        assert done.stderr == "ahp-terminals rm: ahp-terminal:/nope: no such terminal\n"
         assert set(host.terminals) == {"ahp-terminal:/keep"}
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)  # the process was ended and reaped
@@ -507,7 +510,7 @@ async def test_run_exit_code_output_and_json() -> None:
 
 async def test_run_into_a_pipe_closed_early_ends_quietly_and_disposes_its_terminal() -> None:
     """``run URL -- CMD | head``: the reader leaving is a shell's SIGPIPE status, not
-    "ahp run: Broken pipe" and 125, and the terminal ``run`` created is disposed."""
+    "ahp-terminals run: Broken pipe" and 125, and the terminal ``run`` created is disposed."""
     async with served() as server:
         script = (
             f"set -o pipefail; {sys.executable} -m ahp run '{server.url}' -- 'seq 1 300000'"
@@ -618,7 +621,7 @@ async def test_run_into_a_shell_that_exits_at_start_up_fails_in_one_line(
             done = await cli("run", url, "--", "echo hi")
             assert done.returncode == 125, done
             assert re.fullmatch(
-                r"ahp run: the process of ahp-terminal:/run-\w+ has exited \(code [13]\)"
+                r"ahp-terminals run: the process of ahp-terminal:/run-\w+ has exited \(code [13]\)"
                 r"( before the command started: it did not run)?",
                 one_line_error(done),
             ), done.stderr
@@ -631,7 +634,7 @@ async def test_run_returns_when_a_password_prompt_waits() -> None:
     async with served() as server:
         done = await cli("run", server.url, "--", "python3 -c 'import getpass; getpass.getpass()'")
     assert done.returncode == 125 and done.stdout == "Password:\n"
-    assert one_line_error(done) == "ahp run: the command is waiting for input"
+    assert one_line_error(done) == "ahp-terminals run: the command is waiting for input"
 
 
 async def test_run_in_a_busy_terminal_is_refused() -> None:
@@ -645,7 +648,7 @@ async def test_run_in_a_busy_terminal_is_refused() -> None:
         done = await cli("run", server.url, "--terminal", "busy", "--", "echo second")
         line = one_line_error(done)
         assert done.returncode == 125 and done.stdout == ""
-        assert line.startswith("ahp run: refused: not typed: the terminal is busy with ")
+        assert line.startswith("ahp-terminals run: refused: not typed: the terminal is busy with ")
         assert "read -p" in line and "waiting for input" in line
         with trio.fail_after(TIMEOUT):
             await first.handle.send_input("agent\r")
@@ -698,7 +701,7 @@ async def test_run_says_when_it_truncates_and_counts_what_it_prints(count: int) 
     dropped = count - len(lines)
     dropped_bytes = sum(len(f"{n}\n") for n in range(cut + 1, count + 1 - len(tail)))
     assert done.stderr == (
-        f"ahp run: output truncated: {dropped_bytes} bytes in {dropped} lines dropped, "
+        f"ahp-terminals run: output truncated: {dropped_bytes} bytes in {dropped} lines dropped, "
         f"printed {printed} bytes: the first ones as they came and the last 5000 at most "
         "(--max-output-bytes 10000)\n"
     )
@@ -943,7 +946,7 @@ async def test_run_that_cannot_reconnect_disposes_its_terminal_or_names_it(
         lines = err.decode().splitlines()
         assert status == 125, err
         assert lines[-1] == (
-            "ahp run: connection lost while the command ran (no reconnect within 1 s)"
+            "ahp-terminals run: connection lost while the command ran (no reconnect within 1 s)"
         )
         if comes_back:
             assert not server.host.terminals  # disposed over the new connection
@@ -951,8 +954,8 @@ async def test_run_that_cannot_reconnect_disposes_its_terminal_or_names_it(
             assert list(server.host.terminals) == [uri]
             name = uri.removeprefix("ahp-terminal:/")
             assert lines[0] == (
-                f"ahp run: the terminal {uri} was left on the server (no connection within "
-                f"1 s); close it with: ahp-terminals rm URL {name}"
+                f"ahp-terminals run: the terminal {uri} was left on the server (no connection "
+                f"within 1 s); close it with: ahp-terminals rm URL {name}"
             ), lines
 
 
@@ -997,7 +1000,7 @@ async def test_run_stopped_by_a_signal_interrupts_and_disposes(signum: signal.Si
                     await trio.sleep(0.05)
         finally:
             await kill_and_reap(proc)
-    assert err.decode() == f"ahp run: {signum.name}: the command was interrupted\n"
+    assert err.decode() == f"ahp-terminals run: {signum.name}: the command was interrupted\n"
     # What came is kept: printed before the status line, with the interrupt's echo.
     assert out.decode().startswith("begin\n"), out
 
@@ -1045,7 +1048,9 @@ async def test_run_refuses_a_control_character_in_one_line() -> None:
     async with served() as server:
         done = await cli("run", server.url, "--", "echo a\x1bb")
         assert done.returncode == 125, done
-        assert done.stderr.startswith("ahp run: the command holds the control character"), done
+        assert done.stderr.startswith(
+            "ahp-terminals run: the command holds the control character"
+        ), done
         assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done
         assert not server.host.terminals  # (refused before anything was created)
 
@@ -1073,7 +1078,7 @@ async def test_run_refuses_piped_input_it_cannot_forward(tmp_path: Path) -> None
                 os.close(stdin)
             assert done.returncode == 125
             assert done.stderr.decode() == (
-                "ahp run: standard input is not forwarded (the command reads from its "
+                "ahp-terminals run: standard input is not forwarded (the command reads from its "
                 "remote terminal): put the data in the command line, or run with < /dev/null\n"
             )
             assert not server.host.terminals
@@ -1237,7 +1242,7 @@ async def test_a_url_a_command_cannot_use_says_which_url_to_give() -> None:
             assert "secret-token" not in done.stderr  # a token is never repeated
     line = one_line_error(results[("ls", "localhost:8765")])
     assert line == (
-        "ahp ls: malformed URL 'localhost:8765': give the connect URL, the first line "
+        "ahp-terminals ls: malformed URL 'localhost:8765': give the connect URL, the first line "
         "`ahp-terminals serve` prints: ws://HOST:PORT/?tkn=TOKEN (wss:// with --tls-cert, "
         "ws+unix://PATH:/?tkn=TOKEN with --unix)"
     )
@@ -1254,17 +1259,17 @@ async def test_nothing_listening_asks_whether_serve_runs_there(tmp_path: Path) -
         "unix": await cli("attach", f"ws+unix://{socket_path}:/?tkn=x", "t1"),
     }
     assert one_line_error(done["tcp"]) == (
-        f"ahp ls: cannot connect to ws://127.0.0.1:{port}: connection refused: is "
+        f"ahp-terminals ls: cannot connect to ws://127.0.0.1:{port}: connection refused: is "
         f"`ahp-terminals serve` running at 127.0.0.1:{port}?"
     )
     # (wss:// was refused as a malformed URL by every command, though serve --tls-cert
     # prints it and the library connects to it.)
     assert one_line_error(done["wss"]) == (
-        f"ahp run: cannot connect to wss://127.0.0.1:{port}: connection refused: is "
+        f"ahp-terminals run: cannot connect to wss://127.0.0.1:{port}: connection refused: is "
         f"`ahp-terminals serve` running at 127.0.0.1:{port}?"
     )
     assert one_line_error(done["unix"]) == (
-        f"ahp attach: cannot connect to ws+unix://{socket_path}:/: No such file or "
+        f"ahp-terminals attach: cannot connect to ws+unix://{socket_path}:/: No such file or "
         f"directory: is `ahp-terminals serve --unix {socket_path}` running?"
     )
 
@@ -1384,7 +1389,7 @@ async def test_attach_type_detach_and_reattach_sees_the_history(tmux: Tmux, tmp_
 
         await tmux("send-keys", "-t", "one", "C-]")
         screen = await tmux.wait("one", lambda s: last_line(s) == "local$")
-        assert "ahp attach: detached from ahp-terminal:/t1; it keeps running" in screen
+        assert "ahp-terminals attach: detached from ahp-terminal:/t1; it keeps running" in screen
         assert "attach-status=0" in screen
         assert server.host.get("ahp-terminal:/t1").running
         # The claim of the terminal it created was given back: its owner (or anyone)
@@ -1462,7 +1467,7 @@ async def test_replayed_history_makes_the_local_terminal_answer_nothing(tmux: Tm
         # And with stdin not a terminal: no "it keeps running" for an exited terminal.
         done = await cli("attach", server.url, "tq")
         assert done.returncode == 5, done
-        assert done.stderr.strip() == "ahp attach: ahp-terminal:/tq has exited (code 5)"
+        assert done.stderr.strip() == "ahp-terminals attach: ahp-terminal:/tq has exited (code 5)"
         assert "\x1b[6n" not in done.stdout and "\x1b[c" not in done.stdout
 
 
@@ -1516,7 +1521,7 @@ async def test_attach_ends_cleanly_on_remote_exit_sigterm_and_connection_loss(
         await tmux.wait("c", lambda s: last_line(s) == "$")
         await tmux.type("c", "exit 3")
         screen = await tmux.wait("c", lambda s: last_line(s) == "local$")
-        assert "ahp attach: ahp-terminal:/t3 exited with code 3" in screen
+        assert "ahp-terminals attach: ahp-terminal:/t3 exited with code 3" in screen
         assert "attach-status=3" in screen
         await tmux.type("c", restored)
         await tmux.wait("c", lambda s: "tty-2-restored" in s)
@@ -1529,7 +1534,7 @@ async def test_attach_ends_cleanly_on_remote_exit_sigterm_and_connection_loss(
         assert len(children) == 1, children
         os.kill(int(children[0]), signal.SIGTERM)
         screen = await tmux.wait("c", lambda s: last_line(s) == "local$")
-        assert "ahp attach: SIGTERM: detached from ahp-terminal:/t4" in screen
+        assert "ahp-terminals attach: SIGTERM: detached from ahp-terminal:/t4" in screen
         assert "status=143" in screen
         await tmux.type("c", restored)
         await tmux.wait("c", lambda s: "tty-2-restored" in s)
@@ -1540,7 +1545,7 @@ async def test_attach_ends_cleanly_on_remote_exit_sigterm_and_connection_loss(
         await tmux.wait("c", lambda s: last_line(s) == "$")
         server.stop.cancel()
         screen = await tmux.wait("c", lambda s: last_line(s) == "local$")
-        assert "ahp attach: the server shut down (1001 going away)" in screen
+        assert "ahp-terminals attach: the server shut down (1001 going away)" in screen
         assert "status=1" in screen
         await tmux.type("c", restored)
         await tmux.wait("c", lambda s: "tty-2-restored" in s)
@@ -1742,7 +1747,7 @@ def test_a_servers_huge_error_message_is_cut(capsys: pytest.CaptureFixture[str])
     async def refused() -> int:
         raise RpcError(-32009, "\x1b[31mno" + "o" * 10_000_000)
 
-    assert cli_main("ahp rm", refused) == 1
+    assert cli_main("ahp-terminals rm", refused) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and len(err) < MAX_ERROR_LINE + 200, len(err)
     assert "characters)" in err and "\x1b" not in err
@@ -1763,7 +1768,7 @@ async def test_attach_with_the_read_only_token_says_it_only_watches(tmp_path: Pa
         done = await cli("attach", read_url, "w", timeout=3 * TIMEOUT)
         nursery.cancel_scope.cancel()
     assert done.returncode == 0, done
-    assert "ahp attach: end of input" in done.stderr, done.stderr
+    assert "ahp-terminals attach: end of input" in done.stderr, done.stderr
     assert banner("ahp-terminal:/w", created=False, read_only=True) == (
         "[ahp attach: watching ahp-terminal:/w (read-only token: keystrokes are not sent); "
         "Ctrl-] detaches]"
@@ -1828,5 +1833,8 @@ async def test_the_clients_take_the_token_from_the_token_file(tmp_path: Path) ->
     assert listed.returncode == 0 and many.returncode == 0, (listed.stderr, many.stderr)
     assert by_option.returncode == 0 and by_url.returncode == 0, by_option.stderr
     assert "$AHP_TOKEN_FILE" in one_line_error(refused)  # (the 403's hint names it)
-    assert one_line_error(both) == "ahp ls: AHP_TOKEN and AHP_TOKEN_FILE are both set: set one"
-    assert one_line_error(missing).startswith("ahp ls: cannot read AHP_TOKEN_FILE ")
+    assert (
+        one_line_error(both)
+        == "ahp-terminals ls: AHP_TOKEN and AHP_TOKEN_FILE are both set: set one"
+    )
+    assert one_line_error(missing).startswith("ahp-terminals ls: cannot read AHP_TOKEN_FILE ")

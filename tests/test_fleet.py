@@ -200,7 +200,7 @@ async def test_ls_lists_several_hosts_and_reports_the_one_down() -> None:
         assert sorted(line.split()[0] for line in lines[1:]) == sorted(labels)
         assert all(line.split()[1] == T1 for line in lines[1:])
         (problem,) = done.stderr.strip().splitlines()
-        assert problem.startswith(f"ahp ls: {host_label(nowhere)}: cannot connect")
+        assert problem.startswith(f"ahp-terminals ls: {host_label(nowhere)}: cannot connect")
         # $AHP_HOSTS, JSON: every row says its host; all up, so status 0.
         done = await cli("ls", "--json", env={"AHP_HOSTS": ",".join(bare), "AHP_TOKEN": TOKEN})
         assert done.returncode == 0, done
@@ -213,7 +213,9 @@ async def test_ls_lists_several_hosts_and_reports_the_one_down() -> None:
         done = await cli("ls", "--host", bare[0] + "?tkn=a", "--host", bare[0] + "?tkn=b")
         assert done.returncode != 0 and "Traceback" not in done.stderr, done
         (line,) = done.stderr.strip().splitlines()
-        assert line == f"ahp ls: two URLs name the host {labels[0]}: give each host once", line
+        assert (
+            line == f"ahp-terminals ls: two URLs name the host {labels[0]}: give each host once"
+        ), line
 
 
 async def test_attach_host_slash_name_picks_the_host() -> None:
@@ -287,7 +289,10 @@ async def test_attach_a_name_alone_is_found_among_the_hosts() -> None:
     for name, message in expected.items():
         result = done[name]
         assert result.returncode == 1 and "Traceback" not in result.stderr, (name, result)
-        assert result.stderr.splitlines() == [f"ahp attach: {message}"], (name, result.stderr)
+        assert result.stderr.splitlines() == [f"ahp-terminals attach: {message}"], (
+            name,
+            result.stderr,
+        )
 
 
 async def test_mcp_over_two_hosts(tmp_path: Path) -> None:

@@ -951,8 +951,8 @@ async def test_startup_errors_are_one_line(tmp_path: Path) -> None:
         busy.listen()
         port = busy.getsockname()[1]
         for args, message in (
-            (["--connect", f"ws+unix://{tmp_path}/none.sock:/"], "ahp mcp: "),
-            (["--serve", "--port", str(port)], "ahp mcp: Address already in use"),
+            (["--connect", f"ws+unix://{tmp_path}/none.sock:/"], "ahp-terminals mcp: "),
+            (["--serve", "--port", str(port)], "ahp-terminals mcp: Address already in use"),
         ):
             with trio.fail_after(TIMEOUT):
                 result = await trio.run_process(
@@ -982,11 +982,15 @@ async def test_serve_without_a_port_takes_a_free_one_and_says_which(tmp_path: Pa
         ports = []
         for where in (first, second):
             log = (where / "mcp-stderr.log").read_text()
-            served = re.search(r"ahp mcp: terminals served at ws://127\.0\.0\.1:(\d+)/\?tkn=", log)
+            served = re.search(
+                r"ahp-terminals mcp: terminals served at ws://127\.0\.0\.1:(\d+)/\?tkn=", log
+            )
             assert served is not None, log
             ports.append(int(served.group(1)))
             # The hint names this very Python, so it works from a venv not on PATH.
-            assert f"ahp mcp: watch with: {sys.executable} -m ahp attach 'ws://" in log, log
+            assert f"ahp-terminals mcp: watch with: {sys.executable} -m ahp attach 'ws://" in log, (
+                log
+            )
         assert 0 not in ports and ports[0] != ports[1]
 
 
@@ -1008,8 +1012,8 @@ async def test_a_missing_sdk_is_one_line_naming_an_install_that_works(tmp_path: 
     assert result.returncode == 2 and result.stdout == b""
     (line,) = result.stderr.decode().splitlines()
     assert line == (
-        "ahp mcp: the MCP SDK is not installed: pip install '.[mcp]' in the ahp-terminals "
-        "checkout (or pip install mcp)"
+        "ahp-terminals mcp: the MCP SDK is not installed: pip install '.[mcp]' in the "
+        "ahp-terminals checkout (or pip install mcp)"
     )
     assert "ahp-terminals[mcp]" not in line
 

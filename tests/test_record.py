@@ -395,9 +395,12 @@ async def test_play_cli_fails_in_one_line_on_endless_lines_absurd_pauses_and_no_
         "long line": (b"a", "long.cast: line 3: longer than 1048576 bytes"),
         "big": (b"a", "big20.cast: line 3: a pause of 1e+20 seconds, longer than 86400 s"),
         "tiny speed": (b"", "small.cast: line 2: a pause of 5e+299 seconds at speed 1e-300"),
-        "no stdout": (b"", "ahp play: standard output is closed"),
+        "no stdout": (b"", "ahp-terminals play: standard output is closed"),
         # (It said "cannot read small.cast: No space left on device": a write failed.)
-        "full": (b"", "ahp play: cannot write to standard output: No space left on device"),
+        "full": (
+            b"",
+            "ahp-terminals play: cannot write to standard output: No space left on device",
+        ),
     }
     for name, (stdout, message) in expected.items():
         result = done[name]
@@ -523,7 +526,7 @@ async def test_an_unusable_record_directory_is_refused_at_start(tmp_path: Path) 
     assert done is not None, "the server started"
     assert done.returncode == 1
     assert done.stderr.decode().splitlines() == [
-        f"ahp serve: cannot create the recordings directory {afile}: Not a directory"
+        f"ahp-terminals serve: cannot create the recordings directory {afile}: Not a directory"
     ]
 
 

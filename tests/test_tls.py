@@ -172,4 +172,4 @@ def test_a_certificate_that_cannot_be_loaded_is_named_with_the_reason(
         args = ["--tls-cert", str(files[0])] + (["--tls-key", str(files[1])] if files[1:] else [])
         done = _serve_refused(args, tmp_path)
         assert (done.returncode, done.stdout) == (2, ""), done
-        assert done.stderr.splitlines() == [f"ahp serve: {message}"], done.stderr
+        assert done.stderr.splitlines() == [f"ahp-terminals serve: {message}"], done.stderr

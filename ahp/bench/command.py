@@ -96,15 +96,16 @@ def run(args: argparse.Namespace) -> int:
 
     if args.runs < 1 or args.size_mb <= 0 or args.terminals < 1 or args.many < 0:
         print(
-            "ahp bench: --runs, --size-mb and --terminals must be positive, --many at least 0",
+            "ahp-terminals bench: --runs, --size-mb and --terminals must be positive, "
+            "--many at least 0",
             file=sys.stderr,
         )
         return 2
     if not 1 <= args.echo_count <= MAX_ECHO_COUNT:
-        print(f"ahp bench: --echo-count must be 1..{MAX_ECHO_COUNT}", file=sys.stderr)
+        print(f"ahp-terminals bench: --echo-count must be 1..{MAX_ECHO_COUNT}", file=sys.stderr)
         return 2
     if not 1 <= args.idle_count <= MAX_ECHO_COUNT:
-        print(f"ahp bench: --idle-count must be 1..{MAX_ECHO_COUNT}", file=sys.stderr)
+        print(f"ahp-terminals bench: --idle-count must be 1..{MAX_ECHO_COUNT}", file=sys.stderr)
         return 2
     argv = sys.argv[1:] if sys.argv and sys.argv[0].endswith("__main__.py") else None
     shown = "ahp-terminals " + (shlex.join(argv) if argv else _describe(args))

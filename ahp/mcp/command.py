@@ -96,7 +96,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], help: s
 
 def run(args: argparse.Namespace) -> int:
     if importlib.util.find_spec("mcp") is None:
-        print(f"ahp mcp: the MCP SDK is not installed: {INSTALL_HINT}", file=sys.stderr)
+        print(f"ahp-terminals mcp: the MCP SDK is not installed: {INSTALL_HINT}", file=sys.stderr)
         return 2
     configure_logging(args.log_level, "%(asctime)s %(levelname)s %(name)s: %(message)s")
     from ahp.client.commands.common import environment_token, main, resolve_target
@@ -105,8 +105,8 @@ def run(args: argparse.Namespace) -> int:
 
     def serving(sidecar: Sidecar) -> None:
         print(
-            f"ahp mcp: terminals served at {sidecar.url}\n"
-            f"ahp mcp: watch with: {invocation()} attach '{sidecar.url}' main",
+            f"ahp-terminals mcp: terminals served at {sidecar.url}\n"
+            f"ahp-terminals mcp: watch with: {invocation()} attach '{sidecar.url}' main",
             file=sys.stderr,
             flush=True,
         )
@@ -141,7 +141,7 @@ def run(args: argparse.Namespace) -> int:
             )
         return await run_mcp(options)
 
-    return main("ahp mcp", body)
+    return main("ahp-terminals mcp", body)
 
 
 def invocation() -> str:

@@ -188,7 +188,7 @@ def _discard_stdout() -> None:
 
 def run(args: argparse.Namespace) -> int:
     if sys.stdout is None:  # (started with standard output closed: ``>&-``)
-        print("ahp play: standard output is closed: nowhere to play to", file=sys.stderr)
+        print("ahp-terminals play: standard output is closed: nowhere to play to", file=sys.stderr)
         return 1
     try:
         with open(args.file, "rb") as f:
@@ -203,21 +203,26 @@ def run(args: argparse.Namespace) -> int:
         raise  # the reader of standard output is gone: the command line says nothing
     except _ReadFailed as failed:
         exc = failed.error
-        print(f"ahp play: cannot read {args.file}: {exc.strerror or exc}", file=sys.stderr)
+        print(
+            f"ahp-terminals play: cannot read {args.file}: {exc.strerror or exc}", file=sys.stderr
+        )
         return 1
     except OSError as exc:
         if exc.filename is not None:  # (opening the file)
-            print(f"ahp play: cannot read {args.file}: {exc.strerror or exc}", file=sys.stderr)
+            print(
+                f"ahp-terminals play: cannot read {args.file}: {exc.strerror or exc}",
+                file=sys.stderr,
+            )
         else:  # (writing: /dev/full, a disk that filled up, a terminal gone)
             _discard_stdout()
             print(
-                f"ahp play: cannot write to standard output: {exc.strerror or exc}",
+                f"ahp-terminals play: cannot write to standard output: {exc.strerror or exc}",
                 file=sys.stderr,
             )
         return 1
     except RecordingError as exc:
         sys.stdout.flush()
-        print(f"ahp play: {args.file}: {exc}", file=sys.stderr)
+        print(f"ahp-terminals play: {args.file}: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130

@@ -498,7 +498,7 @@ def run(args: argparse.Namespace) -> int:
                 )
                 async with open_local_terminal() as local:
                     outcome = await _session(client, uri, local, signals, created=created)
-        print(f"ahp attach: {printable(outcome.message)}", file=sys.stderr, flush=True)
+        print(f"ahp-terminals attach: {printable(outcome.message)}", file=sys.stderr, flush=True)
         return outcome.status
 
-    return main("ahp attach", body)
+    return main("ahp-terminals attach", body)

@@ -121,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
         if stopped_by is not None or result is None:
             signum = stopped_by or signal.SIGINT
             name = signal.Signals(signum).name
-            print(f"ahp exec: {name}: the command was killed", file=sys.stderr)
+            print(f"ahp-terminals exec: {name}: the command was killed", file=sys.stderr)
             return 128 + signum
         if args.json:
             print(json.dumps(result.to_json(), indent=2))
@@ -130,9 +130,9 @@ def run(args: argparse.Namespace) -> int:
             sys.stdout.flush()
             sys.stderr.write(result.stderr)
         if result.timed_out:
-            print(f"ahp exec: timed out after {args.timeout:g} s", file=sys.stderr)
+            print(f"ahp-terminals exec: timed out after {args.timeout:g} s", file=sys.stderr)
         elif result.signal is not None:
-            print(f"ahp exec: killed by {printable(result.signal)}", file=sys.stderr)
+            print(f"ahp-terminals exec: killed by {printable(result.signal)}", file=sys.stderr)
         return exec_status(result.exit_code, result.signal, result.timed_out)
 
-    return main("ahp exec", body, failure=FAILED)
+    return main("ahp-terminals exec", body, failure=FAILED)

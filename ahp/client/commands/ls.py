@@ -141,10 +141,10 @@ def _list_hosts(urls: list[str], token: str | None, as_json: bool) -> int:
         else:
             print(format_table(tuple(t.info for t in found), tuple(t.host for t in found)))
         for host, why in down.items():
-            print(f"ahp ls: {printable(host)}: {printable(why)}", file=sys.stderr)
+            print(f"ahp-terminals ls: {printable(host)}: {printable(why)}", file=sys.stderr)
         return 1 if down else 0
 
-    return main("ahp ls", body)
+    return main("ahp-terminals ls", body)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -152,19 +152,21 @@ def run(args: argparse.Namespace) -> int:
         try:
             urls = ([args.url] if args.url else []) + hosts_from(args)
         except CommandFailed as exc:
-            return main("ahp ls", _fail(exc))
+            return main("ahp-terminals ls", _fail(exc))
         if not urls:
-            return main("ahp ls", _fail(CommandFailed("give a URL, --host URL or $AHP_HOSTS")))
+            return main(
+                "ahp-terminals ls", _fail(CommandFailed("give a URL, --host URL or $AHP_HOSTS"))
+            )
         urls = list(dict.fromkeys(urls))  # (the same URL twice: listed once)
         problem = _hosts_problem(urls)
         if problem is not None:
-            return main("ahp ls", _fail(CommandFailed(problem)))
+            return main("ahp-terminals ls", _fail(CommandFailed(problem)))
         # (A URL's own tkn is used for it; the others get --token, else the token
         # file's, else $AHP_TOKEN.)
         try:
             token = args.token or environment_token()
         except CommandFailed as exc:
-            return main("ahp ls", _fail(exc))
+            return main("ahp-terminals ls", _fail(exc))
         return _list_hosts(urls, token, args.json)
 
     async def body() -> int:
@@ -177,7 +179,7 @@ def run(args: argparse.Namespace) -> int:
             print(format_table(terminals))
         return 0
 
-    return main("ahp ls", body)
+    return main("ahp-terminals ls", body)
 
 
 def _fail(exc: CommandFailed) -> Any:

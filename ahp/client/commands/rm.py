@@ -66,10 +66,12 @@ def run(args: argparse.Namespace) -> int:
                     status = 1
                     why = "no such terminal" if exc.code == ErrorCode.NOT_FOUND else exc.message
                     print(
-                        f"ahp rm: {printable(uri)}: {printable(why)}", file=sys.stderr, flush=True
+                        f"ahp-terminals rm: {printable(uri)}: {printable(why)}",
+                        file=sys.stderr,
+                        flush=True,
                     )
                 else:
                     print(f"closed {printable(uri)}", flush=True)
         return status
 
-    return main("ahp rm", body)
+    return main("ahp-terminals rm", body)

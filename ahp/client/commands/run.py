@@ -454,11 +454,11 @@ def run(args: argparse.Namespace) -> int:
             note = f"timed out after {args.timeout:g} s; the command ignored Ctrl-C: {what}"
             if args.json:
                 print(json.dumps({"status": "timed_out", "exit_code": None, "note": note}))
-            print(f"ahp run: {note}", file=sys.stderr)
+            print(f"ahp-terminals run: {note}", file=sys.stderr)
             return TIMED_OUT
         if stopped_by is not None:
             name = signal.Signals(stopped_by).name
-            print(f"ahp run: {name}: the command was interrupted", file=sys.stderr)
+            print(f"ahp-terminals run: {name}: the command was interrupted", file=sys.stderr)
             return 128 + stopped_by
         assert result is not None
         if printer is not None:
@@ -466,9 +466,9 @@ def run(args: argparse.Namespace) -> int:
                 dropped_bytes = max(0, result.total_bytes - printer.printed_bytes)
                 dropped_lines = max(0, result.total_lines - printer.printed_lines)
                 print(
-                    f"ahp run: output truncated: {dropped_bytes} bytes in {dropped_lines} "
-                    f"lines dropped, printed {printer.printed_bytes} bytes: the first ones as "
-                    f"they came and the last {printer.tail_limit} at most "
+                    f"ahp-terminals run: output truncated: {dropped_bytes} bytes in "
+                    f"{dropped_lines} lines dropped, printed {printer.printed_bytes} bytes: "
+                    f"the first ones as they came and the last {printer.tail_limit} at most "
                     f"(--max-output-bytes {args.max_output_bytes})",
                     file=sys.stderr,
                 )
@@ -486,14 +486,14 @@ def run(args: argparse.Namespace) -> int:
             )
             print(json.dumps(shown.to_json(), indent=2))
         if result.status == "refused":
-            print(f"ahp run: refused: {printable(result.note)}", file=sys.stderr)
+            print(f"ahp-terminals run: refused: {printable(result.note)}", file=sys.stderr)
         elif result.timed_out:
             how = f"; {printable(result.note)}" if result.note else ""
-            print(f"ahp run: timed out after {args.timeout:g} s{how}", file=sys.stderr)
+            print(f"ahp-terminals run: timed out after {args.timeout:g} s{how}", file=sys.stderr)
         elif result.waiting_for_input:
-            print("ahp run: the command is waiting for input", file=sys.stderr)
+            print("ahp-terminals run: the command is waiting for input", file=sys.stderr)
         elif result.status == "lost":
-            print(f"ahp run: lost: {printable(result.note)}", file=sys.stderr)
+            print(f"ahp-terminals run: lost: {printable(result.note)}", file=sys.stderr)
         elif exited:
             # (Before the shell started the command: the collector's note says "not run".)
             how = (
@@ -501,9 +501,9 @@ def run(args: argparse.Namespace) -> int:
                 if result.note.startswith("not run")
                 else f": {printable(result.note) or 'the exit code is unknown'}"
             )
-            print(f"ahp run: {exited}{how}", file=sys.stderr)
+            print(f"ahp-terminals run: {exited}{how}", file=sys.stderr)
         elif result.exit_code is None:
-            print("ahp run: the command's exit code is unknown", file=sys.stderr)
+            print("ahp-terminals run: the command's exit code is unknown", file=sys.stderr)
         return exit_status(result)
 
     async def _run_in(
@@ -639,12 +639,12 @@ def run(args: argparse.Namespace) -> int:
             why = f"{what} within {DISPOSE_TIMEOUT:g} s"
         name = uri.removeprefix("ahp-terminal:/")
         print(
-            f"ahp run: the terminal {uri} was left on the server ({printable(why)}); "
+            f"ahp-terminals run: the terminal {uri} was left on the server ({printable(why)}); "
             f"close it with: ahp-terminals rm URL {name}",
             file=sys.stderr,
         )
 
-    return main("ahp run", body, failure=FAILED)
+    return main("ahp-terminals run", body, failure=FAILED)
 
 
 def _last_command_id(client: Client, uri: str) -> str | None:
