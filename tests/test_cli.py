@@ -1037,7 +1037,7 @@ async def test_run_and_exec_say_so_at_once_when_the_server_shuts_down(tmp_path: 
                     assert proc.stderr is not None
                     err = b"".join([chunk async for chunk in proc.stderr]).decode()
                     assert await proc.wait() == 125, err
-                    assert err == f"ahp {name}: {SERVER_SHUT_DOWN}\n"
+                    assert err == f"ahp-terminals {name}: {SERVER_SHUT_DOWN}\n"
         finally:
             for proc in clients:
                 await kill_and_reap(proc)
@@ -1172,7 +1172,7 @@ async def test_bad_inputs_give_one_line_and_a_non_zero_exit() -> None:
     for name, (args, expected) in cases.items():
         done = results[name]
         line = one_line_error(done)
-        assert line.startswith(f"ahp {args[0]}: "), (name, line)
+        assert line.startswith(f"ahp-terminals {args[0]}: "), (name, line)
         assert expected in line, (name, line)
         assert done.stdout == "", (name, done.stdout)
         expected_code = 125 if args[0] in ("run", "exec") else 1
@@ -1235,8 +1235,8 @@ async def test_a_url_a_command_cannot_use_says_which_url_to_give() -> None:
             assert done.returncode == (125 if command in ("run", "exec") else 1), done
             shown = pasted.replace("secret-token", "…")
             assert line == (
-                f"ahp {command.split()[0]}: {shown!r} is the viewer page's address; this "
-                "command takes the connect URL, the first line `ahp-terminals serve` prints: "
+                f"ahp-terminals {command.split()[0]}: {shown!r} is the viewer page's address; "
+                "this command takes the connect URL, the first line `ahp-terminals serve` prints: "
                 f"{wanted} (the page's address with {how})"
             ), line
             assert "secret-token" not in done.stderr  # a token is never repeated
