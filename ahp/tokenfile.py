@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import MutableMapping
 from typing import Final
 
-__all__ = ["MAX_TOKEN_FILE", "TokenFileError", "read_token_file"]
+__all__ = ["MAX_TOKEN_FILE", "TokenFileError", "environment_token", "read_token_file"]
 
 #: Largest token file read (``$AHP_TOKEN_FILE``); a token is a line, not a document.
 MAX_TOKEN_FILE: Final = 4096
@@ -75,3 +76,17 @@ def _kind(mode: int) -> str:
         (stat.S_ISSOCK, "a socket"),
     ]
     return next((name for test, name in kinds if test(mode)), "not a file")
+
+
+def environment_token(environ: MutableMapping[str, str], *, take: bool = False) -> str | None:
+    """The token in the file ``$AHP_TOKEN_FILE`` names, else ``$AHP_TOKEN``, else None:
+    ``serve``'s order, and the clients'. Raises :class:`TokenFileError` when both are set
+    or the file cannot serve. ``take``: both variables leave ``environ`` (also when it
+    raises), so that the processes it starts do not inherit them."""
+    path = environ.pop("AHP_TOKEN_FILE", None) if take else environ.get("AHP_TOKEN_FILE")
+    token = (environ.pop("AHP_TOKEN", None) if take else environ.get("AHP_TOKEN")) or None
+    if not path:
+        return token
+    if token is not None:
+        raise TokenFileError("AHP_TOKEN and AHP_TOKEN_FILE are both set: set one")
+    return read_token_file(path)

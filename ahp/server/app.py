@@ -64,7 +64,7 @@ from ahp.server.scrub import scrub_start_environment
 from ahp.server.state import DEFAULT_MAX_TERMINALS, ServerState
 from ahp.server.web import web_routes
 from ahp.server.websocket import serve_connections
-from ahp.tokenfile import MAX_TOKEN_FILE, TokenFileError, read_token_file
+from ahp.tokenfile import MAX_TOKEN_FILE, TokenFileError, environment_token, read_token_file
 
 __all__ = [
     "DEFAULT_PORT",
@@ -119,13 +119,7 @@ def take_environment_token() -> str | None:
     ``$AHP_TOKEN``, else None; both variables are removed from this process's
     environment, so the terminals' processes (which inherit it) do not see them.
     Raises :class:`TokenFileError` (the variables are removed all the same)."""
-    path = os.environ.pop("AHP_TOKEN_FILE", None)
-    env_token = os.environ.pop("AHP_TOKEN", None) or None
-    if path:
-        if env_token is not None:
-            raise TokenFileError("AHP_TOKEN and AHP_TOKEN_FILE are both set: set one")
-        return read_token_file(path)
-    return env_token
+    return environment_token(os.environ, take=True)
 
 
 def is_loopback(host: str) -> bool:

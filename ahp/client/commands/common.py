@@ -189,15 +189,11 @@ def environment_token() -> str | None:
     """The token in the file ``$AHP_TOKEN_FILE`` names, else ``$AHP_TOKEN``, else None
     (``serve``'s order). Raises :class:`CommandFailed` when both are set or the file
     cannot serve (one line, never the file's content)."""
-    path = os.environ.get("AHP_TOKEN_FILE")
-    if not path:
-        return os.environ.get("AHP_TOKEN") or None
-    from ahp.tokenfile import TokenFileError, read_token_file
+    from ahp.tokenfile import TokenFileError
+    from ahp.tokenfile import environment_token as read_environment
 
-    if os.environ.get("AHP_TOKEN"):
-        raise CommandFailed("AHP_TOKEN and AHP_TOKEN_FILE are both set: set one")
     try:
-        return read_token_file(path)
+        return read_environment(os.environ)
     except TokenFileError as exc:
         raise CommandFailed(str(exc)) from None
 
