@@ -64,30 +64,26 @@ async def test_the_cwd_is_current_when_run_returns(name: str, tmp_path: Path) ->
                 assert term.state.cwd == home.as_uri()
 
 
+@pytest.mark.parametrize(
+    ("directory", "pattern", "quoted"),
+    [("new\nline", "new*line", "/new%0Aline"), ("trail\n\n", "trail*", "/trail%0A%0A")],
+    ids=["newline inside", "trailing newlines"],
+)
 @pytest.mark.parametrize("name", SHELLS)
-async def test_a_directory_named_with_a_newline_is_the_cwd(name: str, tmp_path: Path) -> None:
+async def test_a_directory_named_with_newlines_is_the_cwd(
+    name: str, directory: str, pattern: str, quoted: str, tmp_path: Path
+) -> None:
+    """A directory whose name holds a newline is the cwd as it is (%0A); fish reported
+    one named ``trail\\n`` as ``trail`` (its escape trimmed trailing newlines: probe N
+    finding 7); bash and zsh had it right."""
     home = tmp_path / "home"
-    (home / "new\nline").mkdir(parents=True)
+    (home / directory).mkdir(parents=True)
     async with terminal(name, home) as term:
         with trio.fail_after(TIMEOUT):
-            result = await term.run("cd new*line")
+            result = await term.run(f"cd {pattern}")
     assert result.exit_code == 0, result
-    assert term.state.cwd == (home / "new\nline").as_uri()
-    assert term.state.cwd.endswith("/new%0Aline")
-
-
-@pytest.mark.parametrize("name", SHELLS)
-async def test_a_directory_name_ending_in_newlines_is_the_cwd(name: str, tmp_path: Path) -> None:
-    """fish reported a directory named ``trail\\n`` as ``trail`` (its escape trimmed
-    trailing newlines: probe N finding 7); bash and zsh had it right."""
-    home = tmp_path / "home"
-    (home / "trail\n\n").mkdir(parents=True)
-    async with terminal(name, home) as term:
-        with trio.fail_after(TIMEOUT):
-            result = await term.run("cd trail*")
-    assert result.exit_code == 0, result
-    assert term.state.cwd == (home / "trail\n\n").as_uri()
-    assert term.state.cwd.endswith("/trail%0A%0A")
+    assert term.state.cwd == (home / directory).as_uri()
+    assert term.state.cwd.endswith(quoted)
 
 
 NOTHING = {

@@ -498,6 +498,21 @@ async def test_an_unfinished_command_of_several_lines_says_its_group_is_open() -
     assert (done.status, done.exit_code, done.output) == ("finished", 0, "hello\n}\n"), done
 
 
+async def _cancel_a_run_that_ignores_ctrl_c(term: Any, mode: str) -> None:
+    """Start ``run`` of a command that ignores Ctrl-C and cancel it once it printed."""
+    async with trio.open_nursery() as nursery:
+
+        async def run() -> None:
+            await term.run("trap '' INT; echo st''arted; sleep 60")
+
+        nursery.start_soon(run)
+        if mode == "local":
+            await wait_for_text(term, "started")
+        else:
+            await term.client.wait_for(lambda: "started" in term.state.text())
+        nursery.cancel_scope.cancel()
+
+
 @pytest.mark.parametrize("mode", MODES)
 async def test_a_cancelled_run_kills_a_command_that_ignores_ctrl_c(mode: str) -> None:
     """Cancelling ``run`` sends a Ctrl-C; a command that ignores it is killed
@@ -505,17 +520,7 @@ async def test_a_cancelled_run_kills_a_command_that_ignores_ctrl_c(mode: str) ->
     only closing the terminal ended it)."""
     async with terminal(mode) as term:
         with trio.fail_after(TIMEOUT):
-            async with trio.open_nursery() as nursery:
-
-                async def run() -> None:
-                    await term.run("trap '' INT; echo st''arted; sleep 60")
-
-                nursery.start_soon(run)
-                if mode == "local":
-                    await wait_for_text(term, "started")
-                else:
-                    await term.client.wait_for(lambda: "started" in term.state.text())
-                nursery.cancel_scope.cancel()
+            await _cancel_a_run_that_ignores_ctrl_c(term, mode)
             handle = term.commands.all()[-1]
             final = await handle.wait()
             after = await term.run("echo next")
@@ -577,17 +582,7 @@ async def test_the_next_run_waits_for_the_kill_of_a_cancelled_run(mode: str) -> 
     (``INTERRUPT_GRACE + KILL_WAIT``), as the MCP ``run_command`` does."""
     async with terminal(mode) as term:
         with trio.fail_after(TIMEOUT):
-            async with trio.open_nursery() as nursery:
-
-                async def run() -> None:
-                    await term.run("trap '' INT; echo st''arted; sleep 60")
-
-                nursery.start_soon(run)
-                if mode == "local":
-                    await wait_for_text(term, "started")
-                else:
-                    await term.client.wait_for(lambda: "started" in term.state.text())
-                nursery.cancel_scope.cancel()
+            await _cancel_a_run_that_ignores_ctrl_c(term, mode)
             after = await term.run("echo after")
             cancelled = term.commands.all()[-2].result()
     assert (after.status, after.output) == ("finished", "after\n"), after
